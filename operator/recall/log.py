@@ -1,0 +1,66 @@
+"""Structured logging for every `recall` process.
+
+Contract: one call to `configure()` per process. Log lines carry the event name as a constant
+message and the data in fixed keys (`job`, `batch`, `item`, `worker`, `attempt`, `token`).
+The format is JSON when the process does not write to a terminal or when `RECALL_LOG_FORMAT=json`
+(in a cluster), and readable key=value lines on a terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Literal
+
+import structlog
+
+LogFormat = Literal["auto", "json", "console"]
+
+
+def short_token(token: str | None) -> str | None:
+    """The first 8 characters of a lease token: enough to tell leases apart, useless to forge."""
+    return token[:8] if token else None
+
+
+def configure(level: str = "info", fmt: LogFormat | None = None) -> None:
+    """Set up structlog and the standard library logger (kopf and the clients use the latter)."""
+    chosen = fmt or os.environ.get("RECALL_LOG_FORMAT", "auto")
+    as_json = chosen == "json" or (chosen == "auto" and not sys.stderr.isatty())
+    numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer()
+        if as_json
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=shared,
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric)
+    # The HTTP clients are chatty at INFO and say nothing our own events do not.
+    for noisy in ("urllib3", "kubernetes", "httpx", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def get(name: str | None = None) -> structlog.stdlib.BoundLogger:
+    """A logger bound to the component name (`worker`, `operator`, ...)."""
+    logger: structlog.stdlib.BoundLogger = structlog.get_logger(component=name)
+    return logger
