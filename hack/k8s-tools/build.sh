@@ -17,6 +17,9 @@ cache_root=${RECALL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/recall}
 bin="$cache_root/k8s-v$KUBE_VERSION-etcd-v$ETCD_VERSION-helm-v$HELM_VERSION/bin"
 if [[ "${1:-}" == "--print" ]]; then echo "$bin"; exit 0; fi
 mkdir -p "$bin"
+# One build at a time per cache directory (tests and `make` may start it concurrently).
+exec 9>"$bin/.lock"
+flock 9
 
 command -v go >/dev/null || { echo "build.sh: Go is required (https://go.dev/dl)" >&2; exit 1; }
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath"

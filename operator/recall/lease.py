@@ -169,7 +169,7 @@ def complete(
         return refusal
     progress = status.progress
     if progress is not None:
-        progress = Progress.of(progress.chunks_total, progress.chunks_total)
+        progress = Progress.of(progress.chunks_total, progress.chunks_total, progress.checkpoint)
     return status.model_copy(
         update={
             "phase": Phase.SUCCEEDED,

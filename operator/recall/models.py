@@ -123,11 +123,13 @@ class Lease(Model):
 class Progress(Model):
     chunks_done: int = 0
     chunks_total: int = 0
+    checkpoint: str | None = None
     summary: str | None = None
 
     @classmethod
-    def of(cls, done: int, total: int) -> Progress:
-        return cls(chunks_done=done, chunks_total=total, summary=f"{done}/{total}")
+    def of(cls, done: int, total: int, checkpoint: str | None = None) -> Progress:
+        return cls(chunks_done=done, chunks_total=total, checkpoint=checkpoint,
+                   summary=f"{done}/{total}")
 
 
 class Result(Model):

@@ -1,0 +1,31 @@
+"""Engines: local Whisper (default), an OpenAI-compatible API, and a simulated one.
+
+`make_engine(settings)` builds the worker's engine once per process; the real engines are
+imported only when chosen, so a simulated worker starts without loading a model.
+"""
+
+from __future__ import annotations
+
+from recall.engines.base import Chunk, Engine, EngineError, Media, Segment
+from recall.settings import WorkerSettings
+
+__all__ = ["Chunk", "Engine", "EngineError", "Media", "Segment", "make_engine"]
+
+
+def make_engine(settings: WorkerSettings) -> Engine:
+    if settings.engine == "simulated":
+        from recall.engines.simulated import SimulatedEngine
+
+        return SimulatedEngine(
+            chunks=settings.simulated_chunks,
+            chunk_delay_seconds=settings.simulated_chunk_delay,
+            chunk_seconds=settings.chunk_seconds,
+            record_path=settings.simulated_record,
+        )
+    if settings.engine == "openai":
+        from recall.engines.openai import OpenAIEngine
+
+        return OpenAIEngine.from_settings(settings)
+    from recall.engines.whisper import WhisperEngine
+
+    return WhisperEngine.from_settings(settings)

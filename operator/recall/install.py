@@ -1,0 +1,59 @@
+"""Install the recall CRDs into a cluster and wait until the API server serves them.
+
+The CRD manifests in `crds/` are the source of truth; `RECALL_CRDS_DIR` points elsewhere
+(the image copies them to /app/crds).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from recall.kube import load_api_client
+
+REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+def crds_dir() -> Path:
+    return Path(os.environ.get("RECALL_CRDS_DIR", REPO_CRDS))
+
+
+def load_crds(directory: Path | None = None) -> list[dict[str, Any]]:
+    d = directory or crds_dir()
+    return [yaml.safe_load(p.read_text()) for p in sorted(d.glob("*.yaml"))]
+
+
+def install_crds(kubeconfig: str | None = None, *, timeout: float = 30.0,
+                 api: client.ApiClient | None = None) -> list[str]:
+    """Create or update every CRD and wait for it to be Established. Returns their names."""
+    api = api or load_api_client(kubeconfig)
+    ext = client.ApiextensionsV1Api(api)
+    names = []
+    for crd in load_crds():
+        name = crd["metadata"]["name"]
+        names.append(name)
+        try:
+            ext.create_custom_resource_definition(crd)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            current = ext.read_custom_resource_definition(name)
+            crd["metadata"]["resourceVersion"] = current.metadata.resource_version
+            ext.replace_custom_resource_definition(name, crd)
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            current = ext.read_custom_resource_definition(name)
+            conds = {c.type: c.status for c in (current.status.conditions or [])}
+            if conds.get("Established") == "True":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not Established after {timeout:.0f} s")
+            time.sleep(0.1)
+    return names

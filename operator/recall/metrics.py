@@ -1,0 +1,48 @@
+"""Prometheus metrics of the worker and the operator, served by `serve(port)`.
+
+Names follow the protocol's words (DESIGN §7). Counters only go up within a process; a
+restart starts them at zero, as Prometheus expects.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+CLAIMS = Counter("recall_claims_total", "Jobs claimed by this worker.")
+CLAIM_CONFLICTS = Counter(
+    "recall_claim_conflicts_total", "Claims lost to another writer (409 on the claim)."
+)
+CONFLICTS = Counter(
+    "recall_write_conflicts_total", "Fenced writes answered 409 by the API server.", ["action"]
+)
+FENCED_REJECTIONS = Counter(
+    "recall_fenced_rejections_total",
+    "Fenced writes refused after a conflict because the lease was no longer the writer's.",
+    ["action", "reason"],
+)
+LEASES_LOST = Counter("recall_leases_lost_total", "Leases a worker lost while working.", ["reason"])
+HEARTBEAT_LATENCY = Histogram(
+    "recall_heartbeat_latency_seconds",
+    "Time of one renew (heartbeat) write, including conflict retries.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+ENGINE_CHUNKS = Counter("recall_engine_chunks_total", "Chunks the engine transcribed.", ["engine"])
+JOBS_FINISHED = Counter(
+    "recall_worker_jobs_total", "Jobs this worker finished, by outcome.", ["outcome"]
+)
+
+RECLAIMS = Counter("recall_reclaims_total", "Expired leases reclaimed by the operator.")
+RECLAIM_DELAY = Histogram(
+    "recall_reclaim_delay_seconds",
+    "Time from a lease's observed expiry to the job being requeued.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30),
+)
+HEALS = Counter("recall_heals_total", "Batch items the reconciler healed.", ["kind"])
+JOBS = Gauge("recall_jobs", "TranscriptionJobs seen by the operator, by phase.", ["phase"])
+BATCH_WRITES = Counter("recall_batch_status_writes_total", "Batch status writes by the operator.")
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - metrics listen on the pod IP
+    """Serve /metrics on `port` from a daemon thread. Port 0 disables it."""
+    if port:
+        start_http_server(port, addr=addr)

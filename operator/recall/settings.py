@@ -1,0 +1,111 @@
+"""Validated settings of the worker and the operator, from `RECALL_*` environment variables.
+
+Command-line options override the environment; both end up in these objects, which check
+the relations between fields (for example that the heartbeat is well inside the lease).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_worker_id() -> str:
+    """The pod name in a cluster (downward API `POD_NAME`, else the hostname)."""
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+class WorkerSettings(BaseSettings):
+    """Settings of `recall worker`."""
+
+    model_config = SettingsConfigDict(env_prefix="RECALL_WORKER_", extra="ignore")
+
+    id: str = Field(default_factory=default_worker_id, description="Worker identity (lease holder).")
+    namespace: str | None = Field(None, description="Namespace to take jobs from; None = current.")
+    engine: Literal["whisper", "openai", "simulated"] = Field(
+        "whisper", description="The engine this worker runs; it claims only jobs that accept it."
+    )
+    heartbeat_fraction: float = Field(
+        1 / 3, gt=0, lt=0.5, description="Heartbeat interval as a share of the lease duration."
+    )
+    renew_deadline_fraction: float = Field(
+        2 / 3, gt=0, lt=1,
+        description="Stop working when no renewal succeeded for this share of the lease duration.",
+    )
+    grace_seconds: float = Field(
+        10.0, ge=0, description="On SIGTERM, how long to let the current job finish before releasing it."
+    )
+    pick_window: int = Field(
+        4, ge=1, description="Pick at random among this many jobs at the head of the queue."
+    )
+    relist_seconds: float = Field(
+        60.0, gt=0, description="Re-list queued jobs at least this often, besides the watch."
+    )
+    idle_exit_seconds: float | None = Field(
+        None, gt=0, description="Exit after this long without work (benchmarks, demos)."
+    )
+    max_jobs: int | None = Field(None, ge=1, description="Exit after this many jobs.")
+    metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
+    chunk_seconds: int = Field(30, ge=5, le=600, description="Default audio chunk length.")
+    # simulated engine
+    simulated_chunks: int = Field(3, ge=1, description="Chunks of a simulated job by default.")
+    simulated_chunk_delay: float = Field(0.05, ge=0, description="Seconds per simulated chunk.")
+    simulated_record: Path | None = Field(
+        None, description="Append one JSON line per simulated chunk here (tests)."
+    )
+    # whisper engine
+    whisper_model: str | None = Field(
+        None, description="Model name or path for faster-whisper; default: the bundled tiny.en."
+    )
+    whisper_threads: int = Field(0, ge=0, description="CPU threads for faster-whisper; 0 = all.")
+    # OpenAI-compatible engine
+    openai_base_url: str = Field("https://api.openai.com/v1", description="API base URL.")
+    openai_model: str = Field("whisper-1", description="Model name sent to the API.")
+    openai_api_key_env: str = Field("OPENAI_API_KEY", description="Variable holding the API key.")
+    openai_api_key_file: Path | None = Field(None, description="File holding the API key (a mounted Secret).")
+    openai_timeout: float = Field(120.0, gt=0, description="Timeout of one API request, seconds.")
+    openai_max_retries: int = Field(5, ge=0, description="Retries on 429 and 5xx.")
+    # media
+    media_max_bytes: int = Field(2 * 1024**3, gt=0, description="Largest source accepted.")
+    http_timeout: float = Field(30.0, gt=0, description="Timeout of one source download read.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.renew_deadline_fraction <= self.heartbeat_fraction * 1.5:
+            raise ValueError(
+                "renew_deadline_fraction must leave room for a retried heartbeat "
+                "(> 1.5 × heartbeat_fraction)"
+            )
+        return self
+
+
+class OperatorSettings(BaseSettings):
+    """Settings of `recall operator`."""
+
+    model_config = SettingsConfigDict(env_prefix="RECALL_OPERATOR_", extra="ignore")
+
+    namespace: str | None = Field(None, description="Namespace to watch; None = all namespaces.")
+    reclaim_interval: float = Field(
+        1.0, gt=0, description="How often each reclaim timer scans its leased jobs, seconds."
+    )
+    reconcile_interval: float = Field(
+        30.0, gt=0, description="How often every Batch is reconciled with its jobs, seconds."
+    )
+    projection_delay: float = Field(
+        0.5, ge=0, description="Coalesce job changes for this long before writing a Batch status."
+    )
+    metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
+    liveness_port: int = Field(0, ge=0, le=65535, description="Serve kopf's /healthz here; 0 = off.")
+    peering: str | None = Field(None, description="kopf peering name for HA; None = standalone.")
+    priority: int = Field(0, description="kopf peering priority of this operator.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.projection_delay >= self.reconcile_interval:
+            raise ValueError("projection_delay must be shorter than reconcile_interval")
+        return self
