@@ -194,7 +194,7 @@ class ObjectMeta(Model):
 
 class TranscriptionJob(Model):
     api_version: str = API_VERSION
-    kind: Literal["TranscriptionJob"] = "TranscriptionJob"
+    kind: str = "TranscriptionJob"
     metadata: ObjectMeta
     spec: JobSpec
     status: JobStatus = Field(default_factory=JobStatus)
@@ -280,7 +280,7 @@ class BatchStatus(Model):
 
 class Batch(Model):
     api_version: str = API_VERSION
-    kind: Literal["Batch"] = "Batch"
+    kind: str = "Batch"
     metadata: ObjectMeta
     spec: BatchSpec
     status: BatchStatus = Field(default_factory=BatchStatus)

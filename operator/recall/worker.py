@@ -130,6 +130,14 @@ class LeaseHandle:
             self._beat.at = time.monotonic()
             return result.job
 
+    def renew_before_call(self, fresh: float = 1.0) -> None:
+        """Renew before an engine call, unless a renewal succeeded in the last `fresh` seconds
+        (the checkpoint renewal after the previous chunk already proved the lease is ours)."""
+        if self.seconds_since_renewal() >= fresh:
+            self.renew()
+        else:
+            self.check()
+
     def renew(self, progress: Progress | None = None) -> None:
         started = time.monotonic()
         self._write(
@@ -226,6 +234,8 @@ class Worker:
         self._stop_deadline: float | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
         self.jobs_done = 0
+        self.claims = 0
+        self.claim_conflicts = 0
         self.log = log.get("worker").bind(worker=settings.id)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -258,7 +268,8 @@ class Worker:
         finally:
             self.queue.stop()
             self._executor.shutdown(wait=False, cancel_futures=True)
-            self.log.info("worker_stopped", jobs=self.jobs_done)
+            self.log.info("worker_stopped", jobs=self.jobs_done, claims=self.claims,
+                          claim_conflicts=self.claim_conflicts)
         return 0
 
     def run_once(self) -> bool:
@@ -289,10 +300,12 @@ class Worker:
         if isinstance(result, Refused):
             self.queue.discard(job)
             if result.conflicts:
+                self.claim_conflicts += 1
                 metrics.CLAIM_CONFLICTS.inc()
             self.log.debug("claim_refused", job=job.name, reason=result.refusal.reason)
             return None
         assert isinstance(result, Written)
+        self.claims += 1
         metrics.CLAIMS.inc()
         claimed = result.job
         lease_seconds = claimed.spec.lease_duration_seconds
@@ -346,7 +359,7 @@ class Worker:
             if chunk.index in segments:
                 continue
             self._check_stop(h)
-            h.renew()  # before the (possibly paid) engine call
+            h.renew_before_call()  # before the (possibly paid) engine call
             result: list[Segment] = self._call(
                 h, cancel,
                 lambda c=chunk: self.engine.transcribe(  # type: ignore[misc]

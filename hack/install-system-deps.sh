@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install the Debian packages the tests and benchmarks need, if they are missing.
+#
+#   espeak-ng  synthesizes the known English speech the Whisper accuracy test transcribes.
+#
+# Audio is decoded with PyAV (bundled FFmpeg libraries), so ffmpeg itself is not needed.
+# Idempotent: prints nothing and changes nothing when everything is already installed.
+# Uses sudo only when not running as root.
+set -euo pipefail
+
+packages=(espeak-ng)
+
+missing=()
+for pkg in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$pkg")
+    fi
+done
+[ "${#missing[@]}" -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-system-deps: apt-get not found; install these packages by hand: ${missing[*]}" >&2
+    exit 1
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+        echo "install-system-deps: not root and no sudo; install: ${missing[*]}" >&2
+        exit 1
+    fi
+    sudo=(sudo)
+fi
+
+echo "install-system-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+# A fresh container has no package lists; refresh them only when the install cannot find one.
+if ! "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,83 @@
+"""Shared fixtures: one real control plane per test session, a fresh namespace per test.
+
+The control plane is etcd + kube-apiserver (+ kube-controller-manager) built from Go modules
+by hack/k8s-tools/build.sh, started as local processes (`recall.devcluster`). If any test
+failed, the server logs are copied to a directory printed at the end of the session.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from recall.devcluster import ControlPlane
+from recall.install import install_crds
+from recall.kube import Kube, load_api_client
+from tests.helpers import Procs
+
+_failed: list[str] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    report = yield
+    if getattr(report, "failed", False):
+        _failed.append(item.nodeid)
+    return report
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    cp = ControlPlane()
+    cp.start(timeout=180)
+    try:
+        install_crds(str(cp.kubeconfig))
+        yield cp
+    finally:
+        kept = cp.stop(keep_logs=bool(_failed))
+        if kept:
+            print(f"\ncontrol plane logs of the failed session kept in {kept}")
+
+
+@pytest.fixture(scope="session")
+def api(control_plane: ControlPlane) -> client.ApiClient:
+    return load_api_client(control_plane.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def kube(api: client.ApiClient) -> Kube:
+    return Kube(api)
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace for one test, deleted afterwards."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def procs(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Procs]:
+    """Starts `recall` processes against the control plane; kills what is left at the end."""
+    env = control_plane.env()
+    env.setdefault("RECALL_LOG_FORMAT", "json")
+    env["PYTHONUNBUFFERED"] = "1"
+    p = Procs(env=env, logs=tmp_path / "logs")
+    try:
+        yield p
+    finally:
+        p.kill_all()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Child processes must find the `tests` package and the source tree.
+    root = Path(__file__).resolve().parents[1]
+    os.environ.setdefault("RECALL_REPO", str(root))

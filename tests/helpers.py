@@ -1,0 +1,168 @@
+"""Test helpers: waiting for conditions, building manifests, running `recall` processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from recall.kube import Kube
+from recall.models import API_VERSION, GROUP, JOB_PLURAL, VERSION, TranscriptionJob
+
+T = TypeVar("T")
+
+
+def wait_for(
+    predicate: Callable[[], T | None | bool], *, timeout: float, interval: float = 0.1,
+    message: str | Callable[[], str] = "condition",
+) -> T:
+    """Poll `predicate` until it returns something truthy; fail with `message` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout} s waiting for {text}")
+        time.sleep(interval)
+
+
+def job_manifest(
+    name: str,
+    *,
+    url: str = "file:///media/sample.wav",
+    lease: int = 5,
+    max_attempts: int = 5,
+    priority: int = 0,
+    simulate: dict[str, Any] | None = None,
+    engine: str | None = "simulated",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "source": {"url": url},
+        "leaseDurationSeconds": lease,
+        "maxAttempts": max_attempts,
+        "priority": priority,
+    }
+    if engine or simulate:
+        spec["engine"] = {k: v for k, v in {"name": engine, "simulate": simulate}.items() if v}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TranscriptionJob",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def create_job(kube: Kube, namespace: str, name: str, **kwargs: Any) -> TranscriptionJob:
+    return TranscriptionJob.from_api(kube.create_job(namespace, job_manifest(name, **kwargs)))
+
+
+def get_job(kube: Kube, namespace: str, name: str) -> TranscriptionJob:
+    job = kube.get_job(namespace, name)
+    assert job is not None, f"job {namespace}/{name} is missing"
+    return job
+
+
+def list_jobs(kube: Kube, namespace: str) -> list[TranscriptionJob]:
+    out = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, JOB_PLURAL)
+    return [TranscriptionJob.from_api(o) for o in out["items"]]
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """JSON log lines of a process (non-JSON lines are skipped)."""
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def events(self) -> list[dict[str, Any]]:
+        return read_events(self.log)
+
+    def event_names(self) -> list[str]:
+        return [e.get("event", "") for e in self.events()]
+
+    def signal(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.popen.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout=timeout)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+@dataclass
+class Procs:
+    """`recall` subprocesses of one test, each logging to its own file."""
+
+    env: dict[str, str]
+    logs: Path
+    started: list[Proc] = field(default_factory=list)
+
+    def recall(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = self.logs / f"{name}.log"
+        full_env = {**self.env, **(env or {})}
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "recall", *args],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+            )
+        proc = Proc(name, popen, log)
+        self.started.append(proc)
+        return proc
+
+    def worker(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
+        return self.recall(name, "worker", "--id", name, *args, env=env)
+
+    def kill_all(self) -> None:
+        for p in self.started:
+            if p.popen.poll() is None:
+                # A stopped process must be continued to die promptly and be reaped.
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.kill(p.popen.pid, sig)
+                    except ProcessLookupError:
+                        break
+            try:
+                p.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def dump(self) -> str:
+        """The tail of every log, for assertion messages."""
+        parts = []
+        for p in self.started:
+            tail = p.log.read_text(errors="replace").splitlines()[-15:] if p.log.exists() else []
+            parts.append(f"--- {p.name} (rc={p.popen.poll()})\n" + "\n".join(tail))
+        return "\n".join(parts)
