@@ -166,3 +166,40 @@ class Procs:
             tail = p.log.read_text(errors="replace").splitlines()[-15:] if p.log.exists() else []
             parts.append(f"--- {p.name} (rc={p.popen.poll()})\n" + "\n".join(tail))
         return "\n".join(parts)
+
+
+class ReaperThread:
+    """Runs `recall.reaper.Reaper.run_once` every `interval` seconds in a thread (no operator)."""
+
+    def __init__(self, kube: Kube, namespace: str, interval: float = 0.2) -> None:
+        import threading
+
+        from recall.reaper import Reaper, ReclaimOutcome
+
+        self.reaper = Reaper(kube, namespace)
+        self.interval = interval
+        self.outcomes: list[ReclaimOutcome] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="test-reaper", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.outcomes.extend(self.reaper.run_once())
+
+    @property
+    def reclaimed(self) -> list[str]:
+        return [o.job.name for o in self.outcomes if o.reclaimed]
+
+    def __enter__(self) -> ReaperThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def process_state(pid: int) -> str:
+    """The state letter of a process (R, S, T for stopped, Z ...)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]

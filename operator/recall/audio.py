@@ -283,7 +283,7 @@ def decode(
         try:
             for frame in container.decode(stream):
                 for out in resampler.resample(frame):
-                    parts.append(out.to_ndarray().reshape(-1))
+                    parts.append(_mono(out))
                     count += out.samples
                 if limit is not None and count > limit:
                     raise EngineError(
@@ -291,7 +291,7 @@ def decode(
                         f"{shown}: longer than the limit of {max_seconds:g} s", permanent=True,
                     )
             for out in resampler.resample(None):
-                parts.append(out.to_ndarray().reshape(-1))
+                parts.append(_mono(out))
         except (av.FFmpegError, ValueError) as e:
             raise EngineError(
                 "UndecodableMedia", f"{shown}: cannot decode the audio ({_av_reason(e)})",
@@ -300,6 +300,10 @@ def decode(
     if not parts or count == 0:
         raise EngineError("UndecodableMedia", f"{shown}: no audio samples", permanent=True)
     return np.concatenate(parts).astype(np.float32, copy=False)
+
+
+def _mono(frame: av.AudioFrame) -> Samples:
+    return np.asarray(frame.to_ndarray(), dtype=np.float32).reshape(-1)
 
 
 def _av_reason(e: Exception) -> str:
@@ -317,12 +321,12 @@ def chunk_bounds(
 
     Each cut is placed at the nominal length, or moved back by at most `snap_seconds` to the
     middle of the quietest `QUIET_SECONDS` stretch (stepping by `STEP_SECONDS`) when that
-    stretch has less than `QUIETER` × the energy of the stretch just before the nominal cut.
+    stretch has less than `QUIETER` times the energy of the stretch just before the nominal cut.
     Ties go to the later stretch, so chunks stay as long as possible.
     """
-    size = max(1, int(round(chunk_seconds * rate)))
-    step = max(1, int(round(STEP_SECONDS * rate)))
-    width = max(1, int(round(QUIET_SECONDS / STEP_SECONDS)))  # in steps
+    size = max(1, round(chunk_seconds * rate))
+    step = max(1, round(STEP_SECONDS * rate))
+    width = max(1, round(QUIET_SECONDS / STEP_SECONDS))  # in steps
     steps_back = min(int(snap_seconds * rate), size // 2) // step
     n = len(samples)
     bounds: list[tuple[int, int]] = []

@@ -32,3 +32,19 @@ def hit(point: str, **context: object) -> None:
     if armed(point, **context):
         print(f"recall: fault injected at {point} {context}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+_paused: set[str] = set()
+
+
+def pause(point: str, **context: object) -> None:
+    """SIGSTOP this process, once per point, if `RECALL_FAULT` names `point`.
+
+    Freezes the process the way a long GC pause or a frozen VM would, at the most awkward
+    moment (for example after the lease check and before the write); a test resumes it with
+    SIGCONT.
+    """
+    if point not in _paused and armed(point, **context):
+        _paused.add(point)
+        print(f"recall: paused at {point} {context}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)

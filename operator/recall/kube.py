@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -36,7 +37,20 @@ REQUEST_TIMEOUT = 15.0
 
 
 class KubeError(RuntimeError):
-    """An API call failed in a way the caller cannot act on (not a 409 or 404)."""
+    """An API call failed in a way the fenced write cannot resolve (not a 409 or 404).
+
+    `transient` is True for answers a retry may fix (429, 5xx) and for transport errors.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, transient: bool = True) -> None:
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
+
+
+TRANSIENT_STATUS = frozenset({0, 429, 500, 502, 503, 504})
+# What a lost connection or a timeout raises from the client.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
 
 
 @dataclass(frozen=True)
@@ -114,15 +128,18 @@ class Kube:
 
     # -- TranscriptionJobs -----------------------------------------------------------------
 
-    def get_job(self, namespace: str, name: str) -> TranscriptionJob | None:
+    def get_job(
+        self, namespace: str, name: str, timeout: float = REQUEST_TIMEOUT
+    ) -> TranscriptionJob | None:
         try:
             obj = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, JOB_PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+                GROUP, VERSION, namespace, JOB_PLURAL, name, _request_timeout=timeout
             )
         except ApiException as e:
             if e.status == 404:
                 return None
-            raise KubeError(f"get {name}: {e.status} {e.reason}") from e
+            raise KubeError(f"get {name}: {e.status} {api_message(e)}", status=e.status,
+                            transient=e.status in TRANSIENT_STATUS) from e
         return TranscriptionJob.from_api(obj)
 
     def list_jobs(
@@ -182,13 +199,14 @@ class Kube:
         return out
 
     def patch_job_status(
-        self, namespace: str, name: str, resource_version: str, status_patch: dict[str, Any]
+        self, namespace: str, name: str, resource_version: str, status_patch: dict[str, Any],
+        timeout: float = REQUEST_TIMEOUT,
     ) -> TranscriptionJob:
         """One merge patch of `/status`, applied only at `resource_version` (else 409)."""
         body = {"metadata": {"resourceVersion": resource_version}, "status": status_patch}
         obj = self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, JOB_PLURAL, name, body,
-            _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT,
+            _content_type=MERGE_PATCH, _request_timeout=timeout,
         )
         return TranscriptionJob.from_api(obj)
 
@@ -268,6 +286,7 @@ def fenced_write(
     attempts: int = 6,
     retry_on_conflict: bool = True,
     action: str = "write",
+    timeout: float = REQUEST_TIMEOUT,
     sleep: Callable[[float], None] = time.sleep,
 ) -> FencedResult:
     """Apply `decide`'s status with a PATCH guarded by the resourceVersion it was decided on.
@@ -275,13 +294,14 @@ def fenced_write(
     Returns `Written` with the updated job, or `Refused` when `decide` refused (on the first
     read or after a conflict re-read). With `retry_on_conflict=False` a 409 is reported as
     `Refused(NOT_QUEUED)` at once (a claim: someone else won). Raises `KubeError` when the
-    API keeps answering 409 after `attempts` tries or fails otherwise.
+    API keeps answering 409 after `attempts` tries or answers another error; transport errors
+    (timeouts, refused connections) propagate as they are. `timeout` bounds each request.
     """
     job = known
     conflicts = 0
     for attempt in range(attempts):
         if job is None:
-            job = kube.get_job(namespace, name)
+            job = kube.get_job(namespace, name, timeout=timeout)
             if job is None:
                 return Refused(lease_core.Refusal(lease_core.RefusalReason.GONE), None, conflicts)
         decision = decide(job)
@@ -291,12 +311,16 @@ def fenced_write(
             return Refused(decision, job, conflicts)
         patch = status_patch(job.status, decision)
         try:
-            written = kube.patch_job_status(namespace, name, job.resource_version, patch)
+            written = kube.patch_job_status(namespace, name, job.resource_version, patch,
+                                            timeout=timeout)
         except ApiException as e:
             if e.status == 404:
                 return Refused(lease_core.Refusal(lease_core.RefusalReason.GONE), None, conflicts)
             if e.status != 409:
-                raise KubeError(f"{action} {namespace}/{name}: {e.status} {api_message(e)}") from e
+                raise KubeError(
+                    f"{action} {namespace}/{name}: {e.status} {api_message(e)}",
+                    status=e.status, transient=e.status in TRANSIENT_STATUS,
+                ) from e
             conflicts += 1
             metrics.CONFLICTS.labels(action=action).inc()
             if not retry_on_conflict:

@@ -32,7 +32,15 @@ from typing import TypeVar
 
 from recall import faults, lease, log, metrics
 from recall.engines.base import Engine, EngineError, Media, Segment
-from recall.kube import FencedResult, Kube, KubeError, Refused, Written, fenced_write
+from recall.kube import (
+    TRANSPORT_ERRORS,
+    FencedResult,
+    Kube,
+    KubeError,
+    Refused,
+    Written,
+    fenced_write,
+)
 from recall.log import short_token
 from recall.models import Phase, Progress, Result, TranscriptionJob
 from recall.queue import JobQueue
@@ -108,22 +116,36 @@ class LeaseHandle:
         if self.lost.is_set():
             raise LeaseLost(self.lost_reason)
 
-    def _mark_lost(self, reason: str, detail: str) -> None:
+    def _mark_lost(self, reason: str, detail: str, **context: object) -> None:
         if not self.lost.is_set():
             self.lost_reason = reason
             self.lost.set()
             metrics.LEASES_LOST.labels(reason=reason).inc()
-            self.log.warning("lease_lost", reason=reason, detail=detail)
+            self.log.warning("lease_lost", reason=reason, detail=detail, **context)
 
     def _write(self, action: str, decide: Callable[[TranscriptionJob], lease.Decision]) -> TranscriptionJob:
+        """One fenced write of the holder. Transient API errors are retried until the renew
+        deadline, which then counts as a lost lease: the outcome is always known in time."""
         with self._lock:
             self.check()
-            result: FencedResult = fenced_write(
-                self.kube, self.known.namespace, self.known.name,
-                lambda job: decide(job), known=self.known, action=action,
-            )
+            faults.pause("worker-pause-before-write", action=action)
+            while True:
+                remaining = self.renew_deadline - self.seconds_since_renewal()
+                try:
+                    result: FencedResult = fenced_write(
+                        self.kube, self.known.namespace, self.known.name, decide,
+                        known=self.known, action=action, timeout=max(0.5, remaining),
+                    )
+                    break
+                except (KubeError, *TRANSPORT_ERRORS) as e:
+                    if isinstance(e, KubeError) and not e.transient:
+                        raise
+                    self.log.warning("write_error", action=action, error=str(e)[:200])
+                    self.check()
+                    time.sleep(min(0.5, max(0.05, remaining / 4)))
             if isinstance(result, Refused):
-                self._mark_lost(result.refusal.reason, result.refusal.detail)
+                self._mark_lost(result.refusal.reason, result.refusal.detail, action=action,
+                                conflicts=result.conflicts)
                 raise LeaseLost(result.refusal.reason, result.refusal.detail)
             assert isinstance(result, Written)
             self.known = result.job
@@ -401,15 +423,19 @@ class Worker:
             try:
                 return future.result(timeout=0.1)
             except concurrent.futures.TimeoutError:
-                if h.lost.is_set() or self._grace_over():
+                try:
+                    h.check()  # lock-free: lost, or the renew deadline passed
+                    if not self._grace_over():
+                        continue
+                    raise Stopped() from None
+                except (LeaseLost, Stopped):
                     cancel.set()
                     # The engine thread may still be busy; a new one serves the next job.
                     self._executor.shutdown(wait=False, cancel_futures=True)
                     self._executor = concurrent.futures.ThreadPoolExecutor(
                         1, thread_name_prefix="engine"
                     )
-                    h.check()
-                    raise Stopped() from None
+                    raise
 
     def _grace_over(self) -> bool:
         return self._stop_deadline is not None and time.monotonic() > self._stop_deadline

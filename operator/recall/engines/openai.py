@@ -1,0 +1,276 @@
+"""The OpenAI-compatible engine: each chunk is POSTed to `{base_url}/audio/transcriptions`.
+
+Contract:
+- One multipart request per chunk: `file` (the chunk as 16-bit PCM mono WAV, built in
+  memory), `model` (the job's `spec.engine.model`, else the worker's), `language` when the
+  job sets one (its primary subtag: "en-US" → "en") and `response_format=verbose_json`. The
+  response's segments come back relative to the chunk, clamped to [0, chunk.duration]; a
+  response without segments becomes one segment spanning the chunk (none if the text is
+  empty).
+- The API key is read for every request, from `openai_api_key_file` (a mounted Secret, so a
+  rotated key is picked up) or else from the variable named by `openai_api_key_env`, and sent
+  as a Bearer token. Without either, requests carry no Authorization (a local server).
+- Retries: on 408, 429, 5xx and transport errors (timeouts, refused or reset connections),
+  up to `openai_max_retries` times, waiting as `retry_delay` decides: the server's
+  `Retry-After` (seconds or an HTTP date) when given, else exponential backoff with jitter.
+  Waits are `cancel.wait`, so a lost lease ends them at once; after `cancel` is set no new
+  request starts and `transcribe` returns `[]` (the caller discards it anyway).
+- Errors: 401/403 → `EngineUnauthorized`; other 4xx → `EngineRejected` with
+  "<status>: <the server's message>"; both permanent. Retries spent, a `Retry-After` longer
+  than `RETRY_AFTER_MAX`, or an unreadable 2xx body → `EngineUnavailable` /
+  `EngineBadResponse`, retriable: the job is retried later by the lease protocol's backoff,
+  and the worker is free meanwhile.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import threading
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from recall import log
+from recall.audio import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
+from recall.engines.base import Chunk, EngineError, Media, Segment
+
+if TYPE_CHECKING:
+    from recall.models import TranscriptionJob
+    from recall.settings import WorkerSettings
+
+BACKOFF_BASE = 1.0  # seconds before the first retry (before jitter)
+BACKOFF_CAP = 30.0  # longest computed backoff
+RETRY_AFTER_MAX = 120.0  # a server asking for a longer pause is treated as unavailable
+
+_log = log.get("engine")
+
+
+# --- the retry decision (pure) --------------------------------------------------------------
+
+
+def retriable_status(status: int) -> bool:
+    """Statuses worth repeating the same request for."""
+    return status in (408, 429) or 500 <= status <= 599
+
+
+def parse_retry_after(value: str | None, now: dt.datetime) -> float | None:
+    """Seconds a `Retry-After` header asks for (delta-seconds or an HTTP date), or None."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT by definition
+        when = when.replace(tzinfo=dt.UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def retry_delay(
+    status: int | None,
+    headers: Mapping[str, str],
+    attempt: int,
+    now: dt.datetime,
+    *,
+    max_retries: int,
+    jitter: float = 0.5,
+    base: float = BACKOFF_BASE,
+    cap: float = BACKOFF_CAP,
+) -> float | None:
+    """Seconds to wait before retrying, or None to stop.
+
+    `status` is None for a transport error (no response); `attempt` counts the retries
+    already made (0 after the first failure); `jitter` is a random draw in [0, 1) that the
+    caller supplies, so this function stays pure. A computed backoff is
+    `min(cap, base * 2**attempt)` scaled into [50 %, 100 %) by `jitter`; a `Retry-After`
+    is obeyed as given, unless it exceeds `RETRY_AFTER_MAX`.
+    """
+    if attempt >= max_retries:
+        return None
+    if status is not None and not retriable_status(status):
+        return None
+    header = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    asked = parse_retry_after(header, now) if status is not None else None
+    if asked is not None:
+        return asked if asked <= RETRY_AFTER_MAX else None
+    backoff = min(cap, base * 2.0**attempt)
+    return backoff * (0.5 + 0.5 * min(max(jitter, 0.0), 1.0))
+
+
+# --- responses (pure) -----------------------------------------------------------------------
+
+
+def error_message(body: bytes, fallback: str) -> str:
+    """The server's explanation from an error body (OpenAI, FastAPI or plain), one line."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        for key in ("error", "message", "detail"):
+            value = data.get(key)
+            if isinstance(value, dict):
+                value = value.get("message")
+            if isinstance(value, str) and value.strip():
+                text = value
+                break
+    flat = " ".join(text.split()) or fallback
+    return flat if len(flat) <= 300 else flat[:299] + "…"
+
+
+def parse_segments(data: Any, duration: float) -> list[Segment]:
+    """Segments of a `verbose_json` transcription, clamped to [0, duration]."""
+    if not isinstance(data, dict):
+        raise ValueError("the response is not a JSON object")
+    segments: list[Segment] = []
+    for item in data.get("segments") or []:
+        text = str(item.get("text", "")).strip() if isinstance(item, dict) else ""
+        if not text:
+            continue
+        start = min(max(float(item.get("start", 0.0)), 0.0), duration)
+        end = min(max(float(item.get("end", duration)), start), duration)
+        segments.append(Segment(start=start, end=end, text=text))
+    if segments or data.get("segments"):
+        return segments
+    text = str(data.get("text") or "").strip()
+    return [Segment(start=0.0, end=duration, text=text)] if text else []
+
+
+def api_language(language: str | None) -> str | None:
+    """ISO-639-1 code the API expects: the primary subtag, lower case ("en-US" → "en")."""
+    if not language:
+        return None
+    return language.replace("_", "-").split("-", 1)[0].strip().lower() or None
+
+
+# --- the engine -----------------------------------------------------------------------------
+
+
+class OpenAIEngine:
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        api_key_file: Path | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 5,
+        backoff_base: float = BACKOFF_BASE,
+        media: MediaOptions | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/audio/transcriptions"
+        self.model = model
+        self.api_key_env = api_key_env
+        self.api_key_file = api_key_file
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.media = media or MediaOptions()
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout))
+
+    @classmethod
+    def from_settings(cls, settings: WorkerSettings) -> OpenAIEngine:
+        return cls(
+            base_url=settings.openai_base_url,
+            model=settings.openai_model,
+            api_key_env=settings.openai_api_key_env,
+            api_key_file=settings.openai_api_key_file,
+            timeout=settings.openai_timeout,
+            max_retries=settings.openai_max_retries,
+            media=MediaOptions.from_settings(settings),
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def label(self) -> str:
+        return f"openai/{self.model}"
+
+    def load_media(self, job: TranscriptionJob) -> Media:
+        return load_job_media(job, self.media)
+
+    def api_key(self) -> str | None:
+        """The key to send, read now (see the module contract); None when none is configured."""
+        if self.api_key_file is not None:
+            try:
+                return self.api_key_file.read_text().strip() or None
+            except OSError as e:  # a Secret not mounted yet, or mounted elsewhere
+                raise EngineError(
+                    "EngineUnauthorized",
+                    f"cannot read the API key file {self.api_key_file}: {e.strerror or e}",
+                    permanent=False,
+                ) from None
+        return os.environ.get(self.api_key_env, "").strip() or None
+
+    def transcribe(
+        self, chunk: Chunk, *, language: str | None, cancel: threading.Event,
+        job: TranscriptionJob, attempt: int,
+    ) -> list[Segment]:
+        del attempt
+        model = job.spec.engine.model if job.spec.engine and job.spec.engine.model else self.model
+        fields = {"model": model, "response_format": "verbose_json"}
+        lang = api_language(language)
+        if lang:
+            fields["language"] = lang
+        wav = encode_wav(chunk.audio, SAMPLE_RATE)
+        filename = f"chunk-{chunk.index:05d}.wav"
+        retries = 0
+        while not cancel.is_set():
+            key = self.api_key()
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            try:
+                response = self._client.post(
+                    self.url, data=fields, files={"file": (filename, wav, "audio/wav")},
+                    headers=headers,
+                )
+            except httpx.TransportError as e:
+                status, problem, response_headers = None, str(e) or type(e).__name__, {}
+            else:
+                if response.is_success:
+                    return self._segments(response, chunk)
+                status, response_headers = response.status_code, dict(response.headers)
+                problem = error_message(response.content, response.reason_phrase)
+                if status in (401, 403):
+                    raise EngineError("EngineUnauthorized", f"{status}: {problem}", permanent=True)
+                if not retriable_status(status):
+                    raise EngineError("EngineRejected", f"{status}: {problem}", permanent=True)
+            delay = retry_delay(
+                status, response_headers, retries, dt.datetime.now(dt.UTC),
+                max_retries=self.max_retries, jitter=random.random(), base=self.backoff_base,
+            )
+            what = f"{status}: {problem}" if status is not None else problem
+            if delay is None:
+                raise EngineError(
+                    "EngineUnavailable",
+                    f"{self.url}: {' '.join(what.split())[:300]} (after {retries + 1} tries)",
+                    permanent=False,
+                )
+            _log.warning("engine_retry", engine=self.name, chunk=chunk.index, status=status,
+                         error=what, retry=retries + 1, delay=round(delay, 3))
+            retries += 1
+            cancel.wait(delay)
+        return []
+
+    def _segments(self, response: httpx.Response, chunk: Chunk) -> list[Segment]:
+        try:
+            return parse_segments(response.json(), chunk.duration)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise EngineError(
+                "EngineBadResponse",
+                f"{self.url}: unreadable transcription response ({' '.join(str(e).split())[:200]})",
+                permanent=False,
+            ) from None

@@ -1,0 +1,130 @@
+"""The worker's heartbeats, its renew deadline, its graceful stop, and its tolerance of
+unrelated writes — one worker process against the real API server."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from recall.devcluster import ControlPlane
+from recall.kube import MERGE_PATCH, Kube
+from recall.models import GROUP, JOB_PLURAL, VERSION, Phase
+from tests.helpers import Procs, ReaperThread, create_job, get_job, wait_for
+
+
+def simulated_worker(procs: Procs, name: str, namespace: str, *args: str) -> object:
+    return procs.worker(name, "--engine", "simulated", "--namespace", namespace, *args)
+
+
+@pytest.mark.slow
+def test_engine_blocking_three_leases__completes_without_losing_the_lease(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    lease = 3
+    create_job(kube, namespace, "long", lease=lease,
+               simulate={"chunks": 1, "blockSeconds": 3 * lease, "chunkDelaySeconds": 0})
+    with ReaperThread(kube, namespace) as reaper:
+        w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
+        wait_for(lambda: get_job(kube, namespace, "long").status.phase == Phase.SUCCEEDED,
+                 timeout=3 * lease + 15, message=procs.dump)
+        assert reaper.reclaimed == []
+    job = get_job(kube, namespace, "long")
+    assert (job.status.attempts, job.status.expired_leases) == (1, 0)
+    assert "lease_lost" not in w.event_names()
+    assert w.wait(timeout=20) == 0
+
+
+def test_unrelated_writes_during_a_lease__cause_no_lease_loss(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    create_job(kube, namespace, "busy", lease=4, simulate={"chunks": 6, "chunkDelaySeconds": 0.4})
+    w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
+    wait_for(lambda: get_job(kube, namespace, "busy").status.phase == Phase.LEASED, timeout=20,
+             message=procs.dump)
+    audit = [{"type": "Audited", "status": "True", "reason": "Test", "message": "unrelated",
+              "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    writes = 0
+    while get_job(kube, namespace, "busy").status.phase == Phase.LEASED and writes < 20:
+        # Another client: a status write without a precondition, and a label change.
+        kube.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, JOB_PLURAL, "busy", {"status": {"conditions": audit}},
+            _content_type=MERGE_PATCH)
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, JOB_PLURAL, "busy",
+            {"metadata": {"labels": {"touched": str(writes)}}}, _content_type=MERGE_PATCH)
+        writes += 1
+        time.sleep(0.15)
+    wait_for(lambda: get_job(kube, namespace, "busy").status.phase == Phase.SUCCEEDED,
+             timeout=30, message=procs.dump)
+    job = get_job(kube, namespace, "busy")
+    assert writes >= 5
+    assert job.status.attempts == 1
+    assert "lease_lost" not in w.event_names()
+    # The worker re-read and kept the other client's condition instead of overwriting it.
+    assert any(c.type == "Audited" for c in job.status.conditions)
+    assert any(c.type == "Complete" for c in job.status.conditions)
+
+
+def test_sigterm__releases_the_lease_after_grace_and_exits_zero(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    create_job(kube, namespace, "slow", lease=10, simulate={"chunks": 30, "chunkDelaySeconds": 1})
+    w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--grace", "1")
+    wait_for(lambda: (get_job(kube, namespace, "slow").status.progress or None) and
+             get_job(kube, namespace, "slow").status.progress.chunks_done >= 1,  # type: ignore[union-attr]
+             timeout=20, message=procs.dump)
+    sent = time.monotonic()
+    w.signal(signal.SIGTERM)
+    wait_for(lambda: get_job(kube, namespace, "slow").status.phase == Phase.QUEUED,
+             timeout=10, interval=0.05, message=procs.dump)
+    requeued_after = time.monotonic() - sent
+    assert w.wait(timeout=10) == 0
+    job = get_job(kube, namespace, "slow")
+    assert job.status.lease is None
+    assert (job.status.attempts, job.status.releases) == (1, 1)
+    assert "released" in w.event_names()
+    print(f"\nSIGTERM → Queued in {requeued_after:.2f} s (grace 1 s)")
+    assert requeued_after < 5
+
+
+def test_sigterm__lets_the_current_job_finish_within_grace(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    create_job(kube, namespace, "short", lease=10, simulate={"chunks": 3, "chunkDelaySeconds": 0.5})
+    w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--grace", "20")
+    wait_for(lambda: get_job(kube, namespace, "short").status.phase == Phase.LEASED, timeout=20,
+             message=procs.dump)
+    w.signal(signal.SIGTERM)
+    assert w.wait(timeout=25) == 0
+    job = get_job(kube, namespace, "short")
+    assert job.status.phase == Phase.SUCCEEDED
+    assert job.status.releases == 0
+
+
+def test_renew_deadline__worker_stops_on_its_own_when_the_api_is_unreachable(
+    control_plane: ControlPlane, kube: Kube, namespace: str, procs: Procs
+) -> None:
+    lease = 3
+    create_job(kube, namespace, "cut", lease=lease, simulate={"chunks": 20, "chunkDelaySeconds": 0.5})
+    w = procs.worker("w", "--engine", "simulated", "--namespace", namespace)
+    wait_for(lambda: get_job(kube, namespace, "cut").status.phase == Phase.LEASED, timeout=20,
+             message=procs.dump)
+    apiserver = next(p for p in control_plane.procs if p.name == "kube-apiserver")
+    frozen_at = time.monotonic()
+    import os
+
+    os.kill(apiserver.pid, signal.SIGSTOP)
+    try:
+        lost = wait_for(
+            lambda: [e for e in w.events() if e.get("event") == "lease_lost"],
+            timeout=lease + 2, interval=0.05, message=procs.dump,
+        )
+        stopped_after = time.monotonic() - frozen_at
+    finally:
+        os.kill(apiserver.pid, signal.SIGCONT)
+    assert lost[0]["reason"] == "RenewDeadline"
+    # It stopped before its lease could have expired on anyone's clock.
+    assert stopped_after < lease
+    wait_for(control_plane.ready, timeout=20, message="the API server to answer again")

@@ -1,0 +1,69 @@
+"""A zombie worker: frozen (SIGSTOP) past its lease, reclaimed, superseded, then resumed.
+
+The freeze is placed by fault injection right after the worker's own lease check and before
+its PATCH — the one moment a client-side check cannot help. The resumed zombie's write must
+then be rejected by the API server (409 on its stale resourceVersion, then a refusal on
+re-read), and nothing it produced may be referenced.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from recall.kube import Kube
+from recall.models import Phase
+from recall.transcripts import transcript_name
+from tests.helpers import Procs, ReaperThread, create_job, get_job, process_state, wait_for
+
+LEASE = 3
+
+
+def lease_lost_events(events: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [e for e in events if e.get("event") == "lease_lost"]
+
+
+@pytest.mark.parametrize("frozen_at", ["renew", "complete"])
+def test_zombie__write_rejected_after_reclaim_and_new_claim(
+    kube: Kube, namespace: str, procs: Procs, frozen_at: str
+) -> None:
+    create_job(kube, namespace, "z", lease=LEASE, simulate={"chunks": 2, "chunkDelaySeconds": 0.2})
+    zombie = procs.worker(
+        "a", "--engine", "simulated", "--namespace", namespace,
+        env={"RECALL_FAULT": f"worker-pause-before-write:{frozen_at}"},
+    )
+    wait_for(lambda: zombie.alive() and process_state(zombie.popen.pid) == "T", timeout=30,
+             message=lambda: "worker A to freeze\n" + procs.dump())
+    frozen = get_job(kube, namespace, "z")
+    assert frozen.status.phase == Phase.LEASED
+    assert frozen.status.lease is not None and frozen.status.lease.holder == "a"
+
+    with ReaperThread(kube, namespace) as reaper:
+        wait_for(lambda: reaper.reclaimed, timeout=LEASE + 5, message="the reclaim")
+        b = procs.worker("b", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
+        wait_for(lambda: get_job(kube, namespace, "z").status.phase == Phase.SUCCEEDED,
+                 timeout=30, message=procs.dump)
+        assert b.wait(timeout=30) == 0
+
+    zombie.signal(signal.SIGCONT)
+    lost = wait_for(lambda: lease_lost_events(zombie.events()), timeout=15,
+                    message=lambda: "A to report its lost lease\n" + procs.dump())
+    # The API server answered A's write with 409; the re-read showed the lease is not A's.
+    assert lost[0]["action"] == frozen_at
+    assert lost[0]["conflicts"] == 1
+    assert lost[0]["reason"] in ("Terminal", "TokenMismatch", "NotHolder")
+
+    final = get_job(kube, namespace, "z")
+    assert final.status.phase == Phase.SUCCEEDED
+    assert final.status.result is not None
+    assert (final.status.result.worker, final.status.result.attempt) == ("b", 2)
+    assert final.status.result.config_map == transcript_name("z", 2)
+    assert final.status.expired_leases == 1
+    if frozen_at == "complete":
+        # A wrote its transcript before freezing; after the refused complete it deleted it.
+        assert "complete_refused_transcript_deleted" in zombie.event_names()
+        assert kube.get_config_map(namespace, transcript_name("z", 1)) is None
+    assert "completed" not in zombie.event_names()
+    zombie.signal(signal.SIGTERM)
+    assert zombie.wait(timeout=20) == 0
