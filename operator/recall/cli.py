@@ -151,6 +151,28 @@ def worker(
     raise typer.Exit(w.run())
 
 
+@app.command("operator")
+def operator_cmd(
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Watch one namespace (default: all).")] = None,
+    kubeconfig: KubeconfigOpt = None,
+    peering: Annotated[str | None, typer.Option(help="kopf peering name for HA (default: standalone).")] = None,
+    priority: Annotated[int | None, typer.Option(help="Peering priority; the highest alive peer acts.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+    liveness_port: Annotated[int | None, typer.Option(help="Serve kopf's /healthz on this port.")] = None,
+) -> None:
+    """Run the operator: fan-out, projection, reclaim of expired leases, reconciliation."""
+    from recall.runner import run_operator
+    from recall.settings import OperatorSettings
+
+    overrides = {
+        k: v for k, v in {
+            "namespace": namespace, "peering": peering, "priority": priority,
+            "metrics_port": metrics_port, "liveness_port": liveness_port,
+        }.items() if v is not None
+    }
+    run_operator(OperatorSettings(**overrides), kubeconfig)
+
+
 def main() -> None:
     """Console entry point: one-line errors, kubectl's exit codes."""
     try:

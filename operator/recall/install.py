@@ -26,7 +26,7 @@ def crds_dir() -> Path:
 
 def load_crds(directory: Path | None = None) -> list[dict[str, Any]]:
     d = directory or crds_dir()
-    return [yaml.safe_load(p.read_text()) for p in sorted(d.glob("*.yaml"))]
+    return [doc for p in sorted(d.glob("*.yaml")) for doc in yaml.safe_load_all(p.read_text()) if doc]
 
 
 def install_crds(kubeconfig: str | None = None, *, timeout: float = 30.0,
@@ -57,3 +57,18 @@ def install_crds(kubeconfig: str | None = None, *, timeout: float = 30.0,
                 raise TimeoutError(f"CRD {name} not Established after {timeout:.0f} s")
             time.sleep(0.1)
     return names
+
+
+def ensure_peering(api: client.ApiClient, name: str, namespace: str | None) -> None:
+    """Create kopf's peering object `name` (namespaced, or cluster-wide when no namespace)."""
+    custom = client.CustomObjectsApi(api)
+    kind = "KopfPeering" if namespace else "ClusterKopfPeering"
+    body = {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": {"name": name}}
+    try:
+        if namespace:
+            custom.create_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings", body)
+        else:
+            custom.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", body)
+    except ApiException as e:
+        if e.status != 409:
+            raise

@@ -196,6 +196,8 @@ def fail(
     permanent: bool,
     max_attempts: int,
     jitter: float,
+    backoff_base: float = 5.0,
+    backoff_cap: float = 300.0,
 ) -> Decision:
     """Leased → Queued with a backoff, or → Failed when the error is permanent or attempts are spent."""
     if refusal := _holder_check(status, worker, token):
@@ -218,7 +220,7 @@ def fail(
                 ),
             }
         )
-    delay = retry_backoff(failures, jitter)
+    delay = retry_backoff(failures, jitter, backoff_base, backoff_cap)
     return status.model_copy(
         update={
             "phase": Phase.QUEUED,

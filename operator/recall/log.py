@@ -37,7 +37,9 @@ def configure(level: str = "info", fmt: LogFormat | None = None) -> None:
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if as_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        else structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
     )
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, renderer],

@@ -51,6 +51,10 @@ class WorkerSettings(BaseSettings):
     )
     max_jobs: int | None = Field(None, ge=1, description="Exit after this many jobs.")
     metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
+    retry_base_seconds: float = Field(
+        5.0, gt=0, description="Backoff before the first retry of a failed job; doubles each time."
+    )
+    retry_cap_seconds: float = Field(300.0, gt=0, description="Longest backoff between retries.")
     chunk_seconds: int = Field(30, ge=5, le=600, description="Default audio chunk length.")
     # simulated engine
     simulated_chunks: int = Field(3, ge=1, description="Chunks of a simulated job by default.")
@@ -90,22 +94,24 @@ class OperatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RECALL_OPERATOR_", extra="ignore")
 
     namespace: str | None = Field(None, description="Namespace to watch; None = all namespaces.")
-    reclaim_interval: float = Field(
-        1.0, gt=0, description="How often each reclaim timer scans its leased jobs, seconds."
+    tick_seconds: float = Field(
+        0.5, gt=0, le=10,
+        description="How often each Batch's timer reclaims expired leases and writes pending "
+        "projections (also the coalescing window of Batch status writes), seconds.",
     )
     reconcile_interval: float = Field(
         30.0, gt=0, description="How often every Batch is reconciled with its jobs, seconds."
-    )
-    projection_delay: float = Field(
-        0.5, ge=0, description="Coalesce job changes for this long before writing a Batch status."
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
     liveness_port: int = Field(0, ge=0, le=65535, description="Serve kopf's /healthz here; 0 = off.")
     peering: str | None = Field(None, description="kopf peering name for HA; None = standalone.")
     priority: int = Field(0, description="kopf peering priority of this operator.")
+    peering_lifetime: int = Field(
+        10, ge=2, description="Seconds a silent peer counts as alive (the takeover time)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        if self.projection_delay >= self.reconcile_interval:
-            raise ValueError("projection_delay must be shorter than reconcile_interval")
+        if self.tick_seconds * 2 > self.reconcile_interval:
+            raise ValueError("reconcile_interval must be at least two ticks (tick_seconds)")
         return self

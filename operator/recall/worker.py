@@ -174,13 +174,14 @@ class LeaseHandle:
             lambda job: lease.complete(job.status, self.clock(), self.worker, self.token, result=result),
         )
 
-    def fail(self, error: EngineError) -> TranscriptionJob:
+    def fail(self, error: EngineError, *, backoff_base: float, backoff_cap: float) -> TranscriptionJob:
         return self._write(
             "fail",
             lambda job: lease.fail(
                 job.status, self.clock(), self.worker, self.token, reason=error.reason,
                 message=error.message, permanent=error.permanent,
                 max_attempts=job.spec.max_attempts, jitter=random.random(),
+                backoff_base=backoff_base, backoff_cap=backoff_cap,
             ),
         )
 
@@ -455,7 +456,8 @@ class Worker:
 
     def _fail(self, h: LeaseHandle, error: EngineError) -> None:
         try:
-            job = h.fail(error)
+            job = h.fail(error, backoff_base=self.settings.retry_base_seconds,
+                         backoff_cap=self.settings.retry_cap_seconds)
         except (LeaseLost, KubeError) as e:
             h.log.warning("fail_not_recorded", error=str(e))
             return

@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 import wave
+from collections.abc import Callable
 from pathlib import Path
 
 import jiwer
@@ -98,7 +99,9 @@ def engine() -> WhisperEngine:
 
 
 def test_transcribe__synthesized_speech_within_word_error_rate(
-    speech: tuple[Path, float], engine: WhisperEngine, record_property: pytest.RecordProperty
+    speech: tuple[Path, float],
+    engine: WhisperEngine,
+    record_property: Callable[[str, object], None],
 ) -> None:
     path, seconds = speech
     job = job_for(path.as_uri())

@@ -58,6 +58,7 @@ def encode(path: Path, codec: str, seconds: float, rate: int, frame_size: int) -
     samples = sine(seconds, rate)
     with av.open(str(path), "w") as out:
         stream = out.add_stream(codec, rate=rate, layout="mono")
+        assert isinstance(stream, av.AudioStream)
         pts = 0
         for i in range(0, len(samples), frame_size):
             frame = av.AudioFrame.from_ndarray(

