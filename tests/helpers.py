@@ -203,3 +203,69 @@ def process_state(pid: int) -> str:
     """The state letter of a process (R, S, T for stopped, Z ...)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.rsplit(")", 1)[1].split()[0]
+
+
+def batch_manifest(
+    name: str, keys: list[str], *, lease: int = 5, max_attempts: int = 5,
+    simulate: dict[str, Any] | None = None, suspend: bool = False,
+) -> dict[str, Any]:
+    from recall.models import API_VERSION as _API
+
+    defaults: dict[str, Any] = {"leaseDurationSeconds": lease, "maxAttempts": max_attempts}
+    if simulate is not None:
+        defaults["engine"] = {"name": "simulated", "simulate": simulate}
+    return {
+        "apiVersion": _API, "kind": "Batch", "metadata": {"name": name},
+        "spec": {
+            "items": [{"key": k, "source": {"url": f"file:///media/{k}.wav"}} for k in keys],
+            "defaults": defaults,
+            "suspend": suspend,
+        },
+    }
+
+
+def create_batch(kube: Kube, namespace: str, name: str, keys: list[str], **kwargs: Any) -> None:
+    from recall.models import BATCH_PLURAL
+
+    kube.custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, BATCH_PLURAL, batch_manifest(name, keys, **kwargs)
+    )
+
+
+def get_batch(kube: Kube, namespace: str, name: str) -> Any:
+    from recall.models import Batch
+
+    raw = kube.get_batch(namespace, name)
+    assert raw is not None, f"batch {namespace}/{name} is missing"
+    return Batch.from_api(raw)
+
+
+def item_phase(kube: Kube, namespace: str, batch: str, key: str) -> str | None:
+    items = get_batch(kube, namespace, batch).status.items
+    return items[key].phase if key in items else None
+
+
+def events(kube: Kube, namespace: str, reason: str | None = None) -> list[Any]:
+    out = kube.core.list_namespaced_event(namespace).items
+    return [e for e in out if reason is None or e.reason == reason]
+
+
+def metric(port: int, name: str) -> float:
+    """Sum of a Prometheus metric's samples (all labels) from a process's /metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            head, _, value = line.rpartition(" ")
+            if head == name or head.startswith(name + "{"):
+                total += float(value)
+    return total
+
+
+def job_phase(kube: Kube, namespace: str, name: str) -> str | None:
+    """The job's phase, or None while it does not exist (yet)."""
+    job = kube.get_job(namespace, name)
+    return job.status.effective_phase if job else None
