@@ -25,6 +25,7 @@ from pathlib import Path
 
 import jiwer
 import numpy as np
+
 from recall.engines.base import Chunk, Segment
 from recall.engines.whisper import WhisperEngine
 from recall.models import TranscriptionJob
@@ -60,8 +61,11 @@ def synthesize(target_seconds: float, out: Path, words_per_minute: int) -> list[
     while total < target_seconds:
         sentence = PARAGRAPH[len(spoken) % len(PARAGRAPH)]
         part = out.with_name("part.wav")
-        subprocess.run([binary, "-s", str(words_per_minute), "-w", str(part), sentence],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [binary, "-s", str(words_per_minute), "-w", str(part), sentence],
+            check=True,
+            capture_output=True,
+        )
         with wave.open(str(part)) as w:
             channels, width, rate = w.getnchannels(), w.getsampwidth(), w.getframerate()
             frames.append(w.readframes(w.getnframes()))
@@ -92,11 +96,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="recall-bench-") as tmp:
         path = Path(tmp) / "speech.wav"
         spoken = synthesize(args.seconds, path, args.wpm)
-        job = TranscriptionJob.from_api({
-            "metadata": {"name": "bench"},
-            "spec": {"source": {"url": path.as_uri()}, "language": "en",
-                     "engine": {"chunkSeconds": args.chunk_seconds}},
-        })
+        job = TranscriptionJob.from_api(
+            {
+                "metadata": {"name": "bench"},
+                "spec": {
+                    "source": {"url": path.as_uri()},
+                    "language": "en",
+                    "engine": {"chunkSeconds": args.chunk_seconds},
+                },
+            }
+        )
         media = engine.load_media(job)
 
     cancel = threading.Event()

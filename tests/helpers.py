@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,7 +21,10 @@ T = TypeVar("T")
 
 
 def wait_for(
-    predicate: Callable[[], T | None | bool], *, timeout: float, interval: float = 0.1,
+    predicate: Callable[[], T | bool | None],
+    *,
+    timeout: float,
+    interval: float = 0.1,
     message: str | Callable[[], str] = "condition",
 ) -> T:
     """Poll `predicate` until it returns something truthy; fail with `message` after `timeout`."""
@@ -136,7 +140,10 @@ class Procs:
         with log.open("ab") as out:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "recall", *args],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=full_env,
             )
         proc = Proc(name, popen, log)
         self.started.append(proc)
@@ -154,10 +161,8 @@ class Procs:
                         os.kill(p.popen.pid, sig)
                     except ProcessLookupError:
                         break
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
 
     def dump(self) -> str:
         """The tail of every log, for assertion messages."""
@@ -206,8 +211,13 @@ def process_state(pid: int) -> str:
 
 
 def batch_manifest(
-    name: str, keys: list[str], *, lease: int = 5, max_attempts: int = 5,
-    simulate: dict[str, Any] | None = None, suspend: bool = False,
+    name: str,
+    keys: list[str],
+    *,
+    lease: int = 5,
+    max_attempts: int = 5,
+    simulate: dict[str, Any] | None = None,
+    suspend: bool = False,
 ) -> dict[str, Any]:
     from recall.models import API_VERSION as _API
 
@@ -215,7 +225,9 @@ def batch_manifest(
     if simulate is not None:
         defaults["engine"] = {"name": "simulated", "simulate": simulate}
     return {
-        "apiVersion": _API, "kind": "Batch", "metadata": {"name": name},
+        "apiVersion": _API,
+        "kind": "Batch",
+        "metadata": {"name": name},
         "spec": {
             "items": [{"key": k, "source": {"url": f"file:///media/{k}.wav"}} for k in keys],
             "defaults": defaults,

@@ -11,7 +11,9 @@ from kubernetes.client.exceptions import ApiException
 from recall.devcluster import ControlPlane, kubeconfig_dict
 
 
-def service_account_token(api: client.ApiClient, namespace: str, name: str, seconds: int = 3600) -> str:
+def service_account_token(
+    api: client.ApiClient, namespace: str, name: str, seconds: int = 3600
+) -> str:
     """Create the ServiceAccount if needed and mint a token for it with the TokenRequest API."""
     core = client.CoreV1Api(api)
     try:
@@ -28,8 +30,9 @@ def service_account_token(api: client.ApiClient, namespace: str, name: str, seco
 
 
 def token_kubeconfig(cp: ControlPlane, token: str, path: Path, namespace: str, user: str) -> Path:
-    config = kubeconfig_dict(cp.server, cp.pki.ca_cert.read_bytes(), token=token, user=user,
-                             namespace=namespace)
+    config = kubeconfig_dict(
+        cp.server, cp.pki.ca_cert.read_bytes(), token=token, user=user, namespace=namespace
+    )
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return path

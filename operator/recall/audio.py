@@ -87,8 +87,10 @@ def load_job_media(job: TranscriptionJob, options: MediaOptions) -> Media:
     engine = job.spec.engine
     if engine is not None and engine.chunk_seconds:
         options = MediaOptions(
-            chunk_seconds=float(engine.chunk_seconds), max_bytes=options.max_bytes,
-            http_timeout=options.http_timeout, max_seconds=options.max_seconds,
+            chunk_seconds=float(engine.chunk_seconds),
+            max_bytes=options.max_bytes,
+            http_timeout=options.http_timeout,
+            max_seconds=options.max_seconds,
             workdir=options.workdir,
         )
     return load_media(job.spec.source.url, options)
@@ -97,14 +99,19 @@ def load_job_media(job: TranscriptionJob, options: MediaOptions) -> Media:
 def load_media(url: str, options: MediaOptions) -> Media:
     """Fetch, decode and cut the source at `url`; see the module contract."""
     began = time.monotonic()
-    with fetched(url, max_bytes=options.max_bytes, http_timeout=options.http_timeout,
-                 workdir=options.workdir) as path:
+    with fetched(
+        url, max_bytes=options.max_bytes, http_timeout=options.http_timeout, workdir=options.workdir
+    ) as path:
         size = path.stat().st_size
         samples = decode(path, url, max_seconds=options.max_seconds)
     media = split(samples, SAMPLE_RATE, options.chunk_seconds)
     _log.info(
-        "media_loaded", url=display_url(url), bytes=size, seconds=round(media.duration, 3),
-        chunks=len(media.chunks), elapsed=round(time.monotonic() - began, 3),
+        "media_loaded",
+        url=display_url(url),
+        bytes=size,
+        seconds=round(media.duration, 3),
+        chunks=len(media.chunks),
+        elapsed=round(time.monotonic() - began, 3),
     )
     return media
 
@@ -140,7 +147,8 @@ def local_path(url: str, *, max_bytes: int) -> Path:
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
         raise EngineError(
-            "SourceRejected", f"{shown}: a file URL must not name a host (use file:///path)",
+            "SourceRejected",
+            f"{shown}: a file URL must not name a host (use file:///path)",
             permanent=True,
         )
     path = Path(unquote(parts.path))
@@ -167,7 +175,8 @@ def download(url: str, *, max_bytes: int, http_timeout: float, workdir: Path | N
     try:
         with (
             httpx.Client(
-                timeout=httpx.Timeout(http_timeout), follow_redirects=True,
+                timeout=httpx.Timeout(http_timeout),
+                follow_redirects=True,
                 headers={"User-Agent": USER_AGENT},
             ) as client,
             client.stream("GET", url) as response,
@@ -176,7 +185,8 @@ def download(url: str, *, max_bytes: int, http_timeout: float, workdir: Path | N
             if verdict is not None:
                 reason, permanent = verdict
                 raise EngineError(
-                    reason, f"{shown}: HTTP {response.status_code} {response.reason_phrase}",
+                    reason,
+                    f"{shown}: HTTP {response.status_code} {response.reason_phrase}",
                     permanent=permanent,
                 )
             declared = response.headers.get("content-length", "")
@@ -269,7 +279,8 @@ def decode(
         container = av.open(str(path))
     except av.FFmpegError as e:
         raise EngineError(
-            "UndecodableMedia", f"{shown}: not a media file FFmpeg can read ({_av_reason(e)})",
+            "UndecodableMedia",
+            f"{shown}: not a media file FFmpeg can read ({_av_reason(e)})",
             permanent=True,
         ) from None
     parts: list[Samples] = []
@@ -288,13 +299,15 @@ def decode(
                 if limit is not None and count > limit:
                     raise EngineError(
                         "SourceTooLarge",
-                        f"{shown}: longer than the limit of {max_seconds:g} s", permanent=True,
+                        f"{shown}: longer than the limit of {max_seconds:g} s",
+                        permanent=True,
                     )
             for out in resampler.resample(None):
                 parts.append(_mono(out))
         except (av.FFmpegError, ValueError) as e:
             raise EngineError(
-                "UndecodableMedia", f"{shown}: cannot decode the audio ({_av_reason(e)})",
+                "UndecodableMedia",
+                f"{shown}: cannot decode the audio ({_av_reason(e)})",
                 permanent=True,
             ) from None
     if not parts or count == 0:

@@ -24,8 +24,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-dev_app = typer.Typer(help="A local control plane (etcd + kube-apiserver) for development.",
-                      no_args_is_help=True)
+dev_app = typer.Typer(
+    help="A local control plane (etcd + kube-apiserver) for development.", no_args_is_help=True
+)
 app.add_typer(dev_app, name="dev")
 
 DEFAULT_DEV_DIR = Path(".recall-dev")
@@ -41,7 +42,8 @@ class CliError(Exception):
 
 
 KubeconfigOpt = Annotated[
-    Path | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="Path to the kubeconfig file.")
+    Path | None,
+    typer.Option("--kubeconfig", envvar="KUBECONFIG", help="Path to the kubeconfig file."),
 ]
 NamespaceOpt = Annotated[
     str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")
@@ -62,7 +64,9 @@ def _root(
 
 @dev_app.command("up")
 def dev_up(
-    dir: Annotated[Path, typer.Option("--dir", help="Where state, logs and the kubeconfig go.")] = DEFAULT_DEV_DIR,
+    dir: Annotated[
+        Path, typer.Option("--dir", help="Where state, logs and the kubeconfig go.")
+    ] = DEFAULT_DEV_DIR,
     crds: Annotated[bool, typer.Option("--crds/--no-crds", help="Install the recall CRDs.")] = True,
 ) -> None:
     """Start etcd and kube-apiserver on loopback ports; print the KUBECONFIG export line."""
@@ -112,13 +116,19 @@ def dev_status(
 
 @app.command()
 def worker(
-    id: Annotated[str | None, typer.Option("--id", help="Worker identity (default: pod name / hostname).")] = None,
+    id: Annotated[
+        str | None, typer.Option("--id", help="Worker identity (default: pod name / hostname).")
+    ] = None,
     namespace: NamespaceOpt = None,
     engine: Annotated[str | None, typer.Option(help="whisper, openai or simulated.")] = None,
     kubeconfig: KubeconfigOpt = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    grace: Annotated[float | None, typer.Option(help="Seconds to finish the current job on SIGTERM.")] = None,
-    idle_exit: Annotated[float | None, typer.Option(help="Exit after this many idle seconds.")] = None,
+    grace: Annotated[
+        float | None, typer.Option(help="Seconds to finish the current job on SIGTERM.")
+    ] = None,
+    idle_exit: Annotated[
+        float | None, typer.Option(help="Exit after this many idle seconds.")
+    ] = None,
     max_jobs: Annotated[int | None, typer.Option(help="Exit after this many jobs.")] = None,
 ) -> None:
     """Rent transcription jobs one at a time under a lease and transcribe them."""
@@ -128,11 +138,18 @@ def worker(
     from recall.settings import WorkerSettings
     from recall.worker import Worker
 
-    overrides = {
-        k: v for k, v in {
-            "id": id, "namespace": namespace, "engine": engine, "metrics_port": metrics_port,
-            "grace_seconds": grace, "idle_exit_seconds": idle_exit, "max_jobs": max_jobs,
-        }.items() if v is not None
+    overrides: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "id": id,
+            "namespace": namespace,
+            "engine": engine,
+            "metrics_port": metrics_port,
+            "grace_seconds": grace,
+            "idle_exit_seconds": idle_exit,
+            "max_jobs": max_jobs,
+        }.items()
+        if v is not None
     }
     settings = WorkerSettings(**overrides)
     kube = Kube(load_api_client(kubeconfig))
@@ -153,24 +170,250 @@ def worker(
 
 @app.command("operator")
 def operator_cmd(
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Watch one namespace (default: all).")] = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Watch one namespace (default: all).")
+    ] = None,
     kubeconfig: KubeconfigOpt = None,
-    peering: Annotated[str | None, typer.Option(help="kopf peering name for HA (default: standalone).")] = None,
-    priority: Annotated[int | None, typer.Option(help="Peering priority; the highest alive peer acts.")] = None,
+    peering: Annotated[
+        str | None, typer.Option(help="kopf peering name for HA (default: standalone).")
+    ] = None,
+    priority: Annotated[
+        int | None, typer.Option(help="Peering priority; the highest alive peer acts.")
+    ] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    liveness_port: Annotated[int | None, typer.Option(help="Serve kopf's /healthz on this port.")] = None,
+    liveness_port: Annotated[
+        int | None, typer.Option(help="Serve kopf's /healthz on this port.")
+    ] = None,
 ) -> None:
     """Run the operator: fan-out, projection, reclaim of expired leases, reconciliation."""
     from recall.runner import run_operator
     from recall.settings import OperatorSettings
 
-    overrides = {
-        k: v for k, v in {
-            "namespace": namespace, "peering": peering, "priority": priority,
-            "metrics_port": metrics_port, "liveness_port": liveness_port,
-        }.items() if v is not None
+    overrides: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "namespace": namespace,
+            "peering": peering,
+            "priority": priority,
+            "metrics_port": metrics_port,
+            "liveness_port": liveness_port,
+        }.items()
+        if v is not None
     }
     run_operator(OperatorSettings(**overrides), kubeconfig)
+
+
+# --- user commands -------------------------------------------------------------------------
+
+
+def _kube(kubeconfig: Path | None) -> Any:
+    from recall.kube import Kube, load_api_client
+
+    try:
+        return Kube(load_api_client(kubeconfig))
+    except Exception as e:  # a missing or broken kubeconfig
+        raise CliError(f"cannot load the kubeconfig: {e}") from e
+
+
+def _namespace(namespace: str | None, kubeconfig: Path | None) -> str:
+    from recall.kube import current_namespace
+
+    return namespace or current_namespace(kubeconfig)
+
+
+@app.command()
+def submit(
+    inputs: Annotated[
+        list[str], typer.Argument(help="Media files, folders or URLs.", metavar="PATH|URL...")
+    ],
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Batch name (default: the folder's, or recall-<time>)."),
+    ] = None,
+    language: Annotated[
+        str | None, typer.Option(help="Spoken language (ISO 639-1), e.g. en.")
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="Require this engine: whisper, openai or simulated.")
+    ] = None,
+    lease: Annotated[int | None, typer.Option(help="Lease duration of each job, seconds.")] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="Claims each job may take.")] = None,
+    priority: Annotated[int | None, typer.Option(help="Priority of the jobs.")] = None,
+    max_items: Annotated[
+        int, typer.Option(help="Items per Batch; more inputs make more Batches.")
+    ] = 1000,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the Batch manifests, create nothing.")
+    ] = False,
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Create Batches from media files, folders or URLs."""
+    import datetime as dt
+
+    import yaml
+    from kubernetes.client.exceptions import ApiException
+
+    from recall.client import SubmitError, batches_for, collect, default_batch_name
+    from recall.models import BATCH_PLURAL, GROUP, VERSION
+
+    try:
+        media = collect(inputs)
+        manifests = batches_for(
+            media,
+            name=name or default_batch_name(inputs, dt.datetime.now(dt.UTC)),
+            language=language,
+            engine=engine,
+            lease_seconds=lease,
+            max_attempts=max_attempts,
+            priority=priority,
+            max_items=max_items,
+        )
+    except SubmitError as e:
+        raise CliError(str(e)) from e
+    if dry_run:
+        typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+        return
+    kube = _kube(kubeconfig)
+    ns = _namespace(namespace, kubeconfig)
+    for m in manifests:
+        try:
+            kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, BATCH_PLURAL, m)
+        except ApiException as e:
+            from recall.kube import api_message
+
+            raise CliError(api_message(e)) from e
+        typer.echo(
+            f"batch.{GROUP}/{m['metadata']['name']} created ({len(m['spec']['items'])} items)"
+        )
+
+
+@app.command()
+def get(
+    kind: Annotated[str, typer.Argument(help="batches (rb) or jobs (tj).")] = "batches",
+    names: Annotated[list[str] | None, typer.Argument(help="Only these names.")] = None,
+    namespace: NamespaceOpt = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="wide, yaml or json.")
+    ] = None,
+    batch: Annotated[str | None, typer.Option("--batch", help="Jobs of this Batch only.")] = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """List Batches or TranscriptionJobs as a kubectl-style table."""
+    import datetime as dt
+
+    import yaml
+
+    from recall.client import batch_rows, job_rows, table
+    from recall.models import (
+        BATCH_PLURAL,
+        GROUP,
+        JOB_PLURAL,
+        LABEL_BATCH,
+        VERSION,
+        Batch,
+        TranscriptionJob,
+    )
+    from recall.transcripts import label_value
+
+    plural = {
+        "batches": BATCH_PLURAL,
+        "batch": BATCH_PLURAL,
+        "rb": BATCH_PLURAL,
+        "jobs": JOB_PLURAL,
+        "job": JOB_PLURAL,
+        "tj": JOB_PLURAL,
+        "transcriptionjobs": JOB_PLURAL,
+        "transcriptionjob": JOB_PLURAL,
+    }.get(kind)
+    if plural is None:
+        raise CliError(f'the server doesn\'t have a resource type "{kind}" (use batches or jobs)')
+    kube = _kube(kubeconfig)
+    selector = f"{LABEL_BATCH}={label_value(batch)}" if batch and plural == JOB_PLURAL else None
+    kwargs: dict[str, Any] = {"label_selector": selector} if selector else {}
+    if all_namespaces:
+        items = kube.custom.list_cluster_custom_object(GROUP, VERSION, plural, **kwargs)["items"]
+    else:
+        ns = _namespace(namespace, kubeconfig)
+        items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, ns, plural, **kwargs)[
+            "items"
+        ]
+    if names:
+        wanted = set(names)
+        items = [i for i in items if i["metadata"]["name"] in wanted]
+        missing = wanted - {i["metadata"]["name"] for i in items}
+        if missing:
+            raise CliError(f'{plural}.{GROUP} "{sorted(missing)[0]}" not found')
+    if output in ("yaml", "json"):
+        import json
+
+        doc = (
+            items[0]
+            if names and len(items) == 1
+            else {"apiVersion": "v1", "kind": "List", "items": items}
+        )
+        typer.echo(
+            yaml.safe_dump(doc, sort_keys=False) if output == "yaml" else json.dumps(doc, indent=2)
+        )
+        return
+    if not items:
+        typer.echo("No resources found.", err=True)
+        return
+    now = dt.datetime.now(dt.UTC)
+    wide = output == "wide" or all_namespaces
+    if plural == BATCH_PLURAL:
+        headers, rows = batch_rows([Batch.from_api(i) for i in items], now, wide)
+    else:
+        headers, rows = job_rows([TranscriptionJob.from_api(i) for i in items], now, wide)
+    typer.echo(table(headers, rows))
+
+
+@app.command()
+def watch(
+    batch: Annotated[str, typer.Argument(help="The Batch to follow.")],
+    namespace: NamespaceOpt = None,
+    timeout: Annotated[float | None, typer.Option(help="Give up after this many seconds.")] = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Live progress of a Batch until it completes (exit 1 if any item failed)."""
+    from recall.watch import BatchNotFound
+    from recall.watch import watch as follow
+
+    try:
+        code = follow(_kube(kubeconfig), _namespace(namespace, kubeconfig), batch, timeout=timeout)
+    except (BatchNotFound, TimeoutError) as e:
+        raise CliError(str(e)) from e
+    raise typer.Exit(code)
+
+
+@app.command()
+def transcript(
+    job: Annotated[str, typer.Argument(help="The TranscriptionJob (or Batch item as BATCH/ITEM).")],
+    format: Annotated[str, typer.Option("--format", "-f", help="txt, srt, vtt or json.")] = "txt",
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Print the accepted transcript of a job."""
+    from recall.fanout import job_name
+    from recall.formats import render
+    from recall.models import GROUP, JOB_PLURAL
+    from recall.transcripts import TranscriptStore
+
+    if format not in ("txt", "srt", "vtt", "json"):
+        raise CliError(f"unknown format {format!r}: use txt, srt, vtt or json")
+    kube = _kube(kubeconfig)
+    ns = _namespace(namespace, kubeconfig)
+    name = job_name(*job.split("/", 1)) if "/" in job else job
+    tj = kube.get_job(ns, name)
+    if tj is None:
+        raise CliError(f'{JOB_PLURAL}.{GROUP} "{name}" not found')
+    if tj.status.result is None:
+        raise CliError(f"{name} has no transcript yet (phase {tj.status.effective_phase})")
+    text = TranscriptStore(kube).load_transcript(ns, tj.status.result.config_map)
+    if text is None:
+        raise CliError(f"the transcript ConfigMap {tj.status.result.config_map} is missing")
+    typer.echo(render(text, format), nl=False)  # type: ignore[arg-type]
 
 
 def main() -> None:
@@ -185,7 +428,7 @@ def main() -> None:
         _fail("aborted", 130, None)
     except KeyboardInterrupt:
         sys.exit(130)
-    except Exception as e:  # noqa: BLE001 - the last line of defence for a clean message
+    except Exception as e:
         import click
 
         if isinstance(e, click.exceptions.ClickException):

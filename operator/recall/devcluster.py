@@ -129,9 +129,15 @@ def _cert(
     if ca:
         builder = builder.add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -185,11 +191,19 @@ def write_pki(directory: Path) -> Pki:
         _name("kube-apiserver"),
         serving_key,
         (ca_cert, ca_key),
-        server_names=["127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
-                      "kubernetes.default.svc", "10.0.0.1"],
+        server_names=[
+            "127.0.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "10.0.0.1",
+        ],
     )
     admin_key = _key()
-    admin = _cert(_name("recall-admin", "system:masters"), admin_key, (ca_cert, ca_key), client=True)
+    admin = _cert(
+        _name("recall-admin", "system:masters"), admin_key, (ca_cert, ca_key), client=True
+    )
     sa_key = _key()
 
     pki = Pki(
@@ -229,7 +243,10 @@ def kubeconfig_dict(
     namespace: str = "default",
 ) -> dict[str, object]:
     """A kubeconfig with one cluster, one user (client certificate or bearer token) and context."""
-    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
     credentials: dict[str, str] = {}
     if cert_pem and key_pem:
         credentials = {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}
@@ -239,7 +256,10 @@ def kubeconfig_dict(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": context, "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}
+            {
+                "name": context,
+                "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
+            }
         ],
         "users": [{"name": user, "user": credentials}],
         "contexts": [
@@ -344,8 +364,15 @@ class ControlPlane:
     def pki(self) -> Pki:
         assert self.workdir is not None
         d = self.workdir / "pki"
-        return Pki(d / "ca.crt", d / "apiserver.crt", d / "apiserver.key", d / "admin.crt",
-                   d / "admin.key", d / "sa.key", d / "sa.pub")
+        return Pki(
+            d / "ca.crt",
+            d / "apiserver.crt",
+            d / "apiserver.key",
+            d / "admin.crt",
+            d / "admin.key",
+            d / "sa.key",
+            d / "sa.pub",
+        )
 
     @property
     def logs_dir(self) -> Path:
@@ -439,7 +466,7 @@ class ControlPlane:
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.die_with_parent else None,  # noqa: PLW1509
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
             )
         self.procs.append(Proc(name, popen, log, popen.pid))
 

@@ -56,12 +56,19 @@ def job_for_item(batch: Batch, item: BatchItem) -> dict[str, Any]:
         "labels": labels,
     }
     if batch.metadata.uid:
-        metadata["ownerReferences"] = [{
-            "apiVersion": API_VERSION,
-            "kind": "Batch",
-            "name": batch.name,
-            "uid": batch.metadata.uid,
-            "controller": True,
-            "blockOwnerDeletion": False,
-        }]
-    return {"apiVersion": API_VERSION, "kind": "TranscriptionJob", "metadata": metadata, "spec": spec}
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Batch",
+                "name": batch.name,
+                "uid": batch.metadata.uid,
+                "controller": True,
+                "blockOwnerDeletion": False,
+            }
+        ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TranscriptionJob",
+        "metadata": metadata,
+        "spec": spec,
+    }

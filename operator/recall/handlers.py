@@ -55,6 +55,7 @@ from recall.reaper import LeaseClock, decide, key_of, reclaim_job
 from recall.settings import OperatorSettings
 
 BatchKey = tuple[str, str]  # (namespace, batch name)
+JobIndex = kopf.Index[BatchKey, "TranscriptionJob"]
 _log = log.get("operator")
 
 
@@ -69,7 +70,9 @@ class OperatorState:
     kube: Kube
     settings: OperatorSettings
     clock: LeaseClock = dataclasses.field(default_factory=LeaseClock)
-    seen: dict[str, tuple[str, Phase]] = dataclasses.field(default_factory=dict)  # uid → (rv, phase)
+    seen: dict[str, tuple[str, Phase]] = dataclasses.field(
+        default_factory=dict
+    )  # uid → (rv, phase)
     changed: defaultdict[BatchKey, set[str]] = dataclasses.field(
         default_factory=lambda: defaultdict(set)
     )
@@ -117,8 +120,9 @@ def _state(memo: Any) -> OperatorState:
     return state
 
 
-def _jobs_of(index: kopf.Index[Any, TranscriptionJob], key: BatchKey) -> dict[str, TranscriptionJob]:
-    """The Batch's jobs by item key, from the index."""
+def _jobs_of(index: JobIndex | None, key: BatchKey) -> dict[str, TranscriptionJob]:
+    """The Batch's jobs by item key, from the index (kopf passes it to every handler)."""
+    assert index is not None, "kopf passes the job index to every handler"
     out: dict[str, TranscriptionJob] = {}
     for job in index.get(key, []):
         if job.spec.item:
@@ -126,16 +130,32 @@ def _jobs_of(index: kopf.Index[Any, TranscriptionJob], key: BatchKey) -> dict[st
     return out
 
 
-def _event_ref(obj: TranscriptionJob | Batch) -> dict[str, Any]:
-    return {"apiVersion": obj.api_version, "kind": obj.kind,
-            "metadata": {"name": obj.name, "namespace": obj.namespace, "uid": obj.metadata.uid}}
+def _event_ref(obj: TranscriptionJob | Batch) -> kopf.Body:
+    """The part of an object kopf needs to post an Event about it."""
+    return kopf.Body(
+        {
+            "apiVersion": obj.api_version,
+            "kind": obj.kind,
+            "metadata": {
+                "name": obj.name,
+                "namespace": obj.namespace,
+                "uid": obj.metadata.uid or "",
+            },
+        }
+    )
 
 
 # --- Batch status I/O -------------------------------------------------------------------
 
 
-def write_batch_status(kube: Kube, namespace: str, name: str, status: BatchStatus,
-                       stored: dict[str, Any], resource_version: str) -> bool:
+def write_batch_status(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    status: BatchStatus,
+    stored: dict[str, Any],
+    resource_version: str,
+) -> bool:
     """Merge-patch the difference to `status`, guarded by the version it was computed from.
 
     Returns False when there was nothing to write or another writer got there first (409).
@@ -145,9 +165,14 @@ def write_batch_status(kube: Kube, namespace: str, name: str, status: BatchStatu
         return False
     try:
         kube.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, BATCH_PLURAL, name,
+            GROUP,
+            VERSION,
+            namespace,
+            BATCH_PLURAL,
+            name,
             {"metadata": {"resourceVersion": resource_version}, "status": patch},
-            _content_type=MERGE_PATCH, _request_timeout=15,
+            _content_type=MERGE_PATCH,
+            _request_timeout=15,
         )
     except ApiException as e:
         if e.status in (404, 409):
@@ -166,8 +191,13 @@ class ReconcileReport:
 
 
 def reconcile_batch(
-    kube: Kube, namespace: str, name: str, jobs: dict[str, TranscriptionJob],
-    changed: set[str], *, full: bool,
+    kube: Kube,
+    namespace: str,
+    name: str,
+    jobs: dict[str, TranscriptionJob],
+    changed: set[str],
+    *,
+    full: bool,
 ) -> ReconcileReport:
     """Read the Batch, create missing jobs (when `full`), write its projection. Blocking.
 
@@ -205,15 +235,26 @@ def reconcile_batch(
         heals.append(h.describe())
         metrics.HEALS.labels(kind=h.kind).inc()
     newly = {
-        key: after for key, after in result.status.items.items()
-        if after.phase.terminal and (stored.items.get(key) is None or
-                                     stored.items[key].phase != after.phase)
+        key: after
+        for key, after in result.status.items.items()
+        if after.phase.terminal
+        and (stored.items.get(key) is None or stored.items[key].phase != after.phase)
     }
-    faults.hit("operator-before-projection",
-               completing=any(i.phase is ItemPhase.COMPLETED for i in newly.values()))
-    written = write_batch_status(kube, batch.namespace, batch.name, result.status, stored_raw,
-                                 fresh["metadata"]["resourceVersion"])
-    failed = {k: i.message or "" for k, i in newly.items() if written and i.phase is ItemPhase.FAILED}
+    faults.hit(
+        "operator-before-projection",
+        completing=any(i.phase is ItemPhase.COMPLETED for i in newly.values()),
+    )
+    written = write_batch_status(
+        kube,
+        batch.namespace,
+        batch.name,
+        result.status,
+        stored_raw,
+        fresh["metadata"]["resourceVersion"],
+    )
+    failed = {
+        k: i.message or "" for k, i in newly.items() if written and i.phase is ItemPhase.FAILED
+    }
     return ReconcileReport(written, heals, created, failed)
 
 
@@ -226,9 +267,14 @@ def _sync_suspend(kube: Kube, batch: Batch, jobs: dict[str, TranscriptionJob]) -
 def set_suspended(kube: Kube, namespace: str, name: str, suspended: bool) -> None:
     try:
         kube.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, JOB_PLURAL, name,
+            GROUP,
+            VERSION,
+            namespace,
+            JOB_PLURAL,
+            name,
             {"metadata": {"labels": {LABEL_SUSPENDED: "true" if suspended else None}}},
-            _content_type=MERGE_PATCH, _request_timeout=15,
+            _content_type=MERGE_PATCH,
+            _request_timeout=15,
         )
     except ApiException as e:
         if e.status != 404:
@@ -238,11 +284,18 @@ def set_suspended(kube: Kube, namespace: str, name: str, suspended: bool) -> Non
 def _fail_exhausted(kube: Kube, jobs: dict[str, TranscriptionJob]) -> None:
     """A Queued job without attempts left can never be claimed: mark it Failed."""
     for job in jobs.values():
-        if job.status.effective_phase is Phase.QUEUED and \
-                lease.attempts_left(job.status, job.spec.max_attempts) <= 0:
-            fenced_write(kube, job.namespace, job.name,
-                         lambda j: lease.exhaust(j.status, utcnow(), max_attempts=j.spec.max_attempts),
-                         known=job, action="exhaust")
+        if (
+            job.status.effective_phase is Phase.QUEUED
+            and lease.attempts_left(job.status, job.spec.max_attempts) <= 0
+        ):
+            fenced_write(
+                kube,
+                job.namespace,
+                job.name,
+                lambda j: lease.exhaust(j.status, utcnow(), max_attempts=j.spec.max_attempts),
+                known=job,
+                action="exhaust",
+            )
 
 
 # --- registration -----------------------------------------------------------------------
@@ -265,8 +318,12 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
         settings.networking.request_timeout = 30
         settings.peering.lifetime = opsettings.peering_lifetime
         memo.state = OperatorState(kube=kube, settings=opsettings)
-        _log.info("operator_started", namespace=opsettings.namespace or "*",
-                  peering=opsettings.peering, priority=opsettings.priority)
+        _log.info(
+            "operator_started",
+            namespace=opsettings.namespace or "*",
+            peering=opsettings.peering,
+            priority=opsettings.priority,
+        )
 
     opsettings = settings
 
@@ -285,10 +342,17 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
         if type == "DELETED":
             _state(memo).forget(TranscriptionJob.from_api(dict(body)))
 
-    @kopf.timer(GROUP, VERSION, BATCH_PLURAL, id="batch_tick", interval=settings.tick_seconds,
-                registry=registry)
-    async def batch_tick(body: kopf.Body, memo: Any, job_index: kopf.Index[Any, TranscriptionJob],
-                         **_: Any) -> None:
+    @kopf.timer(
+        GROUP,
+        VERSION,
+        BATCH_PLURAL,
+        id="batch_tick",
+        interval=settings.tick_seconds,
+        registry=registry,
+    )
+    async def batch_tick(
+        body: kopf.Body, memo: Any, job_index: JobIndex | None = None, **_: Any
+    ) -> None:
         state = _state(memo)
         batch = Batch.from_api(dict(body))
         if batch.metadata.deletion_timestamp:
@@ -299,8 +363,11 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
 
         now = time.monotonic()
         last = state.last_reconcile.get(key)
-        full = last is None or key in state.reconcile_due or \
-            now - last >= state.settings.reconcile_interval
+        full = (
+            last is None
+            or key in state.reconcile_due
+            or now - last >= state.settings.reconcile_interval
+        )
         changed = state.changed.get(key, set())
         if not full and not changed:
             return
@@ -314,8 +381,12 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
             state.last_reconcile[key] = now
         if report.heals:
             _log.info("healed", batch=batch.name, namespace=batch.namespace, heals=report.heals)
-            kopf.event(_event_ref(batch), type="Normal", reason="Healed",
-                       message="; ".join(report.heals)[:1000])
+            kopf.event(
+                _event_ref(batch),
+                type="Normal",
+                reason="Healed",
+                message="; ".join(report.heals)[:1000],
+            )
         for item, message in report.failed.items():
             job = jobs.get(item)
             text = f"item {item} failed: {message}"
@@ -323,8 +394,9 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
             if job is not None:
                 kopf.event(_event_ref(job), type="Warning", reason="Failed", message=message[:1000])
         if report.created and not report.heals:
-            _log.info("fanned_out", batch=batch.name, namespace=batch.namespace,
-                      jobs=len(report.created))
+            _log.info(
+                "fanned_out", batch=batch.name, namespace=batch.namespace, jobs=len(report.created)
+            )
 
     async def _reclaim(state: OperatorState, jobs: Any, batch: Batch | None) -> None:
         mono = time.monotonic()
@@ -337,69 +409,108 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
             if not outcome.reclaimed:
                 continue
             job = outcome.job
-            message = (f"lease of {d.job.status.lease.holder if d.job.status.lease else '?'} "
-                       f"expired; job is {outcome.reason} (attempt {job.status.attempts}, "
-                       f"{job.status.expired_leases} expired)")
+            message = (
+                f"lease of {d.job.status.lease.holder if d.job.status.lease else '?'} "
+                f"expired; job is {outcome.reason} (attempt {job.status.attempts}, "
+                f"{job.status.expired_leases} expired)"
+            )
             kopf.event(_event_ref(job), type="Warning", reason="Reclaimed", message=message)
             if batch is None or not job.spec.item:
                 continue
-            kopf.event(_event_ref(batch), type="Warning", reason="Reclaimed",
-                       message=f"item {job.spec.item}: {message}")
+            kopf.event(
+                _event_ref(batch),
+                type="Warning",
+                reason="Reclaimed",
+                message=f"item {job.spec.item}: {message}",
+            )
             faults.hit("operator-after-reclaim-write", job=job.name)
             # The item write, in the same handler: project this item now.
             current = {j.spec.item: j for j in jobs if j.spec.item} | {job.spec.item: job}
             await asyncio.to_thread(
-                reconcile_batch, state.kube, batch.namespace, batch.name, current,
-                {job.spec.item}, full=False,
+                reconcile_batch,
+                state.kube,
+                batch.namespace,
+                batch.name,
+                current,
+                {job.spec.item},
+                full=False,
             )
 
     def leased_without_batch(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
         return status.get("phase") == "Leased" and not spec.get("batchRef")
 
-    @kopf.timer(GROUP, VERSION, JOB_PLURAL, id="job_lease_expired", interval=settings.tick_seconds,
-                when=leased_without_batch, registry=registry)
+    @kopf.timer(
+        GROUP,
+        VERSION,
+        JOB_PLURAL,
+        id="job_lease_expired",
+        interval=settings.tick_seconds,
+        when=leased_without_batch,
+        registry=registry,
+    )
     async def job_lease_expired(body: kopf.Body, memo: Any, **_: Any) -> None:
         await _reclaim(_state(memo), [TranscriptionJob.from_api(dict(body))], None)
 
     @kopf.on.delete(GROUP, VERSION, BATCH_PLURAL, id="batch_delete", registry=registry)
-    async def batch_delete(body: kopf.Body, memo: Any, job_index: kopf.Index[Any, TranscriptionJob],
-                           **_: Any) -> None:
+    async def batch_delete(
+        body: kopf.Body, memo: Any, job_index: JobIndex | None = None, **_: Any
+    ) -> None:
         state = _state(memo)
         batch = Batch.from_api(dict(body))
         jobs = list(_jobs_of(job_index, (batch.namespace, batch.name)).values())
-        cancelled = await asyncio.to_thread(cancel_jobs, state.kube, jobs,
-                                            f"Batch {batch.name} was deleted")
-        _log.info("batch_deleted", batch=batch.name, namespace=batch.namespace,
-                  jobs=len(jobs), cancelled=cancelled)
+        cancelled = await asyncio.to_thread(
+            cancel_jobs, state.kube, jobs, f"Batch {batch.name} was deleted"
+        )
+        _log.info(
+            "batch_deleted",
+            batch=batch.name,
+            namespace=batch.namespace,
+            jobs=len(jobs),
+            cancelled=cancelled,
+        )
 
-    @kopf.on.field(GROUP, VERSION, BATCH_PLURAL, id="batch_suspend", field="spec.suspend",
-                   registry=registry)
-    async def batch_suspend(body: kopf.Body, memo: Any, new: Any,
-                            job_index: kopf.Index[Any, TranscriptionJob], **_: Any) -> None:
+    @kopf.on.field(
+        GROUP, VERSION, BATCH_PLURAL, id="batch_suspend", field="spec.suspend", registry=registry
+    )
+    async def batch_suspend(
+        body: kopf.Body, memo: Any, new: Any, job_index: JobIndex | None = None, **_: Any
+    ) -> None:
         state = _state(memo)
         batch = Batch.from_api(dict(body))
         jobs = _jobs_of(job_index, (batch.namespace, batch.name))
         await asyncio.to_thread(_sync_suspend, state.kube, batch, jobs)
         state.reconcile_due.add((batch.namespace, batch.name))
-        _log.info("batch_suspended" if new else "batch_resumed", batch=batch.name,
-                  namespace=batch.namespace, jobs=len(jobs))
+        _log.info(
+            "batch_suspended" if new else "batch_resumed",
+            batch=batch.name,
+            namespace=batch.namespace,
+            jobs=len(jobs),
+        )
 
 
 def cancel_jobs(kube: Kube, jobs: list[TranscriptionJob], message: str) -> int:
-    """Cancel (fenced) every non-terminal job, then delete them all. Returns how many were cancelled."""
+    """Cancel (fenced) every non-terminal job, then delete them all; returns how many cancelled."""
     cancelled = 0
     for job in jobs:
         result = fenced_write(
-            kube, job.namespace, job.name,
+            kube,
+            job.namespace,
+            job.name,
             lambda j: lease.cancel(j.status, utcnow(), reason="BatchDeleted", message=message),
-            known=job, action="cancel",
+            known=job,
+            action="cancel",
         )
         cancelled += isinstance(result, Written)
     for job in jobs:
         try:
             kube.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, job.namespace, JOB_PLURAL, job.name,
-                propagation_policy="Background", _request_timeout=15,
+                GROUP,
+                VERSION,
+                job.namespace,
+                JOB_PLURAL,
+                job.name,
+                propagation_policy="Background",
+                _request_timeout=15,
             )
         except ApiException as e:
             if e.status != 404:

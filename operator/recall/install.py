@@ -26,11 +26,14 @@ def crds_dir() -> Path:
 
 def load_crds(directory: Path | None = None) -> list[dict[str, Any]]:
     d = directory or crds_dir()
-    return [doc for p in sorted(d.glob("*.yaml")) for doc in yaml.safe_load_all(p.read_text()) if doc]
+    return [
+        doc for p in sorted(d.glob("*.yaml")) for doc in yaml.safe_load_all(p.read_text()) if doc
+    ]
 
 
-def install_crds(kubeconfig: str | None = None, *, timeout: float = 30.0,
-                 api: client.ApiClient | None = None) -> list[str]:
+def install_crds(
+    kubeconfig: str | None = None, *, timeout: float = 30.0, api: client.ApiClient | None = None
+) -> list[str]:
     """Create or update every CRD and wait for it to be Established. Returns their names."""
     api = api or load_api_client(kubeconfig)
     ext = client.ApiextensionsV1Api(api)
@@ -66,7 +69,9 @@ def ensure_peering(api: client.ApiClient, name: str, namespace: str | None) -> N
     body = {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": {"name": name}}
     try:
         if namespace:
-            custom.create_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings", body)
+            custom.create_namespaced_custom_object(
+                "kopf.dev", "v1", namespace, "kopfpeerings", body
+            )
         else:
             custom.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", body)
     except ApiException as e:

@@ -88,7 +88,9 @@ def merge_patch(old: Any, new: Any) -> Any:
     return patch
 
 
-def load_api_client(kubeconfig: str | Path | None = None, context: str | None = None) -> client.ApiClient:
+def load_api_client(
+    kubeconfig: str | Path | None = None, context: str | None = None
+) -> client.ApiClient:
     """An API client from the given kubeconfig, $KUBECONFIG, ~/.kube/config, or in-cluster."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -96,8 +98,9 @@ def load_api_client(kubeconfig: str | Path | None = None, context: str | None = 
         config.load_incluster_config(client_configuration=cfg)
         return client.ApiClient(cfg)
     cfg = client.Configuration()
-    config.load_kube_config(config_file=str(path) if path else None, context=context,
-                            client_configuration=cfg)
+    config.load_kube_config(
+        config_file=str(path) if path else None, context=context, client_configuration=cfg
+    )
     # Many threads (heartbeater, watcher, main loop) share one client.
     cfg.connection_pool_maxsize = 16
     return client.ApiClient(cfg)
@@ -138,12 +141,18 @@ class Kube:
         except ApiException as e:
             if e.status == 404:
                 return None
-            raise KubeError(f"get {name}: {e.status} {api_message(e)}", status=e.status,
-                            transient=e.status in TRANSIENT_STATUS) from e
+            raise KubeError(
+                f"get {name}: {e.status} {api_message(e)}",
+                status=e.status,
+                transient=e.status in TRANSIENT_STATUS,
+            ) from e
         return TranscriptionJob.from_api(obj)
 
     def list_jobs(
-        self, namespace: str | None, *, field_selector: str | None = None,
+        self,
+        namespace: str | None,
+        *,
+        field_selector: str | None = None,
         label_selector: str | None = None,
     ) -> tuple[list[TranscriptionJob], str]:
         """Jobs and the list's resourceVersion (to start a watch from)."""
@@ -162,8 +171,13 @@ class Kube:
         return jobs, str(out["metadata"]["resourceVersion"])
 
     def watch_jobs(
-        self, namespace: str | None, resource_version: str, *, field_selector: str | None = None,
-        label_selector: str | None = None, timeout_seconds: int = 300,
+        self,
+        namespace: str | None,
+        resource_version: str,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, raw object) from a watch; ends after `timeout_seconds` or on error.
 
@@ -199,14 +213,24 @@ class Kube:
         return out
 
     def patch_job_status(
-        self, namespace: str, name: str, resource_version: str, status_patch: dict[str, Any],
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        status_patch: dict[str, Any],
         timeout: float = REQUEST_TIMEOUT,
     ) -> TranscriptionJob:
         """One merge patch of `/status`, applied only at `resource_version` (else 409)."""
         body = {"metadata": {"resourceVersion": resource_version}, "status": status_patch}
         obj = self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, JOB_PLURAL, name, body,
-            _content_type=MERGE_PATCH, _request_timeout=timeout,
+            GROUP,
+            VERSION,
+            namespace,
+            JOB_PLURAL,
+            name,
+            body,
+            _content_type=MERGE_PATCH,
+            _request_timeout=timeout,
         )
         return TranscriptionJob.from_api(obj)
 
@@ -237,7 +261,12 @@ class Kube:
         return cm
 
     def apply_config_map(
-        self, namespace: str, name: str, data: dict[str, str], *, labels: dict[str, str],
+        self,
+        namespace: str,
+        name: str,
+        data: dict[str, str],
+        *,
+        labels: dict[str, str],
         owner: TranscriptionJob | None = None,
     ) -> None:
         """Create the ConfigMap, or replace its data if it exists."""
@@ -246,18 +275,25 @@ class Kube:
             meta.owner_references = [owner_reference(owner)]
         body = client.V1ConfigMap(metadata=meta, data=data)
         try:
-            self.core.create_namespaced_config_map(namespace, body, _request_timeout=REQUEST_TIMEOUT)
+            self.core.create_namespaced_config_map(
+                namespace, body, _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as e:
             if e.status != 409:
                 raise
             self.core.patch_namespaced_config_map(
-                name, namespace, {"data": data}, _content_type=MERGE_PATCH,
+                name,
+                namespace,
+                {"data": data},
+                _content_type=MERGE_PATCH,
                 _request_timeout=REQUEST_TIMEOUT,
             )
 
     def delete_config_map(self, namespace: str, name: str) -> bool:
         try:
-            self.core.delete_namespaced_config_map(name, namespace, _request_timeout=REQUEST_TIMEOUT)
+            self.core.delete_namespaced_config_map(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as e:
             if e.status == 404:
                 return False
@@ -268,8 +304,12 @@ class Kube:
 def owner_reference(job: TranscriptionJob) -> client.V1OwnerReference:
     assert job.metadata.uid is not None
     return client.V1OwnerReference(
-        api_version=job.api_version, kind=job.kind, name=job.name, uid=job.metadata.uid,
-        controller=True, block_owner_deletion=False,
+        api_version=job.api_version,
+        kind=job.kind,
+        name=job.name,
+        uid=job.metadata.uid,
+        controller=True,
+        block_owner_deletion=False,
     )
 
 
@@ -311,23 +351,28 @@ def fenced_write(
             return Refused(decision, job, conflicts)
         patch = status_patch(job.status, decision)
         try:
-            written = kube.patch_job_status(namespace, name, job.resource_version, patch,
-                                            timeout=timeout)
+            written = kube.patch_job_status(
+                namespace, name, job.resource_version, patch, timeout=timeout
+            )
         except ApiException as e:
             if e.status == 404:
                 return Refused(lease_core.Refusal(lease_core.RefusalReason.GONE), None, conflicts)
             if e.status != 409:
                 raise KubeError(
                     f"{action} {namespace}/{name}: {e.status} {api_message(e)}",
-                    status=e.status, transient=e.status in TRANSIENT_STATUS,
+                    status=e.status,
+                    transient=e.status in TRANSIENT_STATUS,
                 ) from e
             conflicts += 1
             metrics.CONFLICTS.labels(action=action).inc()
             if not retry_on_conflict:
                 metrics.FENCED_REJECTIONS.labels(action=action, reason="Conflict").inc()
                 return Refused(
-                    lease_core.Refusal(lease_core.RefusalReason.NOT_QUEUED, "409: another writer won"),
-                    job, conflicts,
+                    lease_core.Refusal(
+                        lease_core.RefusalReason.NOT_QUEUED, "409: another writer won"
+                    ),
+                    job,
+                    conflicts,
                 )
             job = None
             # Jittered backoff: 10, 20, 40 ... ms, so two retrying writers drift apart.

@@ -62,7 +62,7 @@ class Refusal:
 
     @property
     def lease_lost(self) -> bool:
-        """For a lease holder, every refusal of renew/complete/fail/release means the lease is gone."""
+        """For a holder, a refusal of renew/complete/fail/release means the lease is gone."""
         return self.reason in (
             RefusalReason.NOT_LEASED,
             RefusalReason.NOT_HOLDER,
@@ -90,7 +90,7 @@ def retry_backoff(failures: int, jitter: float, base: float = 5.0, cap: float = 
     `jitter` in [0, 1) spreads retries over [delay/2, delay) so failed jobs do not come back
     in lockstep ("equal jitter").
     """
-    delay = min(cap, base * 2 ** max(0, failures - 1))
+    delay: float = min(cap, base * 2.0 ** max(0, failures - 1))
     return delay / 2 + (delay / 2) * jitter
 
 
@@ -133,7 +133,10 @@ def claim(
         update={
             "phase": Phase.LEASED,
             "lease": Lease(
-                holder=worker, token=token, acquire_time=now, renew_time=now,
+                holder=worker,
+                token=token,
+                acquire_time=now,
+                renew_time=now,
                 duration_seconds=lease_seconds,
             ),
             "attempts": status.attempts + 1,
@@ -178,8 +181,12 @@ def complete(
             "progress": progress,
             "completed_at": now,
             "conditions": set_condition(
-                status.conditions, "Complete", "True", "Transcribed",
-                f"transcript in ConfigMap {result.config_map}", now,
+                status.conditions,
+                "Complete",
+                "True",
+                "Transcribed",
+                f"transcript in ConfigMap {result.config_map}",
+                now,
             ),
         }
     )
@@ -199,7 +206,7 @@ def fail(
     backoff_base: float = 5.0,
     backoff_cap: float = 300.0,
 ) -> Decision:
-    """Leased → Queued with a backoff, or → Failed when the error is permanent or attempts are spent."""
+    """Leased → Queued with a backoff, or → Failed when permanent or the attempts are spent."""
     if refusal := _holder_check(status, worker, token):
         return refusal
     error = JobError(
@@ -301,8 +308,12 @@ def reclaim(
             }
         )
     return status.model_copy(
-        update={"phase": Phase.QUEUED, "lease": None, "expired_leases": expired,
-                "last_error": error}
+        update={
+            "phase": Phase.QUEUED,
+            "lease": None,
+            "expired_leases": expired,
+            "last_error": error,
+        }
     )
 
 

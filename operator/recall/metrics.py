@@ -42,7 +42,7 @@ JOBS = Gauge("recall_jobs", "TranscriptionJobs seen by the operator, by phase.",
 BATCH_WRITES = Counter("recall_batch_status_writes_total", "Batch status writes by the operator.")
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - metrics listen on the pod IP
+def serve(port: int, addr: str = "0.0.0.0") -> None:
     """Serve /metrics on `port` from a daemon thread. Port 0 disables it."""
     if port:
         start_http_server(port, addr=addr)

@@ -128,8 +128,9 @@ class Progress(Model):
 
     @classmethod
     def of(cls, done: int, total: int, checkpoint: str | None = None) -> Progress:
-        return cls(chunks_done=done, chunks_total=total, checkpoint=checkpoint,
-                   summary=f"{done}/{total}")
+        return cls(
+            chunks_done=done, chunks_total=total, checkpoint=checkpoint, summary=f"{done}/{total}"
+        )
 
 
 class Result(Model):
@@ -317,13 +318,17 @@ def set_condition(
         moved = c.status != status
         out.append(
             Condition(
-                type=type_, status=status, reason=reason, message=message,
+                type=type_,
+                status=status,
+                reason=reason,
+                message=message,
                 last_transition_time=now if moved else c.last_transition_time,
             )
         )
     if not found:
         out.append(
-            Condition(type=type_, status=status, reason=reason, message=message,
-                      last_transition_time=now)
+            Condition(
+                type=type_, status=status, reason=reason, message=message, last_transition_time=now
+            )
         )
     return out

@@ -78,8 +78,11 @@ def count(items: dict[str, ItemStatus], total: int) -> Counts:
     for it in items.values():
         by[it.phase] += 1
     return Counts(
-        total=total, queued=by[ItemPhase.QUEUED], transcribing=by[ItemPhase.TRANSCRIBING],
-        completed=by[ItemPhase.COMPLETED], failed=by[ItemPhase.FAILED],
+        total=total,
+        queued=by[ItemPhase.QUEUED],
+        transcribing=by[ItemPhase.TRANSCRIBING],
+        completed=by[ItemPhase.COMPLETED],
+        failed=by[ItemPhase.FAILED],
         cancelled=by[ItemPhase.CANCELLED],
     )
 
@@ -139,27 +142,52 @@ def project(
 
     conditions = list(stored.conditions)
     if finished:
-        conditions = set_condition(conditions, "Complete", "True", "AllItemsFinished",
-                                   f"{counts.completed} completed, {counts.failed} failed, "
-                                   f"{counts.cancelled} cancelled", now)
-        conditions = set_condition(conditions, "Progressing", "False", "Finished",
-                                   "no items left", now)
+        conditions = set_condition(
+            conditions,
+            "Complete",
+            "True",
+            "AllItemsFinished",
+            f"{counts.completed} completed, {counts.failed} failed, {counts.cancelled} cancelled",
+            now,
+        )
+        conditions = set_condition(
+            conditions, "Progressing", "False", "Finished", "no items left", now
+        )
     else:
-        conditions = set_condition(conditions, "Complete", "False", "ItemsRemaining",
-                                   f"{counts.total - done} of {counts.total} items left", now)
+        conditions = set_condition(
+            conditions,
+            "Complete",
+            "False",
+            "ItemsRemaining",
+            f"{counts.total - done} of {counts.total} items left",
+            now,
+        )
         if batch.spec.suspend:
-            conditions = set_condition(conditions, "Progressing", "False", "Suspended",
-                                       "spec.suspend is true: no new claims", now)
+            conditions = set_condition(
+                conditions,
+                "Progressing",
+                "False",
+                "Suspended",
+                "spec.suspend is true: no new claims",
+                now,
+            )
         else:
-            conditions = set_condition(conditions, "Progressing", "True", "ItemsRemaining",
-                                       f"{counts.transcribing} transcribing, {counts.queued} queued",
-                                       now)
+            conditions = set_condition(
+                conditions,
+                "Progressing",
+                "True",
+                "ItemsRemaining",
+                f"{counts.transcribing} transcribing, {counts.queued} queued",
+                now,
+            )
     if counts.failed:
-        conditions = set_condition(conditions, "Failed", "True", "ItemsFailed",
-                                   f"{counts.failed} item(s) failed", now)
+        conditions = set_condition(
+            conditions, "Failed", "True", "ItemsFailed", f"{counts.failed} item(s) failed", now
+        )
     else:
-        conditions = set_condition(conditions, "Failed", "False", "NoFailures", "no item failed",
-                                   now)
+        conditions = set_condition(
+            conditions, "Failed", "False", "NoFailures", "no item failed", now
+        )
 
     status = BatchStatus(
         observed_generation=batch.metadata.generation,

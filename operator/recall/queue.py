@@ -47,7 +47,11 @@ def claimable(job: TranscriptionJob, now: dt.datetime, engine: str) -> bool:
 
 
 def choose(
-    candidates: list[TranscriptionJob], now: dt.datetime, engine: str, window: int, rng: random.Random
+    candidates: list[TranscriptionJob],
+    now: dt.datetime,
+    engine: str,
+    window: int,
+    rng: random.Random,
 ) -> TranscriptionJob | None:
     """The pure part of `pick`: order, filter and choose among the head of the queue."""
     ready = sorted((j for j in candidates if claimable(j, now, engine)), key=order_key)
@@ -105,7 +109,10 @@ class JobQueue:
         """Forget `job` until the watch brings it back (it was claimed by someone)."""
         with self._cond:
             current = self._jobs.get((job.namespace, job.name))
-            if current is not None and current.metadata.resource_version == job.metadata.resource_version:
+            if (
+                current is not None
+                and current.metadata.resource_version == job.metadata.resource_version
+            ):
                 del self._jobs[(job.namespace, job.name)]
 
     def wait(self, timeout: float) -> None:
@@ -152,7 +159,10 @@ class JobQueue:
     def _watch(self, rv: str) -> None:
         timeout = max(1, int(self.relist_seconds))
         for kind, obj in self.kube.watch_jobs(
-            self.namespace, rv, field_selector=FIELD_SELECTOR, label_selector=LABEL_SELECTOR,
+            self.namespace,
+            rv,
+            field_selector=FIELD_SELECTOR,
+            label_selector=LABEL_SELECTOR,
             timeout_seconds=timeout,
         ):
             if self._stop.is_set():

@@ -55,8 +55,10 @@ class LeaseClock:
             or current.duration_seconds != lease_.duration_seconds
         ):
             current = Observation(
-                token=lease_.token, renew_time=lease_.renew_time,
-                duration_seconds=lease_.duration_seconds, observed_at=now_monotonic,
+                token=lease_.token,
+                renew_time=lease_.renew_time,
+                duration_seconds=lease_.duration_seconds,
+                observed_at=now_monotonic,
             )
             self.seen[key] = current
         return current
@@ -78,7 +80,9 @@ class ReclaimDecision:
     overdue: float  # seconds past expiry at decision time
 
 
-def decide(clock: LeaseClock, jobs: Iterable[TranscriptionJob], now_monotonic: float) -> list[ReclaimDecision]:
+def decide(
+    clock: LeaseClock, jobs: Iterable[TranscriptionJob], now_monotonic: float
+) -> list[ReclaimDecision]:
     """Observe every job and return those whose lease expired on our clock."""
     out = []
     for job in jobs:
@@ -101,26 +105,37 @@ def reclaim_job(
     """Apply one reclaim with a fenced write. A renewal that landed first wins (refusal)."""
     job = decision.job
     result = fenced_write(
-        kube, job.namespace, job.name,
+        kube,
+        job.namespace,
+        job.name,
         lambda j: lease.reclaim(
             j.status, now, now_monotonic, decision.observation, max_attempts=j.spec.max_attempts
         ),
-        known=job, action="reclaim",
+        known=job,
+        action="reclaim",
     )
     if isinstance(result, Refused):
-        _log.info("reclaim_refused", job=job.name, namespace=job.namespace,
-                  reason=result.refusal.reason)
+        _log.info(
+            "reclaim_refused", job=job.name, namespace=job.namespace, reason=result.refusal.reason
+        )
         return ReclaimOutcome(result.job or job, False, result.refusal.reason)
     assert isinstance(result, Written)
     written = result.job
     metrics.RECLAIMS.inc()
     obs = decision.observation
-    metrics.RECLAIM_DELAY.observe(max(0.0, time.monotonic() - obs.observed_at - obs.duration_seconds))
+    metrics.RECLAIM_DELAY.observe(
+        max(0.0, time.monotonic() - obs.observed_at - obs.duration_seconds)
+    )
     phase = written.status.effective_phase
     _log.info(
-        "reclaimed", job=job.name, namespace=job.namespace, holder=decision.job.status.lease.holder
-        if decision.job.status.lease else None, attempt=written.status.attempts,
-        expired_leases=written.status.expired_leases, phase=phase, overdue_seconds=round(decision.overdue, 3),
+        "reclaimed",
+        job=job.name,
+        namespace=job.namespace,
+        holder=decision.job.status.lease.holder if decision.job.status.lease else None,
+        attempt=written.status.attempts,
+        expired_leases=written.status.expired_leases,
+        phase=phase,
+        overdue_seconds=round(decision.overdue, 3),
     )
     return ReclaimOutcome(written, True, phase)
 
@@ -137,7 +152,9 @@ class Reaper:
         self.namespace = namespace
         self.clock = clock or LeaseClock()
 
-    def run_once(self, now: dt.datetime | None = None, now_monotonic: float | None = None) -> list[ReclaimOutcome]:
+    def run_once(
+        self, now: dt.datetime | None = None, now_monotonic: float | None = None
+    ) -> list[ReclaimOutcome]:
         """One scan; returns the reclaims it attempted (written or refused)."""
         mono = time.monotonic() if now_monotonic is None else now_monotonic
         jobs, _ = self.kube.list_jobs(self.namespace, field_selector="status.phase=Leased")
@@ -146,5 +163,7 @@ class Reaper:
             if key not in live:
                 self.clock.forget(key)
         stamp = now or dt.datetime.now(dt.UTC)
-        return [reclaim_job(self.kube, d, now=stamp, now_monotonic=mono)
-                for d in decide(self.clock, jobs, mono)]
+        return [
+            reclaim_job(self.kube, d, now=stamp, now_monotonic=mono)
+            for d in decide(self.clock, jobs, mono)
+        ]

@@ -30,8 +30,12 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
     liveness = (
         f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
     )
-    log.get("operator").info("operator_starting", peering=settings.peering,
-                             priority=settings.priority, namespace=settings.namespace or "*")
+    log.get("operator").info(
+        "operator_starting",
+        peering=settings.peering,
+        priority=settings.priority,
+        namespace=settings.namespace or "*",
+    )
     kopf.run(
         registry=registry,
         standalone=settings.peering is None,

@@ -25,7 +25,9 @@ class WorkerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RECALL_WORKER_", extra="ignore")
 
-    id: str = Field(default_factory=default_worker_id, description="Worker identity (lease holder).")
+    id: str = Field(
+        default_factory=default_worker_id, description="Worker identity (lease holder)."
+    )
     namespace: str | None = Field(None, description="Namespace to take jobs from; None = current.")
     engine: Literal["whisper", "openai", "simulated"] = Field(
         "whisper", description="The engine this worker runs; it claims only jobs that accept it."
@@ -34,11 +36,15 @@ class WorkerSettings(BaseSettings):
         1 / 3, gt=0, lt=0.5, description="Heartbeat interval as a share of the lease duration."
     )
     renew_deadline_fraction: float = Field(
-        2 / 3, gt=0, lt=1,
+        2 / 3,
+        gt=0,
+        lt=1,
         description="Stop working when no renewal succeeded for this share of the lease duration.",
     )
     grace_seconds: float = Field(
-        10.0, ge=0, description="On SIGTERM, how long to let the current job finish before releasing it."
+        10.0,
+        ge=0,
+        description="On SIGTERM, how long to let the current job finish before releasing it.",
     )
     pick_window: int = Field(
         4, ge=1, description="Pick at random among this many jobs at the head of the queue."
@@ -71,7 +77,9 @@ class WorkerSettings(BaseSettings):
     openai_base_url: str = Field("https://api.openai.com/v1", description="API base URL.")
     openai_model: str = Field("whisper-1", description="Model name sent to the API.")
     openai_api_key_env: str = Field("OPENAI_API_KEY", description="Variable holding the API key.")
-    openai_api_key_file: Path | None = Field(None, description="File holding the API key (a mounted Secret).")
+    openai_api_key_file: Path | None = Field(
+        None, description="File holding the API key (a mounted Secret)."
+    )
     openai_timeout: float = Field(120.0, gt=0, description="Timeout of one API request, seconds.")
     openai_max_retries: int = Field(5, ge=0, description="Retries on 429 and 5xx.")
     # media
@@ -95,7 +103,9 @@ class OperatorSettings(BaseSettings):
 
     namespace: str | None = Field(None, description="Namespace to watch; None = all namespaces.")
     tick_seconds: float = Field(
-        0.5, gt=0, le=10,
+        0.5,
+        gt=0,
+        le=10,
         description="How often each Batch's timer reclaims expired leases and writes pending "
         "projections (also the coalescing window of Batch status writes), seconds.",
     )
@@ -103,7 +113,9 @@ class OperatorSettings(BaseSettings):
         30.0, gt=0, description="How often every Batch is reconciled with its jobs, seconds."
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
-    liveness_port: int = Field(0, ge=0, le=65535, description="Serve kopf's /healthz here; 0 = off.")
+    liveness_port: int = Field(
+        0, ge=0, le=65535, description="Serve kopf's /healthz here; 0 = off."
+    )
     peering: str | None = Field(None, description="kopf peering name for HA; None = standalone.")
     priority: int = Field(0, description="kopf peering priority of this operator.")
     peering_lifetime: int = Field(

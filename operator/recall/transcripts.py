@@ -72,19 +72,26 @@ class Transcript:
         return {
             "transcript.txt": self.text,
             "segments.json": json.dumps([s.model_dump() for s in self.segments]),
-            "meta.json": json.dumps({"duration": self.duration, "engine": self.engine,
-                                     "words": self.words}),
+            "meta.json": json.dumps(
+                {"duration": self.duration, "engine": self.engine, "words": self.words}
+            ),
         }
 
     @classmethod
     def from_data(cls, data: dict[str, str]) -> Transcript:
         meta: dict[str, Any] = json.loads(data.get("meta.json", "{}"))
         segments = [Segment.model_validate(s) for s in json.loads(data.get("segments.json", "[]"))]
-        return cls(text=data.get("transcript.txt", ""), segments=segments,
-                   duration=float(meta.get("duration", 0.0)), engine=str(meta.get("engine", "")))
+        return cls(
+            text=data.get("transcript.txt", ""),
+            segments=segments,
+            duration=float(meta.get("duration", 0.0)),
+            engine=str(meta.get("engine", "")),
+        )
 
 
-def assemble(segments_by_chunk: dict[int, list[Segment]], duration: float, engine: str) -> Transcript:
+def assemble(
+    segments_by_chunk: dict[int, list[Segment]], duration: float, engine: str
+) -> Transcript:
     """Join chunk segments in chunk order (times are already absolute)."""
     ordered = [s for i in sorted(segments_by_chunk) for s in segments_by_chunk[i]]
     text = " ".join(s.text.strip() for s in ordered if s.text.strip())
@@ -105,7 +112,9 @@ class TranscriptStore:
             LABEL_COMPONENT: "transcript",
         }
 
-    def load_checkpoint(self, job: TranscriptionJob, checkpoint: str | None, done: int) -> dict[int, list[Segment]]:
+    def load_checkpoint(
+        self, job: TranscriptionJob, checkpoint: str | None, done: int
+    ) -> dict[int, list[Segment]]:
         """Segments of chunks [0, done) from the checkpoint ConfigMap; {} when there is none.
 
         Raises `LookupError` if the checkpoint names a ConfigMap or chunk that is missing.
@@ -129,15 +138,23 @@ class TranscriptStore:
     ) -> str:
         """Write (or add) chunk segments to this attempt's chunk ConfigMap; returns its name."""
         name = chunks_name(job.name, attempt)
-        data = {chunk_key(i): json.dumps([s.model_dump() for s in segs]) for i, segs in chunks.items()}
-        self.kube.apply_config_map(job.namespace, name, data,
-                                   labels=self._labels(job, attempt, "chunks"), owner=job)
+        data = {
+            chunk_key(i): json.dumps([s.model_dump() for s in segs]) for i, segs in chunks.items()
+        }
+        self.kube.apply_config_map(
+            job.namespace, name, data, labels=self._labels(job, attempt, "chunks"), owner=job
+        )
         return name
 
     def save_transcript(self, job: TranscriptionJob, attempt: int, transcript: Transcript) -> str:
         name = transcript_name(job.name, attempt)
-        self.kube.apply_config_map(job.namespace, name, transcript.to_data(),
-                                   labels=self._labels(job, attempt, "transcript"), owner=job)
+        self.kube.apply_config_map(
+            job.namespace,
+            name,
+            transcript.to_data(),
+            labels=self._labels(job, attempt, "transcript"),
+            owner=job,
+        )
         return name
 
     def load_transcript(self, namespace: str, name: str) -> Transcript | None:

@@ -49,6 +49,7 @@ from recall.transcripts import TranscriptStore, assemble
 
 Clock = Callable[[], dt.datetime]
 T = TypeVar("T")
+TRANSIENT_WRITE_ERRORS: tuple[type[BaseException], ...] = (KubeError, *TRANSPORT_ERRORS)
 
 
 def utcnow() -> dt.datetime:
@@ -80,7 +81,13 @@ class LeaseHandle:
     """
 
     def __init__(
-        self, kube: Kube, job: TranscriptionJob, worker: str, token: str, *, clock: Clock,
+        self,
+        kube: Kube,
+        job: TranscriptionJob,
+        worker: str,
+        token: str,
+        *,
+        clock: Clock,
         renew_deadline: float,
     ) -> None:
         self.kube = kube
@@ -93,9 +100,16 @@ class LeaseHandle:
         self.lost_reason = ""
         self._lock = threading.Lock()
         self._beat = _Beat(time.monotonic())
+        # Where the time of this attempt goes: lease writes (claim, renewals, complete), the
+        # transcript store, the engine. Reported with the outcome.
+        self.timings: dict[str, float] = {"lease": 0.0, "store": 0.0, "engine": 0.0, "media": 0.0}
+        self.lease_writes = 0
         self.log = log.get("worker").bind(
-            job=job.name, namespace=job.namespace, worker=worker,
-            attempt=job.status.attempts, token=short_token(token),
+            job=job.name,
+            namespace=job.namespace,
+            worker=worker,
+            attempt=job.status.attempts,
+            token=short_token(token),
         )
 
     @property
@@ -123,29 +137,43 @@ class LeaseHandle:
             metrics.LEASES_LOST.labels(reason=reason).inc()
             self.log.warning("lease_lost", reason=reason, detail=detail, **context)
 
-    def _write(self, action: str, decide: Callable[[TranscriptionJob], lease.Decision]) -> TranscriptionJob:
+    def _write(
+        self, action: str, decide: Callable[[TranscriptionJob], lease.Decision]
+    ) -> TranscriptionJob:
         """One fenced write of the holder. Transient API errors are retried until the renew
         deadline, which then counts as a lost lease: the outcome is always known in time."""
         with self._lock:
             self.check()
             faults.pause("worker-pause-before-write", action=action)
+            started = time.monotonic()
             while True:
                 remaining = self.renew_deadline - self.seconds_since_renewal()
                 try:
                     result: FencedResult = fenced_write(
-                        self.kube, self.known.namespace, self.known.name, decide,
-                        known=self.known, action=action, timeout=max(0.5, remaining),
+                        self.kube,
+                        self.known.namespace,
+                        self.known.name,
+                        decide,
+                        known=self.known,
+                        action=action,
+                        timeout=max(0.5, remaining),
                     )
                     break
-                except (KubeError, *TRANSPORT_ERRORS) as e:
+                except TRANSIENT_WRITE_ERRORS as e:
                     if isinstance(e, KubeError) and not e.transient:
                         raise
                     self.log.warning("write_error", action=action, error=str(e)[:200])
                     self.check()
                     time.sleep(min(0.5, max(0.05, remaining / 4)))
+            self.timings["lease"] += time.monotonic() - started
+            self.lease_writes += 1
             if isinstance(result, Refused):
-                self._mark_lost(result.refusal.reason, result.refusal.detail, action=action,
-                                conflicts=result.conflicts)
+                self._mark_lost(
+                    result.refusal.reason,
+                    result.refusal.detail,
+                    action=action,
+                    conflicts=result.conflicts,
+                )
                 raise LeaseLost(result.refusal.reason, result.refusal.detail)
             assert isinstance(result, Written)
             self.known = result.job
@@ -164,29 +192,44 @@ class LeaseHandle:
         started = time.monotonic()
         self._write(
             "renew",
-            lambda job: lease.renew(job.status, self.clock(), self.worker, self.token, progress=progress),
+            lambda job: lease.renew(
+                job.status, self.clock(), self.worker, self.token, progress=progress
+            ),
         )
         metrics.HEARTBEAT_LATENCY.observe(time.monotonic() - started)
 
     def complete(self, result: Result) -> None:
         self._write(
             "complete",
-            lambda job: lease.complete(job.status, self.clock(), self.worker, self.token, result=result),
+            lambda job: lease.complete(
+                job.status, self.clock(), self.worker, self.token, result=result
+            ),
         )
 
-    def fail(self, error: EngineError, *, backoff_base: float, backoff_cap: float) -> TranscriptionJob:
+    def fail(
+        self, error: EngineError, *, backoff_base: float, backoff_cap: float
+    ) -> TranscriptionJob:
         return self._write(
             "fail",
             lambda job: lease.fail(
-                job.status, self.clock(), self.worker, self.token, reason=error.reason,
-                message=error.message, permanent=error.permanent,
-                max_attempts=job.spec.max_attempts, jitter=random.random(),
-                backoff_base=backoff_base, backoff_cap=backoff_cap,
+                job.status,
+                self.clock(),
+                self.worker,
+                self.token,
+                reason=error.reason,
+                message=error.message,
+                permanent=error.permanent,
+                max_attempts=job.spec.max_attempts,
+                jitter=random.random(),
+                backoff_base=backoff_base,
+                backoff_cap=backoff_cap,
             ),
         )
 
     def release(self) -> None:
-        self._write("release", lambda job: lease.release(job.status, self.clock(), self.worker, self.token))
+        self._write(
+            "release", lambda job: lease.release(job.status, self.clock(), self.worker, self.token)
+        )
 
 
 class Heartbeater:
@@ -201,7 +244,9 @@ class Heartbeater:
         self.handle = handle
         self.interval = interval
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{handle.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"heartbeat-{handle.name}", daemon=True
+        )
 
     def __enter__(self) -> Heartbeater:
         self._thread.start()
@@ -250,7 +295,10 @@ class Worker:
         self.clock = clock
         self.store = TranscriptStore(kube)
         self.queue = JobQueue(
-            kube, namespace, engine.name, window=settings.pick_window,
+            kube,
+            namespace,
+            engine.name,
+            window=settings.pick_window,
             relist_seconds=settings.relist_seconds,
         )
         self.stopping = threading.Event()
@@ -291,8 +339,12 @@ class Worker:
         finally:
             self.queue.stop()
             self._executor.shutdown(wait=False, cancel_futures=True)
-            self.log.info("worker_stopped", jobs=self.jobs_done, claims=self.claims,
-                          claim_conflicts=self.claim_conflicts)
+            self.log.info(
+                "worker_stopped",
+                jobs=self.jobs_done,
+                claims=self.claims,
+                claim_conflicts=self.claim_conflicts,
+            )
         return 0
 
     def run_once(self) -> bool:
@@ -311,14 +363,23 @@ class Worker:
 
     def claim(self, job: TranscriptionJob) -> LeaseHandle | None:
         token = lease.new_token()
+        started = time.monotonic()
         result = fenced_write(
-            self.kube, job.namespace, job.name,
+            self.kube,
+            job.namespace,
+            job.name,
             lambda j: lease.claim(
-                j.status, self.clock(), self.settings.id, token,
-                lease_seconds=j.spec.lease_duration_seconds, max_attempts=j.spec.max_attempts,
+                j.status,
+                self.clock(),
+                self.settings.id,
+                token,
+                lease_seconds=j.spec.lease_duration_seconds,
+                max_attempts=j.spec.max_attempts,
                 suspended=j.suspended,
             ),
-            known=job, retry_on_conflict=False, action="claim",
+            known=job,
+            retry_on_conflict=False,
+            action="claim",
         )
         if isinstance(result, Refused):
             self.queue.discard(job)
@@ -333,9 +394,15 @@ class Worker:
         claimed = result.job
         lease_seconds = claimed.spec.lease_duration_seconds
         handle = LeaseHandle(
-            self.kube, claimed, self.settings.id, token, clock=self.clock,
+            self.kube,
+            claimed,
+            self.settings.id,
+            token,
+            clock=self.clock,
             renew_deadline=lease_seconds * self.settings.renew_deadline_fraction,
         )
+        handle.timings["lease"] += time.monotonic() - started
+        handle.lease_writes += 1
         handle.log.info("claimed", lease_seconds=lease_seconds)
         return handle
 
@@ -368,13 +435,20 @@ class Worker:
         progress = job.status.progress
         done_before = progress.chunks_done if progress else 0
         checkpoint = progress.checkpoint if progress else None
+        t = h.timings
+        clock = time.monotonic()
         segments = self.store.load_checkpoint(job, checkpoint, done_before)
+        t["store"] += time.monotonic() - clock
 
+        clock = time.monotonic()
         media: Media = self._call(h, cancel, lambda: self.engine.load_media(job))
+        t["media"] += time.monotonic() - clock
         total = len(media.chunks)
         if segments:
             # Resume: carry the checkpointed chunks into this attempt's own ConfigMap.
+            clock = time.monotonic()
             checkpoint = self.store.save_chunks(job, h.attempt, segments)
+            t["store"] += time.monotonic() - clock
             h.log.info("resumed", chunks_done=done_before, chunks_total=total)
         h.renew(Progress.of(len(segments), total, checkpoint))
 
@@ -383,28 +457,43 @@ class Worker:
                 continue
             self._check_stop(h)
             h.renew_before_call()  # before the (possibly paid) engine call
+            clock = time.monotonic()
             result: list[Segment] = self._call(
-                h, cancel,
+                h,
+                cancel,
                 lambda c=chunk: self.engine.transcribe(  # type: ignore[misc]
                     c, language=job.spec.language, cancel=cancel, job=job, attempt=h.attempt
                 ),
             )
+            t["engine"] += time.monotonic() - clock
             metrics.ENGINE_CHUNKS.labels(engine=self.engine.name).inc()
-            shifted = [s.model_copy(update={"start": s.start + chunk.start, "end": s.end + chunk.start})
-                       for s in result]
+            shifted = [
+                s.model_copy(update={"start": s.start + chunk.start, "end": s.end + chunk.start})
+                for s in result
+            ]
             segments[chunk.index] = shifted
             h.check()
+            clock = time.monotonic()
             checkpoint = self.store.save_chunks(job, h.attempt, {chunk.index: shifted})
+            t["store"] += time.monotonic() - clock
             h.renew(Progress.of(len(segments), total, checkpoint))
-            h.log.info("chunk_done", chunk=chunk.index, chunks_done=len(segments), chunks_total=total)
+            h.log.info(
+                "chunk_done", chunk=chunk.index, chunks_done=len(segments), chunks_total=total
+            )
             faults.hit("worker-after-chunk", chunk=len(segments))
 
         transcript = assemble(segments, media.duration, self.engine.label())
         h.check()
+        clock = time.monotonic()
         name = self.store.save_transcript(job, h.attempt, transcript)
+        t["store"] += time.monotonic() - clock
         result_ref = Result(
-            config_map=name, attempt=h.attempt, worker=h.worker, engine=transcript.engine,
-            words=transcript.words, duration_seconds=round(media.duration, 3),
+            config_map=name,
+            attempt=h.attempt,
+            worker=h.worker,
+            engine=transcript.engine,
+            words=transcript.words,
+            duration_seconds=round(media.duration, 3),
         )
         faults.hit("worker-before-complete")
         try:
@@ -413,7 +502,14 @@ class Worker:
             self.store.delete(job.namespace, name)  # an orphan nobody references
             h.log.warning("complete_refused_transcript_deleted", config_map=name)
             raise
-        h.log.info("completed", config_map=name, words=transcript.words)
+        h.log.info(
+            "completed",
+            config_map=name,
+            words=transcript.words,
+            audio_seconds=round(media.duration, 2),
+            lease_writes=h.lease_writes,
+            **{f"{k}_seconds": round(v, 3) for k, v in t.items()},
+        )
         self._cleanup_chunks(job, h.attempt)
         return "succeeded"
 
@@ -456,15 +552,21 @@ class Worker:
 
     def _fail(self, h: LeaseHandle, error: EngineError) -> None:
         try:
-            job = h.fail(error, backoff_base=self.settings.retry_base_seconds,
-                         backoff_cap=self.settings.retry_cap_seconds)
+            job = h.fail(
+                error,
+                backoff_base=self.settings.retry_base_seconds,
+                backoff_cap=self.settings.retry_cap_seconds,
+            )
         except (LeaseLost, KubeError) as e:
             h.log.warning("fail_not_recorded", error=str(e))
             return
         requeued = job.status.phase is Phase.QUEUED
         metrics.JOBS_FINISHED.labels(outcome="retry" if requeued else "failed").inc()
         h.log.warning(
-            "failed", reason=error.reason, permanent=error.permanent, requeued=requeued,
+            "failed",
+            reason=error.reason,
+            permanent=error.permanent,
+            requeued=requeued,
             message=error.message,
             not_before=job.status.not_before.isoformat() if job.status.not_before else None,
         )

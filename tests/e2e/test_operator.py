@@ -29,13 +29,19 @@ from tests.helpers import (
 SIM = "--engine", "simulated"
 
 
-def operator(procs: Procs, namespace: str, name: str = "operator", *args: str,
-             env: dict[str, str] | None = None) -> Proc:
+def operator(
+    procs: Procs,
+    namespace: str,
+    name: str = "operator",
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> Proc:
     return procs.recall(name, "operator", "--namespace", namespace, *args, env=env)
 
 
-def worker(procs: Procs, namespace: str, name: str, *args: str,
-           env: dict[str, str] | None = None) -> Proc:
+def worker(
+    procs: Procs, namespace: str, name: str, *args: str, env: dict[str, str] | None = None
+) -> Proc:
     return procs.worker(name, *SIM, "--namespace", namespace, *args, env=env)
 
 
@@ -47,8 +53,12 @@ def batch_complete(kube: Kube, ns: str, name: str) -> bool:
 def leased_by(kube: Kube, ns: str, holder: str) -> Any:
     for job in list_jobs(kube, ns):
         lease = job.status.lease
-        if lease is not None and lease.holder == holder and job.status.progress and \
-                job.status.progress.chunks_done >= 1:
+        if (
+            lease is not None
+            and lease.holder == holder
+            and job.status.progress
+            and job.status.progress.chunks_done >= 1
+        ):
             return job
     return None
 
@@ -57,8 +67,9 @@ def test_fan_out__one_job_per_item_with_owner_labels_and_defaults(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
     operator(procs, namespace)
-    create_batch(kube, namespace, "fan", ["a", "b", "c"], lease=7, max_attempts=2,
-                 simulate={"chunks": 1})
+    create_batch(
+        kube, namespace, "fan", ["a", "b", "c"], lease=7, max_attempts=2, simulate={"chunks": 1}
+    )
     wait_for(lambda: len(list_jobs(kube, namespace)) == 3, timeout=20, message=procs.dump)
     batch = get_batch(kube, namespace, "fan")
     for job in list_jobs(kube, namespace):
@@ -67,7 +78,9 @@ def test_fan_out__one_job_per_item_with_owner_labels_and_defaults(
         assert job.metadata.labels["recall.dev/item"] == job.spec.item
         assert (job.spec.lease_duration_seconds, job.spec.max_attempts) == (7, 2)
         assert job.spec.batch_ref == "fan"
-        raw = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOB_PLURAL, job.name)
+        raw = kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, JOB_PLURAL, job.name
+        )
         owner = raw["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["uid"]) == ("Batch", batch.metadata.uid)
     wait_for(lambda: get_batch(kube, namespace, "fan").status.counts, timeout=10)
@@ -80,19 +93,33 @@ def test_worker_killed_mid_job__reclaimed_in_time_and_finished_by_another(
 ) -> None:
     lease = 3
     operator(procs, namespace)
-    create_batch(kube, namespace, "b", ["a", "b", "c"], lease=lease,
-                 simulate={"chunks": 6, "chunkDelaySeconds": 0.4})
+    create_batch(
+        kube,
+        namespace,
+        "b",
+        ["a", "b", "c"],
+        lease=lease,
+        simulate={"chunks": 6, "chunkDelaySeconds": 0.4},
+    )
     victim = worker(procs, namespace, "victim")
     job = wait_for(lambda: leased_by(kube, namespace, "victim"), timeout=30, message=procs.dump)
     victim.signal(signal.SIGKILL)
     killed = time.monotonic()
-    wait_for(lambda: get_job(kube, namespace, job.name).status.expired_leases == 1,
-             timeout=lease + 5, interval=0.05, message=procs.dump)
+    wait_for(
+        lambda: get_job(kube, namespace, job.name).status.expired_leases == 1,
+        timeout=lease + 5,
+        interval=0.05,
+        message=procs.dump,
+    )
     reclaim_after = time.monotonic() - killed
     assert reclaim_after <= lease + 2, f"reclaimed {reclaim_after:.2f} s after the kill"
     assert get_job(kube, namespace, job.name).status.phase == Phase.QUEUED
-    wait_for(lambda: item_phase(kube, namespace, "b", job.spec.item) == ItemPhase.QUEUED,
-             timeout=5, interval=0.05, message="the item to return to queued")
+    wait_for(
+        lambda: item_phase(kube, namespace, "b", job.spec.item) == ItemPhase.QUEUED,
+        timeout=5,
+        interval=0.05,
+        message="the item to return to queued",
+    )
 
     helper = worker(procs, namespace, "helper", "--idle-exit", "3")
     wait_for(lambda: batch_complete(kube, namespace, "b"), timeout=60, message=procs.dump)
@@ -108,19 +135,30 @@ def test_worker_killed_mid_job__reclaimed_in_time_and_finished_by_another(
     print(f"\nreclaimed {reclaim_after:.2f} s after SIGKILL (lease {lease} s)")
 
 
-@pytest.mark.parametrize("fault", ["operator-after-reclaim-write", "operator-before-projection:True"])
+@pytest.mark.parametrize(
+    "fault", ["operator-after-reclaim-write", "operator-before-projection:True"]
+)
 def test_operator_crash_between_two_writes__healed_after_restart(
     kube: Kube, namespace: str, procs: Procs, fault: str
 ) -> None:
     lease = 3
     first = operator(procs, namespace, "operator-1", env={"RECALL_FAULT": fault})
-    create_batch(kube, namespace, "crash", ["a"], lease=lease,
-                 simulate={"chunks": 4, "chunkDelaySeconds": 0.3})
+    create_batch(
+        kube,
+        namespace,
+        "crash",
+        ["a"],
+        lease=lease,
+        simulate={"chunks": 4, "chunkDelaySeconds": 0.3},
+    )
     w = worker(procs, namespace, "w1")
     if fault.startswith("operator-after-reclaim-write"):
         wait_for(lambda: leased_by(kube, namespace, "w1"), timeout=30, message=procs.dump)
-        wait_for(lambda: item_phase(kube, namespace, "crash", "a") == ItemPhase.TRANSCRIBING,
-                 timeout=10, message=procs.dump)
+        wait_for(
+            lambda: item_phase(kube, namespace, "crash", "a") == ItemPhase.TRANSCRIBING,
+            timeout=10,
+            message=procs.dump,
+        )
         w.signal(signal.SIGKILL)
         # The operator reclaims the job, then dies before writing the item.
         assert first.wait(timeout=lease + 10) == -signal.SIGKILL
@@ -135,8 +173,11 @@ def test_operator_crash_between_two_writes__healed_after_restart(
         expected = ItemPhase.COMPLETED
 
     operator(procs, namespace, "operator-2")
-    wait_for(lambda: item_phase(kube, namespace, "crash", "a") == expected, timeout=15,
-             message=procs.dump)
+    wait_for(
+        lambda: item_phase(kube, namespace, "crash", "a") == expected,
+        timeout=15,
+        message=procs.dump,
+    )
     batch = get_batch(kube, namespace, "crash")
     assert (batch.status.heals or 0) >= 1
     wait_for(lambda: events(kube, namespace, "Healed"), timeout=10, message="a Healed event")
@@ -144,9 +185,12 @@ def test_operator_crash_between_two_writes__healed_after_restart(
         worker(procs, namespace, "w2", "--idle-exit", "3")
         wait_for(lambda: batch_complete(kube, namespace, "crash"), timeout=30, message=procs.dump)
     for job in list_jobs(kube, namespace):
-        assert item_phase(kube, namespace, "crash", job.spec.item or "") == \
-            {Phase.SUCCEEDED: ItemPhase.COMPLETED, Phase.QUEUED: ItemPhase.QUEUED}[
-                job.status.effective_phase]
+        assert (
+            item_phase(kube, namespace, "crash", job.spec.item or "")
+            == {Phase.SUCCEEDED: ItemPhase.COMPLETED, Phase.QUEUED: ItemPhase.QUEUED}[
+                job.status.effective_phase
+            ]
+        )
 
 
 @pytest.mark.slow
@@ -155,11 +199,20 @@ def test_operator_restart__never_reclaims_a_lease_being_renewed(
 ) -> None:
     lease = 3
     op = operator(procs, namespace, "operator-1")
-    create_batch(kube, namespace, "r", ["a", "b", "c", "d"], lease=lease,
-                 simulate={"chunks": 16, "chunkDelaySeconds": 0.5})
+    create_batch(
+        kube,
+        namespace,
+        "r",
+        ["a", "b", "c", "d"],
+        lease=lease,
+        simulate={"chunks": 16, "chunkDelaySeconds": 0.5},
+    )
     workers = [worker(procs, namespace, f"w{i}", "--idle-exit", "3") for i in range(2)]
-    wait_for(lambda: sum(j.status.phase == Phase.LEASED for j in list_jobs(kube, namespace)) == 2,
-             timeout=30, message=procs.dump)
+    wait_for(
+        lambda: sum(j.status.phase == Phase.LEASED for j in list_jobs(kube, namespace)) == 2,
+        timeout=30,
+        message=procs.dump,
+    )
     op.signal(signal.SIGKILL)
     op.wait(timeout=10)
     time.sleep(lease + 2)  # every lease's renewTime is now older than its duration
@@ -176,16 +229,28 @@ def test_poison_job__fails_after_max_attempts_with_its_reason(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
     operator(procs, namespace)
-    create_batch(kube, namespace, "p", ["poison"], max_attempts=3,
-                 simulate={"chunks": 2, "failure": "retriable", "failAtChunk": 1})
-    worker(procs, namespace, "w", "--idle-exit", "5",
-           env={"RECALL_WORKER_RETRY_BASE_SECONDS": "0.2"})
-    wait_for(lambda: job_phase(kube, namespace, "p-poison") == Phase.FAILED,
-             timeout=60, message=procs.dump)
+    create_batch(
+        kube,
+        namespace,
+        "p",
+        ["poison"],
+        max_attempts=3,
+        simulate={"chunks": 2, "failure": "retriable", "failAtChunk": 1},
+    )
+    worker(
+        procs, namespace, "w", "--idle-exit", "5", env={"RECALL_WORKER_RETRY_BASE_SECONDS": "0.2"}
+    )
+    wait_for(
+        lambda: job_phase(kube, namespace, "p-poison") == Phase.FAILED,
+        timeout=60,
+        message=procs.dump,
+    )
     job = get_job(kube, namespace, "p-poison")
     assert (job.status.attempts, job.status.failures, job.status.expired_leases) == (3, 3, 0)
     assert job.status.last_error is not None and job.status.last_error.reason == "SimulatedFailure"
-    assert any(c.type == "Failed" and c.reason == "AttemptsExhausted" for c in job.status.conditions)
+    assert any(
+        c.type == "Failed" and c.reason == "AttemptsExhausted" for c in job.status.conditions
+    )
     wait_for(lambda: item_phase(kube, namespace, "p", "poison") == ItemPhase.FAILED, timeout=10)
     batch = get_batch(kube, namespace, "p")
     assert "SimulatedFailure" in (batch.status.items["poison"].message or "")
@@ -199,11 +264,18 @@ def test_permanent_error__fails_at_once_without_retries(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
     operator(procs, namespace)
-    create_batch(kube, namespace, "p", ["bad"], max_attempts=5,
-                 simulate={"chunks": 2, "failure": "permanent"})
+    create_batch(
+        kube,
+        namespace,
+        "p",
+        ["bad"],
+        max_attempts=5,
+        simulate={"chunks": 2, "failure": "permanent"},
+    )
     worker(procs, namespace, "w", "--idle-exit", "3")
-    wait_for(lambda: job_phase(kube, namespace, "p-bad") == Phase.FAILED, timeout=30,
-             message=procs.dump)
+    wait_for(
+        lambda: job_phase(kube, namespace, "p-bad") == Phase.FAILED, timeout=30, message=procs.dump
+    )
     job = get_job(kube, namespace, "p-bad")
     assert (job.status.attempts, job.status.failures) == (1, 1)
     assert job.status.last_error is not None and job.status.last_error.permanent
@@ -217,11 +289,19 @@ def test_suspend__stops_new_claims_until_resumed(kube: Kube, namespace: str, pro
     time.sleep(3)
     jobs = list_jobs(kube, namespace)
     assert all(j.status.attempts == 0 and j.suspended for j in jobs)
-    assert any(c.type == "Progressing" and c.reason == "Suspended"
-               for c in get_batch(kube, namespace, "s").status.conditions)
+    assert any(
+        c.type == "Progressing" and c.reason == "Suspended"
+        for c in get_batch(kube, namespace, "s").status.conditions
+    )
     kube.custom.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, BATCH_PLURAL, "s", {"spec": {"suspend": False}},
-        _content_type=MERGE_PATCH)
+        GROUP,
+        VERSION,
+        namespace,
+        BATCH_PLURAL,
+        "s",
+        {"spec": {"suspend": False}},
+        _content_type=MERGE_PATCH,
+    )
     wait_for(lambda: batch_complete(kube, namespace, "s"), timeout=30, message=procs.dump)
     assert not any(j.suspended for j in list_jobs(kube, namespace))
 
@@ -230,15 +310,19 @@ def test_delete_batch__cancels_its_jobs_and_the_holder_stops(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
     operator(procs, namespace)
-    create_batch(kube, namespace, "d", ["a", "b"], lease=4,
-                 simulate={"chunks": 50, "chunkDelaySeconds": 0.3})
+    create_batch(
+        kube, namespace, "d", ["a", "b"], lease=4, simulate={"chunks": 50, "chunkDelaySeconds": 0.3}
+    )
     w = worker(procs, namespace, "w")
     wait_for(lambda: leased_by(kube, namespace, "w"), timeout=30, message=procs.dump)
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, BATCH_PLURAL, "d")
     wait_for(lambda: kube.get_batch(namespace, "d") is None, timeout=20, message=procs.dump)
     wait_for(lambda: not list_jobs(kube, namespace), timeout=20, message="the jobs to be deleted")
-    lost = wait_for(lambda: [e for e in w.events() if e.get("event") == "lease_lost"],
-                    timeout=10, message=procs.dump)
+    lost = wait_for(
+        lambda: [e for e in w.events() if e.get("event") == "lease_lost"],
+        timeout=10,
+        message=procs.dump,
+    )
     assert lost[0]["reason"] in ("Terminal", "Gone")
     assert "completed" not in w.event_names()
 
@@ -248,19 +332,46 @@ def test_two_operators__one_acts_and_the_other_takes_over(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
     ports = {"a": free_port(), "b": free_port()}
-    active = operator(procs, namespace, "operator-a", "--peering", "recall", "--priority", "100",
-                      "--metrics-port", str(ports["a"]))
+    active = operator(
+        procs,
+        namespace,
+        "operator-a",
+        "--peering",
+        "recall",
+        "--priority",
+        "100",
+        "--metrics-port",
+        str(ports["a"]),
+    )
     time.sleep(2)
-    standby = operator(procs, namespace, "operator-b", "--peering", "recall", "--priority", "10",
-                       "--metrics-port", str(ports["b"]))
+    standby = operator(
+        procs,
+        namespace,
+        "operator-b",
+        "--peering",
+        "recall",
+        "--priority",
+        "10",
+        "--metrics-port",
+        str(ports["b"]),
+    )
     lease = 3
-    create_batch(kube, namespace, "ha", [f"i{i}" for i in range(6)], lease=lease,
-                 simulate={"chunks": 4, "chunkDelaySeconds": 0.4})
+    create_batch(
+        kube,
+        namespace,
+        "ha",
+        [f"i{i}" for i in range(6)],
+        lease=lease,
+        simulate={"chunks": 4, "chunkDelaySeconds": 0.4},
+    )
     victim = worker(procs, namespace, "victim")
     job = wait_for(lambda: leased_by(kube, namespace, "victim"), timeout=30, message=procs.dump)
     victim.signal(signal.SIGKILL)
-    wait_for(lambda: get_job(kube, namespace, job.name).status.expired_leases == 1,
-             timeout=lease + 5, message=procs.dump)
+    wait_for(
+        lambda: get_job(kube, namespace, job.name).status.expired_leases == 1,
+        timeout=lease + 5,
+        message=procs.dump,
+    )
     time.sleep(2)  # a second reclaim, if any, would happen now
     assert get_job(kube, namespace, job.name).status.expired_leases == 1
     assert metric(ports["a"], "recall_reclaims_total") == 1
@@ -270,8 +381,12 @@ def test_two_operators__one_acts_and_the_other_takes_over(
     active.signal(signal.SIGKILL)
     killed = time.monotonic()
     worker(procs, namespace, "w2", "--idle-exit", "5")
-    wait_for(lambda: metric(ports["b"], "recall_batch_status_writes_total") > 0, timeout=40,
-             interval=0.2, message=procs.dump)
+    wait_for(
+        lambda: metric(ports["b"], "recall_batch_status_writes_total") > 0,
+        timeout=40,
+        interval=0.2,
+        message=procs.dump,
+    )
     takeover = time.monotonic() - killed
     wait_for(lambda: batch_complete(kube, namespace, "ha"), timeout=60, message=procs.dump)
     assert standby.alive()

@@ -28,29 +28,43 @@ def test_control_plane__is_ready_and_real(control_plane: ControlPlane) -> None:
 def test_status_patch__with_stale_resource_version_gets_409(kube: Kube, namespace: str) -> None:
     job = create_job(kube, namespace, "j")
     stale = job.resource_version
-    patch_status(kube, namespace, "j", {"metadata": {"resourceVersion": stale},
-                                        "status": {"failures": 1}})
+    patch_status(
+        kube, namespace, "j", {"metadata": {"resourceVersion": stale}, "status": {"failures": 1}}
+    )
     with pytest.raises(ApiException) as e:
-        patch_status(kube, namespace, "j", {"metadata": {"resourceVersion": stale},
-                                            "status": {"failures": 2}})
+        patch_status(
+            kube,
+            namespace,
+            "j",
+            {"metadata": {"resourceVersion": stale}, "status": {"failures": 2}},
+        )
     assert e.value.status == 409
     assert get_job(kube, namespace, "j").status.failures == 1
 
 
 def test_status_patch__with_current_resource_version_applies(kube: Kube, namespace: str) -> None:
     job = create_job(kube, namespace, "j")
-    out = patch_status(kube, namespace, "j", {"metadata": {"resourceVersion": job.resource_version},
-                                              "status": {"failures": 1}})
+    out = patch_status(
+        kube,
+        namespace,
+        "j",
+        {"metadata": {"resourceVersion": job.resource_version}, "status": {"failures": 1}},
+    )
     assert out["metadata"]["resourceVersion"] != job.resource_version  # type: ignore[index]
 
 
 def test_status_patch__cannot_change_labels_annotations_or_spec(kube: Kube, namespace: str) -> None:
     create_job(kube, namespace, "j", priority=1)
-    patch_status(kube, namespace, "j", {
-        "metadata": {"labels": {"sneaky": "yes"}, "annotations": {"sneaky": "yes"}},
-        "spec": {"priority": 999},
-        "status": {"failures": 1},
-    })
+    patch_status(
+        kube,
+        namespace,
+        "j",
+        {
+            "metadata": {"labels": {"sneaky": "yes"}, "annotations": {"sneaky": "yes"}},
+            "spec": {"priority": 999},
+            "status": {"failures": 1},
+        },
+    )
     job = get_job(kube, namespace, "j")
     assert job.status.failures == 1
     assert "sneaky" not in job.metadata.labels
@@ -61,7 +75,11 @@ def test_status_patch__cannot_change_labels_annotations_or_spec(kube: Kube, name
 def test_main_resource_update__cannot_change_status(kube: Kube, namespace: str) -> None:
     create_job(kube, namespace, "j")
     kube.custom.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, JOB_PLURAL, "j",
+        GROUP,
+        VERSION,
+        namespace,
+        JOB_PLURAL,
+        "j",
         {"metadata": {"labels": {"a": "b"}}, "status": {"phase": "Succeeded"}},
         _content_type=MERGE_PATCH,
     )
@@ -79,9 +97,12 @@ def test_new_job__reads_as_queued_and_is_selectable_by_phase(kube: Kube, namespa
 
 
 def test_crd_schema__rejects_a_bad_object_with_a_clear_message(kube: Kube, namespace: str) -> None:
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TranscriptionJob",
-            "metadata": {"name": "bad"}, "spec": {"source": {"url": "ftp://x/y.wav"},
-                                                  "leaseDurationSeconds": -5}}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TranscriptionJob",
+        "metadata": {"name": "bad"},
+        "spec": {"source": {"url": "ftp://x/y.wav"}, "leaseDurationSeconds": -5},
+    }
     with pytest.raises(ApiException) as e:
         kube.create_job(namespace, body)
     assert e.value.status == 422
@@ -103,15 +124,21 @@ def test_rbac__identity_without_binding_is_forbidden_and_with_binding_allowed(
     assert e.value.status == 403
     assert f"system:serviceaccount:{namespace}:reader" in api_message(e.value)
 
-    rbac.create_namespaced_role(namespace, {
-        "metadata": {"name": "reader"},
-        "rules": [{"apiGroups": [GROUP], "resources": [JOB_PLURAL], "verbs": ["get"]}],
-    })
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
-    })
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "reader"},
+            "rules": [{"apiGroups": [GROUP], "resources": [JOB_PLURAL], "verbs": ["get"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+        },
+    )
     # RBAC changes reach the authorizer's cache within moments.
     from tests.helpers import wait_for
 
@@ -119,7 +146,8 @@ def test_rbac__identity_without_binding_is_forbidden_and_with_binding_allowed(
         try:
             sa_custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOB_PLURAL, "j")
         except ApiException as err:
-            assert err.status == 403
+            if err.status != 403:
+                raise
             return False
         return True
 

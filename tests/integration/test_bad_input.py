@@ -14,11 +14,15 @@ from recall.models import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 from tests.helpers import create_job
 
 JOB: dict[str, Any] = {
-    "apiVersion": API_VERSION, "kind": "TranscriptionJob", "metadata": {"name": "bad"},
+    "apiVersion": API_VERSION,
+    "kind": "TranscriptionJob",
+    "metadata": {"name": "bad"},
     "spec": {"source": {"url": "file:///media/a.wav"}},
 }
 BATCH: dict[str, Any] = {
-    "apiVersion": API_VERSION, "kind": "Batch", "metadata": {"name": "bad"},
+    "apiVersion": API_VERSION,
+    "kind": "Batch",
+    "metadata": {"name": "bad"},
     "spec": {"items": [{"key": "a", "source": {"url": "file:///media/a.wav"}}]},
 }
 
@@ -34,26 +38,72 @@ def item(key: str, url: str = "file:///media/x.wav") -> dict[str, Any]:
 
 
 BAD: list[tuple[str, str, dict[str, Any], str]] = [
-    ("job-ftp-url", JOB_PLURAL, with_spec(JOB, source={"url": "ftp://host/a.wav"}), "spec.source.url"),
-    ("job-url-with-space", JOB_PLURAL, with_spec(JOB, source={"url": "file:///a b.wav"}), "spec.source.url"),
+    (
+        "job-ftp-url",
+        JOB_PLURAL,
+        with_spec(JOB, source={"url": "ftp://host/a.wav"}),
+        "spec.source.url",
+    ),
+    (
+        "job-url-with-space",
+        JOB_PLURAL,
+        with_spec(JOB, source={"url": "file:///a b.wav"}),
+        "spec.source.url",
+    ),
     ("job-no-source", JOB_PLURAL, {**JOB, "spec": {"language": "en"}}, "spec.source"),
-    ("job-negative-lease", JOB_PLURAL, with_spec(JOB, leaseDurationSeconds=-1), "spec.leaseDurationSeconds"),
+    (
+        "job-negative-lease",
+        JOB_PLURAL,
+        with_spec(JOB, leaseDurationSeconds=-1),
+        "spec.leaseDurationSeconds",
+    ),
     ("job-zero-attempts", JOB_PLURAL, with_spec(JOB, maxAttempts=0), "spec.maxAttempts"),
     ("job-priority-too-high", JOB_PLURAL, with_spec(JOB, priority=5000), "spec.priority"),
     ("job-language-word", JOB_PLURAL, with_spec(JOB, language="English"), "spec.language"),
     ("job-unknown-engine", JOB_PLURAL, with_spec(JOB, engine={"name": "gpt"}), "spec.engine.name"),
-    ("job-zero-chunks", JOB_PLURAL, with_spec(JOB, engine={"simulate": {"chunks": 0}}),
-     "spec.engine.simulate.chunks"),
-    ("job-chunk-too-short", JOB_PLURAL, with_spec(JOB, engine={"chunkSeconds": 1}), "spec.engine.chunkSeconds"),
+    (
+        "job-zero-chunks",
+        JOB_PLURAL,
+        with_spec(JOB, engine={"simulate": {"chunks": 0}}),
+        "spec.engine.simulate.chunks",
+    ),
+    (
+        "job-chunk-too-short",
+        JOB_PLURAL,
+        with_spec(JOB, engine={"chunkSeconds": 1}),
+        "spec.engine.chunkSeconds",
+    ),
     ("batch-no-items", BATCH_PLURAL, with_spec(BATCH, items=[]), "spec.items"),
-    ("batch-too-many-items", BATCH_PLURAL, with_spec(BATCH, items=[item(f"i{i}") for i in range(1001)]),
-     "spec.items"),
-    ("batch-duplicate-keys", BATCH_PLURAL, with_spec(BATCH, items=[item("a"), item("a")]), "spec.items[1]"),
-    ("batch-bad-key", BATCH_PLURAL, with_spec(BATCH, items=[item("Not_A_Label")]), "spec.items[0].key"),
-    ("batch-item-bad-url", BATCH_PLURAL, with_spec(BATCH, items=[item("a", "s3://b/k")]),
-     "spec.items[0].source.url"),
-    ("batch-zero-lease", BATCH_PLURAL, with_spec(BATCH, defaults={"leaseDurationSeconds": 0}),
-     "spec.defaults.leaseDurationSeconds"),
+    (
+        "batch-too-many-items",
+        BATCH_PLURAL,
+        with_spec(BATCH, items=[item(f"i{i}") for i in range(1001)]),
+        "spec.items",
+    ),
+    (
+        "batch-duplicate-keys",
+        BATCH_PLURAL,
+        with_spec(BATCH, items=[item("a"), item("a")]),
+        "spec.items[1]",
+    ),
+    (
+        "batch-bad-key",
+        BATCH_PLURAL,
+        with_spec(BATCH, items=[item("Not_A_Label")]),
+        "spec.items[0].key",
+    ),
+    (
+        "batch-item-bad-url",
+        BATCH_PLURAL,
+        with_spec(BATCH, items=[item("a", "s3://b/k")]),
+        "spec.items[0].source.url",
+    ),
+    (
+        "batch-zero-lease",
+        BATCH_PLURAL,
+        with_spec(BATCH, defaults={"leaseDurationSeconds": 0}),
+        "spec.defaults.leaseDurationSeconds",
+    ),
 ]
 
 
@@ -71,8 +121,14 @@ def test_job_spec__is_immutable(kube: Kube, namespace: str) -> None:
     create_job(kube, namespace, "j")
     with pytest.raises(ApiException) as e:
         kube.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, JOB_PLURAL, "j", {"spec": {"priority": 7}},
-            _content_type=MERGE_PATCH)
+            GROUP,
+            VERSION,
+            namespace,
+            JOB_PLURAL,
+            "j",
+            {"spec": {"priority": 7}},
+            _content_type=MERGE_PATCH,
+        )
     assert e.value.status == 422
     assert "spec is immutable" in api_message(e.value)
 
@@ -80,44 +136,82 @@ def test_job_spec__is_immutable(kube: Kube, namespace: str) -> None:
 def test_batch_items__are_immutable_but_suspend_is_not(kube: Kube, namespace: str) -> None:
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BATCH_PLURAL, BATCH)
     kube.custom.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, BATCH_PLURAL, "bad", {"spec": {"suspend": True}},
-        _content_type=MERGE_PATCH)
+        GROUP,
+        VERSION,
+        namespace,
+        BATCH_PLURAL,
+        "bad",
+        {"spec": {"suspend": True}},
+        _content_type=MERGE_PATCH,
+    )
     with pytest.raises(ApiException) as e:
         kube.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, BATCH_PLURAL, "bad", {"spec": {"items": [item("b")]}},
-            _content_type=MERGE_PATCH)
+            GROUP,
+            VERSION,
+            namespace,
+            BATCH_PLURAL,
+            "bad",
+            {"spec": {"items": [item("b")]}},
+            _content_type=MERGE_PATCH,
+        )
     assert "spec.items is immutable" in api_message(e.value)
 
 
-LEASE = {"holder": "w", "token": "t" * 32, "acquireTime": "2026-01-01T00:00:00Z",
-         "renewTime": "2026-01-01T00:00:00Z", "durationSeconds": 10}
+LEASE = {
+    "holder": "w",
+    "token": "t" * 32,
+    "acquireTime": "2026-01-01T00:00:00Z",
+    "renewTime": "2026-01-01T00:00:00Z",
+    "durationSeconds": 10,
+}
 
 # (case, status before, status patch, words the rejection must contain)
 TRANSITIONS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
     ("succeeded-without-result", {}, {"phase": "Succeeded"}, "must carry status.result"),
     ("leased-without-lease", {}, {"phase": "Leased", "attempts": 1}, "must carry status.lease"),
     ("attempts-decrease", {"attempts": 2}, {"attempts": 1}, "status.attempts never decreases"),
-    ("expired-leases-decrease", {"expiredLeases": 2}, {"expiredLeases": 1},
-     "status.expiredLeases never decreases"),
-    ("succeeded-goes-back", {"phase": "Succeeded", "attempts": 1, "result": {"configMap": "c"}},
-     {"phase": "Queued"}, "Succeeded job never changes phase"),
-    ("new-token-without-claim", {"phase": "Leased", "attempts": 1, "lease": LEASE},
-     {"lease": {"token": "u" * 32}}, "new lease token requires a new attempt"),
+    (
+        "expired-leases-decrease",
+        {"expiredLeases": 2},
+        {"expiredLeases": 1},
+        "status.expiredLeases never decreases",
+    ),
+    (
+        "succeeded-goes-back",
+        {"phase": "Succeeded", "attempts": 1, "result": {"configMap": "c"}},
+        {"phase": "Queued"},
+        "Succeeded job never changes phase",
+    ),
+    (
+        "new-token-without-claim",
+        {"phase": "Leased", "attempts": 1, "lease": LEASE},
+        {"lease": {"token": "u" * 32}},
+        "new lease token requires a new attempt",
+    ),
     ("attempts-over-budget", {"attempts": 5}, {"attempts": 6}, "cannot exceed spec.maxAttempts"),
 ]
 
 
-@pytest.mark.parametrize(("case", "before", "patch", "words"), TRANSITIONS,
-                         ids=[t[0] for t in TRANSITIONS])
+@pytest.mark.parametrize(
+    ("case", "before", "patch", "words"), TRANSITIONS, ids=[t[0] for t in TRANSITIONS]
+)
 def test_forbidden_status_transition__rejected_by_the_server(
     kube: Kube, namespace: str, case: str, before: dict[str, Any], patch: dict[str, Any], words: str
 ) -> None:
     create_job(kube, namespace, "j", max_attempts=5)
     if before:
         kube.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, JOB_PLURAL, "j", {"status": before}, _content_type=MERGE_PATCH)
+            GROUP,
+            VERSION,
+            namespace,
+            JOB_PLURAL,
+            "j",
+            {"status": before},
+            _content_type=MERGE_PATCH,
+        )
     with pytest.raises(ApiException) as e:
         kube.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, JOB_PLURAL, "j", {"status": patch}, _content_type=MERGE_PATCH)
+            GROUP, VERSION, namespace, JOB_PLURAL, "j", {"status": patch}, _content_type=MERGE_PATCH
+        )
     assert e.value.status == 422, case
     assert words in api_message(e.value), api_message(e.value)

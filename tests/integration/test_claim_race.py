@@ -29,10 +29,15 @@ def test_twenty_workers_race__exactly_one_claim_succeeds(
         worker, token = f"w{i:02d}", lease.new_token()
         barrier.wait()
         results[worker] = fenced_write(
-            clients[i], namespace, "prize",
-            lambda j: lease.claim(j.status, dt.datetime.now(dt.UTC), worker, token,
-                                  lease_seconds=30, max_attempts=5),
-            known=job if from_known_copy else None, retry_on_conflict=False, action="claim",
+            clients[i],
+            namespace,
+            "prize",
+            lambda j: lease.claim(
+                j.status, dt.datetime.now(dt.UTC), worker, token, lease_seconds=30, max_attempts=5
+            ),
+            known=job if from_known_copy else None,
+            retry_on_conflict=False,
+            action="claim",
         )
 
     threads = [threading.Thread(target=race, args=(i,)) for i in range(RACERS)]

@@ -24,13 +24,20 @@ def test_eight_workers_two_hundred_jobs__each_succeeds_once(
 ) -> None:
     record = tmp_path / "engine-runs.jsonl"
     for i in range(JOBS):
-        create_job(kube, namespace, f"job-{i:03d}", lease=20, priority=i % 3,
-                   simulate={"chunks": CHUNKS, "chunkDelaySeconds": 0.01})
+        create_job(
+            kube,
+            namespace,
+            f"job-{i:03d}",
+            lease=20,
+            priority=i % 3,
+            simulate={"chunks": CHUNKS, "chunkDelaySeconds": 0.01},
+        )
     env = {"RECALL_WORKER_SIMULATED_RECORD": str(record)}
     started = time.monotonic()
     workers = [
-        procs.worker(f"w{i}", "--engine", "simulated", "--namespace", namespace,
-                     "--idle-exit", "3", env=env)
+        procs.worker(
+            f"w{i}", "--engine", "simulated", "--namespace", namespace, "--idle-exit", "3", env=env
+        )
         for i in range(WORKERS)
     ]
 
@@ -63,5 +70,7 @@ def test_eight_workers_two_hundred_jobs__each_succeeds_once(
     claims = sum(e["claims"] for e in stops)
     conflicts = sum(e["claim_conflicts"] for e in stops)
     assert claims == JOBS
-    print(f"\n{JOBS} jobs by {WORKERS} workers in {elapsed:.1f} s: "
-          f"{JOBS / elapsed:.1f} claims/s, {conflicts / claims:.2f} 409s per claim")
+    print(
+        f"\n{JOBS} jobs by {WORKERS} workers in {elapsed:.1f} s: "
+        f"{JOBS / elapsed:.1f} claims/s, {conflicts / claims:.2f} 409s per claim"
+    )

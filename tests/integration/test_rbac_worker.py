@@ -24,48 +24,85 @@ WORKER_RULES = [
 def bind_worker_role(api: client.ApiClient, namespace: str, sa: str) -> None:
     rbac = client.RbacAuthorizationV1Api(api)
     rbac.create_namespaced_role(namespace, {"metadata": {"name": "worker"}, "rules": WORKER_RULES})
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "worker"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "worker"},
-        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
-    })
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "worker"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "worker"},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+        },
+    )
 
 
 def test_least_privilege_worker__does_its_job_and_nothing_more(
-    api: client.ApiClient, kube: Kube, namespace: str, control_plane: ControlPlane,
-    procs: Procs, tmp_path: Path,
+    api: client.ApiClient,
+    kube: Kube,
+    namespace: str,
+    control_plane: ControlPlane,
+    procs: Procs,
+    tmp_path: Path,
 ) -> None:
     bind_worker_role(api, namespace, "worker")
     token = service_account_token(api, namespace, "worker")
-    kubeconfig = token_kubeconfig(control_plane, token, tmp_path / "worker.kubeconfig", namespace,
-                                  f"system:serviceaccount:{namespace}:worker")
+    kubeconfig = token_kubeconfig(
+        control_plane,
+        token,
+        tmp_path / "worker.kubeconfig",
+        namespace,
+        f"system:serviceaccount:{namespace}:worker",
+    )
     create_job(kube, namespace, "j1", simulate={"chunks": 3, "chunkDelaySeconds": 0.05})
 
-    w = procs.worker("w", "--engine", "simulated", "--max-jobs", "1",
-                     env={"KUBECONFIG": str(kubeconfig)})
-    wait_for(lambda: get_job(kube, namespace, "j1").status.phase == Phase.SUCCEEDED, timeout=30,
-             message=procs.dump)
+    w = procs.worker(
+        "w", "--engine", "simulated", "--max-jobs", "1", env={"KUBECONFIG": str(kubeconfig)}
+    )
+    wait_for(
+        lambda: get_job(kube, namespace, "j1").status.phase == Phase.SUCCEEDED,
+        timeout=30,
+        message=procs.dump,
+    )
     assert w.wait(timeout=20) == 0
     job = get_job(kube, namespace, "j1")
     assert job.status.result is not None
     assert kube.get_config_map(namespace, job.status.result.config_map) is not None
 
-    as_worker = client.CustomObjectsApi(service_account_client(api, control_plane, namespace, "worker"))
+    as_worker = client.CustomObjectsApi(
+        service_account_client(api, control_plane, namespace, "worker")
+    )
     forbidden = {
         "change a job's spec": lambda: as_worker.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, JOB_PLURAL, "j1", {"spec": {"priority": 9}},
-            _content_type=MERGE_PATCH),
+            GROUP,
+            VERSION,
+            namespace,
+            JOB_PLURAL,
+            "j1",
+            {"spec": {"priority": 9}},
+            _content_type=MERGE_PATCH,
+        ),
         "create a job": lambda: as_worker.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, JOB_PLURAL, job_manifest("mine")),
+            GROUP, VERSION, namespace, JOB_PLURAL, job_manifest("mine")
+        ),
         "delete a job": lambda: as_worker.delete_namespaced_custom_object(
-            GROUP, VERSION, namespace, JOB_PLURAL, "j1"),
+            GROUP, VERSION, namespace, JOB_PLURAL, "j1"
+        ),
         "read a Batch": lambda: as_worker.list_namespaced_custom_object(
-            GROUP, VERSION, namespace, BATCH_PLURAL),
+            GROUP, VERSION, namespace, BATCH_PLURAL
+        ),
         "create a Batch": lambda: as_worker.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, BATCH_PLURAL,
-            {"apiVersion": API_VERSION, "kind": "Batch", "metadata": {"name": "b"},
-             "spec": {"items": [{"key": "a", "source": {"url": "file:///a.wav"}}]}}),
-        "read Secrets": lambda: client.CoreV1Api(as_worker.api_client).list_namespaced_secret(namespace),
+            GROUP,
+            VERSION,
+            namespace,
+            BATCH_PLURAL,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Batch",
+                "metadata": {"name": "b"},
+                "spec": {"items": [{"key": "a", "source": {"url": "file:///a.wav"}}]},
+            },
+        ),
+        "read Secrets": lambda: client.CoreV1Api(as_worker.api_client).list_namespaced_secret(
+            namespace
+        ),
     }
     for what, call in forbidden.items():
         with pytest.raises(ApiException) as e:

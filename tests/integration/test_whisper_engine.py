@@ -9,75 +9,32 @@ tests fail rather than skip. No cluster is needed.
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 import threading
 import time
-import wave
 from collections.abc import Callable
 from pathlib import Path
 
 import jiwer
 import numpy as np
 import pytest
+
+from recall import speech as synth
 from recall.engines.base import Chunk, EngineError, Segment
 from recall.engines.whisper import WhisperEngine
 from recall.models import TranscriptionJob
 
 pytestmark = pytest.mark.slow
 
-SENTENCES = [
-    "The city council met on Tuesday evening to discuss the new budget for public transport, "
-    "and most members agreed that more buses should run on weekends.",
-    "Scientists at the university have built a small robot that can walk across sand and "
-    "climb over rocks without falling down.",
-    "My grandmother likes to bake bread every morning before the sun comes up, and the whole "
-    "house smells wonderful by breakfast time.",
-    "If the weather stays dry this week, the farmers will start to harvest the wheat and carry "
-    "it to the market in town.",
-]
+SENTENCES = synth.SENTENCES[:4]
 MAX_WER = 0.25
-PAUSE_SECONDS = 1.0
+normalise = synth.normalise
 
 
-def normalise(text: str) -> str:
-    return " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split())
-
-
-def espeak() -> str:
-    path = shutil.which("espeak-ng")
-    if path is None:
-        pytest.fail(
-            "espeak-ng is not installed; it synthesizes the speech this test transcribes. "
-            "Run the project's system-deps install: hack/install-system-deps.sh"
-        )
-    return path
-
-
-def synthesize(sentences: list[str], out: Path, words_per_minute: int = 140) -> float:
-    """Speak `sentences` into one mono WAV at `out`, a pause after each; returns seconds."""
-    binary = espeak()
-    pieces: list[bytes] = []
-    params: tuple[int, int, int] | None = None
-    for i, sentence in enumerate(sentences):
-        part = out.with_name(f"{out.stem}-{i}.wav")
-        subprocess.run([binary, "-s", str(words_per_minute), "-w", str(part), sentence],
-                       check=True, capture_output=True, timeout=60)
-        with wave.open(str(part)) as w:
-            params = (w.getnchannels(), w.getsampwidth(), w.getframerate())
-            pieces.append(w.readframes(w.getnframes()))
-        part.unlink()
-        channels, width, rate = params
-        pieces.append(b"\0" * int(PAUSE_SECONDS * rate) * channels * width)
-    assert params is not None
-    channels, width, rate = params
-    with wave.open(str(out), "wb") as w:
-        w.setnchannels(channels)
-        w.setsampwidth(width)
-        w.setframerate(rate)
-        w.writeframes(b"".join(pieces))
-    return sum(len(p) for p in pieces) / (rate * channels * width)
+def synthesize(sentences: list[str], out: Path) -> float:
+    try:
+        return synth.synthesize(sentences, out)
+    except synth.SpeechUnavailable as e:
+        pytest.fail(str(e))
 
 
 def job_for(url: str, language: str | None = "en") -> TranscriptionJob:
@@ -109,18 +66,26 @@ def test_transcribe__synthesized_speech_within_word_error_rate(
     assert len(media.chunks) == 2
     assert media.duration == pytest.approx(seconds, abs=0.05)
 
-    engine.transcribe(Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32)), language="en",
-                      cancel=threading.Event(), job=job, attempt=1)  # load the model first
+    engine.transcribe(
+        Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32)),
+        language="en",
+        cancel=threading.Event(),
+        job=job,
+        attempt=1,
+    )  # load the model first
     wall, cpu = time.perf_counter(), time.process_time()
     transcript: list[Segment] = []
     for chunk in media.chunks:
-        segments = engine.transcribe(chunk, language=job.spec.language,
-                                     cancel=threading.Event(), job=job, attempt=1)
+        segments = engine.transcribe(
+            chunk, language=job.spec.language, cancel=threading.Event(), job=job, attempt=1
+        )
         assert segments, f"chunk {chunk.index} produced no text"
         for s in segments:
             assert 0.0 <= s.start <= s.end <= chunk.duration
-        transcript += [s.model_copy(update={"start": s.start + chunk.start,
-                                            "end": s.end + chunk.start}) for s in segments]
+        transcript += [
+            s.model_copy(update={"start": s.start + chunk.start, "end": s.end + chunk.start})
+            for s in segments
+        ]
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 
     starts = [s.start for s in transcript]
@@ -132,9 +97,11 @@ def test_transcribe__synthesized_speech_within_word_error_rate(
     record_property("wer", round(wer, 3))
     record_property("audio_seconds_per_wall_second", round(rtf_wall, 1))
     record_property("audio_seconds_per_cpu_second", round(rtf_cpu, 1))
-    print(f"\nwhisper/tiny.en: {media.duration:.1f} s audio, wall {wall:.2f} s, cpu {cpu:.2f} s, "
-          f"{rtf_wall:.1f}x real time (wall), {rtf_cpu:.1f}x (cpu), WER {wer:.3f}\n"
-          f"hypothesis: {hypothesis}")
+    print(
+        f"\nwhisper/tiny.en: {media.duration:.1f} s audio, wall {wall:.2f} s, cpu {cpu:.2f} s, "
+        f"{rtf_wall:.1f}x real time (wall), {rtf_cpu:.1f}x (cpu), WER {wer:.3f}\n"
+        f"hypothesis: {hypothesis}"
+    )
     assert wer <= MAX_WER, f"WER {wer:.2f} > {MAX_WER}: {hypothesis!r}"
     assert rtf_wall > 1.0, "slower than real time"
 
@@ -145,8 +112,16 @@ def test_label__names_the_bundled_model(engine: WhisperEngine) -> None:
 
 def test_transcribe__silence_gives_no_segments(engine: WhisperEngine) -> None:
     silent = Chunk(0, 0.0, 10.0, np.zeros(160_000, np.float32))
-    assert engine.transcribe(silent, language=None, cancel=threading.Event(),
-                             job=job_for("file:///x.wav", None), attempt=1) == []
+    assert (
+        engine.transcribe(
+            silent,
+            language=None,
+            cancel=threading.Event(),
+            job=job_for("file:///x.wav", None),
+            attempt=1,
+        )
+        == []
+    )
 
 
 def test_transcribe__cancelled_before_start_returns_nothing(
@@ -162,8 +137,13 @@ def test_transcribe__cancelled_before_start_returns_nothing(
 def test_transcribe__language_the_model_lacks_is_permanent(engine: WhisperEngine) -> None:
     chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     with pytest.raises(EngineError) as info:
-        engine.transcribe(chunk, language="fr-FR", cancel=threading.Event(),
-                          job=job_for("file:///x.wav", "fr-FR"), attempt=1)
+        engine.transcribe(
+            chunk,
+            language="fr-FR",
+            cancel=threading.Event(),
+            job=job_for("file:///x.wav", "fr-FR"),
+            attempt=1,
+        )
     assert (info.value.reason, info.value.permanent) == ("UnsupportedLanguage", True)
     assert "English-only" in info.value.message
 
@@ -175,7 +155,8 @@ def test_model__unloadable_directory_is_retriable(tmp_path: Path) -> None:
     assert engine.label() == "whisper/not-a-model"
     chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     with pytest.raises(EngineError) as info:
-        engine.transcribe(chunk, language="en", cancel=threading.Event(),
-                          job=job_for("file:///x.wav"), attempt=1)
+        engine.transcribe(
+            chunk, language="en", cancel=threading.Event(), job=job_for("file:///x.wav"), attempt=1
+        )
     assert (info.value.reason, info.value.permanent) == ("ModelUnavailable", False)
     assert str(broken) in info.value.message

@@ -23,12 +23,20 @@ def test_engine_blocking_three_leases__completes_without_losing_the_lease(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
     lease = 3
-    create_job(kube, namespace, "long", lease=lease,
-               simulate={"chunks": 1, "blockSeconds": 3 * lease, "chunkDelaySeconds": 0})
+    create_job(
+        kube,
+        namespace,
+        "long",
+        lease=lease,
+        simulate={"chunks": 1, "blockSeconds": 3 * lease, "chunkDelaySeconds": 0},
+    )
     with ReaperThread(kube, namespace) as reaper:
         w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
-        wait_for(lambda: get_job(kube, namespace, "long").status.phase == Phase.SUCCEEDED,
-                 timeout=3 * lease + 15, message=procs.dump)
+        wait_for(
+            lambda: get_job(kube, namespace, "long").status.phase == Phase.SUCCEEDED,
+            timeout=3 * lease + 15,
+            message=procs.dump,
+        )
         assert reaper.reclaimed == []
     job = get_job(kube, namespace, "long")
     assert (job.status.attempts, job.status.expired_leases) == (1, 0)
@@ -41,23 +49,48 @@ def test_unrelated_writes_during_a_lease__cause_no_lease_loss(
 ) -> None:
     create_job(kube, namespace, "busy", lease=4, simulate={"chunks": 6, "chunkDelaySeconds": 0.4})
     w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
-    wait_for(lambda: get_job(kube, namespace, "busy").status.phase == Phase.LEASED, timeout=20,
-             message=procs.dump)
-    audit = [{"type": "Audited", "status": "True", "reason": "Test", "message": "unrelated",
-              "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    wait_for(
+        lambda: get_job(kube, namespace, "busy").status.phase == Phase.LEASED,
+        timeout=20,
+        message=procs.dump,
+    )
+    audit = [
+        {
+            "type": "Audited",
+            "status": "True",
+            "reason": "Test",
+            "message": "unrelated",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ]
     writes = 0
     while get_job(kube, namespace, "busy").status.phase == Phase.LEASED and writes < 20:
         # Another client: a status write without a precondition, and a label change.
         kube.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, JOB_PLURAL, "busy", {"status": {"conditions": audit}},
-            _content_type=MERGE_PATCH)
+            GROUP,
+            VERSION,
+            namespace,
+            JOB_PLURAL,
+            "busy",
+            {"status": {"conditions": audit}},
+            _content_type=MERGE_PATCH,
+        )
         kube.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, JOB_PLURAL, "busy",
-            {"metadata": {"labels": {"touched": str(writes)}}}, _content_type=MERGE_PATCH)
+            GROUP,
+            VERSION,
+            namespace,
+            JOB_PLURAL,
+            "busy",
+            {"metadata": {"labels": {"touched": str(writes)}}},
+            _content_type=MERGE_PATCH,
+        )
         writes += 1
         time.sleep(0.15)
-    wait_for(lambda: get_job(kube, namespace, "busy").status.phase == Phase.SUCCEEDED,
-             timeout=30, message=procs.dump)
+    wait_for(
+        lambda: get_job(kube, namespace, "busy").status.phase == Phase.SUCCEEDED,
+        timeout=30,
+        message=procs.dump,
+    )
     job = get_job(kube, namespace, "busy")
     assert writes >= 5
     assert job.status.attempts == 1
@@ -72,13 +105,22 @@ def test_sigterm__releases_the_lease_after_grace_and_exits_zero(
 ) -> None:
     create_job(kube, namespace, "slow", lease=10, simulate={"chunks": 30, "chunkDelaySeconds": 1})
     w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--grace", "1")
-    wait_for(lambda: (get_job(kube, namespace, "slow").status.progress or None) and
-             get_job(kube, namespace, "slow").status.progress.chunks_done >= 1,  # type: ignore[union-attr]
-             timeout=20, message=procs.dump)
+    wait_for(
+        lambda: (
+            (get_job(kube, namespace, "slow").status.progress or None)
+            and get_job(kube, namespace, "slow").status.progress.chunks_done >= 1
+        ),  # type: ignore[union-attr]
+        timeout=20,
+        message=procs.dump,
+    )
     sent = time.monotonic()
     w.signal(signal.SIGTERM)
-    wait_for(lambda: get_job(kube, namespace, "slow").status.phase == Phase.QUEUED,
-             timeout=10, interval=0.05, message=procs.dump)
+    wait_for(
+        lambda: get_job(kube, namespace, "slow").status.phase == Phase.QUEUED,
+        timeout=10,
+        interval=0.05,
+        message=procs.dump,
+    )
     requeued_after = time.monotonic() - sent
     assert w.wait(timeout=10) == 0
     job = get_job(kube, namespace, "slow")
@@ -94,8 +136,11 @@ def test_sigterm__lets_the_current_job_finish_within_grace(
 ) -> None:
     create_job(kube, namespace, "short", lease=10, simulate={"chunks": 3, "chunkDelaySeconds": 0.5})
     w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--grace", "20")
-    wait_for(lambda: get_job(kube, namespace, "short").status.phase == Phase.LEASED, timeout=20,
-             message=procs.dump)
+    wait_for(
+        lambda: get_job(kube, namespace, "short").status.phase == Phase.LEASED,
+        timeout=20,
+        message=procs.dump,
+    )
     w.signal(signal.SIGTERM)
     assert w.wait(timeout=25) == 0
     job = get_job(kube, namespace, "short")
@@ -107,10 +152,15 @@ def test_renew_deadline__worker_stops_on_its_own_when_the_api_is_unreachable(
     control_plane: ControlPlane, kube: Kube, namespace: str, procs: Procs
 ) -> None:
     lease = 3
-    create_job(kube, namespace, "cut", lease=lease, simulate={"chunks": 20, "chunkDelaySeconds": 0.5})
+    create_job(
+        kube, namespace, "cut", lease=lease, simulate={"chunks": 20, "chunkDelaySeconds": 0.5}
+    )
     w = procs.worker("w", "--engine", "simulated", "--namespace", namespace)
-    wait_for(lambda: get_job(kube, namespace, "cut").status.phase == Phase.LEASED, timeout=20,
-             message=procs.dump)
+    wait_for(
+        lambda: get_job(kube, namespace, "cut").status.phase == Phase.LEASED,
+        timeout=20,
+        message=procs.dump,
+    )
     apiserver = next(p for p in control_plane.procs if p.name == "kube-apiserver")
     frozen_at = time.monotonic()
     import os
@@ -119,7 +169,9 @@ def test_renew_deadline__worker_stops_on_its_own_when_the_api_is_unreachable(
     try:
         lost = wait_for(
             lambda: [e for e in w.events() if e.get("event") == "lease_lost"],
-            timeout=lease + 2, interval=0.05, message=procs.dump,
+            timeout=lease + 2,
+            interval=0.05,
+            message=procs.dump,
         )
         stopped_after = time.monotonic() - frozen_at
     finally:

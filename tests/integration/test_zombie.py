@@ -30,11 +30,18 @@ def test_zombie__write_rejected_after_reclaim_and_new_claim(
 ) -> None:
     create_job(kube, namespace, "z", lease=LEASE, simulate={"chunks": 2, "chunkDelaySeconds": 0.2})
     zombie = procs.worker(
-        "a", "--engine", "simulated", "--namespace", namespace,
+        "a",
+        "--engine",
+        "simulated",
+        "--namespace",
+        namespace,
         env={"RECALL_FAULT": f"worker-pause-before-write:{frozen_at}"},
     )
-    wait_for(lambda: zombie.alive() and process_state(zombie.popen.pid) == "T", timeout=30,
-             message=lambda: "worker A to freeze\n" + procs.dump())
+    wait_for(
+        lambda: zombie.alive() and process_state(zombie.popen.pid) == "T",
+        timeout=30,
+        message=lambda: "worker A to freeze\n" + procs.dump(),
+    )
     frozen = get_job(kube, namespace, "z")
     assert frozen.status.phase == Phase.LEASED
     assert frozen.status.lease is not None and frozen.status.lease.holder == "a"
@@ -42,13 +49,19 @@ def test_zombie__write_rejected_after_reclaim_and_new_claim(
     with ReaperThread(kube, namespace) as reaper:
         wait_for(lambda: reaper.reclaimed, timeout=LEASE + 5, message="the reclaim")
         b = procs.worker("b", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
-        wait_for(lambda: get_job(kube, namespace, "z").status.phase == Phase.SUCCEEDED,
-                 timeout=30, message=procs.dump)
+        wait_for(
+            lambda: get_job(kube, namespace, "z").status.phase == Phase.SUCCEEDED,
+            timeout=30,
+            message=procs.dump,
+        )
         assert b.wait(timeout=30) == 0
 
     zombie.signal(signal.SIGCONT)
-    lost = wait_for(lambda: lease_lost_events(zombie.events()), timeout=15,
-                    message=lambda: "A to report its lost lease\n" + procs.dump())
+    lost = wait_for(
+        lambda: lease_lost_events(zombie.events()),
+        timeout=15,
+        message=lambda: "A to report its lost lease\n" + procs.dump(),
+    )
     # The API server answered A's write with 409; the re-read showed the lease is not A's.
     assert lost[0]["action"] == frozen_at
     assert lost[0]["conflicts"] == 1

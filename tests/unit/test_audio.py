@@ -20,6 +20,7 @@ import av
 import numpy as np
 import numpy.typing as npt
 import pytest
+
 from recall import audio
 from recall.engines.base import EngineError
 from recall.models import TranscriptionJob
@@ -62,7 +63,7 @@ def encode(path: Path, codec: str, seconds: float, rate: int, frame_size: int) -
         pts = 0
         for i in range(0, len(samples), frame_size):
             frame = av.AudioFrame.from_ndarray(
-                samples[None, i:i + frame_size], format="flt", layout="mono"
+                samples[None, i : i + frame_size], format="flt", layout="mono"
             )
             frame.sample_rate = rate
             frame.pts = pts
@@ -112,10 +113,12 @@ def fail(url: str, opts: audio.MediaOptions | None = None) -> EngineError:
 
 def job(url: str, chunk_seconds: int | None = None) -> TranscriptionJob:
     engine = {"chunkSeconds": chunk_seconds} if chunk_seconds else None
-    return TranscriptionJob.from_api({
-        "metadata": {"name": "j1", "namespace": "default"},
-        "spec": {"source": {"url": url}, **({"engine": engine} if engine else {})},
-    })
+    return TranscriptionJob.from_api(
+        {
+            "metadata": {"name": "j1", "namespace": "default"},
+            "spec": {"source": {"url": url}, **({"engine": engine} if engine else {})},
+        }
+    )
 
 
 # --- decoding -------------------------------------------------------------------------------
@@ -135,8 +138,11 @@ def test_decode__stereo_44k_wav_becomes_16k_mono_float32(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     ("name", "codec", "rate", "frame_size"),
-    [("tone.mp3", "libmp3lame", 44_100, 1152), ("tone.ogg", "libopus", 48_000, 960),
-     ("tone.flac", "flac", 22_050, 1024)],
+    [
+        ("tone.mp3", "libmp3lame", 44_100, 1152),
+        ("tone.ogg", "libopus", 48_000, 960),
+        ("tone.flac", "flac", 22_050, 1024),
+    ],
 )
 def test_decode__compressed_formats(
     tmp_path: Path, name: str, codec: str, rate: int, frame_size: int
@@ -150,9 +156,11 @@ def test_decode__compressed_formats(
 
 @pytest.mark.parametrize(
     ("name", "content", "phrase"),
-    [("notes.txt", b"hello world\n" * 50, ""),  # FFmpeg may open it as a "tty" video
-     ("empty.wav", b"", "not a media file"),
-     ("noise.mp3", bytes(range(256)) * 40, "")],
+    [
+        ("notes.txt", b"hello world\n" * 50, ""),  # FFmpeg may open it as a "tty" video
+        ("empty.wav", b"", "not a media file"),
+        ("noise.mp3", bytes(range(256)) * 40, ""),
+    ],
 )
 def test_decode__non_media_is_undecodable_and_permanent(
     tmp_path: Path, name: str, content: bytes, phrase: str
@@ -215,8 +223,9 @@ def test_file__escaped_path_and_localhost(tmp_path: Path) -> None:
     assert audio.load_media(url, options()).duration == pytest.approx(1.0, abs=0.01)
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com/a.wav", "s3://bucket/a.wav",
-                                 "file://otherhost/a.wav"])
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/a.wav", "s3://bucket/a.wav", "file://otherhost/a.wav"]
+)
 def test_source__unsupported_url_is_rejected(url: str) -> None:
     error = fail(url)
     assert (error.reason, error.permanent) == ("SourceRejected", True)
@@ -244,8 +253,8 @@ def test_split__exact_multiple_has_no_empty_chunk() -> None:
 def test_split__chunks_are_contiguous_and_cover_every_sample() -> None:
     rng = np.random.default_rng(7)
     samples = (rng.standard_normal(47 * RATE) * 0.1).astype(np.float32)
-    samples[9 * RATE:int(9.3 * RATE)] = 0.0  # pauses for the cuts to snap to
-    samples[18 * RATE:int(18.2 * RATE)] = 0.0
+    samples[9 * RATE : int(9.3 * RATE)] = 0.0  # pauses for the cuts to snap to
+    samples[18 * RATE : int(18.2 * RATE)] = 0.0
     media = audio.split(samples, RATE, 10.0)
     ends = [c.start + c.duration for c in media.chunks]
     assert [c.start for c in media.chunks[1:]] == pytest.approx(ends[:-1])
@@ -256,7 +265,7 @@ def test_split__chunks_are_contiguous_and_cover_every_sample() -> None:
 def test_split__cut_moves_back_into_a_pause_within_the_snap_window() -> None:
     rng = np.random.default_rng(1)
     samples = (rng.standard_normal(40 * RATE) * 0.1).astype(np.float32)
-    samples[int(28.5 * RATE):int(28.8 * RATE)] = 0.0
+    samples[int(28.5 * RATE) : int(28.8 * RATE)] = 0.0
     first = audio.split(samples, RATE, 30.0).chunks[0]
     assert 28.5 < first.duration < 28.8
 
@@ -264,7 +273,7 @@ def test_split__cut_moves_back_into_a_pause_within_the_snap_window() -> None:
 def test_split__pause_outside_the_snap_window_is_ignored() -> None:
     rng = np.random.default_rng(2)
     samples = (rng.standard_normal(40 * RATE) * 0.1).astype(np.float32)
-    samples[int(26.0 * RATE):int(27.0 * RATE)] = 0.0  # 3 s before the cut: too far back
+    samples[int(26.0 * RATE) : int(27.0 * RATE)] = 0.0  # 3 s before the cut: too far back
     assert audio.split(samples, RATE, 30.0).chunks[0].duration == 30.0
 
 
@@ -291,11 +300,19 @@ def test_encode_wav__16_bit_mono_round_trip() -> None:
 
 @pytest.mark.parametrize(
     ("status", "expected"),
-    [(200, None), (206, None), (404, ("SourceNotFound", True)), (410, ("SourceNotFound", True)),
-     (400, ("SourceRejected", True)), (401, ("SourceRejected", True)),
-     (403, ("SourceRejected", True)), (408, ("SourceUnavailable", False)),
-     (429, ("SourceUnavailable", False)), (500, ("SourceUnavailable", False)),
-     (503, ("SourceUnavailable", False))],
+    [
+        (200, None),
+        (206, None),
+        (404, ("SourceNotFound", True)),
+        (410, ("SourceNotFound", True)),
+        (400, ("SourceRejected", True)),
+        (401, ("SourceRejected", True)),
+        (403, ("SourceRejected", True)),
+        (408, ("SourceUnavailable", False)),
+        (429, ("SourceUnavailable", False)),
+        (500, ("SourceUnavailable", False)),
+        (503, ("SourceUnavailable", False)),
+    ],
 )
 def test_classify_http_status(status: int, expected: tuple[str, bool] | None) -> None:
     assert audio.classify_http_status(status) == expected
@@ -416,11 +433,13 @@ def test_http__redirect_is_followed(server: Server, workdir: Path) -> None:
 
 @pytest.mark.parametrize(
     ("path", "reason", "permanent", "status"),
-    [("/missing.wav", "SourceNotFound", True, "404"),
-     ("/gone", "SourceNotFound", True, "410"),
-     ("/forbidden", "SourceRejected", True, "403"),
-     ("/error", "SourceUnavailable", False, "500"),
-     ("/busy", "SourceUnavailable", False, "429")],
+    [
+        ("/missing.wav", "SourceNotFound", True, "404"),
+        ("/gone", "SourceNotFound", True, "410"),
+        ("/forbidden", "SourceRejected", True, "403"),
+        ("/error", "SourceUnavailable", False, "500"),
+        ("/busy", "SourceUnavailable", False, "429"),
+    ],
 )
 def test_http__status_classification(
     server: Server, workdir: Path, path: str, reason: str, permanent: bool, status: str

@@ -20,7 +20,9 @@ MAX = 5
 def leased(holder: str = ME, token: str = TOKEN, attempts: int = 1, **kw: object) -> JobStatus:
     return JobStatus(
         phase=Phase.LEASED,
-        lease=Lease(holder=holder, token=token, acquire_time=NOW, renew_time=NOW, duration_seconds=10),
+        lease=Lease(
+            holder=holder, token=token, acquire_time=NOW, renew_time=NOW, duration_seconds=10
+        ),
         attempts=attempts,
         **kw,  # type: ignore[arg-type]
     )
@@ -59,33 +61,58 @@ R = RefusalReason
 # Expected outcome of every action from every state: a resulting phase, or a refusal reason.
 EXPECTED: dict[str, dict[str, Phase | RefusalReason]] = {
     "new": {
-        "claim": Phase.LEASED, "renew": R.NOT_LEASED, "complete": R.NOT_LEASED,
-        "fail-retriable": R.NOT_LEASED, "fail-permanent": R.NOT_LEASED, "release": R.NOT_LEASED,
-        "reclaim-expired": R.NOT_LEASED, "reclaim-not-expired": R.NOT_LEASED,
+        "claim": Phase.LEASED,
+        "renew": R.NOT_LEASED,
+        "complete": R.NOT_LEASED,
+        "fail-retriable": R.NOT_LEASED,
+        "fail-permanent": R.NOT_LEASED,
+        "release": R.NOT_LEASED,
+        "reclaim-expired": R.NOT_LEASED,
+        "reclaim-not-expired": R.NOT_LEASED,
         "cancel": Phase.CANCELLED,
     },
     "queued": {
-        "claim": Phase.LEASED, "renew": R.NOT_LEASED, "complete": R.NOT_LEASED,
-        "fail-retriable": R.NOT_LEASED, "fail-permanent": R.NOT_LEASED, "release": R.NOT_LEASED,
-        "reclaim-expired": R.NOT_LEASED, "reclaim-not-expired": R.NOT_LEASED,
+        "claim": Phase.LEASED,
+        "renew": R.NOT_LEASED,
+        "complete": R.NOT_LEASED,
+        "fail-retriable": R.NOT_LEASED,
+        "fail-permanent": R.NOT_LEASED,
+        "release": R.NOT_LEASED,
+        "reclaim-expired": R.NOT_LEASED,
+        "reclaim-not-expired": R.NOT_LEASED,
         "cancel": Phase.CANCELLED,
     },
     "leased-mine": {
-        "claim": R.NOT_QUEUED, "renew": Phase.LEASED, "complete": Phase.SUCCEEDED,
-        "fail-retriable": Phase.QUEUED, "fail-permanent": Phase.FAILED, "release": Phase.QUEUED,
-        "reclaim-expired": Phase.QUEUED, "reclaim-not-expired": R.NOT_EXPIRED,
+        "claim": R.NOT_QUEUED,
+        "renew": Phase.LEASED,
+        "complete": Phase.SUCCEEDED,
+        "fail-retriable": Phase.QUEUED,
+        "fail-permanent": Phase.FAILED,
+        "release": Phase.QUEUED,
+        "reclaim-expired": Phase.QUEUED,
+        "reclaim-not-expired": R.NOT_EXPIRED,
         "cancel": Phase.CANCELLED,
     },
     "leased-other-holder": {
-        "claim": R.NOT_QUEUED, "renew": R.NOT_HOLDER, "complete": R.NOT_HOLDER,
-        "fail-retriable": R.NOT_HOLDER, "fail-permanent": R.NOT_HOLDER, "release": R.NOT_HOLDER,
-        "reclaim-expired": R.RENEWED, "reclaim-not-expired": R.RENEWED,
+        "claim": R.NOT_QUEUED,
+        "renew": R.NOT_HOLDER,
+        "complete": R.NOT_HOLDER,
+        "fail-retriable": R.NOT_HOLDER,
+        "fail-permanent": R.NOT_HOLDER,
+        "release": R.NOT_HOLDER,
+        "reclaim-expired": R.RENEWED,
+        "reclaim-not-expired": R.RENEWED,
         "cancel": Phase.CANCELLED,
     },
     "leased-mine-new-token": {
-        "claim": R.NOT_QUEUED, "renew": R.TOKEN_MISMATCH, "complete": R.TOKEN_MISMATCH,
-        "fail-retriable": R.TOKEN_MISMATCH, "fail-permanent": R.TOKEN_MISMATCH,
-        "release": R.TOKEN_MISMATCH, "reclaim-expired": R.RENEWED, "reclaim-not-expired": R.RENEWED,
+        "claim": R.NOT_QUEUED,
+        "renew": R.TOKEN_MISMATCH,
+        "complete": R.TOKEN_MISMATCH,
+        "fail-retriable": R.TOKEN_MISMATCH,
+        "fail-permanent": R.TOKEN_MISMATCH,
+        "release": R.TOKEN_MISMATCH,
+        "reclaim-expired": R.RENEWED,
+        "reclaim-not-expired": R.RENEWED,
         "cancel": Phase.CANCELLED,
     },
     **{
@@ -128,7 +155,9 @@ def test_claim__refused_during_backoff_and_allowed_after() -> None:
     s = JobStatus(phase=Phase.QUEUED, not_before=NOW + dt.timedelta(seconds=5))
     early = lease.claim(s, NOW, ME, TOKEN, lease_seconds=10, max_attempts=MAX)
     assert isinstance(early, Refusal) and early.reason == R.BACKOFF
-    later = lease.claim(s, NOW + dt.timedelta(seconds=5), ME, TOKEN, lease_seconds=10, max_attempts=MAX)
+    later = lease.claim(
+        s, NOW + dt.timedelta(seconds=5), ME, TOKEN, lease_seconds=10, max_attempts=MAX
+    )
     assert isinstance(later, JobStatus) and later.not_before is None
 
 
@@ -142,7 +171,9 @@ def test_claim__refused_when_attempts_spent_but_releases_give_them_back() -> Non
     d = lease.claim(spent, NOW, ME, TOKEN, lease_seconds=10, max_attempts=MAX)
     assert isinstance(d, Refusal) and d.reason == R.ATTEMPTS_EXHAUSTED
     released = spent.model_copy(update={"releases": 1})
-    assert isinstance(lease.claim(released, NOW, ME, TOKEN, lease_seconds=10, max_attempts=MAX), JobStatus)
+    assert isinstance(
+        lease.claim(released, NOW, ME, TOKEN, lease_seconds=10, max_attempts=MAX), JobStatus
+    )
 
 
 def test_renew__moves_renew_time_and_records_progress() -> None:
@@ -161,8 +192,9 @@ def test_renew__rejected_after_reclaim() -> None:
 
 
 def test_complete__clears_lease_and_keeps_checkpoint() -> None:
-    s = lease.complete(leased(progress=Progress.of(4, 6, "cm")), NOW, ME, TOKEN,
-                       result=Result(config_map="t"))
+    s = lease.complete(
+        leased(progress=Progress.of(4, 6, "cm")), NOW, ME, TOKEN, result=Result(config_map="t")
+    )
     assert isinstance(s, JobStatus)
     assert s.lease is None and s.completed_at == NOW
     assert s.progress == Progress.of(6, 6, "cm")
@@ -170,8 +202,17 @@ def test_complete__clears_lease_and_keeps_checkpoint() -> None:
 
 
 def test_fail__retriable_sets_backoff_and_counts_failure() -> None:
-    s = lease.fail(leased(), NOW, ME, TOKEN, reason="Timeout", message="m", permanent=False,
-                   max_attempts=MAX, jitter=0.0)
+    s = lease.fail(
+        leased(),
+        NOW,
+        ME,
+        TOKEN,
+        reason="Timeout",
+        message="m",
+        permanent=False,
+        max_attempts=MAX,
+        jitter=0.0,
+    )
     assert isinstance(s, JobStatus)
     assert s.phase == Phase.QUEUED and s.failures == 1 and s.lease is None
     assert s.not_before == NOW + dt.timedelta(seconds=lease.retry_backoff(1, 0.0))
@@ -179,15 +220,33 @@ def test_fail__retriable_sets_backoff_and_counts_failure() -> None:
 
 
 def test_fail__on_last_attempt_is_final() -> None:
-    s = lease.fail(leased(attempts=MAX), NOW, ME, TOKEN, reason="Timeout", message="m",
-                   permanent=False, max_attempts=MAX, jitter=0.0)
+    s = lease.fail(
+        leased(attempts=MAX),
+        NOW,
+        ME,
+        TOKEN,
+        reason="Timeout",
+        message="m",
+        permanent=False,
+        max_attempts=MAX,
+        jitter=0.0,
+    )
     assert isinstance(s, JobStatus) and s.phase == Phase.FAILED
     assert any(c.reason == "AttemptsExhausted" for c in s.conditions)
 
 
 def test_fail__permanent_keeps_reason() -> None:
-    s = lease.fail(leased(), NOW, ME, TOKEN, reason="SourceNotFound", message="no file",
-                   permanent=True, max_attempts=MAX, jitter=0.0)
+    s = lease.fail(
+        leased(),
+        NOW,
+        ME,
+        TOKEN,
+        reason="SourceNotFound",
+        message="no file",
+        permanent=True,
+        max_attempts=MAX,
+        jitter=0.0,
+    )
     assert isinstance(s, JobStatus) and s.phase == Phase.FAILED
     assert s.last_error is not None and s.last_error.permanent
     assert any(c.reason == "SourceNotFound" for c in s.conditions)
@@ -225,10 +284,19 @@ def test_exhaust__fails_a_queued_job_without_attempts() -> None:
     assert isinstance(left, Refusal)
 
 
-@pytest.mark.parametrize(("failures", "jitter", "expected"), [
-    (1, 0.0, 2.5), (1, 0.999999, 5.0), (2, 0.0, 5.0), (3, 0.0, 10.0), (20, 0.0, 150.0),
-])
-def test_retry_backoff__exponential_capped_jittered(failures: int, jitter: float, expected: float) -> None:
+@pytest.mark.parametrize(
+    ("failures", "jitter", "expected"),
+    [
+        (1, 0.0, 2.5),
+        (1, 0.999999, 5.0),
+        (2, 0.0, 5.0),
+        (3, 0.0, 10.0),
+        (20, 0.0, 150.0),
+    ],
+)
+def test_retry_backoff__exponential_capped_jittered(
+    failures: int, jitter: float, expected: float
+) -> None:
     assert lease.retry_backoff(failures, jitter) == pytest.approx(expected, rel=1e-5)
 
 

@@ -38,7 +38,9 @@ def normalise_model(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, A
         out["format"] = "date-time"
     if out["type"] == "object":
         if "properties" in schema:
-            out["properties"] = {k: normalise_model(v, defs) for k, v in schema["properties"].items()}
+            out["properties"] = {
+                k: normalise_model(v, defs) for k, v in schema["properties"].items()
+            }
         if isinstance(schema.get("additionalProperties"), dict):
             out["additional"] = normalise_model(schema["additionalProperties"], defs)
     if out["type"] == "array":
@@ -97,7 +99,10 @@ def missing_descriptions(schema: dict[str, Any], path: str = "") -> list[str]:
     return out
 
 
-CASES = [(TranscriptionJob, "transcriptionjobs.recall.dev.yaml"), (Batch, "batches.recall.dev.yaml")]
+CASES = [
+    (TranscriptionJob, "transcriptionjobs.recall.dev.yaml"),
+    (Batch, "batches.recall.dev.yaml"),
+]
 
 
 @pytest.mark.parametrize(("model", "filename"), CASES)
@@ -120,5 +125,6 @@ def test_differences__reports_a_missing_field() -> None:
     model = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}
     crd = {"type": "object", "properties": {"a": {"type": "integer"}}}
     assert differences(model, crd) == [
-        ".b: in the model, not in the CRD", ".a: type model=string crd=integer",
+        ".b: in the model, not in the CRD",
+        ".a: type model=string crd=integer",
     ]

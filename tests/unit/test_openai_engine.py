@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from aiohttp import web
+
 from recall.engines.base import Chunk, EngineError, Segment
 from recall.engines.openai import (
     RETRY_AFTER_MAX,
@@ -99,14 +100,16 @@ class Stub:
     async def transcriptions(self, request: web.Request) -> web.StreamResponse:
         form = await request.post()
         upload = form.get("file")
-        self.calls.append(Call(
-            at=time.monotonic(),
-            authorization=request.headers.get("Authorization"),
-            fields={k: v for k, v in form.items() if isinstance(v, str)},
-            filename=getattr(upload, "filename", None),
-            content_type=getattr(upload, "content_type", None),
-            file=upload.file.read() if isinstance(upload, web.FileField) else b"",
-        ))
+        self.calls.append(
+            Call(
+                at=time.monotonic(),
+                authorization=request.headers.get("Authorization"),
+                fields={k: v for k, v in form.items() if isinstance(v, str)},
+                filename=getattr(upload, "filename", None),
+                content_type=getattr(upload, "content_type", None),
+                file=upload.file.read() if isinstance(upload, web.FileField) else b"",
+            )
+        )
         reply = self.script.pop(0) if self.script else Reply()
         if reply.delay:
             await asyncio.sleep(reply.delay)
@@ -137,8 +140,13 @@ def engine(stub: Stub, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIEngine
 
 def make_engine(stub: Stub, **kw: Any) -> OpenAIEngine:
     args: dict[str, Any] = {
-        "base_url": stub.base, "model": "whisper-1", "api_key_env": KEY_ENV,
-        "timeout": 2.0, "max_retries": 3, "backoff_base": 0.05, **kw,
+        "base_url": stub.base,
+        "model": "whisper-1",
+        "api_key_env": KEY_ENV,
+        "timeout": 2.0,
+        "max_retries": 3,
+        "backoff_base": 0.05,
+        **kw,
     }
     return OpenAIEngine(**args)
 
@@ -158,11 +166,14 @@ def job(language: str | None = "en-US", model: str | None = None) -> Transcripti
     return TranscriptionJob.from_api({"metadata": {"name": "j1"}, "spec": spec})
 
 
-def run(engine: OpenAIEngine, cancel: threading.Event | None = None,
-        **kw: Any) -> list[Segment]:
-    return engine.transcribe(chunk(), language=kw.pop("language", "en-US"),
-                             cancel=cancel or threading.Event(), job=kw.pop("job", job()),
-                             attempt=1)
+def run(engine: OpenAIEngine, cancel: threading.Event | None = None, **kw: Any) -> list[Segment]:
+    return engine.transcribe(
+        chunk(),
+        language=kw.pop("language", "en-US"),
+        cancel=cancel or threading.Event(),
+        job=kw.pop("job", job()),
+        attempt=1,
+    )
 
 
 def failure(engine: OpenAIEngine) -> EngineError:
@@ -179,12 +190,16 @@ def test_success__sends_multipart_wav_and_returns_chunk_relative_segments(
 ) -> None:
     segments = run(engine)
     assert [(s.start, s.end, s.text) for s in segments] == [
-        (0.0, 1.2, "Hello there."), (1.2, 2.0, "General Kenobi.")  # end clamped to the chunk
+        (0.0, 1.2, "Hello there."),
+        (1.2, 2.0, "General Kenobi."),  # end clamped to the chunk
     ]
     [call] = stub.calls
     assert call.authorization == "Bearer sk-test"
-    assert call.fields == {"model": "whisper-1", "response_format": "verbose_json",
-                           "language": "en"}
+    assert call.fields == {
+        "model": "whisper-1",
+        "response_format": "verbose_json",
+        "language": "en",
+    }
     assert (call.filename, call.content_type) == ("chunk-00003.wav", "audio/wav")
     with wave.open(io.BytesIO(call.file)) as w:
         assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 16_000)
@@ -268,9 +283,7 @@ def test_timeout_then_success(stub: Stub, monkeypatch: pytest.MonkeyPatch) -> No
     assert len(stub.calls) == 2
 
 
-def test_retries_exhausted__retriable_engine_unavailable(
-    engine: OpenAIEngine, stub: Stub
-) -> None:
+def test_retries_exhausted__retriable_engine_unavailable(engine: OpenAIEngine, stub: Stub) -> None:
     stub.script = [Reply(503, {"error": {"message": "overloaded"}}) for _ in range(10)]
     error = failure(engine)
     assert (error.reason, error.permanent) == ("EngineUnavailable", False)
@@ -320,9 +333,7 @@ def test_400__permanent_with_the_servers_message(engine: OpenAIEngine, stub: Stu
 
 
 @pytest.mark.parametrize("status", [401, 403])
-def test_401_403__unauthorized_and_permanent(
-    engine: OpenAIEngine, stub: Stub, status: int
-) -> None:
+def test_401_403__unauthorized_and_permanent(engine: OpenAIEngine, stub: Stub, status: int) -> None:
     stub.script = [Reply(status, {"error": {"message": "Incorrect API key provided"}})]
     error = failure(engine)
     assert (error.reason, error.permanent) == ("EngineUnauthorized", True)
@@ -334,8 +345,14 @@ def test_connection_refused__retried_then_unavailable(monkeypatch: pytest.Monkey
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    e = OpenAIEngine(base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key_env=KEY_ENV,
-                     timeout=1.0, max_retries=2, backoff_base=0.01)
+    e = OpenAIEngine(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        model="m",
+        api_key_env=KEY_ENV,
+        timeout=1.0,
+        max_retries=2,
+        backoff_base=0.01,
+    )
     try:
         error = failure(e)
     finally:
@@ -365,8 +382,7 @@ def test_retry_delay__retry_after_too_long_means_stop() -> None:
 
 def test_retry_delay__exponential_backoff_with_jitter_and_cap() -> None:
     def delay(attempt: int, jitter: float) -> float | None:
-        return retry_delay(500, {}, attempt, NOW, max_retries=10, jitter=jitter, base=1.0,
-                           cap=30.0)
+        return retry_delay(500, {}, attempt, NOW, max_retries=10, jitter=jitter, base=1.0, cap=30.0)
 
     assert delay(0, 0.0) == 0.5
     assert delay(0, 0.999) == pytest.approx(1.0, abs=0.001)
@@ -411,23 +427,31 @@ def test_parse_retry_after__garbage_is_none() -> None:
 
 @pytest.mark.parametrize(
     ("body", "expected"),
-    [(b'{"error": {"message": "Invalid file format."}}', "Invalid file format."),
-     (b'{"error": "quota exceeded"}', "quota exceeded"),
-     (b'{"detail": "Model not found"}', "Model not found"),
-     (b"plain\ntext  error", "plain text error"),
-     (b"", "Bad Request"),
-     (b'{"unexpected": 1}', '{"unexpected": 1}')],
+    [
+        (b'{"error": {"message": "Invalid file format."}}', "Invalid file format."),
+        (b'{"error": "quota exceeded"}', "quota exceeded"),
+        (b'{"detail": "Model not found"}', "Model not found"),
+        (b"plain\ntext  error", "plain text error"),
+        (b"", "Bad Request"),
+        (b'{"unexpected": 1}', '{"unexpected": 1}'),
+    ],
 )
 def test_error_message(body: bytes, expected: str) -> None:
     assert error_message(body, "Bad Request") == expected
 
 
 def test_parse_segments__clamps_and_skips_blank_text() -> None:
-    data = {"segments": [{"start": -1, "end": 0.5, "text": " a "},
-                         {"start": 0.5, "end": 0.7, "text": "  "},
-                         {"start": 9, "end": 12, "text": "b"}], "text": "a b"}
+    data = {
+        "segments": [
+            {"start": -1, "end": 0.5, "text": " a "},
+            {"start": 0.5, "end": 0.7, "text": "  "},
+            {"start": 9, "end": 12, "text": "b"},
+        ],
+        "text": "a b",
+    }
     assert [(s.start, s.end, s.text) for s in parse_segments(data, 5.0)] == [
-        (0.0, 0.5, "a"), (5.0, 5.0, "b")
+        (0.0, 0.5, "a"),
+        (5.0, 5.0, "b"),
     ]
     with pytest.raises(ValueError, match="not a JSON object"):
         parse_segments(["a"], 5.0)
@@ -435,5 +459,9 @@ def test_parse_segments__clamps_and_skips_blank_text() -> None:
 
 def test_api_language() -> None:
     assert [api_language(x) for x in ("en-US", "pt_BR", "DE", None, "")] == [
-        "en", "pt", "de", None, None
+        "en",
+        "pt",
+        "de",
+        None,
+        None,
     ]

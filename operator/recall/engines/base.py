@@ -62,6 +62,11 @@ class Engine(Protocol):
     def load_media(self, job: TranscriptionJob) -> Media: ...
 
     def transcribe(
-        self, chunk: Chunk, *, language: str | None, cancel: threading.Event,
-        job: TranscriptionJob, attempt: int,
+        self,
+        chunk: Chunk,
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
     ) -> list[Segment]: ...

@@ -217,8 +217,13 @@ class OpenAIEngine:
         return os.environ.get(self.api_key_env, "").strip() or None
 
     def transcribe(
-        self, chunk: Chunk, *, language: str | None, cancel: threading.Event,
-        job: TranscriptionJob, attempt: int,
+        self,
+        chunk: Chunk,
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
     ) -> list[Segment]:
         del attempt
         model = job.spec.engine.model if job.spec.engine and job.spec.engine.model else self.model
@@ -234,7 +239,9 @@ class OpenAIEngine:
             headers = {"Authorization": f"Bearer {key}"} if key else {}
             try:
                 response = self._client.post(
-                    self.url, data=fields, files={"file": (filename, wav, "audio/wav")},
+                    self.url,
+                    data=fields,
+                    files={"file": (filename, wav, "audio/wav")},
                     headers=headers,
                 )
             except httpx.TransportError as e:
@@ -249,8 +256,13 @@ class OpenAIEngine:
                 if not retriable_status(status):
                     raise EngineError("EngineRejected", f"{status}: {problem}", permanent=True)
             delay = retry_delay(
-                status, response_headers, retries, dt.datetime.now(dt.UTC),
-                max_retries=self.max_retries, jitter=random.random(), base=self.backoff_base,
+                status,
+                response_headers,
+                retries,
+                dt.datetime.now(dt.UTC),
+                max_retries=self.max_retries,
+                jitter=random.random(),
+                base=self.backoff_base,
             )
             what = f"{status}: {problem}" if status is not None else problem
             if delay is None:
@@ -259,8 +271,15 @@ class OpenAIEngine:
                     f"{self.url}: {' '.join(what.split())[:300]} (after {retries + 1} tries)",
                     permanent=False,
                 )
-            _log.warning("engine_retry", engine=self.name, chunk=chunk.index, status=status,
-                         error=what, retry=retries + 1, delay=round(delay, 3))
+            _log.warning(
+                "engine_retry",
+                engine=self.name,
+                chunk=chunk.index,
+                status=status,
+                error=what,
+                retry=retries + 1,
+                delay=round(delay, 3),
+            )
             retries += 1
             cancel.wait(delay)
         return []

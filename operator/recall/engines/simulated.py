@@ -17,7 +17,7 @@ from pathlib import Path
 from recall.engines.base import Chunk, EngineError, Media, Segment
 from recall.models import SimulateSpec, TranscriptionJob
 
-WORDS = "the quick brown fox jumps over the lazy dog".split()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
 
 
 class SimulatedEngine:
@@ -46,14 +46,22 @@ class SimulatedEngine:
 
     def load_media(self, job: TranscriptionJob) -> Media:
         n = self._spec(job).chunks or 1
-        seconds = float(job.spec.engine.chunk_seconds if job.spec.engine and
-                        job.spec.engine.chunk_seconds else self.chunk_seconds)
+        seconds = float(
+            job.spec.engine.chunk_seconds
+            if job.spec.engine and job.spec.engine.chunk_seconds
+            else self.chunk_seconds
+        )
         chunks = [Chunk(index=i, start=i * seconds, duration=seconds) for i in range(n)]
         return Media(chunks=chunks, duration=n * seconds)
 
     def transcribe(
-        self, chunk: Chunk, *, language: str | None, cancel: threading.Event,
-        job: TranscriptionJob, attempt: int,
+        self,
+        chunk: Chunk,
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
     ) -> list[Segment]:
         del language
         spec = self._spec(job)
@@ -74,13 +82,19 @@ class SimulatedEngine:
             )
         self._record(job, attempt, chunk)
         text = " ".join(WORDS[(chunk.index + i) % len(WORDS)] for i in range(6))
-        return [Segment(start=0.0, end=chunk.duration, text=f"{job.name} chunk {chunk.index} {text}")]
+        return [
+            Segment(start=0.0, end=chunk.duration, text=f"{job.name} chunk {chunk.index} {text}")
+        ]
 
     def _record(self, job: TranscriptionJob, attempt: int, chunk: Chunk) -> None:
         if self.record_path is None:
             return
-        line = json.dumps({"job": job.name, "attempt": attempt, "chunk": chunk.index,
-                           "pid": os.getpid()}) + "\n"
+        line = (
+            json.dumps(
+                {"job": job.name, "attempt": attempt, "chunk": chunk.index, "pid": os.getpid()}
+            )
+            + "\n"
+        )
         fd = os.open(self.record_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())

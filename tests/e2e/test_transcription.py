@@ -1,0 +1,137 @@
+"""Real transcription through the whole system: the local Whisper engine in worker processes,
+checkpoints per chunk, resume after a crash, and media errors that fail at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jiwer
+import pytest
+
+from recall import speech
+from recall.kube import Kube
+from recall.models import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
+from recall.transcripts import TranscriptStore, chunks_name
+from tests.helpers import Procs, get_job, job_phase, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spoken(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """Six known sentences spoken into one ~57 s WAV."""
+    out = tmp_path_factory.mktemp("speech") / "six.wav"
+    try:
+        speech.synthesize(speech.SENTENCES, out)
+    except speech.SpeechUnavailable as e:
+        pytest.fail(str(e))
+    return out, " ".join(speech.SENTENCES)
+
+
+def whisper_batch(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    items: dict[str, str],
+    *,
+    lease: int = 6,
+    chunk_seconds: int = 10,
+    max_attempts: int = 5,
+) -> None:
+    kube.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        BATCH_PLURAL,
+        {
+            "apiVersion": API_VERSION,
+            "kind": "Batch",
+            "metadata": {"name": name},
+            "spec": {
+                "items": [{"key": k, "source": {"url": url}} for k, url in items.items()],
+                "defaults": {
+                    "language": "en",
+                    "leaseDurationSeconds": lease,
+                    "maxAttempts": max_attempts,
+                    "engine": {"name": "whisper", "chunkSeconds": chunk_seconds},
+                },
+            },
+        },
+    )
+
+
+def chunk_events(events: list[dict[str, object]]) -> list[object]:
+    return [e["chunk"] for e in events if e.get("event") == "chunk_done"]
+
+
+def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint(
+    kube: Kube, namespace: str, procs: Procs, spoken: tuple[Path, str]
+) -> None:
+    path, reference = spoken
+    procs.recall("operator", "operator", "--namespace", namespace)
+    whisper_batch(kube, namespace, "talk", {"six": path.as_uri()})
+    first = procs.worker(
+        "first",
+        "--engine",
+        "whisper",
+        "--namespace",
+        namespace,
+        env={"RECALL_FAULT": "worker-after-chunk:3"},
+    )
+    assert first.wait(timeout=180) < 0, "the fault should have killed the first worker"
+    job = get_job(kube, namespace, "talk-six")
+    assert job.status.progress is not None
+    assert (job.status.progress.chunks_done, job.status.progress.chunks_total) == (3, 6)
+    assert job.status.progress.checkpoint == chunks_name("talk-six", 1)
+    assert chunk_events(first.events()) == [0, 1, 2]
+
+    second = procs.worker(
+        "second", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "5"
+    )
+    wait_for(
+        lambda: job_phase(kube, namespace, "talk-six") == Phase.SUCCEEDED,
+        timeout=180,
+        message=procs.dump,
+    )
+    assert second.wait(timeout=60) == 0
+    # The engine ran only for the chunks the checkpoint did not hold.
+    assert chunk_events(second.events()) == [3, 4, 5]
+    assert "resumed" in second.event_names()
+
+    job = get_job(kube, namespace, "talk-six")
+    assert (job.status.attempts, job.status.expired_leases) == (2, 1)
+    assert job.status.result is not None and job.status.result.attempt == 2
+    transcript = TranscriptStore(kube).load_transcript(namespace, job.status.result.config_map)
+    assert transcript is not None
+    starts = [s.start for s in transcript.segments]
+    assert starts == sorted(starts), "segments out of order"
+    assert transcript.segments[-1].end > 45, "the transcript does not reach the end"
+    wer = jiwer.wer(speech.normalise(reference), speech.normalise(transcript.text))
+    assert wer <= 0.25, f"WER {wer:.2f}: {transcript.text}"
+    # Checkpoint ConfigMaps are removed once the transcript is accepted.
+    assert kube.get_config_map(namespace, chunks_name("talk-six", 1)) is None
+    assert kube.get_config_map(namespace, chunks_name("talk-six", 2)) is None
+
+
+def test_bad_media__fails_at_once_with_a_clear_reason(
+    kube: Kube, namespace: str, procs: Procs, tmp_path: Path
+) -> None:
+    not_audio = tmp_path / "notes.wav"
+    not_audio.write_text("these are meeting notes, not audio\n" * 50)
+    missing = tmp_path / "nowhere.wav"
+    procs.recall("operator", "operator", "--namespace", namespace)
+    whisper_batch(kube, namespace, "bad", {"missing": missing.as_uri(), "text": not_audio.as_uri()})
+    procs.worker("w", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "5")
+    for name in ("bad-missing", "bad-text"):
+        wait_for(
+            lambda n=name: job_phase(kube, namespace, n) == Phase.FAILED,  # type: ignore[misc]
+            timeout=60,
+            message=procs.dump,
+        )
+    gone = get_job(kube, namespace, "bad-missing").status
+    text = get_job(kube, namespace, "bad-text").status
+    assert gone.last_error is not None and text.last_error is not None
+    assert (gone.last_error.reason, gone.attempts) == ("SourceNotFound", 1)
+    assert str(missing) in (gone.last_error.message or "")
+    assert (text.last_error.reason, text.attempts) == ("UndecodableMedia", 1)
+    assert gone.last_error.permanent and text.last_error.permanent
