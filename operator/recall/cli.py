@@ -88,7 +88,9 @@ def dev_down(
 ) -> None:
     """Stop the local control plane and remove its directory."""
     from recall import devcluster
+    from recall.demo import stop_extra
 
+    stop_extra(dir.resolve())
     if devcluster.dev_down(dir.resolve()):
         typer.echo("control plane stopped", err=True)
     else:

@@ -8,6 +8,7 @@ and the others pause), kopf's liveness endpoint and our metrics on their ports.
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import kopf
@@ -21,6 +22,8 @@ from recall.settings import OperatorSettings
 def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> None:
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(kubeconfig)  # kopf's own login reads it from here
+    if settings.peering and settings.priority is None:
+        settings = settings.model_copy(update={"priority": random.randint(1, 1_000_000)})
     kube = Kube(load_api_client(kubeconfig))
     if settings.peering:
         ensure_peering(kube.api, settings.peering, settings.namespace)
@@ -40,7 +43,7 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
         registry=registry,
         standalone=settings.peering is None,
         peering_name=settings.peering,
-        priority=settings.priority,
+        priority=settings.priority or 0,
         clusterwide=settings.namespace is None,
         namespaces=[settings.namespace] if settings.namespace else (),
         liveness_endpoint=liveness,

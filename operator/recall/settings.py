@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -86,6 +86,11 @@ class WorkerSettings(BaseSettings):
     media_max_bytes: int = Field(2 * 1024**3, gt=0, description="Largest source accepted.")
     http_timeout: float = Field(30.0, gt=0, description="Timeout of one source download read.")
 
+    @field_validator("namespace")
+    @classmethod
+    def _empty_is_none(cls, v: str | None) -> str | None:
+        return v or None
+
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.renew_deadline_fraction <= self.heartbeat_fraction * 1.5:
@@ -117,10 +122,19 @@ class OperatorSettings(BaseSettings):
         0, ge=0, le=65535, description="Serve kopf's /healthz here; 0 = off."
     )
     peering: str | None = Field(None, description="kopf peering name for HA; None = standalone.")
-    priority: int = Field(0, description="kopf peering priority of this operator.")
+    priority: int | None = Field(
+        None,
+        description="kopf peering priority; the alive peer with the highest one acts. Unset "
+        "with peering: a random priority, so that replicas of one Deployment differ.",
+    )
     peering_lifetime: int = Field(
         10, ge=2, description="Seconds a silent peer counts as alive (the takeover time)."
     )
+
+    @field_validator("namespace", "peering")
+    @classmethod
+    def _empty_is_none(cls, v: str | None) -> str | None:
+        return v or None
 
     @model_validator(mode="after")
     def _check(self) -> Self:
