@@ -316,6 +316,9 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
         settings.watching.client_timeout = 330
         settings.watching.connect_timeout = 10
         settings.networking.request_timeout = 30
+        # kopf waits this long for more events of an object before handling it; the lease
+        # clock starts when the index sees a renewal, so keep the wait short.
+        settings.batching.batch_window = 0.02
         settings.peering.lifetime = opsettings.peering_lifetime
         memo.state = OperatorState(kube=kube, settings=opsettings)
         _log.info(
@@ -399,9 +402,13 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
             )
 
     async def _reclaim(state: OperatorState, jobs: Any, batch: Batch | None) -> None:
-        mono = time.monotonic()
+        """Reclaim every expired lease among `jobs` (fenced job writes), then write their
+        items back in one Batch write, in this same handler."""
         jobs = list(jobs)
-        decisions = decide(state.clock, [j for j in jobs if j.status.phase is Phase.LEASED], mono)
+        decisions = decide(
+            state.clock, [j for j in jobs if j.status.phase is Phase.LEASED], time.monotonic()
+        )
+        reclaimed: dict[str, TranscriptionJob] = {}
         for d in decisions:
             outcome = await asyncio.to_thread(
                 reclaim_job, state.kube, d, now=utcnow(), now_monotonic=time.monotonic()
@@ -409,32 +416,33 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
             if not outcome.reclaimed:
                 continue
             job = outcome.job
+            holder = d.job.status.lease.holder if d.job.status.lease else "?"
             message = (
-                f"lease of {d.job.status.lease.holder if d.job.status.lease else '?'} "
-                f"expired; job is {outcome.reason} (attempt {job.status.attempts}, "
-                f"{job.status.expired_leases} expired)"
+                f"lease of {holder} expired; job is {outcome.reason} "
+                f"(attempt {job.status.attempts}, {job.status.expired_leases} expired)"
             )
             kopf.event(_event_ref(job), type="Warning", reason="Reclaimed", message=message)
-            if batch is None or not job.spec.item:
-                continue
-            kopf.event(
-                _event_ref(batch),
-                type="Warning",
-                reason="Reclaimed",
-                message=f"item {job.spec.item}: {message}",
-            )
-            faults.hit("operator-after-reclaim-write", job=job.name)
-            # The item write, in the same handler: project this item now.
-            current = {j.spec.item: j for j in jobs if j.spec.item} | {job.spec.item: job}
-            await asyncio.to_thread(
-                reconcile_batch,
-                state.kube,
-                batch.namespace,
-                batch.name,
-                current,
-                {job.spec.item},
-                full=False,
-            )
+            if batch is not None and job.spec.item:
+                reclaimed[job.spec.item] = job
+                kopf.event(
+                    _event_ref(batch),
+                    type="Warning",
+                    reason="Reclaimed",
+                    message=f"item {job.spec.item}: {message}",
+                )
+        if batch is None or not reclaimed:
+            return
+        faults.hit("operator-after-reclaim-write", batch=batch.name)
+        current = {j.spec.item: j for j in jobs if j.spec.item} | reclaimed
+        await asyncio.to_thread(
+            reconcile_batch,
+            state.kube,
+            batch.namespace,
+            batch.name,
+            current,
+            set(reclaimed),
+            full=False,
+        )
 
     def leased_without_batch(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
         return status.get("phase") == "Leased" and not spec.get("batchRef")

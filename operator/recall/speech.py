@@ -78,3 +78,15 @@ def synthesize(
         w.setframerate(rate)
         w.writeframes(b"".join(pieces))
     return sum(len(p) for p in pieces) / (rate * channels * width)
+
+
+def speak_for(seconds: float, out: Path, *, words_per_minute: int = 150) -> list[str]:
+    """At least `seconds` of speech at `out`, cycling through SENTENCES; returns what was said."""
+    per_sentence = 10.0  # a first guess; corrected after one try
+    count = max(1, int(seconds / per_sentence) + 1)
+    while True:
+        spoken = [SENTENCES[i % len(SENTENCES)] for i in range(count)]
+        total = synthesize(spoken, out, words_per_minute=words_per_minute, pause_seconds=0.6)
+        if total >= seconds:
+            return spoken
+        count = int(count * seconds / total) + 1

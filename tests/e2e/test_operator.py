@@ -391,3 +391,70 @@ def test_two_operators__one_acts_and_the_other_takes_over(
     wait_for(lambda: batch_complete(kube, namespace, "ha"), timeout=60, message=procs.dump)
     assert standby.alive()
     print(f"\nstandby operator took over {takeover:.1f} s after the active one was killed")
+
+
+def test_projection__coalesces_a_burst_of_job_changes(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    import datetime as dt
+    import threading
+
+    from recall import lease as lease_core
+    from recall.kube import Written, fenced_write
+
+    port = free_port()
+    operator(procs, namespace, "operator", "--metrics-port", str(port))
+    create_batch(
+        kube,
+        namespace,
+        "burst",
+        [f"i{i:03d}" for i in range(100)],
+        lease=300,
+        simulate={"chunks": 1},
+    )
+    wait_for(
+        lambda: (
+            (get_batch(kube, namespace, "burst").status.counts or None)
+            and get_batch(kube, namespace, "burst").status.counts.queued == 100
+        ),  # type: ignore[union-attr]
+        timeout=60,
+        message=procs.dump,
+    )
+    time.sleep(2)
+    before = metric(port, "recall_batch_status_writes_total")
+    jobs = list_jobs(kube, namespace)
+    written: list[bool] = []
+
+    def claim(part: list[Any]) -> None:
+        for job in part:
+            token = lease_core.new_token()
+            result = fenced_write(
+                kube,
+                namespace,
+                job.name,
+                lambda j, t=token: lease_core.claim(
+                    j.status, dt.datetime.now(dt.UTC), "burst", t, lease_seconds=300, max_attempts=5
+                ),
+                known=job,
+                action="claim",
+            )
+            written.append(isinstance(result, Written))
+
+    threads = [threading.Thread(target=claim, args=(jobs[i::10],)) for i in range(10)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    burst = time.monotonic() - started
+    assert sum(written) == 100
+    wait_for(
+        lambda: get_batch(kube, namespace, "burst").status.counts.transcribing == 100,  # type: ignore[union-attr]
+        timeout=20,
+        message=procs.dump,
+    )
+    time.sleep(1)
+    writes = metric(port, "recall_batch_status_writes_total") - before
+    print(f"\n100 job changes in {burst:.2f} s cost {writes:.0f} Batch status writes")
+    # One write per tick at most (0.5 s): a burst of about a second costs a handful.
+    assert writes <= 2 + 2 * (burst + 1) / 0.5

@@ -1,0 +1,659 @@
+"""The Helm chart: lint, render, validate against the real API server, and run the system as
+the chart's ServiceAccounts.
+
+- `helm lint` (also `--strict`) with the defaults and with every option on; the schema
+  rejects bad values with a message naming the value.
+- The rendered manifests pass `kubectl apply --dry-run=server` (admission, CRD schemas,
+  RBAC escalation checks); the ServiceMonitor, whose CRD this server lacks, is checked as YAML.
+- The chart's CRD templates are the repository's crds/ (a byte-identical copy in
+  charts/recall/files/crds/, rendered unchanged but for the keep annotation).
+- The chart's CRDs, ServiceAccounts and RBAC are applied for real; the operator and two
+  workers run as local processes authenticated with TokenRequest tokens of those
+  ServiceAccounts, and a Batch completes. A `kubectl auth can-i` matrix shows each
+  ServiceAccount can do what its component needs and nothing more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from recall.devcluster import ControlPlane
+from recall.kube import Kube
+from recall.models import BATCH_PLURAL, GROUP, VERSION, Phase
+from tests.helpers import Procs, get_batch, list_jobs, wait_for
+from tests.rbac import service_account_token, token_kubeconfig
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "recall"
+RELEASE = "rc"
+# What the real-run test installs: everything but the Deployments and Services (the
+# components run here as local processes instead).
+INSTALL_KINDS = {
+    "CustomResourceDefinition",
+    "ServiceAccount",
+    "Role",
+    "ClusterRole",
+    "RoleBinding",
+    "ClusterRoleBinding",
+}
+# Every option on: HA operator watching every namespace, OpenAI engine with a key Secret,
+# a media volume, the ServiceMonitor.
+EVERYTHING: dict[str, Any] = {
+    "engine": {"name": "openai", "openai": {"apiKeySecret": {"name": "openai", "key": "token"}}},
+    "operator": {"replicas": 2, "clusterWide": True},
+    "worker": {
+        "replicas": 3,
+        "mediaVolume": {"persistentVolumeClaim": {"claimName": "recordings"}},
+        "mediaMountPath": "/recordings",
+    },
+    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+}
+NO_SERVICE_MONITOR: dict[str, Any] = {"metrics": {"serviceMonitor": {"enabled": False}}}
+
+
+@dataclass(frozen=True)
+class Tools:
+    """helm and kubectl from hack/k8s-tools, with their caches in a temporary directory."""
+
+    bin: Path
+    env: dict[str, str]
+
+    def run(
+        self, tool: str, *args: str, kubeconfig: Path | None = None, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        env = dict(self.env)
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
+        return subprocess.run(
+            [str(self.bin / tool), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+            check=False,
+        )
+
+    def ok(self, tool: str, *args: str, **kwargs: Any) -> str:
+        out = self.run(tool, *args, **kwargs)
+        assert out.returncode == 0, f"{tool} {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+        return out.stdout
+
+    def render(
+        self, tmp: Path, values: dict[str, Any] | None = None, namespace: str = "recall"
+    ) -> list[dict[str, Any]]:
+        """The chart's manifests, as `helm template` renders them."""
+        args = ["template", RELEASE, str(CHART), "--namespace", namespace]
+        if values is not None:
+            args += ["--values", str(values_file(tmp, values))]
+        return [d for d in yaml.safe_load_all(self.ok("helm", *args)) if d]
+
+
+@pytest.fixture(scope="module")
+def tools(tmp_path_factory: pytest.TempPathFactory) -> Tools:
+    built = subprocess.run(
+        [str(ROOT / "hack" / "k8s-tools" / "build.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=True,
+    )
+    bin_dir = Path(built.stdout.strip().splitlines()[-1])
+    home = tmp_path_factory.mktemp("tools-home")
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env.update(
+        HELM_CACHE_HOME=str(home / "helm-cache"),
+        HELM_CONFIG_HOME=str(home / "helm-config"),
+        HELM_DATA_HOME=str(home / "helm-data"),
+        KUBECACHEDIR=str(home / "kube-cache"),
+        HOME=str(home),
+    )
+    return Tools(bin_dir, env)
+
+
+def values_file(tmp: Path, values: dict[str, Any]) -> Path:
+    digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:10]
+    path = tmp / f"values-{digest}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def merged(*layers: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = merged(out[key], value)
+            else:
+                out[key] = value
+    return out
+
+
+def find(docs: list[dict[str, Any]], kind: str, suffix: str = "") -> dict[str, Any]:
+    hits = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
+    assert len(hits) == 1, f"{len(hits)} {kind} objects named *{suffix}"
+    return hits[0]
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    result: dict[str, Any] = containers[0]
+    return result
+
+
+def env_of(c: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+
+
+def repo_crds() -> dict[str, dict[str, Any]]:
+    docs = [
+        d for p in sorted((ROOT / "crds").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text())
+    ]
+    return {d["metadata"]["name"]: d for d in docs if d}
+
+
+# --- CRDs: the chart's are the repository's ------------------------------------------------
+
+
+def test_chart_crd_copy__byte_identical_to_repo_crds() -> None:
+    repo = {p.name: p.read_bytes() for p in (ROOT / "crds").glob("*.yaml")}
+    chart = {p.name: p.read_bytes() for p in (CHART / "files" / "crds").glob("*.yaml")}
+    fix = "run: cp crds/*.yaml charts/recall/files/crds/"
+    assert sorted(chart) == sorted(repo), f"the chart's CRD files differ from crds/ ({fix})"
+    for name, content in repo.items():
+        assert chart[name] == content, f"charts/recall/files/crds/{name} differs ({fix})"
+
+
+def test_rendered_crds__are_the_repo_crds_with_the_keep_annotation(
+    tools: Tools, tmp_path: Path
+) -> None:
+    expected = repo_crds()
+    assert len(expected) == 4  # transcriptionjobs, batches, kopfpeerings, clusterkopfpeerings
+
+    kept = {
+        d["metadata"]["name"]: d
+        for d in tools.render(tmp_path)
+        if d["kind"] == "CustomResourceDefinition"
+    }
+    assert sorted(kept) == sorted(expected)
+    for name, crd in kept.items():
+        annotations = crd["metadata"].pop("annotations")
+        assert annotations == {"helm.sh/resource-policy": "keep"}
+        assert crd == expected[name], f"the rendered {name} is not crds/'s"
+
+    plain = tools.render(tmp_path, {"crds": {"keep": False}})
+    rendered = {d["metadata"]["name"]: d for d in plain if d["kind"] == "CustomResourceDefinition"}
+    assert rendered == expected
+
+    none = tools.render(tmp_path, {"crds": {"install": False}})
+    assert not [d for d in none if d["kind"] == "CustomResourceDefinition"]
+
+
+# --- lint, schema, render ----------------------------------------------------------------
+
+
+def test_helm_lint__passes_with_defaults_and_with_everything_on(
+    tools: Tools, tmp_path: Path
+) -> None:
+    tools.ok("helm", "lint", str(CHART))
+    tools.ok("helm", "lint", "--strict", str(CHART))
+    everything = values_file(tmp_path, EVERYTHING)
+    tools.ok("helm", "lint", "--strict", str(CHART), "--values", str(everything))
+    tools.ok("helm", "lint", "--strict", str(CHART), "--set", "engine.name=simulated")
+
+
+@pytest.mark.parametrize(
+    ("args", "where", "why"),
+    [
+        (["--set", "worker.replicas=-1"], "/worker/replicas", "minimum"),
+        (["--set", "engine.name=gpt"], "/engine/name", "must be one of"),
+        (["--set", "engine=gpt"], "/engine", "want object"),
+        (["--set", "worker.replica=3"], "/worker", "'replica' not allowed"),
+        (["--set", "operator.metricsPort=70000"], "/operator/metricsPort", "maximum"),
+        (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy", "must be one of"),
+        (["--set", "log.format=xml"], "/log/format", "must be one of"),
+    ],
+)
+def test_schema__rejects_a_bad_value_naming_it(
+    tools: Tools, args: list[str], where: str, why: str
+) -> None:
+    out = tools.run("helm", "template", RELEASE, str(CHART), *args)
+    assert out.returncode != 0, f"{args} was accepted"
+    assert "don't meet the specifications of the schema" in out.stderr
+    assert f"at '{where}'" in out.stderr and why in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--set", "worker.terminationGracePeriodSeconds=10"],
+            "must be longer than worker.graceSeconds",
+        ),
+        (["--set-json", "operator.reconcileInterval=0.5"], "at least two ticks"),
+    ],
+)
+def test_template__fails_on_contradicting_values(
+    tools: Tools, args: list[str], message: str
+) -> None:
+    out = tools.run("helm", "template", RELEASE, str(CHART), *args)
+    assert out.returncode != 0 and message in out.stderr, out.stderr
+
+
+def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: Path) -> None:
+    docs = tools.render(tmp_path)
+    kinds = sorted(d["kind"] for d in docs if d["kind"] != "CustomResourceDefinition")
+    assert kinds == sorted(
+        ["ServiceAccount"] * 2
+        + ["Role"] * 2
+        + ["RoleBinding"] * 2
+        + ["Service"] * 2
+        + ["Deployment"] * 2
+    )
+    for doc in docs:
+        labels = doc["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/name") == "recall", doc["metadata"]["name"]
+        if doc["kind"] != "CustomResourceDefinition":
+            assert labels["app.kubernetes.io/instance"] == RELEASE
+            assert labels["app.kubernetes.io/managed-by"] == "Helm"
+
+    operator = find(docs, "Deployment", "-operator")
+    worker = find(docs, "Deployment", "-worker")
+    for deployment in (operator, worker):
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        security = container(deployment)["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"]["drop"] == ["ALL"]
+        tmp = next(v for v in pod["volumes"] if v["name"] == "tmp")
+        assert "emptyDir" in tmp
+        assert {"name": "tmp", "mountPath": "/tmp"} in container(deployment)["volumeMounts"]
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+    assert operator["spec"]["strategy"] == {"type": "Recreate"}
+    assert operator["spec"]["replicas"] == 1
+    op = container(operator)
+    assert op["args"] == ["operator"]
+    op_env = env_of(op)
+    assert op_env["RECALL_OPERATOR_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert "RECALL_OPERATOR_PEERING" not in op_env  # one replica: standalone
+    assert op_env["RECALL_LOG_FORMAT"] == "json"
+    assert op["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    ports = {p["name"]: p["containerPort"] for p in op["ports"]}
+    assert str(ports["healthz"]) == op_env["RECALL_OPERATOR_LIVENESS_PORT"]
+    assert str(ports["metrics"]) == op_env["RECALL_OPERATOR_METRICS_PORT"]
+
+    wk = container(worker)
+    assert wk["args"] == ["worker"]
+    wk_env = env_of(wk)
+    assert wk_env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert wk_env["RECALL_WORKER_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert wk_env["RECALL_WORKER_ENGINE"] == "whisper"
+    assert "RECALL_WORKER_OPENAI_API_KEY_FILE" not in wk_env
+    grace = float(wk_env["RECALL_WORKER_GRACE_SECONDS"])
+    assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= grace + 15
+    assert [m["name"] for m in wk["volumeMounts"]] == ["tmp"]  # no media volume by default
+
+    sa = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    assert operator["spec"]["template"]["spec"]["serviceAccountName"] in sa
+    assert worker["spec"]["template"]["spec"]["serviceAccountName"] in sa
+    worker_role = find(docs, "Role", "-worker")
+    assert worker_role["rules"] == [
+        {
+            "apiGroups": [GROUP],
+            "resources": ["transcriptionjobs"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {"apiGroups": [GROUP], "resources": ["transcriptionjobs/status"], "verbs": ["patch"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get", "create", "patch", "delete"],
+        },
+    ]
+    operator_resources = {
+        r for rule in find(docs, "Role", "-operator")["rules"] for r in rule["resources"]
+    }
+    assert not operator_resources & {"secrets", "configmaps", "clusterkopfpeerings"}
+
+
+def test_template_everything__cluster_wide_ha_operator_and_configured_workers(
+    tools: Tools, tmp_path: Path
+) -> None:
+    docs = tools.render(tmp_path, EVERYTHING)
+    assert not [
+        d
+        for d in docs
+        if d["kind"] in ("Role", "RoleBinding") and "-operator" in d["metadata"]["name"]
+    ]
+    role = find(docs, "ClusterRole", "-operator")
+    binding = find(docs, "ClusterRoleBinding", "-operator")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    peering_rule = next(r for r in role["rules"] if r["apiGroups"] == ["kopf.dev"])
+    assert set(peering_rule["resources"]) == {"kopfpeerings", "clusterkopfpeerings"}
+
+    operator = find(docs, "Deployment", "-operator")
+    assert operator["spec"]["replicas"] == 2
+    op_env = env_of(container(operator))
+    assert "RECALL_OPERATOR_NAMESPACE" not in op_env  # unset: cluster-wide
+    assert op_env["RECALL_OPERATOR_PEERING"]
+    assert "RECALL_OPERATOR_PRIORITY" not in op_env  # each replica picks a random priority
+
+    worker = find(docs, "Deployment", "-worker")
+    assert worker["spec"]["replicas"] == 3
+    pod = worker["spec"]["template"]["spec"]
+    wk = container(worker)
+    mounts = {m["name"]: m for m in wk["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["media"] == {"name": "media", "mountPath": "/recordings", "readOnly": True}
+    assert volumes["media"]["persistentVolumeClaim"] == {"claimName": "recordings"}
+    key_mount = mounts["openai-api-key"]
+    assert key_mount["readOnly"] is True
+    assert volumes["openai-api-key"]["secret"]["secretName"] == "openai"
+    assert volumes["openai-api-key"]["secret"]["items"][0]["key"] == "token"
+    key_path = volumes["openai-api-key"]["secret"]["items"][0]["path"]
+    wk_env = env_of(wk)
+    assert wk_env["RECALL_WORKER_ENGINE"] == "openai"
+    assert wk_env["RECALL_WORKER_OPENAI_API_KEY_FILE"] == f"{key_mount['mountPath']}/{key_path}"
+
+    monitor = find(docs, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    services = [d for d in docs if d["kind"] == "Service"]
+    selected = [s for s in services if selector.items() <= s["metadata"]["labels"].items()]
+    assert {s["metadata"]["labels"]["app.kubernetes.io/component"] for s in selected} == {
+        "operator",
+        "worker",
+    }
+    scraped_ports = {e["port"] for e in monitor["spec"]["endpoints"]}
+    for service in selected:
+        assert scraped_ports <= {p["name"] for p in service["spec"]["ports"]}
+        component = service["metadata"]["labels"]["app.kubernetes.io/component"]
+        deployment = find(docs, "Deployment", f"-{component}")
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= pod_labels.items()
+        assert {p["name"] for p in container(deployment)["ports"]} >= {"metrics"}
+
+
+# --- against the real API server ----------------------------------------------------------
+
+
+def test_dry_run_server__rendered_chart_and_examples_are_accepted(
+    tools: Tools, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    for values in ({}, merged(EVERYTHING, NO_SERVICE_MONITOR)):
+        rendered = tools.ok(
+            "helm",
+            "template",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--values",
+            str(values_file(tmp_path, values)),
+        )
+        out = tools.ok(
+            "kubectl",
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "-",
+            kubeconfig=control_plane.kubeconfig,
+            stdin=rendered,
+        )
+        assert "deployment.apps/rc-recall-worker created (server dry run)" in out, out
+        assert "deployment.apps/rc-recall-operator created (server dry run)" in out, out
+    out = tools.ok(
+        "kubectl",
+        "apply",
+        "--dry-run=server",
+        "-n",
+        namespace,
+        "-f",
+        str(ROOT / "examples"),
+        kubeconfig=control_plane.kubeconfig,
+    )
+    assert out.count("created (server dry run)") == 3, out
+
+
+def test_notes__tell_how_to_submit_and_watch_a_batch(
+    tools: Tools, control_plane: ControlPlane, namespace: str
+) -> None:
+    out = tools.ok(
+        "helm",
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--dry-run=client",
+        kubeconfig=control_plane.kubeconfig,
+    )
+    notes = out.split("NOTES:", 1)[1]
+    for text in (
+        "kubectl apply -n",
+        "kind: Batch",
+        "recall submit",
+        "recall watch",
+        "kubectl get batches",
+    ):
+        assert text in notes, f"NOTES lack {text!r}:\n{notes}"
+    assert f"namespace {namespace}" in notes
+
+
+def install_chart_rbac(
+    tools: Tools, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> dict[str, Any]:
+    """Apply the chart's CRDs, ServiceAccounts and RBAC into `namespace`; return the render."""
+    docs = tools.render(tmp_path, namespace=namespace)
+    selected = [d for d in docs if d["kind"] in INSTALL_KINDS]
+    tools.ok(
+        "kubectl",
+        "apply",
+        "-f",
+        "-",
+        kubeconfig=control_plane.kubeconfig,
+        stdin=yaml.safe_dump_all(selected),
+    )
+    return {
+        "operator": find(docs, "ServiceAccount", "-operator")["metadata"]["name"],
+        "worker": find(docs, "ServiceAccount", "-worker")["metadata"]["name"],
+    }
+
+
+def crd_state(api: client.ApiClient) -> dict[str, tuple[int, Any]]:
+    ext = client.ApiextensionsV1Api(api)
+    out = {}
+    for name in repo_crds():
+        crd = ext.read_custom_resource_definition(name)
+        out[name] = (crd.metadata.generation, api.sanitize_for_serialization(crd.spec))
+    return out
+
+
+@pytest.fixture
+def chart_accounts(
+    tools: Tools, control_plane: ControlPlane, api: client.ApiClient, namespace: str, tmp_path: Path
+) -> dict[str, str]:
+    """The chart's RBAC applied into the test namespace; the CRDs re-applied unchanged."""
+    before = crd_state(api)
+    accounts = install_chart_rbac(tools, control_plane, namespace, tmp_path)
+    assert crd_state(api) == before, "re-applying the chart's CRDs changed the cluster's"
+    return accounts
+
+
+@pytest.mark.slow
+def test_chart_service_accounts__operator_and_two_workers_complete_a_batch(
+    chart_accounts: dict[str, str],
+    api: client.ApiClient,
+    kube: Kube,
+    control_plane: ControlPlane,
+    namespace: str,
+    procs: Procs,
+    tmp_path: Path,
+) -> None:
+    kubeconfigs = {}
+    for component, account in chart_accounts.items():
+        token = service_account_token(api, namespace, account)
+        kubeconfigs[component] = token_kubeconfig(
+            control_plane,
+            token,
+            tmp_path / f"{component}.kubeconfig",
+            namespace,
+            f"system:serviceaccount:{namespace}:{account}",
+        )
+    procs.recall(
+        "operator",
+        "operator",
+        "--namespace",
+        namespace,
+        env={"KUBECONFIG": str(kubeconfigs["operator"])},
+    )
+    workers = ("worker-1", "worker-2")
+    for name in workers:
+        procs.worker(
+            name,
+            "--engine",
+            "simulated",
+            "--namespace",
+            namespace,
+            env={"KUBECONFIG": str(kubeconfigs["worker"])},
+        )
+
+    # The simulated example, faster: 4 items of 3 chunks.
+    batch = yaml.safe_load((ROOT / "examples" / "batch-simulated.yaml").read_text())
+    batch["spec"]["defaults"]["engine"]["simulate"] = {"chunks": 3, "chunkDelaySeconds": 0.1}
+    batch["spec"]["defaults"]["leaseDurationSeconds"] = 5
+    name = batch["metadata"]["name"]
+    items = len(batch["spec"]["items"])
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BATCH_PLURAL, batch)
+
+    def complete() -> bool:
+        status = get_batch(kube, namespace, name).status
+        return any(c.type == "Complete" and c.status == "True" for c in status.conditions)
+
+    wait_for(complete, timeout=60, interval=0.2, message=procs.dump)
+    status = get_batch(kube, namespace, name).status
+    assert status.counts is not None
+    assert (status.counts.total, status.counts.completed, status.counts.failed) == (items, items, 0)
+    jobs = list_jobs(kube, namespace)
+    assert len(jobs) == items
+    for job in jobs:
+        assert job.status.phase == Phase.SUCCEEDED
+        assert job.status.result is not None and job.status.result.worker in workers
+        assert kube.get_config_map(namespace, job.status.result.config_map) is not None
+    for proc in procs.started:
+        assert proc.alive(), f"{proc.name} exited:\n{procs.dump()}"
+        log = proc.log.read_text(errors="replace")
+        assert "forbidden" not in log.lower(), f"{proc.name} was refused something:\n{log[-3000:]}"
+
+
+# (verb, resource, expected) — resource as kubectl names it; "x/status" is a subresource.
+WORKER_MATRIX = [
+    ("get", "transcriptionjobs.recall.dev", True),
+    ("list", "transcriptionjobs.recall.dev", True),
+    ("watch", "transcriptionjobs.recall.dev", True),
+    ("patch", "transcriptionjobs.recall.dev/status", True),
+    ("get", "configmaps", True),
+    ("create", "configmaps", True),
+    ("patch", "configmaps", True),
+    ("delete", "configmaps", True),
+    ("patch", "transcriptionjobs.recall.dev", False),
+    ("update", "transcriptionjobs.recall.dev", False),
+    ("update", "transcriptionjobs.recall.dev/status", False),
+    ("create", "transcriptionjobs.recall.dev", False),
+    ("delete", "transcriptionjobs.recall.dev", False),
+    ("get", "batches.recall.dev", False),
+    ("list", "batches.recall.dev", False),
+    ("create", "batches.recall.dev", False),
+    ("patch", "batches.recall.dev", False),
+    ("patch", "batches.recall.dev/status", False),
+    ("get", "batches.recall.dev/status", False),
+    ("list", "configmaps", False),
+    ("get", "secrets", False),
+    ("list", "secrets", False),
+    ("create", "events", False),
+    ("create", "events.events.k8s.io", False),
+    ("list", "pods", False),
+    ("create", "kopfpeerings.kopf.dev", False),
+]
+OPERATOR_MATRIX = [
+    ("watch", "batches.recall.dev", True),
+    ("patch", "batches.recall.dev", True),
+    ("patch", "batches.recall.dev/status", True),
+    ("create", "transcriptionjobs.recall.dev", True),
+    ("delete", "transcriptionjobs.recall.dev", True),
+    ("patch", "transcriptionjobs.recall.dev/status", True),
+    ("create", "events", True),
+    ("create", "events.events.k8s.io", True),
+    ("create", "kopfpeerings.kopf.dev", True),
+    ("create", "batches.recall.dev", False),
+    ("delete", "batches.recall.dev", False),
+    ("get", "secrets", False),
+    ("list", "secrets", False),
+    ("get", "configmaps", False),
+    ("list", "configmaps", False),
+    ("create", "configmaps", False),
+    ("list", "pods", False),
+    ("list", "transcriptionjobs.recall.dev", False, "all namespaces"),
+]
+
+
+def can_i(
+    tools: Tools, control_plane: ControlPlane, namespace: str, account: str, row: tuple[Any, ...]
+) -> bool:
+    verb, resource = row[0], row[1]
+    base, _, sub = resource.partition("/")
+    args = ["auth", "can-i", verb, base, f"--as=system:serviceaccount:{namespace}:{account}"]
+    args += ["--subresource", sub] if sub else []
+    args += ["--all-namespaces"] if len(row) > 3 else ["-n", namespace]
+    out = tools.run("kubectl", *args, kubeconfig=control_plane.kubeconfig)
+    answer = out.stdout.strip()
+    assert answer in ("yes", "no"), f"kubectl {' '.join(args)}: {out.stdout}{out.stderr}"
+    assert out.returncode == (0 if answer == "yes" else 1)
+    return answer == "yes"
+
+
+def test_can_i_matrix__each_service_account_has_what_it_needs_and_nothing_more(
+    tools: Tools, chart_accounts: dict[str, str], control_plane: ControlPlane, namespace: str
+) -> None:
+    matrices = {"worker": WORKER_MATRIX, "operator": OPERATOR_MATRIX}
+    jobs = [(c, row) for c, rows in matrices.items() for row in rows]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(
+            pool.map(
+                lambda job: can_i(tools, control_plane, namespace, chart_accounts[job[0]], job[1]),
+                jobs,
+            )
+        )
+    lines = [f"{'account':<10} {'verb':<7} {'resource':<38} {'scope':<15} can-i  expected"]
+    wrong = []
+    for (component, row), answer in zip(jobs, answers, strict=True):
+        scope = row[3] if len(row) > 3 else "namespace"
+        mark = "yes" if answer else "no"
+        lines.append(
+            f"{component:<10} {row[0]:<7} {row[1]:<38} {scope:<15} {mark:<6} "
+            f"{'yes' if row[2] else 'no'}"
+        )
+        if answer != row[2]:
+            wrong.append(lines[-1])
+    print("\n" + "\n".join(lines))
+    assert not wrong, "unexpected answers:\n" + "\n".join(wrong)
