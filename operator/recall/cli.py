@@ -421,7 +421,9 @@ def transcript(
 def main() -> None:
     """Console entry point: one-line errors, kubectl's exit codes."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode, click returns the exit code of typer.Exit instead of exiting.
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except CliError as e:
         _fail(str(e), e.code, e)
     except typer.Exit as e:

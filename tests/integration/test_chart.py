@@ -446,6 +446,9 @@ def test_notes__tell_how_to_submit_and_watch_a_batch(
         "--namespace",
         namespace,
         "--dry-run=client",
+        # The session's CRDs were not installed by helm: an install would refuse to adopt them.
+        "--set",
+        "crds.install=false",
         kubeconfig=control_plane.kubeconfig,
     )
     notes = out.split("NOTES:", 1)[1]

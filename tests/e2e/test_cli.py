@@ -1,0 +1,133 @@
+"""The `recall` CLI against the real API server: submit, get, watch, transcript, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from recall.devcluster import ControlPlane
+from recall.kube import Kube
+from tests.helpers import Procs, create_batch, get_batch
+
+
+def run(
+    cp: ControlPlane, namespace: str, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    env = cp.env() | {"RECALL_LOG_FORMAT": "json"}
+    return subprocess.run(
+        [sys.executable, "-m", "recall", *args, "--namespace", namespace]
+        if args[0] not in ("dev",)
+        else [sys.executable, "-m", "recall", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def media_folder(tmp_path: Path, names: list[str]) -> Path:
+    folder = tmp_path / "Talks 2026"
+    folder.mkdir()
+    for n in names:
+        (folder / n).write_bytes(b"RIFF")
+    (folder / "notes.txt").write_text("not media")
+    return folder
+
+
+def test_submit_dry_run__builds_batches_from_a_folder(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    folder = media_folder(tmp_path, ["Intro Talk.wav", "intro-talk.mp3", "q&a.m4a"])
+    out = run(control_plane, namespace, "submit", str(folder), "--dry-run", "--language", "en")
+    assert out.returncode == 0, out.stderr
+    (batch,) = list(yaml.safe_load_all(out.stdout))
+    assert batch["metadata"]["name"] == "talks-2026"
+    assert [i["key"] for i in batch["spec"]["items"]] == ["intro-talk", "intro-talk-2", "q-a"]
+    assert batch["spec"]["defaults"] == {"language": "en"}
+    assert all(i["source"]["url"].startswith("file:///") for i in batch["spec"]["items"])
+
+
+def test_submit__splits_large_inputs_into_several_batches(
+    control_plane: ControlPlane, kube: Kube, namespace: str, tmp_path: Path
+) -> None:
+    folder = media_folder(tmp_path, [f"part-{i}.wav" for i in range(5)])
+    out = run(control_plane, namespace, "submit", str(folder), "--name", "big", "--max-items", "2")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "batch.recall.dev/big-1 created (2 items)",
+        "batch.recall.dev/big-2 created (2 items)",
+        "batch.recall.dev/big-3 created (1 items)",
+    ]
+    assert len(get_batch(kube, namespace, "big-3").spec.items) == 1
+
+
+def test_submit_watch_get_transcript__whole_flow(
+    control_plane: ControlPlane, kube: Kube, namespace: str, procs: Procs, tmp_path: Path
+) -> None:
+    folder = media_folder(tmp_path, ["alpha.wav", "beta.wav"])
+    procs.recall("operator", "operator", "--namespace", namespace)
+    out = run(
+        control_plane, namespace, "submit", str(folder), "--name", "flow", "--engine", "simulated"
+    )
+    assert out.returncode == 0, out.stderr
+    # Follow from the start; the worker comes later, so there is progress to show.
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "recall", "watch", "flow", "--timeout", "60", "-n", namespace],
+        env=control_plane.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    procs.worker("w", "--engine", "simulated", "--namespace", namespace)
+    stdout, stderr = watcher.communicate(timeout=90)
+    watched = subprocess.CompletedProcess(watcher.args, watcher.returncode, stdout, stderr)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    lines = watched.stdout.splitlines()
+    assert lines[-1].startswith("flow: 2/2 completed")
+    assert len(lines) >= 2, "watch should print progress as it changes"
+
+    table = run(control_plane, namespace, "get", "batches").stdout.splitlines()
+    assert table[0].split() == ["NAME", "ITEMS", "COMPLETED", "FAILED", "PROGRESS", "ETA", "AGE"]
+    assert table[1].split()[:5] == ["flow", "2", "2", "0", "100%"]
+    jobs = run(control_plane, namespace, "get", "jobs", "--batch", "flow").stdout
+    assert "flow-alpha" in jobs and "Succeeded" in jobs
+
+    srt = run(control_plane, namespace, "transcript", "flow/alpha", "--format", "srt")
+    assert srt.returncode == 0, srt.stderr
+    assert srt.stdout.startswith("1\n00:00:00,000 --> ")
+    assert "flow-alpha chunk 0" in srt.stdout
+    txt = run(control_plane, namespace, "transcript", "flow-beta")
+    assert txt.stdout.startswith("flow-beta chunk 0")
+
+
+def test_watch__exits_non_zero_when_an_item_failed(
+    control_plane: ControlPlane, kube: Kube, namespace: str, procs: Procs
+) -> None:
+    procs.recall("operator", "operator", "--namespace", namespace)
+    procs.worker("w", "--engine", "simulated", "--namespace", namespace)
+    create_batch(kube, namespace, "doomed", ["x"], simulate={"chunks": 1, "failure": "permanent"})
+    watched = run(control_plane, namespace, "watch", "doomed", "--timeout", "60", timeout=90)
+    assert watched.returncode == 1
+    assert "1 failed" in watched.stdout.splitlines()[-1]
+
+
+def test_errors__one_line_without_traceback_and_kubectl_exit_code(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    cases = [
+        (("transcript", "nope"), 'transcriptionjobs.recall.dev "nope" not found'),
+        (("watch", "nope"), 'batches.recall.dev "nope" not found'),
+        (("get", "widgets"), 'resource type "widgets"'),
+        (("submit", str(tmp_path / "missing.wav")), "no such file, folder or URL"),
+        (("transcript", "x", "--format", "doc"), "unknown format"),
+    ]
+    for args, words in cases:
+        out = run(control_plane, namespace, *args)
+        assert out.returncode == 1, (args, out.stderr)
+        assert out.stderr.startswith("error: ") and words in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
