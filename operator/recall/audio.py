@@ -27,6 +27,7 @@ take no I/O and are unit-tested directly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 import re
@@ -79,6 +80,7 @@ class MediaOptions:
             chunk_seconds=float(settings.chunk_seconds),
             max_bytes=settings.media_max_bytes,
             http_timeout=settings.http_timeout,
+            max_seconds=settings.media_max_seconds,
         )
 
 
@@ -86,13 +88,7 @@ def load_job_media(job: TranscriptionJob, options: MediaOptions) -> Media:
     """`load_media` for a job: its `spec.engine.chunk_seconds` overrides the default."""
     engine = job.spec.engine
     if engine is not None and engine.chunk_seconds:
-        options = MediaOptions(
-            chunk_seconds=float(engine.chunk_seconds),
-            max_bytes=options.max_bytes,
-            http_timeout=options.http_timeout,
-            max_seconds=options.max_seconds,
-            workdir=options.workdir,
-        )
+        options = dataclasses.replace(options, chunk_seconds=float(engine.chunk_seconds))
     return load_media(job.spec.source.url, options)
 
 

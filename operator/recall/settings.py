@@ -84,6 +84,11 @@ class WorkerSettings(BaseSettings):
     openai_max_retries: int = Field(5, ge=0, description="Retries on 429 and 5xx.")
     # media
     media_max_bytes: int = Field(2 * 1024**3, gt=0, description="Largest source accepted.")
+    media_max_seconds: float | None = Field(
+        6 * 3600.0, gt=0,
+        description="Longest media accepted, seconds (decoded audio is held in memory: "
+        "about 230 MB per hour).",
+    )
     http_timeout: float = Field(30.0, gt=0, description="Timeout of one source download read.")
 
     @field_validator("namespace")
