@@ -234,6 +234,9 @@ def reconcile_batch(
     for h in result.heals:
         heals.append(h.describe())
         metrics.HEALS.labels(kind=h.kind).inc()
+    status = result.status
+    if heals:  # recreated jobs count as heals too
+        status = status.model_copy(update={"heals": (stored.heals or 0) + len(heals)})
     newly = {
         key: after
         for key, after in result.status.items.items()
@@ -248,7 +251,7 @@ def reconcile_batch(
         kube,
         batch.namespace,
         batch.name,
-        result.status,
+        status,
         stored_raw,
         fresh["metadata"]["resourceVersion"],
     )

@@ -458,3 +458,68 @@ def test_projection__coalesces_a_burst_of_job_changes(
     print(f"\n100 job changes in {burst:.2f} s cost {writes:.0f} Batch status writes")
     # One write per tick at most (0.5 s): a burst of about a second costs a handful.
     assert writes <= 2 + 2 * (burst + 1) / 0.5
+
+
+def test_reconcile__recreates_a_deleted_job_and_records_a_heal(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    operator(procs, namespace, "operator", env={"RECALL_OPERATOR_RECONCILE_INTERVAL": "2"})
+    create_batch(kube, namespace, "heal", ["a", "b"], simulate={"chunks": 1})
+    wait_for(lambda: len(list_jobs(kube, namespace)) == 2, timeout=20, message=procs.dump)
+    wait_for(lambda: len(get_batch(kube, namespace, "heal").status.items) == 2, timeout=10)
+    old_uid = get_job(kube, namespace, "heal-b").metadata.uid
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, JOB_PLURAL, "heal-b")
+    wait_for(
+        lambda: (j := kube.get_job(namespace, "heal-b")) is not None and j.metadata.uid != old_uid,
+        timeout=20,
+        message=procs.dump,
+    )
+    wait_for(lambda: events(kube, namespace, "Healed"), timeout=10, message="a Healed event")
+    assert "heal-b" in events(kube, namespace, "Healed")[0].message
+    assert (get_batch(kube, namespace, "heal").status.heals or 0) >= 1
+
+
+def test_observability__metrics_and_liveness_endpoints(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    import urllib.request
+
+    metrics_port, liveness_port = free_port(), free_port()
+    operator(
+        procs,
+        namespace,
+        "operator",
+        "--metrics-port",
+        str(metrics_port),
+        "--liveness-port",
+        str(liveness_port),
+    )
+    wport = free_port()
+    worker(procs, namespace, "w", "--metrics-port", str(wport))
+    create_batch(kube, namespace, "obs", ["a"], simulate={"chunks": 2})
+    wait_for(lambda: batch_complete(kube, namespace, "obs"), timeout=30, message=procs.dump)
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{liveness_port}/healthz", timeout=2
+            ) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    wait_for(healthy, timeout=10, message="kopf's liveness endpoint")
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    for name in (
+        "recall_reclaims_total",
+        "recall_fenced_rejections_total",
+        "recall_heals_total",
+        "recall_jobs",
+        "recall_reclaim_delay_seconds_bucket",
+        "recall_batch_status_writes_total",
+    ):
+        assert name in text, name
+    assert 'recall_jobs{phase="Succeeded"} 1.0' in text
+    assert metric(wport, "recall_claims_total") == 1
+    assert metric(wport, "recall_heartbeat_latency_seconds_count") >= 2
