@@ -85,7 +85,8 @@ class WorkerSettings(BaseSettings):
     # media
     media_max_bytes: int = Field(2 * 1024**3, gt=0, description="Largest source accepted.")
     media_max_seconds: float | None = Field(
-        6 * 3600.0, gt=0,
+        6 * 3600.0,
+        gt=0,
         description="Longest media accepted, seconds (decoded audio is held in memory: "
         "about 230 MB per hour).",
     )
