@@ -322,6 +322,10 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
         # kopf waits this long for more events of an object before handling it; the lease
         # clock starts when the index sees a renewal, so keep the wait short.
         settings.batching.batch_window = 0.02
+        if opsettings.namespace:
+            # One namespace and known resources: nothing to discover. Scanning would list
+            # namespaces and CRDs cluster-wide, which a namespaced Role rightly forbids.
+            settings.scanning.disabled = True
         settings.peering.lifetime = opsettings.peering_lifetime
         memo.state = OperatorState(kube=kube, settings=opsettings)
         _log.info(

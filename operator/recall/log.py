@@ -23,6 +23,16 @@ def short_token(token: str | None) -> str | None:
     return token[:8] if token else None
 
 
+class _Stderr:
+    """Writes to whatever `sys.stderr` is at the moment of writing (test runners swap it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "info", fmt: LogFormat | None = None) -> None:
     """Set up structlog and the standard library logger (kopf and the clients use the latter)."""
     chosen = fmt or os.environ.get("RECALL_LOG_FORMAT", "auto")
@@ -44,10 +54,10 @@ def configure(level: str = "info", fmt: LogFormat | None = None) -> None:
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_Stderr())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],

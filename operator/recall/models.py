@@ -193,12 +193,12 @@ class ObjectMeta(Model):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
-class TranscriptionJob(Model):
+class Resource(Model):
+    """What both custom resources share: identity and the way they are read from the API."""
+
     api_version: str = API_VERSION
-    kind: str = "TranscriptionJob"
+    kind: str
     metadata: ObjectMeta
-    spec: JobSpec
-    status: JobStatus = Field(default_factory=JobStatus)
 
     @classmethod
     def from_api(cls, obj: dict[str, Any]) -> Self:
@@ -211,6 +211,12 @@ class TranscriptionJob(Model):
     @property
     def namespace(self) -> str:
         return self.metadata.namespace or "default"
+
+
+class TranscriptionJob(Resource):
+    kind: str = "TranscriptionJob"
+    spec: JobSpec
+    status: JobStatus = Field(default_factory=JobStatus)
 
     @property
     def resource_version(self) -> str:
@@ -279,24 +285,10 @@ class BatchStatus(Model):
     conditions: list[Condition] = Field(default_factory=list)
 
 
-class Batch(Model):
-    api_version: str = API_VERSION
+class Batch(Resource):
     kind: str = "Batch"
-    metadata: ObjectMeta
     spec: BatchSpec
     status: BatchStatus = Field(default_factory=BatchStatus)
-
-    @classmethod
-    def from_api(cls, obj: dict[str, Any]) -> Self:
-        return cls.model_validate(obj)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace or "default"
 
 
 def set_condition(

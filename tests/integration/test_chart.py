@@ -62,8 +62,6 @@ EVERYTHING: dict[str, Any] = {
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
 }
 NO_SERVICE_MONITOR: dict[str, Any] = {"metrics": {"serviceMonitor": {"enabled": False}}}
-
-
 @dataclass(frozen=True)
 class Tools:
     """helm and kubectl from hack/k8s-tools, with their caches in a temporary directory."""
@@ -394,6 +392,38 @@ def test_template_everything__cluster_wide_ha_operator_and_configured_workers(
         assert {p["name"] for p in container(deployment)["ports"]} >= {"metrics"}
 
 
+def test_template_switches__rbac_service_accounts_and_components(
+    tools: Tools, tmp_path: Path
+) -> None:
+    no_rbac = tools.render(tmp_path, {"rbac": {"create": False}})
+    assert not [d for d in no_rbac if d["kind"] in ("Role", "RoleBinding", "ClusterRole")]
+
+    own_accounts = tools.render(
+        tmp_path,
+        {
+            "operator": {"serviceAccount": {"create": False, "name": "ops"}},
+            "worker": {"serviceAccount": {"create": False, "name": "transcriber"}},
+        },
+    )
+    assert not [d for d in own_accounts if d["kind"] == "ServiceAccount"]
+    for component, account in (("operator", "ops"), ("worker", "transcriber")):
+        pod = find(own_accounts, "Deployment", f"-{component}")["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == account
+        binding = find(own_accounts, "RoleBinding", f"-{component}")
+        assert binding["subjects"][0]["name"] == account
+
+    workers_only = tools.render(
+        tmp_path, {"operator": {"enabled": False}, "crds": {"install": False}}
+    )
+    components = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in workers_only}
+    assert components == {"worker"}
+
+    peered = tools.render(tmp_path, {"operator": {"peering": {"enabled": True}}})
+    op_env = env_of(container(find(peered, "Deployment", "-operator")))
+    assert op_env["RECALL_OPERATOR_PEERING"] == f"{RELEASE}-recall"
+    assert "RECALL_OPERATOR_NAMESPACE" in op_env  # a namespaced KopfPeering
+
+
 # --- against the real API server ----------------------------------------------------------
 
 
@@ -465,8 +495,11 @@ def test_notes__tell_how_to_submit_and_watch_a_batch(
 
 def install_chart_rbac(
     tools: Tools, control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> dict[str, Any]:
-    """Apply the chart's CRDs, ServiceAccounts and RBAC into `namespace`; return the render."""
+) -> dict[str, str]:
+    """Apply the chart's CRDs, ServiceAccounts and RBAC into `namespace`.
+
+    Returns the ServiceAccount name of each component ("operator", "worker").
+    """
     docs = tools.render(tmp_path, namespace=namespace)
     selected = [d for d in docs if d["kind"] in INSTALL_KINDS]
     tools.ok(
@@ -565,69 +598,82 @@ def test_chart_service_accounts__operator_and_two_workers_complete_a_batch(
         assert kube.get_config_map(namespace, job.status.result.config_map) is not None
     for proc in procs.started:
         assert proc.alive(), f"{proc.name} exited:\n{procs.dump()}"
-        log = proc.log.read_text(errors="replace")
-        assert "forbidden" not in log.lower(), f"{proc.name} was refused something:\n{log[-3000:]}"
+        refused = [
+            line
+            for line in proc.log.read_text(errors="replace").splitlines()
+            if "forbidden" in line.lower()
+        ]
+        assert not refused, f"{proc.name} was refused:\n" + "\n".join(refused[:5])
 
 
-# (verb, resource, expected) — resource as kubectl names it; "x/status" is a subresource.
+@dataclass(frozen=True)
+class Check:
+    """One `kubectl auth can-i` question: resource as kubectl names it, "x/status" a subresource."""
+
+    verb: str
+    resource: str
+    expected: bool
+    all_namespaces: bool = False
+
+
 WORKER_MATRIX = [
-    ("get", "transcriptionjobs.recall.dev", True),
-    ("list", "transcriptionjobs.recall.dev", True),
-    ("watch", "transcriptionjobs.recall.dev", True),
-    ("patch", "transcriptionjobs.recall.dev/status", True),
-    ("get", "configmaps", True),
-    ("create", "configmaps", True),
-    ("patch", "configmaps", True),
-    ("delete", "configmaps", True),
-    ("patch", "transcriptionjobs.recall.dev", False),
-    ("update", "transcriptionjobs.recall.dev", False),
-    ("update", "transcriptionjobs.recall.dev/status", False),
-    ("create", "transcriptionjobs.recall.dev", False),
-    ("delete", "transcriptionjobs.recall.dev", False),
-    ("get", "batches.recall.dev", False),
-    ("list", "batches.recall.dev", False),
-    ("create", "batches.recall.dev", False),
-    ("patch", "batches.recall.dev", False),
-    ("patch", "batches.recall.dev/status", False),
-    ("get", "batches.recall.dev/status", False),
-    ("list", "configmaps", False),
-    ("get", "secrets", False),
-    ("list", "secrets", False),
-    ("create", "events", False),
-    ("create", "events.events.k8s.io", False),
-    ("list", "pods", False),
-    ("create", "kopfpeerings.kopf.dev", False),
+    Check("get", "transcriptionjobs.recall.dev", True),
+    Check("list", "transcriptionjobs.recall.dev", True),
+    Check("watch", "transcriptionjobs.recall.dev", True),
+    Check("patch", "transcriptionjobs.recall.dev/status", True),
+    Check("get", "configmaps", True),
+    Check("create", "configmaps", True),
+    Check("patch", "configmaps", True),
+    Check("delete", "configmaps", True),
+    Check("patch", "transcriptionjobs.recall.dev", False),
+    Check("update", "transcriptionjobs.recall.dev", False),
+    Check("update", "transcriptionjobs.recall.dev/status", False),
+    Check("create", "transcriptionjobs.recall.dev", False),
+    Check("delete", "transcriptionjobs.recall.dev", False),
+    Check("get", "batches.recall.dev", False),
+    Check("list", "batches.recall.dev", False),
+    Check("create", "batches.recall.dev", False),
+    Check("patch", "batches.recall.dev", False),
+    Check("patch", "batches.recall.dev/status", False),
+    Check("get", "batches.recall.dev/status", False),
+    Check("list", "configmaps", False),
+    Check("get", "secrets", False),
+    Check("list", "secrets", False),
+    Check("create", "events", False),
+    Check("create", "events.events.k8s.io", False),
+    Check("list", "pods", False),
+    Check("create", "kopfpeerings.kopf.dev", False),
 ]
 OPERATOR_MATRIX = [
-    ("watch", "batches.recall.dev", True),
-    ("patch", "batches.recall.dev", True),
-    ("patch", "batches.recall.dev/status", True),
-    ("create", "transcriptionjobs.recall.dev", True),
-    ("delete", "transcriptionjobs.recall.dev", True),
-    ("patch", "transcriptionjobs.recall.dev/status", True),
-    ("create", "events", True),
-    ("create", "events.events.k8s.io", True),
-    ("create", "kopfpeerings.kopf.dev", True),
-    ("create", "batches.recall.dev", False),
-    ("delete", "batches.recall.dev", False),
-    ("get", "secrets", False),
-    ("list", "secrets", False),
-    ("get", "configmaps", False),
-    ("list", "configmaps", False),
-    ("create", "configmaps", False),
-    ("list", "pods", False),
-    ("list", "transcriptionjobs.recall.dev", False, "all namespaces"),
+    Check("watch", "batches.recall.dev", True),
+    Check("patch", "batches.recall.dev", True),
+    Check("patch", "batches.recall.dev/status", True),
+    Check("create", "transcriptionjobs.recall.dev", True),
+    Check("delete", "transcriptionjobs.recall.dev", True),
+    Check("patch", "transcriptionjobs.recall.dev/status", True),
+    Check("create", "events", True),
+    Check("create", "events.events.k8s.io", True),
+    Check("create", "kopfpeerings.kopf.dev", True),
+    Check("create", "batches.recall.dev", False),
+    Check("delete", "batches.recall.dev", False),
+    Check("get", "secrets", False),
+    Check("list", "secrets", False),
+    Check("get", "configmaps", False),
+    Check("list", "configmaps", False),
+    Check("create", "configmaps", False),
+    Check("list", "pods", False),
+    Check("list", "transcriptionjobs.recall.dev", False, all_namespaces=True),
 ]
 
 
 def can_i(
-    tools: Tools, control_plane: ControlPlane, namespace: str, account: str, row: tuple[Any, ...]
+    tools: Tools, control_plane: ControlPlane, namespace: str, account: str, check: Check
 ) -> bool:
-    verb, resource = row[0], row[1]
-    base, _, sub = resource.partition("/")
-    args = ["auth", "can-i", verb, base, f"--as=system:serviceaccount:{namespace}:{account}"]
+    base, _, sub = check.resource.partition("/")
+    user = f"system:serviceaccount:{namespace}:{account}"
+    args = ["auth", "can-i", check.verb, base, f"--as={user}"]
     args += ["--subresource", sub] if sub else []
-    args += ["--all-namespaces"] if len(row) > 3 else ["-n", namespace]
+    args += ["--all-namespaces"] if check.all_namespaces else ["-n", namespace]
     out = tools.run("kubectl", *args, kubeconfig=control_plane.kubeconfig)
     answer = out.stdout.strip()
     assert answer in ("yes", "no"), f"kubectl {' '.join(args)}: {out.stdout}{out.stderr}"
@@ -638,25 +684,23 @@ def can_i(
 def test_can_i_matrix__each_service_account_has_what_it_needs_and_nothing_more(
     tools: Tools, chart_accounts: dict[str, str], control_plane: ControlPlane, namespace: str
 ) -> None:
-    matrices = {"worker": WORKER_MATRIX, "operator": OPERATOR_MATRIX}
-    jobs = [(c, row) for c, rows in matrices.items() for row in rows]
+    questions = [("worker", c) for c in WORKER_MATRIX] + [("operator", c) for c in OPERATOR_MATRIX]
+
+    def ask(question: tuple[str, Check]) -> bool:
+        component, check = question
+        return can_i(tools, control_plane, namespace, chart_accounts[component], check)
+
     with ThreadPoolExecutor(max_workers=8) as pool:
-        answers = list(
-            pool.map(
-                lambda job: can_i(tools, control_plane, namespace, chart_accounts[job[0]], job[1]),
-                jobs,
-            )
-        )
+        answers = list(pool.map(ask, questions))
     lines = [f"{'account':<10} {'verb':<7} {'resource':<38} {'scope':<15} can-i  expected"]
     wrong = []
-    for (component, row), answer in zip(jobs, answers, strict=True):
-        scope = row[3] if len(row) > 3 else "namespace"
-        mark = "yes" if answer else "no"
+    for (component, check), answer in zip(questions, answers, strict=True):
+        scope = "all namespaces" if check.all_namespaces else "namespace"
         lines.append(
-            f"{component:<10} {row[0]:<7} {row[1]:<38} {scope:<15} {mark:<6} "
-            f"{'yes' if row[2] else 'no'}"
+            f"{component:<10} {check.verb:<7} {check.resource:<38} {scope:<15} "
+            f"{'yes' if answer else 'no':<6} {'yes' if check.expected else 'no'}"
         )
-        if answer != row[2]:
+        if answer != check.expected:
             wrong.append(lines[-1])
     print("\n" + "\n".join(lines))
     assert not wrong, "unexpected answers:\n" + "\n".join(wrong)

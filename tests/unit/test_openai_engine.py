@@ -25,11 +25,10 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from recall.engines.base import Chunk, EngineError, Segment
+from recall.engines.base import Chunk, EngineError, Segment, primary_language
 from recall.engines.openai import (
     RETRY_AFTER_MAX,
     OpenAIEngine,
-    api_language,
     error_message,
     parse_retry_after,
     parse_segments,
@@ -458,7 +457,7 @@ def test_parse_segments__clamps_and_skips_blank_text() -> None:
 
 
 def test_api_language() -> None:
-    assert [api_language(x) for x in ("en-US", "pt_BR", "DE", None, "")] == [
+    assert [primary_language(x) for x in ("en-US", "pt_BR", "DE", None, "")] == [
         "en",
         "pt",
         "de",

@@ -52,6 +52,13 @@ class Media:
     duration: float
 
 
+def primary_language(language: str | None) -> str | None:
+    """The ISO 639-1 code engines take: the primary subtag, lower case ("en-US" → "en")."""
+    if not language:
+        return None
+    return language.replace("_", "-").split("-", 1)[0].strip().lower() or None
+
+
 class Engine(Protocol):
     name: str
 

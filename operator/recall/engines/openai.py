@@ -38,7 +38,7 @@ import httpx
 
 from recall import log
 from recall.audio import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
-from recall.engines.base import Chunk, EngineError, Media, Segment
+from recall.engines.base import Chunk, EngineError, Media, Segment, primary_language
 
 if TYPE_CHECKING:
     from recall.models import TranscriptionJob
@@ -148,13 +148,6 @@ def parse_segments(data: Any, duration: float) -> list[Segment]:
     return [Segment(start=0.0, end=duration, text=text)] if text else []
 
 
-def api_language(language: str | None) -> str | None:
-    """ISO-639-1 code the API expects: the primary subtag, lower case ("en-US" → "en")."""
-    if not language:
-        return None
-    return language.replace("_", "-").split("-", 1)[0].strip().lower() or None
-
-
 # --- the engine -----------------------------------------------------------------------------
 
 
@@ -228,7 +221,7 @@ class OpenAIEngine:
         del attempt
         model = job.spec.engine.model if job.spec.engine and job.spec.engine.model else self.model
         fields = {"model": model, "response_format": "verbose_json"}
-        lang = api_language(language)
+        lang = primary_language(language)
         if lang:
             fields["language"] = lang
         wav = encode_wav(chunk.audio, SAMPLE_RATE)

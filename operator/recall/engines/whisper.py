@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from recall import log
 from recall.audio import MediaOptions, load_job_media
-from recall.engines.base import Chunk, EngineError, Media, Segment
+from recall.engines.base import Chunk, EngineError, Media, Segment, primary_language
 
 if TYPE_CHECKING:
     from recall.models import TranscriptionJob
@@ -110,13 +110,6 @@ def available_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
     return cpus
 
 
-def whisper_language(language: str | None) -> str | None:
-    """Whisper's code for a job's language: the primary subtag, lower case ("en-US" → "en")."""
-    if not language:
-        return None
-    return language.replace("_", "-").split("-", 1)[0].strip().lower() or None
-
-
 class WhisperEngine:
     name = "whisper"
 
@@ -165,7 +158,7 @@ class WhisperEngine:
         wanted = job.spec.engine.model if job.spec.engine and job.spec.engine.model else self.model
         source, label = resolve_model(wanted)
         model = load_model(source, self.threads)
-        lang = whisper_language(language)
+        lang = primary_language(language)
         if lang is not None and lang not in model.supported_languages:
             raise EngineError(
                 "UnsupportedLanguage",
