@@ -62,6 +62,8 @@ EVERYTHING: dict[str, Any] = {
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
 }
 NO_SERVICE_MONITOR: dict[str, Any] = {"metrics": {"serviceMonitor": {"enabled": False}}}
+
+
 @dataclass(frozen=True)
 class Tools:
     """helm and kubectl from hack/k8s-tools, with their caches in a temporary directory."""
