@@ -253,7 +253,7 @@ def bench_reclaim(leases: int = 60, lease_seconds: int = 2) -> dict[str, Any]:
         thread.join(timeout=60)
         stop.set()
         delays = sorted(requeued[n] - expiry[n] for n in requeued)
-        q = statistics.quantiles(delays, n=100)
+        q = statistics.quantiles(delays, n=100, method="inclusive")
         return {
             "expiries": len(delays),
             "lease_seconds": lease_seconds,
