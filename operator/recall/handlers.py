@@ -7,7 +7,8 @@ watches, indexes and timers together):
   records when each lease's renewal was first observed (`LeaseClock`, our monotonic clock),
   which items changed since the last projection, and requests a reconcile when a claim or a
   completion is observed. Nothing is written here.
-- `batch_tick` (a `kopf.timer` per Batch, every `tick_seconds`): reclaims expired leases of the
+- `batch_tick` (a `kopf.timer` per unfinished Batch, every `tick_seconds`; a Batch whose
+  Complete condition is True has none): reclaims expired leases of the
   Batch's jobs (fenced job write, then the item write in the same handler), then writes the
   projection if any of its jobs changed (coalesced: one write per tick at most), and
   reconciles — fans out missing jobs, heals items, syncs the suspend labels — on the first
@@ -215,6 +216,9 @@ def reconcile_batch(
     if full:
         fanned_out = bool(stored.items)
         for item in missing_jobs(batch, jobs):
+            recorded = stored.items.get(item.key)
+            if recorded is not None and recorded.phase.terminal:
+                continue  # a finished item's job was deleted on purpose: do not run it again
             manifest = job_for_item(batch, item)
             try:
                 obj = kube.create_job(batch.namespace, manifest)
@@ -304,6 +308,12 @@ def _fail_exhausted(kube: Kube, jobs: dict[str, TranscriptionJob]) -> None:
 # --- registration -----------------------------------------------------------------------
 
 
+def batch_unfinished(status: kopf.Status, **_: Any) -> bool:
+    """A Batch whose Complete condition is not True: it still needs its timer."""
+    conditions = status.get("conditions") or []
+    return not any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions)
+
+
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: Kube) -> None:
     """Register every handler on `registry` with the intervals from `settings`."""
 
@@ -358,6 +368,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
         BATCH_PLURAL,
         id="batch_tick",
         interval=settings.tick_seconds,
+        when=batch_unfinished,
         registry=registry,
     )
     async def batch_tick(

@@ -27,7 +27,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from recall import faults, lease, log, metrics
@@ -68,11 +67,6 @@ class Stopped(Exception):
     """The worker is stopping and the grace period ended: release the lease."""
 
 
-@dataclass
-class _Beat:
-    at: float  # monotonic time of the last successful renewal
-
-
 class LeaseHandle:
     """One held lease: every write of the holder goes through here, one at a time.
 
@@ -99,7 +93,7 @@ class LeaseHandle:
         self.lost = threading.Event()
         self.lost_reason = ""
         self._lock = threading.Lock()
-        self._beat = _Beat(time.monotonic())
+        self._renewed_at = time.monotonic()  # of the last successful write (claim included)
         # Where the time of this attempt goes: lease writes (claim, renewals, complete), the
         # transcript store, the engine. Reported with the outcome.
         self.timings: dict[str, float] = {"lease": 0.0, "store": 0.0, "engine": 0.0, "media": 0.0}
@@ -121,7 +115,7 @@ class LeaseHandle:
         return self.known.status.attempts
 
     def seconds_since_renewal(self) -> float:
-        return time.monotonic() - self._beat.at
+        return time.monotonic() - self._renewed_at
 
     def check(self) -> None:
         """Raise `LeaseLost` if the lease is lost or the renew deadline has passed."""
@@ -177,7 +171,7 @@ class LeaseHandle:
                 raise LeaseLost(result.refusal.reason, result.refusal.detail)
             assert isinstance(result, Written)
             self.known = result.job
-            self._beat.at = time.monotonic()
+            self._renewed_at = time.monotonic()
             return result.job
 
     def renew_before_call(self, fresh: float = 1.0) -> None:
