@@ -114,11 +114,14 @@ kubectl -n "$namespace" apply -f "$root/examples/batch-simulated.yaml"
 keys=$(kubectl -n "$namespace" get batches.recall.dev "$batch" -o jsonpath='{.spec.items[*].key}')
 items=$(wc -w <<<"$keys" | tr -d ' ')
 
-# Prints "<job> <holder>" of a job leased by a worker that has finished at least one chunk.
+# Prints "<job> <holder>" of a job leased by a worker that has finished at least one chunk and
+# has at least 5 left: a force-deleted pod still gets SIGTERM and, about 2 s later, SIGKILL from
+# the kubelet; the worker keeps working through SIGTERM (its grace period is longer), so with
+# chunks of 1 s the job cannot finish before the kill and its lease must be reclaimed.
 leased_with_progress() {
   kubectl -n "$namespace" get transcriptionjobs -o \
-    jsonpath='{range .items[*]}{.metadata.name} {.status.lease.holder} {.status.progress.chunksDone}{"\n"}{end}' |
-    awk '$2 != "" && $3 + 0 >= 1 { print $1, $2; exit }'
+    jsonpath='{range .items[*]}{.metadata.name} {.status.lease.holder} {.status.progress.chunksDone} {.status.progress.chunksTotal}{"\n"}{end}' |
+    awk '$2 != "" && $3 + 0 >= 1 && $4 - $3 >= 5 { print $1, $2; exit }'
 }
 has_victim() { [[ -n $(leased_with_progress) ]]; }
 wait_until 240 "a worker holding a lease with progress" has_victim
