@@ -523,3 +523,23 @@ def test_observability__metrics_and_liveness_endpoints(
     assert 'recall_jobs{phase="Succeeded"} 1.0' in text
     assert metric(wport, "recall_claims_total") == 1
     assert metric(wport, "recall_heartbeat_latency_seconds_count") >= 2
+
+
+def test_fan_out__after_a_partial_one_creates_only_the_missing_jobs(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    """An operator that died mid-way through a fan-out left one of three jobs behind."""
+    from recall.fanout import job_for_item
+    from recall.models import Batch
+
+    create_batch(kube, namespace, "half", ["a", "b", "c"], simulate={"chunks": 1})
+    batch = Batch.from_api(kube.get_batch(namespace, "half"))  # type: ignore[arg-type]
+    kube.create_job(namespace, job_for_item(batch, batch.spec.items[0]))
+    first_uid = get_job(kube, namespace, "half-a").metadata.uid
+    operator(procs, namespace)
+    worker(procs, namespace, "w", "--idle-exit", "3")
+    wait_for(lambda: batch_complete(kube, namespace, "half"), timeout=30, message=procs.dump)
+    jobs = list_jobs(kube, namespace)
+    assert sorted(j.name for j in jobs) == ["half-a", "half-b", "half-c"]
+    assert get_job(kube, namespace, "half-a").metadata.uid == first_uid
+    assert all(j.status.attempts == 1 for j in jobs)

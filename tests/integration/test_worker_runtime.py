@@ -95,6 +95,12 @@ def test_unrelated_writes_during_a_lease__cause_no_lease_loss(
     assert writes >= 5
     assert job.status.attempts == 1
     assert "lease_lost" not in w.event_names()
+    # Transitions are logged with fixed keys, the token shortened.
+    claimed = next(e for e in w.events() if e.get("event") == "claimed")
+    assert {"job", "worker", "attempt", "token"} <= claimed.keys()
+    assert (claimed["job"], claimed["worker"], claimed["attempt"]) == ("busy", "w", 1)
+    assert len(claimed["token"]) == 8
+    assert job.status.lease is None
     # The worker re-read and kept the other client's condition instead of overwriting it.
     assert any(c.type == "Audited" for c in job.status.conditions)
     assert any(c.type == "Complete" for c in job.status.conditions)
