@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rich.console import Console, Group, RenderableType
@@ -194,31 +195,36 @@ def watch(
     console = console or Console()
     since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
     seen: set[str] = set()
-    history: list[str] = []
     deadline = None if timeout is None else time.monotonic() + timeout
-    snap = fetch(kube, namespace, name, since, seen)
-    if not console.is_terminal:
-        last = ""
+
+    def follow(show: Callable[[Snapshot], None]) -> int:
         while True:
+            snap = fetch(kube, namespace, name, since, seen)
+            show(snap)
+            if snap.complete:
+                return snap.exit_code
+            if deadline and time.monotonic() > deadline:
+                raise TimeoutError(f"batch {name} not complete after {timeout:.0f} s")
+            time.sleep(interval)
+
+    if not console.is_terminal:
+        last = [""]
+
+        def print_changes(snap: Snapshot) -> None:
             for e in snap.events:
                 console.print(e, highlight=False, soft_wrap=True)
             line = summary_line(snap)
-            if line != last:
+            if line != last[0]:
                 console.print(line, highlight=False, soft_wrap=True)
-                last = line
-            if snap.complete:
-                return snap.exit_code
-            if deadline and time.monotonic() > deadline:
-                raise TimeoutError(f"batch {name} not complete after {timeout:.0f} s")
-            time.sleep(interval)
-            snap = fetch(kube, namespace, name, since, seen)
+                last[0] = line
+
+        return follow(print_changes)
+
+    history: list[str] = []
     with Live(console=console, refresh_per_second=8, transient=False) as live:
-        while True:
-            history += snap.events
+
+        def redraw(snap: Snapshot) -> None:
+            history.extend(snap.events)
             live.update(render(snap, history, dt.datetime.now(dt.UTC)))
-            if snap.complete:
-                return snap.exit_code
-            if deadline and time.monotonic() > deadline:
-                raise TimeoutError(f"batch {name} not complete after {timeout:.0f} s")
-            time.sleep(interval)
-            snap = fetch(kube, namespace, name, since, seen)
+
+        return follow(redraw)
