@@ -85,8 +85,9 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     assert job.status.progress.checkpoint == chunks_name("talk-six", 1)
     assert chunk_events(first.events()) == [0, 1, 2]
 
+    # It must outwait the dead worker's lease (6 s) and the reclaim before it idles out.
     second = procs.worker(
-        "second", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "5"
+        "second", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "30"
     )
     wait_for(
         lambda: job_phase(kube, namespace, "talk-six") == Phase.SUCCEEDED,
