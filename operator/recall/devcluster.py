@@ -418,8 +418,9 @@ class ControlPlane:
             raise
         say("control plane ready")
 
-    def stop(self, keep_logs: bool = False, grace: float = 10.0) -> Path | None:
-        """Stop every process. Returns the directory the logs were kept in, if any."""
+    def stop(self, keep_logs: bool = False, grace: float = 3.0) -> Path | None:
+        """Stop every process (SIGKILL after `grace` s: the data is throwaway). Returns the
+        directory the logs were kept in, if any."""
         # The API server first, so it does not log etcd's disappearance at length.
         _terminate(list(reversed(self.procs)), grace)
         self.procs.clear()
@@ -605,7 +606,7 @@ def dev_down(workdir: Path) -> bool:
         shutil.rmtree(workdir, ignore_errors=True)
         return existed
     cp = ControlPlane.attach(workdir)
-    _terminate(list(reversed(cp.procs)), grace=10.0)
+    _terminate(list(reversed(cp.procs)), grace=3.0)
     shutil.rmtree(workdir, ignore_errors=True)
     return True
 
