@@ -31,7 +31,15 @@ from recall import lease, speech
 from recall.devcluster import ControlPlane, free_port
 from recall.install import install_crds
 from recall.kube import Kube, Written, fenced_write, load_api_client
-from recall.models import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION, Phase
+from recall.models import (
+    API_VERSION,
+    BATCH_PLURAL,
+    GROUP,
+    JOB_PLURAL,
+    VERSION,
+    Phase,
+    TranscriptionJob,
+)
 
 NS = "default"
 
@@ -58,6 +66,24 @@ class Env:
                 )
             )
         return log
+
+    def simulated_workers(self, n: int, idle_exit: float = 2) -> list[Path]:
+        """Start `n` simulated workers that exit after `idle_exit` idle seconds; their logs."""
+        return [
+            self.recall(
+                f"w{i}",
+                "worker",
+                "--id",
+                f"w{i}",
+                "--engine",
+                "simulated",
+                "--namespace",
+                NS,
+                "--idle-exit",
+                str(idle_exit),
+            )
+            for i in range(n)
+        ]
 
     def stop(self) -> None:
         for p in self.procs:
@@ -103,6 +129,27 @@ def wait(predicate: Any, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(what)
         time.sleep(0.2)
+
+
+def ghost_claim(kube: Kube, job: TranscriptionJob, holder: str, lease_seconds: int) -> bool:
+    """Claim `job` for a holder that will never renew (a fenced write, as a worker's)."""
+    token = lease.new_token()
+    result = fenced_write(
+        kube,
+        NS,
+        job.name,
+        lambda j: lease.claim(
+            j.status,
+            dt.datetime.now(dt.UTC),
+            holder,
+            token,
+            lease_seconds=lease_seconds,
+            max_attempts=5,
+        ),
+        known=job,
+        action="claim",
+    )
+    return isinstance(result, Written)
 
 
 def job_manifest(name: str, *, lease_seconds: int, chunks: int, delay: float) -> dict[str, Any]:
@@ -156,21 +203,7 @@ def bench_claims(workers: int = 8, jobs: int = 200) -> dict[str, Any]:
     with environment() as env:
         for i in range(jobs):
             env.kube.create_job(NS, job_manifest(f"c{i:04d}", lease_seconds=30, chunks=1, delay=0))
-        logs = [
-            env.recall(
-                f"w{i}",
-                "worker",
-                "--id",
-                f"w{i}",
-                "--engine",
-                "simulated",
-                "--namespace",
-                NS,
-                "--idle-exit",
-                "2",
-            )
-            for i in range(workers)
-        ]
+        logs = env.simulated_workers(workers)
         time.sleep(0)  # workers start now; the clock starts at the first claim
         wait(lambda: phases(env).get(Phase.SUCCEEDED, 0) == jobs, 300, "all jobs to succeed")
         for p in env.procs:
@@ -231,23 +264,7 @@ def bench_reclaim(leases: int = 60, lease_seconds: int = 2) -> dict[str, Any]:
         thread = threading.Thread(target=watcher, daemon=True)
         thread.start()
         for i, job in enumerate(jobs):
-            token = lease.new_token()
-            result = fenced_write(
-                env.kube,
-                NS,
-                job.name,
-                lambda j, t=token, w=f"ghost-{i}": lease.claim(
-                    j.status,
-                    dt.datetime.now(dt.UTC),
-                    w,
-                    t,
-                    lease_seconds=lease_seconds,
-                    max_attempts=5,
-                ),
-                known=job,
-                action="claim",
-            )
-            assert isinstance(result, Written)
+            assert ghost_claim(env.kube, job, f"ghost-{i}", lease_seconds)
             expiry[job.name] = time.monotonic() + lease_seconds
             time.sleep(0.05)  # spread the expiries so they do not all land in one tick
         thread.join(timeout=60)
@@ -288,19 +305,7 @@ def bench_batch_writes(items: int = 200, workers: int = 8) -> dict[str, Any]:
         time.sleep(2)
         before = metric(port, "recall_batch_status_writes_total")
         started = time.monotonic()
-        for i in range(workers):
-            env.recall(
-                f"w{i}",
-                "worker",
-                "--id",
-                f"w{i}",
-                "--engine",
-                "simulated",
-                "--namespace",
-                NS,
-                "--idle-exit",
-                "2",
-            )
+        env.simulated_workers(workers)
         wait(complete, 300, "the batch to complete")
         drained = time.monotonic() - started
         writes = metric(port, "recall_batch_status_writes_total") - before
@@ -337,22 +342,7 @@ def bench_burst(changes: int = 100) -> dict[str, Any]:
             def claim_part(p: int = part) -> None:
                 kube = Kube(load_api_client(env.cp.kubeconfig))
                 for job in jobs[p::10]:
-                    token = lease.new_token()
-                    fenced_write(
-                        kube,
-                        NS,
-                        job.name,
-                        lambda j, t=token: lease.claim(
-                            j.status,
-                            dt.datetime.now(dt.UTC),
-                            "burst",
-                            t,
-                            lease_seconds=300,
-                            max_attempts=5,
-                        ),
-                        known=job,
-                        action="claim",
-                    )
+                    ghost_claim(kube, job, "burst", 300)
 
             threads.append(threading.Thread(target=claim_part))
         for t in threads:
