@@ -189,6 +189,7 @@ class ReconcileReport:
     heals: list[str]
     created: list[str]
     failed: dict[str, str] = dataclasses.field(default_factory=dict)  # item key → message
+    conflicts: list[str] = dataclasses.field(default_factory=list)
 
 
 def reconcile_batch(
@@ -213,6 +214,7 @@ def reconcile_batch(
     stored = BatchStatus.model_validate(stored_raw)
     heals: list[str] = []
     created: list[str] = []
+    conflicts: list[str] = []
     if full:
         fanned_out = bool(stored.items)
         for item in missing_jobs(batch, jobs):
@@ -225,7 +227,15 @@ def reconcile_batch(
             except ApiException as e:
                 if e.status != 409:
                     raise
-                continue  # created before (a retried handler); the index catches up
+                # Created before (a retried handler; the index catches up), or the name is
+                # taken by a job that is not this Batch's: say so, do not touch it.
+                existing = kube.get_job(batch.namespace, manifest["metadata"]["name"])
+                if existing is not None and existing.spec.batch_ref != batch.name:
+                    conflicts.append(
+                        f"item {item.key}: a TranscriptionJob named {existing.name} exists and "
+                        f"belongs to {existing.spec.batch_ref or 'no Batch'}"
+                    )
+                continue
             job = TranscriptionJob.from_api(obj)
             jobs[item.key] = job
             created.append(job.name)
@@ -262,7 +272,7 @@ def reconcile_batch(
     failed = {
         k: i.message or "" for k, i in newly.items() if written and i.phase is ItemPhase.FAILED
     }
-    return ReconcileReport(written, heals, created, failed)
+    return ReconcileReport(written, heals, created, failed, conflicts)
 
 
 def _sync_suspend(kube: Kube, batch: Batch, jobs: dict[str, TranscriptionJob]) -> None:
@@ -414,6 +424,13 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: 
             kopf.event(_event_ref(batch), type="Warning", reason="Failed", message=text[:1000])
             if job is not None:
                 kopf.event(_event_ref(job), type="Warning", reason="Failed", message=message[:1000])
+        for conflict in report.conflicts:
+            _log.warning(
+                "job_name_conflict", batch=batch.name, namespace=batch.namespace, detail=conflict
+            )
+            kopf.event(
+                _event_ref(batch), type="Warning", reason="JobNameConflict", message=conflict[:1000]
+            )
         if report.created and not report.heals:
             _log.info(
                 "fanned_out", batch=batch.name, namespace=batch.namespace, jobs=len(report.created)

@@ -36,9 +36,13 @@ def order_key(job: TranscriptionJob) -> tuple[int, dt.datetime, str]:
 
 
 def claimable(job: TranscriptionJob, now: dt.datetime, engine: str) -> bool:
-    """Could this worker claim `job` now, by what it can see locally?"""
+    """Could this worker claim `job` now, by what it can see locally?
+
+    A job that names no engine goes to any real engine; the simulated engine takes only jobs
+    that ask for it, so a test worker never "transcribes" real media with made-up text.
+    """
     wanted = job.spec.engine.name if job.spec.engine else None
-    if wanted not in (None, engine):
+    if wanted != engine and (wanted is not None or engine == "simulated"):
         return False
     if job.suspended:
         return False

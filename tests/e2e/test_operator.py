@@ -543,3 +543,20 @@ def test_fan_out__after_a_partial_one_creates_only_the_missing_jobs(
     assert sorted(j.name for j in jobs) == ["half-a", "half-b", "half-c"]
     assert get_job(kube, namespace, "half-a").metadata.uid == first_uid
     assert all(j.status.attempts == 1 for j in jobs)
+
+
+def test_fan_out__a_name_taken_by_a_foreign_job_is_reported_not_touched(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    from tests.helpers import create_job
+
+    create_job(kube, namespace, "clash-a", priority=7)
+    operator(procs, namespace)
+    create_batch(kube, namespace, "clash", ["a", "b"], simulate={"chunks": 1})
+    warning = wait_for(
+        lambda: events(kube, namespace, "JobNameConflict"), timeout=20, message=procs.dump
+    )
+    assert "clash-a" in warning[0].message and "no Batch" in warning[0].message
+    foreign = get_job(kube, namespace, "clash-a")
+    assert foreign.spec.batch_ref is None and foreign.spec.priority == 7
+    assert get_job(kube, namespace, "clash-b").spec.batch_ref == "clash"

@@ -47,13 +47,13 @@ def test_choose__highest_priority_then_oldest() -> None:
         job("high-new", priority=5, age=1),
         job("high-old", priority=5, age=50),
     ]
-    assert choose(jobs, NOW, "simulated", 1, random.Random(0)).name == "high-old"  # type: ignore[union-attr]
+    assert choose(jobs, NOW, "whisper", 1, random.Random(0)).name == "high-old"  # type: ignore[union-attr]
 
 
 def test_choose__spreads_workers_over_the_head_of_the_queue() -> None:
     jobs = [job(f"j{i}", age=100 - i) for i in range(10)]
     rng = random.Random(7)
-    picks = collections.Counter(choose(jobs, NOW, "simulated", 4, rng).name for _ in range(400))  # type: ignore[union-attr]
+    picks = collections.Counter(choose(jobs, NOW, "whisper", 4, rng).name for _ in range(400))  # type: ignore[union-attr]
     assert set(picks) == {"j0", "j1", "j2", "j3"}
     assert min(picks.values()) > 50
 
@@ -65,6 +65,8 @@ def test_claimable__engine_backoff_and_suspension() -> None:
     assert not claimable(job("later", not_before=5), NOW, "whisper")
     assert claimable(job("due", not_before=0), NOW, "whisper")
     assert not claimable(job("paused", suspended=True), NOW, "whisper")
+    assert not claimable(job("real", engine=None), NOW, "simulated")
+    assert claimable(job("fake", engine="simulated"), NOW, "simulated")
 
 
 def test_choose__nothing_claimable() -> None:
