@@ -67,6 +67,17 @@ class Env:
             )
         return log
 
+    def operator(self) -> int:
+        """Start the operator; returns its metrics port."""
+        port = free_port()
+        self.recall("operator", "operator", "--namespace", NS, "--metrics-port", str(port))
+        return port
+
+    def batch(self, name: str, items: int, **kwargs: Any) -> None:
+        self.kube.custom.create_namespaced_custom_object(
+            GROUP, VERSION, NS, BATCH_PLURAL, batch_manifest(name, items, **kwargs)
+        )
+
     def simulated_workers(self, n: int, idle_exit: float = 2) -> list[Path]:
         """Start `n` simulated workers that exit after `idle_exit` idle seconds; their logs."""
         return [
@@ -236,15 +247,8 @@ def bench_claims(workers: int = 8, jobs: int = 200) -> dict[str, Any]:
 def bench_reclaim(leases: int = 60, lease_seconds: int = 2) -> dict[str, Any]:
     """Claims `leases` jobs of one Batch as ghosts that never renew; measures the reclaim delay."""
     with environment() as env:
-        port = free_port()
-        env.recall("operator", "operator", "--namespace", NS, "--metrics-port", str(port))
-        env.kube.custom.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            NS,
-            BATCH_PLURAL,
-            batch_manifest("ghosts", leases, lease_seconds=lease_seconds, chunks=1, delay=0),
-        )
+        port = env.operator()
+        env.batch("ghosts", leases, lease_seconds=lease_seconds, chunks=1, delay=0)
         wait(lambda: phases(env).get(Phase.QUEUED, 0) == leases, 60, "fan-out")
         time.sleep(1)
         expiry: dict[str, float] = {}
@@ -284,15 +288,8 @@ def bench_reclaim(leases: int = 60, lease_seconds: int = 2) -> dict[str, Any]:
 
 def bench_batch_writes(items: int = 200, workers: int = 8) -> dict[str, Any]:
     with environment() as env:
-        port = free_port()
-        env.recall("operator", "operator", "--namespace", NS, "--metrics-port", str(port))
-        env.kube.custom.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            NS,
-            BATCH_PLURAL,
-            batch_manifest("big", items, lease_seconds=30, chunks=2, delay=0.01),
-        )
+        port = env.operator()
+        env.batch("big", items, lease_seconds=30, chunks=2, delay=0.01)
 
         def complete() -> bool:
             raw = env.kube.get_batch(NS, "big") or {}
@@ -322,15 +319,8 @@ def bench_batch_writes(items: int = 200, workers: int = 8) -> dict[str, Any]:
 def bench_burst(changes: int = 100) -> dict[str, Any]:
     """100 jobs of one Batch claimed within about a second: how many Batch writes that costs."""
     with environment() as env:
-        port = free_port()
-        env.recall("operator", "operator", "--namespace", NS, "--metrics-port", str(port))
-        env.kube.custom.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            NS,
-            BATCH_PLURAL,
-            batch_manifest("burst", changes, lease_seconds=300, chunks=1, delay=0),
-        )
+        port = env.operator()
+        env.batch("burst", changes, lease_seconds=300, chunks=1, delay=0)
         wait(lambda: phases(env).get(Phase.QUEUED, 0) == changes, 60, "fan-out")
         time.sleep(3)
         before = metric(port, "recall_batch_status_writes_total")
