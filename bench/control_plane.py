@@ -37,6 +37,7 @@ from recall.models import (
     GROUP,
     JOB_PLURAL,
     VERSION,
+    BatchStatus,
     Phase,
     TranscriptionJob,
 )
@@ -293,10 +294,7 @@ def bench_batch_writes(items: int = 200, workers: int = 8) -> dict[str, Any]:
 
         def complete() -> bool:
             raw = env.kube.get_batch(NS, "big") or {}
-            return any(
-                c["type"] == "Complete" and c["status"] == "True"
-                for c in raw.get("status", {}).get("conditions", [])
-            )
+            return BatchStatus.model_validate(raw.get("status", {})).complete
 
         wait(lambda: phases(env).get(Phase.QUEUED, 0) == items, 120, "fan-out")
         time.sleep(2)

@@ -31,12 +31,11 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -620,14 +619,3 @@ def dev_status(workdir: Path) -> dict[str, object]:
         "ready": cp.ready(),
         "processes": {p.name: {"pid": p.pid, "alive": p.alive()} for p in cp.procs},
     }
-
-
-@contextlib.contextmanager
-def running(**kwargs: object) -> Iterator[ControlPlane]:
-    """`with running() as cp:` — a control plane for the duration of the block."""
-    cp = ControlPlane(**kwargs)  # type: ignore[arg-type]
-    cp.start(progress=lambda msg: print(f"[devcluster] {msg}", file=sys.stderr))
-    try:
-        yield cp
-    finally:
-        cp.stop()

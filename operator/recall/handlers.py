@@ -244,13 +244,11 @@ def reconcile_batch(
                 metrics.HEALS.labels(kind="job-missing").inc()
         _sync_suspend(kube, batch, jobs)
         _fail_exhausted(kube, jobs)
-    result = project(batch, jobs, stored, utcnow(), changed)
+    result = project(batch, jobs, stored, utcnow(), changed, recreated=len(heals))
     for h in result.heals:
         heals.append(h.describe())
         metrics.HEALS.labels(kind=h.kind).inc()
     status = result.status
-    if heals:  # recreated jobs count as heals too
-        status = status.model_copy(update={"heals": (stored.heals or 0) + len(heals)})
     newly = {
         key: after
         for key, after in result.status.items.items()
@@ -320,8 +318,7 @@ def _fail_exhausted(kube: Kube, jobs: dict[str, TranscriptionJob]) -> None:
 
 def batch_unfinished(status: kopf.Status, **_: Any) -> bool:
     """A Batch whose Complete condition is not True: it still needs its timer."""
-    conditions = status.get("conditions") or []
-    return not any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions)
+    return not BatchStatus.model_validate(dict(status)).complete
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, kube: Kube) -> None:

@@ -60,17 +60,6 @@ class Refusal:
     reason: RefusalReason
     detail: str = ""
 
-    @property
-    def lease_lost(self) -> bool:
-        """For a holder, a refusal of renew/complete/fail/release means the lease is gone."""
-        return self.reason in (
-            RefusalReason.NOT_LEASED,
-            RefusalReason.NOT_HOLDER,
-            RefusalReason.TOKEN_MISMATCH,
-            RefusalReason.TERMINAL,
-            RefusalReason.GONE,
-        )
-
 
 Decision = JobStatus | Refusal
 

@@ -158,6 +158,11 @@ class Condition(Model):
     last_transition_time: dt.datetime
 
 
+def is_complete(conditions: list[Condition]) -> bool:
+    """True when the Complete condition is True: every item finished."""
+    return any(c.type == "Complete" and c.status == "True" for c in conditions)
+
+
 class JobStatus(Model):
     phase: Phase | None = None
     lease: Lease | None = None
@@ -283,6 +288,10 @@ class BatchStatus(Model):
     failures: int | None = None
     heals: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return is_complete(self.conditions)
 
 
 class Batch(Resource):

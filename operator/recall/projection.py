@@ -106,11 +106,13 @@ def project(
     stored: BatchStatus,
     now: dt.datetime,
     changed: set[str],
+    recreated: int = 0,
 ) -> Projection:
     """The Batch status derived from `jobs` (by item key), and the heals it implies.
 
     `stored` is the status as last read; `changed` the item keys whose jobs changed since the
-    last projection (their differences are updates, not heals).
+    last projection (their differences are updates, not heals); `recreated` the jobs the
+    reconciler created again, which count as heals too.
     """
     items: dict[str, ItemStatus] = {}
     heals: list[Heal] = []
@@ -199,7 +201,7 @@ def project(
         completed_at=completed_at,
         expired_leases=sum(j.status.expired_leases for j in jobs.values()),
         failures=sum(j.status.failures for j in jobs.values()),
-        heals=(stored.heals or 0) + len(heals),
+        heals=(stored.heals or 0) + len(heals) + recreated,
         conditions=conditions,
     )
     return Projection(status, heals)

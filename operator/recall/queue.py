@@ -86,7 +86,6 @@ class JobQueue:
         self._jobs: dict[tuple[str, str], TranscriptionJob] = {}
         self._cond = threading.Condition()
         self._stop = threading.Event()
-        self._synced = threading.Event()
         self._thread = threading.Thread(target=self._run, name="queue-watch", daemon=True)
 
     def start(self) -> None:
@@ -96,13 +95,6 @@ class JobQueue:
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self._synced.wait(timeout)
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._jobs)
 
     def pick(self) -> TranscriptionJob | None:
         with self._cond:
@@ -157,7 +149,6 @@ class JobQueue:
         with self._cond:
             self._jobs = {(j.namespace, j.name): j for j in jobs}
             self._cond.notify_all()
-        self._synced.set()
         return rv
 
     def _watch(self, rv: str) -> None:

@@ -66,12 +66,6 @@ class LeaseClock:
     def forget(self, key: JobKey) -> None:
         self.seen.pop(key, None)
 
-    def next_expiry(self, now_monotonic: float) -> float | None:
-        """Seconds until the earliest observed lease expires (None when there is none)."""
-        if not self.seen:
-            return None
-        return max(0.0, min(o.expires_in(now_monotonic) for o in self.seen.values()))
-
 
 @dataclass(frozen=True)
 class ReclaimDecision:

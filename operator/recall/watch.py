@@ -54,9 +54,7 @@ class Snapshot:
 
     @property
     def complete(self) -> bool:
-        return any(
-            c.type == "Complete" and c.status == "True" for c in self.batch.status.conditions
-        )
+        return self.batch.status.complete
 
     @property
     def exit_code(self) -> int:

@@ -44,7 +44,7 @@ from recall.log import short_token
 from recall.models import Phase, Progress, Result, TranscriptionJob
 from recall.queue import JobQueue
 from recall.settings import WorkerSettings
-from recall.transcripts import TranscriptStore, assemble
+from recall.transcripts import TranscriptStore, assemble, chunks_name
 
 Clock = Callable[[], dt.datetime]
 T = TypeVar("T")
@@ -567,8 +567,6 @@ class Worker:
 
     def _cleanup_chunks(self, job: TranscriptionJob, attempts: int) -> None:
         """Chunk ConfigMaps are not needed once the transcript is accepted (best effort)."""
-        from recall.transcripts import chunks_name
-
         for attempt in range(1, attempts + 1):
             try:
                 self.store.delete(job.namespace, chunks_name(job.name, attempt))

@@ -47,7 +47,7 @@ def worker(
 
 def batch_complete(kube: Kube, ns: str, name: str) -> bool:
     status = get_batch(kube, ns, name).status
-    return any(c.type == "Complete" and c.status == "True" for c in status.conditions)
+    return status.complete
 
 
 def leased_by(kube: Kube, ns: str, holder: str) -> Any:

@@ -586,7 +586,7 @@ def test_chart_service_accounts__operator_and_two_workers_complete_a_batch(
 
     def complete() -> bool:
         status = get_batch(kube, namespace, name).status
-        return any(c.type == "Complete" and c.status == "True" for c in status.conditions)
+        return status.complete
 
     wait_for(complete, timeout=60, interval=0.2, message=procs.dump)
     status = get_batch(kube, namespace, name).status

@@ -14,10 +14,6 @@ from recall.models import GROUP, JOB_PLURAL, VERSION, Phase
 from tests.helpers import Procs, ReaperThread, create_job, get_job, wait_for
 
 
-def simulated_worker(procs: Procs, name: str, namespace: str, *args: str) -> object:
-    return procs.worker(name, "--engine", "simulated", "--namespace", namespace, *args)
-
-
 @pytest.mark.slow
 def test_engine_blocking_three_leases__completes_without_losing_the_lease(
     kube: Kube, namespace: str, procs: Procs

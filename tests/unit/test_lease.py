@@ -188,7 +188,7 @@ def test_renew__rejected_after_reclaim() -> None:
     reclaimed = lease.reclaim(leased(), NOW, 111.0, OBSERVED, max_attempts=MAX)
     assert isinstance(reclaimed, JobStatus)
     d = lease.renew(reclaimed, NOW, ME, TOKEN)
-    assert isinstance(d, Refusal) and d.lease_lost
+    assert isinstance(d, Refusal) and d.reason == R.NOT_LEASED
 
 
 def test_complete__clears_lease_and_keeps_checkpoint() -> None:
