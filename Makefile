@@ -16,11 +16,11 @@ PYTEST_ARGS ?=
 help:
 	@grep -E '^#' Makefile | head -5 | sed 's/^# \{0,1\}//'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml dev/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "[venv] installing the project and its dev dependencies into $(VENV)"
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[dev]'
+	@$(PY) -m pip install --quiet -e '.[dev]' -e dev
 	@touch $@
 
 venv: $(STAMP)
@@ -33,7 +33,7 @@ system-deps:
 
 lint: venv
 	@$(VENV)/bin/ruff check .
-	@$(VENV)/bin/ruff format --check operator tests bench
+	@$(VENV)/bin/ruff format --check operator dev tests bench
 
 typecheck: venv
 	@$(VENV)/bin/mypy
@@ -45,7 +45,7 @@ test: venv tools system-deps lint typecheck
 	@$(PY) -m pytest tests $(PYTEST_ARGS)
 
 demo: venv tools system-deps
-	@$(PY) -m recall.demo $(DEMO_ARGS)
+	@$(PY) -m recall_dev.demo $(DEMO_ARGS)
 
 bench: venv tools system-deps
 	@$(PY) -m bench.run $(BENCH_ARGS)

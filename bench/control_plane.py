@@ -27,8 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from recall import lease, speech
-from recall.devcluster import ControlPlane, free_port
+from recall import lease
 from recall.install import install_crds
 from recall.kube import Kube, Written, fenced_write, load_api_client
 from recall.models import (
@@ -41,6 +40,8 @@ from recall.models import (
     Phase,
     TranscriptionJob,
 )
+from recall_dev import speech
+from recall_dev.cluster import ControlPlane, free_port
 
 NS = "default"
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import jiwer
 import numpy as np
 
-from recall import speech
 from recall.engines.base import Chunk, Segment
 from recall.engines.whisper import WhisperEngine
 from recall.models import TranscriptionJob
+from recall_dev import speech
 
 
 def measure(

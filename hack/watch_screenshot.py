@@ -21,8 +21,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from recall.devcluster import ControlPlane
-from recall.install import install_crds
+from recall_dev.cluster import ControlPlane
+from recall_dev.crds import install_crds
 from recall.kube import Kube, load_api_client
 from recall.models import API_VERSION, BATCH_PLURAL, GROUP, VERSION
 

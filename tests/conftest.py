@@ -1,7 +1,7 @@
 """Shared fixtures: one real control plane per test session, a fresh namespace per test.
 
 The control plane is etcd + kube-apiserver (+ kube-controller-manager) built from Go modules
-by hack/k8s-tools/build.sh, started as local processes (`recall.devcluster`). If any test
+by hack/k8s-tools/build.sh, started as local processes (`recall_dev.cluster`). If any test
 failed, the server logs are copied to a directory printed at the end of the session.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from recall.devcluster import ControlPlane
-from recall.install import install_crds
 from recall.kube import Kube, load_api_client
+from recall_dev.cluster import ControlPlane
+from recall_dev.crds import install_crds
 from tests.helpers import Procs
 
 _failed: list[str] = []

@@ -8,7 +8,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.devcluster import ControlPlane, kubeconfig_dict
+from recall_dev.cluster import ControlPlane
+from recall_dev.pki import kubeconfig_dict
 
 
 def service_account_token(

@@ -6,7 +6,7 @@ Errors are printed as one line (`error: ...`) without a traceback, with kubectl'
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import signal
 import sys
 from pathlib import Path
@@ -24,12 +24,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-dev_app = typer.Typer(
-    help="A local control plane (etcd + kube-apiserver) for development.", no_args_is_help=True
-)
-app.add_typer(dev_app, name="dev")
-
-DEFAULT_DEV_DIR = Path(".recall-dev")
 _state: dict[str, Any] = {"debug": False}
 
 
@@ -50,6 +44,23 @@ NamespaceOpt = Annotated[
 ]
 
 
+def _add_dev_commands() -> None:
+    """`recall dev ...` comes from the development tools (`recall_dev`, installed from a
+    checkout); without them the group says how to get them."""
+    if importlib.util.find_spec("recall_dev") is not None:
+        from recall_dev.cli import dev_app
+
+        app.add_typer(dev_app, name="dev")
+        return
+    missing = typer.Typer(help="Development tools (not installed).", no_args_is_help=False)
+
+    @missing.callback(invoke_without_command=True)
+    def _missing() -> None:
+        raise CliError("recall dev needs the development tools: run `make venv` in a checkout")
+
+    app.add_typer(missing, name="dev")
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
@@ -57,60 +68,6 @@ def _root(
 ) -> None:
     _state["debug"] = debug
     log.configure(level=log_level)
-
-
-# --- dev ----------------------------------------------------------------------------------
-
-
-@dev_app.command("up")
-def dev_up(
-    dir: Annotated[
-        Path, typer.Option("--dir", help="Where state, logs and the kubeconfig go.")
-    ] = DEFAULT_DEV_DIR,
-    crds: Annotated[bool, typer.Option("--crds/--no-crds", help="Install the recall CRDs.")] = True,
-) -> None:
-    """Start etcd and kube-apiserver on loopback ports; print the KUBECONFIG export line."""
-    from recall import devcluster
-
-    cp = devcluster.dev_up(dir.resolve(), progress=lambda m: typer.echo(f"  {m}", err=True))
-    if crds:
-        from recall.install import install_crds
-
-        install_crds(str(cp.kubeconfig))
-        typer.echo("  CRDs installed", err=True)
-    typer.echo(f"export KUBECONFIG={cp.kubeconfig}")
-    typer.echo(f"export PATH={cp.bin_dir}:$PATH")
-
-
-@dev_app.command("down")
-def dev_down(
-    dir: Annotated[Path, typer.Option("--dir")] = DEFAULT_DEV_DIR,
-) -> None:
-    """Stop the local control plane and remove its directory."""
-    from recall import devcluster
-    from recall.demo import stop_extra
-
-    stop_extra(dir.resolve())
-    if devcluster.dev_down(dir.resolve()):
-        typer.echo("control plane stopped", err=True)
-    else:
-        typer.echo("no control plane was running", err=True)
-
-
-@dev_app.command("status")
-def dev_status(
-    dir: Annotated[Path, typer.Option("--dir")] = DEFAULT_DEV_DIR,
-) -> None:
-    """Show whether the local control plane is up, and where."""
-    from recall import devcluster
-
-    try:
-        status = devcluster.dev_status(dir.resolve())
-    except devcluster.ControlPlaneError as e:
-        raise CliError(str(e)) from e
-    typer.echo(json.dumps(status, indent=2))
-    if not status["ready"]:
-        raise typer.Exit(1)
 
 
 # --- worker -------------------------------------------------------------------------------
@@ -416,6 +373,9 @@ def transcript(
     if text is None:
         raise CliError(f"the transcript ConfigMap {tj.status.result.config_map} is missing")
     typer.echo(render(text, format), nl=False)  # type: ignore[arg-type]
+
+
+_add_dev_commands()
 
 
 def main() -> None:

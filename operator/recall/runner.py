@@ -13,9 +13,10 @@ import random
 from pathlib import Path
 
 import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from recall import handlers, log, metrics
-from recall.install import ensure_peering
 from recall.kube import Kube, load_api_client
 from recall.settings import OperatorSettings
 
@@ -53,3 +54,20 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
         liveness_endpoint=liveness,
         memo=kopf.Memo(),
     )
+
+
+def ensure_peering(api: client.ApiClient, name: str, namespace: str | None) -> None:
+    """Create kopf's peering object `name` (namespaced, or cluster-wide when no namespace)."""
+    custom = client.CustomObjectsApi(api)
+    kind = "KopfPeering" if namespace else "ClusterKopfPeering"
+    body = {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": {"name": name}}
+    try:
+        if namespace:
+            custom.create_namespaced_custom_object(
+                "kopf.dev", "v1", namespace, "kopfpeerings", body
+            )
+        else:
+            custom.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", body)
+    except ApiException as e:
+        if e.status != 409:
+            raise

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from recall.devcluster import ControlPlane
 from recall.kube import Kube
+from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, create_batch, get_batch
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from recall.devcluster import free_port
 from recall.kube import MERGE_PATCH, Kube
 from recall.models import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION, ItemPhase, Phase
+from recall_dev.cluster import free_port
 from tests.helpers import (
     Proc,
     Procs,

@@ -6,9 +6,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.devcluster import ControlPlane
 from recall.kube import MERGE_PATCH, Kube, api_message
 from recall.models import GROUP, JOB_PLURAL, VERSION
+from recall_dev.cluster import ControlPlane
 from tests.helpers import create_job, get_job
 from tests.rbac import service_account_client
 

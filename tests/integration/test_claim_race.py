@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from recall import lease
-from recall.devcluster import ControlPlane
 from recall.kube import Kube, Written, fenced_write, load_api_client
 from recall.models import Phase
+from recall_dev.cluster import ControlPlane
 from tests.helpers import create_job, get_job
 
 RACERS = 20

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from recall.devcluster import ControlPlane, tools_bin_dir
+from recall_dev.cluster import ControlPlane, tools_bin_dir
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow
@@ -96,7 +96,7 @@ def test_control_plane__dies_with_its_owner(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import json, sys, time
         from pathlib import Path
-        from recall.devcluster import ControlPlane
+        from recall_dev.cluster import ControlPlane
         cp = ControlPlane(workdir=Path({str(tmp_path / "cp")!r}), controller_manager=False)
         cp.start()
         print(json.dumps({{"pids": [p.pid for p in cp.procs], "port": cp.apiserver_port}}),

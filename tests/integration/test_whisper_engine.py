@@ -18,10 +18,10 @@ import jiwer
 import numpy as np
 import pytest
 
-from recall import speech as synth
 from recall.engines.base import Chunk, EngineError, Segment
 from recall.engines.whisper import WhisperEngine
 from recall.models import TranscriptionJob
+from recall_dev import speech as synth
 
 pytestmark = pytest.mark.slow
 

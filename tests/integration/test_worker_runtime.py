@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from recall.devcluster import ControlPlane
 from recall.kube import MERGE_PATCH, Kube
 from recall.models import GROUP, JOB_PLURAL, VERSION, Phase
+from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, ReaperThread, create_job, get_job, wait_for
 
 

@@ -24,11 +24,11 @@ import threading
 import time
 from pathlib import Path
 
-from recall import speech
-from recall.devcluster import STATE_FILE, ControlPlane, dev_down, dev_up
-from recall.install import install_crds
 from recall.kube import Kube, load_api_client
 from recall.models import Phase
+from recall_dev import speech
+from recall_dev.cluster import STATE_FILE, ControlPlane, dev_down, dev_up
+from recall_dev.crds import install_crds
 
 DEMO_SENTENCES = [
     [speech.SENTENCES[0], speech.SENTENCES[1]],

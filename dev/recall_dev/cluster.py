@@ -14,20 +14,15 @@ Contract:
   dies, so an interrupted test run leaves no orphans (Linux `PR_SET_PDEATHSIG`).
 - Ports are free loopback ports chosen at start; nothing listens beyond 127.0.0.1.
 
-Not provided: a scheduler and kubelets (pods never run), and the controller manager runs only the
-garbage collector, namespace and service-account controllers.
+Not provided here: a scheduler and kubelets (`recall_dev.node` adds them), and the controller
+manager runs only the garbage collector, namespace and service-account controllers.
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import ctypes
-import datetime as dt
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -40,13 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "hack" / "k8s-tools" / "build.sh"
+from recall_dev.pki import Pki, kubeconfig_dict, write_pki
+from recall_dev.procs import Proc, die_with_parent, tail, terminate
+
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -54,6 +46,19 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 class ControlPlaneError(RuntimeError):
     """The local control plane could not be started or reached."""
+
+
+def repo_root() -> Path:
+    """The checkout this package runs from (`RECALL_REPO` overrides): dev tools need its
+    `hack/` scripts and `crds/`, which no installed wheel carries."""
+    override = os.environ.get("RECALL_REPO")
+    root = Path(override) if override else Path(__file__).resolve().parents[2]
+    if not (root / "hack" / "k8s-tools" / "build.sh").exists():
+        raise ControlPlaneError(
+            f"{root} is not a recall checkout (no hack/k8s-tools/build.sh); "
+            "run from a clone or set RECALL_REPO"
+        )
+    return root
 
 
 def tools_bin_dir(build: bool = True) -> Path:
@@ -64,7 +69,8 @@ def tools_bin_dir(build: bool = True) -> Path:
     override = os.environ.get("RECALL_K8S_BIN")
     if override:
         return Path(override)
-    args = [str(BUILD_SCRIPT)] if build else [str(BUILD_SCRIPT), "--print"]
+    script = repo_root() / "hack" / "k8s-tools" / "build.sh"
+    args = [str(script)] if build else [str(script), "--print"]
     out = subprocess.run(args, check=True, stdout=subprocess.PIPE, text=True).stdout
     return Path(out.strip().splitlines()[-1])
 
@@ -75,259 +81,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: ask the kernel to SIGKILL this child when its parent dies."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-
-# --- certificates -------------------------------------------------------------------------
-
-
-def _key() -> rsa.RSAPrivateKey:
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    )
-
-
-def _pem_cert(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _cert(
-    subject: x509.Name,
-    key: rsa.RSAPrivateKey,
-    issuer: tuple[x509.Certificate, rsa.RSAPrivateKey] | None,
-    *,
-    ca: bool = False,
-    server_names: list[str] | None = None,
-    client: bool = False,
-) -> x509.Certificate:
-    now = dt.datetime.now(dt.UTC)
-    issuer_name = issuer[0].subject if issuer else subject
-    signing_key = issuer[1] if issuer else key
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=365))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if ca:
-        builder = builder.add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-    if server_names:
-        import ipaddress
-
-        sans: list[x509.GeneralName] = []
-        for name in server_names:
-            try:
-                sans.append(x509.IPAddress(ipaddress.ip_address(name)))
-            except ValueError:
-                sans.append(x509.DNSName(name))
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        builder = builder.add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-    if client:
-        builder = builder.add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
-        )
-    return builder.sign(signing_key, hashes.SHA256())
-
-
-def _name(common_name: str, org: str | None = None) -> x509.Name:
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    if org:
-        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-    return x509.Name(attrs)
-
-
-@dataclass(frozen=True)
-class Pki:
-    """Paths of the generated certificates and keys."""
-
-    ca_cert: Path
-    serving_cert: Path
-    serving_key: Path
-    admin_cert: Path
-    admin_key: Path
-    sa_key: Path
-    sa_pub: Path
-
-
-def write_pki(directory: Path) -> Pki:
-    """Generate a CA, a serving certificate, an admin client certificate and SA signing keys."""
-    directory.mkdir(parents=True, exist_ok=True)
-    ca_key = _key()
-    ca_cert = _cert(_name("recall-dev-ca"), ca_key, None, ca=True)
-    serving_key = _key()
-    serving = _cert(
-        _name("kube-apiserver"),
-        serving_key,
-        (ca_cert, ca_key),
-        server_names=[
-            "127.0.0.1",
-            "localhost",
-            "kubernetes",
-            "kubernetes.default",
-            "kubernetes.default.svc",
-            "10.0.0.1",
-        ],
-    )
-    admin_key = _key()
-    admin = _cert(
-        _name("recall-admin", "system:masters"), admin_key, (ca_cert, ca_key), client=True
-    )
-    sa_key = _key()
-
-    pki = Pki(
-        ca_cert=directory / "ca.crt",
-        serving_cert=directory / "apiserver.crt",
-        serving_key=directory / "apiserver.key",
-        admin_cert=directory / "admin.crt",
-        admin_key=directory / "admin.key",
-        sa_key=directory / "sa.key",
-        sa_pub=directory / "sa.pub",
-    )
-    pki.ca_cert.write_bytes(_pem_cert(ca_cert))
-    pki.serving_cert.write_bytes(_pem_cert(serving))
-    pki.serving_key.write_bytes(_pem_key(serving_key))
-    pki.admin_cert.write_bytes(_pem_cert(admin))
-    pki.admin_key.write_bytes(_pem_key(admin_key))
-    pki.sa_key.write_bytes(_pem_key(sa_key))
-    pki.sa_pub.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    for p in (pki.serving_key, pki.admin_key, pki.sa_key):
-        p.chmod(0o600)
-    return pki
-
-
-def kubeconfig_dict(
-    server: str,
-    ca_pem: bytes,
-    *,
-    cert_pem: bytes | None = None,
-    key_pem: bytes | None = None,
-    token: str | None = None,
-    user: str = "recall-admin",
-    context: str = "recall-dev",
-    namespace: str = "default",
-) -> dict[str, object]:
-    """A kubeconfig with one cluster, one user (client certificate or bearer token) and context."""
-
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
-
-    credentials: dict[str, str] = {}
-    if cert_pem and key_pem:
-        credentials = {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}
-    if token:
-        credentials = {"token": token}
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": context,
-                "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
-            }
-        ],
-        "users": [{"name": user, "user": credentials}],
-        "contexts": [
-            {"name": context, "context": {"cluster": context, "user": user, "namespace": namespace}}
-        ],
-        "current-context": context,
-    }
-
-
-# --- processes ------------------------------------------------------------------------------
-
-
-@dataclass
-class Proc:
-    """One server process and its log file."""
-
-    name: str
-    popen: subprocess.Popen[bytes] | None
-    log: Path
-    pid: int = 0
-
-    def alive(self) -> bool:
-        if self.popen is not None:
-            return self.popen.poll() is None
-        return _pid_alive(self.pid)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); it is dead for our purposes.
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
-
-
-def _terminate(procs: list[Proc], grace: float) -> None:
-    for p in procs:
-        if p.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.popen.pid if p.popen else p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for p in procs:
-        while p.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if p.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.popen.pid if p.popen else p.pid, signal.SIGKILL)
-        if p.popen is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.popen.wait(timeout=10)
-        else:
-            while _pid_alive(p.pid):
-                time.sleep(0.05)
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 @dataclass
@@ -421,7 +174,7 @@ class ControlPlane:
         """Stop every process (SIGKILL after `grace` s: the data is throwaway). Returns the
         directory the logs were kept in, if any."""
         # The API server first, so it does not log etcd's disappearance at length.
-        _terminate(list(reversed(self.procs)), grace)
+        terminate(list(reversed(self.procs)), grace)
         self.procs.clear()
         kept: Path | None = None
         if self.workdir is not None and self.workdir.exists():
@@ -466,7 +219,7 @@ class ControlPlane:
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.die_with_parent else None,
+                preexec_fn=die_with_parent if self.die_with_parent else None,
             )
         self.procs.append(Proc(name, popen, log, popen.pid))
 
@@ -545,14 +298,14 @@ class ControlPlane:
             for p in self.procs:
                 if not p.alive():
                     raise ControlPlaneError(
-                        f"{p.name} exited during start-up; last lines of {p.log}:\n{_tail(p.log)}"
+                        f"{p.name} exited during start-up; last lines of {p.log}:\n{tail(p.log)}"
                     )
             if self.ready():
                 return
             time.sleep(0.2)
         raise ControlPlaneError(
             f"kube-apiserver not ready after {timeout:.0f} s; last lines of its log:\n"
-            + _tail(self.logs_dir / "kube-apiserver.log")
+            + tail(self.logs_dir / "kube-apiserver.log")
         )
 
     def _write_state(self) -> None:
@@ -605,7 +358,7 @@ def dev_down(workdir: Path) -> bool:
         shutil.rmtree(workdir, ignore_errors=True)
         return existed
     cp = ControlPlane.attach(workdir)
-    _terminate(list(reversed(cp.procs)), grace=3.0)
+    terminate(list(reversed(cp.procs)), grace=3.0)
     shutil.rmtree(workdir, ignore_errors=True)
     return True
 

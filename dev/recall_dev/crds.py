@@ -1,7 +1,7 @@
-"""Install the recall CRDs into a cluster and wait until the API server serves them.
+"""Install the recall CRDs into a development cluster and wait until the API server serves them.
 
-The CRD manifests in `crds/` are the source of truth; `RECALL_CRDS_DIR` points elsewhere
-(the image copies them to /app/crds).
+The CRD manifests in the checkout's `crds/` are the source of truth (`RECALL_CRDS_DIR` points
+elsewhere). In a cluster the Helm chart installs them.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from recall.kube import load_api_client
-
-REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
+from recall_dev.cluster import repo_root
 
 
 def crds_dir() -> Path:
-    return Path(os.environ.get("RECALL_CRDS_DIR", REPO_CRDS))
+    override = os.environ.get("RECALL_CRDS_DIR")
+    return Path(override) if override else repo_root() / "crds"
 
 
 def load_crds(directory: Path | None = None) -> list[dict[str, Any]]:
@@ -60,20 +60,3 @@ def install_crds(
                 raise TimeoutError(f"CRD {name} not Established after {timeout:.0f} s")
             time.sleep(0.1)
     return names
-
-
-def ensure_peering(api: client.ApiClient, name: str, namespace: str | None) -> None:
-    """Create kopf's peering object `name` (namespaced, or cluster-wide when no namespace)."""
-    custom = client.CustomObjectsApi(api)
-    kind = "KopfPeering" if namespace else "ClusterKopfPeering"
-    body = {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": {"name": name}}
-    try:
-        if namespace:
-            custom.create_namespaced_custom_object(
-                "kopf.dev", "v1", namespace, "kopfpeerings", body
-            )
-        else:
-            custom.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", body)
-    except ApiException as e:
-        if e.status != 409:
-            raise
