@@ -14,35 +14,16 @@ most 1 MiB, which bounds a transcript to roughly 10 hours of speech.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from recall.engines.base import Segment
-from recall.kube import Kube
-from recall.models import LABEL_COMPONENT, LABEL_JOB, TranscriptionJob
+from recall.models import LABEL_COMPONENT, LABEL_JOB, TranscriptionJob, label_value, object_name
+from recall.store import BlobStore, Conflict, Owner
 
 LABEL_ATTEMPT = "recall.dev/attempt"
 LABEL_KIND = "recall.dev/store"
-MAX_NAME = 253
-
-
-def object_name(base: str, suffix: str, limit: int = MAX_NAME) -> str:
-    """`base-suffix`, shortened with a hash of `base` when it would exceed `limit`."""
-    name = f"{base}-{suffix}"
-    if len(name) <= limit:
-        return name
-    digest = hashlib.sha256(base.encode()).hexdigest()[:10]
-    keep = limit - len(suffix) - len(digest) - 2
-    return f"{base[:keep].rstrip('-')}-{digest}-{suffix}"
-
-
-def label_value(value: str) -> str:
-    """A label value (max 63 characters): the value itself, or a prefix and a hash."""
-    if len(value) <= 63:
-        return value
-    return f"{value[:52].rstrip('-.')}-{hashlib.sha256(value.encode()).hexdigest()[:10]}"
 
 
 def chunks_name(job: str, attempt: int) -> str:
@@ -101,8 +82,20 @@ def assemble(
 class TranscriptStore:
     """Reads and writes a job's chunk and transcript ConfigMaps."""
 
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
+    def __init__(self, store: BlobStore) -> None:
+        self.store = store
+
+    def _write(
+        self, job: TranscriptionJob, name: str, data: dict[str, str], labels: dict[str, str]
+    ) -> None:
+        """Create the ConfigMap, or add to its data if it exists (a resumed or retried write)."""
+        owner = None
+        if job.metadata.uid:
+            owner = Owner(job.api_version, job.kind, job.name, job.metadata.uid)
+        try:
+            self.store.create_config_map(job.namespace, name, data, labels=labels, owner=owner)
+        except Conflict:
+            self.store.patch_config_map(job.namespace, name, data)
 
     def _labels(self, job: TranscriptionJob, attempt: int, kind: str) -> dict[str, str]:
         return {
@@ -121,7 +114,7 @@ class TranscriptStore:
         """
         if not checkpoint or done <= 0:
             return {}
-        cm = self.kube.get_config_map(job.namespace, checkpoint)
+        cm = self.store.get_config_map(job.namespace, checkpoint)
         if cm is None:
             raise LookupError(f"checkpoint ConfigMap {checkpoint} is missing")
         data = cm.data or {}
@@ -141,27 +134,19 @@ class TranscriptStore:
         data = {
             chunk_key(i): json.dumps([s.model_dump() for s in segs]) for i, segs in chunks.items()
         }
-        self.kube.apply_config_map(
-            job.namespace, name, data, labels=self._labels(job, attempt, "chunks"), owner=job
-        )
+        self._write(job, name, data, self._labels(job, attempt, "chunks"))
         return name
 
     def save_transcript(self, job: TranscriptionJob, attempt: int, transcript: Transcript) -> str:
         name = transcript_name(job.name, attempt)
-        self.kube.apply_config_map(
-            job.namespace,
-            name,
-            transcript.to_data(),
-            labels=self._labels(job, attempt, "transcript"),
-            owner=job,
-        )
+        self._write(job, name, transcript.to_data(), self._labels(job, attempt, "transcript"))
         return name
 
     def load_transcript(self, namespace: str, name: str) -> Transcript | None:
-        cm = self.kube.get_config_map(namespace, name)
+        cm = self.store.get_config_map(namespace, name)
         if cm is None:
             return None
         return Transcript.from_data(cm.data or {})
 
     def delete(self, namespace: str, name: str) -> bool:
-        return self.kube.delete_config_map(namespace, name)
+        return self.store.delete_config_map(namespace, name)

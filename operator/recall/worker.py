@@ -1,20 +1,22 @@
-"""The worker: rent one job at a time under a lease, transcribe it, and hand in the result.
+"""The worker: rent one job at a time, transcribe it, hand in the result.
 
     run():  until stopped
-              pick a Queued job from the watched queue → claim (fenced; 409 = someone won)
-              → work(job): renew before every engine call, renew with the checkpoint after
-                every chunk, a background heartbeater renews during long blocking calls
-              → write the transcript ConfigMap → complete (fenced)
+              pick a claimable job from the queue → claim it (`LeaseHolder.claim`; 409 means
+              someone else won) → work(holder):
+                renew before every engine call, renew with the checkpoint after every chunk,
+                a `Heartbeater` renews during long blocking calls;
+                write the transcript → complete
 
 Guarantees:
-- Every write after the claim goes through `LeaseHandle`, which checks on the object read
-  at R that the lease is still ours (holder and token) and writes with resourceVersion R.
-  A refusal marks the lease lost; from then on nothing is written for that attempt.
-- The work stops within one heartbeat interval of the lease being lost (a refused renew),
-  and on its own when no renewal succeeded for the renew deadline (< lease duration): a
-  worker cut off from the API server stops before the operator can reclaim its job.
-- The transcript is written before `complete`; if `complete` is refused, the transcript is
-  deleted and never referenced.
+- Every write after the claim goes through the `LeaseHolder`; once the lease is lost the work
+  stops within one check interval (0.1 s) and nothing more is written for that attempt.
+- The engine runs on its own thread, so a lost lease or the end of the grace period stops the
+  work even while an engine call blocks; its late result is discarded.
+- The transcript is written before `complete`. It is deleted only when the job, read back,
+  does not reference it: nothing an accepted result references is ever deleted.
+- Transient API errors (list, watch, claim, renew, complete, the transcript store) delay work by
+  seconds with bounded backoff; they never end the worker process. A store that refuses a
+  write for good (size, quota, a rule) fails the job permanently instead of paying again.
 - SIGTERM (`stop()`): no new claims; the current job may finish within `grace_seconds`,
   otherwise its lease is released so the job is Queued again at once.
 """
@@ -22,274 +24,65 @@ Guarantees:
 from __future__ import annotations
 
 import concurrent.futures
-import datetime as dt
 import random
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from recall import faults, lease, log, metrics
+from recall import faults, log, metrics
 from recall.engines.base import Engine, EngineError, Media, Segment
-from recall.kube import (
-    TRANSPORT_ERRORS,
-    FencedResult,
-    Kube,
-    KubeError,
-    Refused,
-    Written,
-    fenced_write,
-)
-from recall.log import short_token
+from recall.holder import Heartbeater, LeaseHolder, LeaseLost, Monotonic, boottime
 from recall.models import Phase, Progress, Result, TranscriptionJob
 from recall.queue import JobQueue
 from recall.settings import WorkerSettings
+from recall.store import PERMANENT_ERRORS, Store, StoreError, Unavailable
 from recall.transcripts import TranscriptStore, assemble, chunks_name
 
-Clock = Callable[[], dt.datetime]
 T = TypeVar("T")
-TRANSIENT_WRITE_ERRORS: tuple[type[BaseException], ...] = (KubeError, *TRANSPORT_ERRORS)
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-class LeaseLost(Exception):
-    """The lease is no longer ours: refused by the fenced write, or the renew deadline passed."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
 
 
 class Stopped(Exception):
     """The worker is stopping and the grace period ended: release the lease."""
 
 
-class LeaseHandle:
-    """One held lease: every write of the holder goes through here, one at a time.
+class Stopwatch:
+    """Where the time of one attempt goes, by part (lease, store, engine, media)."""
 
-    `known` is the job as the API server returned it after our last write; a write starts from
-    it (one PATCH when nothing else changed the job) and re-reads only on 409.
-    """
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {"lease": 0.0, "store": 0.0, "engine": 0.0, "media": 0.0}
 
-    def __init__(
-        self,
-        kube: Kube,
-        job: TranscriptionJob,
-        worker: str,
-        token: str,
-        *,
-        clock: Clock,
-        renew_deadline: float,
-    ) -> None:
-        self.kube = kube
-        self.known = job
-        self.worker = worker
-        self.token = token
-        self.clock = clock
-        self.renew_deadline = renew_deadline
-        self.lost = threading.Event()
-        self.lost_reason = ""
-        self._lock = threading.Lock()
-        self._renewed_at = time.monotonic()  # of the last successful write (claim included)
-        # Where the time of this attempt goes: lease writes (claim, renewals, complete), the
-        # transcript store, the engine. Reported with the outcome.
-        self.timings: dict[str, float] = {"lease": 0.0, "store": 0.0, "engine": 0.0, "media": 0.0}
-        self.lease_writes = 0
-        self.log = log.get("worker").bind(
-            job=job.name,
-            namespace=job.namespace,
-            worker=worker,
-            attempt=job.status.attempts,
-            token=short_token(token),
-        )
-
-    @property
-    def name(self) -> str:
-        return self.known.name
-
-    @property
-    def attempt(self) -> int:
-        return self.known.status.attempts
-
-    def seconds_since_renewal(self) -> float:
-        return time.monotonic() - self._renewed_at
-
-    def check(self) -> None:
-        """Raise `LeaseLost` if the lease is lost or the renew deadline has passed."""
-        if not self.lost.is_set() and self.seconds_since_renewal() > self.renew_deadline:
-            self._mark_lost("RenewDeadline", f"no renewal for {self.seconds_since_renewal():.1f} s")
-        if self.lost.is_set():
-            raise LeaseLost(self.lost_reason)
-
-    def _mark_lost(self, reason: str, detail: str, **context: object) -> None:
-        if not self.lost.is_set():
-            self.lost_reason = reason
-            self.lost.set()
-            metrics.LEASES_LOST.labels(reason=reason).inc()
-            self.log.warning("lease_lost", reason=reason, detail=detail, **context)
-
-    def _write(
-        self, action: str, decide: Callable[[TranscriptionJob], lease.Decision]
-    ) -> TranscriptionJob:
-        """One fenced write of the holder. Transient API errors are retried until the renew
-        deadline, which then counts as a lost lease: the outcome is always known in time."""
-        with self._lock:
-            self.check()
-            faults.pause("worker-pause-before-write", action=action)
-            started = time.monotonic()
-            while True:
-                remaining = self.renew_deadline - self.seconds_since_renewal()
-                try:
-                    result: FencedResult = fenced_write(
-                        self.kube,
-                        self.known.namespace,
-                        self.known.name,
-                        decide,
-                        known=self.known,
-                        action=action,
-                        timeout=max(0.5, remaining),
-                    )
-                    break
-                except TRANSIENT_WRITE_ERRORS as e:
-                    if isinstance(e, KubeError) and not e.transient:
-                        raise
-                    self.log.warning("write_error", action=action, error=str(e)[:200])
-                    self.check()
-                    time.sleep(min(0.5, max(0.05, remaining / 4)))
-            self.timings["lease"] += time.monotonic() - started
-            self.lease_writes += 1
-            if isinstance(result, Refused):
-                self._mark_lost(
-                    result.refusal.reason,
-                    result.refusal.detail,
-                    action=action,
-                    conflicts=result.conflicts,
-                )
-                raise LeaseLost(result.refusal.reason, result.refusal.detail)
-            assert isinstance(result, Written)
-            self.known = result.job
-            self._renewed_at = time.monotonic()
-            return result.job
-
-    def renew_before_call(self, fresh: float = 1.0) -> None:
-        """Renew before an engine call, unless a renewal succeeded in the last `fresh` seconds
-        (the checkpoint renewal after the previous chunk already proved the lease is ours)."""
-        if self.seconds_since_renewal() >= fresh:
-            self.renew()
-        else:
-            self.check()
-
-    def renew(self, progress: Progress | None = None) -> None:
+    def timed(self, part: str, fn: Callable[[], T]) -> T:
         started = time.monotonic()
-        self._write(
-            "renew",
-            lambda job: lease.renew(
-                job.status, self.clock(), self.worker, self.token, progress=progress
-            ),
-        )
-        metrics.HEARTBEAT_LATENCY.observe(time.monotonic() - started)
+        try:
+            return fn()
+        finally:
+            self.seconds[part] += time.monotonic() - started
 
-    def complete(self, result: Result) -> None:
-        self._write(
-            "complete",
-            lambda job: lease.complete(
-                job.status, self.clock(), self.worker, self.token, result=result
-            ),
-        )
-
-    def fail(
-        self, error: EngineError, *, backoff_base: float, backoff_cap: float
-    ) -> TranscriptionJob:
-        return self._write(
-            "fail",
-            lambda job: lease.fail(
-                job.status,
-                self.clock(),
-                self.worker,
-                self.token,
-                reason=error.reason,
-                message=error.message,
-                permanent=error.permanent,
-                max_attempts=job.spec.max_attempts,
-                jitter=random.random(),
-                backoff_base=backoff_base,
-                backoff_cap=backoff_cap,
-            ),
-        )
-
-    def release(self) -> None:
-        self._write(
-            "release", lambda job: lease.release(job.status, self.clock(), self.worker, self.token)
-        )
-
-
-class Heartbeater:
-    """A named background thread renewing the lease every `interval` while work blocks.
-
-    It sleeps until `interval` after the last successful renewal (by anyone), so it adds no
-    writes while the main loop renews after each chunk. After a failed write it retries every
-    `interval / 4`. It stops on `stop()`, when the lease is lost, or at the renew deadline.
-    """
-
-    def __init__(self, handle: LeaseHandle, interval: float) -> None:
-        self.handle = handle
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-{handle.name}", daemon=True
-        )
-
-    def __enter__(self) -> Heartbeater:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        h = self.handle
-        wait = self.interval
-        while not self._stop.wait(max(0.0, wait)):
-            due = self.interval - h.seconds_since_renewal()
-            if due > 0.05:
-                wait = due
-                continue
-            try:
-                h.renew()
-                wait = self.interval
-            except LeaseLost:
-                return
-            except Exception as e:  # API unreachable: keep trying until the deadline
-                h.log.warning("renew_error", error=str(e))
-                try:
-                    h.check()
-                except LeaseLost:
-                    return
-                wait = self.interval / 4
+    def fields(self) -> dict[str, float]:
+        return {f"{k}_seconds": round(v, 3) for k, v in self.seconds.items()}
 
 
 class Worker:
     def __init__(
         self,
-        kube: Kube,
+        store: Store,
         settings: WorkerSettings,
         engine: Engine,
         *,
         namespace: str,
-        clock: Clock = utcnow,
+        clock: Monotonic = boottime,
+        beat: Callable[[], None] = lambda: None,
     ) -> None:
-        self.kube = kube
+        self.store = store
         self.settings = settings
         self.engine = engine
         self.namespace = namespace
         self.clock = clock
-        self.store = TranscriptStore(kube)
+        self.beat = beat  # called on every turn of the loop (the liveness endpoint)
+        self.transcripts = TranscriptStore(store)
         self.queue = JobQueue(
-            kube,
+            store,
             namespace,
             engine.name,
             window=settings.pick_window,
@@ -298,6 +91,7 @@ class Worker:
         self.stopping = threading.Event()
         self._stop_deadline: float | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
+        self._api_backoff = 0.0
         self.jobs_done = 0
         self.claims = 0
         self.claim_conflicts = 0
@@ -320,6 +114,7 @@ class Worker:
         idle_since = time.monotonic()
         try:
             while not self.stopping.is_set():
+                self.beat()
                 if self.run_once():
                     idle_since = time.monotonic()
                     if self.settings.max_jobs and self.jobs_done >= self.settings.max_jobs:
@@ -342,73 +137,56 @@ class Worker:
         return 0
 
     def run_once(self) -> bool:
-        """Try to claim one job and work it. True if a job was claimed."""
+        """Try to claim one job and work it. True if a claim was tried."""
         job = self.queue.pick()
         if job is None:
             return False
-        handle = self.claim(job)
-        if handle is None:
-            return True  # lost the race; look again at once
-        self.work(handle)
+        holder = self.claim(job)
+        if holder is None:
+            return True  # lost the race (or the API hiccuped); look again at once
+        self.work(holder)
         self.jobs_done += 1
         return True
 
     # -- claim -------------------------------------------------------------------------------
 
-    def claim(self, job: TranscriptionJob) -> LeaseHandle | None:
-        token = lease.new_token()
-        started = time.monotonic()
-        result = fenced_write(
-            self.kube,
-            job.namespace,
-            job.name,
-            lambda j: lease.claim(
-                j.status,
-                self.clock(),
+    def claim(self, job: TranscriptionJob) -> LeaseHolder | None:
+        try:
+            result = LeaseHolder.claim(
+                self.store,
+                job,
                 self.settings.id,
-                token,
-                lease_seconds=j.spec.lease_duration_seconds,
-                max_attempts=j.spec.max_attempts,
-                suspended=j.suspended,
-            ),
-            known=job,
-            retry_on_conflict=False,
-            action="claim",
-        )
-        if isinstance(result, Refused):
-            self.queue.discard(job)
-            if result.conflicts:
-                self.claim_conflicts += 1
-                metrics.CLAIM_CONFLICTS.inc()
-            self.log.debug("claim_refused", job=job.name, reason=result.refusal.reason)
+                renew_deadline_fraction=self.settings.renew_deadline_fraction,
+                clock=self.clock,
+            )
+        except StoreError as e:  # the API server is restarting, say: back off, stay alive
+            self._api_backoff = min(max(0.2, self._api_backoff * 2), 5.0)
+            self.log.warning("claim_error", job=job.name, error=e.message[:200])
+            self.stopping.wait(self._api_backoff * random.uniform(0.5, 1.0))
             return None
-        assert isinstance(result, Written)
-        self.claims += 1
-        metrics.CLAIMS.inc()
-        claimed = result.job
-        lease_seconds = claimed.spec.lease_duration_seconds
-        handle = LeaseHandle(
-            self.kube,
-            claimed,
-            self.settings.id,
-            token,
-            clock=self.clock,
-            renew_deadline=lease_seconds * self.settings.renew_deadline_fraction,
-        )
-        handle.timings["lease"] += time.monotonic() - started
-        handle.lease_writes += 1
-        handle.log.info("claimed", lease_seconds=lease_seconds)
-        return handle
+        self._api_backoff = 0.0
+        if isinstance(result, LeaseHolder):
+            self.claims += 1
+            metrics.CLAIMS.inc()
+            return result
+        self.queue.discard(job)
+        if result.conflicts:
+            self.claim_conflicts += 1
+            metrics.CLAIM_CONFLICTS.inc()
+        reason = result.refusal.reason if result.refusal else "?"
+        self.log.debug("claim_refused", job=job.name, reason=reason)
+        return None
 
     # -- work --------------------------------------------------------------------------------
 
-    def work(self, h: LeaseHandle) -> None:
+    def work(self, h: LeaseHolder) -> None:
         """Transcribe the leased job and hand in the result; never raises for the job's faults."""
         interval = h.known.spec.lease_duration_seconds * self.settings.heartbeat_fraction
         cancel = threading.Event()
+        watch = Stopwatch()
         try:
             with Heartbeater(h, interval):
-                outcome = self._transcribe(h, cancel)
+                outcome = self._transcribe(h, cancel, watch)
             metrics.JOBS_FINISHED.labels(outcome=outcome).inc()
         except LeaseLost as e:
             cancel.set()
@@ -419,47 +197,51 @@ class Worker:
             self._release(h)
         except EngineError as e:
             self._fail(h, e)
-        except Exception as e:  # a bug or an unexpected API error: let the job retry elsewhere
+        except PERMANENT_ERRORS as e:
+            cancel.set()
+            self._fail(h, EngineError("TranscriptRefused", e.message, permanent=True))
+        except Exception as e:  # a bug or an unexpected error: let the job retry elsewhere
             cancel.set()
             h.log.exception("work_error")
             self._fail(h, EngineError("WorkerError", f"{type(e).__name__}: {e}", permanent=False))
 
-    def _transcribe(self, h: LeaseHandle, cancel: threading.Event) -> str:
+    def _transcribe(self, h: LeaseHolder, cancel: threading.Event, watch: Stopwatch) -> str:
         job = h.known
         progress = job.status.progress
         done_before = progress.chunks_done if progress else 0
         checkpoint = progress.checkpoint if progress else None
-        t = h.timings
-        clock = time.monotonic()
-        segments = self.store.load_checkpoint(job, checkpoint, done_before)
-        t["store"] += time.monotonic() - clock
-
-        clock = time.monotonic()
-        media: Media = self._call(h, cancel, lambda: self.engine.load_media(job))
-        t["media"] += time.monotonic() - clock
+        segments = self._store(
+            h,
+            watch,
+            lambda: self.transcripts.load_checkpoint(job, checkpoint, done_before),
+        )
+        media: Media = watch.timed(
+            "media", lambda: self._call(h, cancel, lambda: self.engine.load_media(job))
+        )
         total = len(media.chunks)
         if segments:
             # Resume: carry the checkpointed chunks into this attempt's own ConfigMap.
-            clock = time.monotonic()
-            checkpoint = self.store.save_chunks(job, h.attempt, segments)
-            t["store"] += time.monotonic() - clock
+            checkpoint = self._store(
+                h, watch, lambda: self.transcripts.save_chunks(job, h.attempt, segments)
+            )
             h.log.info("resumed", chunks_done=done_before, chunks_total=total)
-        h.renew(Progress.of(len(segments), total, checkpoint))
+        watch.timed("lease", lambda: h.renew(Progress.of(len(segments), total, checkpoint)))
 
         for chunk in media.chunks:
             if chunk.index in segments:
                 continue
             self._check_stop(h)
-            h.renew_before_call()  # before the (possibly paid) engine call
-            clock = time.monotonic()
-            result: list[Segment] = self._call(
-                h,
-                cancel,
-                lambda c=chunk: self.engine.transcribe(  # type: ignore[misc]
-                    c, language=job.spec.language, cancel=cancel, job=job, attempt=h.attempt
+            watch.timed("lease", lambda: h.renew_if_older(1.0))  # before the (paid) call
+            result: list[Segment] = watch.timed(
+                "engine",
+                lambda c=chunk: self._call(  # type: ignore[misc]
+                    h,
+                    cancel,
+                    lambda: self.engine.transcribe(
+                        c, language=job.spec.language, cancel=cancel, job=job, attempt=h.attempt
+                    ),
                 ),
             )
-            t["engine"] += time.monotonic() - clock
             metrics.ENGINE_CHUNKS.labels(engine=self.engine.name).inc()
             shifted = [
                 s.model_copy(update={"start": s.start + chunk.start, "end": s.end + chunk.start})
@@ -467,10 +249,15 @@ class Worker:
             ]
             segments[chunk.index] = shifted
             h.check()
-            clock = time.monotonic()
-            checkpoint = self.store.save_chunks(job, h.attempt, {chunk.index: shifted})
-            t["store"] += time.monotonic() - clock
-            h.renew(Progress.of(len(segments), total, checkpoint))
+            checkpoint = self._store(
+                h,
+                watch,
+                lambda i=chunk.index, seg=shifted: self.transcripts.save_chunks(  # type: ignore[misc]
+                    job, h.attempt, {i: seg}
+                ),
+            )
+            done = Progress.of(len(segments), total, checkpoint)
+            watch.timed("lease", lambda p=done: h.renew(p))  # type: ignore[misc]
             h.log.info(
                 "chunk_done", chunk=chunk.index, chunks_done=len(segments), chunks_total=total
             )
@@ -478,12 +265,11 @@ class Worker:
 
         transcript = assemble(segments, media.duration, self.engine.label())
         h.check()
-        clock = time.monotonic()
-        name = self.store.save_transcript(job, h.attempt, transcript)
-        t["store"] += time.monotonic() - clock
+        name = self._store(
+            h, watch, lambda: self.transcripts.save_transcript(job, h.attempt, transcript)
+        )
         result_ref = Result(
             config_map=name,
-            attempt=h.attempt,
             worker=h.worker,
             engine=transcript.engine,
             words=transcript.words,
@@ -491,23 +277,47 @@ class Worker:
         )
         faults.hit("worker-before-complete")
         try:
-            h.complete(result_ref)
+            watch.timed("lease", lambda: h.complete(result_ref))
         except LeaseLost:
-            self.store.delete(job.namespace, name)  # an orphan nobody references
-            h.log.warning("complete_refused_transcript_deleted", config_map=name)
+            self._discard_transcript(h, name)
             raise
         h.log.info(
             "completed",
             config_map=name,
             words=transcript.words,
             audio_seconds=round(media.duration, 2),
-            lease_writes=h.lease_writes,
-            **{f"{k}_seconds": round(v, 3) for k, v in t.items()},
+            lease_writes=h.writes,
+            **watch.fields(),
         )
         self._cleanup_chunks(job, h.attempt)
         return "succeeded"
 
-    def _call(self, h: LeaseHandle, cancel: threading.Event, fn: Callable[[], T]) -> T:
+    def _store(self, h: LeaseHolder, watch: Stopwatch, fn: Callable[[], T]) -> T:
+        """A transcript-store call, retried on transient errors while the lease holds."""
+        pause = 0.1
+        while True:
+            try:
+                return watch.timed("store", fn)
+            except Unavailable as e:
+                h.log.warning("store_error", error=e.message[:200])
+                h.check()
+                self._check_stop(h)
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
+
+    def _discard_transcript(self, h: LeaseHolder, name: str) -> None:
+        """Delete this attempt's transcript unless the job, read back, references it."""
+        try:
+            job = self.store.get_job(h.known.namespace, h.known.name)
+            if job is not None and job.status.result and job.status.result.config_map == name:
+                h.log.warning("complete_refused_transcript_kept", config_map=name)
+                return
+            self.transcripts.delete(h.known.namespace, name)
+            h.log.warning("complete_refused_transcript_deleted", config_map=name)
+        except StoreError as e:  # the operator's cleanup removes it later
+            h.log.warning("transcript_cleanup_failed", config_map=name, error=e.message[:200])
+
+    def _call(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T:
         """Run `fn` on the engine thread; return early if the lease is lost or grace ends."""
         future = self._executor.submit(fn)
         while True:
@@ -515,10 +325,7 @@ class Worker:
                 return future.result(timeout=0.1)
             except concurrent.futures.TimeoutError:
                 try:
-                    h.check()  # lock-free: lost, or the renew deadline passed
-                    if not self._grace_over():
-                        continue
-                    raise Stopped() from None
+                    self._check_stop(h)
                 except (LeaseLost, Stopped):
                     cancel.set()
                     # The engine thread may still be busy; a new one serves the next job.
@@ -528,31 +335,30 @@ class Worker:
                     )
                     raise
 
-    def _grace_over(self) -> bool:
-        return self._stop_deadline is not None and time.monotonic() > self._stop_deadline
-
-    def _check_stop(self, h: LeaseHandle) -> None:
+    def _check_stop(self, h: LeaseHolder) -> None:
         h.check()
-        if self._grace_over():
+        if self._stop_deadline is not None and time.monotonic() > self._stop_deadline:
             raise Stopped()
 
-    def _release(self, h: LeaseHandle) -> None:
+    def _release(self, h: LeaseHolder) -> None:
         try:
             h.release()
             h.log.info("released")
             metrics.JOBS_FINISHED.labels(outcome="released").inc()
-        except (LeaseLost, KubeError) as e:
-            h.log.warning("release_failed", error=str(e))
+        except (LeaseLost, StoreError) as e:
+            h.log.warning("release_failed", error=str(e)[:200])
 
-    def _fail(self, h: LeaseHandle, error: EngineError) -> None:
+    def _fail(self, h: LeaseHolder, error: EngineError) -> None:
         try:
             job = h.fail(
-                error,
+                error.reason,
+                error.message,
+                permanent=error.permanent,
                 backoff_base=self.settings.retry_base_seconds,
                 backoff_cap=self.settings.retry_cap_seconds,
             )
-        except (LeaseLost, KubeError) as e:
-            h.log.warning("fail_not_recorded", error=str(e))
+        except (LeaseLost, StoreError) as e:
+            h.log.warning("fail_not_recorded", error=str(e)[:200])
             return
         requeued = job.status.phase is Phase.QUEUED
         metrics.JOBS_FINISHED.labels(outcome="retry" if requeued else "failed").inc()
@@ -562,13 +368,14 @@ class Worker:
             permanent=error.permanent,
             requeued=requeued,
             message=error.message,
-            not_before=job.status.not_before.isoformat() if job.status.not_before else None,
+            backoff_seconds=job.status.backoff_seconds,
         )
 
     def _cleanup_chunks(self, job: TranscriptionJob, attempts: int) -> None:
-        """Chunk ConfigMaps are not needed once the transcript is accepted (best effort)."""
+        """Chunk ConfigMaps are not needed once the transcript is accepted (best effort; the
+        operator removes what is left)."""
         for attempt in range(1, attempts + 1):
             try:
-                self.store.delete(job.namespace, chunks_name(job.name, attempt))
-            except Exception as e:
-                self.log.debug("chunk_cleanup_failed", error=str(e))
+                self.transcripts.delete(job.namespace, chunks_name(job.name, attempt))
+            except StoreError as e:
+                self.log.debug("chunk_cleanup_failed", error=e.message[:200])

@@ -1,0 +1,256 @@
+"""The operator's controller: one loop that reclaims, reconciles and projects.
+
+    controller = Controller(store, settings)
+    controller.run_once()     # what one tick does; tests call it directly
+    controller.run(stop)      # the loop: run_once, then sleep until the next lease expiry or tick
+
+Each tick, for every unfinished Batch that needs it — a job of it changed, a lease of it
+expired, a backoff of it ended, or its full reconcile is due (start-up, a new generation, every
+`reconcile_interval`) — it plans (`reconcile.plan_batch`, pure) and applies (one `Applier`):
+reclaims and job writes first, then the Batch status in the same apply. Jobs that no unfinished
+Batch covers (no Batch, a missing or finished one, no item) go through the same plan without a
+Batch, so every leased job has a reclaim path.
+
+Reclaim timing: the loop wakes at the earliest observed expiry (and at least every tick), so a
+lease is reclaimed within one tick of its expiry on the operator's clock. Nothing here raises
+out of the loop: an error is logged and the next tick tries again (DESIGN §5, invariant 9).
+Only the leader acts (`leading`); a standby keeps its cache and observations warm.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from recall import log, metrics
+from recall.cache import BatchKey, JobCache, JobRecord
+from recall.holder import Monotonic, boottime, utcnow
+from recall.items import Item, ItemsInvalid, resolve
+from recall.models import LABEL_BATCH, Batch, Phase, label_value
+from recall.observer import next_expiry
+from recall.reconcile import Applier, Report, plan_batch, plan_jobs
+from recall.settings import OperatorSettings
+from recall.store import ObjectRef, Store, StoreError
+
+_log = log.get("operator")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A Batch's items as resolved for one generation, or why they cannot be used."""
+
+    uid: str
+    generation: int
+    items: list[Item]
+    invalid: str | None = None
+
+
+class Controller:
+    def __init__(
+        self,
+        store: Store,
+        settings: OperatorSettings,
+        *,
+        clock: Monotonic = boottime,
+        now: Callable[[], dt.datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.now = now
+        self.cache = JobCache(clock)
+        self.applier = Applier(store)
+        self.leading = threading.Event()
+        self._batches: dict[BatchKey, Batch] = {}
+        self._resolved: dict[BatchKey, Resolved] = {}
+        self._last_full: dict[BatchKey, float] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def put_batch(self, batch: Batch) -> None:
+        """A Batch as kopf saw it (created, changed, or listed)."""
+        with self._lock:
+            old = self._batches.get(batch.key)
+            self._batches[batch.key] = batch
+            if old is None or old.metadata.generation != batch.metadata.generation:
+                self._last_full.pop(batch.key, None)  # reconcile it fully at the next tick
+        self._wake.set()
+
+    def forget_batch(self, key: BatchKey) -> None:
+        with self._lock:
+            self._batches.pop(key, None)
+            self._resolved.pop(key, None)
+            self._last_full.pop(key, None)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """run_once every tick, or earlier when a lease expires; never raises."""
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except Exception:
+                _log.exception("tick_failed")
+            self._wake.wait(self.next_wait())
+            self._wake.clear()
+
+    def next_wait(self) -> float:
+        """Seconds until the next tick or lease expiry, whichever comes first."""
+        tick = self.settings.tick_seconds
+        expiry = next_expiry(self.cache.observations())
+        if expiry is None:
+            return tick
+        return max(0.01, min(tick, expiry - self.clock() + 0.001))
+
+    def run_once(self, now_mono: float | None = None) -> list[Report]:
+        """One tick: plan and apply for every Batch that needs it and for uncovered jobs."""
+        if not self.leading.is_set() or not self.cache.synced.is_set():
+            return []
+        mono = self.clock() if now_mono is None else now_mono
+        started = time.monotonic()
+        leases, backoffs = self.cache.observations(), self.cache.backoffs()
+        dirty = self.cache.marks.dirty()
+        watched: defaultdict[BatchKey | None, list[JobRecord]] = defaultdict(list)
+        with self._lock:
+            batches = dict(self._batches)
+        for r in self.cache.watched():
+            covered = r.batch_key in batches and r.index is not None
+            watched[r.batch_key if covered else None].append(r)
+        reports = []
+        for key, batch in batches.items():
+            full = self._full_due(batch, mono)
+            if batch.status.complete and not full and key not in dirty and key not in watched:
+                continue
+            if not full and key not in dirty and key not in watched:
+                continue
+            report = self._reconcile(
+                batch, watched.get(key, []), mono, full=full, dirty=key in dirty
+            )
+            if report is not None:
+                reports.append(report)
+        if watched.get(None):
+            plan = plan_jobs(watched[None], mono, leases, backoffs)
+            if plan.job_writes:
+                report = Report(None)
+                self.applier.apply_jobs(plan, self.now(), mono, report)
+                reports.append(report)
+        for report in reports:
+            self._log(report)
+        metrics.TICK_SECONDS.observe(time.monotonic() - started)
+        return reports
+
+    def _full_due(self, batch: Batch, mono: float) -> bool:
+        last = self._last_full.get(batch.key)
+        return last is None or mono - last >= self.settings.reconcile_interval
+
+    def _reconcile(
+        self, batch: Batch, watched: Sequence[JobRecord], mono: float, *, full: bool, dirty: bool
+    ) -> Report | None:
+        resolved = self._items(batch)
+        by_key = self.cache.batch_jobs(batch.key)
+        jobs = {r.index: r for r in by_key.values() if r.index is not None}
+        plan = plan_batch(
+            batch,
+            resolved.items,
+            jobs,
+            watched,
+            mono,
+            self.cache.observations(),
+            self.cache.backoffs(),
+            full=full and resolved.invalid is None,
+            dirty=dirty,
+            max_creates=self.settings.max_creates_per_tick,
+        )
+        if full and not plan.more:
+            self._last_full[batch.key] = mono
+        if not plan.project and not plan.job_writes:
+            return None
+        return self.applier.apply_batch(
+            plan,
+            batch,
+            resolved.items,
+            jobs,
+            self.cache.marks,
+            now=self.now(),
+            now_mono=mono,
+            invalid=resolved.invalid,
+        )
+
+    def _items(self, batch: Batch) -> Resolved:
+        """The Batch's items, resolved once per generation (lists are read from ConfigMaps)."""
+        uid, gen = batch.metadata.uid or "", batch.metadata.generation or 0
+        known = self._resolved.get(batch.key)
+        if known is not None and (known.uid, known.generation) == (uid, gen) and not known.invalid:
+            return known
+        lists: dict[str, str] = {}
+        try:
+            for ref in batch.spec.items_from:
+                cm = self.store.get_config_map(batch.namespace, ref.config_map)
+                if cm is not None and ref.key in cm.data:
+                    lists[f"{ref.config_map}/{ref.key}"] = cm.data[ref.key]
+            resolved = Resolved(uid, gen, resolve(batch, lists))
+        except ItemsInvalid as e:
+            resolved = Resolved(uid, gen, [], invalid=str(e))
+            if known is None or known.invalid != str(e):
+                self.applier.event(
+                    ObjectRef("Batch", batch.namespace, batch.name, uid),
+                    "Warning",
+                    "ItemsInvalid",
+                    str(e),
+                )
+        except StoreError as e:
+            resolved = Resolved(uid, gen, [], invalid=f"cannot read the item lists: {e.message}")
+        self._resolved[batch.key] = resolved
+        return resolved
+
+    def _log(self, report: Report) -> None:
+        ns, name = report.batch or (None, None)
+        for job, phase in report.reclaimed:
+            _log.info("reclaimed", job=job, namespace=ns, batch=name, phase=phase)
+        if report.created:
+            _log.info("fanned_out", batch=name, namespace=ns, jobs=len(report.created))
+        if report.heals:
+            _log.info("healed", batch=name, namespace=ns, heals=report.heals[:20])
+        for conflict in report.conflicts:
+            _log.warning("job_name_conflict", batch=name, namespace=ns, detail=conflict)
+            if report.batch:
+                self.applier.event(
+                    ObjectRef("Batch", ns or "", name or ""), "Warning", "JobNameConflict", conflict
+                )
+        for error in report.errors:
+            _log.warning("apply_error", batch=name, namespace=ns, error=error[:300])
+
+    # -- deletion ----------------------------------------------------------------------------
+
+    def cancel_batch(self, batch: Batch) -> int:
+        """A deleted Batch: cancel its leased jobs (fenced: their holders stop at their next
+        write), then delete all its jobs with one request. Returns how many were cancelled."""
+        from recall import lease
+        from recall.fencing import fenced_write
+
+        now = self.now()
+        cancelled = 0
+        message = f"Batch {batch.name} was deleted"
+        for r in self.cache.batch_jobs(batch.key).values():
+            if r.phase is not Phase.LEASED:
+                continue  # deleted below before anyone can claim it; a claimer then finds it gone
+            result = fenced_write(
+                self.store,
+                r.namespace,
+                r.name,
+                lambda j: lease.cancel(j.status, now, reason="BatchDeleted", message=message),
+                action="cancel",
+            )
+            cancelled += result.applied
+        self.store.delete_jobs(batch.namespace, f"{LABEL_BATCH}={label_value(batch.name)}")
+        self.forget_batch(batch.key)
+        return cancelled

@@ -1,0 +1,170 @@
+"""Fenced writes: the only way lease state is written (DESIGN §3).
+
+`fenced_write(store, namespace, name, transition, known=...)`:
+
+1. take the job as read at resourceVersion R (the caller's last copy, or a fresh read);
+2. ask `transition(job)` — a pure function of `recall.lease` — for the new status; a `Refusal`
+   ends the write (for a lease holder it means the lease is lost);
+3. PATCH `/status` with the merge patch from the status at R, carrying `resourceVersion: R`; the
+   API server applies it only if the job is still at R, else answers 409;
+4. on 409, read the job again and go back to 2: if the lease is still the writer's (someone
+   wrote something unrelated), the transition is the same and the write is retried with jittered
+   backoff; if not, `transition` refuses.
+
+Ambiguous outcomes (DESIGN §3): when the PATCH may have been applied but no answer came back
+(`Unavailable(maybe_applied=True)`: a timeout, a reset, a 5xx after commit), and whenever a
+re-read finds the transition refused, the job read back is checked against the write: if the
+patch changes nothing on it, the write was applied (every lease write carries a fence unique to
+it, so this cannot be someone else's write) and the result is `applied`. Nothing is ever
+concluded lost because an answer went missing.
+
+A transient error that cannot have been applied is raised as it is (`Unavailable`); the caller
+decides how long to keep trying (a lease holder: until its renew deadline).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from recall import faults, lease, metrics
+from recall.models import JobStatus, TranscriptionJob
+from recall.store import Conflict, JobStore, NotFound, RawObject, Unavailable
+from recall.store.patch import apply_merge_patch, merge_patch
+
+Transition = Callable[[TranscriptionJob], lease.Decision]
+
+
+class Unsettled(Unavailable):
+    """A write may have been applied and reading the job back failed too: the outcome is
+    unknown. `patch` is what was sent; pass it as `maybe_applied` to the next attempt, which
+    settles it by reading."""
+
+    def __init__(self, message: str, patch: RawObject) -> None:
+        super().__init__(message, maybe_applied=True)
+        self.patch = patch
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """How a fenced write ended.
+
+    `job` is the job as written (applied) or as last read (refused; None when it is gone);
+    `refusal` is None exactly when the write was applied; `conflicts` counts the 409s met.
+    """
+
+    job: TranscriptionJob | None
+    refusal: lease.Refusal | None
+    conflicts: int = 0
+    settled_by_read: bool = False  # an ambiguous outcome was found applied by reading back
+
+    @property
+    def applied(self) -> bool:
+        return self.refusal is None
+
+
+def status_patch(old: JobStatus, new: JobStatus) -> RawObject:
+    """Merge patch from one status to another, in the API's JSON form."""
+    patch = merge_patch(old.to_api(), new.to_api())
+    assert isinstance(patch, dict)
+    return patch
+
+
+def visible(job: TranscriptionJob, patch: RawObject) -> bool:
+    """True when applying `patch` to the job as read changes nothing: the write is in it."""
+    current = job.status.to_api()
+    return bool(patch) and apply_merge_patch(current, patch) == current
+
+
+def fenced_write(
+    store: JobStore,
+    namespace: str,
+    name: str,
+    transition: Transition,
+    *,
+    action: str,
+    known: TranscriptionJob | None = None,
+    attempts: int = 6,
+    retry_on_conflict: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+    maybe_applied: RawObject | None = None,
+    timeout: float | None = None,
+) -> WriteResult:
+    """Apply `transition`'s status with a PATCH guarded by the version it was decided on.
+
+    With `retry_on_conflict=False` a 409 ends the write as a refusal (a claim: someone else
+    won), unless reading back shows the write applied. Raises `Unavailable` for a transient
+    error after which the write is known not to be applied, and for a conflict still unresolved
+    after `attempts` tries; `Unsettled` when the outcome could not be read back.
+    `maybe_applied` is the patch of an earlier, unsettled attempt of the same write.
+    """
+    job = known
+    conflicts = 0
+    sent = maybe_applied  # the last patch that may have been applied
+    for attempt in range(attempts):
+        if job is None:
+            job = store.get_job(namespace, name, timeout=timeout)
+            if job is None:
+                return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
+        decision = transition(job)
+        if isinstance(decision, lease.Refusal):
+            if sent is not None and visible(job, sent):
+                return WriteResult(job, None, conflicts, settled_by_read=True)
+            if conflicts:
+                metrics.FENCED_REJECTIONS.labels(action=action, reason=decision.reason).inc()
+            return WriteResult(job, decision, conflicts)
+        patch = status_patch(job.status, decision)
+        if not patch:
+            return WriteResult(job, None, conflicts)
+        try:
+            sent = patch
+            written = store.patch_job_status(
+                namespace, name, job.resource_version, patch, timeout=timeout
+            )
+            faults.lose_answer(action)
+        except NotFound:
+            return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
+        except Unavailable as e:
+            if not e.maybe_applied:
+                raise
+            metrics.AMBIGUOUS_WRITES.labels(action=action).inc()
+            job = _read_back(store, namespace, name, e, patch, timeout)
+            if job is None:
+                return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
+            if visible(job, patch):
+                return WriteResult(job, None, conflicts, settled_by_read=True)
+            continue  # not applied: decide again on what is there now
+        except Conflict:
+            conflicts += 1
+            metrics.CONFLICTS.labels(action=action).inc()
+            job = store.get_job(namespace, name, timeout=timeout)
+            if job is None:
+                return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
+            if not retry_on_conflict:
+                if visible(job, patch):
+                    return WriteResult(job, None, conflicts, settled_by_read=True)
+                metrics.FENCED_REJECTIONS.labels(action=action, reason="Conflict").inc()
+                refusal = lease.Refusal(lease.RefusalReason.NOT_QUEUED, "409: another writer won")
+                return WriteResult(job, refusal, conflicts)
+            # Jittered backoff: 10, 20, 40 ... ms, so two retrying writers drift apart.
+            sleep(random.uniform(0.5, 1.0) * 0.01 * 2**attempt)
+            continue
+        return WriteResult(written, None, conflicts)
+    raise Unavailable(f"{action} {namespace}/{name}: still conflicting after {attempts} tries")
+
+
+def _read_back(
+    store: JobStore,
+    namespace: str,
+    name: str,
+    cause: Unavailable,
+    patch: RawObject,
+    timeout: float | None,
+) -> TranscriptionJob | None:
+    """Read the job after an ambiguous write; if even that fails, the outcome stays unknown."""
+    try:
+        return store.get_job(namespace, name, timeout=timeout)
+    except Unavailable:
+        raise Unsettled(f"{cause.message} (and the job could not be read back)", patch) from cause
