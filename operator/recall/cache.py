@@ -227,7 +227,9 @@ class JobCache:
                 self._watched.add(record.key)
             else:
                 self._watched.discard(record.key)
-            changed = old is None or (
+            # A job seen for the first time is not a change since the last projection: if the
+            # status disagrees with it, that is a heal (an operator restart finds them all).
+            changed = old is not None and (
                 old.phase != record.phase
                 or old.attempts != record.attempts
                 or old.expired_leases != record.expired_leases

@@ -166,7 +166,7 @@ class Controller:
             mono,
             self.cache.observations(),
             self.cache.backoffs(),
-            full=full and resolved.invalid is None,
+            full=full,
             dirty=dirty,
             max_creates=self.settings.max_creates_per_tick,
         )

@@ -42,9 +42,9 @@ class Unsettled(Unavailable):
     unknown. `patch` is what was sent; pass it as `maybe_applied` to the next attempt, which
     settles it by reading."""
 
-    def __init__(self, message: str, patch: RawObject) -> None:
+    def __init__(self, message: str, patches: list[RawObject]) -> None:
         super().__init__(message, maybe_applied=True)
-        self.patch = patch
+        self.patches = patches
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,18 @@ def status_patch(old: JobStatus, new: JobStatus) -> RawObject:
     return patch
 
 
-def visible(job: TranscriptionJob, patch: RawObject) -> bool:
-    """True when applying `patch` to the job as read changes nothing: the write is in it."""
+def visible(job: TranscriptionJob, patches: list[RawObject]) -> bool:
+    """True when the job as read shows one of `patches` applied: it carries the patch's fence
+    (unique to that write), or, for writes without a fence, the patch changes nothing on it."""
     current = job.status.to_api()
-    return bool(patch) and apply_merge_patch(current, patch) == current
+    for patch in patches:
+        fence = patch.get("fence")
+        if fence is not None:
+            if current.get("fence") == fence:
+                return True
+        elif patch and apply_merge_patch(current, patch) == current:
+            return True
+    return False
 
 
 def fenced_write(
@@ -89,7 +97,7 @@ def fenced_write(
     attempts: int = 6,
     retry_on_conflict: bool = True,
     sleep: Callable[[float], None] = time.sleep,
-    maybe_applied: RawObject | None = None,
+    maybe_applied: list[RawObject] | None = None,
     timeout: float | None = None,
 ) -> WriteResult:
     """Apply `transition`'s status with a PATCH guarded by the version it was decided on.
@@ -98,20 +106,20 @@ def fenced_write(
     won), unless reading back shows the write applied. Raises `Unavailable` for a transient
     error after which the write is known not to be applied, and for a conflict still unresolved
     after `attempts` tries; `Unsettled` when the outcome could not be read back.
-    `maybe_applied` is the patch of an earlier, unsettled attempt of the same write.
+    `maybe_applied` are the patches of earlier, unsettled attempts of the same write.
     """
     job = known
     conflicts = 0
-    sent = maybe_applied  # the last patch that may have been applied
+    sent = list(maybe_applied or [])  # every patch that may have been applied
     for attempt in range(attempts):
         if job is None:
             job = store.get_job(namespace, name, timeout=timeout)
             if job is None:
                 return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
+        if sent and visible(job, sent):
+            return WriteResult(job, None, conflicts, settled_by_read=True)
         decision = transition(job)
         if isinstance(decision, lease.Refusal):
-            if sent is not None and visible(job, sent):
-                return WriteResult(job, None, conflicts, settled_by_read=True)
             if conflicts:
                 metrics.FENCED_REJECTIONS.labels(action=action, reason=decision.reason).inc()
             return WriteResult(job, decision, conflicts)
@@ -119,7 +127,7 @@ def fenced_write(
         if not patch:
             return WriteResult(job, None, conflicts)
         try:
-            sent = patch
+            sent.append(patch)
             written = store.patch_job_status(
                 namespace, name, job.resource_version, patch, timeout=timeout
             )
@@ -130,10 +138,10 @@ def fenced_write(
             if not e.maybe_applied:
                 raise
             metrics.AMBIGUOUS_WRITES.labels(action=action).inc()
-            job = _read_back(store, namespace, name, e, patch, timeout)
+            job = _read_back(store, namespace, name, e, sent, timeout)
             if job is None:
                 return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
-            if visible(job, patch):
+            if visible(job, sent):
                 return WriteResult(job, None, conflicts, settled_by_read=True)
             continue  # not applied: decide again on what is there now
         except Conflict:
@@ -143,7 +151,7 @@ def fenced_write(
             if job is None:
                 return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
             if not retry_on_conflict:
-                if visible(job, patch):
+                if visible(job, sent):
                     return WriteResult(job, None, conflicts, settled_by_read=True)
                 metrics.FENCED_REJECTIONS.labels(action=action, reason="Conflict").inc()
                 refusal = lease.Refusal(lease.RefusalReason.NOT_QUEUED, "409: another writer won")
@@ -160,11 +168,13 @@ def _read_back(
     namespace: str,
     name: str,
     cause: Unavailable,
-    patch: RawObject,
+    patches: list[RawObject],
     timeout: float | None,
 ) -> TranscriptionJob | None:
     """Read the job after an ambiguous write; if even that fails, the outcome stays unknown."""
     try:
         return store.get_job(namespace, name, timeout=timeout)
     except Unavailable:
-        raise Unsettled(f"{cause.message} (and the job could not be read back)", patch) from cause
+        raise Unsettled(
+            f"{cause.message} (and the job could not be read back)", patches
+        ) from cause

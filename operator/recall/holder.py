@@ -257,7 +257,7 @@ class LeaseHolder:
             faults.pause("worker-pause-before-write", action=action)
             self._seq += 1
             transition = make(self._seq)
-            pending: RawObject | None = None
+            pending: list[RawObject] = []
             while True:
                 sent_at = self.clock()
                 remaining = self.renew_deadline - (sent_at - self._renewed_at)
@@ -274,7 +274,7 @@ class LeaseHolder:
                     )
                     break
                 except Unsettled as e:
-                    pending = e.patch
+                    pending = e.patches
                     self._retry_pause(action, e, remaining)
                 except Unavailable as e:
                     self._retry_pause(action, e, remaining)
