@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from recall.models import API_VERSION, GROUP, JOB_PLURAL, VERSION, TranscriptionJob
+from recall.models import API_VERSION, GROUP, VERSION, TranscriptionJob
 from recall.store.kube import KubeStore as Kube
 
 T = TypeVar("T")

@@ -188,6 +188,7 @@ class JobCache:
         self._by_batch: defaultdict[BatchKey, dict[JobKey, JobRecord]] = defaultdict(dict)
         self._backoffs: dict[JobKey, BackoffObservation] = {}
         self._watched: set[JobKey] = set()  # leased, in backoff, or out of attempts
+        self.phase_counts: dict[Phase, int] = dict.fromkeys(Phase, 0)
 
     # -- the informer's side -----------------------------------------------------------------
 
@@ -219,6 +220,9 @@ class JobCache:
             if old is not None and old.batch_key and old.batch != record.batch:
                 self._by_batch[old.batch_key].pop(record.key, None)
             self._jobs[record.key] = record
+            if old is not None:
+                self.phase_counts[old.phase] -= 1
+            self.phase_counts[record.phase] += 1
             if record.batch_key:
                 self._by_batch[record.batch_key][record.key] = record
             self.leases.observe(record.key, record.lease, now)
@@ -240,6 +244,8 @@ class JobCache:
 
     def _remove(self, key: JobKey) -> None:
         record = self._jobs.pop(key, None)
+        if record is not None:
+            self.phase_counts[record.phase] -= 1
         self._watched.discard(key)
         self.leases.forget(key)
         self._backoffs.pop(key, None)

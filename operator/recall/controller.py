@@ -145,6 +145,8 @@ class Controller:
                 reports.append(report)
         for report in reports:
             self._log(report)
+        for phase, n in self.cache.phase_counts.items():
+            metrics.JOBS.labels(phase=phase).set(n)
         metrics.TICK_SECONDS.observe(time.monotonic() - started)
         return reports
 

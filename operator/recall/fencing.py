@@ -175,6 +175,4 @@ def _read_back(
     try:
         return store.get_job(namespace, name, timeout=timeout)
     except Unavailable:
-        raise Unsettled(
-            f"{cause.message} (and the job could not be read back)", patches
-        ) from cause
+        raise Unsettled(f"{cause.message} (and the job could not be read back)", patches) from cause

@@ -19,7 +19,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from recall import lease, metrics
+from recall import faults, lease, metrics
 from recall.cache import BackoffObservation, BatchKey, JobRecord, Marks
 from recall.fanout import job_for_item
 from recall.fencing import fenced_write
@@ -252,6 +252,8 @@ class Applier:
         """The job writes of `plan`, the jobs to create, then the Batch status."""
         report = Report(plan.batch)
         written = self.apply_jobs(plan, now, now_mono, report)
+        if report.reclaimed:
+            faults.hit("operator-after-reclaim-write", batch=batch.name)
         current = {i: written.get(r.key, r) for i, r in jobs.items()}
         recreated = 0
         for item in plan.create:
@@ -330,6 +332,9 @@ class Applier:
             if not patch:
                 marks.clear(current.key, upto)
                 return
+            done_before = current.status.counts.completed if current.status.counts else 0
+            done_now = proj.status.counts.completed if proj.status.counts else 0
+            faults.hit("operator-before-projection", completing=done_now > done_before)
             try:
                 self.store.patch_batch_status(
                     current.namespace, current.name, current.resource_version, patch

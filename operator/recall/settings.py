@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from pathlib import Path
 from typing import Literal, Self
 
@@ -162,7 +163,8 @@ class OperatorSettings(BaseSettings):
     )
     retry_period: float = Field(2.0, gt=0, description="How often the Lease is renewed or tried.")
     identity: str = Field(
-        default_factory=default_worker_id, description="This replica's name in the Lease."
+        default_factory=lambda: f"{default_worker_id()}_{uuid.uuid4().hex[:8]}",
+        description="This replica's name in the Lease (unique per process).",
     )
 
     @field_validator("namespace", "leader_election_namespace")

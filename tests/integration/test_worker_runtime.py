@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from recall.kube import MERGE_PATCH, Kube
 from recall.models import GROUP, JOB_PLURAL, VERSION, Phase
+from recall.store.kube import MERGE_PATCH
+from recall.store.kube import KubeStore as Kube
 from recall_dev.cluster import ControlPlane
-from tests.helpers import Procs, ReaperThread, create_job, get_job, wait_for
+from tests.helpers import ControllerThread, Procs, create_job, get_job, wait_for
 
 
 @pytest.mark.slow
@@ -26,7 +27,7 @@ def test_engine_blocking_three_leases__completes_without_losing_the_lease(
         lease=lease,
         simulate={"chunks": 1, "blockSeconds": 3 * lease, "chunkDelaySeconds": 0},
     )
-    with ReaperThread(kube, namespace) as reaper:
+    with ControllerThread(kube, namespace) as reaper:
         w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
         wait_for(
             lambda: get_job(kube, namespace, "long").status.phase == Phase.SUCCEEDED,

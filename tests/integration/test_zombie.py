@@ -12,10 +12,10 @@ import signal
 
 import pytest
 
-from recall.kube import Kube
 from recall.models import Phase
+from recall.store.kube import KubeStore as Kube
 from recall.transcripts import transcript_name
-from tests.helpers import Procs, ReaperThread, create_job, get_job, process_state, wait_for
+from tests.helpers import ControllerThread, Procs, create_job, get_job, process_state, wait_for
 
 LEASE = 3
 
@@ -46,7 +46,7 @@ def test_zombie__write_rejected_after_reclaim_and_new_claim(
     assert frozen.status.phase == Phase.LEASED
     assert frozen.status.lease is not None and frozen.status.lease.holder == "a"
 
-    with ReaperThread(kube, namespace) as reaper:
+    with ControllerThread(kube, namespace) as reaper:
         wait_for(lambda: reaper.reclaimed, timeout=LEASE + 5, message="the reclaim")
         b = procs.worker("b", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
         wait_for(

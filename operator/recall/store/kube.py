@@ -64,6 +64,9 @@ def load_api_client(
         )
     # Several threads (heartbeater, watcher, main loop) share one client.
     cfg.connection_pool_maxsize = pool_size
+    # No hidden retries: the callers retry on their own terms (a lease holder only until its
+    # renew deadline), and a write retried blindly could be applied twice.
+    cfg.retries = urllib3.util.retry.Retry(total=0, connect=0, read=0, redirect=3, status=0)
     return client.ApiClient(cfg)
 
 
