@@ -8,7 +8,8 @@ a Succeeded not reached from Leased with that lease's token and attempt, a chang
 way out of a final phase, a lease replaced in place, counters that move the wrong way.
 
 Everything here is a raw JSON merge patch of `/status` against the real API server — the
-Python lease code is deliberately not used, so these tests pin the schema itself. Each
+Python lease code is deliberately not used, so these tests pin the schema itself. The
+careless writer is the cluster-admin of the test control plane: CEL rules bind everyone. Each
 allowed flow runs with and without the resourceVersion guard; each careless write is sent
 without it and must be answered 422 with the message of the rule it breaks, leaving the
 object exactly as it was.
@@ -457,12 +458,18 @@ CARELESS: dict[str, Careless] = {
         HOLDER_ONLY,
     ),
     "the holder replays its last fence": Careless(LEASED_BY_A, replay_fence, HOLDER_ONLY),
+    "a second claim that lost the race (built from the Queued job it read)": Careless(
+        LEASED_BY_A, lambda s: claim("z")({}), HOLDER_ONLY
+    ),
     "releases + 1 without a release": Careless([], lambda s: {"releases": 1}, RELEASES_BY_ONE),
     "expiredLeases + 1 without a reclaim": Careless(
         [], lambda s: {"expiredLeases": 1}, EXPIRED_BY_ONE
     ),
     "attempts decreased": Careless(
         [claim("a"), release], lambda s: {"attempts": 0}, ATTEMPTS_NEVER_DECREASE
+    ),
+    "failures decreased": Careless(
+        [claim("a"), fail_retry], lambda s: {"failures": 0}, "status.failures never decreases"
     ),
     "attempts removed": Careless(
         [claim("a"), release], lambda s: {"attempts": None}, ATTEMPTS_NOT_REMOVED
