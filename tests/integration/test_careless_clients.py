@@ -28,8 +28,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube import Kube
-from tests.helpers import job_manifest
+from tests.helpers import Kube, job_manifest
 
 pytestmark = pytest.mark.integration
 

@@ -25,9 +25,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube import Kube
 from recall_dev.cluster import ControlPlane
-from tests.helpers import wait_for
+from tests.helpers import Kube, wait_for
 from tests.integration.test_careless_clients import (
     GROUP,
     MERGE_PATCH,
