@@ -337,6 +337,9 @@ def transcript(
     typer.echo(render(text, format), nl=False)  # type: ignore[arg-type]
 
 
+_add_dev_commands()
+
+
 def main() -> None:
     """Console entry point: one-line errors, kubectl's exit codes."""
     try:

@@ -252,52 +252,61 @@ class LeaseHolder:
 
     def _write(self, action: str, make: Callable[[int], Transition]) -> TranscriptionJob:
         """One fenced write of the holder, retried on transient errors until the deadline."""
-        with self._lock:
+        # Wait for a write in flight (the heartbeater's) only until the deadline.
+        while not self._lock.acquire(timeout=0.1):
             self.check()
-            faults.pause("worker-pause-before-write", action=action)
-            self._seq += 1
-            transition = make(self._seq)
-            pending: list[RawObject] = []
-            while True:
-                sent_at = self.clock()
-                remaining = self.renew_deadline - (sent_at - self._renewed_at)
-                try:
-                    result = fenced_write(
-                        self.store,
-                        self.known.namespace,
-                        self.known.name,
-                        transition,
-                        action=action,
-                        known=self.known,
-                        maybe_applied=pending,
-                        timeout=max(0.5, remaining),
-                    )
-                    break
-                except Unsettled as e:
-                    pending = e.patches
-                    self._retry_pause(action, e, remaining)
-                except Unavailable as e:
-                    self._retry_pause(action, e, remaining)
-                except PERMANENT_ERRORS as e:
-                    # The API server refused the write itself (a CEL rule, a policy): the lease
-                    # cannot be used any more.
-                    self._mark_lost("Refused", e.message, action=action)
-                    raise LeaseLost("Refused", e.message) from e
-            self.writes += 1
-            if not result.applied or result.job is None:
-                assert result.refusal is not None
-                self._mark_lost(
-                    result.refusal.reason,
-                    result.refusal.detail,
+        try:
+            return self._locked_write(action, make)
+        finally:
+            self._lock.release()
+
+    def _locked_write(self, action: str, make: Callable[[int], Transition]) -> TranscriptionJob:
+        self.check()
+        faults.pause("worker-pause-before-write", action=action)
+        self._seq += 1
+        transition = make(self._seq)
+        pending: list[RawObject] = []
+        while True:
+            sent_at = self.clock()
+            remaining = self.renew_deadline - (sent_at - self._renewed_at)
+            try:
+                result = fenced_write(
+                    self.store,
+                    self.known.namespace,
+                    self.known.name,
+                    transition,
                     action=action,
-                    conflicts=result.conflicts,
+                    known=self.known,
+                    maybe_applied=pending,
+                    # a lost answer costs a second request (reading back): both fit
+                    timeout=max(0.2, remaining / 2),
                 )
-                raise LeaseLost(result.refusal.reason, result.refusal.detail)
-            if result.settled_by_read:
-                self.log.info("write_settled_by_read", action=action)
-            self.known = result.job
-            self._renewed_at = sent_at
-            return result.job
+                break
+            except Unsettled as e:
+                pending = e.patches
+                self._retry_pause(action, e, remaining)
+            except Unavailable as e:
+                self._retry_pause(action, e, remaining)
+            except PERMANENT_ERRORS as e:
+                # The API server refused the write itself (a CEL rule, a policy): the lease
+                # cannot be used any more.
+                self._mark_lost("Refused", e.message, action=action)
+                raise LeaseLost("Refused", e.message) from e
+        self.writes += 1
+        if not result.applied or result.job is None:
+            assert result.refusal is not None
+            self._mark_lost(
+                result.refusal.reason,
+                result.refusal.detail,
+                action=action,
+                conflicts=result.conflicts,
+            )
+            raise LeaseLost(result.refusal.reason, result.refusal.detail)
+        if result.settled_by_read:
+            self.log.info("write_settled_by_read", action=action)
+        self.known = result.job
+        self._renewed_at = sent_at
+        return result.job
 
     def _retry_pause(self, action: str, error: Unavailable, remaining: float) -> None:
         self.log.warning("write_error", action=action, error=error.message[:200])

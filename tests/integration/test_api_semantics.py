@@ -93,7 +93,7 @@ def test_main_resource_update__cannot_change_status(kube: Kube, namespace: str) 
 def test_new_job__reads_as_queued_and_is_selectable_by_phase(kube: Kube, namespace: str) -> None:
     create_job(kube, namespace, "a")
     create_job(kube, namespace, "b")
-    patch_status(kube, namespace, "b", {"status": {"phase": "Failed"}})
+    patch_status(kube, namespace, "b", {"status": {"phase": "Cancelled"}})
     queued = kube.list_jobs(namespace, Selector(fields="status.phase=Queued")).items
     assert [j["metadata"]["name"] for j in queued] == ["a"]
 

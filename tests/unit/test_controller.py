@@ -91,7 +91,7 @@ def test_reclaim__job_and_item_back_to_queued_in_one_tick() -> None:
     assert job is not None
     assert (job.status.phase, job.status.expired_leases) == (Phase.QUEUED, 1)
     assert phases(store)["a"] == "queued"
-    assert [r for r in reports if r.reclaimed][0].status_written
+    assert next(r for r in reports if r.reclaimed).status_written
     assert events(store, "Reclaimed")
 
 

@@ -8,10 +8,12 @@ breaks, empty when it is allowed. Objects are raw API dicts (camelCase), as stor
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
 COUNTERS = ("attempts", "expiredLeases", "failures", "releases")
+TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
 def _phase(status: dict[str, Any]) -> str:
@@ -28,6 +30,10 @@ def job_status_rules(old: dict[str, Any], new: dict[str, Any], spec: dict[str, A
 
     if (lease is not None) != (phase == "Leased"):
         broken.append("a lease exists exactly while the job is Leased")
+    if lease is not None and not TOKEN.fullmatch(str(lease.get("token") or "")):
+        broken.append("status.lease.token is 32 hexadecimal digits")
+    if lease is not None and not str(new.get("fence") or "").startswith(f"{lease.get('token')}/"):
+        broken.append("a Leased job's status.fence names its own lease token")
     if phase == "Leased" and attempts < 1:
         broken.append("a Leased job has at least one attempt")
     if old_phase in TERMINAL and new != old:
@@ -85,12 +91,27 @@ def job_status_rules(old: dict[str, Any], new: dict[str, Any], spec: dict[str, A
             "Succeeded is reached only from Leased, with the lease's token and attempt in "
             "status.result"
         )
+    if old_lease is None and lease is not None and old.get("backoffSeconds") is not None:
+        broken.append("a job in backoff is not claimed until the operator ends the backoff")
+    backoff = new.get("backoffSeconds")
+    if (
+        backoff is not None
+        and backoff != old.get("backoffSeconds")
+        and not (old_lease is not None and lease is None)
+    ):
+        broken.append("status.backoffSeconds is set only by the write that ends a lease (fail)")
+    max_attempts = int(spec.get("maxAttempts", 5))
+    max_releases = int(spec.get("maxReleases", 10))
+    if (
+        old_phase == "Queued"
+        and phase == "Failed"
+        and attempts < max_attempts + min(releases, max_releases)
+    ):
+        broken.append("a Queued job fails only when its attempts are spent")
     if new.get("offer") is not None and phase != "Queued":
         broken.append("only a Queued job is offered")
     if new.get("backoffSeconds") is not None and phase != "Queued":
         broken.append("only a Queued job waits in backoff")
-    max_attempts = int(spec.get("maxAttempts", 5))
-    max_releases = int(spec.get("maxReleases", 10))
     if attempts > max_attempts + min(releases, max_releases):
         broken.append("status.attempts cannot exceed spec.maxAttempts plus the free releases")
     return broken
