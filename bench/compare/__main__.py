@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["procrastinate", "celery"], help="one system only")
     parser.add_argument("--markdown", action="store_true", help="also print the table")
     args = parser.parse_args(argv)
+    # Both end the run through KeyboardInterrupt, so every `finally` stops what it started
+    # (SIGINT too: a shell starts background commands with it ignored).
     signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
 
     systems = {
         "procrastinate": compare.procrastinate_figures,
