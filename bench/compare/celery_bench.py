@@ -20,6 +20,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,6 @@ import redis as redis_client
 
 from bench.compare import scenarios, servers
 from bench.compare.celery_app import DEFAULTS, Settings, best, make_app
-from bench.compare.procrastinate_bench import _worker_env
 from bench.compare.records import celery_meta, jobs_per_second
 from bench.compare.report import Figures
 
@@ -84,7 +84,7 @@ class Cluster:
                         "--logfile", str(self.workdir / f"worker-{name}.log"),
                     ],
                     log=self.workdir / f"worker-{name}.out",
-                    env=_worker_env(),
+                    env=servers.python_env(),
                 )
             )  # fmt: skip
             names.append(f"{name}@bench")
@@ -227,9 +227,9 @@ def figures(
         zombie=zombies,
         zombie_result_accepted=zombies[0]["accepted"],
         settings={
-            "throughput": DEFAULTS.__dict__ | {"pool": "solo"},
-            "defaults": DEFAULTS.__dict__ | {"pool": "solo"},
-            "best": fastest.__dict__ | {"pool": "solo"},
+            "throughput": asdict(DEFAULTS) | {"pool": "solo"},
+            "defaults": asdict(DEFAULTS) | {"pool": "solo"},
+            "best": asdict(fastest) | {"pool": "solo"},
         },
         sources=SOURCES,
         notes=[

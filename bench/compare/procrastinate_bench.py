@@ -5,8 +5,8 @@ procrastinate's schema, runs the throughput, kill and zombie scenarios with work
 (`python -m bench.compare.procrastinate_app`), and stops and removes everything.
 
 Counted from the database: a job is done when procrastinate recorded its `succeeded` event
-(`procrastinate_events`, stamped by PostgreSQL's clock), and the drain time runs from the
-database's clock just before the jobs were inserted to the last such event.
+(`procrastinate_events`, stamped by PostgreSQL with this machine's clock), and the drain time
+runs from just before the one statement that inserts all the jobs to the last such event.
 """
 
 from __future__ import annotations
@@ -32,20 +32,11 @@ from bench.compare.procrastinate_app import BEST, DEFAULTS, THROUGHPUT, Settings
 from bench.compare.records import jobs_per_second
 from bench.compare.report import Figures
 
-REPO = Path(__file__).resolve().parents[2]
 SOURCES = [
     "https://procrastinate.readthedocs.io/en/stable/howto/production/retry_stalled_jobs.html",
     "https://procrastinate.readthedocs.io/en/stable/reference.html (App.run_worker_async, "
     "JobManager.get_stalled_jobs)",
 ]
-
-
-def _worker_env() -> dict[str, str]:
-    import os
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 class Cluster:
@@ -88,7 +79,7 @@ class Cluster:
                         "--name", name,
                     ],
                     log=self.workdir / f"worker-{name}.log",
-                    env=_worker_env(),
+                    env=servers.python_env(),
                 )
             )  # fmt: skip
         self.workers += procs
@@ -112,13 +103,18 @@ class Cluster:
             self.children.stop(proc, grace=10.0)
         self.workers = []
 
-    def defer(self, task: str, kwargs: list[dict[str, Any]]) -> None:
-        async def go() -> None:
+    def defer(self, task: str, kwargs: list[dict[str, Any]]) -> float:
+        """Insert the jobs in one statement; returns the time (epoch) just before it."""
+
+        async def go() -> float:
             app = procrastinate_app.make_app(self.server.dsn, THROUGHPUT)
             async with app.open_async():
-                await app.configure_task(task).batch_defer_async(*kwargs)
+                deferrer = app.configure_task(task)
+                began = time.time()
+                await deferrer.batch_defer_async(*kwargs)
+                return began
 
-        asyncio.run(go())
+        return asyncio.run(go())
 
     def enqueue_slow(self, job: str, seconds: float) -> None:
         self.defer("bench.slow", [{"job": job, "seconds": seconds, "log": str(self.runlog)}])
@@ -155,8 +151,7 @@ class Cluster:
         self.reset()
         self.start_workers(workers, THROUGHPUT.to_json())
         try:
-            (t0,) = self.sql("SELECT extract(epoch FROM clock_timestamp())::float8")[0]
-            self.defer("bench.noop", [{} for _ in range(jobs)])
+            began = self.defer("bench.noop", [{} for _ in range(jobs)])
 
             def drained() -> float | None:
                 (done, last) = self.sql(
@@ -169,7 +164,7 @@ class Cluster:
             (succeeded,) = self.sql(
                 "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
             )[0]
-            return jobs_per_second(int(succeeded), float(t0), last)
+            return jobs_per_second(int(succeeded), began, last)
         finally:
             self.stop_workers()
 

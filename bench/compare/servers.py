@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 PG_BIN = Path(os.environ.get("RECALL_BENCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 LOOPBACK = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
@@ -45,6 +46,13 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
+
+
+def python_env() -> dict[str, str]:
+    """This environment, with the repository importable (workers run `python -m bench...`)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
 
 
 def _die_with_parent() -> None:
