@@ -5,8 +5,9 @@
 
 Each worker is one process running one task at a time (`--pool=solo`), as a recall worker and
 a procrastinate worker (concurrency 1) are, so "W workers" means W processes for all three. A
-worker's SIGKILL is then the loss of the whole worker (its pod or its node), not of one child of
-a prefork pool.
+worker's SIGKILL is then the loss of the whole worker (its pod or its node). With
+`pool="prefork"` (Celery's default pool) a worker is a parent process and one child that runs
+the task, so the child alone can be killed under a live parent.
 
 Tasks (names fixed, so the harness can send them by name):
 - `bench.noop`: does nothing (the throughput workload).
@@ -53,6 +54,7 @@ class Settings:
     visibility_timeout: int = 3600
     unacked_restore_interval: int = 10
     unacked_restore_throttle: int = 10
+    pool: str = "solo"  # not Celery's default (prefork): see the module docstring
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -121,11 +123,12 @@ def main() -> None:
     parser.add_argument("--queues", default="bench")
     parser.add_argument("--logfile", required=True)
     args = parser.parse_args()
-    app = make_app(args.broker, args.backend, Settings.from_json(args.settings))
+    settings = Settings.from_json(args.settings)
+    app = make_app(args.broker, args.backend, settings)
     app.worker_main(
         [
             "worker",
-            "--pool=solo",
+            f"--pool={settings.pool}",
             "--concurrency=1",
             f"--hostname={args.name}@bench",
             f"--queues={args.queues}",

@@ -20,7 +20,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ SOURCES = [
 GATE = "gate"  # a queue nothing is sent to: workers wait on it until the jobs are all queued
 QUEUE = "bench"
 META = "celery-task-meta-"
+PREFORK_CHILD = "best, prefork pool child killed"
 
 
 class Cluster:
@@ -200,6 +201,15 @@ def figures(
             )
             for name, s in (("defaults", DEFAULTS), ("best", fastest))
         }
+        # Celery's own pool, where task_reject_on_worker_lost acts: only the child dies.
+        kill[PREFORK_CHILD] = scenarios.kill_to_rerun(
+            cluster,
+            replace(fastest, pool="prefork").to_json(),
+            job="kill-prefork-child",
+            job_seconds=job_seconds,
+            wait=kill_wait,
+            job_process_only=True,
+        )
         zombies = [
             scenarios.zombie(
                 cluster,
@@ -220,16 +230,18 @@ def figures(
         kill_to_rerun_seconds=kill,
         kill_wait_seconds=kill_wait,
         documented_rerun={
-            "defaults": "never: the task is acknowledged before it runs (task_acks_late disabled)",
+            "defaults": "never (acknowledged before it runs: task_acks_late disabled)",
             "best": f"visibility_timeout ({fastest.visibility_timeout} s) after delivery + up "
             f"to {fastest.unacked_restore_interval * fastest.unacked_restore_throttle} s sweep",
+            PREFORK_CHILD: "at once: task_reject_on_worker_lost re-queues it when the child dies",
         },
         zombie=zombies,
         zombie_result_accepted=zombies[0]["accepted"],
         settings={
-            "throughput": asdict(DEFAULTS) | {"pool": "solo"},
-            "defaults": asdict(DEFAULTS) | {"pool": "solo"},
-            "best": asdict(fastest) | {"pool": "solo"},
+            "throughput": asdict(DEFAULTS),
+            "defaults": asdict(DEFAULTS),
+            "best": asdict(fastest),
+            PREFORK_CHILD: asdict(replace(fastest, pool="prefork")),
         },
         sources=SOURCES,
         notes=[
@@ -239,6 +251,9 @@ def figures(
             "from; Redis runs without snapshots or AOF",
             "with task_acks_late and the default 1 h visibility timeout a killed worker's task "
             "would run again after about an hour (plus a sweep of up to 100 s)",
+            "in the prefork case the worker is a parent and one child (concurrency 1) and only "
+            "the child running the task is killed: the parent sees it die; a whole worker lost "
+            "(its pod or node) is the solo case",
             "the zombie scenarios use the best settings (at the defaults no re-run happens)",
         ],
     )

@@ -23,7 +23,7 @@ class Figures(TypedDict):
     system: str  # name and version of the queue and of its server
     jobs: int  # zero-work jobs drained per worker count
     jobs_per_second: dict[int, float]  # by number of worker processes
-    kill_to_rerun_seconds: dict[str, float | None]  # "defaults"/"best"; None: not within wait
+    kill_to_rerun_seconds: dict[str, float | None]  # "defaults", "best", ...; None: not in wait
     kill_wait_seconds: float  # how long a re-run was waited for
     documented_rerun: dict[str, str]  # the documented kill-to-re-run time at each setting
     zombie: list[Zombie]
@@ -63,14 +63,19 @@ def render_markdown(results: Mapping[str, Figures]) -> str:
             rate = results[n]["jobs_per_second"].get(w)
             cells.append("—" if rate is None else f"{rate:.0f}")
         rows.append((label, cells))
-    for setting in ("defaults", "best"):
+    cases = ["defaults", "best"]
+    cases += [c for n in names for c in results[n]["kill_to_rerun_seconds"] if c not in cases]
+    for case in cases:
         cells = []
         for n in names:
             fig = results[n]
-            measured = _seconds(fig["kill_to_rerun_seconds"].get(setting), fig["kill_wait_seconds"])
-            documented = fig["documented_rerun"].get(setting)
+            if case not in fig["kill_to_rerun_seconds"]:
+                cells.append("—")
+                continue
+            measured = _seconds(fig["kill_to_rerun_seconds"][case], fig["kill_wait_seconds"])
+            documented = fig["documented_rerun"].get(case)
             cells.append(f"{measured} (documented: {documented})" if documented else measured)
-        rows.append((f"kill -9 → job running again, {setting}", cells))
+        rows.append((f"kill -9 → job running again, {case}", cells))
     rows.append(
         (
             "zombie's late result accepted",

@@ -83,26 +83,35 @@ def _worker(procs: list[subprocess.Popen[bytes]], pid: int) -> subprocess.Popen[
 
 
 def kill_to_rerun(
-    cluster: Cluster, settings: str, *, job: str, job_seconds: float, wait: float
+    cluster: Cluster,
+    settings: str,
+    *,
+    job: str,
+    job_seconds: float,
+    wait: float,
+    job_process_only: bool = False,
 ) -> float | None:
-    """Seconds from a worker's SIGKILL mid-job to the job's start on the other worker.
+    """Seconds from a worker's SIGKILL mid-job to the job's start in another process.
 
-    None when it did not start again within `wait` seconds.
+    With `job_process_only`, only the process that runs the job is killed (a pool child whose
+    worker lives on), not the worker process. None when the job did not start again within
+    `wait` seconds.
     """
     cluster.reset()
     procs = cluster.start_workers(2, settings)
     try:
         cluster.enqueue_slow(job, job_seconds)
         first = wait_for(lambda: _first_start(cluster, job), START_TIMEOUT, f"{job} started")
-        victim = _worker(procs, first.pid)
+        victim = None if job_process_only else _worker(procs, first.pid)
         time.sleep(MID_JOB)
-        os.kill(victim.pid, signal.SIGKILL)
+        os.kill(first.pid, signal.SIGKILL)
         lost_at = time.time()
-        victim.wait(10)
+        if victim is not None:
+            victim.wait(10)
 
         def rerun() -> float | None:
             return runs.rerun_delay(
-                runs.read(cluster.runlog), job, lost_pid=victim.pid, lost_at=lost_at
+                runs.read(cluster.runlog), job, lost_pid=first.pid, lost_at=lost_at
             )
 
         try:

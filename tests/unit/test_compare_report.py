@@ -92,3 +92,13 @@ def test_counts__parses_worker_counts() -> None:
     for bad in ("", "0,4", "a,b"):
         with pytest.raises(argparse.ArgumentTypeError):
             _counts(bad)
+
+
+def test_render__a_kill_case_only_one_system_has() -> None:
+    extra = figures(
+        kill_to_rerun_seconds={"defaults": None, "best": 10.0, "child killed": 0.4},
+        documented_rerun={"child killed": "at once"},
+    )
+    rows = table_rows(render_markdown({"A": figures(), "B": extra}))
+    assert rows["kill -9 → job running again, child killed"] == ["—", "0.4 s (documented: at once)"]
+    assert rows["kill -9 → job running again, best"][1] == "10.0 s"
