@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Install the Debian packages the tests and benchmarks need, if they are missing.
 #
-#   espeak-ng  synthesizes the known English speech the Whisper accuracy test transcribes.
+#   espeak-ng     synthesizes the known English speech the Whisper accuracy test transcribes.
+#   redis-server  the Redis that `make bench` starts on a loopback port to measure Celery
+#                 (bench/compare); the benchmark starts and stops its own server, the package's
+#                 service is not used.
 #
 # Audio is decoded with PyAV (bundled FFmpeg libraries), so ffmpeg itself is not needed.
 # Idempotent: prints nothing and changes nothing when everything is already installed.
 # Uses sudo only when not running as root.
 set -euo pipefail
 
-packages=(espeak-ng)
+packages=(espeak-ng redis-server)
 
 missing=()
 for pkg in "${packages[@]}"; do
