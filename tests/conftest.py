@@ -70,6 +70,8 @@ def procs(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Procs]:
     """Starts `recall` processes against the control plane; kills what is left at the end."""
     env = control_plane.env()
     env.setdefault("RECALL_LOG_FORMAT", "json")
+    # Workers serve themselves soon when no operator offers them work (tests without one).
+    env.setdefault("RECALL_WORKER_SELF_SERVE_SECONDS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     p = Procs(env=env, logs=tmp_path / "logs")
     try:

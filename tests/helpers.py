@@ -181,20 +181,24 @@ class ControllerThread:
         import threading
 
         from recall.controller import Controller
-        from recall.informer import Informer
+        from recall.informer import Informer, Jobs, Leases
+        from recall.registration import SELECTOR
         from recall.settings import OperatorSettings
-        from recall.store import Selector
 
         settings = OperatorSettings(namespace=namespace, tick_seconds=tick, reconcile_interval=2)
         self.kube = kube
         self.namespace = namespace
         self.controller = Controller(kube, settings)
         self.controller.leading.set()
-        self.informer = Informer(kube, namespace, Selector(), self.controller.cache)
+        self.informer = Informer(Jobs(kube, namespace), self.controller.cache)
+        self.registrations = Informer(
+            Leases(kube, namespace, SELECTOR), self.controller.registry, name="registrations"
+        )
         self.reports: list[Any] = []
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self.informer.run, args=(self._stop,), daemon=True),
+            threading.Thread(target=self.registrations.run, args=(self._stop,), daemon=True),
             threading.Thread(target=self._run, daemon=True),
         ]
 

@@ -189,6 +189,9 @@ class JobCache:
         self._backoffs: dict[JobKey, BackoffObservation] = {}
         self._watched: set[JobKey] = set()  # leased, in backoff, or out of attempts
         self.phase_counts: dict[Phase, int] = dict.fromkeys(Phase, 0)
+        # Called with (old, new) on every change, under the cache's lock (the dispatcher's
+        # ready queue keeps itself current this way).
+        self.listeners: list[Callable[[JobRecord | None, JobRecord | None], None]] = []
 
     # -- the informer's side -----------------------------------------------------------------
 
@@ -241,6 +244,8 @@ class JobCache:
             )
             if changed and record.batch_key and record.index is not None:
                 self.marks.mark(record.batch_key, record.index)
+            for listener in self.listeners:
+                listener(old, record)
 
     def _remove(self, key: JobKey) -> None:
         record = self._jobs.pop(key, None)
@@ -249,6 +254,9 @@ class JobCache:
         self._watched.discard(key)
         self.leases.forget(key)
         self._backoffs.pop(key, None)
+        if record is not None:
+            for listener in self.listeners:
+                listener(record, None)
         if record is not None and record.batch_key:
             self._by_batch[record.batch_key].pop(key, None)
             if not self._by_batch[record.batch_key]:

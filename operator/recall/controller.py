@@ -28,11 +28,13 @@ from dataclasses import dataclass
 
 from recall import log, metrics
 from recall.cache import BatchKey, JobCache, JobRecord
+from recall.dispatch import ReadyQueue, idle
 from recall.holder import Monotonic, boottime, utcnow
 from recall.items import Item, ItemsInvalid, resolve
 from recall.models import LABEL_BATCH, Batch, Phase, label_value
 from recall.observer import next_expiry
 from recall.reconcile import Applier, Report, plan_batch, plan_jobs
+from recall.registration import Registry
 from recall.settings import OperatorSettings
 from recall.store import ObjectRef, Store, StoreError
 
@@ -62,7 +64,10 @@ class Controller:
         self.settings = settings
         self.clock = clock
         self.now = now
-        self.cache = JobCache(clock)
+        self.cache = JobCache(clock, wake=self.wake_dispatch)
+        self.ready = ReadyQueue(clock)
+        self.cache.listeners.append(self.ready.update)
+        self.registry = Registry(clock, wake=self.wake_dispatch)
         self.applier = Applier(store)
         self.leading = threading.Event()
         self._batches: dict[BatchKey, Batch] = {}
@@ -70,6 +75,8 @@ class Controller:
         self._last_full: dict[BatchKey, float] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._dispatch_due = threading.Event()
+        self._last_tick = float("-inf")
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -91,24 +98,42 @@ class Controller:
     def wake(self) -> None:
         self._wake.set()
 
+    def wake_dispatch(self) -> None:
+        """A job or a worker changed: someone may have become idle, or work ready."""
+        self._dispatch_due.set()
+        self._wake.set()
+
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """run_once every tick, or earlier when a lease expires; never raises."""
+        """run_once every tick (earlier when a lease expires); between ticks, offers as soon as
+        a worker is idle. Never raises."""
         while not stop.is_set():
             try:
-                self.run_once()
+                if (
+                    self.clock() - self._last_tick >= self.settings.tick_seconds
+                    or self._expiry_due()
+                ):
+                    self._last_tick = self.clock()
+                    self.run_once()
+                elif self._dispatch_due.is_set():
+                    self._dispatch_due.clear()
+                    self.dispatch_once()
             except Exception:
                 _log.exception("tick_failed")
             self._wake.wait(self.next_wait())
             self._wake.clear()
 
+    def _expiry_due(self) -> bool:
+        expiry = next_expiry(self.cache.observations())
+        return expiry is not None and expiry <= self.clock()
+
     def next_wait(self) -> float:
         """Seconds until the next tick or lease expiry, whichever comes first."""
-        tick = self.settings.tick_seconds
+        tick = max(0.0, self._last_tick + self.settings.tick_seconds - self.clock())
         expiry = next_expiry(self.cache.observations())
         if expiry is None:
-            return tick
+            return max(0.01, tick)
         return max(0.01, min(tick, expiry - self.clock() + 0.001))
 
     def run_once(self, now_mono: float | None = None) -> list[Report]:
@@ -143,12 +168,39 @@ class Controller:
                 report = Report(None)
                 self.applier.apply_jobs(plan, self.now(), mono, report)
                 reports.append(report)
+        self.dispatch_once(mono)
         for report in reports:
             self._log(report)
         for phase, n in self.cache.phase_counts.items():
             metrics.JOBS.labels(phase=phase).set(n)
         metrics.TICK_SECONDS.observe(time.monotonic() - started)
         return reports
+
+    def dispatch_once(self, now_mono: float | None = None) -> int:
+        """Withdraw stale offers, then offer a claimable job to every idle worker. Returns the
+        offers written."""
+        if (
+            not self.settings.dispatch
+            or not self.leading.is_set()
+            or not self.cache.synced.is_set()
+        ):
+            return 0
+        mono = self.clock() if now_mono is None else now_mono
+        alive = self.registry.alive(mono)
+        keys = {(w.namespace, w.worker) for w in alive}
+        for stale in self.ready.stale_offers(mono, self.settings.offer_seconds, keys):
+            offered = self.cache.get(stale)
+            if offered is not None:
+                self.applier.withdraw(offered)
+        written = 0
+        workers = [((w.namespace, w.worker), w.engine) for w in alive]
+        for worker, engine in idle(workers, self.ready):
+            chosen = self.ready.pick(worker[0], engine)
+            record = self.cache.get(chosen) if chosen is not None else None
+            if chosen is not None and record is not None and self.applier.offer(record, worker[1]):
+                self.ready.offered_to(chosen, worker)
+                written += 1
+        return written
 
     def _full_due(self, batch: Batch, mono: float) -> bool:
         last = self._last_full.get(batch.key)

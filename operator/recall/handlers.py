@@ -21,11 +21,12 @@ import kopf
 
 from recall import log, metrics
 from recall.controller import Controller
-from recall.informer import Informer
+from recall.informer import Informer, Jobs, Leases
 from recall.leader import LeaderElector
 from recall.models import BATCH_PLURAL, GROUP, VERSION, Batch
+from recall.registration import SELECTOR
 from recall.settings import OperatorSettings
-from recall.store import Selector, Store
+from recall.store import Store
 
 _log = log.get("operator")
 
@@ -37,7 +38,12 @@ class Runtime:
         self.settings = settings
         self.controller = Controller(store, settings)
         self.informer = Informer(
-            store, settings.namespace, Selector(), self.controller.cache, name="job-informer"
+            Jobs(store, settings.namespace), self.controller.cache, name="job-informer"
+        )
+        self.registrations = Informer(
+            Leases(store, settings.namespace, SELECTOR),
+            self.controller.registry,
+            name="registrations",
         )
         self.stop = threading.Event()
         self.elector: LeaderElector | None = None
@@ -58,6 +64,8 @@ class Runtime:
 
     def start(self) -> None:
         self._spawn("job-informer", self.informer.run)
+        if self.settings.dispatch:
+            self._spawn("registrations", self.registrations.run)
         if self.elector is not None:
             self._spawn("leader-elector", self.elector.run)
         self._spawn("controller", self.controller.run)

@@ -1,4 +1,4 @@
-"""An informer: a selection of TranscriptionJobs kept current by list + watch, no polling.
+"""An informer: a selection of objects (TranscriptionJobs, Leases) kept current by list + watch.
 
 `Informer.run(stop)` lists the selection (page by page), hands it to the consumer, then watches
 from the list's resourceVersion and hands over every change. It lists again when the watch's
@@ -16,10 +16,11 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from recall import log
-from recall.store import Conflict, JobStore, RawObject, Selector
+from recall.store import EVERYTHING, Conflict, JobStore, Page, RawObject, Selector, WatchEvent
 
 _log = log.get("informer")
 
@@ -32,12 +33,52 @@ class Consumer(Protocol):
         """ADDED, MODIFIED or DELETED (also sent when an object leaves the selection)."""
 
 
+class Source(Protocol):
+    """What an informer lists and watches."""
+
+    def list(self, limit: int, continue_from: str | None) -> Page: ...
+
+    def watch(self, resource_version: str) -> Iterator[WatchEvent]: ...
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """TranscriptionJobs of a namespace (or all), as a selector selects them."""
+
+    store: JobStore
+    namespace: str | None
+    selector: Selector = EVERYTHING
+
+    def list(self, limit: int, continue_from: str | None) -> Page:
+        return self.store.list_jobs(
+            self.namespace, self.selector, limit=limit, continue_from=continue_from
+        )
+
+    def watch(self, resource_version: str) -> Iterator[WatchEvent]:
+        return self.store.watch_jobs(self.namespace, resource_version, self.selector)
+
+
+@dataclass(frozen=True)
+class Leases:
+    """coordination.k8s.io Leases of a namespace (or all) with the given labels."""
+
+    store: JobStore
+    namespace: str | None
+    labels: str
+
+    def list(self, limit: int, continue_from: str | None) -> Page:
+        return self.store.list_leases(
+            self.namespace, self.labels, limit=limit, continue_from=continue_from
+        )
+
+    def watch(self, resource_version: str) -> Iterator[WatchEvent]:
+        return self.store.watch_leases(self.namespace, resource_version, self.labels)
+
+
 class Informer:
     def __init__(
         self,
-        store: JobStore,
-        namespace: str | None,
-        selector: Selector,
+        source: Source,
         consumer: Consumer,
         *,
         name: str = "informer",
@@ -45,9 +86,7 @@ class Informer:
         relist_seconds: float = 300.0,
         max_backoff: float = 5.0,
     ) -> None:
-        self.store = store
-        self.namespace = namespace
-        self.selector = selector
+        self.source = source
         self.consumer = consumer
         self.name = name
         self.page_size = page_size
@@ -98,20 +137,18 @@ class Informer:
     def _pages(self, first: list[RawObject], next_page: str | None) -> Iterator[RawObject]:
         yield from first
         while next_page:
-            page = self.store.list_jobs(
-                self.namespace, self.selector, limit=self.page_size, continue_from=next_page
-            )
+            page = self.source.list(self.page_size, next_page)
             next_page = page.next
             yield from page.items
 
     def _relist(self) -> str:
-        page = self.store.list_jobs(self.namespace, self.selector, limit=self.page_size)
+        page = self.source.list(self.page_size, None)
         self.consumer.relisted(self._pages(page.items, page.next))
         return page.resource_version
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
         """Watch from `rv` until the server ends the watch; returns the last version seen."""
-        for event in self.store.watch_jobs(self.namespace, rv, self.selector):
+        for event in self.source.watch(rv):
             if stop.is_set() or self._stop.is_set():
                 break
             rv = str(event.object.get("metadata", {}).get("resourceVersion") or rv)

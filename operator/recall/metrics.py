@@ -50,6 +50,10 @@ TICK_SECONDS = Histogram(
     "Time of one controller tick (reclaims, reconciles, projections).",
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
+OFFERS = Counter("recall_offers_total", "Queued jobs the operator offered to idle workers.")
+OFFERS_WITHDRAWN = Counter(
+    "recall_offers_withdrawn_total", "Offers taken back because no claim followed in time."
+)
 LEADER = Gauge("recall_operator_leader", "1 while this operator replica leads, else 0.")
 
 

@@ -1,4 +1,5 @@
-"""The worker's view of the queue: the claimable jobs, kept current by an `Informer`.
+"""The worker's view of the queue: the jobs offered to it (`OfferQueue`, the default), or every
+claimable job (`JobQueue`, the `queue` dispatch mode), kept current by an `Informer`.
 
 The informer lists and watches the jobs the API server selects with `status.phase=Queued` and
 without the `recall.dev/suspended` label; jobs that leave the selection arrive as DELETED.
@@ -15,11 +16,13 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
-from recall.informer import Informer
+from recall.informer import Informer, Jobs
 from recall.models import LABEL_SUSPENDED, TranscriptionJob
-from recall.store import JobStore, RawObject, Selector
+from recall.store import JobStore, RawObject, Selector, StoreError
 
 SELECTOR = Selector(fields="status.phase=Queued", labels=f"!{LABEL_SUSPENDED}")
 
@@ -41,6 +44,40 @@ def claimable(job: TranscriptionJob, engine: str) -> bool:
     if wanted != engine and (wanted is not None or engine == "simulated"):
         return False
     return not job.suspended and job.status.backoff_seconds is None
+
+
+SELF_SERVE_PAGE = 200
+
+
+class Queue(Protocol):
+    """What the worker loop asks of its view of the queue."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def pick(self) -> TranscriptionJob | None: ...
+
+    def discard(self, job: TranscriptionJob) -> None: ...
+
+    def wait(self, timeout: float) -> None: ...
+
+
+def fair_choice(
+    candidates: list[TranscriptionJob], engine: str, rng: random.Random, window: int = 4
+) -> TranscriptionJob | None:
+    """Self-service: the highest priority; among its Batches one at random (a small Batch is as
+    likely as a big one); among that Batch's oldest `window` jobs one at random."""
+    ready = [j for j in candidates if claimable(j, engine)]
+    if not ready:
+        return None
+    top = max(j.spec.priority for j in ready)
+    by_batch: dict[str | None, list[TranscriptionJob]] = {}
+    for j in ready:
+        if j.spec.priority == top:
+            by_batch.setdefault(j.spec.batch_ref, []).append(j)
+    batch = rng.choice(sorted(by_batch, key=lambda b: b or ""))
+    return rng.choice(sorted(by_batch[batch], key=order_key)[:window])
 
 
 def choose(
@@ -73,7 +110,10 @@ class JobQueue:
         self._cond = threading.Condition()
         self._changes = 0
         self.informer = Informer(
-            store, namespace, SELECTOR, self, name="queue-watch", relist_seconds=relist_seconds
+            Jobs(store, namespace, SELECTOR),
+            self,
+            name="queue-watch",
+            relist_seconds=relist_seconds,
         )
 
     def start(self) -> None:
@@ -128,3 +168,104 @@ class JobQueue:
         with self._cond:
             seen = self._changes
             self._cond.wait_for(lambda: self._changes != seen or self.informer.stopping, timeout)
+
+
+class OfferQueue:
+    """The jobs the operator offers to this worker, and self-service when none come.
+
+    An informer watches the jobs whose `status.offer.worker` names this worker (so what a worker
+    reads does not grow with the number of workers). When no offer came for `self_serve_seconds`
+    and the worker asks for work, it lists a page of Queued jobs and chooses one itself (highest
+    priority, then a Batch at random, then the oldest of a few): work goes on while no operator
+    runs.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        namespace: str,
+        worker: str,
+        engine: str,
+        *,
+        self_serve_seconds: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.engine = engine
+        self.self_serve_seconds = self_serve_seconds
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self._offers: dict[tuple[str, str], TranscriptionJob] = {}
+        self._cond = threading.Condition()
+        self._changes = 0
+        self._last_work = clock()
+        self.informer = Informer(
+            Jobs(store, namespace, Selector(fields=f"status.offer.worker={worker}")),
+            self,
+            name="offer-watch",
+        )
+
+    def start(self) -> None:
+        self.informer.start()
+
+    def stop(self) -> None:
+        self.informer.stop(timeout=0)
+        with self._cond:
+            self._cond.notify_all()
+
+    def relisted(self, items: Iterator[RawObject]) -> None:
+        offers = {}
+        for raw in items:
+            job = TranscriptionJob.from_api(raw)
+            offers[job.key] = job
+        with self._cond:
+            self._offers = offers
+            self._changes += 1
+            self._cond.notify_all()
+
+    def changed(self, type_: str, obj: RawObject) -> None:
+        job = TranscriptionJob.from_api(obj)
+        with self._cond:
+            if type_ == "DELETED":
+                self._offers.pop(job.key, None)
+            else:
+                self._offers[job.key] = job
+            self._changes += 1
+            self._cond.notify_all()
+
+    def pick(self) -> TranscriptionJob | None:
+        with self._cond:
+            offered = sorted(self._offers.values(), key=order_key)
+        for job in offered:
+            if claimable(job, self.engine):
+                self._last_work = self.clock()
+                return job
+        if self.clock() - self._last_work < self.self_serve_seconds:
+            return None
+        self._last_work = self.clock()
+        return self._serve_self()
+
+    def _serve_self(self) -> TranscriptionJob | None:
+        try:
+            page = self.store.list_jobs(self.namespace, SELECTOR, limit=SELF_SERVE_PAGE)
+        except StoreError:
+            return None
+        jobs = [TranscriptionJob.from_api(o) for o in page.items]
+        return fair_choice(jobs, self.engine, self.rng)
+
+    def discard(self, job: TranscriptionJob) -> None:
+        with self._cond:
+            current = self._offers.get(job.key)
+            if current is not None and current.resource_version == job.resource_version:
+                del self._offers[job.key]
+
+    def wait(self, timeout: float) -> None:
+        with self._cond:
+            seen = self._changes
+            left = self.self_serve_seconds - (self.clock() - self._last_work)
+            self._cond.wait_for(
+                lambda: self._changes != seen or self.informer.stopping,
+                max(0.05, min(timeout, left)),
+            )

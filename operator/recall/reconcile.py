@@ -25,7 +25,7 @@ from recall.fanout import job_for_item
 from recall.fencing import fenced_write
 from recall.items import Item
 from recall.lease import Budget
-from recall.models import Batch, ItemPhase, Phase, TranscriptionJob
+from recall.models import Batch, ItemPhase, JobStatus, Offer, Phase, TranscriptionJob
 from recall.observer import JobKey, Observation
 from recall.projection import CODE, CODES, Projection, fanned_out, project, stored_phases
 from recall.store import Conflict, JobStore, ObjectRef, StoreError
@@ -150,6 +150,17 @@ class Report:
     status_conflicts: int = 0
 
 
+def _status_of(record: JobRecord) -> JobStatus:
+    """The part of a job's status an offer depends on, from the operator's compact record."""
+    return JobStatus(
+        phase=record.phase,
+        attempts=record.attempts,
+        releases=record.releases,
+        backoff_seconds=record.backoff_seconds,
+        offer=Offer(worker=record.offer) if record.offer else None,
+    )
+
+
 def _record(job: TranscriptionJob) -> JobRecord:
     return JobRecord.from_raw(job.model_dump(mode="json", by_alias=True, exclude_none=True))
 
@@ -166,6 +177,38 @@ class Applier:
 
     def __init__(self, store: JobStore) -> None:
         self.store = store
+
+    def offer(self, record: JobRecord, worker: str) -> bool:
+        """Offer a claimable job to `worker`: one write, guarded by the version it was chosen
+        from (a 409 means it changed meanwhile: it is not offered)."""
+        decision = lease.offer(_status_of(record), worker)
+        if isinstance(decision, lease.Refusal):
+            return False
+        try:
+            self.store.patch_job_status(
+                record.namespace,
+                record.name,
+                record.resource_version,
+                {"offer": {"worker": worker}},
+            )
+        except StoreError:
+            return False
+        metrics.OFFERS.inc()
+        return True
+
+    def withdraw(self, record: JobRecord) -> bool:
+        """Take back an offer its worker did not take up in time."""
+        decision = lease.withdraw(_status_of(record))
+        if isinstance(decision, lease.Refusal):
+            return False
+        try:
+            self.store.patch_job_status(
+                record.namespace, record.name, record.resource_version, {"offer": None}
+            )
+        except StoreError:
+            return False
+        metrics.OFFERS_WITHDRAWN.inc()
+        return True
 
     def event(self, about: ObjectRef, type_: str, reason: str, message: str) -> None:
         # An Event is best effort; the status and the logs say it too.

@@ -64,6 +64,17 @@ class WorkerSettings(BaseSettings):
     relist_seconds: float = Field(
         300.0, gt=0, description="List the queue again at least this often, besides the watch."
     )
+    dispatch: Literal["offers", "queue"] = Field(
+        "offers",
+        description="offers: claim what the operator offers (each worker reads only its own "
+        "offers), serving itself when none comes; queue: watch every queued job and choose.",
+    )
+    self_serve_seconds: float = Field(
+        10.0, gt=0, description="With offers: claim from the queue after this long without one."
+    )
+    registration_seconds: int = Field(
+        15, ge=3, description="How long the worker's registration Lease lasts without renewal."
+    )
     health_port: int = Field(
         0, ge=0, le=65535, description="Serve /healthz (the work loop is turning) here; 0 = off."
     )
@@ -147,6 +158,12 @@ class OperatorSettings(BaseSettings):
     metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
     liveness_port: int = Field(
         0, ge=0, le=65535, description="Serve kopf's /healthz here; 0 = off."
+    )
+    dispatch: bool = Field(
+        True, description="Offer claimable jobs to idle workers (they also serve themselves)."
+    )
+    offer_seconds: float = Field(
+        5.0, gt=0, description="Withdraw an offer not claimed within this many seconds."
     )
     leader_election: bool = Field(
         False, description="Elect one acting replica through a coordination.k8s.io Lease."

@@ -34,7 +34,8 @@ from recall import faults, log, metrics
 from recall.engines.base import Engine, EngineError, Media, Segment
 from recall.holder import Heartbeater, LeaseHolder, LeaseLost, Monotonic, boottime
 from recall.models import Phase, Progress, Result, TranscriptionJob
-from recall.queue import JobQueue
+from recall.queue import JobQueue, OfferQueue, Queue
+from recall.registration import Registration
 from recall.settings import WorkerSettings
 from recall.store import PERMANENT_ERRORS, Store, StoreError, Unavailable
 from recall.transcripts import TranscriptStore, assemble, chunks_name
@@ -81,13 +82,32 @@ class Worker:
         self.clock = clock
         self.beat = beat  # called on every turn of the loop (the liveness endpoint)
         self.transcripts = TranscriptStore(store)
-        self.queue = JobQueue(
-            store,
-            namespace,
-            engine.name,
-            window=settings.pick_window,
-            relist_seconds=settings.relist_seconds,
-        )
+        self.queue: Queue
+        self.registration: Registration | None = None
+        if settings.dispatch == "offers":
+            self.queue = OfferQueue(
+                store,
+                namespace,
+                settings.id,
+                engine.name,
+                self_serve_seconds=settings.self_serve_seconds,
+            )
+            self.registration = Registration(
+                store,
+                namespace,
+                settings.id,
+                engine.name,
+                duration=settings.registration_seconds,
+                period=settings.registration_seconds / 3,
+            )
+        else:
+            self.queue = JobQueue(
+                store,
+                namespace,
+                engine.name,
+                window=settings.pick_window,
+                relist_seconds=settings.relist_seconds,
+            )
         self.stopping = threading.Event()
         self._stop_deadline: float | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
@@ -110,7 +130,14 @@ class Worker:
     def run(self) -> int:
         """Take jobs until stopped, idle for `idle_exit_seconds`, or `max_jobs` are done."""
         self.queue.start()
-        self.log.info("worker_started", engine=self.engine.label(), namespace=self.namespace)
+        if self.registration is not None:
+            self.registration.start()
+        self.log.info(
+            "worker_started",
+            engine=self.engine.label(),
+            namespace=self.namespace,
+            dispatch=self.settings.dispatch,
+        )
         idle_since = time.monotonic()
         try:
             while not self.stopping.is_set():
@@ -127,6 +154,8 @@ class Worker:
                 self.queue.wait(timeout=1.0 if idle else 5.0)
         finally:
             self.queue.stop()
+            if self.registration is not None:
+                self.registration.stop()
             self._executor.shutdown(wait=False, cancel_futures=True)
             self.log.info(
                 "worker_stopped",

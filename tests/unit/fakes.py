@@ -8,6 +8,7 @@ from typing import Any
 
 from recall.controller import Controller
 from recall.models import API_VERSION
+from recall.registration import SELECTOR
 from recall.settings import OperatorSettings
 from recall.store.memory import MemoryStore
 
@@ -79,6 +80,7 @@ class Operator:
 
     def sync(self) -> None:
         self.controller.cache.relisted(iter(self.store.list_jobs(NS).items))
+        self.controller.registry.relisted(iter(self.store.list_leases(NS, SELECTOR).items))
         for batch in self.store.list_batches(NS):
             self.controller.put_batch(batch)
 

@@ -24,6 +24,7 @@ def make_worker(store: MemoryStore, tmp_path: Path, **settings: object) -> Worke
         id="w1",
         engine="simulated",
         idle_exit_seconds=1.0,
+        self_serve_seconds=0.2,
         retry_base_seconds=0.1,
         simulated_record=tmp_path / "chunks.jsonl",
         **settings,  # type: ignore[arg-type]

@@ -205,6 +205,21 @@ class JobStore(Protocol):
 
     def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject: ...
 
+    def delete_lease(self, namespace: str, name: str) -> bool: ...
+
+    def list_leases(
+        self,
+        namespace: str | None,
+        labels: str,
+        *,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Page: ...
+
+    def watch_leases(
+        self, namespace: str | None, resource_version: str, labels: str
+    ) -> Iterator[WatchEvent]: ...
+
 
 class BlobStore(Protocol):
     """ConfigMaps holding transcripts, checkpoints and item lists."""

@@ -229,12 +229,7 @@ class KubeStore:
 
         Raises `Conflict` with status 410 when `resource_version` is too old (list again).
         """
-        kw: dict[str, Any] = {
-            "resource_version": resource_version,
-            "timeout_seconds": self.watch_seconds,
-            "allow_watch_bookmarks": True,
-            "_request_timeout": (self.timeout, self.watch_seconds + 30),
-        }
+        kw: dict[str, Any] = {}
         if selector.fields:
             kw["field_selector"] = selector.fields
         if selector.labels:
@@ -245,20 +240,36 @@ class KubeStore:
         else:
             func = self.custom.list_cluster_custom_object
             args = (GROUP, VERSION, JOB_PLURAL)
+        return self._watch("watch jobs", func, args, resource_version, kw)
+
+    def _watch(
+        self,
+        what: str,
+        func: Callable[..., Any],
+        args: tuple[str, ...],
+        resource_version: str,
+        kw: dict[str, Any],
+    ) -> Iterator[WatchEvent]:
+        kw = kw | {
+            "resource_version": resource_version,
+            "timeout_seconds": self.watch_seconds,
+            "allow_watch_bookmarks": True,
+            "_request_timeout": (self.timeout, self.watch_seconds + 30),
+        }
         w = watch.Watch()
         try:
             for event in w.stream(func, *args, **kw):
                 kind = event["type"]
-                obj = event["object"]
+                obj = event.get("raw_object", event["object"])
                 if kind == "ERROR":
                     code = int(obj.get("code") or 500) if isinstance(obj, dict) else 500
                     message = obj.get("message", "") if isinstance(obj, dict) else str(obj)
                     if code == 410:
-                        raise Conflict(f"watch jobs: {message}", status=410)
-                    raise Unavailable(f"watch jobs: {code} {message}", status=code)
+                        raise Conflict(f"{what}: {message}", status=410)
+                    raise Unavailable(f"{what}: {code} {message}", status=code)
                 yield WatchEvent(kind, obj)
         except (ApiException, *TRANSPORT) as e:
-            raise translate(e, "watch jobs", write=False) from e
+            raise translate(e, what, write=False) from e
         finally:
             w.stop()
 
@@ -491,6 +502,61 @@ class KubeStore:
         )
         out: RawObject = self.api.sanitize_for_serialization(obj)
         return out
+
+    def delete_lease(self, namespace: str, name: str) -> bool:
+        try:
+            self._call(
+                f"delete lease {namespace}/{name}",
+                self.coordination.delete_namespaced_lease,
+                name,
+                namespace,
+                write=True,
+            )
+        except NotFound:
+            return False
+        return True
+
+    def list_leases(
+        self,
+        namespace: str | None,
+        labels: str,
+        *,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Page:
+        kw: dict[str, Any] = {"label_selector": labels}
+        if limit:
+            kw["limit"] = limit
+        if continue_from:
+            kw["_continue"] = continue_from
+        if namespace:
+            out = self._call(
+                f"list leases in {namespace}",
+                self.coordination.list_namespaced_lease,
+                namespace,
+                write=False,
+                **kw,
+            )
+        else:
+            out = self._call(
+                "list leases", self.coordination.list_lease_for_all_namespaces, write=False, **kw
+            )
+        return Page(
+            items=self.api.sanitize_for_serialization(out.items),
+            resource_version=out.metadata.resource_version or "",
+            next=out.metadata._continue or None,
+        )
+
+    def watch_leases(
+        self, namespace: str | None, resource_version: str, labels: str
+    ) -> Iterator[WatchEvent]:
+        if namespace:
+            func: Callable[..., Any] = self.coordination.list_namespaced_lease
+            args: tuple[str, ...] = (namespace,)
+        else:
+            func = self.coordination.list_lease_for_all_namespaces
+            args = ()
+        return self._watch("watch leases", func, args, resource_version, {"label_selector": labels})
 
     # -- ConfigMaps --------------------------------------------------------------------------
 

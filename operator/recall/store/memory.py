@@ -98,7 +98,7 @@ class MemoryStore:
         self._jobs = _Kind()
         self._batches = _Kind()
         self._config_maps: dict[Key, RawObject] = {}
-        self._leases: dict[Key, RawObject] = {}
+        self._leases = _Kind()
         self.events: list[RawObject] = []
         self.faults: list[Fault] = []
         self.calls: list[tuple[str, str]] = []  # (op, name): what was asked, for assertions
@@ -289,37 +289,44 @@ class MemoryStore:
     def get_lease(self, namespace: str, name: str) -> RawObject | None:
         with self._cond:
             self._check("get_lease", name)
-            obj = self._leases.get((namespace, name))
+            obj = self._leases.objects.get((namespace, name))
             return copy.deepcopy(obj) if obj else None
 
     def create_lease(self, namespace: str, body: RawObject) -> RawObject:
         with self._cond:
-            self._check("create_lease", body["metadata"]["name"])
-            key = (namespace, body["metadata"]["name"])
-            if key in self._leases:
-                raise Conflict(f"lease {key[1]} already exists", status=409)
-            obj = copy.deepcopy(body)
-            obj["metadata"] = {
-                **obj["metadata"],
-                "namespace": namespace,
-                "resourceVersion": self._bump(),
-            }
-            self._leases[key] = obj
-            return copy.deepcopy(obj)
+            return self._create(self._leases, "create_lease", namespace, copy.deepcopy(body))
 
     def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
         with self._cond:
             self._check("replace_lease", name)
-            current = self._leases.get((namespace, name))
-            if current is None:
-                raise NotFound(f"lease {name} not found", status=404)
             rv = body.get("metadata", {}).get("resourceVersion")
-            if rv is not None and rv != current["metadata"]["resourceVersion"]:
-                raise Conflict(f"lease {name}: the object has been modified", status=409)
+            current = self._get(self._leases, namespace, name, rv)
             obj = copy.deepcopy(body)
-            obj["metadata"] = {**obj["metadata"], "resourceVersion": self._bump()}
-            self._leases[(namespace, name)] = obj
-            return copy.deepcopy(obj)
+            obj["metadata"] = {**current["metadata"], **obj["metadata"]}
+            return self._replace(self._leases, namespace, name, obj)
+
+    def delete_lease(self, namespace: str, name: str) -> bool:
+        with self._cond:
+            self._check("delete_lease", name)
+            return self._delete(self._leases, namespace, name)
+
+    def list_leases(
+        self,
+        namespace: str | None,
+        labels: str,
+        *,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Page:
+        with self._cond:
+            self._check("list_leases", "")
+            selector = Selector(labels=labels)
+            return self._list(self._leases, namespace, selector, limit, continue_from)
+
+    def watch_leases(
+        self, namespace: str | None, resource_version: str, labels: str
+    ) -> Iterator[WatchEvent]:
+        return self._watch(self._leases, namespace, resource_version, Selector(labels=labels))
 
     # -- ConfigMaps --------------------------------------------------------------------------
 
