@@ -7,6 +7,7 @@ Batch status stays bounded whatever the pattern of its items.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 # Longest encoding kept per phase: the worst case (every other item) of 100,000 items needs
@@ -39,6 +40,34 @@ def encode(indexes: Iterable[int], limit: int = MAX_ENCODED) -> tuple[str, bool]
         size += len(part) + (1 if parts else 0)
         parts.append(part)
     return ",".join(parts), False
+
+
+def encode_runs(phases: bytes | bytearray, code: int, limit: int = MAX_ENCODED) -> tuple[str, bool]:
+    """`encode` of the positions of `code` in `phases` (one byte per item), found in C."""
+    parts: list[str] = []
+    size = 0
+    for m in re.finditer(re.escape(bytes([code])) + b"+", phases):
+        first, last = m.start(), m.end() - 1
+        part = str(first) if first == last else f"{first}-{last}"
+        if size + len(part) + (1 if parts else 0) > limit:
+            return ",".join(parts), True
+        size += len(part) + (1 if parts else 0)
+        parts.append(part)
+    return ",".join(parts), False
+
+
+def spans(text: str | None) -> Iterator[tuple[int, int]]:
+    """The inclusive (first, last) ranges of an encoding."""
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        first, sep, last = part.partition("-")
+        lo = int(first)
+        hi = int(last) if sep else lo
+        if hi < lo:
+            raise ValueError(f"bad index range {part!r}")
+        yield lo, hi
 
 
 def decode(text: str | None) -> Iterator[int]:

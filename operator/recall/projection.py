@@ -67,10 +67,11 @@ def stored_phases(stored: BatchStatus, total: int) -> bytearray:
     """One phase code per item, as the stored status says (items beyond it read queued)."""
     out = bytearray(total)
     for phase, name in STORED_FIELDS.items():
-        code = CODE[phase]
-        for i in indexes.decode(getattr(stored, name)):
-            if i < total:
-                out[i] = code
+        code = bytes([CODE[phase]])
+        for lo, hi in indexes.spans(getattr(stored, name)):
+            hi = min(hi, total - 1)
+            if lo <= hi:
+                out[lo : hi + 1] = code * (hi - lo + 1)
     return out
 
 
@@ -90,7 +91,13 @@ def attention_of(
     failed: list[Attention] = []
     gone: list[Attention] = []
     retried: list[Attention] = []
-    for i, record in sorted(jobs.items()):
+    failed_code = CODE[ItemPhase.FAILED]
+    notable = sorted(
+        (i, r)
+        for i, r in jobs.items()
+        if i < total and (phases[i] == failed_code or r.expired_leases or r.failures)
+    )
+    for i, record in notable:
         phase = CODES[phases[i]]
         entry = Attention(
             index=i,
@@ -151,39 +158,44 @@ def project(
     before = stored_phases(stored, total)
     phases = bytearray(before)
     heals: list[Heal] = []
+    judge = stored.counts is not None  # before the first projection there is nothing to heal
+    expired = failures = 0
+    first_start: dt.datetime | None = None
+    last_end: dt.datetime | None = None
     for i, record in jobs.items():
         if i >= total:
             continue
-        code = CODE[item_phase(record)]
-        if code != before[i] and i not in changed and stored.counts is not None:
+        code = CODE[ITEM_PHASE_OF_JOB[record.phase]]
+        if judge and code != before[i] and i not in changed:
             heals.append(Heal(i, key_of(i), CODES[before[i]], CODES[code]))
         phases[i] = code
+        expired += record.expired_leases
+        failures += record.failures
+        if record.started_at and (first_start is None or record.started_at < first_start):
+            first_start = record.started_at
+        if record.completed_at and (last_end is None or record.completed_at > last_end):
+            last_end = record.completed_at
     heals.sort(key=lambda h: h.index)
 
-    by_phase = {p: 0 for p in ItemPhase}
-    for code in phases:
-        by_phase[CODES[code]] += 1
     counts = Counts(
         total=total,
-        queued=by_phase[ItemPhase.QUEUED],
-        transcribing=by_phase[ItemPhase.TRANSCRIBING],
-        completed=by_phase[ItemPhase.COMPLETED],
-        failed=by_phase[ItemPhase.FAILED],
-        cancelled=by_phase[ItemPhase.CANCELLED],
+        queued=phases.count(CODE[ItemPhase.QUEUED]),
+        transcribing=phases.count(CODE[ItemPhase.TRANSCRIBING]),
+        completed=phases.count(CODE[ItemPhase.COMPLETED]),
+        failed=phases.count(CODE[ItemPhase.FAILED]),
+        cancelled=phases.count(CODE[ItemPhase.CANCELLED]),
     )
     encoded: dict[str, str | None] = {}
     truncated = False
     for phase, name in STORED_FIELDS.items():
-        text, cut = indexes.encode(i for i in range(total) if phases[i] == CODE[phase])
+        text, cut = indexes.encode_runs(phases, CODE[phase])
         encoded[name] = text or None
         truncated = truncated or cut
-    missing = {i for i in range(total) if i not in jobs} if fanned_out(stored) else set()
+    missing = set(range(total)) - jobs.keys() if fanned_out(stored) else set()
 
-    starts = [r.started_at for r in jobs.values() if r.started_at]
-    started = stored.started_at or (min(starts) if starts else None)
+    started = stored.started_at or first_start
     finished = total > 0 and counts.done == total and invalid is None
-    ends = [r.completed_at for r in jobs.values() if r.completed_at]
-    completed_at = (stored.completed_at or (max(ends) if ends else now)) if finished else None
+    completed_at = (stored.completed_at or last_end or now) if finished else None
     status = BatchStatus(
         observed_generation=batch.metadata.generation,
         counts=counts,
@@ -194,8 +206,8 @@ def project(
         eta=None if finished else eta(counts, started, now),
         started_at=started,
         completed_at=completed_at,
-        expired_leases=sum(r.expired_leases for r in jobs.values()),
-        failures=sum(r.failures for r in jobs.values()),
+        expired_leases=expired,
+        failures=failures,
         heals=(stored.heals or 0) + len(heals) + recreated,
         conditions=conditions(stored.conditions, batch, counts, finished, invalid, now),
     )
