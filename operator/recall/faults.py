@@ -64,3 +64,19 @@ def lose_answer(action: str) -> None:
 
     print(f"recall: answer of {action} dropped", file=sys.stderr, flush=True)
     raise Unavailable(f"{action}: the answer was lost (injected)", maybe_applied=True)
+
+
+def latency() -> float:
+    """Seconds to add before every API request, if `RECALL_FAULT` names `api-latency:<seconds>`
+    (a slow or distant API server)."""
+    spec = os.environ.get("RECALL_FAULT")
+    if not spec:
+        return 0.0
+    for entry in spec.split(","):
+        name, _, value = entry.strip().partition(":")
+        if name == "api-latency":
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                return 0.0
+    return 0.0

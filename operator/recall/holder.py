@@ -149,6 +149,8 @@ class LeaseHolder:
             clock=clock,
             now=now,
         )
+        if result.settled_by_read:
+            holder.log.info("write_settled_by_read", action="claim")
         holder.log.info("claimed", lease_seconds=claimed.spec.lease_duration_seconds)
         return holder
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from recall import faults
 from recall.models import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION, Batch, TranscriptionJob
 from recall.store.base import (
     EVERYTHING,
@@ -130,6 +132,7 @@ class KubeStore:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.coordination = client.CoordinationV1Api(api)
+        self.latency = faults.latency()  # tests only: a slow API server
 
     def _call(
         self,
@@ -140,6 +143,8 @@ class KubeStore:
         timeout: float | None = None,
         **kw: Any,
     ) -> T:
+        if self.latency:
+            time.sleep(self.latency)
         try:
             return fn(*args, _request_timeout=timeout or self.timeout, **kw)
         except (ApiException, *TRANSPORT) as e:
