@@ -84,6 +84,7 @@ class Controller:
         self._wake = threading.Event()
         self._dispatch_due = threading.Event()
         self._last_tick = float("-inf")
+        self._was_leading = False
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -102,6 +103,7 @@ class Controller:
             self._resolved.pop(key, None)
             self._last_full.pop(key, None)
             self._last_projection.pop(key, None)
+        self.applier.forget(key)
 
     def wake(self) -> None:
         self._wake.set()
@@ -147,7 +149,12 @@ class Controller:
     def run_once(self, now_mono: float | None = None) -> list[Report]:
         """One tick: plan and apply for every Batch that needs it and for uncovered jobs."""
         if not self.leading.is_set() or not self.cache.synced.is_set():
+            self._was_leading = False
             return []
+        if not self._was_leading:
+            # A new term: another replica may have written meanwhile; start from the server's.
+            self.applier.forget()
+            self._was_leading = True
         mono = self.clock() if now_mono is None else now_mono
         started = time.monotonic()
         leases, backoffs = self.cache.observations(), self.cache.backoffs()
@@ -218,6 +225,7 @@ class Controller:
         self, batch: Batch, watched: Sequence[JobRecord], mono: float, *, full: bool, dirty: bool
     ) -> Report | None:
         resolved = self._items(batch)
+        batch = batch.model_copy(update={"status": self.applier.baseline(batch)})
         leases, backoffs = self.cache.observations(), self.cache.backoffs()
         if not full and not plan_jobs(watched, mono, leases, backoffs).job_writes:
             # Only changes to project: a big Batch is projected less often than every tick

@@ -8,8 +8,9 @@ The plan lists the jobs to reclaim (their lease expired on the operator's clock)
 (suspend), and the items whose jobs to create. `apply` performs those job writes (each fenced),
 then writes the Batch status: the projection of the jobs as they are after those writes, guarded
 by the Batch's resourceVersion (a 409 reads the Batch again and projects again). A job and its
-item are therefore restored by the same apply. Heals are counted, and their Events posted, only
-when the status that records them was written.
+item are therefore restored by the same apply. The status is written whole (no resourceVersion
+needed: the operator is its only writer), compared with what was last written; heals are
+counted, and their Events posted, only when the status that records them was written.
 """
 
 from __future__ import annotations
@@ -25,10 +26,18 @@ from recall.fanout import job_for_item
 from recall.fencing import fenced_write
 from recall.items import Item
 from recall.lease import Budget
-from recall.models import Batch, ItemPhase, JobStatus, Offer, Phase, TranscriptionJob
+from recall.models import (
+    Batch,
+    BatchStatus,
+    ItemPhase,
+    JobStatus,
+    Offer,
+    Phase,
+    TranscriptionJob,
+)
 from recall.observer import JobKey, Observation
 from recall.projection import CODE, CODES, Projection, fanned_out, project, stored_phases
-from recall.store import Conflict, JobStore, ObjectRef, StoreError
+from recall.store import Conflict, JobStore, NotFound, ObjectRef, StoreError
 from recall.store.patch import merge_patch
 
 MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
@@ -147,7 +156,6 @@ class Report:
     conflicts: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     status_written: bool = False
-    status_conflicts: int = 0
 
 
 def _status_of(record: JobRecord) -> JobStatus:
@@ -177,6 +185,7 @@ class Applier:
 
     def __init__(self, store: JobStore) -> None:
         self.store = store
+        self.written: dict[BatchKey, BatchStatus] = {}
 
     def offer(self, record: JobRecord, worker: str) -> bool:
         """Offer a claimable job to `worker`: one write, guarded by the version it was chosen
@@ -338,6 +347,18 @@ class Applier:
         report.created.append(job.name)
         return _record(job)
 
+    def baseline(self, batch: Batch) -> BatchStatus:
+        """The Batch status as it is now: the last one this process wrote (it is the only
+        writer while it leads), or the one read from the API server."""
+        return self.written.get(batch.key, batch.status)
+
+    def forget(self, key: BatchKey | None = None) -> None:
+        """Drop what was written (for one Batch, or all after a change of leader)."""
+        if key is None:
+            self.written.clear()
+        else:
+            self.written.pop(key, None)
+
     def write_status(
         self,
         batch: Batch,
@@ -349,57 +370,49 @@ class Applier:
         recreated: int = 0,
         invalid: str | None = None,
     ) -> None:
-        """Write the projection of `jobs`, guarded by the Batch's version; on 409 read the Batch
-        again and project again (three tries; what is left waits for the next tick, its marks
-        kept)."""
+        """Write the projection of `jobs` as a whole status (every field, absent ones as null),
+        so the write needs no resourceVersion: another client changing the Batch meanwhile (a
+        label, the spec) cannot make it fail, and no field keeps a value from an older write.
+        On failure the marks stay: the next tick writes again."""
 
         def key_of(i: int) -> str:
             return items[i].key if i < len(items) else str(i)
 
-        current: Batch | None = batch
-        for _ in range(3):
-            assert current is not None
-            changed, upto = marks.snapshot(current.key)
-            proj = project(
-                current,
-                len(items),
-                key_of,
-                jobs,
-                current.status,
-                now,
-                changed,
-                recreated=recreated,
-                invalid=invalid,
-            )
-            patch = merge_patch(current.status.to_api(), proj.status.to_api())
-            if not patch:
-                marks.clear(current.key, upto)
-                return
-            done_before = current.status.counts.completed if current.status.counts else 0
-            done_now = proj.status.counts.completed if proj.status.counts else 0
-            faults.hit("operator-before-projection", completing=done_now > done_before)
-            try:
-                self.store.patch_batch_status(
-                    current.namespace, current.name, current.resource_version, patch
-                )
-            except Conflict:
-                report.status_conflicts += 1
-                try:
-                    current = self.store.get_batch(batch.namespace, batch.name)
-                except StoreError as e:
-                    report.errors.append(f"read Batch {batch.name}: {e.message}")
-                    return
-                if current is None:
-                    return
-                continue
-            except StoreError as e:
-                report.errors.append(f"write Batch {batch.name} status: {e.message}")
-                return
-            marks.clear(current.key, upto)
-            report.status_written = True
-            metrics.BATCH_WRITES.inc()
-            self._recorded(current, proj, report)
+        base = batch.status
+        changed, upto = marks.snapshot(batch.key)
+        proj = project(
+            batch,
+            len(items),
+            key_of,
+            jobs,
+            base,
+            now,
+            changed,
+            recreated=recreated,
+            invalid=invalid,
+        )
+        if not merge_patch(base.to_api(), proj.status.to_api()):
+            marks.clear(batch.key, upto)
             return
+        body = proj.status.to_api()
+        for name, info in BatchStatus.model_fields.items():
+            body.setdefault(info.alias or name, None)
+        done_before = base.counts.completed if base.counts else 0
+        done_now = proj.status.counts.completed if proj.status.counts else 0
+        faults.hit("operator-before-projection", completing=done_now > done_before)
+        try:
+            self.store.patch_batch_status(batch.namespace, batch.name, None, body)
+        except NotFound:
+            self.forget(batch.key)
+            return
+        except StoreError as e:
+            report.errors.append(f"write Batch {batch.name} status: {e.message}")
+            return
+        self.written[batch.key] = proj.status
+        marks.clear(batch.key, upto)
+        report.status_written = True
+        metrics.BATCH_WRITES.inc()
+        self._recorded(batch, proj, report)
 
     def _recorded(self, batch: Batch, proj: Projection, report: Report) -> None:
         """Count and announce what the written status recorded: heals, newly failed items."""

@@ -77,12 +77,14 @@ class Operator:
             now=clock.wall,
         )
         self.controller.leading.set()
+        self.batches_follow = True  # False: the controller's Batch copies lag (kopf's watch)
 
     def sync(self) -> None:
         self.controller.cache.relisted(iter(self.store.list_jobs(NS).items))
         self.controller.registry.relisted(iter(self.store.list_leases(NS, SELECTOR).items))
-        for batch in self.store.list_batches(NS):
-            self.controller.put_batch(batch)
+        if self.batches_follow or not self.controller._batches:
+            for batch in self.store.list_batches(NS):
+                self.controller.put_batch(batch)
 
     def tick(self) -> list[Any]:
         self.sync()

@@ -153,14 +153,22 @@ def test_status_write_failure__keeps_the_change_for_the_next_tick() -> None:
     assert batch is not None and (batch.status.heals or 0) == 0  # an update, not a heal
 
 
-def test_status_conflict__reads_the_batch_again_and_writes() -> None:
+def test_status__right_although_the_batch_copy_lags_and_others_write_it() -> None:
     store, clock, op = setup(["a"])
     op.tick()
-    claim(store, clock, "b-a")
-    store.inject(Fault("patch_batch_status", Conflict("409"), times=1))
-    reports = op.tick()
-    assert any(r.status_conflicts == 1 and r.status_written for r in reports)
+    op.batches_follow = False  # from now on the controller's copy of the Batch is old
+    h = claim(store, clock, "b-a")
+    op.tick()
     assert phases(store)["a"] == "transcribing"
+    h.release()
+    op.tick()
+    assert phases(store)["a"] == "queued"
+    store.inject(Fault("patch_batch_status", Conflict("409"), times=0))  # none: no RV is sent
+    claim(store, clock, "b-a")
+    op.tick()  # back to what the old copy said: a diff from it would write nothing
+    assert phases(store)["a"] == "transcribing"
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and (batch.status.heals or 0) == 0
 
 
 def test_backoff__ended_by_the_operator_clock_only() -> None:
