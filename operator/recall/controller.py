@@ -27,13 +27,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from recall import log, metrics
+from recall.apply import Applier, Report
 from recall.cache import BatchKey, JobCache, JobRecord
 from recall.dispatch import ReadyQueue, idle
 from recall.holder import Monotonic, boottime, utcnow
 from recall.items import Item, ItemsInvalid, resolve
 from recall.models import LABEL_BATCH, Batch, Phase, label_value
 from recall.observer import next_expiry
-from recall.reconcile import Applier, Report, plan_batch, plan_jobs
+from recall.reconcile import plan_batch, plan_jobs
 from recall.registration import Registry
 from recall.settings import OperatorSettings
 from recall.store import ObjectRef, Store, StoreError
