@@ -2,10 +2,10 @@
 
 `Informer.run(stop)` lists the selection (page by page), hands it to the consumer, then watches
 from the list's resourceVersion and hands over every change. It lists again when the watch's
-resourceVersion is too old (410), after `relist_seconds` at the latest, and after an error
-(with jittered backoff up to `max_backoff`, one second by default: the API server may be
-restarting, and the view must come back within a tick or two once it answers). It never raises: transient
-API errors delay the view by seconds, they never end it (DESIGN §5, invariant 9).
+resourceVersion is too old (410), after `relist_seconds` at the latest, and after an error,
+with jittered backoff up to `max_backoff` (one second by default: the API server may be
+restarting, and the view must come back within a tick or two once it answers). It never
+raises: transient API errors delay the view by seconds, they never end it (DESIGN §5, 9).
 
 Not guaranteed: the consumer's view may lag the API server by one event; decisions that matter
 are made by fenced writes, never by this view.
