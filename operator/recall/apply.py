@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from recall import faults, lease, metrics
 from recall.cache import BatchKey, JobRecord, Marks
 from recall.fanout import job_for_item
-from recall.fencing import fenced_write
+from recall.fencing import Transition, fenced_write
 from recall.items import Item
 from recall.models import (
     Batch,
@@ -122,57 +122,39 @@ class Applier:
     def apply_jobs(
         self, plan: Plan, now: dt.datetime, now_mono: float, report: Report
     ) -> dict[JobKey, JobRecord]:
-        """The job writes of `plan`; returns the jobs as written."""
+        """The job writes of `plan`, each fenced; returns the jobs as written. A write that
+        fails (the API server restarting) is reported and tried again at the next tick."""
         written: dict[JobKey, JobRecord] = {}
         for record, seen in plan.reclaim:
-            result = fenced_write(
-                self.store,
-                record.namespace,
-                record.name,
+            job = self._write(
+                record,
+                "reclaim",
                 lambda j, s=seen, r=record: lease.reclaim(  # type: ignore[misc]
                     j.status, now, now_mono, s, budget=budget(r)
                 ),
-                action="reclaim",
+                report,
             )
-            if result.applied and result.job is not None:
-                job = result.job
+            if job is not None:
                 written[record.key] = _record(job)
-                report.reclaimed.append((job.name, job.status.effective_phase))
-                metrics.RECLAIMS.inc()
-                metrics.RECLAIM_DELAY.observe(max(0.0, now_mono - seen.expires_at()))
-                holder = record.lease.holder if record.lease else "?"
-                self.event(
-                    _ref(job),
-                    "Warning",
-                    "Reclaimed",
-                    f"lease of {holder} expired; job is {job.status.effective_phase} "
-                    f"(attempt {job.status.attempts}, {job.status.expired_leases} expired)",
-                )
+                self._reclaimed(record, job, now_mono - seen.expires_at(), report)
         for record in plan.exhaust:
-            result = fenced_write(
-                self.store,
-                record.namespace,
-                record.name,
+            job = self._write(
+                record,
+                "exhaust",
                 lambda j, r=record: lease.exhaust(j.status, now, budget=budget(r)),  # type: ignore[misc]
-                action="exhaust",
+                report,
             )
-            if result.applied and result.job is not None:
-                written[record.key] = _record(result.job)
+            if job is not None:
+                written[record.key] = _record(job)
                 report.exhausted.append(record.name)
         for record in plan.end_backoff:
-            result = fenced_write(
-                self.store,
-                record.namespace,
-                record.name,
-                lambda j: lease.end_backoff(j.status),
-                action="end-backoff",
-            )
-            if result.applied and result.job is not None:
-                written[record.key] = _record(result.job)
+            job = self._write(record, "end-backoff", lambda j: lease.end_backoff(j.status), report)
+            if job is not None:
+                written[record.key] = _record(job)
                 report.backoffs_ended.append(record.name)
         for record, suspended in plan.label:
             try:
-                job = self.store.patch_job_labels(
+                labelled = self.store.patch_job_labels(
                     record.namespace,
                     record.name,
                     {"recall.dev/suspended": "true" if suspended else None},
@@ -180,9 +162,37 @@ class Applier:
             except StoreError as e:
                 report.errors.append(f"label {record.name}: {e.message}")
                 continue
-            written[record.key] = _record(job)
+            written[record.key] = _record(labelled)
             report.labelled.append(record.name)
         return written
+
+    def _write(
+        self, record: JobRecord, action: str, transition: Transition, report: Report
+    ) -> TranscriptionJob | None:
+        """One fenced write of the operator's; the job as written, or None."""
+        try:
+            result = fenced_write(
+                self.store, record.namespace, record.name, transition, action=action
+            )
+        except StoreError as e:
+            report.errors.append(f"{action} {record.name}: {e.message}")
+            return None
+        return result.job if result.applied else None
+
+    def _reclaimed(
+        self, record: JobRecord, job: TranscriptionJob, overdue: float, report: Report
+    ) -> None:
+        report.reclaimed.append((job.name, job.status.effective_phase))
+        metrics.RECLAIMS.inc()
+        metrics.RECLAIM_DELAY.observe(max(0.0, overdue))
+        holder = record.lease.holder if record.lease else "?"
+        self.event(
+            _ref(job),
+            "Warning",
+            "Reclaimed",
+            f"lease of {holder} expired; job is {job.status.effective_phase} "
+            f"(attempt {job.status.attempts}, {job.status.expired_leases} expired)",
+        )
 
     def apply_batch(
         self,

@@ -137,6 +137,56 @@ def eta(counts: Counts, started: dt.datetime | None, now: dt.datetime) -> dt.dat
     return (now + dt.timedelta(seconds=seconds)).replace(microsecond=0)
 
 
+@dataclass
+class Tally:
+    """What one pass over the jobs finds: each item's phase, the heals, the sums and times."""
+
+    phases: bytearray
+    heals: list[Heal]
+    expired: int = 0
+    failures: int = 0
+    first_start: dt.datetime | None = None
+    last_end: dt.datetime | None = None
+
+
+def tally(
+    before: bytearray,
+    key_of: Callable[[int], str],
+    jobs: Mapping[int, JobRecord],
+    changed: frozenset[int],
+    judge: bool,
+) -> Tally:
+    """One pass over the jobs: their items' phases, and (when `judge`) the items whose stored
+    phase differs although their job did not change since the last projection: heals."""
+    t = Tally(bytearray(before), [])
+    for i, record in jobs.items():
+        if i >= len(before):
+            continue
+        code = CODE[ITEM_PHASE_OF_JOB[record.phase]]
+        if judge and code != before[i] and i not in changed:
+            t.heals.append(Heal(i, key_of(i), CODES[before[i]], CODES[code]))
+        t.phases[i] = code
+        t.expired += record.expired_leases
+        t.failures += record.failures
+        if record.started_at and (t.first_start is None or record.started_at < t.first_start):
+            t.first_start = record.started_at
+        if record.completed_at and (t.last_end is None or record.completed_at > t.last_end):
+            t.last_end = record.completed_at
+    t.heals.sort(key=lambda h: h.index)
+    return t
+
+
+def encoded(phases: bytearray) -> tuple[dict[str, str | None], bool]:
+    """The *Indexes fields of `phases`, and whether any was cut short."""
+    out: dict[str, str | None] = {}
+    truncated = False
+    for phase, name in STORED_FIELDS.items():
+        text, cut = indexes.encode_runs(phases, CODE[phase])
+        out[name] = text or None
+        truncated = truncated or cut
+    return out, truncated
+
+
 def project(
     batch: Batch,
     total: int,
@@ -151,81 +201,44 @@ def project(
 ) -> Projection:
     """The Batch status derived from `jobs` (by item index), and the heals it implies.
 
-    `stored` is the status as last read; `changed` the items whose jobs changed since the last
-    projection written; `recreated` the jobs the reconciler created again (heals too);
-    `invalid` why the items cannot be used, if they cannot.
+    `stored` is the status as last written; `changed` the items whose jobs changed since that
+    projection; `recreated` the jobs the reconciler created again (heals too); `invalid` why
+    the items cannot be used, if they cannot. Before the first projection nothing is a heal.
     """
-    before = stored_phases(stored, total)
-    phases = bytearray(before)
-    heals: list[Heal] = []
-    judge = stored.counts is not None  # before the first projection there is nothing to heal
-    expired = failures = 0
-    first_start: dt.datetime | None = None
-    last_end: dt.datetime | None = None
-    for i, record in jobs.items():
-        if i >= total:
-            continue
-        code = CODE[ITEM_PHASE_OF_JOB[record.phase]]
-        if judge and code != before[i] and i not in changed:
-            heals.append(Heal(i, key_of(i), CODES[before[i]], CODES[code]))
-        phases[i] = code
-        expired += record.expired_leases
-        failures += record.failures
-        if record.started_at and (first_start is None or record.started_at < first_start):
-            first_start = record.started_at
-        if record.completed_at and (last_end is None or record.completed_at > last_end):
-            last_end = record.completed_at
-    heals.sort(key=lambda h: h.index)
-
+    t = tally(stored_phases(stored, total), key_of, jobs, changed, stored.counts is not None)
+    p = t.phases
     counts = Counts(
         total=total,
-        queued=phases.count(CODE[ItemPhase.QUEUED]),
-        transcribing=phases.count(CODE[ItemPhase.TRANSCRIBING]),
-        completed=phases.count(CODE[ItemPhase.COMPLETED]),
-        failed=phases.count(CODE[ItemPhase.FAILED]),
-        cancelled=phases.count(CODE[ItemPhase.CANCELLED]),
+        queued=p.count(CODE[ItemPhase.QUEUED]),
+        transcribing=p.count(CODE[ItemPhase.TRANSCRIBING]),
+        completed=p.count(CODE[ItemPhase.COMPLETED]),
+        failed=p.count(CODE[ItemPhase.FAILED]),
+        cancelled=p.count(CODE[ItemPhase.CANCELLED]),
     )
-    encoded: dict[str, str | None] = {}
-    truncated = False
-    for phase, name in STORED_FIELDS.items():
-        text, cut = indexes.encode_runs(phases, CODE[phase])
-        encoded[name] = text or None
-        truncated = truncated or cut
+    fields, truncated = encoded(p)
     missing = set(range(total)) - jobs.keys() if fanned_out(stored) else set()
-
-    started = stored.started_at or first_start
+    started = stored.started_at or t.first_start
     finished = total > 0 and counts.done == total and invalid is None
-    completed_at = (stored.completed_at or last_end or now) if finished else None
+    conds = conditions(stored.conditions, batch, counts, finished, invalid, now)
+    if total > 0 and not fanned_out(stored) and len(jobs.keys() & set(range(total))) == total:
+        text = f"one TranscriptionJob per item ({total})"
+        conds = set_condition(conds, "JobsCreated", "True", "FannedOut", text, now)
     status = BatchStatus(
         observed_generation=batch.metadata.generation,
         counts=counts,
-        **encoded,
+        **fields,
         indexes_truncated=truncated or None,
-        attention=attention_of(total, key_of, jobs, phases, missing),
+        attention=attention_of(total, key_of, jobs, p, missing),
         progress=f"{100 * counts.done // max(1, total)}%",
         eta=None if finished else eta(counts, started, now),
         started_at=started,
-        completed_at=completed_at,
-        expired_leases=expired,
-        failures=failures,
-        heals=(stored.heals or 0) + len(heals) + recreated,
-        conditions=conditions(stored.conditions, batch, counts, finished, invalid, now),
+        completed_at=(stored.completed_at or t.last_end or now) if finished else None,
+        expired_leases=t.expired,
+        failures=t.failures,
+        heals=(stored.heals or 0) + len(t.heals) + recreated,
+        conditions=conds,
     )
-    all_created = total > 0 and all(i in jobs for i in range(total))
-    if all_created and not fanned_out(stored):
-        status = status.model_copy(
-            update={
-                "conditions": set_condition(
-                    status.conditions,
-                    "JobsCreated",
-                    "True",
-                    "FannedOut",
-                    f"one TranscriptionJob per item ({total})",
-                    now,
-                )
-            }
-        )
-    return Projection(status, heals)
+    return Projection(status, t.heals)
 
 
 def fanned_out(status: BatchStatus) -> bool:

@@ -9,6 +9,8 @@ breaks, empty when it is allowed. Objects are raw API dicts (camelCase), as stor
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
@@ -16,102 +18,140 @@ COUNTERS = ("attempts", "expiredLeases", "failures", "releases")
 TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
-def _phase(status: dict[str, Any]) -> str:
-    return str(status.get("phase") or "Queued")
+@dataclass(frozen=True)
+class Change:
+    """One status write: the status before and after, and the job's spec."""
+
+    old: dict[str, Any]
+    new: dict[str, Any]
+    spec: dict[str, Any]
+
+    @property
+    def phase(self) -> str:
+        return str(self.new.get("phase") or "Queued")
+
+    @property
+    def old_phase(self) -> str:
+        return str(self.old.get("phase") or "Queued")
+
+    @property
+    def lease(self) -> Any:
+        return self.new.get("lease")
+
+    @property
+    def old_lease(self) -> Any:
+        return self.old.get("lease")
+
+    @property
+    def claim(self) -> bool:
+        return self.lease is not None and self.old_lease is None
+
+    @property
+    def ends_lease(self) -> bool:
+        return self.old_lease is not None and self.lease is None
+
+    def count(self, name: str, old: bool = False) -> int:
+        return int((self.old if old else self.new).get(name) or 0)
+
+    def budget(self) -> int:
+        spent = min(self.count("releases"), int(self.spec.get("maxReleases", 10)))
+        return int(self.spec.get("maxAttempts", 5)) + spent
+
+
+Rule = Callable[[Change], Iterator[str]]
+
+
+def lease_shape(c: Change) -> Iterator[str]:
+    if (c.lease is not None) != (c.phase == "Leased"):
+        yield "a lease exists exactly while the job is Leased"
+    if c.lease is not None:
+        if not TOKEN.fullmatch(str(c.lease.get("token") or "")):
+            yield "status.lease.token is 32 hexadecimal digits"
+        if not str(c.new.get("fence") or "").startswith(f"{c.lease.get('token')}/"):
+            yield "a Leased job's status.fence names its own lease token"
+    if c.phase == "Leased" and c.count("attempts") < 1:
+        yield "a Leased job has at least one attempt"
+
+
+def fenced(c: Change) -> Iterator[str]:
+    if c.old_lease is not None and c.new != c.old:
+        fence = str(c.new.get("fence") or "")
+        if not fence.startswith(f"{c.old_lease['token']}/") or fence == c.old.get("fence"):
+            yield (
+                "the job is leased: a write must present the lease token in status.fence "
+                "as '<status.lease.token>/<new suffix>'"
+            )
+    kept = ("token", "holder", "acquireTime")
+    if (
+        c.lease is not None
+        and c.old_lease is not None
+        and any(c.lease.get(f) != c.old_lease.get(f) for f in kept)
+    ):
+        yield "a lease is never replaced in place"
+
+
+def counters(c: Change) -> Iterator[str]:
+    if c.claim and c.count("attempts") != c.count("attempts", old=True) + 1:
+        yield "a new lease takes exactly one new attempt"
+    if c.count("attempts") != c.count("attempts", old=True) and not c.claim:
+        yield "status.attempts changes only with a claim"
+    for name in COUNTERS:
+        if name in c.old and name not in c.new:
+            yield f"status.{name} cannot be removed"
+        elif c.count(name) < c.count(name, old=True):
+            yield f"status.{name} never decreases"
+    grew = c.count("releases") - c.count("releases", old=True)
+    if grew and not (grew == 1 and c.old_lease is not None and c.phase == "Queued"):
+        yield "status.releases grows by one, with a release"
+    grew = c.count("expiredLeases") - c.count("expiredLeases", old=True)
+    if grew and not (grew == 1 and c.ends_lease):
+        yield "status.expiredLeases grows by one, when a lease ends"
+    if c.count("attempts") > c.budget():
+        yield "status.attempts cannot exceed spec.maxAttempts plus the free releases"
+
+
+def result(c: Change) -> Iterator[str]:
+    new, old = c.new.get("result"), c.old.get("result")
+    if c.phase == "Succeeded" and new is None:
+        yield "a Succeeded job carries status.result"
+    if new is not None and c.phase != "Succeeded":
+        yield "only a Succeeded job has a result"
+    if old is not None and new != old:
+        yield "the result never changes"
+    if c.phase == "Succeeded" and c.old_phase != "Succeeded":
+        lease = c.old_lease
+        if (
+            lease is None
+            or new is None
+            or new.get("token") != lease.get("token")
+            or new.get("attempt") != c.count("attempts", old=True)
+        ):
+            yield (
+                "Succeeded is reached only from Leased, with the lease's token and attempt "
+                "in status.result"
+            )
+
+
+def queued_only(c: Change) -> Iterator[str]:
+    if c.claim and c.old.get("backoffSeconds") is not None:
+        yield "a job in backoff is not claimed until the operator ends the backoff"
+    backoff = c.new.get("backoffSeconds")
+    if backoff is not None and backoff != c.old.get("backoffSeconds") and not c.ends_lease:
+        yield "status.backoffSeconds is set only by the write that ends a lease (fail)"
+    if c.old_phase == "Queued" and c.phase == "Failed" and c.count("attempts") < c.budget():
+        yield "a Queued job fails only when its attempts are spent"
+    if c.new.get("offer") is not None and c.phase != "Queued":
+        yield "only a Queued job is offered"
+    if backoff is not None and c.phase != "Queued":
+        yield "only a Queued job waits in backoff"
+
+
+RULES: list[Rule] = [lease_shape, fenced, counters, result, queued_only]
 
 
 def job_status_rules(old: dict[str, Any], new: dict[str, Any], spec: dict[str, Any]) -> list[str]:
     """Messages of the TranscriptionJob status rules the change `old` → `new` breaks."""
-    broken: list[str] = []
-    phase, old_phase = _phase(new), _phase(old)
-    lease, old_lease = new.get("lease"), old.get("lease")
-    attempts = int(new.get("attempts") or 0)
-    old_attempts = int(old.get("attempts") or 0)
-
-    if (lease is not None) != (phase == "Leased"):
-        broken.append("a lease exists exactly while the job is Leased")
-    if lease is not None and not TOKEN.fullmatch(str(lease.get("token") or "")):
-        broken.append("status.lease.token is 32 hexadecimal digits")
-    if lease is not None and not str(new.get("fence") or "").startswith(f"{lease.get('token')}/"):
-        broken.append("a Leased job's status.fence names its own lease token")
-    if phase == "Leased" and attempts < 1:
-        broken.append("a Leased job has at least one attempt")
-    if old_phase in TERMINAL and new != old:
-        broken.append(f"a {old_phase} job is final: its status never changes")
-        return broken
-    if old_lease is not None and new != old:
-        fence = str(new.get("fence") or "")
-        if not fence.startswith(f"{old_lease['token']}/") or fence == old.get("fence"):
-            broken.append(
-                "the job is leased: a write must present the lease token in status.fence "
-                "as '<status.lease.token>/<new suffix>'"
-            )
-    if lease is not None and old_lease is not None:
-        for f in ("token", "holder", "acquireTime"):
-            if lease.get(f) != old_lease.get(f):
-                broken.append("a lease is never replaced in place")
-                break
-    if lease is not None and old_lease is None and attempts != old_attempts + 1:
-        broken.append("a new lease takes exactly one new attempt")
-    if attempts != old_attempts and not (lease is not None and old_lease is None):
-        broken.append("status.attempts changes only with a claim")
-    for counter in COUNTERS:
-        if counter in old and counter not in new:
-            broken.append(f"status.{counter} cannot be removed")
-        elif int(new.get(counter) or 0) < int(old.get(counter) or 0):
-            broken.append(f"status.{counter} never decreases")
-    releases, old_releases = int(new.get("releases") or 0), int(old.get("releases") or 0)
-    if releases != old_releases and not (
-        releases == old_releases + 1 and old_lease is not None and phase == "Queued"
-    ):
-        broken.append("status.releases grows by one, with a release")
-    expired, old_expired = int(new.get("expiredLeases") or 0), int(old.get("expiredLeases") or 0)
-    if expired != old_expired and not (
-        expired == old_expired + 1 and old_lease is not None and lease is None
-    ):
-        broken.append("status.expiredLeases grows by one, when a lease ends")
-    result, old_result = new.get("result"), old.get("result")
-    if phase == "Succeeded" and result is None:
-        broken.append("a Succeeded job carries status.result")
-    if result is not None and phase != "Succeeded":
-        broken.append("only a Succeeded job has a result")
-    if old_result is not None and result != old_result:
-        broken.append("the result never changes")
-    if (
-        phase == "Succeeded"
-        and old_phase != "Succeeded"
-        and (
-            old_lease is None
-            or result is None
-            or result.get("token") != old_lease.get("token")
-            or result.get("attempt") != old_attempts
-        )
-    ):
-        broken.append(
-            "Succeeded is reached only from Leased, with the lease's token and attempt in "
-            "status.result"
-        )
-    if old_lease is None and lease is not None and old.get("backoffSeconds") is not None:
-        broken.append("a job in backoff is not claimed until the operator ends the backoff")
-    backoff = new.get("backoffSeconds")
-    if (
-        backoff is not None
-        and backoff != old.get("backoffSeconds")
-        and not (old_lease is not None and lease is None)
-    ):
-        broken.append("status.backoffSeconds is set only by the write that ends a lease (fail)")
-    max_attempts = int(spec.get("maxAttempts", 5))
-    max_releases = int(spec.get("maxReleases", 10))
-    if (
-        old_phase == "Queued"
-        and phase == "Failed"
-        and attempts < max_attempts + min(releases, max_releases)
-    ):
-        broken.append("a Queued job fails only when its attempts are spent")
-    if new.get("offer") is not None and phase != "Queued":
-        broken.append("only a Queued job is offered")
-    if new.get("backoffSeconds") is not None and phase != "Queued":
-        broken.append("only a Queued job waits in backoff")
-    if attempts > max_attempts + min(releases, max_releases):
-        broken.append("status.attempts cannot exceed spec.maxAttempts plus the free releases")
-    return broken
+    change = Change(old, new, spec)
+    if change.old_phase in TERMINAL and new != old:
+        return [f"a {change.old_phase} job is final: its status never changes"]
+    return [message for rule in RULES for message in rule(change)]
