@@ -90,7 +90,7 @@ def throughput(
     ns = env.namespace()
     op = f"operator-{ns}"
     env.operator(ns, name=op)
-    names = env.workers(ns, workers, prefix=f"{ns}-w", idle_exit=4, dispatch=dispatch)
+    names = env.workers(ns, workers, prefix=f"{ns}-w", idle_exit=3600, dispatch=dispatch)
     wait(
         lambda: (
             len(env.store.list_leases(ns, "app.kubernetes.io/component=worker").items) == workers
@@ -106,11 +106,10 @@ def throughput(
         env.store.create_batch(ns, simulated_batch("t", jobs))
     else:
         list_batch(env, ns, "t", jobs)
-    wait(lambda: _complete(env, ns, "t"), 3600, "the Batch to complete", every=0.5)
+    wait(lambda: _complete(env, ns, "t"), 600 + jobs, "the Batch to complete", every=0.5)
     finished = time.time()
     after = env.api_counts()
-    env.wait_exit(names, 60)
-    env.stop([*names, op])
+    env.stop([*names, op])  # SIGTERM: each worker logs what it did as it stops
     events = [e for n in names for e in env.events(n)]
     done = [e for e in events if e.get("event") == "completed"]
     last = max(_stamp(e) for e in done)

@@ -54,7 +54,7 @@ def big_batch(env: Env, items: int, *, workers: int) -> dict[str, Any]:
     op = f"operator-{ns}"
     env.operator(ns, name=op)
     pid = env.procs[op].pid
-    names = env.workers(ns, workers, prefix=f"{ns}-w", idle_exit=10)
+    names = env.workers(ns, workers, prefix=f"{ns}-w", idle_exit=3600)
     created = time.time()
     list_batch(env, ns, "big", items)
 
@@ -82,7 +82,6 @@ def big_batch(env: Env, items: int, *, workers: int) -> dict[str, Any]:
     seconds = time.time() - created
     u = usage(pid)
     sizes = largest_objects(env, ns)
-    env.wait_exit(names, 60)
     env.stop([*names, op])
     return {
         "items": items,
