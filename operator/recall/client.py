@@ -293,32 +293,50 @@ def get_command(
         raise LookupError(
             f'the server doesn\'t have a resource type "{kind}" (use batches or jobs)'
         )
-    now = dt.datetime.now(dt.UTC)
     wide = output == "wide" or namespace is None
     if plural == "batches":
-        batches = store.list_batches(namespace)
-        if names:
-            batches = [b for b in batches if b.name in names]
-            _missing(names, {b.name for b in batches}, "batches")
-        if output in ("yaml", "json"):
-            _dump(
-                [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in batches],
-                output,
-                echo,
-                single=len(names) == 1,
-            )
-            return
-        if not batches:
-            echo("No resources found.", err=True)
-            return
-        headers, rows = batch_rows(batches, now, wide)
-        echo(table(headers, rows))
+        _get_batches(store, names, namespace, output, wide, echo)
+    else:
+        _get_jobs(store, names, namespace, output, wide, batch, phase, echo)
+
+
+def _get_batches(
+    store: Store,
+    names: list[str],
+    namespace: str | None,
+    output: str | None,
+    wide: bool,
+    echo: Callable[..., None],
+) -> None:
+    batches = store.list_batches(namespace)
+    if names:
+        batches = [b for b in batches if b.name in names]
+        _missing(names, {b.name for b in batches}, "batches")
+    if output in ("yaml", "json"):
+        raw = [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in batches]
+        _dump(raw, output, echo, single=len(names) == 1)
         return
+    if not batches:
+        echo("No resources found.", err=True)
+        return
+    headers, rows = batch_rows(batches, dt.datetime.now(dt.UTC), wide)
+    echo(table(headers, rows))
+
+
+def _get_jobs(
+    store: Store,
+    names: list[str],
+    namespace: str | None,
+    output: str | None,
+    wide: bool,
+    batch: str | None,
+    phase: str | None,
+    echo: Callable[..., None],
+) -> None:
     fields = [f"spec.batchRef={batch}"] if batch else []
     if phase:
         fields.append(f"status.phase={phase}")
-    selector = Selector(fields=",".join(fields) or None)
-    pages = _job_pages(store, namespace, selector)
+    pages = _job_pages(store, namespace, Selector(fields=",".join(fields) or None))
     if output in ("yaml", "json") or names:
         jobs = [j for page in pages for j in page if not names or j["metadata"]["name"] in names]
         if names:
@@ -327,6 +345,7 @@ def get_command(
             _dump(jobs, output, echo, single=len(names) == 1)
             return
         pages = iter([jobs])
+    now = dt.datetime.now(dt.UTC)
     shown = 0
     for page in pages:
         if not page:

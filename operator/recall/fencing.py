@@ -115,7 +115,7 @@ def fenced_write(
         if job is None:
             job = store.get_job(namespace, name, timeout=timeout)
             if job is None:
-                return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
+                return _gone(conflicts)
         if sent and visible(job, sent):
             return WriteResult(job, None, conflicts, settled_by_read=True)
         decision = transition(job)
@@ -126,41 +126,56 @@ def fenced_write(
         patch = status_patch(job.status, decision)
         if not patch:
             return WriteResult(job, None, conflicts)
+        sent.append(patch)
         try:
-            sent.append(patch)
             written = store.patch_job_status(
                 namespace, name, job.resource_version, patch, timeout=timeout
             )
             faults.lose_answer(action)
+            return WriteResult(written, None, conflicts)
         except NotFound:
-            return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
+            return _gone(conflicts)
         except Unavailable as e:
             if not e.maybe_applied:
                 raise
             metrics.AMBIGUOUS_WRITES.labels(action=action).inc()
-            job = _read_back(store, namespace, name, e, sent, timeout)
+            job = _read_back(store, namespace, name, e, sent, timeout)  # settled at the top
             if job is None:
-                return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
-            if visible(job, sent):
-                return WriteResult(job, None, conflicts, settled_by_read=True)
-            continue  # not applied: decide again on what is there now
+                return _gone(conflicts)
         except Conflict:
             conflicts += 1
             metrics.CONFLICTS.labels(action=action).inc()
-            job = store.get_job(namespace, name, timeout=timeout)
-            if job is None:
-                return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
+            job = None
             if not retry_on_conflict:
-                if visible(job, sent):
-                    return WriteResult(job, None, conflicts, settled_by_read=True)
-                metrics.FENCED_REJECTIONS.labels(action=action, reason="Conflict").inc()
-                refusal = lease.Refusal(lease.RefusalReason.NOT_QUEUED, "409: another writer won")
-                return WriteResult(job, refusal, conflicts)
+                return _lost_race(store, namespace, name, action, sent, conflicts, timeout)
             # Jittered backoff: 10, 20, 40 ... ms, so two retrying writers drift apart.
             sleep(random.uniform(0.5, 1.0) * 0.01 * 2**attempt)
-            continue
-        return WriteResult(written, None, conflicts)
     raise Unavailable(f"{action} {namespace}/{name}: still conflicting after {attempts} tries")
+
+
+def _gone(conflicts: int) -> WriteResult:
+    return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
+
+
+def _lost_race(
+    store: JobStore,
+    namespace: str,
+    name: str,
+    action: str,
+    sent: list[RawObject],
+    conflicts: int,
+    timeout: float | None,
+) -> WriteResult:
+    """A 409 on a write that does not retry (a claim): someone else won, unless reading back
+    shows this write applied after all (its answer was lost before)."""
+    job = store.get_job(namespace, name, timeout=timeout)
+    if job is None:
+        return _gone(conflicts)
+    if visible(job, sent):
+        return WriteResult(job, None, conflicts, settled_by_read=True)
+    metrics.FENCED_REJECTIONS.labels(action=action, reason="Conflict").inc()
+    refusal = lease.Refusal(lease.RefusalReason.NOT_QUEUED, "409: another writer won")
+    return WriteResult(job, refusal, conflicts)
 
 
 def _read_back(

@@ -91,15 +91,12 @@ def _eta(batch: Batch, now: dt.datetime) -> str:
     return f"{max(0, int((batch.status.eta - now).total_seconds()))}s"
 
 
-def render(snap: Snapshot, history: list[str], now: dt.datetime) -> RenderableType:
-    b = snap.batch
+def _head(b: Batch, now: dt.datetime) -> Text:
     c = b.status.counts
-    total = c.total if c else 0
-    done = c.done if c else 0
-    head = Text.assemble(
+    return Text.assemble(
         ("Batch ", "bold"),
         (b.name, "bold cyan"),
-        f"  {done}/{total} items  ",
+        f"  {c.done if c else 0}/{c.total if c else 0} items  ",
         ("ETA ", "dim"),
         _eta(b, now),
         ("   reclaims ", "dim"),
@@ -110,56 +107,70 @@ def render(snap: Snapshot, history: list[str], now: dt.datetime) -> RenderableTy
         str(b.status.failures or 0),
         ("   SUSPENDED" if b.spec.suspend else "", "yellow bold"),
     )
-    phases = Table.grid(padding=(0, 2))
-    phases.add_row(
+
+
+def _phases(b: Batch) -> Table:
+    c = b.status.counts
+    total, done = (c.total, c.done) if c else (0, 0)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_row(
         Text("all", style="bold"),
         ProgressBar(total=max(total, 1), completed=done, width=40),
         f"{done}/{total}",
     )
     for phase in ItemPhase:
         n = getattr(c, phase.value) if c else 0
-        phases.add_row(
-            Text(phase.value, style=PHASE_STYLE[phase]),
-            ProgressBar(
-                total=max(total, 1), completed=n, width=40, complete_style=PHASE_STYLE[phase]
-            ),
-            str(n),
+        bar = ProgressBar(
+            total=max(total, 1), completed=n, width=40, complete_style=PHASE_STYLE[phase]
         )
-    parts: list[RenderableType] = [head, Text(""), phases]
+        grid.add_row(Text(phase.value, style=PHASE_STYLE[phase]), bar, str(n))
+    return grid
+
+
+def _leased(jobs: list[TranscriptionJob]) -> Table:
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    for col in ("TRANSCRIBING", "HOLDER", "ATTEMPT", "CHUNKS", ""):
+        table.add_column(col, style="dim" if col == "TRANSCRIBING" else None)
+    for job in jobs[:SHOWN]:
+        prog = job.status.progress
+        bar: RenderableType = ""
+        if prog and prog.chunks_total:
+            bar = ProgressBar(
+                total=prog.chunks_total,
+                completed=prog.chunks_done,
+                width=20,
+                complete_style="cyan",
+            )
+        table.add_row(
+            job.spec.item or job.name,
+            job.status.lease.holder if job.status.lease else "",
+            str(job.status.attempts),
+            (prog.summary or "") if prog else "",
+            bar,
+        )
+    return table
+
+
+def _attention(b: Batch) -> Table:
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    for col in ("NEEDS ATTENTION", "PHASE", "ATTEMPTS", "REASON"):
+        table.add_column(col, style="dim" if col == "NEEDS ATTENTION" else None)
+    for a in b.status.attention[:10]:
+        table.add_row(
+            a.key,
+            Text(a.phase.value, style=PHASE_STYLE[a.phase]),
+            str(a.attempts or 0),
+            f"{a.reason or ''}: {a.message or ''}"[:80],
+        )
+    return table
+
+
+def render(snap: Snapshot, history: list[str], now: dt.datetime) -> RenderableType:
+    parts: list[RenderableType] = [_head(snap.batch, now), Text(""), _phases(snap.batch)]
     if snap.leased:
-        items = Table(box=None, padding=(0, 2), show_edge=False, title_justify="left")
-        for col in ("TRANSCRIBING", "HOLDER", "ATTEMPT", "CHUNKS", ""):
-            items.add_column(col, style="dim" if col == "TRANSCRIBING" else None)
-        for job in snap.leased[:SHOWN]:
-            prog = job.status.progress
-            bar: RenderableType = ""
-            if prog and prog.chunks_total:
-                bar = ProgressBar(
-                    total=prog.chunks_total,
-                    completed=prog.chunks_done,
-                    width=20,
-                    complete_style="cyan",
-                )
-            items.add_row(
-                job.spec.item or job.name,
-                job.status.lease.holder if job.status.lease else "",
-                str(job.status.attempts),
-                (prog.summary or "") if prog else "",
-                bar,
-            )
-        parts += [Text(""), items]
-    if b.status.attention:
-        needs = Table(box=None, padding=(0, 2), show_edge=False)
-        for col in ("NEEDS ATTENTION", "PHASE", "ATTEMPTS", "REASON"):
-            needs.add_column(col, style="dim" if col == "NEEDS ATTENTION" else None)
-        for a in b.status.attention[:10]:
-            needs.add_row(
-                a.key,
-                Text(a.phase.value, style=PHASE_STYLE[a.phase]),
-                str(a.attempts or 0),
-                f"{a.reason or ''}: {a.message or ''}"[:80],
-            )
-        parts += [Text(""), needs]
+        parts += [Text(""), _leased(snap.leased)]
+    if snap.batch.status.attention:
+        parts += [Text(""), _attention(snap.batch)]
     if history:
         parts += [Text(""), Text("events", style="bold")]
         parts += [
