@@ -92,7 +92,7 @@ def collect(inputs: Sequence[str]) -> list[Media]:
 
 
 LIST_BYTES = 900_000  # text per item-list ConfigMap, under the 1 MiB a ConfigMap holds
-INLINE_BYTES = 256_000  # larger item sets go to lists, so the Batch stays small
+INLINE_BYTES = 120_000  # larger item sets go to lists (the CRD allows 150,000 characters)
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,18 @@ BAD: list[tuple[str, str, dict[str, Any], str]] = [
         "spec.items[0].source.url",
     ),
     (
+        "batch-inline-items-too-large",
+        BATCH_PLURAL,
+        with_spec(BATCH, items=[item(f"i{i}", "https://media/" + "x" * 1990) for i in range(80)]),
+        "put them in lists named by spec.itemsFrom",
+    ),
+    (
+        "batch-empty-item-list-reference",
+        BATCH_PLURAL,
+        with_spec(BATCH, itemsFrom=[{"key": "items"}]),
+        "spec.itemsFrom[0].configMap",
+    ),
+    (
         "batch-zero-lease",
         BATCH_PLURAL,
         with_spec(BATCH, defaults={"leaseDurationSeconds": 0}),
