@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -35,6 +36,7 @@ from recall.store import Conflict, JobStore, NotFound, ObjectRef, StoreError
 from recall.store.patch import merge_patch
 
 MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
+CREATE_SECONDS = 0.3  # creating jobs stops after this long in one apply (the loop must turn)
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Report:
     conflicts: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     status_written: bool = False
+    more: bool = False  # jobs left to create (the time budget of one apply ran out)
 
 
 def _status_of(record: JobRecord) -> JobStatus:
@@ -212,18 +215,27 @@ class Applier:
         if report.reclaimed:
             faults.hit("operator-after-reclaim-write", batch=batch.name)
         current = {i: written.get(r.key, r) for i, r in jobs.items()}
+        # What this apply wrote is a change it knows of, not a difference to heal.
+        ours = {i for i, r in jobs.items() if r.key in written}
         recreated = 0
+        started = time.monotonic()
         for item in plan.create:
+            if time.monotonic() - started > CREATE_SECONDS:
+                report.more = True  # the rest at the next tick: reclaims must not wait
+                break
             job = self._create(batch, item, report)
             if job is None:
                 continue
             current[item.index] = job
+            ours.add(item.index)
             if item.index in plan.recreate:
                 recreated += 1
                 report.heals.append(f"job for item {item.key} was missing; created {job.name}")
                 metrics.HEALS.labels(kind="job-missing").inc()
         if plan.project or written or report.created:
-            self.write_status(batch, items, current, marks, report, now, recreated, invalid)
+            self.write_status(
+                batch, items, current, marks, report, now, recreated, invalid, frozenset(ours)
+            )
         return report
 
     def _create(self, batch: Batch, item: Item, report: Report) -> JobRecord | None:
@@ -274,6 +286,7 @@ class Applier:
         now: dt.datetime,
         recreated: int = 0,
         invalid: str | None = None,
+        ours: frozenset[int] = frozenset(),
     ) -> None:
         """Write the projection of `jobs` as a whole status (every field, absent ones as null),
         so the write needs no resourceVersion: another client changing the Batch meanwhile (a
@@ -292,7 +305,7 @@ class Applier:
             jobs,
             base,
             now,
-            changed,
+            changed | ours,
             recreated=recreated,
             invalid=invalid,
         )

@@ -120,6 +120,7 @@ class Controller:
         """run_once every tick (earlier when a lease expires); between ticks, offers as soon as
         a worker is idle. Never raises."""
         while not stop.is_set():
+            wait = None
             try:
                 if (
                     self.clock() - self._last_tick >= self.settings.tick_seconds
@@ -132,17 +133,20 @@ class Controller:
                     self.dispatch_once()
             except Exception:
                 _log.exception("tick_failed")
-            self._wake.wait(self.next_wait())
+                wait = self.settings.tick_seconds  # the API server is away: do not spin
+            self._wake.wait(self.next_wait() if wait is None else wait)
             self._wake.clear()
 
     def _expiry_due(self) -> bool:
-        expiry = next_expiry(self.cache.observations())
+        """A lease expired since the last tick looked (one that tick could not reclaim waits
+        for the next tick, not for a hot loop)."""
+        expiry = next_expiry(self.cache.observations(), after=self._last_tick)
         return expiry is not None and expiry <= self.clock()
 
     def next_wait(self) -> float:
-        """Seconds until the next tick or lease expiry, whichever comes first."""
+        """Seconds until the next tick or the next lease expiry, whichever comes first."""
         tick = max(0.0, self._last_tick + self.settings.tick_seconds - self.clock())
-        expiry = next_expiry(self.cache.observations())
+        expiry = next_expiry(self.cache.observations(), after=self._last_tick)
         if expiry is None:
             return max(0.01, tick)
         return max(0.01, min(tick, expiry - self.clock() + 0.001))
@@ -250,11 +254,11 @@ class Controller:
             dirty=dirty,
             max_creates=self.settings.max_creates_per_tick,
         )
-        if full and not plan.more:
-            self._last_full[batch.key] = mono
         if not plan.project and not plan.job_writes:
+            if full:
+                self._last_full[batch.key] = mono
             return None
-        return self.applier.apply_batch(
+        report = self.applier.apply_batch(
             plan,
             batch,
             resolved.items,
@@ -264,6 +268,9 @@ class Controller:
             now_mono=mono,
             invalid=resolved.invalid,
         )
+        if full and not plan.more and not report.more:
+            self._last_full[batch.key] = mono
+        return report
 
     def _items(self, batch: Batch) -> Resolved:
         """The Batch's items, resolved once per generation (lists are read from ConfigMaps)."""

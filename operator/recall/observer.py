@@ -98,6 +98,8 @@ def expired(
     return out
 
 
-def next_expiry(observations: dict[JobKey, Observation]) -> float | None:
-    """The monotonic time of the earliest expiry, or None when nothing is leased."""
-    return min((o.expires_at() for o in observations.values()), default=None)
+def next_expiry(
+    observations: dict[JobKey, Observation], after: float = float("-inf")
+) -> float | None:
+    """The monotonic time of the earliest expiry later than `after`, or None."""
+    return min((e for o in observations.values() if (e := o.expires_at()) > after), default=None)
