@@ -19,8 +19,8 @@ Safety contract (what makes a deletion never hit something referenced):
   subset of what it resumed from).
 - When the manifest the job references (result or checkpoint) is not in the list, nothing is
   named: without it the references are unknown.
-- ConfigMaps without a readable attempt label, or of kinds this module does not write, are
-  never named.
+- ConfigMaps of kinds this module does not write are never named; while a job may still be
+  resumed (Leased, Queued), neither are those without a readable attempt label.
 """
 
 from __future__ import annotations
