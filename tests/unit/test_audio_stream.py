@@ -351,6 +351,7 @@ def test_resume__seeking_costs_less_than_decoding_again(sources: dict[str, Path]
     full = every_chunk(url, opts)
     last, rest = full[-2], full[-1].end - full[-2].end
     decoded: dict[str, int] = {}
+    how = ""
     original = audio.Decoder._resampled
 
     def counting(self: audio.Decoder, frames: Iterator[object], position: int) -> Iterator[Samples]:
@@ -360,7 +361,8 @@ def test_resume__seeking_costs_less_than_decoding_again(sources: dict[str, Path]
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(audio.Decoder, "_resampled", counting)
-        for how, resume in (("seek", last.resume()), ("decode", Resume(last.index + 1, last.end))):
+        for kind, resume in (("seek", last.resume()), ("decode", Resume(last.index + 1, last.end))):
+            how = kind
             with audio.load_media(url, opts) as media:
                 list(media.chunks(resume))
     assert decoded["decode"] - rest == last.end  # everything before the position again
