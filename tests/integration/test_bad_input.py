@@ -156,4 +156,3 @@ def test_batch_items__are_immutable_but_suspend_is_not(kube: Kube, namespace: st
             _content_type=MERGE_PATCH,
         )
     assert "spec.items is immutable" in api_message(e.value)
-
