@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import itertools
 import random
 import threading
 import time
@@ -40,12 +41,13 @@ from recall.queue import JobQueue
 from recall.settings import WorkerSettings
 from recall.store import PERMANENT_ERRORS, Store, StoreError, Unavailable
 from recall.transcripts import (
-    LABEL_ATTEMPT,
     Checkpoint,
     CheckpointUnusable,
     TranscriptStore,
-    job_selector,
-    unreferenced,
+    TranscriptWriter,
+    manifest_name,
+    references,
+    shard_name,
 )
 
 T = TypeVar("T")
@@ -316,7 +318,7 @@ class Worker:
         try:
             accepted = watch.timed("lease", lambda: h.complete(result_ref))
         except LeaseLost:
-            self._discard_transcript(h, name)
+            self._discard_transcript(h, writer)
             raise
         h.log.info(
             "completed",
@@ -327,7 +329,7 @@ class Worker:
             lease_writes=h.writes,
             **watch.fields(),
         )
-        self._cleanup_chunks(accepted, h.attempt)
+        self._cleanup_chunks(accepted, writer)
         return "succeeded"
 
     def _renew(self, h: LeaseHolder, watch: Stopwatch, progress: Progress) -> None:
@@ -403,26 +405,35 @@ class Worker:
                     permanent=True,
                 ) from None
 
-    def _discard_transcript(self, h: LeaseHolder, name: str) -> None:
-        """After a refused complete: delete what this attempt wrote that the job, read back,
-        does not reference (best effort; the operator's cleanup removes what is left).
-        Nothing an accepted result or a checkpoint references is ever deleted."""
+    def _discard_transcript(self, h: LeaseHolder, writer: TranscriptWriter) -> None:
+        """After a refused complete: delete what this attempt wrote, unless the job, read
+        back, references it (as its result, or as the checkpoint a next attempt resumes from).
+        Best effort, by name (a worker may not list ConfigMaps); the operator's cleanup
+        removes what is left. Nothing an accepted result or a checkpoint references is ever
+        deleted: when those references cannot be read, nothing is."""
         job = h.known
         try:
             current = self.store.get_job(job.namespace, job.name)
             if current is None:
+                return  # deleted: the garbage collector takes its ConfigMaps
+            status = current.status
+            ref = status.result.config_map if status.result else None
+            if ref is None and status.progress is not None:
+                ref = status.progress.checkpoint
+            kept: set[str] | None = set()
+            if ref:
+                cm = self.store.get_config_map(job.namespace, ref)
+                kept = references(ref, {ref: cm} if cm else {})
+            if kept is None or writer.name in kept:
+                h.log.warning("complete_refused_transcript_kept", config_map=writer.name)
                 return
-            if current.status.result and current.status.result.config_map == name:
-                h.log.warning("complete_refused_transcript_kept", config_map=name)
-                return
-            listed = self.store.list_config_maps(job.namespace, job_selector(job.name))
-            mine = {cm.name for cm in listed if cm.labels.get(LABEL_ATTEMPT) == str(h.attempt)}
-            for stale in unreferenced(current, listed):
-                if stale in mine:
-                    self.transcripts.delete(job.namespace, stale)
-            h.log.warning("complete_refused_transcript_deleted", config_map=name)
+            for name in sorted(writer.own_names() - kept):
+                self.transcripts.delete(job.namespace, name)
+            h.log.warning("complete_refused_transcript_deleted", config_map=writer.name)
         except StoreError as e:
-            h.log.warning("transcript_cleanup_failed", config_map=name, error=e.message[:200])
+            h.log.warning(
+                "transcript_cleanup_failed", config_map=writer.name, error=e.message[:200]
+            )
 
     def _call(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T:
         """Run `fn` on the engine thread; return early if the lease is lost or grace ends."""
@@ -478,16 +489,22 @@ class Worker:
             backoff_seconds=job.status.backoff_seconds,
         )
 
-    def _cleanup_chunks(self, accepted: TranscriptionJob, attempt: int) -> None:
-        """Once the result is accepted, delete the job's ConfigMaps it does not reference:
-        earlier attempts' manifests and the shards no result uses (best effort; the
-        operator removes what is left). `accepted` is the job as `complete` wrote it."""
+    def _cleanup_chunks(self, accepted: TranscriptionJob, writer: TranscriptWriter) -> None:
+        """Once the result is accepted, delete by name what earlier attempts wrote that it
+        does not reference: their manifests, and their shards up to the first one missing.
+        Best effort (a worker may not list ConfigMaps); the operator's cleanup
+        (`recall.transcripts.unreferenced`) removes what is left."""
+        kept = writer.references()
+        namespace, job = accepted.namespace, accepted.name
         try:
-            listed = self.store.list_config_maps(accepted.namespace, job_selector(accepted.name))
-            for stale in unreferenced(accepted, listed):
-                self.transcripts.delete(accepted.namespace, stale)
+            for attempt in range(1, writer.attempt):
+                self.transcripts.delete(namespace, manifest_name(job, attempt))
+                for n in itertools.count():
+                    name = shard_name(job, attempt, n)
+                    if name not in kept and not self.transcripts.delete(namespace, name):
+                        break
         except StoreError as e:
-            self.log.debug("chunk_cleanup_failed", attempt=attempt, error=e.message[:200])
+            self.log.debug("chunk_cleanup_failed", job=job, error=e.message[:200])
 
 
 class _Opening:

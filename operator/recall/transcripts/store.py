@@ -257,6 +257,16 @@ class TranscriptWriter:
         self.shards = shards
         return summary
 
+    def references(self) -> set[str]:
+        """The manifest and every shard it lists (an earlier attempt's included)."""
+        return {self.name, *(s.name for s in self.shards)}
+
+    def own_names(self) -> set[str]:
+        """Every name this writer may have created: its manifest, its shards, and the next
+        shard (a create whose answer was lost)."""
+        shards = (shard_name(self.job.name, self.attempt, n) for n in range(self._own + 1))
+        return {self.name, *shards}
+
     # -- writes ------------------------------------------------------------------------------
 
     def _write_manifest(self, manifest: Manifest) -> None:
