@@ -493,8 +493,8 @@ class Decoder:
         container, stream = _open(self.path, self.shown)
         try:
             found = self._seek(container, stream, signed, start, tail)
-        except (av.FFmpegError, ValueError, OverflowError):
-            found = None
+        except (av.FFmpegError, ValueError, OverflowError, EngineError):
+            found = None  # decoding from the start says what is wrong, if anything is
         if found is None:
             container.close()
             self.position, self.tail = 0, np.zeros(0, np.float32)

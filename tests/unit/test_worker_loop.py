@@ -19,9 +19,11 @@ from recall import lease
 from recall.audio import MediaOptions
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
+from recall.lease import Budget
 from recall.models import Phase, TranscriptionJob
+from recall.observer import Observation
 from recall.settings import WorkerSettings
-from recall.store import Forbidden, Invalid, TooLarge, Unavailable
+from recall.store import Conflict, Forbidden, Invalid, TooLarge, Unavailable
 from recall.store.memory import Fault, MemoryStore
 from recall.transcripts import (
     SHARD_BYTES,
@@ -33,7 +35,7 @@ from recall.transcripts import (
 )
 from recall.transcripts.layout import record_key
 from recall.worker import Worker
-from tests.unit.fakes import NS, job_manifest
+from tests.unit.fakes import NS, T0, job_manifest
 
 
 def make_worker(store: MemoryStore, tmp_path: Path, **settings: object) -> Worker:
@@ -362,4 +364,50 @@ def test_worker__a_refused_manifest_fails_before_any_engine_call(tmp_path: Path)
     assert job.status.last_error is not None
     assert "to store the manifest" in (job.status.last_error.message or "")
     assert not (tmp_path / "chunks.jsonl").exists()  # nothing was paid for
+    store.close()
+
+
+def test_worker__a_refused_complete_keeps_the_checkpoint_the_next_attempt_needs(
+    tmp_path: Path,
+) -> None:
+    """Reclaimed just before its complete: the job's checkpoint is this attempt's manifest,
+    which the next attempt resumes from, so the worker must not delete it."""
+    store = MemoryStore(watch_seconds=1.0)
+    store.create_job(NS, job_manifest("a"))
+    reclaimed: list[str] = []
+
+    def reclaim_first(args: dict[str, Any]) -> bool:
+        if args["patch"].get("phase") != "Succeeded" or reclaimed:
+            return False
+        reclaimed.append("a")
+        job = store.get_job(NS, "a")
+        assert job is not None and job.status.lease is not None
+        seen = Observation(
+            token=job.status.lease.token,
+            renew_time=job.status.lease.renew_time,
+            duration_seconds=job.status.lease.duration_seconds,
+            observed_at=0.0,
+        )
+        fenced_write(
+            store,
+            NS,
+            "a",
+            lambda j: lease.reclaim(
+                j.status, T0, 1e9, seen, budget=Budget(max_attempts=5, max_releases=10)
+            ),
+            action="reclaim",
+        )
+        return True
+
+    store.inject(
+        Fault("patch_job_status", Conflict("the object has been modified"), when=reclaim_first)
+    )
+    with capture_logs() as logs:
+        run(make_worker(store, tmp_path, max_jobs=1))
+    job = store.get_job(NS, "a")
+    assert job is not None and job.status.phase == Phase.QUEUED and reclaimed
+    assert job.status.progress is not None and job.status.progress.checkpoint == "a-a1"
+    assert "complete_refused_transcript_kept" in [e["event"] for e in logs]
+    checkpoint = TranscriptStore(store).read_checkpoint(NS, "a-a1")
+    assert checkpoint.chunks == 2  # everything a next attempt needs is still there
     store.close()
