@@ -207,11 +207,11 @@ class AudioMedia(Media):
             yield from cutter.feed(block)
         if stop.is_set():
             return
-        if decoder.position < start or (decoder.position == 0 and start == 0):
-            if decoder.position == 0:
-                raise EngineError(
-                    "UndecodableMedia", f"{decoder.shown}: no audio samples", permanent=True
-                )
+        if decoder.position == 0:
+            raise EngineError(
+                "UndecodableMedia", f"{decoder.shown}: no audio samples", permanent=True
+            )
+        if decoder.position < start:
             raise ResumeInvalid(
                 f"{decoder.shown}: the source ends at sample {decoder.position}, before the "
                 f"checkpoint's position {start}"
