@@ -19,6 +19,9 @@ Safety contract (what makes a deletion never hit something referenced):
   subset of what it resumed from).
 - When the manifest the job references (result or checkpoint) is not in the list, nothing is
   named: without it the references are unknown.
+- Only that manifest's data is read; every other ConfigMap may come with empty data (a
+  metadata-only list plus one get of the referenced manifest is enough, and cheaper than a
+  full list: shards hold up to 256 KiB each).
 - ConfigMaps of kinds this module does not write are never named; while a job may still be
   resumed (Leased, Queued), neither are those without a readable attempt label.
 """
