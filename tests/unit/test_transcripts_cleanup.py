@@ -159,3 +159,10 @@ def test_config_maps_of_other_jobs_kinds_or_without_an_attempt_are_never_named()
     ]
     assert unreferenced(job("Queued", 9), foreign) == []
     assert unreferenced(job("Failed", 9), foreign) == ["talk-a9"]
+
+
+def test_only_the_referenced_manifest_needs_its_data() -> None:
+    """A metadata-only list plus the referenced manifest decides the same."""
+    leased = job("Leased", 2, **LEASE, **checkpoint("talk-a2"))
+    bare = [c if c.name == "talk-a2" else ConfigMapData(c.name, {}, c.labels) for c in EVERYTHING]
+    assert unreferenced(leased, bare) == unreferenced(leased, EVERYTHING)
