@@ -24,21 +24,32 @@ Guarantees:
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import itertools
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from recall import faults, log, metrics
-from recall.engines.base import Engine, EngineError, Media, Segment
+from recall.audio import ResumeInvalid
+from recall.engines.base import Chunk, Engine, EngineError, Media, Segment
 from recall.holder import Heartbeater, LeaseHolder, LeaseLost, Monotonic, boottime
 from recall.models import Phase, Progress, Result, TranscriptionJob
 from recall.queue import JobQueue, OfferQueue, Queue
 from recall.registration import Registration
 from recall.settings import WorkerSettings
 from recall.store import PERMANENT_ERRORS, Store, StoreError, Unavailable
-from recall.transcripts import TranscriptStore, assemble, chunks_name
+from recall.transcripts import (
+    Checkpoint,
+    CheckpointUnusable,
+    TranscriptStore,
+    TranscriptWriter,
+    manifest_name,
+    references,
+    shard_name,
+)
 
 T = TypeVar("T")
 
@@ -237,92 +248,175 @@ class Worker:
     def _transcribe(self, h: LeaseHolder, cancel: threading.Event, watch: Stopwatch) -> str:
         job = h.known
         progress = job.status.progress
-        done_before = progress.chunks_done if progress else 0
-        checkpoint = progress.checkpoint if progress else None
-        segments = self._store(
-            h,
-            watch,
-            lambda: self.transcripts.load_checkpoint(job, checkpoint, done_before),
-        )
-        media: Media = watch.timed(
-            "media", lambda: self._call(h, cancel, lambda: self.engine.load_media(job))
-        )
-        total = len(media.chunks)
-        if segments:
-            # Resume: carry the checkpointed chunks into this attempt's own ConfigMap.
-            checkpoint = self._store(
-                h, watch, lambda: self.transcripts.save_chunks(job, h.attempt, segments)
+        checkpoint = self._read_checkpoint(h, watch, progress.checkpoint if progress else None)
+        opening = _Opening()
+        try:
+            media = watch.timed(
+                "media",
+                lambda: self._call(h, cancel, lambda: opening.put(self.engine.load_media(job))),
             )
-            h.log.info("resumed", chunks_done=done_before, chunks_total=total)
-        watch.timed("lease", lambda: h.renew(Progress.of(len(segments), total, checkpoint)))
+        except BaseException:
+            opening.abandon()  # a media opened after we stopped waiting is closed
+            raise
+        with media:
+            return self._transcribe_media(h, cancel, watch, media, checkpoint)
 
-        for chunk in media.chunks:
-            if chunk.index in segments:
-                continue
-            self._check_stop(h)
-            watch.timed("lease", lambda: h.renew_if_older(1.0))  # before the (paid) call
-            result: list[Segment] = watch.timed(
-                "engine",
-                lambda c=chunk: self._call(  # type: ignore[misc]
-                    h,
-                    cancel,
-                    lambda: self.engine.transcribe(
-                        c, language=job.spec.language, cancel=cancel, job=job, attempt=h.attempt
-                    ),
-                ),
+    def _transcribe_media(
+        self,
+        h: LeaseHolder,
+        cancel: threading.Event,
+        watch: Stopwatch,
+        media: Media,
+        checkpoint: Checkpoint | None,
+    ) -> str:
+        """Cut `media` lazily, transcribe and store each chunk, renew with the checkpoint after
+        each, then write the transcript's summary and complete."""
+        job = h.known
+        if checkpoint is not None and (changed := media.cutting.differences(checkpoint.cutting)):
+            h.log.warning(
+                "checkpoint_discarded", checkpoint=checkpoint.name, reason="; ".join(changed)
             )
-            metrics.ENGINE_CHUNKS.labels(engine=self.engine.name).inc()
-            shifted = [
-                s.model_copy(update={"start": s.start + chunk.start, "end": s.end + chunk.start})
-                for s in result
-            ]
-            segments[chunk.index] = shifted
+            checkpoint = None
+        writer = self.transcripts.writer(job, h.attempt)
+        name = self._store(
+            h, watch, "to store the manifest", lambda: writer.begin(media.cutting, checkpoint)
+        )
+        resume = checkpoint.resume if checkpoint and checkpoint.chunks else None
+        done, position = (resume.chunks, resume.position) if resume else (0, 0)
+        total = media.chunks_total(done, position)
+        if resume is not None:
+            h.log.info(
+                "resumed",
+                chunks_done=done,
+                chunks_total=total,
+                from_checkpoint=checkpoint.name if checkpoint else None,
+            )
+        self._renew(h, watch, Progress.of(done, total, name))
+
+        chunks = media.chunks(resume, cancel)
+        while True:
+            self._check_stop(h)
+            try:
+                chunk = self._next_chunk(h, cancel, watch, chunks)
+            except ResumeInvalid as e:  # raised before any chunk: start over from nothing
+                h.log.warning("checkpoint_discarded", reason=e.message)
+                name = self._store(
+                    h,
+                    watch,
+                    "to store the manifest",
+                    functools.partial(writer.begin, media.cutting, None),
+                )
+                done, total = 0, media.chunks_total(0, 0)
+                self._renew(h, watch, Progress.of(done, total, name))
+                chunks = media.chunks(None, cancel)
+                continue
+            if chunk is None:
+                break
+            segments = self._transcribe_chunk(h, cancel, watch, chunk)
             h.check()
-            checkpoint = self._store(
+            self._store(
                 h,
                 watch,
-                lambda i=chunk.index, seg=shifted: self.transcripts.save_chunks(  # type: ignore[misc]
-                    job, h.attempt, {i: seg}
-                ),
+                f"to store chunk {chunk.index}",
+                functools.partial(writer.add, chunk, segments),
             )
-            done = Progress.of(len(segments), total, checkpoint)
-            watch.timed("lease", lambda p=done: h.renew(p))  # type: ignore[misc]
-            h.log.info(
-                "chunk_done", chunk=chunk.index, chunks_done=len(segments), chunks_total=total
-            )
-            faults.hit("worker-after-chunk", chunk=len(segments))
+            done = chunk.index + 1
+            total = media.chunks_total(done, chunk.end, finished=chunk.last)
+            self._renew(h, watch, Progress.of(done, total, name))
+            h.log.info("chunk_done", chunk=chunk.index, chunks_done=done, chunks_total=total)
+            faults.hit("worker-after-chunk", chunk=done)
+        if total != done:  # the last chunk was stored by an earlier attempt: say so exactly
+            total = done
+            self._renew(h, watch, Progress.of(done, total, name))
 
-        transcript = assemble(segments, media.duration, self.engine.label())
         h.check()
-        name = self._store(
-            h, watch, lambda: self.transcripts.save_transcript(job, h.attempt, transcript)
+        summary = self._store(
+            h,
+            watch,
+            "to store the transcript",
+            lambda: writer.finish(media.duration, self.engine.label()),
         )
         result_ref = Result(
             config_map=name,
             worker=h.worker,
-            engine=transcript.engine,
-            words=transcript.words,
-            duration_seconds=round(media.duration, 3),
+            engine=summary.engine,
+            words=summary.words,
+            duration_seconds=summary.duration,
         )
         faults.hit("worker-before-complete")
         try:
-            watch.timed("lease", lambda: h.complete(result_ref))
+            accepted = watch.timed("lease", lambda: h.complete(result_ref))
         except LeaseLost:
-            self._discard_transcript(h, name)
+            self._discard_transcript(h, writer)
             raise
         h.log.info(
             "completed",
             config_map=name,
-            words=transcript.words,
-            audio_seconds=round(media.duration, 2),
+            words=summary.words,
+            chunks=summary.chunks,
+            audio_seconds=round(summary.duration, 2),
             lease_writes=h.writes,
             **watch.fields(),
         )
-        self._cleanup_chunks(job, h.attempt)
+        self._cleanup_chunks(accepted, writer)
         return "succeeded"
 
-    def _store(self, h: LeaseHolder, watch: Stopwatch, fn: Callable[[], T]) -> T:
-        """A transcript-store call, retried on transient errors while the lease holds."""
+    def _renew(self, h: LeaseHolder, watch: Stopwatch, progress: Progress) -> None:
+        watch.timed("lease", lambda: h.renew(progress))
+
+    def _next_chunk(
+        self, h: LeaseHolder, cancel: threading.Event, watch: Stopwatch, chunks: Iterator[Chunk]
+    ) -> Chunk | None:
+        """The next chunk, decoded on the engine thread (a lost lease stops the wait)."""
+        return watch.timed("media", lambda: self._call(h, cancel, lambda: next(chunks, None)))
+
+    def _transcribe_chunk(
+        self, h: LeaseHolder, cancel: threading.Event, watch: Stopwatch, chunk: Chunk
+    ) -> list[Segment]:
+        """One engine call (after a renewal, so the lease is fresh before paying), its segments
+        moved to the chunk's place in the media."""
+        job = h.known
+        watch.timed("lease", lambda: h.renew_if_older(1.0))
+        result: list[Segment] = watch.timed(
+            "engine",
+            lambda: self._call(
+                h,
+                cancel,
+                lambda: self.engine.transcribe(
+                    chunk, language=job.spec.language, cancel=cancel, job=job, attempt=h.attempt
+                ),
+            ),
+        )
+        metrics.ENGINE_CHUNKS.labels(engine=self.engine.name).inc()
+        return [
+            s.model_copy(update={"start": s.start + chunk.start, "end": s.end + chunk.start})
+            for s in result
+        ]
+
+    def _read_checkpoint(
+        self, h: LeaseHolder, watch: Stopwatch, name: str | None
+    ) -> Checkpoint | None:
+        """The checkpoint to resume from, or None (there is none, or it cannot be used)."""
+        if not name:
+            return None
+        job = h.known
+        try:
+            return self._store(
+                h,
+                watch,
+                "to read the checkpoint",
+                lambda: self.transcripts.read_checkpoint(job.namespace, name),
+            )
+        except CheckpointUnusable as e:
+            h.log.warning("checkpoint_discarded", checkpoint=name, reason=str(e))
+            return None
+
+    def _store(self, h: LeaseHolder, watch: Stopwatch, what: str, fn: Callable[[], T]) -> T:
+        """A transcript-store call, retried on transient errors while the lease holds.
+
+        A refusal (`Invalid`, `Forbidden`, `TooLarge`: size, quota, a rule) is never retried:
+        it becomes the permanent `TranscriptRefused`, saying what was refused and why.
+        """
         pause = 0.1
         while True:
             try:
@@ -333,18 +427,42 @@ class Worker:
                 self._check_stop(h)
                 time.sleep(pause)
                 pause = min(pause * 2, 2.0)
+            except PERMANENT_ERRORS as e:
+                raise EngineError(
+                    "TranscriptRefused",
+                    f"the API server refused {what} ({type(e).__name__}, not retried): {e.message}",
+                    permanent=True,
+                ) from None
 
-    def _discard_transcript(self, h: LeaseHolder, name: str) -> None:
-        """Delete this attempt's transcript unless the job, read back, references it."""
+    def _discard_transcript(self, h: LeaseHolder, writer: TranscriptWriter) -> None:
+        """After a refused complete: delete what this attempt wrote, unless the job, read
+        back, references it (as its result, or as the checkpoint a next attempt resumes from).
+        Best effort, by name (a worker may not list ConfigMaps); the operator's cleanup
+        removes what is left. Nothing an accepted result or a checkpoint references is ever
+        deleted: when those references cannot be read, nothing is."""
+        job = h.known
         try:
-            job = self.store.get_job(h.known.namespace, h.known.name)
-            if job is not None and job.status.result and job.status.result.config_map == name:
-                h.log.warning("complete_refused_transcript_kept", config_map=name)
+            current = self.store.get_job(job.namespace, job.name)
+            if current is None:
+                return  # deleted: the garbage collector takes its ConfigMaps
+            status = current.status
+            ref = status.result.config_map if status.result else None
+            if ref is None and status.progress is not None:
+                ref = status.progress.checkpoint
+            kept: set[str] | None = set()
+            if ref:
+                cm = self.store.get_config_map(job.namespace, ref)
+                kept = references(ref, {ref: cm} if cm else {})
+            if kept is None or writer.name in kept:
+                h.log.warning("complete_refused_transcript_kept", config_map=writer.name)
                 return
-            self.transcripts.delete(h.known.namespace, name)
-            h.log.warning("complete_refused_transcript_deleted", config_map=name)
-        except StoreError as e:  # the operator's cleanup removes it later
-            h.log.warning("transcript_cleanup_failed", config_map=name, error=e.message[:200])
+            for name in sorted(writer.own_names() - kept):
+                self.transcripts.delete(job.namespace, name)
+            h.log.warning("complete_refused_transcript_deleted", config_map=writer.name)
+        except StoreError as e:
+            h.log.warning(
+                "transcript_cleanup_failed", config_map=writer.name, error=e.message[:200]
+            )
 
     def _call(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T:
         """Run `fn` on the engine thread; return early if the lease is lost or grace ends."""
@@ -400,11 +518,43 @@ class Worker:
             backoff_seconds=job.status.backoff_seconds,
         )
 
-    def _cleanup_chunks(self, job: TranscriptionJob, attempts: int) -> None:
-        """Chunk ConfigMaps are not needed once the transcript is accepted (best effort; the
-        operator removes what is left)."""
-        for attempt in range(1, attempts + 1):
-            try:
-                self.transcripts.delete(job.namespace, chunks_name(job.name, attempt))
-            except StoreError as e:
-                self.log.debug("chunk_cleanup_failed", error=e.message[:200])
+    def _cleanup_chunks(self, accepted: TranscriptionJob, writer: TranscriptWriter) -> None:
+        """Once the result is accepted, delete by name what earlier attempts wrote that it
+        does not reference: their manifests, and their shards up to the first one missing.
+        Best effort (a worker may not list ConfigMaps); the operator's cleanup
+        (`recall.transcripts.unreferenced`) removes what is left."""
+        kept = writer.references()
+        namespace, job = accepted.namespace, accepted.name
+        try:
+            for attempt in range(1, writer.attempt):
+                self.transcripts.delete(namespace, manifest_name(job, attempt))
+                for n in itertools.count():
+                    name = shard_name(job, attempt, n)
+                    if name not in kept and not self.transcripts.delete(namespace, name):
+                        break
+        except StoreError as e:
+            self.log.debug("chunk_cleanup_failed", job=job, error=e.message[:200])
+
+
+class _Opening:
+    """Hands a media over from the engine thread; closes it if nobody waits for it any more
+    (the lease was lost while it was being fetched), so no download is left behind."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._media: Media | None = None
+        self._abandoned = False
+
+    def put(self, media: Media) -> Media:
+        with self._lock:
+            if self._abandoned:
+                media.close()
+            else:
+                self._media = media
+        return media
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            if self._media is not None:
+                self._media.close()
