@@ -165,6 +165,16 @@ class Marks:
             return set(self._marks)
 
 
+def needs_cleanup(old: JobRecord | None, new: JobRecord) -> bool:
+    """Did this change leave transcript ConfigMaps that may be unreferenced?"""
+    if old is None:
+        return False
+    ended = new.phase.terminal and not old.phase.terminal
+    if ended and (new.phase is not Phase.SUCCEEDED or new.attempts > 1):
+        return True
+    return new.attempts > old.attempts and new.attempts > 1
+
+
 def needs_watching(record: JobRecord) -> bool:
     if record.phase is Phase.LEASED:
         return True
@@ -189,6 +199,10 @@ class JobCache:
         self._backoffs: dict[JobKey, BackoffObservation] = {}
         self._watched: set[JobKey] = set()  # leased, in backoff, or out of attempts
         self.phase_counts: dict[Phase, int] = dict.fromkeys(Phase, 0)
+        # Jobs whose transcript ConfigMaps may hold something nothing references any more: a
+        # final job that failed, was cancelled or took more than one attempt, and a job that
+        # took another attempt (a zombie's, or an abandoned one's, leftovers).
+        self.cleanup: set[JobKey] = set()
         # Called with (old, new) on every change, under the cache's lock (the dispatcher's
         # ready queue keeps itself current this way).
         self.listeners: list[Callable[[JobRecord | None, JobRecord | None], None]] = []
@@ -244,11 +258,14 @@ class JobCache:
             )
             if changed and record.batch_key and record.index is not None:
                 self.marks.mark(record.batch_key, record.index)
+            if needs_cleanup(old, record):
+                self.cleanup.add(record.key)
             for listener in self.listeners:
                 listener(old, record)
 
     def _remove(self, key: JobKey) -> None:
         record = self._jobs.pop(key, None)
+        self.cleanup.discard(key)
         if record is not None:
             self.phase_counts[record.phase] -= 1
         self._watched.discard(key)
@@ -287,6 +304,12 @@ class JobCache:
     def get(self, key: JobKey) -> JobRecord | None:
         with self._lock:
             return self._jobs.get(key)
+
+    def take_cleanup(self, limit: int) -> list[JobKey]:
+        with self._lock:
+            chosen = sorted(self.cleanup)[:limit]
+            self.cleanup.difference_update(chosen)
+            return chosen
 
     def watched(self) -> list[JobRecord]:
         """Jobs the reclaim loop looks at every tick: leased, in backoff, or out of attempts."""

@@ -38,6 +38,7 @@ from recall.reconcile import plan_batch, plan_jobs
 from recall.registration import Registry
 from recall.settings import OperatorSettings
 from recall.store import ObjectRef, Store, StoreError
+from recall.transcripts import job_selector, unreferenced
 
 _log = log.get("operator")
 
@@ -189,6 +190,7 @@ class Controller:
                 self.applier.apply_jobs(plan, self.now(), mono, report)
                 reports.append(report)
         self.dispatch_once(mono)
+        self.clean_up()
         for report in reports:
             self._log(report)
         for phase, n in self.cache.phase_counts.items():
@@ -221,6 +223,25 @@ class Controller:
                 self.ready.offered_to(chosen, worker)
                 written += 1
         return written
+
+    def clean_up(self, limit: int = 20) -> int:
+        """Delete transcript ConfigMaps nothing accepted references any more (a zombie's, a
+        failed job's), for up to `limit` jobs that changed so; returns how many were deleted.
+        The job is read before its ConfigMaps are listed (`transcripts.unreferenced`)."""
+        deleted = 0
+        for key in self.cache.take_cleanup(limit):
+            try:
+                job = self.store.get_job(*key)
+                if job is None:
+                    continue
+                listed = self.store.list_config_maps(key[0], job_selector(job.name))
+                for name in unreferenced(job, listed):
+                    deleted += self.store.delete_config_map(key[0], name)
+                    _log.info("transcript_cleaned_up", job=job.name, config_map=name)
+            except StoreError as e:
+                self.cache.cleanup.add(key)  # next tick
+                _log.warning("cleanup_failed", job=key[1], error=e.message[:200])
+        return deleted
 
     def _full_due(self, batch: Batch, mono: float) -> bool:
         last = self._last_full.get(batch.key)

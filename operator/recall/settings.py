@@ -111,10 +111,10 @@ class WorkerSettings(BaseSettings):
     # media
     media_max_bytes: int = Field(2 * 1024**3, gt=0, description="Largest source accepted.")
     media_max_seconds: float | None = Field(
-        6 * 3600.0,
+        None,
         gt=0,
-        description="Longest media accepted, seconds (decoded audio is held in memory: "
-        "about 230 MB per hour).",
+        description="Longest media accepted, seconds; None = any length (audio is decoded chunk "
+        "by chunk, so this bounds the work of one job, not memory).",
     )
     http_timeout: float = Field(30.0, gt=0, description="Timeout of one source download read.")
 

@@ -265,7 +265,10 @@ def test_large_batch__status_stays_small() -> None:
     manifest["spec"] = {"itemsFrom": [{"configMap": "list"}], "defaults": {"maxAttempts": 2}}
     store.create_batch(NS, manifest)
     op = Operator(store, clock, max_creates_per_tick=5000)
-    op.tick()
+    for _ in range(100):  # one apply creates for 0.3 s at most; the fan-out goes on next tick
+        op.tick()
+        if len(store.list_jobs(NS).items) == 5000:
+            break
     assert len(store.list_jobs(NS).items) == 5000
     for name in [f"b-{i:05d}" for i in range(0, 5000, 2)]:
         claim(store, clock, name)  # every other item: the worst pattern for ranges
@@ -276,3 +279,25 @@ def test_large_batch__status_stays_small() -> None:
     assert indexes.count(batch.status.transcribing_indexes) == 2500
     size = len(json.dumps(batch.status.to_api()))
     assert size < 30_000, size
+
+
+def test_cleanup__a_failed_jobs_transcript_configmaps_are_deleted() -> None:
+    from recall.models import LABEL_JOB
+    from recall.transcripts.layout import LABEL_ATTEMPT, LABEL_KIND, manifest_name
+
+    store, clock, op = setup(["a"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    job = store.get_job(NS, "b-a")
+    assert job is not None
+    labels = {LABEL_JOB: "b-a", LABEL_ATTEMPT: "1", LABEL_KIND: "manifest"}
+    # What the worker wrote before failing for good (its own delete never came).
+    store.create_config_map(NS, manifest_name("b-a", 1), {"x": "y"}, labels=labels)
+    store.create_config_map(NS, "unrelated", {"x": "y"}, labels={LABEL_JOB: "b-a"})
+    op.tick()
+    assert store.get_config_map(NS, manifest_name("b-a", 1)) is not None  # still leased: kept
+    h.fail("SourceNotFound", "gone", permanent=True, backoff_base=1, backoff_cap=1)
+    op.tick()
+    op.tick()
+    assert store.get_config_map(NS, manifest_name("b-a", 1)) is None
+    assert store.get_config_map(NS, "unrelated") is not None  # not a kind the store writes

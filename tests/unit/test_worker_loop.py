@@ -187,6 +187,7 @@ def audio_worker(
         id="w1",
         engine="simulated",
         idle_exit_seconds=1.0,
+        self_serve_seconds=0.2,  # no operator here: serve itself at once
         retry_base_seconds=0.05,
         retry_cap_seconds=0.1,
         **kw,

@@ -25,11 +25,11 @@ from collections.abc import Iterator
 
 from recall.models import Batch, TranscriptionJob
 from recall.store.base import EVERYTHING, Invalid, Page, RawObject, Selector, WatchEvent
-from recall.store.memory_core import JOB_SPEC_DEFAULTS, Fault, MemoryCore, _Kind
+from recall.store.memory_core import CONFIG_MAP_LIMIT, JOB_SPEC_DEFAULTS, Fault, MemoryCore, _Kind
 from recall.store.patch import apply_merge_patch, matches_labels
 from recall.store.rules import job_status_rules
 
-__all__ = ["Fault", "MemoryStore"]
+__all__ = ["CONFIG_MAP_LIMIT", "Fault", "MemoryStore"]
 
 
 class MemoryStore(MemoryCore):
