@@ -196,11 +196,11 @@ class LeaseHolder:
         )
         metrics.HEARTBEAT_LATENCY.observe(time.monotonic() - started)
 
-    def renew_if_older(self, seconds: float) -> None:
-        """Renew unless a renewal succeeded in the last `seconds` (the one after the previous
-        chunk already proved the lease is ours); used before each engine call."""
+    def renew_if_older(self, seconds: float, progress: Progress | None = None) -> None:
+        """Renew unless a renewal succeeded in the last `seconds` (the claim, or the one after
+        the previous chunk, already proved the lease is ours); used before each engine call."""
         if self.seconds_since_renewal() >= seconds:
-            self.renew()
+            self.renew(progress)
         else:
             self.check()
 

@@ -291,7 +291,9 @@ class Worker:
                 chunks_total=total,
                 from_checkpoint=checkpoint.name if checkpoint else None,
             )
-        self._renew(h, watch, Progress.of(done, total, name))
+        # The progress so far; a claim made a moment ago already proved the lease is ours, and
+        # the first chunk's renewal records the checkpoint.
+        watch.timed("lease", lambda: h.renew_if_older(1.0, Progress.of(done, total, name)))
 
         chunks = media.chunks(resume, cancel)
         while True:
