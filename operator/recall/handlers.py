@@ -148,7 +148,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, store:
         else:
             _runtime(memo).controller.put_batch(batch)
 
-    @kopf.on.delete(GROUP, VERSION, BATCH_PLURAL, id="batch_delete", registry=registry)
+    @kopf.on.delete(GROUP, VERSION, BATCH_PLURAL, id="batch_delete", backoff=5, registry=registry)
     async def batch_delete(body: kopf.Body, memo: Any, **_: Any) -> None:
         runtime = _runtime(memo)
         if not runtime.controller.leading.is_set():

@@ -158,6 +158,8 @@ class KubeStore(KubeCore):
         return True
 
     def delete_jobs(self, namespace: str, labels: str) -> None:
+        """One request; a Batch of 100,000 jobs takes the API server a while, hence the long
+        timeout (a retry after a timeout deletes what is left)."""
         self._call(
             f"delete jobs {labels} in {namespace}",
             self.custom.delete_collection_namespaced_custom_object,
@@ -166,6 +168,7 @@ class KubeStore(KubeCore):
             namespace,
             JOB_PLURAL,
             write=True,
+            timeout=max(self.timeout, 600.0),
             label_selector=labels,
             propagation_policy="Background",
         )
