@@ -207,9 +207,12 @@ class Applier:
         *,
         now: dt.datetime,
         now_mono: float,
+        seen: tuple[frozenset[int], int],
         invalid: str | None = None,
     ) -> Report:
-        """The job writes of `plan`, the jobs to create, then the Batch status."""
+        """The job writes of `plan`, the jobs to create, then the Batch status. `seen` is the
+        marks' snapshot taken BEFORE `jobs` was read: a change that came after is not in `jobs`
+        and keeps its mark for the next projection."""
         report = Report(plan.batch)
         written = self.apply_jobs(plan, now, now_mono, report)
         if report.reclaimed:
@@ -234,7 +237,16 @@ class Applier:
                 metrics.HEALS.labels(kind="job-missing").inc()
         if plan.project or written or report.created:
             self.write_status(
-                batch, items, current, marks, report, now, recreated, invalid, frozenset(ours)
+                batch,
+                items,
+                current,
+                marks,
+                seen,
+                report,
+                now,
+                recreated,
+                invalid,
+                frozenset(ours),
             )
         return report
 
@@ -282,6 +294,7 @@ class Applier:
         items: Sequence[Item],
         jobs: Mapping[int, JobRecord],
         marks: Marks,
+        seen: tuple[frozenset[int], int],
         report: Report,
         now: dt.datetime,
         recreated: int = 0,
@@ -297,7 +310,7 @@ class Applier:
             return items[i].key if i < len(items) else str(i)
 
         base = batch.status
-        changed, upto = marks.snapshot(batch.key)
+        changed, upto = seen
         proj = project(
             batch,
             len(items),

@@ -260,6 +260,7 @@ class Controller:
             interval = projection_interval(len(resolved.items), self.settings)
             if not dirty or (interval > self.settings.tick_seconds and mono - last < interval):
                 return None
+        seen = self.cache.marks.snapshot(batch.key)  # before the jobs: see Applier.apply_batch
         by_key = self.cache.batch_jobs(batch.key)
         jobs = {r.index: r for r in by_key.values() if r.index is not None}
         self._last_projection[batch.key] = mono
@@ -287,6 +288,7 @@ class Controller:
             self.cache.marks,
             now=self.now(),
             now_mono=mono,
+            seen=seen,
             invalid=resolved.invalid,
         )
         if full and not plan.more and not report.more:

@@ -301,3 +301,31 @@ def test_cleanup__a_failed_jobs_transcript_configmaps_are_deleted() -> None:
     op.tick()
     assert store.get_config_map(NS, manifest_name("b-a", 1)) is None
     assert store.get_config_map(NS, "unrelated") is not None  # not a kind the store writes
+
+
+def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
+    store, clock, op = setup(["a", "b"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    op.tick()
+    claim(store, clock, "b-b")
+    op.sync()  # the cache saw b's claim: the Batch has a change to project
+    h.complete(Result(config_map="t"))  # a's completion is not in the cache yet
+    cache = op.controller.cache
+    read = cache.batch_jobs
+
+    def stale(key: tuple[str, str]) -> dict:  # type: ignore[type-arg]
+        jobs = read(key)  # the jobs as they were...
+        op.sync()  # ...and a's completion reaches the cache right after
+        return jobs
+
+    cache.batch_jobs = stale  # type: ignore[method-assign]
+    op.controller.run_once()
+    cache.batch_jobs = read  # type: ignore[method-assign]
+    op.tick()  # a's change is still marked: projected now, not at the next full reconcile
+    assert phases(store) == {"a": "completed", "b": "transcribing"}
+    clock.advance(31)
+    op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and (batch.status.heals or 0) == 0
+    assert not events(store, "Healed")
