@@ -411,10 +411,8 @@ def test_projection__coalesces_a_burst_of_job_changes(
         simulate={"chunks": 1},
     )
     wait_for(
-        lambda: (
-            (get_batch(kube, namespace, "burst").status.counts or None)
-            and get_batch(kube, namespace, "burst").status.counts.queued == 100
-        ),  # type: ignore[union-attr]
+        lambda: len(list_jobs(kube, namespace)) == 100
+        and get_batch(kube, namespace, "burst").status.counts.queued == 100,
         timeout=60,
         message=procs.dump,
     )
