@@ -411,8 +411,10 @@ def test_projection__coalesces_a_burst_of_job_changes(
         simulate={"chunks": 1},
     )
     wait_for(
-        lambda: len(list_jobs(kube, namespace)) == 100
-        and get_batch(kube, namespace, "burst").status.counts.queued == 100,
+        lambda: (
+            len(list_jobs(kube, namespace)) == 100
+            and get_batch(kube, namespace, "burst").status.counts.queued == 100
+        ),
         timeout=60,
         message=procs.dump,
     )

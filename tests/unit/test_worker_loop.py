@@ -199,7 +199,8 @@ def audio_worker(
         words_per_minute=150,
     )
     worker = Worker(store, ws, engine, namespace=NS)
-    worker.transcripts = TranscriptStore(store, shard_bytes=shard_bytes)  # a few chunks a shard
+    # a few chunks a shard
+    worker.transcription.transcripts = TranscriptStore(store, shard_bytes=shard_bytes)
     return worker
 
 
@@ -336,7 +337,8 @@ def test_worker__a_refusing_store_fails_the_job_at_once_without_paying_again(
     store.inject(fault)
     worker = audio_worker(store, tmp_path, 10.0, shard_bytes=SHARD_BYTES)
     if fault.op == "create_config_map":
-        worker.transcripts = TranscriptStore(store, shard_bytes=400)  # a shard per chunk
+        # a shard per chunk
+        worker.transcription.transcripts = TranscriptStore(store, shard_bytes=400)
     run(worker, timeout=30)
     job = store.get_job(NS, "j")
     assert job is not None and job.status.phase == Phase.FAILED, store.dump()
