@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kubectl, etcd and helm from Go modules and
-# caches them outside the repository. Prints the bin directory on stdout when done.
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, etcd, helm,
+# kube-score and the node's pause binary from Go modules and caches them outside the
+# repository. Prints the bin directory on stdout when done.
 #
 #   hack/k8s-tools/build.sh            build what is missing, print the bin directory
 #   hack/k8s-tools/build.sh --print    print the bin directory only (no build)
@@ -49,6 +50,10 @@ build etcd . etcd
 build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_ldflags"
 build kube k8s.io/kubernetes/cmd/kubectl kubectl "$kube_ldflags"
 build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kube_ldflags"
+# The node of `recall dev up --node` (dev/recall_dev/node.py).
+build kube k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler "$kube_ldflags"
+build kube k8s.io/kubernetes/cmd/kubelet kubelet "$kube_ldflags"
+build ../node/pause . pause
 build helm helm.sh/helm/v3/cmd/helm helm "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
 
 echo "$bin"
