@@ -33,6 +33,8 @@ log = structlog.get_logger("recall_dev.docker")
 
 # Short paths: a unix socket path must fit in 108 bytes, and containerd's live under exec-root.
 PRIVATE_RUN_DIR = Path("/run/recall-docker")
+# dockerd's containerd creates this (empty) whatever its root; removed when it was not there.
+CONTAINERD_OPT = Path("/opt/containerd")
 
 
 class DockerError(RuntimeError):
@@ -113,11 +115,14 @@ def docker_engine(progress: bool = True) -> Iterator[DockerEngine]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        opt_absent = not CONTAINERD_OPT.exists()
         proc = _start_private_daemon(progress)
         try:
             yield DockerEngine(host=f"unix://{PRIVATE_RUN_DIR / 'docker.sock'}")
         finally:
             _stop_private_daemon(proc)
+            if opt_absent:
+                _remove_empty_tree(CONTAINERD_OPT)
 
 
 def _start_private_daemon(progress: bool) -> Proc:
@@ -137,6 +142,7 @@ def _start_private_daemon(progress: bool) -> Proc:
         "--ip6tables=false",
         "--ip-masq=false",
         "--userland-proxy=false",
+        "--ip-forward=false",
     ]
     if progress:
         log.info("dockerd_start", data_root=str(data_root))
@@ -164,6 +170,14 @@ def _stop_private_daemon(proc: Proc) -> None:
     # dockerd stops the containerd it started; give both time to unmount cleanly.
     terminate([proc], grace=30)
     shutil.rmtree(PRIVATE_RUN_DIR, ignore_errors=True)
+
+
+def _remove_empty_tree(top: Path) -> None:
+    for d in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    with contextlib.suppress(OSError):
+        top.rmdir()
 
 
 def _stop_stale_daemon() -> None:
