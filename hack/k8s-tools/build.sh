@@ -54,6 +54,9 @@ build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager
 build kube k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler "$kube_ldflags"
 build kube k8s.io/kubernetes/cmd/kubelet kubelet "$kube_ldflags"
 build ../node/pause . pause
+# The chart linter of `make chart-lint` (kube-linter and Polaris are not served by the Go
+# module proxy this project can reach; see hack/chart-lint.sh).
+build kube-score github.com/zegl/kube-score/cmd/kube-score kube-score "-X main.version=v$KUBE_SCORE_VERSION"
 build helm helm.sh/helm/v3/cmd/helm helm "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
 
 echo "$bin"
