@@ -91,7 +91,9 @@ class DockerEngine:
 
     def answers(self) -> bool:
         try:
-            done = self.run(["version", "--format", "{{.Server.Version}}"], capture=True, check=False)
+            done = self.run(
+                ["version", "--format", "{{.Server.Version}}"], capture=True, check=False
+            )
         except OSError:
             return False
         return done.returncode == 0

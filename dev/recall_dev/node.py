@@ -18,6 +18,8 @@ What runs, all as children of the starting process:
   collection (images cannot be pulled back), pods with no nameserver.
 - It authenticates as the ServiceAccount kube-system/recall-node bound to `system:node`.
 - A ValidatingAdmissionPolicy refuses hostNetwork pods, which would bypass the pod network.
+- recall_dev.node_dns answers the cluster's own names (kubernetes.default.svc) on the pod
+  bridge as the kubelet's clusterDNS; it never forwards a query.
 
 Contract:
 - `start()` returns when the node is Ready and untainted, or raises `NodeError` after
@@ -42,6 +44,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -58,6 +61,7 @@ from recall_dev.pki import kubeconfig_dict
 from recall_dev.procs import Proc, die_with_parent, pid_alive, tail, terminate
 
 NODE_NAME = "127.0.0.1"
+CLUSTER_DOMAIN = "cluster.local"
 STATE_DIR = Path("/run/recall-node")
 STATE_FILE = STATE_DIR / "state.json"
 CGROUP_ROOT = "recall-node"
@@ -169,6 +173,8 @@ class Node:
         for fact in node_net.verify_isolation(conflist, target):
             say(f"isolation: {fact}")
         self._apply_cluster_objects(bin_dir)
+        say(f"starting the cluster DNS on {node_net.GATEWAY}:53 (cluster names only)")
+        self._spawn("node-dns", self._dns_args(target))
 
         say("starting kube-controller-manager (node controllers) and kube-scheduler")
         self._spawn("kube-controller-manager-node", self._kcm_args(bin_dir))
@@ -256,7 +262,9 @@ disabled_plugins = [
                 return
             self._check_alive()
             time.sleep(0.2)
-        raise NodeError(f"containerd did not answer; log:\n{tail(self.logs_dir / 'containerd.log')}")
+        raise NodeError(
+            f"containerd did not answer; log:\n{tail(self.logs_dir / 'containerd.log')}"
+        )
 
     # -- cluster objects -----------------------------------------------------------------------
 
@@ -378,12 +386,20 @@ disabled_plugins = [
             "--v=1",
         ]
 
+    def _dns_args(self, target: node_net.ServiceTarget) -> list[str]:
+        record = f"kubernetes.default.svc.{CLUSTER_DOMAIN}={target.service_ip}"
+        return [
+            sys.executable, "-m", "recall_dev.node_dns", f"--listen={node_net.GATEWAY}",
+            f"--domain={CLUSTER_DOMAIN}", f"--record={record}",
+        ]  # fmt: skip
+
     def _kubelet_config(self) -> Path:
         kubelet_dir = self.workdir / "kubelet"
         resolv = kubelet_dir / "resolv.conf"
         resolv.parent.mkdir(parents=True, exist_ok=True)
-        # No nameserver: a pod resolves no name, so it cannot even ask the way out.
-        resolv.write_text("# recall dev node: pods resolve no names\noptions ndots:1\n")
+        # For dnsPolicy Default: no nameserver at all. ClusterFirst pods ask node_dns, which
+        # knows the cluster's names only and never forwards.
+        resolv.write_text("# recall dev node: no upstream nameserver\noptions ndots:1\n")
         self.kubelet_port = self.kubelet_port or free_port()
         config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -407,6 +423,8 @@ disabled_plugins = [
             "oomScoreAdj": 0,
             "podLogsDir": str(self.workdir / "pod-logs"),
             "resolvConf": str(resolv),
+            "clusterDNS": [str(node_net.GATEWAY)],
+            "clusterDomain": CLUSTER_DOMAIN,
             "volumePluginDir": str(self.workdir / "volume-plugins"),
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
@@ -583,7 +601,7 @@ def teardown(graceful_kubeconfig: Path | None = None, bin_dir: Path | None = Non
         _wait_no_containers(workdir, timeout=20)
     # The kubelet first (it would restart containers), the scheduler and controllers, then the
     # containers themselves, their shims, and containerd last.
-    order = ["kubelet", "kube-scheduler", "kube-controller-manager-node"]
+    order = ["kubelet", "kube-scheduler", "kube-controller-manager-node", "node-dns"]
     terminate([by_name[n] for n in order if n in by_name], grace=5)
     removed += _kill_cgroup_processes()
     removed += _kill_shims(workdir)
@@ -748,7 +766,9 @@ def _remove_kubelet_chains(before: object) -> list[str]:
             for line in listing.splitlines():
                 if line.startswith("-A ") and f"-j {chain}" in line:
                     rule = line.split()[1:]
-                    subprocess.run(["iptables", "-w", "-t", table, "-D", *rule], capture_output=True)
+                    subprocess.run(
+                        ["iptables", "-w", "-t", table, "-D", *rule], capture_output=True
+                    )
             subprocess.run(["iptables", "-w", "-t", table, "-F", chain], capture_output=True)
             subprocess.run(["iptables", "-w", "-t", table, "-X", chain], capture_output=True)
             removed.append(f"{table} chain {chain}")

@@ -23,7 +23,8 @@ merely unlikely:
   the host itself, and the one thing there a pod is meant to reach — the Service IP on 443 — is
   rewritten to the loopback API server (route_localnet lets the bridge deliver to 127.0.0.1).
 - Host processes that dial the Service IP land on loopback as well (the OUTPUT rule).
-- Pods resolve no names: their resolv.conf has no nameserver (see node.py).
+- Pods resolve names only through node_dns on the bridge address, which knows the cluster's
+  own names (kubernetes.default.svc → the Service IP) and never forwards a query.
 - hostNetwork pods would bypass all of this: a ValidatingAdmissionPolicy (node.py) refuses them.
 
 `verify_isolation()` is the guard. It sends nothing: it reads the CNI configuration, creates a
@@ -185,7 +186,12 @@ def teardown(subnet_netns_cleanup: bool = True) -> list[str]:
                 == 0
             ):
                 removed.append(f"{table} {hook} → {chain}")
-        if subprocess.run(["iptables", "-w", "-t", table, "-F", chain], capture_output=True).returncode == 0:
+        if (
+            subprocess.run(
+                ["iptables", "-w", "-t", table, "-F", chain], capture_output=True
+            ).returncode
+            == 0
+        ):
             _run(["iptables", "-w", "-t", table, "-X", chain], check=False)
             removed.append(f"{table} chain {chain}")
     if CNI_RESULTS_DIR.is_dir():
