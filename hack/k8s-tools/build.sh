@@ -5,6 +5,7 @@
 #
 #   hack/k8s-tools/build.sh            build what is missing, print the bin directory
 #   hack/k8s-tools/build.sh --print    print the bin directory only (no build)
+#   hack/k8s-tools/build.sh --with-kind  also build kind (for `make e2e-kind` only)
 #
 # Cache: ${RECALL_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/recall}/k8s-v<kube>-etcd-v<etcd>-helm-v<helm>/bin
 # A binary is rebuilt only when it is missing; VERSIONS in the bin directory records what
@@ -57,6 +58,7 @@ build ../node/pause . pause
 # The chart linter of `make chart-lint` (kube-linter and Polaris are not served by the Go
 # module proxy this project can reach; see hack/chart-lint.sh).
 build kube-score github.com/zegl/kube-score/cmd/kube-score kube-score "-X main.version=v$KUBE_SCORE_VERSION"
+if [[ "${1:-}" == "--with-kind" ]]; then build kind sigs.k8s.io/kind kind; fi
 build helm helm.sh/helm/v3/cmd/helm helm "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
 
 echo "$bin"

@@ -22,7 +22,7 @@ from recall.models import API_VERSION, BATCH_PLURAL, GROUP, LABEL_JOB, VERSION, 
 from recall.transcripts import LABEL_KIND, Transcript
 from recall_dev import speech
 from tests.e2e.pods.conftest import NAMESPACE, PodCluster
-from tests.helpers import get_batch, get_job, wait_for
+from tests.helpers import get_batch, get_job, job_phase, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -101,7 +101,10 @@ def wer(reference: str, hypothesis: str) -> float:
 
 def leased_mid_job(kube: Kube, job: str) -> tuple[str, int] | None:
     """(holder, chunks done) once the job is leased with a chunk done and three still to do."""
-    status = get_job(kube, NAMESPACE, job).status
+    found = kube.get_job(NAMESPACE, job)
+    if found is None:
+        return None  # the operator has not created it yet
+    status = found.status
     progress, lease = status.progress, status.lease
     if status.phase != Phase.LEASED or lease is None or progress is None:
         return None
@@ -291,8 +294,7 @@ def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
     items = {"long": "long-1", "a": "s0", "b": "s1", "c": "s2"}
     submit(kube, "rollout", items)
     wait_for(
-        lambda: get_job(kube, NAMESPACE, job_name("rollout", "long")).status.phase
-        == Phase.LEASED,
+        lambda: job_phase(kube, NAMESPACE, job_name("rollout", "long")) == Phase.LEASED,
         timeout=120, interval=0.2, message="a job in flight before the upgrade",
     )  # fmt: skip
     cluster.helm(
