@@ -608,6 +608,7 @@ def teardown(graceful_kubeconfig: Path | None = None, bin_dir: Path | None = Non
     if "containerd" in by_name:
         terminate([by_name["containerd"]], grace=5)
     removed += node_net.teardown()
+    removed += _remove_cni_results(workdir)
     removed += _unmount_under(workdir)
     removed += _remove_cgroups()
     _restore_sysctls(state.get("sysctls"))
@@ -690,6 +691,21 @@ def _kill_shims(workdir: Path) -> list[str]:
                 os.kill(int(proc_dir.name), signal.SIGKILL)
                 killed.append(f"shim {proc_dir.name}")
     return killed
+
+
+def _remove_cni_results(workdir: Path) -> list[str]:
+    """The CNI library's cached results of this node's pod sandboxes (a sandbox whose CNI DEL
+    never ran, because containerd died first, leaves one per network, loopback included)."""
+    sandboxes = workdir / "containerd" / "root" / "io.containerd.grpc.v1.cri" / "sandboxes"
+    if not sandboxes.is_dir() or not node_net.CNI_RESULTS_DIR.is_dir():
+        return []
+    ids = {d.name for d in sandboxes.iterdir()}
+    removed: list[str] = []
+    for cached in node_net.CNI_RESULTS_DIR.iterdir():
+        if any(f"-{sandbox}-" in cached.name for sandbox in ids):
+            cached.unlink(missing_ok=True)
+            removed.append(f"CNI result {cached.name}")
+    return removed
 
 
 def _unmount_under(workdir: Path) -> list[str]:

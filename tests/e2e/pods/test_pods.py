@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +46,9 @@ def media(cluster: PodCluster) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def up(release: str, media: dict[str, str]) -> Iterator[dict[str, str]]:
+def up(release: str, media: dict[str, str]) -> dict[str, str]:
     """The installed release and the media: what every test needs."""
-    yield media
+    return media
 
 
 def submit(kube: Kube, name: str, items: dict[str, str], *, lease: int = 60) -> None:
@@ -299,7 +298,7 @@ def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
     )  # fmt: skip
     cluster.helm(
         "upgrade", "recall", str(Path(__file__).resolve().parents[3] / "charts" / "recall"),
-        "--reuse-values", "--set", "worker.podAnnotations.rollout=2", "--wait", "--timeout", "5m",
+        "--reuse-values", "--set-string", "worker.podAnnotations.rollout=2", "--wait", "--timeout", "5m",
     )  # fmt: skip
     cluster.kubectl(
         "rollout", "status", "deployment/recall-worker", "-n", NAMESPACE, "--timeout=300s"
@@ -329,12 +328,12 @@ def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
 def test_helm_uninstall__keeps_the_crds_and_the_jobs(
     cluster: PodCluster, kube: Kube, up: dict[str, str]
 ) -> None:
-    jobs = cluster.kubectl("get", "transcriptionjobs", "-n", NAMESPACE, "-o", "name").split()
-    batches = cluster.kubectl("get", "batches", "-n", NAMESPACE, "-o", "name").split()
+    jobs = cluster.kubectl("get", "tj", "-n", NAMESPACE, "-o", "name").split()
+    batches = cluster.kubectl("get", "rb", "-n", NAMESPACE, "-o", "name").split()
     assert len(batches) >= 5 and len(jobs) >= len(batches)
     cluster.helm("uninstall", "recall", "--wait", "--timeout", "2m")
     for crd in ("transcriptionjobs.recall.dev", "batches.recall.dev"):
         cluster.kubectl("get", "crd", crd)
-    assert cluster.kubectl("get", "transcriptionjobs", "-n", NAMESPACE, "-o", "name").split() == jobs
-    assert cluster.kubectl("get", "batches", "-n", NAMESPACE, "-o", "name").split() == batches
+    assert cluster.kubectl("get", "tj", "-n", NAMESPACE, "-o", "name").split() == jobs
+    assert cluster.kubectl("get", "rb", "-n", NAMESPACE, "-o", "name").split() == batches
     assert not cluster.kubectl("get", "deployments", "-n", NAMESPACE, "-o", "name").strip()
