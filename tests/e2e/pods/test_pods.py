@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import jiwer
@@ -20,7 +19,7 @@ from recall.kube import Kube
 from recall.models import API_VERSION, BATCH_PLURAL, GROUP, LABEL_JOB, VERSION, Phase
 from recall.transcripts import LABEL_KIND, Transcript
 from recall_dev import speech
-from tests.e2e.pods.conftest import NAMESPACE, PodCluster
+from tests.e2e.pods.conftest import CHART, NAMESPACE, PodCluster
 from tests.helpers import get_batch, get_job, job_phase, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -297,8 +296,8 @@ def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
         timeout=120, interval=0.2, message="a job in flight before the upgrade",
     )  # fmt: skip
     cluster.helm(
-        "upgrade", "recall", str(Path(__file__).resolve().parents[3] / "charts" / "recall"),
-        "--reuse-values", "--set-string", "worker.podAnnotations.rollout=2", "--wait", "--timeout", "5m",
+        "upgrade", "recall", str(CHART), "--reuse-values",
+        "--set-string", "worker.podAnnotations.rollout=2", "--wait", "--timeout", "5m",
     )  # fmt: skip
     cluster.kubectl(
         "rollout", "status", "deployment/recall-worker", "-n", NAMESPACE, "--timeout=300s"
