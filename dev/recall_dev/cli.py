@@ -1,4 +1,9 @@
-"""`recall dev up|down|status`: a local control plane for development (mounted by `recall`)."""
+"""`recall dev up|down|status`: a local control plane for development (mounted by `recall`).
+
+`recall dev up --node` adds a node that runs pods (recall_dev.node; needs root), `--image`
+imports the project's image into it; `recall dev down` removes the node first (from its state
+file, whatever state it is in), then the control plane.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ if TYPE_CHECKING:
 DEFAULT_DEV_DIR = Path(".recall-dev")
 
 dev_app = typer.Typer(
-    help="A local control plane (etcd + kube-apiserver) for development.", no_args_is_help=True
+    help="A local control plane (etcd + kube-apiserver, and a node with --node) for development.",
+    no_args_is_help=True,
 )
 
 
@@ -88,7 +94,7 @@ def dev_down(
 def dev_status(
     dir: Annotated[Path, typer.Option("--dir")] = DEFAULT_DEV_DIR,
 ) -> None:
-    """Show whether the local control plane is up, and where."""
+    """Show whether the local control plane (and its node) is up, and where."""
     from recall_dev import cluster
 
     try:
@@ -96,6 +102,19 @@ def dev_status(
     except cluster.ControlPlaneError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
+    from recall_dev import node
+    from recall_dev.procs import pid_alive
+
+    node_state = node.read_state()
+    if node_state is not None:
+        procs = node_state.get("processes", {})
+        status["node"] = {
+            "workdir": node_state.get("workdir"),
+            "processes": {
+                name: {"pid": pid, "alive": pid_alive(int(pid))}
+                for name, pid in (procs.items() if isinstance(procs, dict) else [])
+            },
+        }
     typer.echo(json.dumps(status, indent=2))
     if not status["ready"]:
         raise typer.Exit(1)

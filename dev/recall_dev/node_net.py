@@ -164,11 +164,9 @@ def setup(target: ServiceTarget) -> None:
                 _run(["iptables", "-w", "-t", table, "-I", hook, "1", *jump])
 
 
-def teardown(subnet_netns_cleanup: bool = True) -> list[str]:
+def teardown() -> list[str]:
     """Remove everything setup() and the pods' CNI made; returns what was removed. Idempotent."""
-    removed: list[str] = []
-    if subnet_netns_cleanup:
-        removed += remove_pod_netns()
+    removed = remove_pod_netns()
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         for port in list(Path(f"/sys/class/net/{BRIDGE}/brif").glob("*")):
             _run(["ip", "link", "del", port.name], check=False)
