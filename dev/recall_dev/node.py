@@ -186,12 +186,24 @@ class Node:
         say("node Ready")
 
     def _service_target(self, bin_dir: Path) -> node_net.ServiceTarget:
-        """The `kubernetes` Service's address (what pods dial) and the API server's port."""
-        ip = self._kubectl(
-            bin_dir, "get", "service", "kubernetes", "-n", "default", "-o",
-            "jsonpath={.spec.clusterIP} {.spec.ports[0].port}",
-        ).split()  # fmt: skip
-        return node_net.ServiceTarget(ip[0], int(ip[1]), self.cp.apiserver_port)
+        """The `kubernetes` Service's address (what pods dial) and the API server's port.
+
+        The API server creates that Service shortly after it is ready: wait for it.
+        """
+        deadline = time.monotonic() + 60
+        problem = ""
+        while time.monotonic() < deadline:
+            try:
+                ip = self._kubectl(
+                    bin_dir, "get", "service", "kubernetes", "-n", "default", "-o",
+                    "jsonpath={.spec.clusterIP} {.spec.ports[0].port}",
+                ).split()  # fmt: skip
+                if len(ip) == 2:
+                    return node_net.ServiceTarget(ip[0], int(ip[1]), self.cp.apiserver_port)
+            except NodeError as e:
+                problem = str(e)
+            time.sleep(0.5)
+        raise NodeError(f"no `kubernetes` Service after 60 s {problem}".strip())
 
     def _pause_archive(self, bin_dir: Path) -> Path:
         out = cache_root() / "image" / "pause-oci.tar"
