@@ -767,6 +767,7 @@ def test_template_opt_ins__pdbs_network_policies_and_image_digest(
         pdb = find(docs, "PodDisruptionBudget", suffix)
         deployment = find(docs, "Deployment", suffix)
         assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+        assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
         policy = find(docs, "NetworkPolicy", suffix)
         assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
         assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
