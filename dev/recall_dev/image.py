@@ -213,10 +213,14 @@ def build(tag: str = DEFAULT_TAG, docker: DockerEngine | None = None) -> str:
             return build(tag, engine)
     base = ensure_base(root, docker)
     log.info("image_build", tag=tag, base=base)
-    docker.run(
+    built = docker.run(
         ["build", "--network=none", "--build-arg", f"BASE_IMAGE={base}", "--tag", tag, str(root)],
-        capture=not sys.stderr.isatty(),
+        capture=True,
+        check=False,
     )
+    if built.returncode != 0:
+        output = (built.stdout + built.stderr).splitlines()
+        raise ImageError("docker build failed; its last lines:\n" + "\n".join(output[-40:]))
     image_id = docker.image_id(tag)
     if image_id is None:
         raise ImageError(f"docker build succeeded but {tag} is not in the daemon")

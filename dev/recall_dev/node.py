@@ -32,8 +32,11 @@ Contract:
   or from `recall dev down` in another shell. A start finds a stale state (its owner dead) and
   tears it down first; it refuses to start while the owner lives.
 - Children get SIGKILL when the starting process dies (PR_SET_PDEATHSIG) unless started
-  detached (`recall dev up --node`); what they leave (containers, mounts, rules) is removed by
-  the next `teardown()`.
+  detached (`recall dev up --node`). What they would leave (containers and their shims,
+  mounts, rules) is removed by a reaper: a small process outside the owner's process group
+  that waits for the owner to exit and runs `teardown()` if the owner did not stop the node
+  (`python -m recall_dev.node reap`). `recall dev down` (or `python -m recall_dev.node down`)
+  does the same by hand.
 """
 
 from __future__ import annotations
@@ -131,6 +134,8 @@ class Node:
     def start(self, progress: Callable[[str], None] | None = None, timeout: float = 180) -> None:
         say = progress or (lambda _m: None)
         claim_machine(self.workdir)
+        if self.die_with_parent:
+            _spawn_reaper(os.getpid())
         try:
             self._start(say, timeout)
         except BaseException:
@@ -526,6 +531,48 @@ disabled_plugins = [
         self.procs.clear()
 
 
+# -- the reaper ---------------------------------------------------------------------------------
+
+
+def _spawn_reaper(owner: int) -> None:
+    """A watchdog outside the owner's process group: when the owner dies without stopping the
+    node (a killed test run), it tears the node down. It exits on its own once the owner is
+    gone, whatever it found."""
+    subprocess.Popen(
+        [sys.executable, "-m", "recall_dev.node", "reap", f"--owner={owner}"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def reap(owner: int, poll: float = 0.5) -> list[str]:
+    """Wait for `owner` to exit; then tear down the node it left, if it left one."""
+    while pid_alive(owner):
+        time.sleep(poll)
+    state = read_state()
+    if state is None or int(str(state.get("owner", 0))) != owner:
+        return []  # stopped cleanly, or the machine has a new owner
+    return teardown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m recall_dev.node")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("reap", help="tear the node down when OWNER exits").add_argument(
+        "--owner", type=int, required=True
+    )
+    sub.add_parser("down", help="tear down the node of this machine (from its state file)")
+    args = parser.parse_args(argv)
+    removed = reap(args.owner) if args.command == "reap" else teardown()
+    print(f"{len(removed)} things removed")
+    return 0
+
+
 # -- machine state -----------------------------------------------------------------------------
 
 
@@ -801,3 +848,7 @@ def _remove_kubelet_chains(before: object) -> list[str]:
             subprocess.run(["iptables", "-w", "-t", table, "-X", chain], capture_output=True)
             removed.append(f"{table} chain {chain}")
     return removed
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from recall.kube import Kube, load_api_client
@@ -89,7 +88,9 @@ def _local_cluster(tmp: Path, failed: Callable[[], bool]) -> Iterator[PodCluster
     if os.geteuid() != 0:
         pytest.fail("the pod end-to-end tests start containerd and a kubelet: run them as root")
     archive = build_and_save(f"{IMAGE_REPOSITORY}:{IMAGE_TAG}")
-    cp = ControlPlane()
+    # Under pytest's temporary directory: even a killed run leaves nothing elsewhere (the
+    # node's reaper removes what the node made outside it).
+    cp = ControlPlane(workdir=tmp / "control-plane")
     cp.start(timeout=180)
     node = Node(cp, tmp / "node")
     try:
@@ -205,8 +206,3 @@ def diagnostics(cluster: PodCluster) -> None:
     ):  # fmt: skip
         done = cluster.run("kubectl", *args, check=False)
         print(f"\n$ kubectl {' '.join(args)}\n{done.stdout[-6000:]}{done.stderr[-2000:]}")
-
-
-def values_file() -> dict[str, object]:
-    loaded: dict[str, object] = yaml.safe_load(VALUES.read_text())
-    return loaded
