@@ -30,7 +30,8 @@ Contract:
 - One node per machine: its state lives in /run/recall-node/state.json from the first thing
   made, so `teardown()` works from that file alone — after the starting process was killed,
   or from `recall dev down` in another shell. A start finds a stale state (its owner dead) and
-  tears it down first; it refuses to start while the owner lives.
+  tears it down first; while the owner lives it waits (`wait_for_machine`, so concurrent test
+  runs take turns) or refuses.
 - Children get SIGKILL when the starting process dies (PR_SET_PDEATHSIG) unless started
   detached (`recall dev up --node`). What they would leave (containers and their shims,
   mounts, rules) is removed by a reaper: a small process outside the owner's process group
@@ -42,6 +43,7 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -131,9 +133,16 @@ class Node:
 
     # -- start ---------------------------------------------------------------------------------
 
-    def start(self, progress: Callable[[str], None] | None = None, timeout: float = 180) -> None:
+    def start(
+        self,
+        progress: Callable[[str], None] | None = None,
+        timeout: float = 180,
+        wait_for_machine: float = 0.0,
+    ) -> None:
+        """Start the node (see the module contract). `wait_for_machine`: how long to wait while
+        another node holds this machine before giving up."""
         say = progress or (lambda _m: None)
-        claim_machine(self.workdir)
+        claim_machine(self.workdir, wait=wait_for_machine)
         if self.die_with_parent:
             _spawn_reaper(os.getpid())
         try:
@@ -593,22 +602,40 @@ def update_state(**fields: object) -> None:
     tmp.rename(STATE_FILE)
 
 
-def claim_machine(workdir: Path) -> None:
-    """Make this process the node's owner: tear down a stale node, refuse a live one."""
-    state = read_state()
-    if state is not None:
-        owner = int(str(state.get("owner", 0)))
-        procs = state.get("processes", {})
-        alive = isinstance(procs, dict) and any(pid_alive(int(p)) for p in procs.values())
-        owned = bool(state.get("detached")) or (pid_alive(owner) and owner != os.getpid())
-        if alive and owned:
+def claim_machine(workdir: Path, wait: float = 0.0) -> None:
+    """Make this process the node's owner, waiting up to `wait` seconds while another live
+    node (a test run's, or a detached one) holds the machine; a stale node is torn down."""
+    deadline = time.monotonic() + wait
+    lock_path = cache_root() / "node.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        with lock_path.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = read_state()
+            if state is None or not _in_use(state):
+                if state is not None:
+                    teardown()
+                workdir.mkdir(parents=True, exist_ok=True)
+                update_state(workdir=str(workdir), owner=os.getpid())
+                return
+        if time.monotonic() >= deadline:
             raise NodeError(
-                f"a node of pid {owner} runs on this machine ({state.get('workdir')}); "
-                "stop it with `recall dev down` first"
+                f"a node of pid {state.get('owner')} runs on this machine "
+                f"({state.get('workdir')}); stop it with `recall dev down` first"
             )
-        teardown()
-    workdir.mkdir(parents=True, exist_ok=True)
-    update_state(workdir=str(workdir), owner=os.getpid())
+        time.sleep(2)
+
+
+def _in_use(state: dict[str, object]) -> bool:
+    """Whether the node of `state` still has an owner: a live starting process, or (detached,
+    `recall dev up --node`) a live node process."""
+    owner = int(str(state.get("owner", 0)))
+    if owner == os.getpid():
+        return False
+    if state.get("detached"):
+        procs = state.get("processes", {})
+        return isinstance(procs, dict) and any(pid_alive(int(p)) for p in procs.values())
+    return pid_alive(owner)
 
 
 def _read_sysctls() -> dict[str, str]:

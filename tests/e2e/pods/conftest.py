@@ -94,7 +94,8 @@ def _local_cluster(tmp: Path, failed: Callable[[], bool]) -> Iterator[PodCluster
     cp.start(timeout=180)
     node = Node(cp, tmp / "node")
     try:
-        node.start()
+        # Another test run's node may hold the machine: take turns (one run takes minutes).
+        node.start(wait_for_machine=900)
         import_archive(node.containerd_socket, archive)
         assert cp.bin_dir is not None
         socket = node.containerd_socket

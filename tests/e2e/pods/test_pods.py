@@ -22,7 +22,8 @@ from recall_dev import speech
 from tests.e2e.pods.conftest import CHART, NAMESPACE, PodCluster
 from tests.helpers import get_batch, get_job, job_phase, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# The first test also waits for the image build and the node (and for another run's node).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 MAX_WER = 0.3
 SHORT = {f"s{i}": [speech.SENTENCES[i]] for i in range(3)}
