@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml dev/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "[venv] installing the project and its dev dependencies into $(VENV)"
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[dev]' -e dev
+	@$(PY) -m pip install --quiet -e '.[dev,bench]' -e dev
 	@touch $@
 
 venv: $(STAMP)

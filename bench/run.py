@@ -1,7 +1,13 @@
-"""`make bench`: run the benchmarks and write docs/benchmarks.md.
+"""`make bench`: every benchmark in one run; writes docs/benchmarks.md and docs/bench/*.png.
 
-make bench                            # everything (about 10 minutes on 2 cores)
-make bench BENCH_ARGS="reclaim burst" # some of them
+    make bench                                  # everything (an hour or more on two cores)
+    make bench BENCH_ARGS="--only limit throughput --quick"
+
+Sections: limit (raw fenced writes/s), throughput (1, 4, 16, 64 workers; offers and, for the
+comparison of designs, the queue watch), fairness, reclaim (among 10,000 jobs), big (10,000 and
+100,000-item Batches), versus (recall in the comparison's terms), compare (procrastinate and
+Celery), engine (Whisper's real-time factor), longfile (a 10-hour recording). Every section
+runs even when another fails; the failure is recorded in the results.
 """
 
 from __future__ import annotations
@@ -12,53 +18,144 @@ import json
 import os
 import platform
 import sys
+import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import control_plane, engine_rtf
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+OUT = DOCS / "benchmarks.md"
+PLOTS = DOCS / "bench"
+SECTIONS = [
+    "limit",
+    "throughput",
+    "fairness",
+    "reclaim",
+    "big",
+    "versus",
+    "compare",
+    "engine",
+    "longfile",
+]
 
-OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+def _section(results: dict[str, Any], name: str, fn: Callable[[], Any]) -> None:
+    print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    try:
+        results[name] = fn()
+    except Exception as e:
+        traceback.print_exc()
+        results[name] = {"error": f"{type(e).__name__}: {e}"}
+    print(
+        f"[bench] {name} done in {time.monotonic() - started:.0f} s: "
+        f"{json.dumps(results[name], default=str)[:400]}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
-def engine() -> dict[str, Any]:
-    return engine_rtf.measure(120.0, threads=1)
+def run(only: list[str], quick: bool) -> dict[str, Any]:
+    from bench import scale, sizes, versus
+    from bench.harness import environment
 
+    results: dict[str, Any] = {}
+    workers = (1, 4, 16) if quick else (1, 4, 16, 64)
+    with environment() as env:
+        if "limit" in only or "throughput" in only or "versus" in only:
+            _section(results, "limit", lambda: scale.write_limit(env, seconds=5 if quick else 15))
+        limit = float((results.get("limit") or {}).get("limit") or 200.0)
+        if "throughput" in only or "versus" in only:
 
-ALL = {**control_plane.BENCHES, "engine": engine}
+            def throughput() -> dict[str, Any]:
+                out: dict[str, Any] = {"offers": {}, "queue": {}}
+                for w in workers:
+                    jobs = max(100 if quick else 300, 20 * w)
+                    out["offers"][w] = scale.throughput(env, w, jobs=jobs, limit=limit)
+                for w in workers[-2:]:
+                    jobs = max(100 if quick else 300, 20 * w)
+                    out["queue"][w] = scale.throughput(
+                        env, w, jobs=jobs, limit=limit, dispatch="queue"
+                    )
+                return out
 
+            _section(results, "throughput", throughput)
+        if "fairness" in only:
+            _section(
+                results,
+                "fairness",
+                lambda: scale.fair_share(
+                    env, workers=4 if quick else 8, big=300 if quick else 2000
+                ),
+            )
+        if "reclaim" in only:
+            _section(
+                results,
+                "reclaim",
+                lambda: sizes.reclaim_delay(
+                    env, jobs=1000 if quick else 10_000, expiries=60 if quick else 240
+                ),
+            )
+        if "big" in only:
 
-def render(results: dict[str, dict[str, Any]]) -> str:
-    lines = [
-        "# Benchmarks",
-        "",
-        f"Measured {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, against the local "
-        "control plane (kube-apiserver v1.37 and etcd v3.6 as processes, etcd without fsync). "
-        "Regenerate with `make bench`; what each number means is in `bench/control_plane.py` "
-        "and `bench/engine_rtf.py`.",
-        "",
-    ]
-    for name, result in results.items():
-        lines += [f"## {name}", "", "| measure | value |", "| --- | --- |"]
-        lines += [f"| {k} | {v} |" for k, v in result.items()]
-        lines.append("")
-    return "\n".join(lines)
+            def big() -> dict[str, Any]:
+                out = {"10k": sizes.big_batch(env, 2000 if quick else 10_000, workers=16)}
+                if not quick:
+                    out["100k"] = sizes.big_batch(env, 100_000, workers=16)
+                return out
+
+            _section(results, "big", big)
+        if "versus" in only:
+            tp = (results.get("throughput") or {}).get("offers") or {}
+            rate = {w: r["jobs_per_second"] for w, r in tp.items() if w in (1, 4, 16)}
+            _section(results, "versus", lambda: versus.figures(env, rate))
+    if "compare" in only:
+        from bench import compare
+
+        _section(
+            results,
+            "compare",
+            lambda: compare.run_all(jobs=500 if quick else 2000, kill_wait=30.0),
+        )
+    if "engine" in only:
+        from bench import engine_rtf
+
+        _section(results, "engine", lambda: engine_rtf.measure(120.0, threads=1))
+    if "longfile" in only:
+
+        def longfile() -> Any:
+            from bench import longfile as lf  # type: ignore[attr-defined]
+
+            return lf.run_all(quick=quick)
+
+        _section(results, "longfile", longfile)
+    return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", choices=[*ALL, []], help="benchmarks to run")
-    parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--only", nargs="*", choices=SECTIONS, default=SECTIONS)
+    parser.add_argument("--quick", action="store_true", help="small sizes (minutes, not hours)")
+    parser.add_argument("--no-write", action="store_true", help="do not update docs/")
     args = parser.parse_args()
-    results: dict[str, dict[str, Any]] = {}
-    for name in args.names or list(ALL):
-        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
-        results[name] = ALL[name]()
-        print(json.dumps({name: results[name]}), flush=True)
-    if not args.no_write and not args.names:
-        OUT.parent.mkdir(exist_ok=True)
-        OUT.write_text(render(results))
-        print(f"[bench] wrote {OUT}", file=sys.stderr)
+    started = time.monotonic()
+    results = run(args.only, args.quick)
+    results["_run"] = {
+        "when": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+        ),
+        "seconds": round(time.monotonic() - started),
+        "quick": args.quick,
+    }
+    print(json.dumps(results, default=str))
+    if not args.no_write:
+        from bench.report import write
+
+        write(results, OUT, PLOTS)
+        print(f"[bench] wrote {OUT} and {PLOTS}/", file=sys.stderr)
     return 0
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from recall.kube import Kube, load_api_client
+from recall.store.kube import KubeStore, load_api_client
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
 from tests.helpers import Procs
@@ -50,8 +50,9 @@ def api(control_plane: ControlPlane) -> client.ApiClient:
 
 
 @pytest.fixture(scope="session")
-def kube(api: client.ApiClient) -> Kube:
-    return Kube(api)
+def kube(api: client.ApiClient) -> KubeStore:
+    """The store on the real API server (`.custom` and `.core` give raw access)."""
+    return KubeStore(api)
 
 
 @pytest.fixture
@@ -69,6 +70,8 @@ def procs(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Procs]:
     """Starts `recall` processes against the control plane; kills what is left at the end."""
     env = control_plane.env()
     env.setdefault("RECALL_LOG_FORMAT", "json")
+    # Workers serve themselves soon when no operator offers them work (tests without one).
+    env.setdefault("RECALL_WORKER_SELF_SERVE_SECONDS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     p = Procs(env=env, logs=tmp_path / "logs")
     try:

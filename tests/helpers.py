@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from recall.kube import Kube
-from recall.models import API_VERSION, GROUP, JOB_PLURAL, VERSION, TranscriptionJob
+from recall.models import API_VERSION, GROUP, VERSION, TranscriptionJob
+from recall.store.kube import KubeStore as Kube
 
 T = TypeVar("T")
 
@@ -67,7 +67,7 @@ def job_manifest(
 
 
 def create_job(kube: Kube, namespace: str, name: str, **kwargs: Any) -> TranscriptionJob:
-    return TranscriptionJob.from_api(kube.create_job(namespace, job_manifest(name, **kwargs)))
+    return kube.create_job(namespace, job_manifest(name, **kwargs))
 
 
 def get_job(kube: Kube, namespace: str, name: str) -> TranscriptionJob:
@@ -77,8 +77,7 @@ def get_job(kube: Kube, namespace: str, name: str) -> TranscriptionJob:
 
 
 def list_jobs(kube: Kube, namespace: str) -> list[TranscriptionJob]:
-    out = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, JOB_PLURAL)
-    return [TranscriptionJob.from_api(o) for o in out["items"]]
+    return [TranscriptionJob.from_api(o) for o in kube.list_jobs(namespace).items]
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
@@ -173,35 +172,55 @@ class Procs:
         return "\n".join(parts)
 
 
-class ReaperThread:
-    """Runs `recall.reaper.Reaper.run_once` every `interval` seconds in a thread (no operator)."""
+class ControllerThread:
+    """The operator's controller (reclaim, reconcile, projection) on one namespace, without
+    kopf: an informer feeds its cache, its loop runs in a thread. Batches are read from the
+    API each tick. The same code path the operator runs."""
 
-    def __init__(self, kube: Kube, namespace: str, interval: float = 0.2) -> None:
+    def __init__(self, kube: Kube, namespace: str, tick: float = 0.2) -> None:
         import threading
 
-        from recall.reaper import Reaper, ReclaimOutcome
+        from recall.controller import Controller
+        from recall.informer import Informer, Jobs, Leases
+        from recall.registration import SELECTOR
+        from recall.settings import OperatorSettings
 
-        self.reaper = Reaper(kube, namespace)
-        self.interval = interval
-        self.outcomes: list[ReclaimOutcome] = []
+        settings = OperatorSettings(namespace=namespace, tick_seconds=tick, reconcile_interval=2)
+        self.kube = kube
+        self.namespace = namespace
+        self.controller = Controller(kube, settings)
+        self.controller.leading.set()
+        self.informer = Informer(Jobs(kube, namespace), self.controller.cache)
+        self.registrations = Informer(
+            Leases(kube, namespace, SELECTOR), self.controller.registry, name="registrations"
+        )
+        self.reports: list[Any] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="test-reaper", daemon=True)
+        self._threads = [
+            threading.Thread(target=self.informer.run, args=(self._stop,), daemon=True),
+            threading.Thread(target=self.registrations.run, args=(self._stop,), daemon=True),
+            threading.Thread(target=self._run, daemon=True),
+        ]
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.outcomes.extend(self.reaper.run_once())
+        while not self._stop.wait(self.controller.next_wait()):
+            for batch in self.kube.list_batches(self.namespace):
+                self.controller.put_batch(batch)
+            self.reports.extend(self.controller.run_once())
 
     @property
     def reclaimed(self) -> list[str]:
-        return [o.job.name for o in self.outcomes if o.reclaimed]
+        return [job for r in self.reports for job, _ in r.reclaimed]
 
-    def __enter__(self) -> ReaperThread:
-        self._thread.start()
+    def __enter__(self) -> ControllerThread:
+        for t in self._threads:
+            t.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        for t in self._threads:
+            t.join(timeout=10)
 
 
 def process_state(pid: int) -> str:
@@ -245,16 +264,25 @@ def create_batch(kube: Kube, namespace: str, name: str, keys: list[str], **kwarg
 
 
 def get_batch(kube: Kube, namespace: str, name: str) -> Any:
-    from recall.models import Batch
+    batch = kube.get_batch(namespace, name)
+    assert batch is not None, f"batch {namespace}/{name} is missing"
+    return batch
 
-    raw = kube.get_batch(namespace, name)
-    assert raw is not None, f"batch {namespace}/{name} is missing"
-    return Batch.from_api(raw)
+
+def item_phases(batch: Any) -> dict[str, Any]:
+    """Every inline item's phase, as the Batch status records it (compressed ranges)."""
+    from recall.projection import CODES, stored_phases
+
+    codes = stored_phases(batch.status, len(batch.spec.items))
+    return {item.key: CODES[codes[i]] for i, item in enumerate(batch.spec.items)}
 
 
 def item_phase(kube: Kube, namespace: str, batch: str, key: str) -> str | None:
-    items = get_batch(kube, namespace, batch).status.items
-    return items[key].phase if key in items else None
+    """The item's phase in the Batch status (None before the operator wrote any status)."""
+    b = get_batch(kube, namespace, batch)
+    if b.status.counts is None:
+        return None
+    return item_phases(b).get(key)
 
 
 def events(kube: Kube, namespace: str, reason: str | None = None) -> list[Any]:

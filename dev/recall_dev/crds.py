@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube import load_api_client
+from recall.store.kube import load_api_client
 from recall_dev.cluster import repo_root
 
 
@@ -34,7 +34,8 @@ def load_crds(directory: Path | None = None) -> list[dict[str, Any]]:
 def install_crds(
     kubeconfig: str | None = None, *, timeout: float = 30.0, api: client.ApiClient | None = None
 ) -> list[str]:
-    """Create or update every CRD and wait for it to be Established. Returns their names."""
+    """Create or update every CRD and wait until it is Established and its storage answers a
+    list (the API server's watch cache starts a moment after Established). Returns the names."""
     api = api or load_api_client(kubeconfig)
     ext = client.ApiextensionsV1Api(api)
     names = []
@@ -59,4 +60,16 @@ def install_crds(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"CRD {name} not Established after {timeout:.0f} s")
             time.sleep(0.1)
+    custom = client.CustomObjectsApi(api)
+    for crd in load_crds():
+        group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+        version = crd["spec"]["versions"][0]["name"]
+        while True:
+            try:
+                custom.list_cluster_custom_object(group, version, plural, limit=1)
+                break
+            except ApiException as e:
+                if e.status not in (429, 503) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
     return names

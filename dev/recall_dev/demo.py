@@ -24,8 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-from recall.kube import Kube, load_api_client
-from recall.models import Phase
+from recall.models import Phase, TranscriptionJob
+from recall.store.kube import KubeStore, load_api_client
 from recall_dev import speech
 from recall_dev.cluster import STATE_FILE, ControlPlane, dev_down, dev_up
 from recall_dev.crds import install_crds
@@ -128,9 +128,9 @@ class Demo:
     def kill_a_worker_mid_job(self, stop: threading.Event) -> None:
         """Kill worker-1 as soon as it holds a lease with at least one chunk done."""
         assert self.cp is not None
-        kube = Kube(load_api_client(self.cp.kubeconfig))
+        store = KubeStore(load_api_client(self.cp.kubeconfig))
         while not stop.wait(0.2):
-            jobs, _ = kube.list_jobs("default")
+            jobs = [TranscriptionJob.from_api(o) for o in store.list_jobs("default").items]
             for job in jobs:
                 lease, progress = job.status.lease, job.status.progress
                 if lease and lease.holder == "worker-1" and progress and progress.chunks_done >= 1:
@@ -161,8 +161,8 @@ class Demo:
 
     def show(self) -> None:
         assert self.cp is not None
-        kube = Kube(load_api_client(self.cp.kubeconfig))
-        jobs, _ = kube.list_jobs("default")
+        store = KubeStore(load_api_client(self.cp.kubeconfig))
+        jobs = [TranscriptionJob.from_api(o) for o in store.list_jobs("default").items]
         say("the jobs:  recall get jobs -o wide")
         subprocess.run(recall_cmd("get", "jobs", "-o", "wide"), env=self.cp.env(), check=False)
         for job in sorted(jobs, key=lambda j: j.name):

@@ -82,6 +82,7 @@ def worker(
     engine: Annotated[str | None, typer.Option(help="whisper, openai or simulated.")] = None,
     kubeconfig: KubeconfigOpt = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+    health_port: Annotated[int | None, typer.Option(help="Serve /healthz on this port.")] = None,
     grace: Annotated[
         float | None, typer.Option(help="Seconds to finish the current job on SIGTERM.")
     ] = None,
@@ -92,30 +93,31 @@ def worker(
 ) -> None:
     """Rent transcription jobs one at a time under a lease and transcribe them."""
     from recall.engines import make_engine
-    from recall.kube import Kube, current_namespace, load_api_client
+    from recall.health import Liveness
     from recall.metrics import serve
-    from recall.settings import WorkerSettings
+    from recall.settings import ApiSettings, WorkerSettings
+    from recall.store.kube import current_namespace
     from recall.worker import Worker
 
-    overrides: dict[str, Any] = {
-        k: v
-        for k, v in {
-            "id": id,
-            "namespace": namespace,
-            "engine": engine,
-            "metrics_port": metrics_port,
-            "grace_seconds": grace,
-            "idle_exit_seconds": idle_exit,
-            "max_jobs": max_jobs,
-        }.items()
-        if v is not None
-    }
-    settings = WorkerSettings(**overrides)
-    kube = Kube(load_api_client(kubeconfig))
+    settings = WorkerSettings(
+        **_given(
+            id=id,
+            namespace=namespace,
+            engine=engine,
+            metrics_port=metrics_port,
+            health_port=health_port,
+            grace_seconds=grace,
+            idle_exit_seconds=idle_exit,
+            max_jobs=max_jobs,
+        )
+    )
+    store = _store(kubeconfig, ApiSettings())
     ns = settings.namespace or current_namespace(kubeconfig)
     eng = make_engine(settings)
     serve(settings.metrics_port)
-    w = Worker(kube, settings, eng, namespace=ns)
+    liveness = Liveness(stale_after=max(30.0, settings.relist_seconds))
+    liveness.serve(settings.health_port)
+    w = Worker(store, settings, eng, namespace=ns, beat=liveness.beat)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if w.stopping.is_set() and signum == signal.SIGINT:
@@ -133,11 +135,12 @@ def operator_cmd(
         str | None, typer.Option("--namespace", "-n", help="Watch one namespace (default: all).")
     ] = None,
     kubeconfig: KubeconfigOpt = None,
-    peering: Annotated[
-        str | None, typer.Option(help="kopf peering name for HA (default: standalone).")
-    ] = None,
-    priority: Annotated[
-        int | None, typer.Option(help="Peering priority; the highest alive peer acts.")
+    leader_election: Annotated[
+        bool | None,
+        typer.Option(
+            "--leader-election/--no-leader-election",
+            help="Elect one acting replica through a Lease (for more than one replica).",
+        ),
     ] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
     liveness_port: Annotated[
@@ -148,34 +151,41 @@ def operator_cmd(
     from recall.runner import run_operator
     from recall.settings import OperatorSettings
 
-    overrides: dict[str, Any] = {
-        k: v
-        for k, v in {
-            "namespace": namespace,
-            "peering": peering,
-            "priority": priority,
-            "metrics_port": metrics_port,
-            "liveness_port": liveness_port,
-        }.items()
-        if v is not None
-    }
-    run_operator(OperatorSettings(**overrides), kubeconfig)
+    run_operator(
+        OperatorSettings(
+            **_given(
+                namespace=namespace,
+                leader_election=leader_election,
+                metrics_port=metrics_port,
+                liveness_port=liveness_port,
+            )
+        ),
+        kubeconfig,
+    )
 
 
 # --- user commands -------------------------------------------------------------------------
 
 
-def _kube(kubeconfig: Path | None) -> Any:
-    from recall.kube import Kube, load_api_client
+def _given(**options: Any) -> dict[str, Any]:
+    """The options given on the command line (the rest come from the environment)."""
+    return {k: v for k, v in options.items() if v is not None}
 
+
+def _store(kubeconfig: Path | None, api: Any = None) -> Any:
+    from recall.settings import ApiSettings
+    from recall.store.kube import KubeStore, load_api_client
+
+    api = api or ApiSettings()
     try:
-        return Kube(load_api_client(kubeconfig))
+        client = load_api_client(kubeconfig)
     except Exception as e:  # a missing or broken kubeconfig
         raise CliError(f"cannot load the kubeconfig: {e}") from e
+    return KubeStore(client, timeout=api.timeout, watch_seconds=api.watch_seconds)
 
 
 def _namespace(namespace: str | None, kubeconfig: Path | None) -> str:
-    from recall.kube import current_namespace
+    from recall.store.kube import current_namespace
 
     return namespace or current_namespace(kubeconfig)
 
@@ -198,27 +208,23 @@ def submit(
     lease: Annotated[int | None, typer.Option(help="Lease duration of each job, seconds.")] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Claims each job may take.")] = None,
     priority: Annotated[int | None, typer.Option(help="Priority of the jobs.")] = None,
-    max_items: Annotated[
-        int, typer.Option(help="Items per Batch; more inputs make more Batches.")
-    ] = 1000,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the Batch manifests, create nothing.")
+        bool, typer.Option("--dry-run", help="Print the manifests, create nothing.")
     ] = False,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
-    """Create Batches from media files, folders or URLs."""
+    """Create one Batch from media files, folders or URLs (any number of them)."""
     import datetime as dt
 
     import yaml
-    from kubernetes.client.exceptions import ApiException
 
-    from recall.client import SubmitError, batches_for, collect, default_batch_name
-    from recall.models import BATCH_PLURAL, GROUP, VERSION
+    from recall.client import SubmitError, collect, default_batch_name, submission_for, submit_to
+    from recall.store import StoreError
 
     try:
         media = collect(inputs)
-        manifests = batches_for(
+        plan = submission_for(
             media,
             name=name or default_batch_name(inputs, dt.datetime.now(dt.UTC)),
             language=language,
@@ -226,25 +232,30 @@ def submit(
             lease_seconds=lease,
             max_attempts=max_attempts,
             priority=priority,
-            max_items=max_items,
         )
     except SubmitError as e:
         raise CliError(str(e)) from e
     if dry_run:
-        typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+        docs = [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": cm},
+                "immutable": True,
+                "data": {"items": text},
+            }
+            for cm, text in plan.lists.items()
+        ]
+        typer.echo(yaml.safe_dump_all([*docs, plan.batch], sort_keys=False), nl=False)
         return
-    kube = _kube(kubeconfig)
-    ns = _namespace(namespace, kubeconfig)
-    for m in manifests:
-        try:
-            kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, BATCH_PLURAL, m)
-        except ApiException as e:
-            from recall.kube import api_message
-
-            raise CliError(api_message(e)) from e
-        typer.echo(
-            f"batch.{GROUP}/{m['metadata']['name']} created ({len(m['spec']['items'])} items)"
-        )
+    try:
+        submit_to(_store(kubeconfig), _namespace(namespace, kubeconfig), plan)
+    except StoreError as e:
+        raise CliError(e.message) from e
+    how = f"{len(plan.lists)} item list(s)" if plan.lists else "inline items"
+    typer.echo(
+        f"batch.recall.dev/{plan.batch['metadata']['name']} created ({len(media)} items, {how})"
+    )
 
 
 @app.command()
@@ -257,75 +268,27 @@ def get(
         str | None, typer.Option("--output", "-o", help="wide, yaml or json.")
     ] = None,
     batch: Annotated[str | None, typer.Option("--batch", help="Jobs of this Batch only.")] = None,
+    phase: Annotated[
+        str | None, typer.Option("--phase", help="Jobs in this phase only (e.g. Failed).")
+    ] = None,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
-    """List Batches or TranscriptionJobs as a kubectl-style table."""
-    import datetime as dt
+    """List Batches or TranscriptionJobs as a kubectl-style table (jobs page by page)."""
+    from recall.client import get_command
 
-    import yaml
-
-    from recall.client import batch_rows, job_rows, table
-    from recall.models import (
-        BATCH_PLURAL,
-        GROUP,
-        JOB_PLURAL,
-        LABEL_BATCH,
-        VERSION,
-        Batch,
-        TranscriptionJob,
-    )
-    from recall.transcripts import label_value
-
-    plural = {
-        "batches": BATCH_PLURAL,
-        "batch": BATCH_PLURAL,
-        "rb": BATCH_PLURAL,
-        "jobs": JOB_PLURAL,
-        "job": JOB_PLURAL,
-        "tj": JOB_PLURAL,
-        "transcriptionjobs": JOB_PLURAL,
-        "transcriptionjob": JOB_PLURAL,
-    }.get(kind)
-    if plural is None:
-        raise CliError(f'the server doesn\'t have a resource type "{kind}" (use batches or jobs)')
-    kube = _kube(kubeconfig)
-    selector = f"{LABEL_BATCH}={label_value(batch)}" if batch and plural == JOB_PLURAL else None
-    kwargs: dict[str, Any] = {"label_selector": selector} if selector else {}
-    if all_namespaces:
-        items = kube.custom.list_cluster_custom_object(GROUP, VERSION, plural, **kwargs)["items"]
-    else:
-        ns = _namespace(namespace, kubeconfig)
-        items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, ns, plural, **kwargs)[
-            "items"
-        ]
-    if names:
-        wanted = set(names)
-        items = [i for i in items if i["metadata"]["name"] in wanted]
-        missing = wanted - {i["metadata"]["name"] for i in items}
-        if missing:
-            raise CliError(f'{plural}.{GROUP} "{sorted(missing)[0]}" not found')
-    if output in ("yaml", "json"):
-        import json
-
-        doc = (
-            items[0]
-            if names and len(items) == 1
-            else {"apiVersion": "v1", "kind": "List", "items": items}
+    try:
+        get_command(
+            _store(kubeconfig),
+            kind,
+            names or [],
+            None if all_namespaces else _namespace(namespace, kubeconfig),
+            output=output,
+            batch=batch,
+            phase=phase,
+            echo=typer.echo,
         )
-        typer.echo(
-            yaml.safe_dump(doc, sort_keys=False) if output == "yaml" else json.dumps(doc, indent=2)
-        )
-        return
-    if not items:
-        typer.echo("No resources found.", err=True)
-        return
-    now = dt.datetime.now(dt.UTC)
-    wide = output == "wide" or all_namespaces
-    if plural == BATCH_PLURAL:
-        headers, rows = batch_rows([Batch.from_api(i) for i in items], now, wide)
-    else:
-        headers, rows = job_rows([TranscriptionJob.from_api(i) for i in items], now, wide)
-    typer.echo(table(headers, rows))
+    except LookupError as e:
+        raise CliError(str(e.args[0])) from e
 
 
 @app.command()
@@ -340,7 +303,7 @@ def watch(
     from recall.watch import watch as follow
 
     try:
-        code = follow(_kube(kubeconfig), _namespace(namespace, kubeconfig), batch, timeout=timeout)
+        code = follow(_store(kubeconfig), _namespace(namespace, kubeconfig), batch, timeout=timeout)
     except (BatchNotFound, TimeoutError) as e:
         raise CliError(str(e)) from e
     raise typer.Exit(code)
@@ -356,20 +319,19 @@ def transcript(
     """Print the accepted transcript of a job."""
     from recall.fanout import job_name
     from recall.formats import render
-    from recall.models import GROUP, JOB_PLURAL
     from recall.transcripts import TranscriptStore
 
     if format not in ("txt", "srt", "vtt", "json"):
         raise CliError(f"unknown format {format!r}: use txt, srt, vtt or json")
-    kube = _kube(kubeconfig)
+    store = _store(kubeconfig)
     ns = _namespace(namespace, kubeconfig)
     name = job_name(*job.split("/", 1)) if "/" in job else job
-    tj = kube.get_job(ns, name)
+    tj = store.get_job(ns, name)
     if tj is None:
-        raise CliError(f'{JOB_PLURAL}.{GROUP} "{name}" not found')
+        raise CliError(f'transcriptionjobs.recall.dev "{name}" not found')
     if tj.status.result is None:
         raise CliError(f"{name} has no transcript yet (phase {tj.status.effective_phase})")
-    text = TranscriptStore(kube).load_transcript(ns, tj.status.result.config_map)
+    text = TranscriptStore(store).load_transcript(ns, tj.status.result.config_map)
     if text is None:
         raise CliError(f"the transcript ConfigMap {tj.status.result.config_map} is missing")
     typer.echo(render(text, format), nl=False)  # type: ignore[arg-type]
@@ -402,12 +364,10 @@ def main() -> None:
 
 
 def _describe(e: Exception) -> str:
-    from kubernetes.client.exceptions import ApiException
+    from recall.store import StoreError
 
-    if isinstance(e, ApiException):
-        from recall.kube import api_message
-
-        return f"{api_message(e)} ({e.status})"
+    if isinstance(e, StoreError):
+        return e.message
     return f"{type(e).__name__}: {e}" if not str(e) else str(e)
 
 

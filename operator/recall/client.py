@@ -1,17 +1,25 @@
-"""What the `recall` CLI does for users: submit media as Batches, list resources like kubectl,
-print transcripts. Pure builders and formatters; the CLI wires them to the API.
+"""What the `recall` CLI does for users: submit media as one Batch, list resources like kubectl,
+print transcripts. Pure builders and formatters, and the few store calls they need.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recall.models import API_VERSION, Batch, TranscriptionJob
+from recall.models import (
+    API_VERSION,
+    LABEL_BATCH,
+    LABEL_COMPONENT,
+    Batch,
+    TranscriptionJob,
+    label_value,
+)
+from recall.store import Conflict, Owner, RawObject, Selector, Store
 
 MEDIA_SUFFIXES = frozenset(
     {
@@ -32,7 +40,7 @@ MEDIA_SUFFIXES = frozenset(
         ".aif",
     }
 )
-MAX_ITEMS = 1000  # the CRD's bound on spec.items
+MAX_ITEMS = 1000  # the CRD's bound on inline spec.items
 
 
 class SubmitError(ValueError):
@@ -83,7 +91,19 @@ def collect(inputs: Sequence[str]) -> list[Media]:
     return out
 
 
-def batches_for(
+LIST_BYTES = 900_000  # text per item-list ConfigMap, under the 1 MiB a ConfigMap holds
+INLINE_BYTES = 120_000  # larger item sets go to lists (the CRD allows 150,000 characters)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What `recall submit` creates: item lists (ConfigMaps, name → text), then one Batch."""
+
+    batch: dict[str, Any]
+    lists: dict[str, str]
+
+
+def submission_for(
     media: list[Media],
     *,
     name: str,
@@ -92,11 +112,9 @@ def batches_for(
     lease_seconds: int | None = None,
     max_attempts: int | None = None,
     priority: int | None = None,
-    max_items: int = MAX_ITEMS,
-) -> list[dict[str, Any]]:
-    """Batch manifests for `media`: one, or several named name-1, name-2 ... of `max_items` each."""
-    if max_items < 1 or max_items > MAX_ITEMS:
-        raise SubmitError(f"--max-items must be between 1 and {MAX_ITEMS}")
+) -> Submission:
+    """One Batch for `media`: inline items when few and small, else lists in ConfigMaps
+    (`<name>-items-<n>`, each under `LIST_BYTES`) that the Batch references."""
     defaults: dict[str, Any] = {}
     if language:
         defaults["language"] = language
@@ -108,21 +126,25 @@ def batches_for(
         defaults["maxAttempts"] = max_attempts
     if priority is not None:
         defaults["priority"] = priority
-    parts = [media[i : i + max_items] for i in range(0, len(media), max_items)]
-    out = []
-    for n, part in enumerate(parts, start=1):
-        out.append(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "Batch",
-                "metadata": {"name": name if len(parts) == 1 else f"{name}-{n}"},
-                "spec": {
-                    "items": [{"key": m.key, "source": {"url": m.url}} for m in part],
-                    "defaults": defaults,
-                },
-            }
-        )
-    return out
+    spec: dict[str, Any] = {"defaults": defaults}
+    size = sum(len(m.key) + len(m.url) + 40 for m in media)
+    lists: dict[str, str] = {}
+    if len(media) <= MAX_ITEMS and size <= INLINE_BYTES:
+        spec["items"] = [{"key": m.key, "source": {"url": m.url}} for m in media]
+    else:
+        lines: list[str] = []
+        used = 0
+        for m in media:
+            line = f"{m.key} {m.url}"
+            if lines and used + len(line) + 1 > LIST_BYTES:
+                lists[f"{name}-items-{len(lists) + 1}"] = "\n".join(lines) + "\n"
+                lines, used = [], 0
+            lines.append(line)
+            used += len(line) + 1
+        lists[f"{name}-items-{len(lists) + 1}"] = "\n".join(lines) + "\n"
+        spec["itemsFrom"] = [{"configMap": cm, "key": "items"} for cm in lists]
+    batch = {"apiVersion": API_VERSION, "kind": "Batch", "metadata": {"name": name}, "spec": spec}
+    return Submission(batch=batch, lists=lists)
 
 
 def default_batch_name(inputs: Sequence[str], now: dt.datetime) -> str:
@@ -174,7 +196,7 @@ def batch_rows(
         )
         row = [
             b.name,
-            str(c.total if c else len(b.spec.items)),
+            str(c.total if c else len(b.spec.items) or "?"),
             str(c.completed if c else 0),
             str(c.failed if c else 0),
             b.status.progress or "0%",
@@ -216,3 +238,150 @@ def job_rows(
             row += [j.spec.batch_ref or "", str(s.expired_leases), str(s.failures), err]
         rows.append(row)
     return headers, rows
+
+
+# --- talking to the API ----------------------------------------------------------------------
+
+
+def submit_to(store: Store, namespace: str, plan: Submission) -> Batch:
+    """Create the item lists (immutable ConfigMaps), then the Batch, then make the Batch own
+    the lists, so deleting it removes them. A list left by an interrupted submit is reused."""
+    name = plan.batch["metadata"]["name"]
+    labels = {LABEL_BATCH: label_value(name), LABEL_COMPONENT: "items"}
+    for cm, text in plan.lists.items():
+        try:
+            store.create_config_map(namespace, cm, {"items": text}, labels=labels, immutable=True)
+        except Conflict:
+            existing = store.get_config_map(namespace, cm)
+            if existing is None or existing.data.get("items") != text:
+                raise
+    batch = store.create_batch(namespace, plan.batch)
+    if batch.metadata.uid:
+        owner = Owner(batch.api_version, batch.kind, batch.name, batch.metadata.uid)
+        for cm in plan.lists:
+            store.own_config_map(namespace, cm, owner)
+    return batch
+
+
+PLURALS = {
+    "batches": "batches",
+    "batch": "batches",
+    "rb": "batches",
+    "jobs": "jobs",
+    "job": "jobs",
+    "tj": "jobs",
+    "transcriptionjobs": "jobs",
+    "transcriptionjob": "jobs",
+}
+
+
+def get_command(
+    store: Store,
+    kind: str,
+    names: list[str],
+    namespace: str | None,
+    *,
+    output: str | None,
+    batch: str | None,
+    phase: str | None,
+    echo: Callable[..., None],
+) -> None:
+    """`recall get`: tables like kubectl's; jobs are listed 500 at a time, so a Batch of
+    100,000 items prints as it reads. Raises LookupError for an unknown kind or name."""
+    plural = PLURALS.get(kind)
+    if plural is None:
+        raise LookupError(
+            f'the server doesn\'t have a resource type "{kind}" (use batches or jobs)'
+        )
+    wide = output == "wide" or namespace is None
+    if plural == "batches":
+        _get_batches(store, names, namespace, output, wide, echo)
+    else:
+        _get_jobs(store, names, namespace, output, wide, batch, phase, echo)
+
+
+def _get_batches(
+    store: Store,
+    names: list[str],
+    namespace: str | None,
+    output: str | None,
+    wide: bool,
+    echo: Callable[..., None],
+) -> None:
+    batches = store.list_batches(namespace)
+    if names:
+        batches = [b for b in batches if b.name in names]
+        _missing(names, {b.name for b in batches}, "batches")
+    if output in ("yaml", "json"):
+        raw = [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in batches]
+        _dump(raw, output, echo, single=len(names) == 1)
+        return
+    if not batches:
+        echo("No resources found.", err=True)
+        return
+    headers, rows = batch_rows(batches, dt.datetime.now(dt.UTC), wide)
+    echo(table(headers, rows))
+
+
+def _get_jobs(
+    store: Store,
+    names: list[str],
+    namespace: str | None,
+    output: str | None,
+    wide: bool,
+    batch: str | None,
+    phase: str | None,
+    echo: Callable[..., None],
+) -> None:
+    fields = [f"spec.batchRef={batch}"] if batch else []
+    if phase:
+        fields.append(f"status.phase={phase}")
+    pages = _job_pages(store, namespace, Selector(fields=",".join(fields) or None))
+    if output in ("yaml", "json") or names:
+        jobs = [j for page in pages for j in page if not names or j["metadata"]["name"] in names]
+        if names:
+            _missing(names, {j["metadata"]["name"] for j in jobs}, "transcriptionjobs")
+        if output in ("yaml", "json"):
+            _dump(jobs, output, echo, single=len(names) == 1)
+            return
+        pages = iter([jobs])
+    now = dt.datetime.now(dt.UTC)
+    shown = 0
+    for page in pages:
+        if not page:
+            continue
+        headers, rows = job_rows([TranscriptionJob.from_api(o) for o in page], now, wide)
+        text = table(headers, rows)
+        echo(text if shown == 0 else text.split("\n", 1)[1] if "\n" in text else "")
+        shown += len(page)
+    if shown == 0:
+        echo("No resources found.", err=True)
+
+
+def _job_pages(
+    store: Store, namespace: str | None, selector: Selector
+) -> Iterator[list[RawObject]]:
+    page = store.list_jobs(namespace, selector, limit=500)
+    yield page.items
+    while page.next:
+        page = store.list_jobs(namespace, selector, limit=500, continue_from=page.next)
+        yield page.items
+
+
+def _missing(wanted: list[str], found: set[str], plural: str) -> None:
+    missing = sorted(set(wanted) - found)
+    if missing:
+        raise LookupError(f'{plural}.recall.dev "{missing[0]}" not found')
+
+
+def _dump(objs: list[RawObject], output: str, echo: Callable[..., None], *, single: bool) -> None:
+    import json
+
+    import yaml
+
+    doc: RawObject = (
+        objs[0]
+        if single and len(objs) == 1
+        else {"apiVersion": "v1", "kind": "List", "items": objs}
+    )
+    echo(yaml.safe_dump(doc, sort_keys=False) if output == "yaml" else json.dumps(doc, indent=2))

@@ -1,7 +1,7 @@
 """Fan-out: the TranscriptionJob a Batch item becomes. Pure; the operator does the creating.
 
 Contract: `job_for_item(batch, item)` is deterministic — the same Batch and item always give
-the same name, labels, owner reference and spec — so creating it again after a retried handler
+the same name, labels, owner reference and spec — so creating it again after a retried write
 or an operator restart finds the existing job (409 AlreadyExists) instead of a duplicate.
 Item fields override the Batch's `defaults`.
 """
@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from recall.items import Item
 from recall.models import (
     API_VERSION,
     LABEL_BATCH,
     LABEL_COMPONENT,
+    LABEL_INDEX,
     LABEL_ITEM,
     LABEL_SUSPENDED,
     Batch,
-    BatchItem,
+    label_value,
+    object_name,
 )
-from recall.transcripts import label_value, object_name
 
 
 def job_name(batch: str, key: str) -> str:
@@ -27,15 +29,16 @@ def job_name(batch: str, key: str) -> str:
     return object_name(batch, key)
 
 
-def job_for_item(batch: Batch, item: BatchItem) -> dict[str, Any]:
+def job_for_item(batch: Batch, item: Item) -> dict[str, Any]:
     """The TranscriptionJob manifest for one item of `batch`."""
     d = batch.spec.defaults
     spec: dict[str, Any] = {
-        "source": item.source.to_api(),
+        "source": {"url": item.url},
         "batchRef": batch.name,
         "item": item.key,
         "leaseDurationSeconds": d.lease_duration_seconds,
         "maxAttempts": d.max_attempts,
+        "maxReleases": d.max_releases,
         "priority": item.priority if item.priority is not None else d.priority,
     }
     language = item.language or d.language
@@ -46,6 +49,7 @@ def job_for_item(batch: Batch, item: BatchItem) -> dict[str, Any]:
     labels = {
         LABEL_BATCH: label_value(batch.name),
         LABEL_ITEM: item.key,
+        LABEL_INDEX: str(item.index),
         LABEL_COMPONENT: "job",
     }
     if batch.spec.suspend:

@@ -48,3 +48,35 @@ def pause(point: str, **context: object) -> None:
         _paused.add(point)
         print(f"recall: paused at {point} {context}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+_lost: set[str] = set()
+
+
+def lose_answer(action: str) -> None:
+    """After a write was applied, act as if its answer was lost, once per action, if
+    `RECALL_FAULT` names `lose-answer:<action>` (a timeout or reset after the commit)."""
+    point = f"lose-answer:{action}"
+    if point in _lost or not armed("lose-answer", action=action):
+        return
+    _lost.add(point)
+    from recall.store import Unavailable
+
+    print(f"recall: answer of {action} dropped", file=sys.stderr, flush=True)
+    raise Unavailable(f"{action}: the answer was lost (injected)", maybe_applied=True)
+
+
+def latency() -> float:
+    """Seconds to add before every API request, if `RECALL_FAULT` names `api-latency:<seconds>`
+    (a slow or distant API server)."""
+    spec = os.environ.get("RECALL_FAULT")
+    if not spec:
+        return 0.0
+    for entry in spec.split(","):
+        name, _, value = entry.strip().partition(":")
+        if name == "api-latency":
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                return 0.0
+    return 0.0

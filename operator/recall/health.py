@@ -1,25 +1,18 @@
-"""The worker's health endpoint: is the worker loop still turning?
+"""The worker's health endpoint: `/healthz` answers 200 while the work loop turns.
 
-A worker whose loop froze (a deadlock, a stuck engine call past every timeout) keeps its pod
-Running forever; its leases expire and are reclaimed, but the pod takes no new work. The loop
-calls `Liveness.beat()` each time it turns (after a claim attempt, after each chunk, while
-idle); the kubelet probes `GET /healthz` and restarts the container when the last beat is older
-than `max_silence` seconds.
+A worker whose loop froze (a deadlock, a stuck engine call past every timeout) would keep its
+pod Running forever: its leases expire and are reclaimed, but the pod takes no new work.
+`Liveness.beat()` is called on every turn of the loop (and between chunks); the kubelet probes:
 
-    liveness = Liveness(max_silence=120.0)
-    server = serve(liveness, port=8081)     # a daemon thread; server.shutdown() stops it
-    ...
-    liveness.beat()                          # from the worker loop
-    liveness.stopping()                      # on SIGTERM: not ready, still alive
+- `GET /healthz` (or `/livez`) → 200 while the last beat is younger than `stale_after` seconds
+  (counting from creation, so start-up has that long to beat once), else 503. A frozen process
+  answers nothing at all, which the probe's timeout catches.
+- `GET /readyz` → 200 once the loop has beaten at least once, while alive and until
+  `stopping()` (SIGTERM: the worker takes no new job), else 503. Anything else → 404.
 
-- `GET /healthz` → 200 while the last beat is younger than `max_silence` (counting from
-  creation, so start-up has that long to beat once), else 503.
-- `GET /readyz` → 200 once the loop has beaten at least once, while alive and not stopping;
-  else 503. Anything else → 404.
-- Time is the monotonic clock passed in (`clock`, injectable for tests); nothing here reads a
-  wall clock. `beat()` is thread-safe and costs one clock read.
-- Not provided: TLS, authentication (the port is for the kubelet; a NetworkPolicy can close it
-  to everything else), any statement about the leases themselves.
+Time is the monotonic `clock` passed in (injectable for tests); no wall clock is read.
+Served from a daemon thread on all interfaces; port 0 = off. Not provided: TLS or
+authentication (the port is for the kubelet; the chart's NetworkPolicy closes it to others).
 """
 
 from __future__ import annotations
@@ -31,81 +24,64 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Liveness:
-    """The last beat of the worker loop, judged against `max_silence` seconds."""
-
-    def __init__(self, max_silence: float, clock: Callable[[], float] = time.monotonic) -> None:
-        if max_silence <= 0:
-            raise ValueError("max_silence must be positive")
-        self.max_silence = max_silence
+    def __init__(
+        self, stale_after: float = 120.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if stale_after <= 0:
+            raise ValueError("stale_after must be positive")
+        self.stale_after = stale_after
         self._clock = clock
-        self._lock = threading.Lock()
         self._last = clock()
         self._beaten = False
         self._stopping = False
+        self.server: ThreadingHTTPServer | None = None
 
     def beat(self) -> None:
         """The loop is alive now."""
-        now = self._clock()
-        with self._lock:
-            self._last = now
-            self._beaten = True
+        self._last = self._clock()
+        self._beaten = True
 
     def stopping(self) -> None:
         """The worker takes no new job (SIGTERM): not ready any more, still alive."""
-        with self._lock:
-            self._stopping = True
+        self._stopping = True
 
-    def silence(self) -> float:
+    def age(self) -> float:
         """Seconds since the last beat (or since creation, before the first)."""
-        with self._lock:
-            return self._clock() - self._last
+        return self._clock() - self._last
 
-    def alive(self) -> bool:
-        return self.silence() < self.max_silence
+    def healthy(self) -> bool:
+        return self.age() < self.stale_after
 
     def ready(self) -> bool:
-        with self._lock:
-            beaten, stopping = self._beaten, self._stopping
-        return beaten and not stopping and self.alive()
+        return self._beaten and not self._stopping and self.healthy()
 
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve /healthz, /livez and /readyz on `port` from a daemon thread. Port 0 disables
+        it (`self.server.server_address` has the bound port otherwise)."""
+        if not port:
+            return
+        liveness = self
 
-def _handler(liveness: Liveness) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/healthz":
-                ok = liveness.alive()
-            elif self.path == "/readyz":
-                ok = liveness.ready()
-            else:
-                self._answer(404, b"not found\n")
-                return
-            silence = f"{liveness.silence():.1f}"
-            if ok:
-                self._answer(200, f"ok (last beat {silence} s ago)\n".encode())
-            else:
-                self._answer(503, f"unhealthy (last beat {silence} s ago)\n".encode())
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?")[0]
+                if path in ("/healthz", "/livez"):
+                    ok = liveness.healthy()
+                elif path == "/readyz":
+                    ok = liveness.ready()
+                else:
+                    self.send_error(404)
+                    return
+                body = f"{'ok' if ok else 'stale'} {liveness.age():.1f}s\n".encode()
+                self.send_response(200 if ok else 503)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
-        def _answer(self, code: int, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            def log_message(self, format: str, *args: object) -> None:
+                del format, args  # the probe runs every few seconds: no access log
 
-        def log_message(self, format: str, *args: object) -> None:
-            """Probes every few seconds are not worth a log line."""
-
-    return Handler
-
-
-def serve(liveness: Liveness, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
-    """Serve /healthz and /readyz on `host:port` from a daemon thread; returns the server
-    (`server.server_address` has the bound port when `port` is 0; `shutdown()` stops it)."""
-    server = ThreadingHTTPServer((host, port), _handler(liveness))
-    server.daemon_threads = True
-    thread = threading.Thread(
-        target=server.serve_forever, name="worker-health", kwargs={"poll_interval": 0.5}
-    )
-    thread.daemon = True
-    thread.start()
-    return server
+        self.server = ThreadingHTTPServer((addr, port), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, name="healthz", daemon=True).start()

@@ -1,22 +1,30 @@
-"""The lease protocol as pure functions: claim, renew, complete, fail, release, reclaim, cancel.
+"""The lease protocol as pure functions: claim, renew, complete, fail, release, reclaim, and the
+operator's cancel, exhaust, offer and end of backoff.
 
-Each function takes the job's current status (as read at some resourceVersion R), the time,
-and who is asking, and returns either the new status or a `Refusal` saying why the action is
-not allowed from that state. They never read a clock or talk to the API server: the caller
-(`recall.kube.fenced_write`) applies the returned status with a PATCH guarded by
-`metadata.resourceVersion: R`, so the check here and the write there are atomic.
+Each function takes the job's status as read at some resourceVersion R, the time and who is
+asking, and returns either the new status or a `Refusal` saying why the action is not allowed
+from that state. They never read a clock or talk to the API server: `recall.fencing` applies the
+new status with a PATCH guarded by R, so the check here and the write there are atomic.
 
-Rules (DESIGN §3):
-- A worker may claim only a Queued job whose backoff (`notBefore`) has passed, that is not
-  suspended, and whose attempt budget is not spent. A claim binds a fresh random token.
-- renew, complete, fail and release require phase Leased, holder = the caller and
-  token = the caller's token. Anything else means the lease is lost.
+Rules (DESIGN §3, and the CRD's CEL rules that enforce them for every client):
+- A worker claims only a Queued job that is not in backoff, not suspended, and whose attempt
+  budget is not spent. A claim binds a fresh random token and takes one attempt.
+- renew, complete, fail and release require phase Leased, holder = the caller and token = the
+  caller's token. Anything else means the lease is lost.
+- Every write to a leased job presents the lease token in `status.fence` as `<token>/<suffix>`
+  with a suffix never used before on that lease (the holder counts its writes; the operator
+  writes `reclaim-<attempt>` or `cancel-<attempt>`). A client that does not know the token
+  cannot change a leased job.
+- complete records the token and attempt in the result; the result never changes again.
 - reclaim requires phase Leased and an expiry the operator observed on its own monotonic clock
-  for exactly this lease (same token, same renewTime); any renewal since then makes it refuse.
+  for exactly this lease (same token and renewTime); any renewal since makes it refuse.
 - Terminal phases (Succeeded, Failed, Cancelled) refuse everything.
+- Retry backoff is a duration (`backoffSeconds`), judged on the operator's clock, which ends it
+  (`end_backoff`); no two machines' clocks are ever compared.
 
-Attempt budget: `attempts - releases < maxAttempts`. A claim uses one attempt; a graceful
-release gives it back, so rolling restarts of workers cannot exhaust a job.
+Attempt budget: `attempts ≤ maxAttempts + min(releases, maxReleases)`. A claim uses one
+attempt; a graceful release gives it back, at most `maxReleases` times, so rolling restarts
+cannot exhaust a job and an endlessly evicted job still ends.
 """
 
 from __future__ import annotations
@@ -30,11 +38,13 @@ from recall.models import (
     JobError,
     JobStatus,
     Lease,
+    Offer,
     Phase,
     Progress,
     Result,
     set_condition,
 )
+from recall.observer import Observation
 
 TOKEN_BYTES = 16
 
@@ -42,8 +52,10 @@ TOKEN_BYTES = 16
 class RefusalReason(StrEnum):
     NOT_QUEUED = "NotQueued"
     BACKOFF = "Backoff"
+    NO_BACKOFF = "NoBackoff"
     SUSPENDED = "Suspended"
     ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
+    ATTEMPTS_LEFT = "AttemptsLeft"
     NOT_LEASED = "NotLeased"
     NOT_HOLDER = "NotHolder"
     TOKEN_MISMATCH = "TokenMismatch"
@@ -51,6 +63,7 @@ class RefusalReason(StrEnum):
     RENEWED = "Renewed"
     TERMINAL = "Terminal"
     GONE = "Gone"
+    UNCHANGED = "Unchanged"
 
 
 @dataclass(frozen=True)
@@ -64,13 +77,29 @@ class Refusal:
 Decision = JobStatus | Refusal
 
 
+@dataclass(frozen=True)
+class Budget:
+    """A job's attempt limits, from its spec."""
+
+    max_attempts: int
+    max_releases: int
+
+    def left(self, status: JobStatus) -> int:
+        """Claims the job may still take."""
+        return self.left_of(status.attempts, status.releases)
+
+    def left_of(self, attempts: int, releases: int) -> int:
+        return self.max_attempts + min(releases, self.max_releases) - attempts
+
+
 def new_token() -> str:
     """A fresh random lease token (32 hex characters)."""
     return secrets.token_hex(TOKEN_BYTES)
 
 
-def attempts_left(status: JobStatus, max_attempts: int) -> int:
-    return max_attempts - (status.attempts - status.releases)
+def fence(token: str, suffix: str | int) -> str:
+    """The value of `status.fence` that presents `token` with a write-unique `suffix`."""
+    return f"{token}/{suffix}"
 
 
 def retry_backoff(failures: int, jitter: float, base: float = 5.0, cap: float = 300.0) -> float:
@@ -80,7 +109,7 @@ def retry_backoff(failures: int, jitter: float, base: float = 5.0, cap: float = 
     in lockstep ("equal jitter").
     """
     delay: float = min(cap, base * 2.0 ** max(0, failures - 1))
-    return delay / 2 + (delay / 2) * jitter
+    return round(delay / 2 + (delay / 2) * jitter, 3)
 
 
 def _holder_check(status: JobStatus, worker: str, token: str) -> Refusal | None:
@@ -96,6 +125,15 @@ def _holder_check(status: JobStatus, worker: str, token: str) -> Refusal | None:
     return None
 
 
+def _queued_check(status: JobStatus) -> Refusal | None:
+    phase = status.effective_phase
+    if phase.terminal:
+        return Refusal(RefusalReason.TERMINAL, f"job is {phase}")
+    if phase is not Phase.QUEUED:
+        return Refusal(RefusalReason.NOT_QUEUED, f"job is {phase}")
+    return None
+
+
 def claim(
     status: JobStatus,
     now: dt.datetime,
@@ -103,20 +141,17 @@ def claim(
     token: str,
     *,
     lease_seconds: int,
-    max_attempts: int,
+    budget: Budget,
     suspended: bool = False,
 ) -> Decision:
-    """Queued → Leased by `worker` with `token`; attempts + 1."""
-    phase = status.effective_phase
-    if phase.terminal:
-        return Refusal(RefusalReason.TERMINAL, f"job is {phase}")
-    if phase is not Phase.QUEUED:
-        return Refusal(RefusalReason.NOT_QUEUED, f"job is {phase}")
+    """Queued → Leased by `worker` with `token`; attempts + 1; the offer, if any, is used up."""
+    if refusal := _queued_check(status):
+        return refusal
     if suspended:
         return Refusal(RefusalReason.SUSPENDED)
-    if status.not_before is not None and now < status.not_before:
-        return Refusal(RefusalReason.BACKOFF, f"not before {status.not_before.isoformat()}")
-    if attempts_left(status, max_attempts) <= 0:
+    if status.backoff_seconds is not None:
+        return Refusal(RefusalReason.BACKOFF, f"retry after {status.backoff_seconds:g} s")
+    if budget.left(status) <= 0:
         return Refusal(RefusalReason.ATTEMPTS_EXHAUSTED, f"{status.attempts} attempts")
     return status.model_copy(
         update={
@@ -128,8 +163,9 @@ def claim(
                 renew_time=now,
                 duration_seconds=lease_seconds,
             ),
+            "fence": fence(token, 1),
+            "offer": None,
             "attempts": status.attempts + 1,
-            "not_before": None,
             "started_at": status.started_at or now,
         }
     )
@@ -141,32 +177,38 @@ def renew(
     worker: str,
     token: str,
     *,
+    seq: int,
     progress: Progress | None = None,
 ) -> Decision:
     """The heartbeat: renewTime = now, and the checkpoint when one is given."""
     if refusal := _holder_check(status, worker, token):
         return refusal
     assert status.lease is not None
-    update: dict[str, object] = {"lease": status.lease.model_copy(update={"renew_time": now})}
+    update: dict[str, object] = {
+        "lease": status.lease.model_copy(update={"renew_time": now}),
+        "fence": fence(token, seq),
+    }
     if progress is not None:
         update["progress"] = progress
     return status.model_copy(update=update)
 
 
 def complete(
-    status: JobStatus, now: dt.datetime, worker: str, token: str, *, result: Result
+    status: JobStatus, now: dt.datetime, worker: str, token: str, *, seq: int, result: Result
 ) -> Decision:
-    """Leased → Succeeded with the result reference; the lease is cleared."""
+    """Leased → Succeeded with the result, which records this lease's token and attempt."""
     if refusal := _holder_check(status, worker, token):
         return refusal
     progress = status.progress
     if progress is not None:
         progress = Progress.of(progress.chunks_total, progress.chunks_total, progress.checkpoint)
+    accepted = result.model_copy(update={"token": token, "attempt": status.attempts})
     return status.model_copy(
         update={
             "phase": Phase.SUCCEEDED,
             "lease": None,
-            "result": result,
+            "fence": fence(token, seq),
+            "result": accepted,
             "progress": progress,
             "completed_at": now,
             "conditions": set_condition(
@@ -187,10 +229,11 @@ def fail(
     worker: str,
     token: str,
     *,
+    seq: int,
     reason: str,
     message: str,
     permanent: bool,
-    max_attempts: int,
+    budget: Budget,
     jitter: float,
     backoff_base: float = 5.0,
     backoff_cap: float = 300.0,
@@ -202,14 +245,18 @@ def fail(
         reason=reason, message=message, permanent=permanent, attempt=status.attempts, time=now
     )
     failures = status.failures + 1
-    if permanent or attempts_left(status, max_attempts) <= 0:
+    common: dict[str, object] = {
+        "lease": None,
+        "fence": fence(token, seq),
+        "failures": failures,
+        "last_error": error,
+    }
+    if permanent or budget.left(status) <= 0:
         final_reason = reason if permanent else "AttemptsExhausted"
         return status.model_copy(
-            update={
+            update=common
+            | {
                 "phase": Phase.FAILED,
-                "lease": None,
-                "failures": failures,
-                "last_error": error,
                 "completed_at": now,
                 "conditions": set_condition(
                     status.conditions, "Failed", "True", final_reason, message, now
@@ -217,54 +264,35 @@ def fail(
             }
         )
     delay = retry_backoff(failures, jitter, backoff_base, backoff_cap)
-    return status.model_copy(
-        update={
-            "phase": Phase.QUEUED,
-            "lease": None,
-            "failures": failures,
-            "last_error": error,
-            "not_before": now + dt.timedelta(seconds=delay),
-        }
-    )
+    return status.model_copy(update=common | {"phase": Phase.QUEUED, "backoff_seconds": delay})
 
 
-def release(status: JobStatus, now: dt.datetime, worker: str, token: str) -> Decision:
-    """Leased → Queued at once (graceful stop); the attempt is given back."""
+def release(status: JobStatus, now: dt.datetime, worker: str, token: str, *, seq: int) -> Decision:
+    """Leased → Queued at once (graceful stop); the attempt is given back (see the budget)."""
     del now  # part of the uniform signature; a release has no time-dependent effect
     if refusal := _holder_check(status, worker, token):
         return refusal
     return status.model_copy(
-        update={"phase": Phase.QUEUED, "lease": None, "releases": status.releases + 1}
+        update={
+            "phase": Phase.QUEUED,
+            "lease": None,
+            "fence": fence(token, seq),
+            "releases": status.releases + 1,
+        }
     )
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What the operator saw of one lease, and when, on its own monotonic clock."""
-
-    token: str
-    renew_time: dt.datetime
-    duration_seconds: int
-    observed_at: float  # time.monotonic() of the operator when this renewTime was first seen
-
-    def expired(self, now_monotonic: float) -> bool:
-        return now_monotonic - self.observed_at >= self.duration_seconds
-
-    def expires_in(self, now_monotonic: float) -> float:
-        return self.observed_at + self.duration_seconds - now_monotonic
 
 
 def reclaim(
     status: JobStatus,
     now: dt.datetime,
-    now_monotonic: float,
+    now_mono: float,
     observation: Observation,
     *,
-    max_attempts: int,
+    budget: Budget,
 ) -> Decision:
     """Leased (observed expired) → Queued, or → Failed when attempts are spent; expiredLeases + 1.
 
-    `now` stamps the status; expiry is judged only from `observation` and `now_monotonic`.
+    `now` stamps the status; expiry is judged only from `observation` and `now_mono`.
     """
     phase = status.effective_phase
     if phase.terminal:
@@ -272,38 +300,33 @@ def reclaim(
     if phase is not Phase.LEASED or status.lease is None:
         return Refusal(RefusalReason.NOT_LEASED, f"job is {phase}")
     lease = status.lease
-    if lease.token != observation.token or lease.renew_time != observation.renew_time:
+    if not observation.matches(lease):
         return Refusal(RefusalReason.RENEWED, "the lease changed since it was observed")
-    if not observation.expired(now_monotonic):
-        return Refusal(
-            RefusalReason.NOT_EXPIRED, f"{observation.expires_in(now_monotonic):.1f} s left"
-        )
-    expired = status.expired_leases + 1
+    if not observation.expired(now_mono):
+        left = observation.expires_at() - now_mono
+        return Refusal(RefusalReason.NOT_EXPIRED, f"{left:.1f} s left")
     message = f"lease of {lease.holder} expired (attempt {status.attempts})"
     error = JobError(
         reason="LeaseExpired", message=message, permanent=False, attempt=status.attempts, time=now
     )
-    if attempts_left(status, max_attempts) <= 0:
+    common: dict[str, object] = {
+        "lease": None,
+        "fence": fence(lease.token, f"reclaim-{status.attempts}"),
+        "expired_leases": status.expired_leases + 1,
+        "last_error": error,
+    }
+    if budget.left(status) <= 0:
         return status.model_copy(
-            update={
+            update=common
+            | {
                 "phase": Phase.FAILED,
-                "lease": None,
-                "expired_leases": expired,
-                "last_error": error,
                 "completed_at": now,
                 "conditions": set_condition(
                     status.conditions, "Failed", "True", "AttemptsExhausted", message, now
                 ),
             }
         )
-    return status.model_copy(
-        update={
-            "phase": Phase.QUEUED,
-            "lease": None,
-            "expired_leases": expired,
-            "last_error": error,
-        }
-    )
+    return status.model_copy(update=common | {"phase": Phase.QUEUED})
 
 
 def cancel(status: JobStatus, now: dt.datetime, *, reason: str, message: str) -> Decision:
@@ -311,31 +334,63 @@ def cancel(status: JobStatus, now: dt.datetime, *, reason: str, message: str) ->
     phase = status.effective_phase
     if phase.terminal:
         return Refusal(RefusalReason.TERMINAL, f"job is {phase}")
-    return status.model_copy(
-        update={
-            "phase": Phase.CANCELLED,
-            "lease": None,
-            "completed_at": now,
-            "conditions": set_condition(
-                status.conditions, "Cancelled", "True", reason, message, now
-            ),
-        }
-    )
+    update: dict[str, object] = {
+        "phase": Phase.CANCELLED,
+        "lease": None,
+        "offer": None,
+        "backoff_seconds": None,
+        "completed_at": now,
+        "conditions": set_condition(status.conditions, "Cancelled", "True", reason, message, now),
+    }
+    if status.lease is not None:
+        update["fence"] = fence(status.lease.token, f"cancel-{status.attempts}")
+    return status.model_copy(update=update)
 
 
-def exhaust(status: JobStatus, now: dt.datetime, *, max_attempts: int) -> Decision:
+def exhaust(status: JobStatus, now: dt.datetime, *, budget: Budget) -> Decision:
     """Queued with no attempts left → Failed. Heals a job no worker may claim any more."""
-    if status.effective_phase is not Phase.QUEUED:
-        return Refusal(RefusalReason.NOT_QUEUED)
-    if attempts_left(status, max_attempts) > 0:
-        return Refusal(RefusalReason.NOT_EXPIRED, "attempts left")
+    if refusal := _queued_check(status):
+        return refusal
+    if budget.left(status) > 0:
+        return Refusal(RefusalReason.ATTEMPTS_LEFT, f"{budget.left(status)} attempts left")
     message = f"{status.attempts} attempts used"
     return status.model_copy(
         update={
             "phase": Phase.FAILED,
+            "offer": None,
+            "backoff_seconds": None,
             "completed_at": now,
             "conditions": set_condition(
                 status.conditions, "Failed", "True", "AttemptsExhausted", message, now
             ),
         }
     )
+
+
+def end_backoff(status: JobStatus) -> Decision:
+    """Queued in backoff → claimable, once the observer saw `backoffSeconds` pass on its clock."""
+    if refusal := _queued_check(status):
+        return refusal
+    if status.backoff_seconds is None:
+        return Refusal(RefusalReason.NO_BACKOFF)
+    return status.model_copy(update={"backoff_seconds": None})
+
+
+def offer(status: JobStatus, worker: str) -> Decision:
+    """Offer a claimable Queued job to an idle `worker` (a hint: any worker may still claim)."""
+    if refusal := _queued_check(status):
+        return refusal
+    if status.backoff_seconds is not None:
+        return Refusal(RefusalReason.BACKOFF)
+    if status.offer is not None and status.offer.worker == worker:
+        return Refusal(RefusalReason.UNCHANGED, f"already offered to {worker}")
+    return status.model_copy(update={"offer": Offer(worker=worker)})
+
+
+def withdraw(status: JobStatus) -> Decision:
+    """Take an offer back (its worker went away or did not claim in time)."""
+    if refusal := _queued_check(status):
+        return refusal
+    if status.offer is None:
+        return Refusal(RefusalReason.UNCHANGED, "no offer")
+    return status.model_copy(update={"offer": None})

@@ -40,6 +40,21 @@ RECLAIM_DELAY = Histogram(
 HEALS = Counter("recall_heals_total", "Batch items the reconciler healed.", ["kind"])
 JOBS = Gauge("recall_jobs", "TranscriptionJobs seen by the operator, by phase.", ["phase"])
 BATCH_WRITES = Counter("recall_batch_status_writes_total", "Batch status writes by the operator.")
+AMBIGUOUS_WRITES = Counter(
+    "recall_ambiguous_writes_total",
+    "Fenced writes whose answer was lost (timeout, reset, 5xx); settled by reading back.",
+    ["action"],
+)
+TICK_SECONDS = Histogram(
+    "recall_operator_tick_seconds",
+    "Time of one controller tick (reclaims, reconciles, projections).",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+OFFERS = Counter("recall_offers_total", "Queued jobs the operator offered to idle workers.")
+OFFERS_WITHDRAWN = Counter(
+    "recall_offers_withdrawn_total", "Offers taken back because no claim followed in time."
+)
+LEADER = Gauge("recall_operator_leader", "1 while this operator replica leads, else 0.")
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:

@@ -1,50 +1,60 @@
-"""Batch status as a projection of its jobs, and the reconciler's diff. Pure functions.
+"""Batch status as a projection of its jobs, and the heals it implies. Pure.
 
-The jobs are the ledger; `Batch.status.items` is derived from them (DESIGN §4). Two uses:
+The jobs are the ledger; `Batch.status` is derived from them (DESIGN §4) in a form whose size
+does not grow with the Batch: counts, the indexes of transcribing, completed, failed and
+cancelled items as compressed ranges (queued is the rest), and a bounded list of items that need
+attention. Per-item detail lives in the jobs.
 
-- `project(batch, jobs, stored, now, changed)`: the status the Batch should have. Items whose
-  job changed since the last projection (`changed`) are simply updated. Any other item that
-  disagrees with its job is a *heal*: the projection was lost (the operator crashed between
-  two writes) or someone edited it. Heals are returned so the operator can record an Event
-  and count them.
-- `missing_jobs(batch, jobs)`: items that have no job (never created, or deleted): the
-  operator creates them again.
-
-Also derived here: counts, progress, an ETA from the observed throughput, start/completion
-times, totals of expired leases and failures, and the Complete/Failed/Progressing conditions.
+`project(batch, total, keys, jobs, stored, now, changed)` returns the status the Batch should
+have. An item whose job changed since the last projection that was written (`changed`) is
+simply updated. Any other item whose stored phase differs from its job's is a *heal*: the
+projection was lost (the operator crashed between two writes) or someone edited it. An item
+without a job keeps what was stored until the reconciler creates the job.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from recall import indexes
+from recall.cache import JobRecord
 from recall.models import (
     ITEM_PHASE_OF_JOB,
+    MAX_ATTENTION,
+    Attention,
     Batch,
-    BatchItem,
     BatchStatus,
+    Condition,
     Counts,
     ItemPhase,
-    ItemStatus,
-    TranscriptionJob,
+    is_true,
     set_condition,
 )
+
+# One byte per item: its phase, in this order (0 = queued, the default).
+CODES = list(ItemPhase)
+CODE = {p: i for i, p in enumerate(CODES)}
+STORED_FIELDS = {
+    ItemPhase.TRANSCRIBING: "transcribing_indexes",
+    ItemPhase.COMPLETED: "completed_indexes",
+    ItemPhase.FAILED: "failed_indexes",
+    ItemPhase.CANCELLED: "cancelled_indexes",
+}
 
 
 @dataclass(frozen=True)
 class Heal:
-    """One item the projection found wrong: what it said, and what its job says."""
+    """One item the projection found wrong: what the status said, and what its job says."""
 
-    item: str
-    kind: str  # "item-phase" or "item-missing"
-    was: ItemPhase | None
+    index: int
+    key: str
+    was: ItemPhase
     now: ItemPhase
 
     def describe(self) -> str:
-        if self.was is None:
-            return f"item {self.item} was missing from status; added as {self.now}"
-        return f"item {self.item} said {self.was} but its job is {self.now}"
+        return f"item {self.key} said {self.was} but its job is {self.now}"
 
 
 @dataclass(frozen=True)
@@ -53,155 +63,223 @@ class Projection:
     heals: list[Heal]
 
 
-def item_of(job: TranscriptionJob) -> ItemStatus:
-    """The batch item a job projects to."""
-    s = job.status
-    message = None
-    if s.last_error is not None and ITEM_PHASE_OF_JOB[s.effective_phase] is ItemPhase.FAILED:
-        message = f"{s.last_error.reason}: {s.last_error.message or ''}"[:1024]
-    return ItemStatus(
-        phase=ITEM_PHASE_OF_JOB[s.effective_phase],
-        job=job.name,
-        attempts=s.attempts,
-        expired_leases=s.expired_leases,
-        message=message,
+def stored_phases(stored: BatchStatus, total: int) -> bytearray:
+    """One phase code per item, as the stored status says (items beyond it read queued)."""
+    out = bytearray(total)
+    for phase, name in STORED_FIELDS.items():
+        code = bytes([CODE[phase]])
+        for lo, hi in indexes.spans(getattr(stored, name)):
+            hi = min(hi, total - 1)
+            if lo <= hi:
+                out[lo : hi + 1] = code * (hi - lo + 1)
+    return out
+
+
+def item_phase(record: JobRecord) -> ItemPhase:
+    return ITEM_PHASE_OF_JOB[record.phase]
+
+
+def attention_of(
+    total: int,
+    key_of: Callable[[int], str],
+    jobs: Mapping[int, JobRecord],
+    phases: bytearray,
+    missing: set[int],
+) -> list[Attention]:
+    """Failed items, then items without a job, then items that were retried: at most
+    `MAX_ATTENTION`, by index within each group."""
+    failed: list[Attention] = []
+    gone: list[Attention] = []
+    retried: list[Attention] = []
+    failed_code = CODE[ItemPhase.FAILED]
+    notable = sorted(
+        (i, r)
+        for i, r in jobs.items()
+        if i < total and (phases[i] == failed_code or r.expired_leases or r.failures)
     )
-
-
-def missing_jobs(batch: Batch, jobs: dict[str, TranscriptionJob]) -> list[BatchItem]:
-    """Items of `batch` that have no job."""
-    return [item for item in batch.spec.items if item.key not in jobs]
-
-
-def count(items: dict[str, ItemStatus], total: int) -> Counts:
-    by = {p: 0 for p in ItemPhase}
-    for it in items.values():
-        by[it.phase] += 1
-    return Counts(
-        total=total,
-        queued=by[ItemPhase.QUEUED],
-        transcribing=by[ItemPhase.TRANSCRIBING],
-        completed=by[ItemPhase.COMPLETED],
-        failed=by[ItemPhase.FAILED],
-        cancelled=by[ItemPhase.CANCELLED],
-    )
+    for i, record in notable:
+        phase = CODES[phases[i]]
+        entry = Attention(
+            index=i,
+            key=key_of(i),
+            phase=phase,
+            job=record.name,
+            attempts=record.attempts,
+            expired_leases=record.expired_leases or None,
+            reason=record.error_reason,
+            message=(record.error_message or "")[:512] or None,
+        )
+        if phase is ItemPhase.FAILED and len(failed) < MAX_ATTENTION:
+            failed.append(entry)
+        elif (
+            not phase.terminal
+            and (record.expired_leases or record.failures)
+            and len(retried) < MAX_ATTENTION
+        ):
+            retried.append(entry)
+    for i in sorted(missing)[:MAX_ATTENTION]:
+        if i < total:
+            gone.append(
+                Attention(index=i, key=key_of(i), phase=CODES[phases[i]], reason="JobMissing")
+            )
+    return (failed + gone + retried)[:MAX_ATTENTION]
 
 
 def eta(counts: Counts, started: dt.datetime | None, now: dt.datetime) -> dt.datetime | None:
     """Now plus the remaining items at the throughput observed since the first claim."""
-    done = counts.completed + counts.failed + counts.cancelled
-    remaining = counts.total - done
-    if remaining <= 0 or started is None or done == 0:
+    remaining = counts.total - counts.done
+    if remaining <= 0 or started is None or counts.done == 0:
         return None
     elapsed = (now - started).total_seconds()
     if elapsed <= 0:
         return None
-    seconds = remaining * elapsed / done
+    seconds = remaining * elapsed / counts.done
     return (now + dt.timedelta(seconds=seconds)).replace(microsecond=0)
+
+
+@dataclass
+class Tally:
+    """What one pass over the jobs finds: each item's phase, the heals, the sums and times."""
+
+    phases: bytearray
+    heals: list[Heal]
+    expired: int = 0
+    failures: int = 0
+    first_start: dt.datetime | None = None
+    last_end: dt.datetime | None = None
+
+
+def tally(
+    before: bytearray,
+    key_of: Callable[[int], str],
+    jobs: Mapping[int, JobRecord],
+    changed: frozenset[int],
+    judge: bool,
+) -> Tally:
+    """One pass over the jobs: their items' phases, and (when `judge`) the items whose stored
+    phase differs although their job did not change since the last projection: heals."""
+    t = Tally(bytearray(before), [])
+    for i, record in jobs.items():
+        if i >= len(before):
+            continue
+        code = CODE[ITEM_PHASE_OF_JOB[record.phase]]
+        if judge and code != before[i] and i not in changed:
+            t.heals.append(Heal(i, key_of(i), CODES[before[i]], CODES[code]))
+        t.phases[i] = code
+        t.expired += record.expired_leases
+        t.failures += record.failures
+        if record.started_at and (t.first_start is None or record.started_at < t.first_start):
+            t.first_start = record.started_at
+        if record.completed_at and (t.last_end is None or record.completed_at > t.last_end):
+            t.last_end = record.completed_at
+    t.heals.sort(key=lambda h: h.index)
+    return t
+
+
+def encoded(phases: bytearray) -> tuple[dict[str, str | None], bool]:
+    """The *Indexes fields of `phases`, and whether any was cut short."""
+    out: dict[str, str | None] = {}
+    truncated = False
+    for phase, name in STORED_FIELDS.items():
+        text, cut = indexes.encode_runs(phases, CODE[phase])
+        out[name] = text or None
+        truncated = truncated or cut
+    return out, truncated
 
 
 def project(
     batch: Batch,
-    jobs: dict[str, TranscriptionJob],
+    total: int,
+    key_of: Callable[[int], str],
+    jobs: Mapping[int, JobRecord],
     stored: BatchStatus,
     now: dt.datetime,
-    changed: set[str],
+    changed: frozenset[int],
+    *,
     recreated: int = 0,
+    invalid: str | None = None,
 ) -> Projection:
-    """The Batch status derived from `jobs` (by item key), and the heals it implies.
+    """The Batch status derived from `jobs` (by item index), and the heals it implies.
 
-    `stored` is the status as last read; `changed` the item keys whose jobs changed since the
-    last projection (their differences are updates, not heals); `recreated` the jobs the
-    reconciler created again, which count as heals too.
+    `stored` is the status as last written; `changed` the items whose jobs changed since that
+    projection; `recreated` the jobs the reconciler created again (heals too); `invalid` why
+    the items cannot be used, if they cannot. Before the first projection nothing is a heal.
     """
-    items: dict[str, ItemStatus] = {}
-    heals: list[Heal] = []
-    for item in batch.spec.items:
-        job = jobs.get(item.key)
-        before = stored.items.get(item.key)
-        if job is None:
-            # No job yet (fan-out pending) or it was deleted: keep what was said until the
-            # reconciler creates it.
-            items[item.key] = before or ItemStatus(phase=ItemPhase.QUEUED)
-            continue
-        after = item_of(job)
-        items[item.key] = after
-        if item.key in changed:
-            continue
-        if before is None:
-            if stored.items:  # fan-out was recorded, yet this item is absent
-                heals.append(Heal(item.key, "item-missing", None, after.phase))
-        elif before.phase != after.phase:
-            heals.append(Heal(item.key, "item-phase", before.phase, after.phase))
-
-    counts = count(items, len(batch.spec.items))
-    done = counts.completed + counts.failed + counts.cancelled
-    starts = [j.status.started_at for j in jobs.values() if j.status.started_at]
-    started = stored.started_at or (min(starts) if starts else None)
-    finished = done == counts.total
-    ends = [j.status.completed_at for j in jobs.values() if j.status.completed_at]
-    completed_at = (stored.completed_at or (max(ends) if ends else now)) if finished else None
-
-    conditions = list(stored.conditions)
-    if finished:
-        conditions = set_condition(
-            conditions,
-            "Complete",
-            "True",
-            "AllItemsFinished",
-            f"{counts.completed} completed, {counts.failed} failed, {counts.cancelled} cancelled",
-            now,
-        )
-        conditions = set_condition(
-            conditions, "Progressing", "False", "Finished", "no items left", now
-        )
-    else:
-        conditions = set_condition(
-            conditions,
-            "Complete",
-            "False",
-            "ItemsRemaining",
-            f"{counts.total - done} of {counts.total} items left",
-            now,
-        )
-        if batch.spec.suspend:
-            conditions = set_condition(
-                conditions,
-                "Progressing",
-                "False",
-                "Suspended",
-                "spec.suspend is true: no new claims",
-                now,
-            )
-        else:
-            conditions = set_condition(
-                conditions,
-                "Progressing",
-                "True",
-                "ItemsRemaining",
-                f"{counts.transcribing} transcribing, {counts.queued} queued",
-                now,
-            )
-    if counts.failed:
-        conditions = set_condition(
-            conditions, "Failed", "True", "ItemsFailed", f"{counts.failed} item(s) failed", now
-        )
-    else:
-        conditions = set_condition(
-            conditions, "Failed", "False", "NoFailures", "no item failed", now
-        )
-
+    t = tally(stored_phases(stored, total), key_of, jobs, changed, stored.counts is not None)
+    p = t.phases
+    counts = Counts(
+        total=total,
+        queued=p.count(CODE[ItemPhase.QUEUED]),
+        transcribing=p.count(CODE[ItemPhase.TRANSCRIBING]),
+        completed=p.count(CODE[ItemPhase.COMPLETED]),
+        failed=p.count(CODE[ItemPhase.FAILED]),
+        cancelled=p.count(CODE[ItemPhase.CANCELLED]),
+    )
+    fields, truncated = encoded(p)
+    missing = set(range(total)) - jobs.keys() if fanned_out(stored) else set()
+    started = stored.started_at or t.first_start
+    finished = total > 0 and counts.done == total and invalid is None
+    conds = conditions(stored.conditions, batch, counts, finished, invalid, now)
+    if total > 0 and not fanned_out(stored) and len(jobs.keys() & set(range(total))) == total:
+        text = f"one TranscriptionJob per item ({total})"
+        conds = set_condition(conds, "JobsCreated", "True", "FannedOut", text, now)
     status = BatchStatus(
         observed_generation=batch.metadata.generation,
-        items=items,
         counts=counts,
-        progress=f"{100 * done // max(1, counts.total)}%",
+        **fields,
+        indexes_truncated=truncated or None,
+        attention=attention_of(total, key_of, jobs, p, missing),
+        progress=f"{100 * counts.done // max(1, total)}%",
         eta=None if finished else eta(counts, started, now),
         started_at=started,
-        completed_at=completed_at,
-        expired_leases=sum(j.status.expired_leases for j in jobs.values()),
-        failures=sum(j.status.failures for j in jobs.values()),
-        heals=(stored.heals or 0) + len(heals) + recreated,
-        conditions=conditions,
+        completed_at=(stored.completed_at or t.last_end or now) if finished else None,
+        expired_leases=t.expired,
+        failures=t.failures,
+        heals=(stored.heals or 0) + len(t.heals) + recreated,
+        conditions=conds,
     )
-    return Projection(status, heals)
+    return Projection(status, t.heals)
+
+
+def fanned_out(status: BatchStatus) -> bool:
+    """True once every item had its job: a job missing after that is a heal."""
+    return is_true(status.conditions, "JobsCreated")
+
+
+def conditions(
+    current: list[Condition],
+    batch: Batch,
+    counts: Counts,
+    finished: bool,
+    invalid: str | None,
+    now: dt.datetime,
+) -> list[Condition]:
+    """Complete, Progressing and Failed (and ItemsInvalid while the items cannot be used)."""
+    out = list(current)
+    if invalid is not None:
+        out = set_condition(out, "Complete", "False", "ItemsInvalid", invalid, now)
+        out = set_condition(out, "Progressing", "False", "ItemsInvalid", invalid, now)
+        return out
+    if finished:
+        summary = (
+            f"{counts.completed} completed, {counts.failed} failed, {counts.cancelled} cancelled"
+        )
+        out = set_condition(out, "Complete", "True", "AllItemsFinished", summary, now)
+        out = set_condition(out, "Progressing", "False", "Finished", "no items left", now)
+    else:
+        left = f"{counts.total - counts.done} of {counts.total} items left"
+        out = set_condition(out, "Complete", "False", "ItemsRemaining", left, now)
+        if batch.spec.suspend:
+            out = set_condition(
+                out, "Progressing", "False", "Suspended", "spec.suspend is true: no new claims", now
+            )
+        else:
+            doing = f"{counts.transcribing} transcribing, {counts.queued} queued"
+            out = set_condition(out, "Progressing", "True", "ItemsRemaining", doing, now)
+    if counts.failed:
+        out = set_condition(
+            out, "Failed", "True", "ItemsFailed", f"{counts.failed} item(s) failed", now
+        )
+    else:
+        out = set_condition(out, "Failed", "False", "NoFailures", "no item failed", now)
+    return out

@@ -1,13 +1,14 @@
-"""The worker's view of the queue: Queued jobs kept current by a list + watch, no polling.
+"""The worker's view of the queue: the jobs offered to it (`OfferQueue`, the default), or every
+claimable job (`JobQueue`, the `queue` dispatch mode), kept current by an `Informer`.
 
-A background thread lists the jobs the API server selects with `status.phase=Queued` and
-without the `recall.dev/suspended` label, then watches that selection; objects that leave it
-arrive as DELETED events. `wait()` blocks until something is claimable or a timeout passes;
-`pick()` chooses by priority then age, at random among the first `window` candidates, so that
-many workers do not all race for the head of the queue.
+The informer lists and watches the jobs the API server selects with `status.phase=Queued` and
+without the `recall.dev/suspended` label; jobs that leave the selection arrive as DELETED.
+`wait()` blocks until something changes or a timeout passes; `pick()` chooses by priority
+then age, at random among the first `window` candidates, so that many workers do not all race
+for the head of the queue (`choose` is the pure part).
 
-Not guaranteed: the view may lag the API server by one event; a claim is decided by the
-fenced write, never by this view.
+Not guaranteed: the view may lag the API server by one event; a claim is decided by the fenced
+write, never by this view.
 """
 
 from __future__ import annotations
@@ -15,18 +16,15 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
-from kubernetes.client.exceptions import ApiException
-
-from recall import log
-from recall.kube import Kube
+from recall.informer import Informer, Jobs
 from recall.models import LABEL_SUSPENDED, TranscriptionJob
+from recall.store import JobStore, RawObject, Selector, StoreError
 
-FIELD_SELECTOR = "status.phase=Queued"
-LABEL_SELECTOR = f"!{LABEL_SUSPENDED}"
-
-_log = log.get("queue")
+SELECTOR = Selector(fields="status.phase=Queued", labels=f"!{LABEL_SUSPENDED}")
 
 
 def order_key(job: TranscriptionJob) -> tuple[int, dt.datetime, str]:
@@ -35,143 +33,239 @@ def order_key(job: TranscriptionJob) -> tuple[int, dt.datetime, str]:
     return (-job.spec.priority, created, job.name)
 
 
-def claimable(job: TranscriptionJob, now: dt.datetime, engine: str) -> bool:
+def claimable(job: TranscriptionJob, engine: str) -> bool:
     """Could this worker claim `job` now, by what it can see locally?
 
     A job that names no engine goes to any real engine; the simulated engine takes only jobs
-    that ask for it, so a test worker never "transcribes" real media with made-up text.
+    that ask for it, so a test worker never "transcribes" real media with made-up text. A job in
+    backoff waits until the operator ends it.
     """
     wanted = job.spec.engine.name if job.spec.engine else None
     if wanted != engine and (wanted is not None or engine == "simulated"):
         return False
-    if job.suspended:
-        return False
-    nb = job.status.not_before
-    return nb is None or nb <= now
+    return not job.suspended and job.status.backoff_seconds is None
+
+
+SELF_SERVE_PAGE = 200
+
+
+class Queue(Protocol):
+    """What the worker loop asks of its view of the queue."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def pick(self) -> TranscriptionJob | None: ...
+
+    def discard(self, job: TranscriptionJob) -> None: ...
+
+    def wait(self, timeout: float) -> None: ...
+
+
+def fair_choice(
+    candidates: list[TranscriptionJob], engine: str, rng: random.Random, window: int = 4
+) -> TranscriptionJob | None:
+    """Self-service: the highest priority; among its Batches one at random (a small Batch is as
+    likely as a big one); among that Batch's oldest `window` jobs one at random."""
+    ready = [j for j in candidates if claimable(j, engine)]
+    if not ready:
+        return None
+    top = max(j.spec.priority for j in ready)
+    by_batch: dict[str | None, list[TranscriptionJob]] = {}
+    for j in ready:
+        if j.spec.priority == top:
+            by_batch.setdefault(j.spec.batch_ref, []).append(j)
+    batch = rng.choice(sorted(by_batch, key=lambda b: b or ""))
+    return rng.choice(sorted(by_batch[batch], key=order_key)[:window])
 
 
 def choose(
-    candidates: list[TranscriptionJob],
-    now: dt.datetime,
-    engine: str,
-    window: int,
-    rng: random.Random,
+    candidates: list[TranscriptionJob], engine: str, window: int, rng: random.Random
 ) -> TranscriptionJob | None:
     """The pure part of `pick`: order, filter and choose among the head of the queue."""
-    ready = sorted((j for j in candidates if claimable(j, now, engine)), key=order_key)
+    ready = sorted((j for j in candidates if claimable(j, engine)), key=order_key)
     if not ready:
         return None
     return rng.choice(ready[:window])
 
 
 class JobQueue:
+    """Claimable jobs of one namespace, from a list + watch in a background thread."""
+
     def __init__(
         self,
-        kube: Kube,
+        store: JobStore,
         namespace: str | None,
         engine: str,
         *,
         window: int = 4,
-        relist_seconds: float = 60.0,
+        relist_seconds: float = 300.0,
         rng: random.Random | None = None,
-        now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
-        self.kube = kube
-        self.namespace = namespace
         self.engine = engine
         self.window = window
-        self.relist_seconds = relist_seconds
         self.rng = rng or random.Random()
-        self.now = now
         self._jobs: dict[tuple[str, str], TranscriptionJob] = {}
         self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="queue-watch", daemon=True)
+        self._changes = 0
+        self.informer = Informer(
+            Jobs(store, namespace, SELECTOR),
+            self,
+            name="queue-watch",
+            relist_seconds=relist_seconds,
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        self.informer.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self.informer.stop(timeout=0)
         with self._cond:
             self._cond.notify_all()
+
+    # -- the informer's consumer ---------------------------------------------------------------
+
+    def relisted(self, items: Iterator[RawObject]) -> None:
+        jobs = {}
+        for raw in items:
+            job = TranscriptionJob.from_api(raw)
+            jobs[job.key] = job
+        with self._cond:
+            self._jobs = jobs
+            self._changes += 1
+            self._cond.notify_all()
+
+    def changed(self, type_: str, obj: RawObject) -> None:
+        job = TranscriptionJob.from_api(obj)
+        with self._cond:
+            if type_ == "DELETED":
+                self._jobs.pop(job.key, None)
+            else:
+                self._jobs[job.key] = job
+            self._changes += 1
+            self._cond.notify_all()
+
+    # -- the worker's side -----------------------------------------------------------------------
 
     def pick(self) -> TranscriptionJob | None:
         with self._cond:
             candidates = list(self._jobs.values())
-        return choose(candidates, self.now(), self.engine, self.window, self.rng)
+        return choose(candidates, self.engine, self.window, self.rng)
 
     def discard(self, job: TranscriptionJob) -> None:
-        """Forget `job` until the watch brings it back (it was claimed by someone)."""
+        """Forget `job` until the watch brings it back (someone else claimed it)."""
         with self._cond:
-            current = self._jobs.get((job.namespace, job.name))
+            current = self._jobs.get(job.key)
             if (
                 current is not None
                 and current.metadata.resource_version == job.metadata.resource_version
             ):
-                del self._jobs[(job.namespace, job.name)]
+                del self._jobs[job.key]
 
     def wait(self, timeout: float) -> None:
-        """Block until the queue changes, the earliest backoff passes, `timeout`, or stop."""
+        """Block until the queue changes, `timeout` passes, or the queue stops."""
         with self._cond:
-            now = self.now()
-            waits = [timeout]
-            for j in self._jobs.values():
-                if j.status.not_before and j.status.not_before > now:
-                    waits.append((j.status.not_before - now).total_seconds() + 0.01)
-            if self._stop.is_set():
-                return
-            self._cond.wait(max(0.0, min(waits)))
+            seen = self._changes
+            self._cond.wait_for(lambda: self._changes != seen or self.informer.stopping, timeout)
 
-    # -- the list + watch thread ------------------------------------------------------------
 
-    def _run(self) -> None:
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                rv = self._relist()
-                backoff = 0.5
-                self._watch(rv)
-            except ApiException as e:
-                if e.status != 410:  # 410: our resourceVersion is too old; re-list at once
-                    _log.warning("queue_watch_error", status=e.status, reason=e.reason)
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 10.0)
-            except Exception as e:  # the API server may be unreachable for a while
-                _log.warning("queue_watch_error", error=str(e))
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+class OfferQueue:
+    """The jobs the operator offers to this worker, and self-service when none come.
 
-    def _relist(self) -> str:
-        jobs, rv = self.kube.list_jobs(
-            self.namespace, field_selector=FIELD_SELECTOR, label_selector=LABEL_SELECTOR
+    An informer watches the jobs whose `status.offer.worker` names this worker (so what a worker
+    reads does not grow with the number of workers). When no offer came for `self_serve_seconds`
+    and the worker asks for work, it lists a page of Queued jobs and chooses one itself (highest
+    priority, then a Batch at random, then the oldest of a few): work goes on while no operator
+    runs.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        namespace: str,
+        worker: str,
+        engine: str,
+        *,
+        self_serve_seconds: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.engine = engine
+        self.self_serve_seconds = self_serve_seconds
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self._offers: dict[tuple[str, str], TranscriptionJob] = {}
+        self._cond = threading.Condition()
+        self._changes = 0
+        self._last_work = clock()
+        self.informer = Informer(
+            Jobs(store, namespace, Selector(fields=f"status.offer.worker={worker}")),
+            self,
+            name="offer-watch",
         )
-        with self._cond:
-            self._jobs = {(j.namespace, j.name): j for j in jobs}
-            self._cond.notify_all()
-        return rv
 
-    def _watch(self, rv: str) -> None:
-        timeout = max(1, int(self.relist_seconds))
-        for kind, obj in self.kube.watch_jobs(
-            self.namespace,
-            rv,
-            field_selector=FIELD_SELECTOR,
-            label_selector=LABEL_SELECTOR,
-            timeout_seconds=timeout,
-        ):
-            if self._stop.is_set():
-                return
-            if kind == "BOOKMARK":
-                continue
-            if kind == "ERROR":
-                code = obj.get("code") if isinstance(obj, dict) else None
-                raise ApiException(status=code or 500, reason=str(obj))
-            job = TranscriptionJob.from_api(obj)
-            key = (job.namespace, job.name)
-            with self._cond:
-                if kind == "DELETED":
-                    self._jobs.pop(key, None)
-                else:
-                    self._jobs[key] = job
-                self._cond.notify_all()
+    def start(self) -> None:
+        self.informer.start()
+
+    def stop(self) -> None:
+        self.informer.stop(timeout=0)
+        with self._cond:
+            self._cond.notify_all()
+
+    def relisted(self, items: Iterator[RawObject]) -> None:
+        offers = {}
+        for raw in items:
+            job = TranscriptionJob.from_api(raw)
+            offers[job.key] = job
+        with self._cond:
+            self._offers = offers
+            self._changes += 1
+            self._cond.notify_all()
+
+    def changed(self, type_: str, obj: RawObject) -> None:
+        job = TranscriptionJob.from_api(obj)
+        with self._cond:
+            if type_ == "DELETED":
+                self._offers.pop(job.key, None)
+            else:
+                self._offers[job.key] = job
+            self._changes += 1
+            self._cond.notify_all()
+
+    def pick(self) -> TranscriptionJob | None:
+        with self._cond:
+            offered = sorted(self._offers.values(), key=order_key)
+        for job in offered:
+            if claimable(job, self.engine):
+                self._last_work = self.clock()
+                return job
+        if self.clock() - self._last_work < self.self_serve_seconds:
+            return None
+        self._last_work = self.clock()
+        return self._serve_self()
+
+    def _serve_self(self) -> TranscriptionJob | None:
+        try:
+            page = self.store.list_jobs(self.namespace, SELECTOR, limit=SELF_SERVE_PAGE)
+        except StoreError:
+            return None
+        jobs = [TranscriptionJob.from_api(o) for o in page.items]
+        return fair_choice(jobs, self.engine, self.rng)
+
+    def discard(self, job: TranscriptionJob) -> None:
+        with self._cond:
+            current = self._offers.get(job.key)
+            if current is not None and current.resource_version == job.resource_version:
+                del self._offers[job.key]
+
+    def wait(self, timeout: float) -> None:
+        with self._cond:
+            seen = self._changes
+            left = self.self_serve_seconds - (self.clock() - self._last_work)
+            self._cond.wait_for(
+                lambda: self._changes != seen or self.informer.stopping,
+                max(0.05, min(timeout, left)),
+            )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from pathlib import Path
 from typing import Literal, Self
 
@@ -18,6 +19,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 def default_worker_id() -> str:
     """The pod name in a cluster (downward API `POD_NAME`, else the hostname)."""
     return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+class ApiSettings(BaseSettings):
+    """How both components talk to the API server."""
+
+    model_config = SettingsConfigDict(env_prefix="RECALL_API_", extra="ignore")
+
+    timeout: float = Field(15.0, gt=0, description="Timeout of one API request, seconds.")
+    watch_seconds: int = Field(
+        300, ge=10, description="How long one watch request lasts before it is renewed."
+    )
 
 
 class WorkerSettings(BaseSettings):
@@ -50,7 +62,21 @@ class WorkerSettings(BaseSettings):
         4, ge=1, description="Pick at random among this many jobs at the head of the queue."
     )
     relist_seconds: float = Field(
-        60.0, gt=0, description="Re-list queued jobs at least this often, besides the watch."
+        300.0, gt=0, description="List the queue again at least this often, besides the watch."
+    )
+    dispatch: Literal["offers", "queue"] = Field(
+        "offers",
+        description="offers: claim what the operator offers (each worker reads only its own "
+        "offers), serving itself when none comes; queue: watch every queued job and choose.",
+    )
+    self_serve_seconds: float = Field(
+        10.0, gt=0, description="With offers: claim from the queue after this long without one."
+    )
+    registration_seconds: int = Field(
+        15, ge=3, description="How long the worker's registration Lease lasts without renewal."
+    )
+    health_port: int = Field(
+        0, ge=0, le=65535, description="Serve /healthz (the work loop is turning) here; 0 = off."
     )
     idle_exit_seconds: float | None = Field(
         None, gt=0, description="Exit after this long without work (benchmarks, demos)."
@@ -85,10 +111,10 @@ class WorkerSettings(BaseSettings):
     # media
     media_max_bytes: int = Field(2 * 1024**3, gt=0, description="Largest source accepted.")
     media_max_seconds: float | None = Field(
-        6 * 3600.0,
+        None,
         gt=0,
-        description="Longest media accepted, seconds (decoded audio is held in memory: "
-        "about 230 MB per hour).",
+        description="Longest media accepted, seconds; None = any length (audio is decoded chunk "
+        "by chunk, so this bounds the work of one job, not memory).",
     )
     http_timeout: float = Field(30.0, gt=0, description="Timeout of one source download read.")
 
@@ -117,27 +143,48 @@ class OperatorSettings(BaseSettings):
         0.5,
         gt=0,
         le=10,
-        description="How often each Batch's timer reclaims expired leases and writes pending "
-        "projections (also the coalescing window of Batch status writes), seconds.",
+        description="How often the controller writes pending Batch projections (the coalescing "
+        "window of Batch status writes) and checks leases at the latest, seconds.",
     )
     reconcile_interval: float = Field(
         30.0, gt=0, description="How often every Batch is reconciled with its jobs, seconds."
+    )
+    max_creates_per_tick: int = Field(
+        200,
+        ge=1,
+        description="Jobs one tick creates for a Batch at most (a big fan-out "
+        "continues on the next ticks).",
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
     liveness_port: int = Field(
         0, ge=0, le=65535, description="Serve kopf's /healthz here; 0 = off."
     )
-    peering: str | None = Field(None, description="kopf peering name for HA; None = standalone.")
-    priority: int | None = Field(
-        None,
-        description="kopf peering priority; the alive peer with the highest one acts. Unset "
-        "with peering: a random priority, so that replicas of one Deployment differ.",
+    dispatch: bool = Field(
+        True, description="Offer claimable jobs to idle workers (they also serve themselves)."
     )
-    peering_lifetime: int = Field(
-        10, ge=2, description="Seconds a silent peer counts as alive (the takeover time)."
+    offer_seconds: float = Field(
+        5.0, gt=0, description="Withdraw an offer not claimed within this many seconds."
+    )
+    leader_election: bool = Field(
+        False, description="Elect one acting replica through a coordination.k8s.io Lease."
+    )
+    leader_election_name: str = Field("recall-operator", description="Name of that Lease.")
+    leader_election_namespace: str | None = Field(
+        None, description="Namespace of that Lease; None = the watched namespace, or default."
+    )
+    lease_duration: float = Field(
+        15.0, gt=0, description="Seconds a silent leader keeps the Lease (the takeover time)."
+    )
+    renew_deadline: float = Field(
+        10.0, gt=0, description="A leader that could not renew for this long steps down."
+    )
+    retry_period: float = Field(2.0, gt=0, description="How often the Lease is renewed or tried.")
+    identity: str = Field(
+        default_factory=lambda: f"{default_worker_id()}_{uuid.uuid4().hex[:8]}",
+        description="This replica's name in the Lease (unique per process).",
     )
 
-    @field_validator("namespace", "peering")
+    @field_validator("namespace", "leader_election_namespace")
     @classmethod
     def _empty_is_none(cls, v: str | None) -> str | None:
         return v or None
@@ -146,4 +193,6 @@ class OperatorSettings(BaseSettings):
     def _check(self) -> Self:
         if self.tick_seconds * 2 > self.reconcile_interval:
             raise ValueError("reconcile_interval must be at least two ticks (tick_seconds)")
+        if not self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError("need retry_period < renew_deadline < lease_duration")
         return self

@@ -1,9 +1,12 @@
 """`recall watch BATCH`: live progress of a Batch until it completes.
 
-On a terminal: progress bars for the Batch and for each item phase, one line per item with its
-job's chunk progress, the ETA, reclaims and heals counted, and the operator's Reclaimed /
-Healed / Failed events as they happen. Elsewhere (a pipe, CI): one plain line per change.
+On a terminal: progress bars for the Batch and for each item phase, the items being transcribed
+with their chunk progress, the items that need attention, the ETA, reclaims and heals counted,
+and the operator's Reclaimed / Healed / Failed events as they happen. Elsewhere (a pipe, CI):
+one plain line per change.
 
+Each refresh reads the Batch (its status is bounded whatever the item count), the Batch's
+leased jobs (at most one per worker) and its Events, so it stays live for 100,000 items.
 Returns the exit code: 0 when every item completed, 1 when any failed or was cancelled.
 """
 
@@ -20,19 +23,11 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from recall.kube import Kube
-from recall.models import (
-    GROUP,
-    JOB_PLURAL,
-    LABEL_BATCH,
-    VERSION,
-    Batch,
-    ItemPhase,
-    TranscriptionJob,
-)
-from recall.transcripts import label_value
+from recall.models import Batch, ItemPhase, TranscriptionJob
+from recall.store import JobStore, ObjectRef, Selector
 
-WATCHED_REASONS = ("Reclaimed", "Healed", "Failed")
+WATCHED_REASONS = ("Reclaimed", "Healed", "Failed", "ItemsInvalid", "JobNameConflict")
+SHOWN = 20
 PHASE_STYLE = {
     ItemPhase.QUEUED: "grey62",
     ItemPhase.TRANSCRIBING: "cyan",
@@ -49,7 +44,7 @@ class BatchNotFound(LookupError):
 @dataclass
 class Snapshot:
     batch: Batch
-    jobs: dict[str, TranscriptionJob]
+    leased: list[TranscriptionJob]
     events: list[str] = field(default_factory=list)
 
     @property
@@ -62,32 +57,32 @@ class Snapshot:
         return 1 if c is not None and (c.failed or c.cancelled) else 0
 
 
-def fetch(kube: Kube, namespace: str, name: str, since: dt.datetime, seen: set[str]) -> Snapshot:
-    raw = kube.get_batch(namespace, name)
-    if raw is None:
-        raise BatchNotFound(f'batches.{GROUP} "{name}" not found')
-    batch = Batch.from_api(raw)
-    out = kube.custom.list_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        JOB_PLURAL,
-        label_selector=f"{LABEL_BATCH}={label_value(name)}",
-        _request_timeout=15,
+def fetch(
+    store: JobStore, namespace: str, name: str, since: dt.datetime, seen: set[str]
+) -> Snapshot:
+    batch = store.get_batch(namespace, name)
+    if batch is None:
+        raise BatchNotFound(f'batches.recall.dev "{name}" not found')
+    page = store.list_jobs(
+        namespace, Selector(fields=f"spec.batchRef={name},status.phase=Leased"), limit=SHOWN
     )
-    jobs = {j.spec.item or j.name: j for j in (TranscriptionJob.from_api(o) for o in out["items"])}
-    snap = Snapshot(batch, jobs)
-    for e in kube.core.list_namespaced_event(namespace, _request_timeout=15).items:
-        if e.reason not in WATCHED_REASONS or e.metadata.uid in seen:
+    snap = Snapshot(batch, [TranscriptionJob.from_api(o) for o in page.items])
+    for e in store.list_events(namespace, ObjectRef("Batch", namespace, name)):
+        uid = (e.get("metadata") or {}).get("uid") or ""
+        if e.get("reason") not in WATCHED_REASONS or uid in seen:
             continue
-        if e.involved_object.kind != "Batch" or e.involved_object.name != name:
+        when = e.get("lastTimestamp") or e.get("eventTime") or ""
+        if when and _time(when) < since:
             continue
-        when = e.last_timestamp or e.event_time or e.metadata.creation_timestamp
-        if when is not None and when < since:
-            continue
-        seen.add(e.metadata.uid)
-        snap.events.append(f"{e.reason}: {e.message}")
+        seen.add(uid)
+        snap.events.append(f"{e.get('reason')}: {e.get('message')}")
     return snap
+
+
+def _time(value: object) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
 def _eta(batch: Batch, now: dt.datetime) -> str:
@@ -96,15 +91,12 @@ def _eta(batch: Batch, now: dt.datetime) -> str:
     return f"{max(0, int((batch.status.eta - now).total_seconds()))}s"
 
 
-def render(snap: Snapshot, history: list[str], now: dt.datetime) -> RenderableType:
-    b = snap.batch
+def _head(b: Batch, now: dt.datetime) -> Text:
     c = b.status.counts
-    total = c.total if c else len(b.spec.items)
-    done = (c.completed + c.failed + c.cancelled) if c else 0
-    head = Text.assemble(
+    return Text.assemble(
         ("Batch ", "bold"),
         (b.name, "bold cyan"),
-        f"  {done}/{total} items  ",
+        f"  {c.done if c else 0}/{c.total if c else 0} items  ",
         ("ETA ", "dim"),
         _eta(b, now),
         ("   reclaims ", "dim"),
@@ -115,50 +107,70 @@ def render(snap: Snapshot, history: list[str], now: dt.datetime) -> RenderableTy
         str(b.status.failures or 0),
         ("   SUSPENDED" if b.spec.suspend else "", "yellow bold"),
     )
-    phases = Table.grid(padding=(0, 2))
-    phases.add_row(
+
+
+def _phases(b: Batch) -> Table:
+    c = b.status.counts
+    total, done = (c.total, c.done) if c else (0, 0)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_row(
         Text("all", style="bold"),
         ProgressBar(total=max(total, 1), completed=done, width=40),
         f"{done}/{total}",
     )
     for phase in ItemPhase:
-        n = getattr(c, phase.value) if c else (total if phase is ItemPhase.QUEUED else 0)
-        phases.add_row(
-            Text(phase.value, style=PHASE_STYLE[phase]),
-            ProgressBar(
-                total=max(total, 1), completed=n, width=40, complete_style=PHASE_STYLE[phase]
-            ),
-            str(n),
+        n = getattr(c, phase.value) if c else 0
+        bar = ProgressBar(
+            total=max(total, 1), completed=n, width=40, complete_style=PHASE_STYLE[phase]
         )
-    items = Table(box=None, padding=(0, 2), show_edge=False)
-    for col in ("ITEM", "PHASE", "HOLDER", "ATTEMPTS", "CHUNKS", ""):
-        items.add_column(col, style="dim" if col == "ITEM" else None)
-    shown = b.spec.items[:25]
-    for item in shown:
-        st = b.status.items.get(item.key)
-        phase = st.phase if st else ItemPhase.QUEUED
-        job = snap.jobs.get(item.key)
-        prog = job.status.progress if job else None
-        holder = job.status.lease.holder if job and job.status.lease else ""
+        grid.add_row(Text(phase.value, style=PHASE_STYLE[phase]), bar, str(n))
+    return grid
+
+
+def _leased(jobs: list[TranscriptionJob]) -> Table:
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    for col in ("TRANSCRIBING", "HOLDER", "ATTEMPT", "CHUNKS", ""):
+        table.add_column(col, style="dim" if col == "TRANSCRIBING" else None)
+    for job in jobs[:SHOWN]:
+        prog = job.status.progress
         bar: RenderableType = ""
         if prog and prog.chunks_total:
             bar = ProgressBar(
                 total=prog.chunks_total,
                 completed=prog.chunks_done,
                 width=20,
-                complete_style=PHASE_STYLE[phase],
+                complete_style="cyan",
             )
-        items.add_row(
-            item.key,
-            Text(phase.value, style=PHASE_STYLE[phase]),
-            holder,
-            str(job.status.attempts if job else 0),
-            prog.summary or "" if prog else "",
+        table.add_row(
+            job.spec.item or job.name,
+            job.status.lease.holder if job.status.lease else "",
+            str(job.status.attempts),
+            (prog.summary or "") if prog else "",
             bar,
         )
-    parts: list[RenderableType] = [head, Text(""), phases, Text(""), items]
-    if len(b.spec.items) > len(shown):
-        parts.append(Text(f"... and {len(b.spec.items) - len(shown)} more items", style="dim"))
+    return table
+
+
+def _attention(b: Batch) -> Table:
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    for col in ("NEEDS ATTENTION", "PHASE", "ATTEMPTS", "REASON"):
+        table.add_column(col, style="dim" if col == "NEEDS ATTENTION" else None)
+    for a in b.status.attention[:10]:
+        table.add_row(
+            a.key,
+            Text(a.phase.value, style=PHASE_STYLE[a.phase]),
+            str(a.attempts or 0),
+            f"{a.reason or ''}: {a.message or ''}"[:80],
+        )
+    return table
+
+
+def render(snap: Snapshot, history: list[str], now: dt.datetime) -> RenderableType:
+    parts: list[RenderableType] = [_head(snap.batch, now), Text(""), _phases(snap.batch)]
+    if snap.leased:
+        parts += [Text(""), _leased(snap.leased)]
+    if snap.batch.status.attention:
+        parts += [Text(""), _attention(snap.batch)]
     if history:
         parts += [Text(""), Text("events", style="bold")]
         parts += [
@@ -181,7 +193,7 @@ def summary_line(snap: Snapshot) -> str:
 
 
 def watch(
-    kube: Kube,
+    store: JobStore,
     namespace: str,
     name: str,
     *,
@@ -197,7 +209,7 @@ def watch(
 
     def follow(show: Callable[[Snapshot], None]) -> int:
         while True:
-            snap = fetch(kube, namespace, name, since, seen)
+            snap = fetch(store, namespace, name, since, seen)
             show(snap)
             if snap.complete:
                 return snap.exit_code

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from recall.kube import Kube
+from recall.store.kube import KubeStore as Kube
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, create_batch, get_batch
 
@@ -51,18 +51,21 @@ def test_submit_dry_run__builds_batches_from_a_folder(
     assert all(i["source"]["url"].startswith("file:///") for i in batch["spec"]["items"])
 
 
-def test_submit__splits_large_inputs_into_several_batches(
+def test_submit__many_inputs_make_one_batch_with_item_lists(
     control_plane: ControlPlane, kube: Kube, namespace: str, tmp_path: Path
 ) -> None:
-    folder = media_folder(tmp_path, [f"part-{i}.wav" for i in range(5)])
-    out = run(control_plane, namespace, "submit", str(folder), "--name", "big", "--max-items", "2")
+    folder = media_folder(tmp_path, [f"part-{i:04d}.wav" for i in range(1500)])
+    out = run(control_plane, namespace, "submit", str(folder), "--name", "big")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
-        "batch.recall.dev/big-1 created (2 items)",
-        "batch.recall.dev/big-2 created (2 items)",
-        "batch.recall.dev/big-3 created (1 items)",
+    assert out.stdout.strip() == "batch.recall.dev/big created (1500 items, 1 item list(s))"
+    batch = get_batch(kube, namespace, "big")
+    assert batch.spec.items == [] and [r.config_map for r in batch.spec.items_from] == [
+        "big-items-1"
     ]
-    assert len(get_batch(kube, namespace, "big-3").spec.items) == 1
+    cm = kube.get_config_map(namespace, "big-items-1")
+    assert cm is not None and len(cm.data["items"].splitlines()) == 1500
+    raw = kube.core.read_namespaced_config_map("big-items-1", namespace)
+    assert raw.immutable and raw.metadata.owner_references[0].uid == batch.metadata.uid
 
 
 def test_submit_watch_get_transcript__whole_flow(

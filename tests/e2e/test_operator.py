@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from recall.kube import MERGE_PATCH, Kube
 from recall.models import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION, ItemPhase, Phase
+from recall.store.kube import MERGE_PATCH
+from recall.store.kube import KubeStore as Kube
 from recall_dev.cluster import free_port
 from tests.helpers import (
     Proc,
@@ -127,7 +128,8 @@ def test_worker_killed_mid_job__reclaimed_in_time_and_finished_by_another(
     assert status.counts is not None
     assert (status.counts.completed, status.counts.failed, status.counts.total) == (3, 0, 3)
     assert status.expired_leases == 1
-    assert status.items[job.spec.item].expired_leases == 1
+    entry = [a for a in status.attention if a.key == job.spec.item]
+    assert entry == [] or entry[0].phase == ItemPhase.COMPLETED
     reclaimed = get_job(kube, namespace, job.name)
     assert reclaimed.status.result is not None and reclaimed.status.result.worker == "helper"
     assert events(kube, namespace, "Reclaimed")
@@ -253,7 +255,8 @@ def test_poison_job__fails_after_max_attempts_with_its_reason(
     )
     wait_for(lambda: item_phase(kube, namespace, "p", "poison") == ItemPhase.FAILED, timeout=10)
     batch = get_batch(kube, namespace, "p")
-    assert "SimulatedFailure" in (batch.status.items["poison"].message or "")
+    failed = [a for a in batch.status.attention if a.key == "poison"]
+    assert failed and failed[0].reason == "SimulatedFailure" and failed[0].phase == ItemPhase.FAILED
     assert any(c.type == "Failed" and c.status == "True" for c in batch.status.conditions)
     assert batch_complete(kube, namespace, "p")
     assert batch.status.failures == 3
@@ -336,10 +339,7 @@ def test_two_operators__one_acts_and_the_other_takes_over(
         procs,
         namespace,
         "operator-a",
-        "--peering",
-        "recall",
-        "--priority",
-        "100",
+        "--leader-election",
         "--metrics-port",
         str(ports["a"]),
     )
@@ -348,10 +348,7 @@ def test_two_operators__one_acts_and_the_other_takes_over(
         procs,
         namespace,
         "operator-b",
-        "--peering",
-        "recall",
-        "--priority",
-        "10",
+        "--leader-election",
         "--metrics-port",
         str(ports["b"]),
     )
@@ -400,7 +397,8 @@ def test_projection__coalesces_a_burst_of_job_changes(
     import threading
 
     from recall import lease as lease_core
-    from recall.kube import Written, fenced_write
+    from recall.fencing import fenced_write
+    from recall.lease import Budget
 
     port = free_port()
     operator(procs, namespace, "operator", "--metrics-port", str(port))
@@ -433,12 +431,17 @@ def test_projection__coalesces_a_burst_of_job_changes(
                 namespace,
                 job.name,
                 lambda j, t=token: lease_core.claim(
-                    j.status, dt.datetime.now(dt.UTC), "burst", t, lease_seconds=300, max_attempts=5
+                    j.status,
+                    dt.datetime.now(dt.UTC),
+                    "burst",
+                    t,
+                    lease_seconds=300,
+                    budget=Budget(5, 10),
                 ),
                 known=job,
                 action="claim",
             )
-            written.append(isinstance(result, Written))
+            written.append(result.applied)
 
     threads = [threading.Thread(target=claim, args=(jobs[i::10],)) for i in range(10)]
     started = time.monotonic()
@@ -466,7 +469,7 @@ def test_reconcile__recreates_a_deleted_job_and_records_a_heal(
     operator(procs, namespace, "operator", env={"RECALL_OPERATOR_RECONCILE_INTERVAL": "2"})
     create_batch(kube, namespace, "heal", ["a", "b"], simulate={"chunks": 1})
     wait_for(lambda: len(list_jobs(kube, namespace)) == 2, timeout=20, message=procs.dump)
-    wait_for(lambda: len(get_batch(kube, namespace, "heal").status.items) == 2, timeout=10)
+    wait_for(lambda: get_batch(kube, namespace, "heal").status.counts, timeout=10)
     old_uid = get_job(kube, namespace, "heal-b").metadata.uid
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, JOB_PLURAL, "heal-b")
     wait_for(
@@ -530,11 +533,13 @@ def test_fan_out__after_a_partial_one_creates_only_the_missing_jobs(
 ) -> None:
     """An operator that died mid-way through a fan-out left one of three jobs behind."""
     from recall.fanout import job_for_item
-    from recall.models import Batch
+    from recall.items import Item
 
     create_batch(kube, namespace, "half", ["a", "b", "c"], simulate={"chunks": 1})
-    batch = Batch.from_api(kube.get_batch(namespace, "half"))  # type: ignore[arg-type]
-    kube.create_job(namespace, job_for_item(batch, batch.spec.items[0]))
+    batch = kube.get_batch(namespace, "half")
+    assert batch is not None
+    first = batch.spec.items[0]
+    kube.create_job(namespace, job_for_item(batch, Item(0, first.key, first.source.url)))
     first_uid = get_job(kube, namespace, "half-a").metadata.uid
     operator(procs, namespace)
     worker(procs, namespace, "w", "--idle-exit", "3")

@@ -8,9 +8,9 @@ from pathlib import Path
 import jiwer
 import pytest
 
-from recall.kube import Kube
 from recall.models import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
-from recall.transcripts import TranscriptStore, chunks_name
+from recall.store.kube import KubeStore as Kube
+from recall.transcripts import Manifest, TranscriptStore, manifest_name
 from recall_dev import speech
 from tests.helpers import Procs, get_job, job_phase, wait_for
 
@@ -82,7 +82,7 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     job = get_job(kube, namespace, "talk-six")
     assert job.status.progress is not None
     assert (job.status.progress.chunks_done, job.status.progress.chunks_total) == (3, 6)
-    assert job.status.progress.checkpoint == chunks_name("talk-six", 1)
+    assert job.status.progress.checkpoint == manifest_name("talk-six", 1)
     assert chunk_events(first.events()) == [0, 1, 2]
 
     # It must outwait the dead worker's lease (6 s) and the reclaim before it idles out.
@@ -109,9 +109,14 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     assert transcript.segments[-1].end > 45, "the transcript does not reach the end"
     wer = jiwer.wer(speech.normalise(reference), speech.normalise(transcript.text))
     assert wer <= 0.25, f"WER {wer:.2f}: {transcript.text}"
-    # Checkpoint ConfigMaps are removed once the transcript is accepted.
-    assert kube.get_config_map(namespace, chunks_name("talk-six", 1)) is None
-    assert kube.get_config_map(namespace, chunks_name("talk-six", 2)) is None
+    # The second attempt's manifest is the transcript; it references the first attempt's
+    # shards (stored once), whose manifest is removed once the transcript is accepted.
+    assert job.status.result.config_map == manifest_name("talk-six", 2)
+    assert kube.get_config_map(namespace, manifest_name("talk-six", 1)) is None
+    accepted = kube.get_config_map(namespace, manifest_name("talk-six", 2))
+    assert accepted is not None
+    shards = [s.name for s in Manifest.from_data(accepted.data).shards]
+    assert shards[0] == "talk-six-a1-0" and shards[-1].startswith("talk-six-a2-")
 
 
 def test_bad_media__fails_at_once_with_a_clear_reason(

@@ -6,8 +6,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube import MERGE_PATCH, Kube, api_message
 from recall.models import GROUP, JOB_PLURAL, VERSION
+from recall.store import Invalid, Selector
+from recall.store.kube import MERGE_PATCH, api_message
+from recall.store.kube import KubeStore as Kube
 from recall_dev.cluster import ControlPlane
 from tests.helpers import create_job, get_job
 from tests.rbac import service_account_client
@@ -91,9 +93,9 @@ def test_main_resource_update__cannot_change_status(kube: Kube, namespace: str) 
 def test_new_job__reads_as_queued_and_is_selectable_by_phase(kube: Kube, namespace: str) -> None:
     create_job(kube, namespace, "a")
     create_job(kube, namespace, "b")
-    patch_status(kube, namespace, "b", {"status": {"phase": "Failed"}})
-    queued, _ = kube.list_jobs(namespace, field_selector="status.phase=Queued")
-    assert [j.name for j in queued] == ["a"]
+    patch_status(kube, namespace, "b", {"status": {"phase": "Cancelled"}})
+    queued = kube.list_jobs(namespace, Selector(fields="status.phase=Queued")).items
+    assert [j["metadata"]["name"] for j in queued] == ["a"]
 
 
 def test_crd_schema__rejects_a_bad_object_with_a_clear_message(kube: Kube, namespace: str) -> None:
@@ -103,10 +105,10 @@ def test_crd_schema__rejects_a_bad_object_with_a_clear_message(kube: Kube, names
         "metadata": {"name": "bad"},
         "spec": {"source": {"url": "ftp://x/y.wav"}, "leaseDurationSeconds": -5},
     }
-    with pytest.raises(ApiException) as e:
+    with pytest.raises(Invalid) as e:
         kube.create_job(namespace, body)
     assert e.value.status == 422
-    message = api_message(e.value)
+    message = e.value.message
     assert "spec.source.url" in message
     assert "spec.leaseDurationSeconds" in message
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube import MERGE_PATCH, Kube, api_message
 from recall.models import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
+from recall.store.kube import MERGE_PATCH, api_message
+from recall.store.kube import KubeStore as Kube
 from tests.helpers import create_job
 
 JOB: dict[str, Any] = {
@@ -99,6 +100,18 @@ BAD: list[tuple[str, str, dict[str, Any], str]] = [
         "spec.items[0].source.url",
     ),
     (
+        "batch-inline-items-too-large",
+        BATCH_PLURAL,
+        with_spec(BATCH, items=[item(f"i{i}", "https://media/" + "x" * 1990) for i in range(80)]),
+        "put them in lists named by spec.itemsFrom",
+    ),
+    (
+        "batch-empty-item-list-reference",
+        BATCH_PLURAL,
+        with_spec(BATCH, itemsFrom=[{"key": "items"}]),
+        "spec.itemsFrom[0].configMap",
+    ),
+    (
         "batch-zero-lease",
         BATCH_PLURAL,
         with_spec(BATCH, defaults={"leaseDurationSeconds": 0}),
@@ -155,63 +168,3 @@ def test_batch_items__are_immutable_but_suspend_is_not(kube: Kube, namespace: st
             _content_type=MERGE_PATCH,
         )
     assert "spec.items is immutable" in api_message(e.value)
-
-
-LEASE = {
-    "holder": "w",
-    "token": "t" * 32,
-    "acquireTime": "2026-01-01T00:00:00Z",
-    "renewTime": "2026-01-01T00:00:00Z",
-    "durationSeconds": 10,
-}
-
-# (case, status before, status patch, words the rejection must contain)
-TRANSITIONS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
-    ("succeeded-without-result", {}, {"phase": "Succeeded"}, "must carry status.result"),
-    ("leased-without-lease", {}, {"phase": "Leased", "attempts": 1}, "must carry status.lease"),
-    ("attempts-decrease", {"attempts": 2}, {"attempts": 1}, "status.attempts never decreases"),
-    (
-        "expired-leases-decrease",
-        {"expiredLeases": 2},
-        {"expiredLeases": 1},
-        "status.expiredLeases never decreases",
-    ),
-    (
-        "succeeded-goes-back",
-        {"phase": "Succeeded", "attempts": 1, "result": {"configMap": "c"}},
-        {"phase": "Queued"},
-        "Succeeded job never changes phase",
-    ),
-    (
-        "new-token-without-claim",
-        {"phase": "Leased", "attempts": 1, "lease": LEASE},
-        {"lease": {"token": "u" * 32}},
-        "new lease token requires a new attempt",
-    ),
-    ("attempts-over-budget", {"attempts": 5}, {"attempts": 6}, "cannot exceed spec.maxAttempts"),
-]
-
-
-@pytest.mark.parametrize(
-    ("case", "before", "patch", "words"), TRANSITIONS, ids=[t[0] for t in TRANSITIONS]
-)
-def test_forbidden_status_transition__rejected_by_the_server(
-    kube: Kube, namespace: str, case: str, before: dict[str, Any], patch: dict[str, Any], words: str
-) -> None:
-    create_job(kube, namespace, "j", max_attempts=5)
-    if before:
-        kube.custom.patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
-            namespace,
-            JOB_PLURAL,
-            "j",
-            {"status": before},
-            _content_type=MERGE_PATCH,
-        )
-    with pytest.raises(ApiException) as e:
-        kube.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, JOB_PLURAL, "j", {"status": patch}, _content_type=MERGE_PATCH
-        )
-    assert e.value.status == 422, case
-    assert words in api_message(e.value), api_message(e.value)

@@ -28,8 +28,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from recall.kube import Kube
 from recall.models import BATCH_PLURAL, GROUP, VERSION, Phase
+from recall.store.kube import KubeStore as Kube
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, get_batch, list_jobs, wait_for
 from tests.rbac import service_account_token, token_kubeconfig
@@ -183,7 +183,7 @@ def test_rendered_crds__are_the_repo_crds_with_the_keep_annotation(
     tools: Tools, tmp_path: Path
 ) -> None:
     expected = repo_crds()
-    assert len(expected) == 4  # transcriptionjobs, batches, kopfpeerings, clusterkopfpeerings
+    assert len(expected) == 2  # transcriptionjobs, batches
 
     kept = {
         d["metadata"]["name"]: d
@@ -328,11 +328,17 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
             "resources": ["configmaps"],
             "verbs": ["get", "create", "patch", "delete"],
         },
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update", "delete"],
+        },
     ]
-    operator_resources = {
-        r for rule in find(docs, "Role", "-operator")["rules"] for r in rule["resources"]
-    }
-    assert not operator_resources & {"secrets", "configmaps", "clusterkopfpeerings"}
+    operator_rules = find(docs, "Role", "-operator")["rules"]
+    operator_resources = {r for rule in operator_rules for r in rule["resources"]}
+    assert "secrets" not in operator_resources
+    configmaps = next(r for r in operator_rules if "configmaps" in r["resources"])
+    assert set(configmaps["verbs"]) == {"get", "list", "delete"}  # read lists, remove orphans
 
 
 def test_template_everything__cluster_wide_ha_operator_and_configured_workers(
@@ -347,15 +353,15 @@ def test_template_everything__cluster_wide_ha_operator_and_configured_workers(
     role = find(docs, "ClusterRole", "-operator")
     binding = find(docs, "ClusterRoleBinding", "-operator")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    peering_rule = next(r for r in role["rules"] if r["apiGroups"] == ["kopf.dev"])
-    assert set(peering_rule["resources"]) == {"kopfpeerings", "clusterkopfpeerings"}
+    leases = next(r for r in role["rules"] if r["apiGroups"] == ["coordination.k8s.io"])
+    assert leases["resources"] == ["leases"]
 
     operator = find(docs, "Deployment", "-operator")
     assert operator["spec"]["replicas"] == 2
     op_env = env_of(container(operator))
     assert "RECALL_OPERATOR_NAMESPACE" not in op_env  # unset: cluster-wide
-    assert op_env["RECALL_OPERATOR_PEERING"]
-    assert "RECALL_OPERATOR_PRIORITY" not in op_env  # each replica picks a random priority
+    assert op_env["RECALL_OPERATOR_LEADER_ELECTION"] == "true"  # two replicas elect a leader
+    assert op_env["RECALL_OPERATOR_LEADER_ELECTION_NAME"] == f"{RELEASE}-recall-operator"
 
     worker = find(docs, "Deployment", "-worker")
     assert worker["spec"]["replicas"] == 3
@@ -420,10 +426,14 @@ def test_template_switches__rbac_service_accounts_and_components(
     components = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in workers_only}
     assert components == {"worker"}
 
-    peered = tools.render(tmp_path, {"operator": {"peering": {"enabled": True}}})
-    op_env = env_of(container(find(peered, "Deployment", "-operator")))
-    assert op_env["RECALL_OPERATOR_PEERING"] == f"{RELEASE}-recall"
-    assert "RECALL_OPERATOR_NAMESPACE" in op_env  # a namespaced KopfPeering
+    elected = tools.render(tmp_path, {"operator": {"leaderElection": {"enabled": True}}})
+    op_env = env_of(container(find(elected, "Deployment", "-operator")))
+    assert op_env["RECALL_OPERATOR_LEADER_ELECTION"] == "true"
+    assert op_env["RECALL_OPERATOR_LEADER_ELECTION_NAMESPACE"]
+    single = tools.render(tmp_path)
+    assert "RECALL_OPERATOR_LEADER_ELECTION" not in env_of(
+        container(find(single, "Deployment", "-operator"))
+    )
 
 
 # --- against the real API server ----------------------------------------------------------
@@ -644,7 +654,10 @@ WORKER_MATRIX = [
     Check("create", "events", False),
     Check("create", "events.events.k8s.io", False),
     Check("list", "pods", False),
-    Check("create", "kopfpeerings.kopf.dev", False),
+    Check("create", "leases.coordination.k8s.io", True),
+    Check("update", "leases.coordination.k8s.io", True),
+    Check("delete", "leases.coordination.k8s.io", True),
+    Check("list", "leases.coordination.k8s.io", False),
 ]
 OPERATOR_MATRIX = [
     Check("watch", "batches.recall.dev", True),
@@ -655,14 +668,18 @@ OPERATOR_MATRIX = [
     Check("patch", "transcriptionjobs.recall.dev/status", True),
     Check("create", "events", True),
     Check("create", "events.events.k8s.io", True),
-    Check("create", "kopfpeerings.kopf.dev", True),
+    Check("deletecollection", "transcriptionjobs.recall.dev", True),
+    Check("watch", "leases.coordination.k8s.io", True),
+    Check("update", "leases.coordination.k8s.io", True),
+    Check("get", "configmaps", True),
+    Check("list", "configmaps", True),
+    Check("delete", "configmaps", True),
     Check("create", "batches.recall.dev", False),
     Check("delete", "batches.recall.dev", False),
     Check("get", "secrets", False),
     Check("list", "secrets", False),
-    Check("get", "configmaps", False),
-    Check("list", "configmaps", False),
     Check("create", "configmaps", False),
+    Check("patch", "configmaps", False),
     Check("list", "pods", False),
     Check("list", "transcriptionjobs.recall.dev", False, all_namespaces=True),
 ]

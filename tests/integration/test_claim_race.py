@@ -8,8 +8,11 @@ import threading
 import pytest
 
 from recall import lease
-from recall.kube import Kube, Written, fenced_write, load_api_client
+from recall.fencing import fenced_write
+from recall.lease import Budget
 from recall.models import Phase
+from recall.store.kube import KubeStore as Kube
+from recall.store.kube import load_api_client
 from recall_dev.cluster import ControlPlane
 from tests.helpers import create_job, get_job
 
@@ -33,7 +36,12 @@ def test_twenty_workers_race__exactly_one_claim_succeeds(
             namespace,
             "prize",
             lambda j: lease.claim(
-                j.status, dt.datetime.now(dt.UTC), worker, token, lease_seconds=30, max_attempts=5
+                j.status,
+                dt.datetime.now(dt.UTC),
+                worker,
+                token,
+                lease_seconds=30,
+                budget=Budget(5, 10),
             ),
             known=job if from_known_copy else None,
             retry_on_conflict=False,
@@ -46,7 +54,7 @@ def test_twenty_workers_race__exactly_one_claim_succeeds(
     for t in threads:
         t.join(timeout=30)
 
-    winners = [w for w, r in results.items() if isinstance(r, Written)]
+    winners = [w for w, r in results.items() if r.applied]  # type: ignore[attr-defined]
     assert len(results) == RACERS
     assert len(winners) == 1, winners
     final = get_job(kube, namespace, "prize")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from recall.kube import Kube
 from recall.models import Phase
-from recall.transcripts import LABEL_KIND
+from recall.store.kube import KubeStore as Kube
+from recall.transcripts import LABEL_KIND, MANIFEST
 from tests.helpers import Procs, create_job, list_jobs, read_jsonl, wait_for
 
 WORKERS = 8
@@ -61,7 +61,7 @@ def test_eight_workers_two_hundred_jobs__each_succeeds_once(
     assert sum(runs.values()) == JOBS * CHUNKS, "the engine ran a chunk twice"
 
     transcripts = kube.core.list_namespaced_config_map(
-        namespace, label_selector=f"{LABEL_KIND}=transcript"
+        namespace, label_selector=f"{LABEL_KIND}={MANIFEST}"
     ).items
     assert len(transcripts) == JOBS
     assert {cm.metadata.name for cm in transcripts} == {j.status.result.config_map for j in jobs}  # type: ignore[union-attr]

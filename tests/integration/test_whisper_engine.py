@@ -1,8 +1,10 @@
 """The local Whisper engine end to end: synthesized English speech in, the same words out.
 
 Four known sentences are spoken by `espeak-ng` into one ~38 s WAV (two 30 s chunks), which
-goes through `WhisperEngine.load_media` and `transcribe` for every chunk with the bundled
-tiny.en model, exactly as a worker calls them. The word error rate must stay within 25 %.
+goes through `WhisperEngine.load_media`, the lazily decoded chunks, and `transcribe` for every
+chunk with the bundled tiny.en model, exactly as a worker calls them; a second test encodes
+it three times over as MP3 and resumes half-way, as a second attempt would. The word error
+rate must stay within 25 %.
 `espeak-ng` is a required system package (hack/install-system-deps.sh): without it these
 tests fail rather than skip. No cluster is needed.
 """
@@ -11,9 +13,11 @@ from __future__ import annotations
 
 import threading
 import time
+import wave
 from collections.abc import Callable
 from pathlib import Path
 
+import av
 import jiwer
 import numpy as np
 import pytest
@@ -62,9 +66,11 @@ def test_transcribe__synthesized_speech_within_word_error_rate(
 ) -> None:
     path, seconds = speech
     job = job_for(path.as_uri())
-    media = engine.load_media(job)
-    assert len(media.chunks) == 2
-    assert media.duration == pytest.approx(seconds, abs=0.05)
+    with engine.load_media(job) as media:
+        assert media.duration == pytest.approx(seconds, abs=0.05)  # the container's estimate
+        chunks = list(media.chunks())
+    assert len(chunks) == 2
+    assert media.duration == pytest.approx(seconds, abs=0.05)  # decoded
 
     engine.transcribe(
         Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32)),
@@ -75,7 +81,7 @@ def test_transcribe__synthesized_speech_within_word_error_rate(
     )  # load the model first
     wall, cpu = time.perf_counter(), time.process_time()
     transcript: list[Segment] = []
-    for chunk in media.chunks:
+    for chunk in chunks:
         segments = engine.transcribe(
             chunk, language=job.spec.language, cancel=threading.Event(), job=job, attempt=1
         )
@@ -106,6 +112,58 @@ def test_transcribe__synthesized_speech_within_word_error_rate(
     assert rtf_wall > 1.0, "slower than real time"
 
 
+def test_transcribe__compressed_speech_resumed_half_way_within_word_error_rate(
+    speech: tuple[Path, float], engine: WhisperEngine, tmp_path: Path
+) -> None:
+    """Three times the speech as MP3; the first half transcribed, then the rest from a resume
+    (a new media, seeking to the checkpointed cut) as a second attempt would."""
+    path = encode_mp3(speech[0], tmp_path / "talk.mp3", repeat=3)
+    job = job_for(path.as_uri())
+    words: list[str] = []
+    with engine.load_media(job) as media:
+        first = []
+        for chunk in media.chunks():
+            first.append(chunk)
+            words += transcribed(engine, job, chunk)
+            if len(first) == 2:
+                break
+    with engine.load_media(job) as media:
+        rest = list(media.chunks(first[-1].resume()))
+        assert media.resumed_by == "seek"
+    assert rest[0].first == first[-1].end and rest[0].index == 2
+    assert rest[-1].last
+    for chunk in rest:
+        words += transcribed(engine, job, chunk)
+    wer = jiwer.wer(normalise(" ".join(SENTENCES * 3)), normalise(" ".join(words)))
+    assert wer <= MAX_WER, f"WER {wer:.2f}: {' '.join(words)!r}"
+
+
+def transcribed(engine: WhisperEngine, job: TranscriptionJob, chunk: Chunk) -> list[str]:
+    segments = engine.transcribe(chunk, language="en", cancel=threading.Event(), job=job, attempt=1)
+    return [s.text for s in segments]
+
+
+def encode_mp3(wav: Path, out: Path, *, repeat: int) -> Path:
+    """`wav` played `repeat` times, encoded as mono MP3 at its own rate."""
+    with wave.open(str(wav)) as w:
+        rate = w.getframerate()
+        pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768
+    samples = np.tile(pcm, repeat)
+    with av.open(str(out), "w") as container:
+        stream = container.add_stream("libmp3lame", rate=rate, layout="mono")
+        for i in range(0, len(samples), 1152):
+            frame = av.AudioFrame.from_ndarray(
+                np.ascontiguousarray(samples[None, i : i + 1152]), format="fltp", layout="mono"
+            )
+            frame.sample_rate = rate
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return out
+
+
 def test_label__names_the_bundled_model(engine: WhisperEngine) -> None:
     assert engine.label() == "whisper/tiny.en"
 
@@ -128,7 +186,8 @@ def test_transcribe__cancelled_before_start_returns_nothing(
     speech: tuple[Path, float], engine: WhisperEngine
 ) -> None:
     job = job_for(speech[0].as_uri())
-    chunk = engine.load_media(job).chunks[0]
+    with engine.load_media(job) as media:
+        chunk = next(media.chunks())
     cancel = threading.Event()
     cancel.set()
     assert engine.transcribe(chunk, language="en", cancel=cancel, job=job, attempt=1) == []

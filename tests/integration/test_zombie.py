@@ -12,10 +12,10 @@ import signal
 
 import pytest
 
-from recall.kube import Kube
 from recall.models import Phase
-from recall.transcripts import transcript_name
-from tests.helpers import Procs, ReaperThread, create_job, get_job, process_state, wait_for
+from recall.store.kube import KubeStore as Kube
+from recall.transcripts import manifest_name
+from tests.helpers import ControllerThread, Procs, create_job, get_job, process_state, wait_for
 
 LEASE = 3
 
@@ -46,7 +46,7 @@ def test_zombie__write_rejected_after_reclaim_and_new_claim(
     assert frozen.status.phase == Phase.LEASED
     assert frozen.status.lease is not None and frozen.status.lease.holder == "a"
 
-    with ReaperThread(kube, namespace) as reaper:
+    with ControllerThread(kube, namespace) as reaper:
         wait_for(lambda: reaper.reclaimed, timeout=LEASE + 5, message="the reclaim")
         b = procs.worker("b", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
         wait_for(
@@ -71,12 +71,12 @@ def test_zombie__write_rejected_after_reclaim_and_new_claim(
     assert final.status.phase == Phase.SUCCEEDED
     assert final.status.result is not None
     assert (final.status.result.worker, final.status.result.attempt) == ("b", 2)
-    assert final.status.result.config_map == transcript_name("z", 2)
+    assert final.status.result.config_map == manifest_name("z", 2)
     assert final.status.expired_leases == 1
     if frozen_at == "complete":
         # A wrote its transcript before freezing; after the refused complete it deleted it.
         assert "complete_refused_transcript_deleted" in zombie.event_names()
-        assert kube.get_config_map(namespace, transcript_name("z", 1)) is None
+        assert kube.get_config_map(namespace, manifest_name("z", 1)) is None
     assert "completed" not in zombie.event_names()
     zombie.signal(signal.SIGTERM)
     assert zombie.wait(timeout=20) == 0

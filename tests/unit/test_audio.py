@@ -6,6 +6,7 @@ that the `server` fixture starts and stops.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import socket
 import struct
@@ -22,7 +23,7 @@ import numpy.typing as npt
 import pytest
 
 from recall import audio
-from recall.engines.base import EngineError
+from recall.engines.base import Chunk, EngineError, Media
 from recall.models import TranscriptionJob
 
 RATE = audio.SAMPLE_RATE
@@ -105,9 +106,15 @@ def options(**kw: object) -> audio.MediaOptions:
     return audio.MediaOptions(**kw)  # type: ignore[arg-type]
 
 
+def cut(url: str, opts: audio.MediaOptions | None = None) -> tuple[list[Chunk], Media]:
+    """Every chunk of the source at `url`, and its (closed) media."""
+    with audio.load_media(url, opts or options()) as media:
+        return list(media.chunks()), media
+
+
 def fail(url: str, opts: audio.MediaOptions | None = None) -> EngineError:
     with pytest.raises(EngineError) as info:
-        audio.load_media(url, opts or options())
+        cut(url, opts)
     return info.value
 
 
@@ -126,9 +133,8 @@ def job(url: str, chunk_seconds: int | None = None) -> TranscriptionJob:
 
 def test_decode__stereo_44k_wav_becomes_16k_mono_float32(tmp_path: Path) -> None:
     path = write_wav(tmp_path / "tone.wav", 2.5, rate=44_100, channels=2)
-    media = audio.load_media(url_of(path), options())
+    [chunk], media = cut(url_of(path))
     assert media.duration == pytest.approx(2.5, abs=0.01)
-    [chunk] = media.chunks
     assert chunk.audio.dtype == np.float32
     assert chunk.audio.ndim == 1
     assert len(chunk.audio) == pytest.approx(2.5 * RATE, abs=20)
@@ -148,8 +154,8 @@ def test_decode__compressed_formats(
     tmp_path: Path, name: str, codec: str, rate: int, frame_size: int
 ) -> None:
     path = encode(tmp_path / name, codec, 3.0, rate, frame_size)
-    media = audio.load_media(url_of(path), options())
-    samples = np.concatenate([c.audio for c in media.chunks])
+    chunks, media = cut(url_of(path))
+    samples = np.concatenate([c.audio for c in chunks])
     assert media.duration == pytest.approx(3.0, abs=0.1)
     assert peak_hz(samples) == pytest.approx(440, abs=2)
 
@@ -220,7 +226,7 @@ def test_file__escaped_path_and_localhost(tmp_path: Path) -> None:
     path = write_wav(tmp_path / "a tone.wav", 1.0)
     url = "file://localhost" + url_of(path).removeprefix("file://")
     assert "%20" in url
-    assert audio.load_media(url, options()).duration == pytest.approx(1.0, abs=0.01)
+    assert cut(url)[1].duration == pytest.approx(1.0, abs=0.01)
 
 
 @pytest.mark.parametrize(
@@ -237,17 +243,23 @@ def test_source__unsupported_url_is_rejected(url: str) -> None:
 
 def test_split__fixed_lengths_and_a_partial_last_chunk(tmp_path: Path) -> None:
     path = write_wav(tmp_path / "tone.wav", 65.5, rate=RATE, channels=1)
-    media = audio.load_media(url_of(path), options(chunk_seconds=30.0))
-    assert [c.index for c in media.chunks] == [0, 1, 2]
-    assert [c.start for c in media.chunks] == [0.0, 30.0, 60.0]
-    assert [c.duration for c in media.chunks] == pytest.approx([30.0, 30.0, 5.5])
-    assert [len(c.audio) for c in media.chunks] == [30 * RATE, 30 * RATE, 5.5 * RATE]
+    chunks, media = cut(url_of(path), options(chunk_seconds=30.0))
+    assert [c.index for c in chunks] == [0, 1, 2]
+    assert [c.start for c in chunks] == [0.0, 30.0, 60.0]
+    assert [c.duration for c in chunks] == pytest.approx([30.0, 30.0, 5.5])
+    assert [len(c.audio) for c in chunks] == [30 * RATE, 30 * RATE, 5.5 * RATE]
+    assert [(c.first, c.end) for c in chunks] == [
+        (0, 480_000),
+        (480_000, 960_000),
+        (960_000, 1_048_000),
+    ]
+    assert [c.last for c in chunks] == [False, False, True]
     assert media.duration == pytest.approx(65.5)
 
 
 def test_split__exact_multiple_has_no_empty_chunk() -> None:
-    media = audio.split(sine(20.0, RATE), RATE, 10.0)
-    assert [c.duration for c in media.chunks] == [10.0, 10.0]
+    chunks = audio.split(sine(20.0, RATE), RATE, 10.0)
+    assert [c.duration for c in chunks] == [10.0, 10.0]
 
 
 def test_split__chunks_are_contiguous_and_cover_every_sample() -> None:
@@ -255,18 +267,19 @@ def test_split__chunks_are_contiguous_and_cover_every_sample() -> None:
     samples = (rng.standard_normal(47 * RATE) * 0.1).astype(np.float32)
     samples[9 * RATE : int(9.3 * RATE)] = 0.0  # pauses for the cuts to snap to
     samples[18 * RATE : int(18.2 * RATE)] = 0.0
-    media = audio.split(samples, RATE, 10.0)
-    ends = [c.start + c.duration for c in media.chunks]
-    assert [c.start for c in media.chunks[1:]] == pytest.approx(ends[:-1])
-    assert np.array_equal(np.concatenate([c.audio for c in media.chunks]), samples)
-    assert all(c.duration <= 10.0 for c in media.chunks)
+    chunks = audio.split(samples, RATE, 10.0)
+    ends = [c.start + c.duration for c in chunks]
+    assert [c.start for c in chunks[1:]] == pytest.approx(ends[:-1])
+    assert [c.first for c in chunks[1:]] == [c.end for c in chunks[:-1]]
+    assert np.array_equal(np.concatenate([c.audio for c in chunks]), samples)
+    assert all(c.duration <= 10.0 for c in chunks)
 
 
 def test_split__cut_moves_back_into_a_pause_within_the_snap_window() -> None:
     rng = np.random.default_rng(1)
     samples = (rng.standard_normal(40 * RATE) * 0.1).astype(np.float32)
     samples[int(28.5 * RATE) : int(28.8 * RATE)] = 0.0
-    first = audio.split(samples, RATE, 30.0).chunks[0]
+    first = audio.split(samples, RATE, 30.0)[0]
     assert 28.5 < first.duration < 28.8
 
 
@@ -274,15 +287,16 @@ def test_split__pause_outside_the_snap_window_is_ignored() -> None:
     rng = np.random.default_rng(2)
     samples = (rng.standard_normal(40 * RATE) * 0.1).astype(np.float32)
     samples[int(26.0 * RATE) : int(27.0 * RATE)] = 0.0  # 3 s before the cut: too far back
-    assert audio.split(samples, RATE, 30.0).chunks[0].duration == 30.0
+    assert audio.split(samples, RATE, 30.0)[0].duration == 30.0
 
 
 def test_load_job_media__spec_chunk_seconds_overrides_the_default(tmp_path: Path) -> None:
     path = write_wav(tmp_path / "tone.wav", 25.0, rate=RATE, channels=1)
-    media = audio.load_job_media(job(url_of(path), chunk_seconds=10), options(chunk_seconds=30))
-    assert [c.duration for c in media.chunks] == pytest.approx([10.0, 10.0, 5.0])
-    default = audio.load_job_media(job(url_of(path)), options(chunk_seconds=30))
-    assert len(default.chunks) == 1
+    with audio.load_job_media(job(url_of(path), chunk_seconds=10), options()) as media:
+        assert media.cutting.chunk_seconds == 10.0
+        assert [c.duration for c in media.chunks()] == pytest.approx([10.0, 10.0, 5.0])
+    with audio.load_job_media(job(url_of(path)), options(chunk_seconds=30)) as default:
+        assert len(list(default.chunks())) == 1
 
 
 # --- pure helpers ---------------------------------------------------------------------------
@@ -421,14 +435,19 @@ def http_options(workdir: Path, **kw: object) -> audio.MediaOptions:
 
 
 def test_http__200_wav_is_downloaded_decoded_and_removed(server: Server, workdir: Path) -> None:
-    media = audio.load_media(server.base + "/tone.wav?token=abc", http_options(workdir))
+    with audio.load_media(server.base + "/tone.wav?token=abc", http_options(workdir)) as media:
+        assert len(list(workdir.iterdir())) == 1, "the download lives while the media is open"
+        [chunk] = media.chunks()
     assert media.duration == pytest.approx(3.0, abs=0.01)
-    assert peak_hz(media.chunks[0].audio) == pytest.approx(440, abs=2)
+    assert peak_hz(chunk.audio) == pytest.approx(440, abs=2)
+    digest = hashlib.sha256(server.wav).hexdigest()
+    assert media.cutting.source == f"sha256:{digest}"
 
 
 def test_http__redirect_is_followed(server: Server, workdir: Path) -> None:
-    media = audio.load_media(server.base + "/redirect", http_options(workdir))
-    assert media.duration == pytest.approx(3.0, abs=0.01)
+    assert cut(server.base + "/redirect", http_options(workdir))[1].duration == pytest.approx(
+        3.0, abs=0.01
+    )
 
 
 @pytest.mark.parametrize(

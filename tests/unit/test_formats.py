@@ -9,7 +9,6 @@ from recall.formats import render, timestamp
 from recall.transcripts import Transcript
 
 T = Transcript(
-    text="hello there. general kenobi.",
     segments=[
         Segment(start=0.0, end=1.5, text=" hello there."),
         Segment(start=3661.25, end=3662.0, text="general kenobi."),

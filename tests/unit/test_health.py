@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import http.client
+import socket
 from collections.abc import Iterator
 
 import pytest
 
-from recall.health import Liveness, serve
+from recall.health import Liveness
 
 
 class FakeClock:
@@ -23,56 +24,66 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-def test_liveness__alive_until_max_silence_after_creation(clock: FakeClock) -> None:
-    liveness = Liveness(max_silence=10, clock=clock)
+def test_liveness__healthy_until_stale_after_since_creation(clock: FakeClock) -> None:
+    liveness = Liveness(stale_after=10, clock=clock)
     clock.now += 9.9
-    assert liveness.alive()
+    assert liveness.healthy()
     clock.now += 0.1
-    assert not liveness.alive()
+    assert not liveness.healthy()
 
 
 def test_liveness__beat_restarts_the_silence(clock: FakeClock) -> None:
-    liveness = Liveness(max_silence=10, clock=clock)
+    liveness = Liveness(stale_after=10, clock=clock)
     clock.now += 9
     liveness.beat()
     clock.now += 9
-    assert liveness.alive()
-    assert liveness.silence() == pytest.approx(9)
+    assert liveness.healthy()
+    assert liveness.age() == pytest.approx(9)
     clock.now += 2
-    assert not liveness.alive()
+    assert not liveness.healthy()
 
 
 def test_readiness__needs_a_first_beat_and_ends_when_stopping(clock: FakeClock) -> None:
-    liveness = Liveness(max_silence=10, clock=clock)
+    liveness = Liveness(stale_after=10, clock=clock)
     assert not liveness.ready()
     liveness.beat()
     assert liveness.ready()
     liveness.stopping()
     assert not liveness.ready()
-    assert liveness.alive(), "a stopping worker is still alive: it releases its job"
+    assert liveness.healthy(), "a stopping worker is still alive: it releases its job"
+
+
+def test_serve__port_0_is_off() -> None:
+    liveness = Liveness()
+    liveness.serve(0)
+    assert liveness.server is None
 
 
 def test_readiness__lost_with_liveness(clock: FakeClock) -> None:
-    liveness = Liveness(max_silence=10, clock=clock)
+    liveness = Liveness(stale_after=10, clock=clock)
     liveness.beat()
     clock.now += 11
     assert not liveness.ready()
 
 
-def test_liveness__rejects_a_non_positive_max_silence() -> None:
+def test_liveness__rejects_a_non_positive_stale_after() -> None:
     with pytest.raises(ValueError, match="positive"):
-        Liveness(max_silence=0)
+        Liveness(stale_after=0)
 
 
 @pytest.fixture
 def served(clock: FakeClock) -> Iterator[tuple[Liveness, int]]:
-    liveness = Liveness(max_silence=10, clock=clock)
-    server = serve(liveness, port=0, host="127.0.0.1")
+    liveness = Liveness(stale_after=10, clock=clock)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    liveness.serve(port, addr="127.0.0.1")
+    assert liveness.server is not None
     try:
-        yield liveness, server.server_address[1]
+        yield liveness, port
     finally:
-        server.shutdown()
-        server.server_close()
+        liveness.server.shutdown()
+        liveness.server.server_close()
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -93,8 +104,8 @@ def test_http__healthz_200_while_beating_then_503(
     status, body = get(port, "/healthz")
     assert status == 200 and body.startswith("ok")
     clock.now += 30
-    status, body = get(port, "/healthz")
-    assert status == 503 and "30.0 s" in body
+    status, body = get(port, "/livez")
+    assert status == 503 and body.startswith("stale 30.0s")
 
 
 def test_http__readyz_follows_readiness(served: tuple[Liveness, int]) -> None:

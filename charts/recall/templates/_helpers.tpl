@@ -111,15 +111,16 @@ without a limit), read through the downward API and rounded up to whole CPUs.
 {{- end -}}
 {{- end -}}
 
-{{/* "true" when the operator runs with kopf peering: asked for, or needed by replicas > 1. */}}
-{{- define "recall.operator.peering" -}}
-{{- if or .Values.operator.peering.enabled (gt (int .Values.operator.replicas) 1) -}}
+{{/* "true" when operator replicas elect a leader: asked for, or needed by replicas > 1. */}}
+{{- define "recall.operator.leaderElection" -}}
+{{- if or .Values.operator.leaderElection.enabled (gt (int .Values.operator.replicas) 1) -}}
 true
 {{- end -}}
 {{- end -}}
 
-{{- define "recall.operator.peeringName" -}}
-{{- default (include "recall.fullname" .) .Values.operator.peering.name -}}
+{{/* The name of the leader election Lease. */}}
+{{- define "recall.operator.leaseName" -}}
+{{- default (printf "%s-operator" (include "recall.fullname" .)) .Values.operator.leaderElection.leaseName -}}
 {{- end -}}
 
 {{/* The worker's pod grace: the explicit value, else the worker's grace + 20 s for the release. */}}
@@ -146,7 +147,7 @@ true
   verbs: [get, patch, update]
 - apiGroups: [recall.dev]
   resources: [transcriptionjobs]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, watch, create, patch, update, delete, deletecollection]
 - apiGroups: [recall.dev]
   resources: [transcriptionjobs/status]
   verbs: [get, patch, update]
@@ -156,9 +157,12 @@ true
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
-- apiGroups: [kopf.dev]
-  resources: {{ if .Values.operator.clusterWide }}[kopfpeerings, clusterkopfpeerings]{{ else }}[kopfpeerings]{{ end }}
-  verbs: [get, list, watch, patch, create]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, watch, create, update]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, delete]
 {{- end -}}
 
 {{/* Relations between values that the schema cannot express; fails the render with a reason. */}}

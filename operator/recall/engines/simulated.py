@@ -1,23 +1,81 @@
-"""The simulated engine: no audio, configurable time per chunk, blocking calls and failures.
+"""The simulated engine: configurable time per chunk, blocking calls and failures; no model.
 
 For tests and benchmarks of the control plane. Settings come from the job's
 `spec.engine.simulate` and fall back to the worker's defaults. Every transcribed chunk is
 appended as one JSON line to `record_path` when set (`RECALL_SIMULATED_RECORD`), so tests can
 count engine runs across worker processes and compare them with accepted results.
+
+The engine's own options (not in the CRD):
+- `media`: when set, `load_media` takes the real audio path (`recall.audio`: fetch, decode,
+  resample, cut) for the job's source instead of `simulate.chunks` placeholder chunks. The
+  benchmarks use it to push a long file through everything but a model.
+- `words_per_minute` and `vocabulary` ("english" or "cyrillic"): when a rate is set, each chunk
+  gets text at that speaking rate, one segment per ~`SEGMENT_SECONDS`, drawn deterministically
+  from the vocabulary (so a transcript's size is that of real speech in that script). Without
+  it, each chunk gets one short segment naming the job and the chunk.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
-from recall.engines.base import Chunk, EngineError, Media, Segment
+from recall.engines.base import Chunk, Cutting, EngineError, Media, Resume, Segment
 from recall.models import SimulateSpec, TranscriptionJob
 
+if TYPE_CHECKING:  # PyAV is imported only when the real audio path is chosen
+    from recall.audio import MediaOptions
+
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
+SEGMENT_SECONDS = 5.0
+RATE = 16_000
+Vocabulary = Literal["english", "cyrillic"]
+ENGLISH = (
+    "the council met on tuesday evening to discuss a new budget for public transport and most "
+    "members agreed that more buses should run at weekends while others asked about the cost "
+    "of repairs to roads bridges and the old railway station near the river"
+)
+CYRILLIC = (  # Russian-like: the byte size of Cyrillic text, not meant to be read
+    "в среду вечером городской совет собрался чтобы обсудить новый бюджет общественного "
+    "транспорта и большинство депутатов согласились что по выходным должно ходить больше "
+    "автобусов а другие спрашивали о стоимости ремонта дорог мостов и старого вокзала у реки"
+)
+VOCABULARIES: dict[str, list[str]] = {"english": ENGLISH.split(), "cyrillic": CYRILLIC.split()}
+
+
+class SimulatedMedia(Media):
+    """`n` placeholder chunks of `seconds` each, without audio."""
+
+    def __init__(self, n: int, seconds: float) -> None:
+        self.n = n
+        self.cutting = Cutting(
+            chunk_seconds=seconds, snap_seconds=0.0, rate=RATE, source=f"simulated:{n}"
+        )
+        self.estimated_samples = n * self.cutting.chunk_samples
+        self.decoded_samples: int | None = None
+
+    def chunks(
+        self, resume: Resume | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[Chunk]:
+        size = self.cutting.chunk_samples
+        for i in range(resume.chunks if resume else 0, self.n):
+            if cancel is not None and cancel.is_set():
+                return
+            yield Chunk(
+                index=i,
+                start=i * size / RATE,
+                duration=size / RATE,
+                first=i * size,
+                end=(i + 1) * size,
+                last=i == self.n - 1,
+            )
+        self.decoded_samples = self.n * size
 
 
 class SimulatedEngine:
@@ -30,10 +88,16 @@ class SimulatedEngine:
         chunk_delay_seconds: float = 0.05,
         chunk_seconds: float = 30.0,
         record_path: Path | None = None,
+        media: MediaOptions | None = None,
+        words_per_minute: float | None = None,
+        vocabulary: Vocabulary = "english",
     ) -> None:
         self.default = SimulateSpec(chunks=chunks, chunk_delay_seconds=chunk_delay_seconds)
         self.chunk_seconds = chunk_seconds
         self.record_path = record_path
+        self.media = media
+        self.words_per_minute = words_per_minute
+        self.words = VOCABULARIES[vocabulary]
 
     def label(self) -> str:
         return "simulated"
@@ -45,14 +109,17 @@ class SimulatedEngine:
         return self.default.model_copy(update=spec.model_dump(exclude_none=True))
 
     def load_media(self, job: TranscriptionJob) -> Media:
+        if self.media is not None:
+            from recall.audio import load_job_media
+
+            return load_job_media(job, self.media)
         n = self._spec(job).chunks or 1
         seconds = float(
             job.spec.engine.chunk_seconds
             if job.spec.engine and job.spec.engine.chunk_seconds
             else self.chunk_seconds
         )
-        chunks = [Chunk(index=i, start=i * seconds, duration=seconds) for i in range(n)]
-        return Media(chunks=chunks, duration=n * seconds)
+        return SimulatedMedia(n, seconds)
 
     def transcribe(
         self,
@@ -81,10 +148,25 @@ class SimulatedEngine:
                 permanent=permanent,
             )
         self._record(job, attempt, chunk)
+        if self.words_per_minute:
+            return self._speech(chunk, self.words_per_minute)
         text = " ".join(WORDS[(chunk.index + i) % len(WORDS)] for i in range(6))
         return [
             Segment(start=0.0, end=chunk.duration, text=f"{job.name} chunk {chunk.index} {text}")
         ]
+
+    def _speech(self, chunk: Chunk, words_per_minute: float) -> list[Segment]:
+        """Text at `words_per_minute` over the chunk, the same for the same chunk."""
+        pick = random.Random(chunk.index)
+        n = max(1, round(chunk.duration / SEGMENT_SECONDS))
+        length = chunk.duration / n
+        count = max(1, round(words_per_minute / 60 * length))
+        out = []
+        for i in range(n):
+            words = [self.words[pick.randrange(len(self.words))] for _ in range(count)]
+            text = " ".join(words).capitalize() + "."
+            out.append(Segment(start=i * length, end=(i + 1) * length, text=text))
+        return out
 
     def _record(self, job: TranscriptionJob, attempt: int, chunk: Chunk) -> None:
         if self.record_path is None:

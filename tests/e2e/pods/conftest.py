@@ -29,8 +29,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from recall.kube import Kube, load_api_client
 from recall.settings import WorkerSettings
+from recall.store.kube import KubeStore as Kube
+from recall.store.kube import load_api_client
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "recall"

@@ -8,6 +8,8 @@ cores, other test runs beside us).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -15,9 +17,9 @@ import jiwer
 import pytest
 
 from recall.fanout import job_name
-from recall.kube import Kube
 from recall.models import API_VERSION, BATCH_PLURAL, GROUP, LABEL_JOB, VERSION, Phase
-from recall.transcripts import LABEL_KIND, Transcript
+from recall.store.kube import KubeStore as Kube
+from recall.transcripts import LABEL_KIND, MANIFEST
 from recall_dev import speech
 from tests.e2e.pods.conftest import CHART, NAMESPACE, PodCluster
 from tests.helpers import get_batch, get_job, job_phase, wait_for
@@ -86,12 +88,15 @@ def wait_complete(kube: Kube, name: str, timeout: float = 300) -> Any:
     )
 
 
-def transcript(kube: Kube, job: str) -> str:
-    result = get_job(kube, NAMESPACE, job).status.result
-    assert result is not None, f"job {job} has no result"
-    cm = kube.get_config_map(NAMESPACE, result.config_map)
-    assert cm is not None, f"the result ConfigMap {result.config_map} of {job} is missing"
-    return Transcript.from_data(cm.data or {}).text
+def transcript(cluster: PodCluster, job: str) -> str:
+    """The accepted transcript of `job`, as `recall transcript` prints it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "recall", "transcript", job, "--namespace", NAMESPACE,
+         "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, f"recall transcript {job}: {done.stderr}"
+    return done.stdout
 
 
 def wer(reference: str, hypothesis: str) -> float:
@@ -110,6 +115,14 @@ def leased_mid_job(kube: Kube, job: str) -> tuple[str, int] | None:
     if 1 <= progress.chunks_done <= progress.chunks_total - 3:
         return lease.holder, progress.chunks_done
     return None
+
+
+def manifests(kube: Kube, job: str) -> list[str]:
+    """The transcript manifests (one per attempt that stored any) of a job."""
+    items = kube.core.list_namespaced_config_map(
+        NAMESPACE, label_selector=f"{LABEL_JOB}={job},{LABEL_KIND}={MANIFEST}"
+    ).items
+    return sorted(cm.metadata.name for cm in items)
 
 
 def log_events(cluster: PodCluster, pod: str, event: str) -> list[dict[str, Any]]:
@@ -197,8 +210,8 @@ def test_batch_of_speech__completes_through_whisper_pods_with_right_transcripts(
         job = get_job(kube, NAMESPACE, job_name("speech", key))
         assert job.status.phase == Phase.SUCCEEDED
         assert job.status.result is not None and job.status.result.worker in workers
-        rate = wer(up[key], transcript(kube, job.name))
-        assert rate <= MAX_WER, f"{key}: WER {rate:.2f}: {transcript(kube, job.name)!r}"
+        rate = wer(up[key], transcript(cluster, job.name))
+        assert rate <= MAX_WER, f"{key}: WER {rate:.2f}: {transcript(cluster, job.name)!r}"
 
 
 def test_worker_pod_deleted_mid_job__releases_and_the_job_resumes_from_its_checkpoint(
@@ -230,7 +243,7 @@ def test_worker_pod_deleted_mid_job__releases_and_the_job_resumes_from_its_check
     ]
     assert resumed, f"{status.result.worker} did not resume {job} from its checkpoint"
     assert resumed[-1]["chunks_done"] >= done >= 1
-    rate = wer(up["long-1"], transcript(kube, job))
+    rate = wer(up["long-1"], transcript(cluster, job))
     assert rate <= MAX_WER, f"WER {rate:.2f} after the resume"
 
 
@@ -261,7 +274,7 @@ def test_worker_container_killed_hard__its_lease_is_reclaimed_after_expiry(
     restarted = json.loads(cluster.kubectl("get", "pod", "-n", NAMESPACE, holder, "-o", "json"))
     counts = [c["restartCount"] for c in restarted["status"]["containerStatuses"]]
     assert max(counts) >= 1, "the kubelet restarted the killed container"
-    rate = wer(up["long-2"], transcript(kube, job))
+    rate = wer(up["long-2"], transcript(cluster, job))
     assert rate <= MAX_WER, f"WER {rate:.2f} after the reclaim"
 
 
@@ -318,11 +331,12 @@ def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
         assert status.phase == Phase.SUCCEEDED
         assert status.expired_leases == 0, f"{name} needed a reclaim during the roll"
         assert status.result is not None
-        transcripts = kube.core.list_namespaced_config_map(
-            NAMESPACE, label_selector=f"{LABEL_JOB}={name},{LABEL_KIND}=transcript"
-        ).items
-        names = [cm.metadata.name for cm in transcripts]
-        assert names == [status.result.config_map], f"{name}: transcripts {names}"
+        # One accepted transcript; whatever an interrupted attempt wrote is removed.
+        wait_for(
+            lambda job=name, accepted=status.result.config_map: manifests(kube, job) == [accepted],
+            timeout=90, interval=1,
+            message=f"{name}: only the accepted transcript manifest {status.result.config_map}",
+        )  # fmt: skip
 
 
 def test_helm_uninstall__keeps_the_crds_and_the_jobs(

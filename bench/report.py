@@ -1,0 +1,250 @@
+"""docs/benchmarks.md and its plots from the results of one `make bench` run (pure but for the
+files it writes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return [*out, ""]
+
+
+def _error(section: Any) -> str | None:
+    return section.get("error") if isinstance(section, dict) else None
+
+
+def plots(results: dict[str, Any], directory: Path) -> list[str]:
+    """PNG plots under `directory`; returns their file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    made: list[str] = []
+    tp = results.get("throughput") or {}
+    limit = float((results.get("limit") or {}).get("limit") or 0)
+    if tp and not _error(tp):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        for design, runs in tp.items():
+            ws = sorted(int(w) for w in runs)
+            left.plot(ws, [runs[w]["jobs_per_second"] for w in ws], "o-", label=f"{design}")
+            right.plot(ws, [runs[w]["wasted_claims_per_claim"] for w in ws], "o-", label=design)
+            if design == "offers" and limit:
+                left.plot(
+                    ws,
+                    [limit / runs[w]["api_writes_per_job"] for w in ws],
+                    "k--",
+                    label="API limit ÷ writes per job",
+                )
+        left.set(xscale="log", xlabel="workers", ylabel="jobs/s", title="Jobs per second")
+        right.set(
+            xscale="log", xlabel="workers", ylabel="per successful claim", title="Wasted claims"
+        )
+        right.axhline(0.3, color="grey", linestyle=":", label="target 0.3")
+        for ax in (left, right):
+            ax.legend()
+            ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(directory / "throughput.png", dpi=100)
+        plt.close(fig)
+        made.append("throughput.png")
+    rc = results.get("reclaim") or {}
+    if rc.get("delays"):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        delays = sorted(rc["delays"])
+        ax.plot(delays, [(i + 1) / len(delays) for i in range(len(delays))])
+        ax.axvline(1.0, color="grey", linestyle=":", label="target p99 ≤ 1 s")
+        ax.set(
+            xlabel="seconds after the lease expired",
+            ylabel="share of reclaims",
+            title=f"Reclaim delay, {rc['expiries']} expiries among {rc['jobs_in_system']} jobs",
+        )
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(directory / "reclaim.png", dpi=100)
+        plt.close(fig)
+        made.append("reclaim.png")
+    return made
+
+
+def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
+    run = results.get("_run", {})
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Measured {run.get('when')} on {run.get('machine')}, in one `make bench` run of "
+        f"{run.get('seconds')} s{' (quick sizes)' if run.get('quick') else ''}, against the local "
+        "control plane (kube-apiserver v1.37 and etcd v3.6 as processes, etcd without fsync). "
+        "Everything — API server, etcd, operator, workers, the other systems — shares the same two "
+        "cores, so absolute rates are this machine's; the ratios and the shapes carry over. "
+        "Regenerate with `make bench`; what each figure means is in the docstrings of `bench/`.",
+        "",
+    ]
+    limit = results.get("limit") or {}
+    if limit and not _error(limit):
+        lines += ["## The API server's limit", ""]
+        lines += [
+            "Raw fenced `/status` writes (a PATCH carrying its resourceVersion and a new fence, "
+            "as a lease holder sends) by N concurrent client processes:",
+            "",
+        ]
+        lines += _table(
+            ["clients", "writes/s"], [[n, r] for n, r in limit["writes_per_second"].items()]
+        )
+    tp = results.get("throughput") or {}
+    if tp and not _error(tp):
+        lines += ["## Workers", ""]
+        lines += [
+            "W simulated workers drain a Batch of zero-work jobs, from the Batch's creation to "
+            "its Complete condition. *offers*: the operator offers each idle worker a job and a "
+            "worker watches only its own offers (the default); *queue*: every worker watches every "
+            "queued job and picks at random among the head of the queue (the design it replaced). "
+            "Wasted claims are 409s and refused claims per successful claim. API writes are the "
+            "API server's own `apiserver_request_total` for mutating verbs, divided by the jobs; "
+            "the ratio compares jobs/s with (limit ÷ writes per job).",
+            "",
+        ]
+        rows = []
+        for design, runs in tp.items():
+            for w in sorted(runs, key=int):
+                r = runs[w]
+                if _error(r):
+                    continue
+                rows.append(
+                    [
+                        design,
+                        w,
+                        r["jobs"],
+                        r["jobs_per_second"],
+                        r["wasted_claims_per_claim"],
+                        r["api_writes_per_job"],
+                        r["ratio_to_limit"],
+                    ]
+                )
+        lines += _table(
+            [
+                "dispatch",
+                "workers",
+                "jobs",
+                "jobs/s",
+                "wasted claims/claim",
+                "API writes/job",
+                "ratio to limit",
+            ],
+            rows,
+        )
+        offers = tp.get("offers") or {}
+        if offers:
+            w = max(offers, key=int)
+            lines += [f"API writes per job by kind ({w} workers, offers):", ""]
+            lines += _table(
+                ["request", "per job"],
+                [[k, v] for k, v in offers[w]["writes_by_kind_per_job"].items()],
+            )
+    if "throughput.png" in plot_names:
+        lines += ["![throughput](bench/throughput.png)", ""]
+    fair = results.get("fairness") or {}
+    if fair and not _error(fair):
+        lines += ["## Fair share", ""]
+        lines += [
+            f"{fair['workers']} workers; jobs take {fair['job_seconds']} s. A "
+            f"{fair['small_batch_items']}-item Batch alone, then behind a "
+            f"{fair['big_batch_items']}-item Batch that occupies every worker; then a plain and a "
+            "priority-10 Batch submitted together behind it.",
+            "",
+        ]
+        lines += _table(
+            ["case", "first claim after submit (s)", "all done after submit (s)"],
+            [
+                ["alone", fair["alone"]["first_claim_s"], fair["alone"]["all_done_s"]],
+                [
+                    "behind the big Batch",
+                    fair["behind_big"]["first_claim_s"],
+                    fair["behind_big"]["all_done_s"],
+                ],
+            ],
+        )
+        lines += [
+            "Plain items started before the last priority-10 item: "
+            f"{fair['plain_items_started_before_the_last_urgent_one']} "
+            "(priority wins over fair share).",
+            "",
+        ]
+    rc = results.get("reclaim") or {}
+    if rc and not _error(rc):
+        lines += ["## Reclaim delay", ""]
+        lines += _table(
+            ["jobs in the system", "expiries", "lease (s)", "p50 (s)", "p99 (s)", "max (s)"],
+            [
+                [
+                    rc["jobs_in_system"],
+                    rc["expiries"],
+                    rc["lease_seconds"],
+                    rc["p50_s"],
+                    rc["p99_s"],
+                    rc["max_s"],
+                ]
+            ],
+        )
+        if "reclaim.png" in plot_names:
+            lines += ["![reclaim](bench/reclaim.png)", ""]
+    big = results.get("big") or {}
+    if big and not _error(big):
+        lines += ["## Big Batches", ""]
+        rows = []
+        for name, r in big.items():
+            if _error(r):
+                rows.append([name, "error: " + r["error"], "", "", "", "", ""])
+                continue
+            rows.append(
+                [
+                    f"{r['items']:,}",
+                    r["workers"],
+                    r["seconds"],
+                    r["jobs_per_second"],
+                    r["operator_rss_mib_peak"],
+                    f"{r['operator_cpu_seconds']} ({100 * r['operator_cpu_share']:.0f} %)",
+                    ", ".join(f"{k} {v:,}" for k, v in r["largest_object_bytes"].items()),
+                ]
+            )
+        lines += _table(
+            [
+                "items",
+                "workers",
+                "seconds",
+                "jobs/s",
+                "operator RSS peak (MiB)",
+                "operator CPU s (share)",
+                "largest object (bytes)",
+            ],
+            rows,
+        )
+    compared = results.get("compare") or {}
+    mine = results.get("versus") or {}
+    if compared and not _error(compared) and mine and not _error(mine):
+        from bench.compare import render_markdown
+
+        lines += ["## Side by side", "", render_markdown({"recall": mine, **compared}), ""]
+    for name in ("engine", "longfile"):
+        section = results.get(name)
+        if section and not _error(section):
+            lines += [f"## {name}", ""]
+            lines += _table(["measure", "value"], [[k, v] for k, v in section.items()])
+    failed = [k for k, v in results.items() if _error(v)]
+    if failed:
+        lines += ["## Sections that failed in this run", ""]
+        lines += [f"- {k}: {results[k]['error']}" for k in failed] + [""]
+    return "\n".join(lines)
+
+
+def write(results: dict[str, Any], out: Path, plot_dir: Path) -> None:
+    names = plots(results, plot_dir)
+    out.write_text(markdown(results, names))
+    (plot_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))

@@ -1,0 +1,362 @@
+"""The reconciler's apply: performs a plan against the store and reports what it did.
+
+`Applier.apply_batch` performs the plan's job writes (each fenced), creates the missing jobs,
+then writes the Batch status: the projection of the jobs as they are after those writes. A job
+and its item are therefore restored by the same apply. The status is written whole (no
+resourceVersion needed: the operator is its only writer), compared with what was last written;
+heals are counted, and their Events posted, only when the status that records them was written.
+Offers and their withdrawal (`recall.dispatch`) are written here too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from recall import faults, lease, metrics
+from recall.cache import BatchKey, JobRecord, Marks
+from recall.fanout import job_for_item
+from recall.fencing import Transition, fenced_write
+from recall.items import Item
+from recall.models import (
+    Batch,
+    BatchStatus,
+    ItemPhase,
+    JobStatus,
+    Offer,
+    TranscriptionJob,
+)
+from recall.observer import JobKey
+from recall.projection import CODE, Projection, project, stored_phases
+from recall.reconcile import Plan, budget
+from recall.store import Conflict, JobStore, NotFound, ObjectRef, StoreError
+from recall.store.patch import merge_patch
+
+MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
+CREATE_SECONDS = 0.3  # creating jobs stops after this long in one apply (the loop must turn)
+
+
+@dataclass
+class Report:
+    """What one apply did."""
+
+    batch: BatchKey | None
+    reclaimed: list[tuple[str, str]] = field(default_factory=list)  # (job, phase it got)
+    exhausted: list[str] = field(default_factory=list)
+    backoffs_ended: list[str] = field(default_factory=list)
+    labelled: list[str] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+    heals: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    status_written: bool = False
+    more: bool = False  # jobs left to create (the time budget of one apply ran out)
+
+
+def _status_of(record: JobRecord) -> JobStatus:
+    """The part of a job's status an offer depends on, from the operator's compact record."""
+    return JobStatus(
+        phase=record.phase,
+        attempts=record.attempts,
+        releases=record.releases,
+        backoff_seconds=record.backoff_seconds,
+        offer=Offer(worker=record.offer) if record.offer else None,
+    )
+
+
+def _record(job: TranscriptionJob) -> JobRecord:
+    return JobRecord.from_raw(job.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def _ref(obj: TranscriptionJob | Batch | JobRecord) -> ObjectRef:
+    if isinstance(obj, JobRecord):
+        return ObjectRef("TranscriptionJob", obj.namespace, obj.name, obj.uid)
+    return ObjectRef(obj.kind, obj.namespace, obj.name, obj.metadata.uid)
+
+
+class Applier:
+    """Performs plans against a store. `now` stamps what it writes; `now_mono` is the clock the
+    plan's expiries were judged on."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+        self.written: dict[BatchKey, BatchStatus] = {}
+
+    def offer(self, record: JobRecord, worker: str) -> bool:
+        """Offer a claimable job to `worker`: one write, guarded by the version it was chosen
+        from (a 409 means it changed meanwhile: it is not offered)."""
+        decision = lease.offer(_status_of(record), worker)
+        if isinstance(decision, lease.Refusal):
+            return False
+        try:
+            self.store.patch_job_status(
+                record.namespace,
+                record.name,
+                record.resource_version,
+                {"offer": {"worker": worker}},
+            )
+        except StoreError:
+            return False
+        metrics.OFFERS.inc()
+        return True
+
+    def withdraw(self, record: JobRecord) -> bool:
+        """Take back an offer its worker did not take up in time."""
+        decision = lease.withdraw(_status_of(record))
+        if isinstance(decision, lease.Refusal):
+            return False
+        try:
+            self.store.patch_job_status(
+                record.namespace, record.name, record.resource_version, {"offer": None}
+            )
+        except StoreError:
+            return False
+        metrics.OFFERS_WITHDRAWN.inc()
+        return True
+
+    def event(self, about: ObjectRef, type_: str, reason: str, message: str) -> None:
+        # An Event is best effort; the status and the logs say it too.
+        with contextlib.suppress(StoreError):
+            self.store.post_event(about, type_, reason, message)
+
+    def apply_jobs(
+        self, plan: Plan, now: dt.datetime, now_mono: float, report: Report
+    ) -> dict[JobKey, JobRecord]:
+        """The job writes of `plan`, each fenced; returns the jobs as written. A write that
+        fails (the API server restarting) is reported and tried again at the next tick."""
+        written: dict[JobKey, JobRecord] = {}
+        for record, seen in plan.reclaim:
+            job = self._write(
+                record,
+                "reclaim",
+                lambda j, s=seen, r=record: lease.reclaim(  # type: ignore[misc]
+                    j.status, now, now_mono, s, budget=budget(r)
+                ),
+                report,
+            )
+            if job is not None:
+                written[record.key] = _record(job)
+                self._reclaimed(record, job, now_mono - seen.expires_at(), report)
+        for record in plan.exhaust:
+            job = self._write(
+                record,
+                "exhaust",
+                lambda j, r=record: lease.exhaust(j.status, now, budget=budget(r)),  # type: ignore[misc]
+                report,
+            )
+            if job is not None:
+                written[record.key] = _record(job)
+                report.exhausted.append(record.name)
+        for record in plan.end_backoff:
+            job = self._write(record, "end-backoff", lambda j: lease.end_backoff(j.status), report)
+            if job is not None:
+                written[record.key] = _record(job)
+                report.backoffs_ended.append(record.name)
+        for record, suspended in plan.label:
+            try:
+                labelled = self.store.patch_job_labels(
+                    record.namespace,
+                    record.name,
+                    {"recall.dev/suspended": "true" if suspended else None},
+                )
+            except StoreError as e:
+                report.errors.append(f"label {record.name}: {e.message}")
+                continue
+            written[record.key] = _record(labelled)
+            report.labelled.append(record.name)
+        return written
+
+    def _write(
+        self, record: JobRecord, action: str, transition: Transition, report: Report
+    ) -> TranscriptionJob | None:
+        """One fenced write of the operator's; the job as written, or None."""
+        try:
+            result = fenced_write(
+                self.store, record.namespace, record.name, transition, action=action
+            )
+        except StoreError as e:
+            report.errors.append(f"{action} {record.name}: {e.message}")
+            return None
+        return result.job if result.applied else None
+
+    def _reclaimed(
+        self, record: JobRecord, job: TranscriptionJob, overdue: float, report: Report
+    ) -> None:
+        report.reclaimed.append((job.name, job.status.effective_phase))
+        metrics.RECLAIMS.inc()
+        metrics.RECLAIM_DELAY.observe(max(0.0, overdue))
+        holder = record.lease.holder if record.lease else "?"
+        self.event(
+            _ref(job),
+            "Warning",
+            "Reclaimed",
+            f"lease of {holder} expired; job is {job.status.effective_phase} "
+            f"(attempt {job.status.attempts}, {job.status.expired_leases} expired)",
+        )
+
+    def apply_batch(
+        self,
+        plan: Plan,
+        batch: Batch,
+        items: Sequence[Item],
+        jobs: Mapping[int, JobRecord],
+        marks: Marks,
+        *,
+        now: dt.datetime,
+        now_mono: float,
+        invalid: str | None = None,
+    ) -> Report:
+        """The job writes of `plan`, the jobs to create, then the Batch status."""
+        report = Report(plan.batch)
+        written = self.apply_jobs(plan, now, now_mono, report)
+        if report.reclaimed:
+            faults.hit("operator-after-reclaim-write", batch=batch.name)
+        current = {i: written.get(r.key, r) for i, r in jobs.items()}
+        # What this apply wrote is a change it knows of, not a difference to heal.
+        ours = {i for i, r in jobs.items() if r.key in written}
+        recreated = 0
+        started = time.monotonic()
+        for item in plan.create:
+            if time.monotonic() - started > CREATE_SECONDS:
+                report.more = True  # the rest at the next tick: reclaims must not wait
+                break
+            job = self._create(batch, item, report)
+            if job is None:
+                continue
+            current[item.index] = job
+            ours.add(item.index)
+            if item.index in plan.recreate:
+                recreated += 1
+                report.heals.append(f"job for item {item.key} was missing; created {job.name}")
+                metrics.HEALS.labels(kind="job-missing").inc()
+        if plan.project or written or report.created:
+            self.write_status(
+                batch, items, current, marks, report, now, recreated, invalid, frozenset(ours)
+            )
+        return report
+
+    def _create(self, batch: Batch, item: Item, report: Report) -> JobRecord | None:
+        manifest = job_for_item(batch, item)
+        name = manifest["metadata"]["name"]
+        try:
+            job = self.store.create_job(batch.namespace, manifest)
+        except Conflict:
+            # Created before (the cache catches up), or the name is taken by a job that is not
+            # this Batch's: say so, do not touch it.
+            try:
+                existing = self.store.get_job(batch.namespace, name)
+            except StoreError as e:
+                report.errors.append(f"read {name}: {e.message}")
+                return None
+            if existing is not None and existing.spec.batch_ref != batch.name:
+                report.conflicts.append(
+                    f"item {item.key}: a TranscriptionJob named {existing.name} exists and "
+                    f"belongs to {existing.spec.batch_ref or 'no Batch'}"
+                )
+                return None
+            return None if existing is None else _record(existing)
+        except StoreError as e:
+            report.errors.append(f"create {name}: {e.message}")
+            return None
+        report.created.append(job.name)
+        return _record(job)
+
+    def baseline(self, batch: Batch) -> BatchStatus:
+        """The Batch status as it is now: the last one this process wrote (it is the only
+        writer while it leads), or the one read from the API server."""
+        return self.written.get(batch.key, batch.status)
+
+    def forget(self, key: BatchKey | None = None) -> None:
+        """Drop what was written (for one Batch, or all after a change of leader)."""
+        if key is None:
+            self.written.clear()
+        else:
+            self.written.pop(key, None)
+
+    def write_status(
+        self,
+        batch: Batch,
+        items: Sequence[Item],
+        jobs: Mapping[int, JobRecord],
+        marks: Marks,
+        report: Report,
+        now: dt.datetime,
+        recreated: int = 0,
+        invalid: str | None = None,
+        ours: frozenset[int] = frozenset(),
+    ) -> None:
+        """Write the projection of `jobs` as a whole status (every field, absent ones as null),
+        so the write needs no resourceVersion: another client changing the Batch meanwhile (a
+        label, the spec) cannot make it fail, and no field keeps a value from an older write.
+        On failure the marks stay: the next tick writes again."""
+
+        def key_of(i: int) -> str:
+            return items[i].key if i < len(items) else str(i)
+
+        base = batch.status
+        changed, upto = marks.snapshot(batch.key)
+        proj = project(
+            batch,
+            len(items),
+            key_of,
+            jobs,
+            base,
+            now,
+            changed | ours,
+            recreated=recreated,
+            invalid=invalid,
+        )
+        if not merge_patch(base.to_api(), proj.status.to_api()):
+            marks.clear(batch.key, upto)
+            return
+        body = proj.status.to_api()
+        for name, info in BatchStatus.model_fields.items():
+            body.setdefault(info.alias or name, None)
+        done_before = base.counts.completed if base.counts else 0
+        done_now = proj.status.counts.completed if proj.status.counts else 0
+        faults.hit("operator-before-projection", completing=done_now > done_before)
+        try:
+            self.store.patch_batch_status(batch.namespace, batch.name, None, body)
+        except NotFound:
+            self.forget(batch.key)
+            return
+        except StoreError as e:
+            report.errors.append(f"write Batch {batch.name} status: {e.message}")
+            return
+        self.written[batch.key] = proj.status
+        marks.clear(batch.key, upto)
+        report.status_written = True
+        metrics.BATCH_WRITES.inc()
+        self._recorded(batch, proj, report)
+
+    def _recorded(self, batch: Batch, proj: Projection, report: Report) -> None:
+        """Count and announce what the written status recorded: heals, newly failed items."""
+        heals = [h.describe() for h in proj.heals]
+        for _h in proj.heals:
+            metrics.HEALS.labels(kind="item-phase").inc()
+        report.heals = report.heals + heals
+        for text in report.heals[:MAX_EVENTS]:
+            self.event(_ref(batch), "Normal", "Healed", text)
+        if len(report.heals) > MAX_EVENTS:
+            rest = len(report.heals) - MAX_EVENTS
+            self.event(_ref(batch), "Normal", "Healed", f"and {rest} more items healed")
+        before = stored_phases(batch.status, proj.status.counts.total if proj.status.counts else 0)
+        failed = CODE[ItemPhase.FAILED]
+        newly = [
+            a
+            for a in proj.status.attention
+            if a.phase is ItemPhase.FAILED and before[a.index] != failed
+        ]
+        for a in newly[:MAX_EVENTS]:
+            text = f"item {a.key} failed: {a.reason}: {a.message or ''}"
+            self.event(_ref(batch), "Warning", "Failed", text)
+            if a.job:
+                self.event(
+                    ObjectRef("TranscriptionJob", batch.namespace, a.job),
+                    "Warning",
+                    "Failed",
+                    f"{a.reason}: {a.message or ''}",
+                )

@@ -1,0 +1,111 @@
+"""JSON merge patches (RFC 7386) and kubectl-style selectors, as pure functions.
+
+`merge_patch(old, new)` is the patch that turns `old` into `new`; `apply_merge_patch(doc,
+patch)` applies one. `matches(obj, selector)` evaluates the field and label selectors the
+project uses (equality, inequality, existence, `in` / `notin`) against a raw object, as the API
+server does for lists and watches.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """The RFC 7386 merge patch that turns `old` into `new` (keys removed become null)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            patch[key] = merge_patch(old[key], value)
+    return patch
+
+
+def apply_merge_patch(doc: Any, patch: Any) -> Any:
+    """`doc` with the RFC 7386 merge `patch` applied (neither argument is modified)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out: dict[str, Any] = copy.deepcopy(doc) if isinstance(doc, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = apply_merge_patch(out.get(key), value)
+    return out
+
+
+def field_value(obj: dict[str, Any], path: str) -> str | None:
+    """The string form of a dotted field (`status.phase`) as a field selector compares it."""
+    node: Any = obj
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    if node is None:
+        return None
+    if isinstance(node, bool):
+        return "true" if node else "false"
+    return str(node)
+
+
+_IN = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+
+
+def _split(selector: str) -> list[str]:
+    """Split on commas that are not inside `in (...)` lists."""
+    parts, depth, current = [], 0, ""
+    for ch in selector:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _term(value: str | None, term: str) -> bool:
+    m = _IN.match(term)
+    if m:
+        values = {v.strip() for v in m.group(3).split(",") if v.strip()}
+        inside = value is not None and value in values
+        return inside if m.group(2) == "in" else not inside
+    for op in ("!=", "==", "="):
+        if op in term:
+            _, _, expected = term.partition(op)
+            return (value == expected.strip()) != (op == "!=")
+    return value is not None  # existence
+
+
+def _key(term: str) -> str:
+    m = _IN.match(term)
+    if m:
+        return m.group(1)
+    return re.split(r"!=|==|=", term.lstrip("!"), maxsplit=1)[0].strip()
+
+
+def matches_labels(labels: dict[str, str], selector: str | None) -> bool:
+    for term in _split(selector or ""):
+        if term.startswith("!"):
+            if term[1:].strip() in labels:
+                return False
+            continue
+        if not _term(labels.get(_key(term)), term):
+            return False
+    return True
+
+
+def matches_fields(obj: dict[str, Any], selector: str | None) -> bool:
+    return all(_term(field_value(obj, _key(term)), term) for term in _split(selector or ""))

@@ -1,0 +1,157 @@
+"""The CRDs' validation rules that the memory store can express, as pure functions.
+
+These mirror the CEL rules in `crds/` so that unit tests running on `MemoryStore` meet the same
+refusals a real API server gives; the real API server stays the judge (the integration tests run
+the same careless writes against it). Each function returns the messages of the rules a write
+breaks, empty when it is allowed. Objects are raw API dicts (camelCase), as stored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+TERMINAL = ("Succeeded", "Failed", "Cancelled")
+COUNTERS = ("attempts", "expiredLeases", "failures", "releases")
+TOKEN = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One status write: the status before and after, and the job's spec."""
+
+    old: dict[str, Any]
+    new: dict[str, Any]
+    spec: dict[str, Any]
+
+    @property
+    def phase(self) -> str:
+        return str(self.new.get("phase") or "Queued")
+
+    @property
+    def old_phase(self) -> str:
+        return str(self.old.get("phase") or "Queued")
+
+    @property
+    def lease(self) -> Any:
+        return self.new.get("lease")
+
+    @property
+    def old_lease(self) -> Any:
+        return self.old.get("lease")
+
+    @property
+    def claim(self) -> bool:
+        return self.lease is not None and self.old_lease is None
+
+    @property
+    def ends_lease(self) -> bool:
+        return self.old_lease is not None and self.lease is None
+
+    def count(self, name: str, old: bool = False) -> int:
+        return int((self.old if old else self.new).get(name) or 0)
+
+    def budget(self) -> int:
+        spent = min(self.count("releases"), int(self.spec.get("maxReleases", 10)))
+        return int(self.spec.get("maxAttempts", 5)) + spent
+
+
+Rule = Callable[[Change], Iterator[str]]
+
+
+def lease_shape(c: Change) -> Iterator[str]:
+    if (c.lease is not None) != (c.phase == "Leased"):
+        yield "a lease exists exactly while the job is Leased"
+    if c.lease is not None:
+        if not TOKEN.fullmatch(str(c.lease.get("token") or "")):
+            yield "status.lease.token is 32 hexadecimal digits"
+        if not str(c.new.get("fence") or "").startswith(f"{c.lease.get('token')}/"):
+            yield "a Leased job's status.fence names its own lease token"
+    if c.phase == "Leased" and c.count("attempts") < 1:
+        yield "a Leased job has at least one attempt"
+
+
+def fenced(c: Change) -> Iterator[str]:
+    if c.old_lease is not None and c.new != c.old:
+        fence = str(c.new.get("fence") or "")
+        if not fence.startswith(f"{c.old_lease['token']}/") or fence == c.old.get("fence"):
+            yield (
+                "the job is leased: a write must present the lease token in status.fence "
+                "as '<status.lease.token>/<new suffix>'"
+            )
+    kept = ("token", "holder", "acquireTime")
+    if (
+        c.lease is not None
+        and c.old_lease is not None
+        and any(c.lease.get(f) != c.old_lease.get(f) for f in kept)
+    ):
+        yield "a lease is never replaced in place"
+
+
+def counters(c: Change) -> Iterator[str]:
+    if c.claim and c.count("attempts") != c.count("attempts", old=True) + 1:
+        yield "a new lease takes exactly one new attempt"
+    if c.count("attempts") != c.count("attempts", old=True) and not c.claim:
+        yield "status.attempts changes only with a claim"
+    for name in COUNTERS:
+        if name in c.old and name not in c.new:
+            yield f"status.{name} cannot be removed"
+        elif c.count(name) < c.count(name, old=True):
+            yield f"status.{name} never decreases"
+    grew = c.count("releases") - c.count("releases", old=True)
+    if grew and not (grew == 1 and c.old_lease is not None and c.phase == "Queued"):
+        yield "status.releases grows by one, with a release"
+    grew = c.count("expiredLeases") - c.count("expiredLeases", old=True)
+    if grew and not (grew == 1 and c.ends_lease):
+        yield "status.expiredLeases grows by one, when a lease ends"
+    if c.count("attempts") > c.budget():
+        yield "status.attempts cannot exceed spec.maxAttempts plus the free releases"
+
+
+def result(c: Change) -> Iterator[str]:
+    new, old = c.new.get("result"), c.old.get("result")
+    if c.phase == "Succeeded" and new is None:
+        yield "a Succeeded job carries status.result"
+    if new is not None and c.phase != "Succeeded":
+        yield "only a Succeeded job has a result"
+    if old is not None and new != old:
+        yield "the result never changes"
+    if c.phase == "Succeeded" and c.old_phase != "Succeeded":
+        lease = c.old_lease
+        if (
+            lease is None
+            or new is None
+            or new.get("token") != lease.get("token")
+            or new.get("attempt") != c.count("attempts", old=True)
+        ):
+            yield (
+                "Succeeded is reached only from Leased, with the lease's token and attempt "
+                "in status.result"
+            )
+
+
+def queued_only(c: Change) -> Iterator[str]:
+    if c.claim and c.old.get("backoffSeconds") is not None:
+        yield "a job in backoff is not claimed until the operator ends the backoff"
+    backoff = c.new.get("backoffSeconds")
+    if backoff is not None and backoff != c.old.get("backoffSeconds") and not c.ends_lease:
+        yield "status.backoffSeconds is set only by the write that ends a lease (fail)"
+    if c.old_phase == "Queued" and c.phase == "Failed" and c.count("attempts") < c.budget():
+        yield "a Queued job fails only when its attempts are spent"
+    if c.new.get("offer") is not None and c.phase != "Queued":
+        yield "only a Queued job is offered"
+    if backoff is not None and c.phase != "Queued":
+        yield "only a Queued job waits in backoff"
+
+
+RULES: list[Rule] = [lease_shape, fenced, counters, result, queued_only]
+
+
+def job_status_rules(old: dict[str, Any], new: dict[str, Any], spec: dict[str, Any]) -> list[str]:
+    """Messages of the TranscriptionJob status rules the change `old` → `new` breaks."""
+    change = Change(old, new, spec)
+    if change.old_phase in TERMINAL and new != old:
+        return [f"a {change.old_phase} job is final: its status never changes"]
+    return [message for rule in RULES for message in rule(change)]

@@ -1,0 +1,107 @@
+"""Ambiguous outcomes against the real API server: a write the server applied whose answer the
+worker never got (injected right after the PATCH returned). The worker settles it by reading the
+job back: an applied claim is held, an applied complete is a success and its transcript is kept,
+an applied renew, fail or release is not retried into a refusal."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from recall.models import Phase
+from recall.store.kube import KubeStore as Kube
+from tests.helpers import Procs, create_job, get_job, wait_for
+
+
+def settled(events: list[dict[str, object]], action: str) -> bool:
+    return any(
+        e.get("event") == "write_settled_by_read" and e.get("action") == action for e in events
+    )
+
+
+@pytest.mark.parametrize("action", ["claim", "renew", "complete"])
+def test_lost_answer__settled_by_reading_back(
+    kube: Kube, namespace: str, procs: Procs, action: str
+) -> None:
+    create_job(kube, namespace, "j", lease=6, simulate={"chunks": 2, "chunkDelaySeconds": 0.1})
+    w = procs.worker(
+        "w",
+        "--engine",
+        "simulated",
+        "--namespace",
+        namespace,
+        "--max-jobs",
+        "1",
+        env={"RECALL_FAULT": f"lose-answer:{action}"},
+    )
+    wait_for(
+        lambda: get_job(kube, namespace, "j").status.phase == Phase.SUCCEEDED,
+        timeout=30,
+        message=procs.dump,
+    )
+    assert w.wait(timeout=20) == 0
+    job = get_job(kube, namespace, "j")
+    assert job.status.result is not None
+    assert (job.status.attempts, job.status.result.attempt, job.status.result.worker) == (1, 1, "w")
+    events = w.events()
+    names = [e.get("event") for e in events]
+    if action == "claim":
+        # The claim's answer was lost: the worker found its own lease on re-read.
+        assert "claimed" in names
+    else:
+        assert settled(events, action), names
+    assert "lease_lost" not in names
+    # Nothing the accepted result references was deleted.
+    assert kube.get_config_map(namespace, job.status.result.config_map) is not None
+
+
+def test_lost_answer_of_fail__recorded_once(kube: Kube, namespace: str, procs: Procs) -> None:
+    create_job(kube, namespace, "bad", lease=6, simulate={"chunks": 2, "failure": "permanent"})
+    w = procs.worker(
+        "w",
+        "--engine",
+        "simulated",
+        "--namespace",
+        namespace,
+        "--max-jobs",
+        "1",
+        env={"RECALL_FAULT": "lose-answer:fail"},
+    )
+    wait_for(
+        lambda: get_job(kube, namespace, "bad").status.phase == Phase.FAILED,
+        timeout=30,
+        message=procs.dump,
+    )
+    assert w.wait(timeout=20) == 0
+    job = get_job(kube, namespace, "bad")
+    assert (job.status.attempts, job.status.failures) == (1, 1)
+    assert settled(w.events(), "fail")
+    assert "fail_not_recorded" not in w.event_names()
+
+
+def test_lost_answer_of_release__job_queued_worker_exits(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    create_job(kube, namespace, "slow", lease=10, simulate={"chunks": 30, "chunkDelaySeconds": 0.5})
+    w = procs.worker(
+        "w",
+        "--engine",
+        "simulated",
+        "--namespace",
+        namespace,
+        "--grace",
+        "0",
+        env={"RECALL_FAULT": "lose-answer:release"},
+    )
+    wait_for(
+        lambda: get_job(kube, namespace, "slow").status.phase == Phase.LEASED,
+        timeout=20,
+        message=procs.dump,
+    )
+    w.signal(signal.SIGTERM)
+    assert w.wait(timeout=20) == 0
+    job = get_job(kube, namespace, "slow")
+    assert (job.status.phase, job.status.releases, job.status.lease) == (Phase.QUEUED, 1, None)
+    assert settled(w.events(), "release")
+    assert "release_failed" not in w.event_names()

@@ -1,0 +1,157 @@
+"""Dispatch: the ready queue's choice (priority, fair share, engines), and the controller
+offering jobs to idle registered workers, withdrawing offers nobody takes up."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from pathlib import Path
+
+from recall.cache import JobRecord
+from recall.dispatch import ReadyQueue
+from recall.engines.simulated import SimulatedEngine
+from recall.models import Phase
+from recall.registration import Registration
+from recall.settings import WorkerSettings
+from recall.store.memory import MemoryStore
+from recall.worker import Worker
+from tests.unit.fakes import NS, Clock, Operator, batch_manifest, job_manifest
+
+
+def record(
+    name: str,
+    *,
+    batch: str | None = None,
+    index: int = 0,
+    priority: int = 0,
+    engine: str | None = "simulated",
+    phase: Phase = Phase.QUEUED,
+) -> JobRecord:
+    return JobRecord(
+        namespace=NS,
+        name=name,
+        uid=name,
+        resource_version="1",
+        batch=batch,
+        item=name,
+        index=index,
+        phase=phase,
+        attempts=0,
+        expired_leases=0,
+        failures=0,
+        releases=0,
+        max_attempts=3,
+        max_releases=10,
+        lease=None,
+        backoff_seconds=None,
+        offer=None,
+        priority=priority,
+        created=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        suspended=False,
+        engine=engine,
+        started_at=None,
+        completed_at=None,
+        error_reason=None,
+        error_message=None,
+        result_config_map=None,
+        checkpoint=None,
+    )
+
+
+def test_ready_queue__priority_first_then_the_batch_with_the_fewest_active() -> None:
+    q = ReadyQueue(lambda: 0.0)
+    for i in range(100):
+        q.update(None, record(f"big-{i}", batch="big", index=i))
+    for i in range(5):  # the big Batch already has five jobs running
+        q.update(None, record(f"run-{i}", batch="big", index=100 + i, phase=Phase.LEASED))
+    for i in range(3):
+        q.update(None, record(f"small-{i}", batch="small", index=i))
+    q.update(None, record("urgent", batch="other", priority=10))
+    picks = [q.pick(NS, "simulated") for _ in range(5)]
+    assert picks[0] == (NS, "urgent")
+    assert picks[1:4] == [(NS, "small-0"), (NS, "small-1"), (NS, "small-2")]
+    assert picks[4] == (NS, "big-0")
+
+
+def test_ready_queue__engines_and_staleness() -> None:
+    q = ReadyQueue(lambda: 0.0)
+    q.update(None, record("any", engine=None))
+    q.update(None, record("sim", engine="simulated"))
+    q.update(None, record("oa", engine="openai"))
+    assert q.pick(NS, "simulated") == (NS, "sim")
+    assert q.pick(NS, "simulated") is None  # never a job that did not ask for it
+    old = record("gone", engine="whisper")
+    q.update(None, old)
+    q.update(old, None)  # deleted: its stale heap entry is skipped
+    assert q.pick(NS, "whisper") == (NS, "any")
+    assert q.pick(NS, "whisper") is None
+
+
+def register(store: MemoryStore, worker: str, engine: str = "simulated") -> Registration:
+    r = Registration(store, NS, worker, engine, duration=15)
+    r.renew_once()
+    return r
+
+
+def test_controller__offers_one_job_to_each_idle_worker() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_batch(NS, batch_manifest("b", [f"i{i}" for i in range(5)]))
+    op = Operator(store, clock)
+    op.tick()  # fan-out
+    for w in ("w1", "w2", "w3"):
+        register(store, w)
+    op.tick()
+    offers = {
+        j["metadata"]["name"]: j["status"]["offer"]["worker"]
+        for j in store.list_jobs(NS).items
+        if j["status"].get("offer")
+    }
+    assert sorted(offers.values()) == ["w1", "w2", "w3"]
+    assert sorted(offers) == ["b-i0", "b-i1", "b-i2"]
+    op.tick()  # nothing new: each worker has its offer
+    assert sum(1 for j in store.list_jobs(NS).items if j["status"].get("offer")) == 3
+
+
+def test_controller__withdraws_offers_not_taken_up_or_to_dead_workers() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_job(NS, job_manifest("a"))
+    store.create_job(NS, job_manifest("b"))
+    op = Operator(store, clock, offer_seconds=5)
+    register(store, "slow")
+    op.tick()
+    assert [j["status"].get("offer") for j in store.list_jobs(NS).items].count(None) == 1
+    clock.advance(16)  # past the offer and past the registration (not renewed)
+    op.tick()
+    assert all(not j["status"].get("offer") for j in store.list_jobs(NS).items)
+
+
+def test_worker__claims_what_it_is_offered(tmp_path: Path) -> None:
+    store = MemoryStore(watch_seconds=1.0)
+    for i in range(4):
+        store.create_job(NS, job_manifest(f"j{i}"))
+    op = Operator(store, Clock())
+    stop = threading.Event()
+
+    def operator_loop() -> None:
+        while not stop.wait(0.05):
+            op.tick()
+
+    ws = WorkerSettings(
+        id="w1",
+        engine="simulated",
+        idle_exit_seconds=2.0,
+        self_serve_seconds=3600,  # only offers
+        simulated_record=tmp_path / "r.jsonl",
+    )
+    worker = Worker(store, ws, SimulatedEngine(chunks=1, chunk_delay_seconds=0), namespace=NS)
+    t = threading.Thread(target=operator_loop)
+    t.start()
+    try:
+        worker.run()
+    finally:
+        stop.set()
+        t.join()
+        store.close()
+    assert worker.claim_conflicts == 0
+    assert all(j["status"]["phase"] == "Succeeded" for j in store.list_jobs(NS).items), store.dump()
+    assert store.get_lease(NS, "recall-worker-w1") is None  # unregistered on exit
