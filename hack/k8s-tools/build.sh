@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kubectl, etcd and helm from Go modules and
-# caches them outside the repository. Prints the bin directory on stdout when done.
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, etcd, helm,
+# kube-score and the node's pause binary from Go modules and caches them outside the
+# repository. Prints the bin directory on stdout when done.
 #
 #   hack/k8s-tools/build.sh            build what is missing, print the bin directory
 #   hack/k8s-tools/build.sh --print    print the bin directory only (no build)
+#   hack/k8s-tools/build.sh --with-kind  also build kind (for `make e2e-kind` only)
 #
 # Cache: ${RECALL_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/recall}/k8s-v<kube>-etcd-v<etcd>-helm-v<helm>/bin
 # A binary is rebuilt only when it is missing; VERSIONS in the bin directory records what
@@ -49,6 +51,14 @@ build etcd . etcd
 build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_ldflags"
 build kube k8s.io/kubernetes/cmd/kubectl kubectl "$kube_ldflags"
 build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kube_ldflags"
+# The node of `recall dev up --node` (dev/recall_dev/node.py).
+build kube k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler "$kube_ldflags"
+build kube k8s.io/kubernetes/cmd/kubelet kubelet "$kube_ldflags"
+build ../node/pause . pause
+# The chart linter of `make chart-lint` (kube-linter and Polaris are not served by the Go
+# module proxy this project can reach; see hack/chart-lint.sh).
+build kube-score github.com/zegl/kube-score/cmd/kube-score kube-score "-X main.version=v$KUBE_SCORE_VERSION"
+if [[ "${1:-}" == "--with-kind" ]]; then build kind sigs.k8s.io/kind kind; fi
 build helm helm.sh/helm/v3/cmd/helm helm "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
 
 echo "$bin"

@@ -1,45 +1,77 @@
-"""The worker's liveness endpoint: `/healthz` answers 200 while the work loop turns.
+"""The worker's health endpoint: `/healthz` answers 200 while the work loop turns.
 
-`Liveness.beat()` is called on every turn of the loop (and between chunks). `/healthz` answers
-200 while the last beat is younger than `stale_after` seconds, 503 otherwise, so a worker whose
-loop is stuck gets restarted by the kubelet. A frozen process answers nothing at all, which the
-probe's timeout catches. Served from a daemon thread on all interfaces; port 0 = off.
+A worker whose loop froze (a deadlock, a stuck engine call past every timeout) would keep its
+pod Running forever: its leases expire and are reclaimed, but the pod takes no new work.
+`Liveness.beat()` is called on every turn of the loop (and between chunks); the kubelet probes:
+
+- `GET /healthz` (or `/livez`) → 200 while the last beat is younger than `stale_after` seconds
+  (counting from creation, so start-up has that long to beat once), else 503. A frozen process
+  answers nothing at all, which the probe's timeout catches.
+- `GET /readyz` → 200 once the loop has beaten at least once, while alive and until
+  `stopping()` (SIGTERM: the worker takes no new job), else 503. Anything else → 404.
+
+Time is the monotonic `clock` passed in (injectable for tests); no wall clock is read.
+Served from a daemon thread on all interfaces; port 0 = off. Not provided: TLS or
+authentication (the port is for the kubelet; the chart's NetworkPolicy closes it to others).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Liveness:
-    def __init__(self, stale_after: float = 120.0) -> None:
+    def __init__(
+        self, stale_after: float = 120.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if stale_after <= 0:
+            raise ValueError("stale_after must be positive")
         self.stale_after = stale_after
-        self._last = time.monotonic()
+        self._clock = clock
+        self._last = clock()
+        self._beaten = False
+        self._stopping = False
         self.server: ThreadingHTTPServer | None = None
 
     def beat(self) -> None:
-        self._last = time.monotonic()
+        """The loop is alive now."""
+        self._last = self._clock()
+        self._beaten = True
+
+    def stopping(self) -> None:
+        """The worker takes no new job (SIGTERM): not ready any more, still alive."""
+        self._stopping = True
 
     def age(self) -> float:
-        return time.monotonic() - self._last
+        """Seconds since the last beat (or since creation, before the first)."""
+        return self._clock() - self._last
 
     def healthy(self) -> bool:
         return self.age() < self.stale_after
 
+    def ready(self) -> bool:
+        return self._beaten and not self._stopping and self.healthy()
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve /healthz on `port` from a daemon thread. Port 0 disables it."""
+        """Serve /healthz, /livez and /readyz on `port` from a daemon thread. Port 0 disables
+        it (`self.server.server_address` has the bound port otherwise)."""
         if not port:
             return
         liveness = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path.split("?")[0] not in ("/healthz", "/livez"):
+                path = self.path.split("?")[0]
+                if path in ("/healthz", "/livez"):
+                    ok = liveness.healthy()
+                elif path == "/readyz":
+                    ok = liveness.ready()
+                else:
                     self.send_error(404)
                     return
-                ok = liveness.healthy()
                 body = f"{'ok' if ok else 'stale'} {liveness.age():.1f}s\n".encode()
                 self.send_response(200 if ok else 503)
                 self.send_header("Content-Type", "text/plain")
@@ -51,4 +83,5 @@ class Liveness:
                 del format, args  # the probe runs every few seconds: no access log
 
         self.server = ThreadingHTTPServer((addr, port), Handler)
+        self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="healthz", daemon=True).start()

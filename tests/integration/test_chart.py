@@ -723,3 +723,72 @@ def test_can_i_matrix__each_service_account_has_what_it_needs_and_nothing_more(
             wrong.append(lines[-1])
     print("\n" + "\n".join(lines))
     assert not wrong, "unexpected answers:\n" + "\n".join(wrong)
+
+
+# --- what the chart linters asked for (hack/chart-lint.sh) ------------------------------------
+
+
+def test_chart_lint__helm_lint_and_kube_score_pass_with_the_listed_exceptions() -> None:
+    done = subprocess.run(
+        [str(ROOT / "hack" / "chart-lint.sh")], capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_template_worker__health_probes_threads_from_cpu_and_bounded_storage(
+    tools: Tools, tmp_path: Path
+) -> None:
+    worker = find(tools.render(tmp_path), "Deployment", "-worker")
+    wk = container(worker)
+    env = env_of(wk)
+    ports = {p["name"]: p["containerPort"] for p in wk["ports"]}
+    assert str(ports["health"]) == env["RECALL_WORKER_HEALTH_PORT"]
+    assert wk["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert wk["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    # Whisper's threads follow the CPU limit, never the node's core count.
+    assert env["RECALL_WORKER_WHISPER_THREADS"] == {
+        "resourceFieldRef": {"containerName": "worker", "resource": "limits.cpu", "divisor": "1"}
+    }
+    resources = wk["resources"]
+    assert resources["requests"]["ephemeral-storage"] and resources["limits"]["ephemeral-storage"]
+    spread = worker["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread[0]["whenUnsatisfiable"] == "ScheduleAnyway"
+
+    no_limit = {"worker": {"resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": None}}}}
+    env = env_of(container(find(tools.render(tmp_path, no_limit), "Deployment", "-worker")))
+    assert env["RECALL_WORKER_WHISPER_THREADS"]["resourceFieldRef"]["resource"] == "requests.cpu"
+    fixed = {"engine": {"whisper": {"threads": 3}}, "worker": {"health": {"port": 0}}}
+    wk = container(find(tools.render(tmp_path, fixed), "Deployment", "-worker"))
+    assert env_of(wk)["RECALL_WORKER_WHISPER_THREADS"] == "3"
+    assert "livenessProbe" not in wk and "readinessProbe" not in wk
+
+
+def test_template_opt_ins__pdbs_network_policies_and_image_digest(
+    tools: Tools, tmp_path: Path
+) -> None:
+    defaults = tools.render(tmp_path)
+    assert not [d for d in defaults if d["kind"] in ("PodDisruptionBudget", "NetworkPolicy")]
+    digest = "sha256:" + "ab" * 32
+    docs = tools.render(
+        tmp_path,
+        {
+            "image": {"digest": digest},
+            "operator": {"replicas": 2, "podDisruptionBudget": {"enabled": True}},
+            "worker": {"podDisruptionBudget": {"enabled": True}},
+            "networkPolicy": {"enabled": True, "apiServer": {"cidrs": ["10.0.0.1/32"]}},
+        },
+    )
+    for suffix in ("-operator", "-worker"):
+        image = container(find(docs, "Deployment", suffix))["image"]
+        assert image == f"recall@{digest}"
+        pdb = find(docs, "PodDisruptionBudget", suffix)
+        deployment = find(docs, "Deployment", suffix)
+        assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+        assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+        policy = find(docs, "NetworkPolicy", suffix)
+        assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
+        assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+        api = policy["spec"]["egress"][0]
+        assert api["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
+    assert find(docs, "PodDisruptionBudget", "-operator")["spec"]["minAvailable"] == 1
+    assert find(docs, "PodDisruptionBudget", "-worker")["spec"]["maxUnavailable"] == 1

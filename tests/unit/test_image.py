@@ -1,9 +1,13 @@
-"""What can be checked of the image without Docker: the Dockerfile, .dockerignore, the CLI.
+"""What can be checked of the image without building it: the Dockerfile, .dockerignore, the
+lock file, the CLI.
 
-The image cannot be built here (no Docker engine), so these tests hold the Dockerfile to what
-it depends on: the files it copies exist and are not excluded from the build context, its
-entry point is the console script the project declares, the commands the chart runs exist,
-and the runtime user is not root (and is the user the chart's pod security context names).
+The pod end-to-end tests (tests/e2e/pods) build and run the image; these fast tests hold the
+Dockerfile to what it depends on: the base is pinned by digest, the dependencies come only
+from the hash-checked lock and are installed before the project (a code change does not
+rebuild them), nothing reaches an index, the files it copies or mounts are in the build
+context, its entry point is the console script the project declares, the commands the chart
+runs exist, and the runtime user is not root (and is the user the chart's pod security
+context names).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from pathlib import Path
 import pytest
 import typer.main
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from typer.testing import CliRunner
 
 from recall.cli import app
@@ -27,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 CHART = ROOT / "charts" / "recall"
+LOCK = ROOT / "hack" / "image" / "requirements.lock"
 
 
 @dataclass(frozen=True)
@@ -147,13 +154,61 @@ def chart_commands() -> set[str]:
     return commands
 
 
-def test_dockerfile__is_multi_stage_on_python_311_slim(instructions: list[Instruction]) -> None:
+def mounts(instructions: list[Instruction]) -> list[str]:
+    """Sources of every `RUN --mount=type=bind` from the build context."""
+    found: list[str] = []
+    for ins in instructions:
+        for option in re.findall(r"--mount=(\S+)", ins.args):
+            fields = dict(f.split("=", 1) for f in option.split(","))
+            if fields.get("type") == "bind" and "from" not in fields:
+                found.append(fields["source"])
+    return found
+
+
+def test_dockerfile__base_is_official_python_311_pinned_by_digest(
+    instructions: list[Instruction],
+) -> None:
     froms = [i for i in instructions if i.keyword == "FROM"]
-    assert len(froms) >= 2, "a builder stage and a runtime stage"
     images = {expand(f.args.split()[0], build_args(instructions, f.stage)) for f in froms}
-    assert images == {"python:3.11-slim"}
-    builder = [i for i in instructions if i.stage == froms[0].stage and i.keyword == "RUN"]
-    assert any("pip wheel" in i.args for i in builder), "the builder makes wheels"
+    assert len(images) == 1
+    image = images.pop()
+    assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", image), image
+
+
+def test_dockerfile__locked_dependencies_before_the_project_and_no_index(
+    instructions: list[Instruction],
+) -> None:
+    runs = [i.args for i in final_stage(instructions) if i.keyword == "RUN"]
+    pip_runs = [r for r in runs if "pip install" in r]
+    assert len(pip_runs) == 2, "the dependencies, then the project"
+    deps, project = pip_runs
+    assert "--require-hashes" in deps and "requirements.lock" in deps and "--no-deps" in deps
+    assert "--no-deps" in project and ".whl" in project
+    for run in pip_runs:
+        assert "--no-index" in run, f"a pip install may reach an index: {run}"
+    copies = [i.args for i in final_stage(instructions) if i.keyword == "COPY"]
+    assert copies[0].split()[0] == "hack/image/requirements.lock", "only the lock before deps"
+    assert mounts(instructions) == ["build/image/wheels", "build/image/dist"]
+
+
+def test_lock__pins_every_runtime_dependency_with_hashes() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pinned: dict[str, str] = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", LOCK.read_text()):
+        lines = [line.strip() for line in block.splitlines()]
+        if not lines or lines[0].startswith("#") or not lines[0]:
+            continue
+        name, _, version = lines[0].rstrip("\\ ").partition("==")
+        assert version, f"not pinned: {lines[0]}"
+        assert any(line.startswith("--hash=sha256:") for line in lines), f"{name}: no hash"
+        pinned[canonicalize_name(name)] = version.strip()
+    for dependency in project["dependencies"]:
+        req = Requirement(dependency)
+        name = canonicalize_name(req.name)
+        assert name in pinned, f"{req.name} is not in the lock: run hack/image/lock.sh"
+        assert req.specifier.contains(pinned[name], prereleases=True), (
+            f"{req.name}=={pinned[name]} does not satisfy {req.specifier}"
+        )
 
 
 def test_dockerfile__every_copied_path_exists_and_is_in_the_build_context(
@@ -165,6 +220,8 @@ def test_dockerfile__every_copied_path_exists_and_is_in_the_build_context(
     for source in sources:
         assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which does not exist"
         assert not ignored(source, patterns), f".dockerignore excludes {source}"
+    for source in mounts(instructions):  # staged by `make image`, absent in a clean checkout
+        assert not ignored(f"{source}/x.whl", patterns), f".dockerignore excludes {source}"
 
 
 def test_dockerfile__crds_copied_where_recall_crds_dir_points(
@@ -223,9 +280,9 @@ def test_runtime_user__is_non_root_and_the_one_the_chart_runs_as(
 
 def test_dockerignore__excludes_the_virtualenv_git_and_caches() -> None:
     patterns = dockerignore_patterns()
-    for path in (".venv", ".git", ".recall-dev", ".pytest_cache", "operator/recall/__pycache__"):
+    for path in (".venv", ".git", ".recall-dev", ".pytest_cache", "build/lib", "tests"):
         assert ignored(path, patterns), f".dockerignore does not exclude {path}"
-    for path in ("operator/recall/cli.py", "crds/batches.recall.dev.yaml", "pyproject.toml"):
+    for path in ("crds/batches.recall.dev.yaml", "hack/image/requirements.lock"):
         assert not ignored(path, patterns), f".dockerignore excludes {path}"
 
 

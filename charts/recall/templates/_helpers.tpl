@@ -52,8 +52,47 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* The image reference: repository@digest when a digest is given, else repository:tag. */}}
 {{- define "recall.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+One topologySpreadConstraint over `key` for a component's pods, ScheduleAnyway (a one-node
+cluster still schedules every replica); nothing when the key is empty.
+Call with (dict "ctx" $ "component" "worker" "key" .Values.worker.topologySpreadKey).
+*/}}
+{{- define "recall.topologySpread" -}}
+{{- if .key }}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: {{ .key }}
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "recall.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 8 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The worker's Whisper threads: the explicit value, else the container's CPU limit (or request
+without a limit), read through the downward API and rounded up to whole CPUs.
+*/}}
+{{- define "recall.worker.whisperThreadsEnv" -}}
+- name: RECALL_WORKER_WHISPER_THREADS
+{{- if .Values.engine.whisper.threads }}
+  value: {{ .Values.engine.whisper.threads | quote }}
+{{- else }}
+  valueFrom:
+    resourceFieldRef:
+      containerName: worker
+      resource: {{ if (.Values.worker.resources.limits | default dict).cpu }}limits.cpu{{ else }}requests.cpu{{ end }}
+      divisor: "1"
+{{- end }}
 {{- end -}}
 
 {{- define "recall.operator.serviceAccountName" -}}

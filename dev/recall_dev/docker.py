@@ -1,0 +1,192 @@
+"""A Docker engine to build images with: the one running, or a private `dockerd` for the build.
+
+Contract:
+- `docker_engine()` yields a `DockerEngine` whose `run()` talks to a daemon that answers. When
+  the default daemon (`DOCKER_HOST`, or /var/run/docker.sock) answers, it is used and left
+  alone. Otherwise a `dockerd` is started with its own data root (in the cache, so images and
+  the build cache survive between runs), its own exec root, socket and pid file, no bridge and
+  no iptables rules (builds run with --network=none: nothing here needs a network), and it is
+  stopped on exit — also when the caller dies (PR_SET_PDEATHSIG) — with its containerd.
+- One private daemon per cache at a time: callers serialise on a lock file for the whole
+  `with` block, so two test runs never start two daemons on one data root.
+- BuildKit is on (DOCKER_BUILDKIT=1). The CLI is Debian's docker.io one (/usr/bin/docker) when
+  present: its BuildKit is built in, while a newer CLI needs the buildx plug-in for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from recall_dev.procs import Proc, die_with_parent, tail, terminate
+
+log = structlog.get_logger("recall_dev.docker")
+
+# Short paths: a unix socket path must fit in 108 bytes, and containerd's live under exec-root.
+PRIVATE_RUN_DIR = Path("/run/recall-docker")
+# dockerd's containerd creates this (empty) whatever its root; removed when it was not there.
+CONTAINERD_OPT = Path("/opt/containerd")
+
+
+class DockerError(RuntimeError):
+    """No Docker engine could be reached or started."""
+
+
+def cache_root() -> Path:
+    """Where the project keeps what it builds (`RECALL_CACHE_DIR`, else ~/.cache/recall)."""
+    override = os.environ.get("RECALL_CACHE_DIR")
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "recall"
+
+
+def docker_cli() -> str:
+    """The docker client to run: Debian's (built-in BuildKit) if installed, else the one on PATH."""
+    debian = Path("/usr/bin/docker")
+    if debian.exists():
+        return str(debian)
+    found = shutil.which("docker")
+    if found is None:
+        raise DockerError("no docker client: run hack/install-system-deps.sh (Debian's docker.io)")
+    return found
+
+
+@dataclass
+class DockerEngine:
+    """A reachable Docker daemon: `host` is its DOCKER_HOST ("" for the client's default)."""
+
+    host: str = ""
+    cli: str = field(default_factory=docker_cli)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["DOCKER_BUILDKIT"] = "1"
+        if self.host:
+            env["DOCKER_HOST"] = self.host
+        return env
+
+    def run(
+        self, args: Sequence[str], *, capture: bool = False, check: bool = True, **kw: object
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `docker ARGS` against this daemon (output captured as text when asked)."""
+        return subprocess.run(  # type: ignore[call-overload, no-any-return]
+            [self.cli, *args],
+            env=self.env(),
+            check=check,
+            text=True,
+            stdout=subprocess.PIPE if capture else None,
+            stderr=subprocess.PIPE if capture else None,
+            **kw,
+        )
+
+    def answers(self) -> bool:
+        try:
+            done = self.run(
+                ["version", "--format", "{{.Server.Version}}"], capture=True, check=False
+            )
+        except OSError:
+            return False
+        return done.returncode == 0
+
+    def image_id(self, ref: str) -> str | None:
+        """The local image ID of `ref`, or None when the daemon has no such image."""
+        done = self.run(["image", "inspect", "--format", "{{.Id}}", ref], capture=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def docker_engine(progress: bool = True) -> Iterator[DockerEngine]:
+    """A daemon to build with for the duration of the block (see the module contract)."""
+    default = DockerEngine(host=os.environ.get("DOCKER_HOST", ""))
+    if default.answers():
+        yield default
+        return
+    if shutil.which("dockerd") is None:
+        raise DockerError("no Docker daemon answers and dockerd is not installed")
+    lock_path = cache_root() / "docker.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        opt_absent = not CONTAINERD_OPT.exists()
+        proc = _start_private_daemon(progress)
+        try:
+            yield DockerEngine(host=f"unix://{PRIVATE_RUN_DIR / 'docker.sock'}")
+        finally:
+            _stop_private_daemon(proc)
+            if opt_absent:
+                _remove_empty_tree(CONTAINERD_OPT)
+
+
+def _start_private_daemon(progress: bool) -> Proc:
+    data_root = cache_root() / "docker"
+    data_root.mkdir(parents=True, exist_ok=True)
+    _stop_stale_daemon()
+    PRIVATE_RUN_DIR.mkdir(parents=True, exist_ok=True)
+    logfile = cache_root() / "dockerd.log"
+    args = [
+        "dockerd",
+        f"--data-root={data_root}",
+        f"--exec-root={PRIVATE_RUN_DIR / 'exec'}",
+        f"--host=unix://{PRIVATE_RUN_DIR / 'docker.sock'}",
+        f"--pidfile={PRIVATE_RUN_DIR / 'dockerd.pid'}",
+        "--bridge=none",
+        "--iptables=false",
+        "--ip6tables=false",
+        "--ip-masq=false",
+        "--userland-proxy=false",
+        "--ip-forward=false",
+    ]
+    if progress:
+        log.info("dockerd_start", data_root=str(data_root))
+    with logfile.open("ab") as out:
+        popen = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+    proc = Proc("dockerd", popen, logfile, popen.pid)
+    engine = DockerEngine(host=f"unix://{PRIVATE_RUN_DIR / 'docker.sock'}")
+    deadline = time.monotonic() + 60
+    while not engine.answers():
+        if not proc.alive() or time.monotonic() > deadline:
+            terminate([proc], grace=5)
+            raise DockerError(f"dockerd did not start; last lines of {logfile}:\n{tail(logfile)}")
+        time.sleep(0.3)
+    return proc
+
+
+def _stop_private_daemon(proc: Proc) -> None:
+    # dockerd stops the containerd it started; give both time to unmount cleanly.
+    terminate([proc], grace=30)
+    shutil.rmtree(PRIVATE_RUN_DIR, ignore_errors=True)
+
+
+def _remove_empty_tree(top: Path) -> None:
+    for d in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    with contextlib.suppress(OSError):
+        top.rmdir()
+
+
+def _stop_stale_daemon() -> None:
+    """A private daemon left by a killed build (its pid file survives): stop it first."""
+    pidfile = PRIVATE_RUN_DIR / "dockerd.pid"
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pidfile.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"dockerd" in cmdline and str(PRIVATE_RUN_DIR).encode() in cmdline:
+            terminate([Proc("dockerd", None, Path("/dev/null"), pid)], grace=30)

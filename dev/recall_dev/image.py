@@ -1,0 +1,266 @@
+"""Build the project's image from its Dockerfile, offline, and export it for a node.
+
+    python -m recall_dev.image build [--tag T] [--save PATH]     (`make image`)
+
+Steps, each cached under ~/.cache/recall/image so a second build only redoes what changed:
+1. **Wheels.** Every dependency pinned in hack/image/requirements.lock is downloaded on the host
+   (the host's pip reaches the index with the host's CA bundle; a build container would not),
+   for the image's platform — CPython 3.11, manylinux x86_64 up to glibc 2.36 (bookworm) —
+   with pip's `--require-hashes`, into a directory named after the lock's own hash. The
+   project's wheel is built from pyproject.toml and operator/ with SOURCE_DATE_EPOCH set to the
+   last commit's time. Both are staged in build/image/ (ignored by git, not by docker).
+2. **Base.** `BASE_IMAGE` when set; else the Dockerfile's default (the official Python image,
+   by digest) when the daemon already has it; else a Debian bookworm made with
+   `debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates` and
+   `docker import`, tagged with the hash of its tarball (the tarball is cached).
+3. **Build.** `docker build --network=none`: the Dockerfile installs only from build/image/.
+
+`save()` writes the image as a `docker save` archive (cached by image ID) for
+`ctr images import` on the node. Nothing here pushes or pulls an image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import structlog
+
+from recall_dev.cluster import repo_root
+from recall_dev.docker import DockerEngine, cache_root, docker_engine
+
+log = structlog.get_logger("recall_dev.image")
+
+DEFAULT_TAG = "recall.local/recall:dev"
+LOCK_FILE = Path("hack/image/requirements.lock")
+STAGE_DIR = Path("build/image")
+# The image's interpreter and C library: Debian bookworm's python3 (3.11) and glibc 2.36. pip
+# does not widen an explicit --platform to older glibc versions, so every one is listed.
+PYTHON_VERSION = "3.11"
+PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)] + [
+    "manylinux2014_x86_64"
+]
+ABIS = ["cp311", "abi3", "none"]
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+BASE_REPOSITORY = "recall.local/python-base"
+
+
+class ImageError(RuntimeError):
+    """The image could not be built."""
+
+
+def image_cache() -> Path:
+    d = cache_root() / "image"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# -- 1. wheels ---------------------------------------------------------------------------------
+
+
+def download_wheels(root: Path) -> Path:
+    """The locked dependencies' wheels for the image's platform, hash-checked; cached per lock."""
+    lock = root / LOCK_FILE
+    target = image_cache() / f"wheels-{_sha256(lock)[:16]}"
+    if (target / ".complete").exists():
+        return target
+    partial = Path(tempfile.mkdtemp(prefix="wheels-", dir=image_cache()))
+    log.info("wheels_download", lock=str(LOCK_FILE), into=str(target))
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
+        "--only-binary=:all:", f"--python-version={PYTHON_VERSION}", "--implementation=cp",
+        *(f"--platform={p}" for p in PLATFORMS), *(f"--abi={a}" for a in ABIS),
+        "--requirement", str(lock), "--dest", str(partial),
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env.pop("PIP_FIND_LINKS", None)  # only what the lock names, from the index
+    try:
+        subprocess.run(cmd, check=True, env=env)
+    except subprocess.CalledProcessError as e:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise ImageError("downloading the locked wheels failed (see pip's output above)") from e
+    (partial / ".complete").touch()
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    return target
+
+
+def build_project_wheel(root: Path, dist: Path) -> Path:
+    """The project's wheel, built from the checkout into `dist` (emptied first)."""
+    shutil.rmtree(dist, ignore_errors=True)
+    dist.mkdir(parents=True)
+    env = dict(os.environ)
+    commit_time = subprocess.run(
+        ["git", "log", "-1", "--format=%ct"], cwd=root, text=True, capture_output=True
+    ).stdout.strip()
+    if commit_time:
+        env["SOURCE_DATE_EPOCH"] = commit_time
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist),
+         str(root)],
+        check=True, env=env, cwd=root,
+    )  # fmt: skip
+    wheels = list(dist.glob("recall_operator-*.whl"))
+    if len(wheels) != 1:
+        raise ImageError(f"expected one project wheel in {dist}, found {wheels}")
+    return wheels[0]
+
+
+def stage(root: Path) -> Path:
+    """Fill build/image/ (wheels/ and dist/) in the checkout: the build context's offline inputs."""
+    staging = root / STAGE_DIR
+    wheels = download_wheels(root)
+    staged = staging / "wheels"
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    for wheel in wheels.glob("*.whl"):
+        try:
+            os.link(wheel, staged / wheel.name)
+        except OSError:
+            shutil.copy2(wheel, staged / wheel.name)
+    build_project_wheel(root, staging / "dist")
+    return staging
+
+
+# -- 2. base -----------------------------------------------------------------------------------
+
+
+def default_base(root: Path) -> str:
+    """The Dockerfile's default BASE_IMAGE."""
+    for line in (root / "Dockerfile").read_text().splitlines():
+        if line.startswith("ARG BASE_IMAGE="):
+            return line.split("=", 1)[1].strip()
+    raise ImageError("the Dockerfile declares no ARG BASE_IMAGE default")
+
+
+def debootstrap_tarball() -> Path:
+    """A root filesystem of Debian bookworm (minbase + python3, venv, CA certificates), cached."""
+    tarball = image_cache() / f"{DEBIAN_SUITE}-minbase-python3.tar"
+    if tarball.exists():
+        return tarball
+    if shutil.which("debootstrap") is None:
+        raise ImageError("debootstrap is missing: run hack/install-system-deps.sh")
+    rootfs = Path(tempfile.mkdtemp(prefix="rootfs-", dir=image_cache()))
+    try:
+        log.info("base_debootstrap", suite=DEBIAN_SUITE, into=str(rootfs))
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
+             DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR],
+            check=True, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        # What debootstrap leaves that no image needs: the package lists and caches.
+        for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for child in (rootfs / leftover).glob("*"):
+                if child.is_file():
+                    child.unlink()
+        partial = tarball.with_suffix(".partial")
+        with tarfile.open(partial, "w") as tar:
+            for entry in sorted(rootfs.iterdir()):
+                tar.add(entry, arcname=entry.name, filter=_normalise)
+        partial.rename(tarball)
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+    return tarball
+
+
+def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.mtime = min(info.mtime, 1_700_000_000)
+    return info
+
+
+def ensure_base(root: Path, docker: DockerEngine) -> str:
+    """The base image to build on, present in the daemon (see the module docstring)."""
+    explicit = os.environ.get("BASE_IMAGE")
+    if explicit:
+        return explicit
+    official = default_base(root)
+    if docker.image_id(official):
+        return official
+    tarball = debootstrap_tarball()
+    ref = f"{BASE_REPOSITORY}:{DEBIAN_SUITE}-{_sha256(tarball)[:12]}"
+    if docker.image_id(ref) is None:
+        log.info("base_import", image=ref)
+        with tarball.open("rb") as f:
+            docker.run(["import", "-", ref], stdin=f, capture=True)
+    return ref
+
+
+# -- 3. build ----------------------------------------------------------------------------------
+
+
+def build(tag: str = DEFAULT_TAG, docker: DockerEngine | None = None) -> str:
+    """Build the image from the checkout's Dockerfile; returns its image ID."""
+    root = repo_root()
+    stage(root)
+    if docker is None:
+        with docker_engine() as engine:
+            return build(tag, engine)
+    base = ensure_base(root, docker)
+    log.info("image_build", tag=tag, base=base)
+    built = docker.run(
+        ["build", "--network=none", "--build-arg", f"BASE_IMAGE={base}", "--tag", tag, str(root)],
+        capture=True,
+        check=False,
+    )
+    if built.returncode != 0:
+        output = (built.stdout + built.stderr).splitlines()
+        raise ImageError("docker build failed; its last lines:\n" + "\n".join(output[-40:]))
+    image_id = docker.image_id(tag)
+    if image_id is None:
+        raise ImageError(f"docker build succeeded but {tag} is not in the daemon")
+    log.info("image_built", tag=tag, id=image_id[:19])
+    return image_id
+
+
+def save(tag: str, image_id: str, docker: DockerEngine) -> Path:
+    """`docker save` of the image, cached by image ID (older archives are removed)."""
+    archive = image_cache() / f"recall-{image_id.removeprefix('sha256:')[:16]}.tar"
+    if archive.exists():
+        return archive
+    for old in image_cache().glob("recall-*.tar"):
+        old.unlink()
+    partial = archive.with_suffix(".partial")
+    docker.run(["save", "--output", str(partial), tag])
+    partial.rename(archive)
+    return archive
+
+
+def build_and_save(tag: str = DEFAULT_TAG) -> Path:
+    """Build the image and export it: the archive a node imports."""
+    with docker_engine() as docker:
+        image_id = build(tag, docker)
+        return save(tag, image_id, docker)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recall_dev.image", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the image (and export it with --save)")
+    b.add_argument("--tag", default=DEFAULT_TAG)
+    b.add_argument("--save", action="store_true", help="also write the docker save archive")
+    args = parser.parse_args(argv)
+    if args.save:
+        print(build_and_save(args.tag))
+    else:
+        print(build(args.tag))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

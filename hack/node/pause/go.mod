@@ -1,0 +1,3 @@
+module recall.dev/hack/node/pause
+
+go 1.22

