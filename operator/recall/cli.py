@@ -122,6 +122,7 @@ def worker(
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if w.stopping.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt
+        liveness.stopping()  # not ready any more: no new job comes this way
         w.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
