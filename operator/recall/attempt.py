@@ -308,13 +308,13 @@ class Transcription:
             )
 
     def _cleanup_chunks(self, accepted: TranscriptionJob, writer: TranscriptWriter) -> None:
-        h_log = log.get("worker")
         """Once the result is accepted, delete by name what earlier attempts wrote that it
         does not reference: their manifests, and their shards up to the first one missing.
         Best effort (a worker may not list ConfigMaps); the operator's cleanup
         (`recall.transcripts.unreferenced`) removes what is left."""
         kept = writer.references()
         namespace, job = accepted.namespace, accepted.name
+        h_log = log.get("worker")
         try:
             for attempt in range(1, writer.attempt):
                 self.transcripts.delete(namespace, manifest_name(job, attempt))
