@@ -10,6 +10,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# make test runs the tests in this many processes (pytest-xdist), each with its own control
+# plane: most tests wait on lease clocks, so two share the two cores well.
+TEST_WORKERS ?= 2
 
 .PHONY: help venv tools system-deps lint typecheck unit test demo bench chaos e2e e2e-kind image chart-lint dev-up dev-down clean
 
@@ -44,7 +47,7 @@ unit: venv
 # tests/ includes tests/e2e/pods (the image built here, on a local node; needs root) and the
 # chart linters (tests/integration/test_chart.py runs hack/chart-lint.sh).
 test: venv tools system-deps lint typecheck
-	@$(PY) -m pytest tests $(PYTEST_ARGS)
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup tests $(PYTEST_ARGS)
 
 demo: venv tools system-deps
 	@$(PY) -m recall_dev.demo $(DEMO_ARGS)
