@@ -112,13 +112,26 @@ class Transcription:
     ) -> str:
         """Cut `media` lazily, transcribe and store each chunk, renew with the checkpoint after
         each, then write the transcript's summary and complete."""
-        job = h.known
         if checkpoint is not None and (changed := media.cutting.differences(checkpoint.cutting)):
             h.log.warning(
                 "checkpoint_discarded", checkpoint=checkpoint.name, reason="; ".join(changed)
             )
             checkpoint = None
-        writer = self.transcripts.writer(job, h.attempt)
+        writer = self.transcripts.writer(h.known, h.attempt)
+        self._transcribe_chunks(h, cancel, watch, media, writer, checkpoint)
+        return self._hand_in(h, watch, media, writer)
+
+    def _transcribe_chunks(
+        self,
+        h: LeaseHolder,
+        cancel: threading.Event,
+        watch: Stopwatch,
+        media: Media,
+        writer: TranscriptWriter,
+        checkpoint: Checkpoint | None,
+    ) -> None:
+        """Every chunk after the checkpoint through the engine into `writer`, a renewal with
+        the checkpoint after each."""
         name = self._store(
             h, watch, "to store the manifest", lambda: writer.begin(media.cutting, checkpoint)
         )
@@ -169,9 +182,12 @@ class Transcription:
             h.log.info("chunk_done", chunk=chunk.index, chunks_done=done, chunks_total=total)
             faults.hit("worker-after-chunk", chunk=done)
         if total != done:  # the last chunk was stored by an earlier attempt: say so exactly
-            total = done
-            self._renew(h, watch, Progress.of(done, total, name))
+            self._renew(h, watch, Progress.of(done, done, name))
 
+    def _hand_in(
+        self, h: LeaseHolder, watch: Stopwatch, media: Media, writer: TranscriptWriter
+    ) -> str:
+        """Write the transcript's summary, then complete with it (fenced)."""
         h.check()
         summary = self._store(
             h,
@@ -180,7 +196,7 @@ class Transcription:
             lambda: writer.finish(media.duration, self.engine.label()),
         )
         result_ref = Result(
-            config_map=name,
+            config_map=writer.name,
             worker=h.worker,
             engine=summary.engine,
             words=summary.words,
@@ -194,7 +210,7 @@ class Transcription:
             raise
         h.log.info(
             "completed",
-            config_map=name,
+            config_map=writer.name,
             words=summary.words,
             chunks=summary.chunks,
             audio_seconds=round(summary.duration, 2),
