@@ -1,0 +1,236 @@
+"""The recorded history of a chaos run, loaded for the invariant checks.
+
+Sources, all on one machine, all stamped with its wall clock (so their times compare):
+- the job recorder's JSONL (`recorder.JobRecorder`): every job version seen, when;
+- the processes' JSON logs: workers' `claimed`, `chunk_done`, `completed`, `lease_lost` ...,
+  operators' `leader_elected`, `reclaimed`, `tick_failed` ...;
+- the simulated engine's record file: one line per transcribed chunk (job, attempt, pid);
+- the run's own fault log: what was done to which process, when;
+- the leader tracker's holder changes;
+- the final state: jobs, Batches and transcript ConfigMaps as listed at the end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recall.models import Phase
+
+Obj = dict[str, Any]
+
+
+def epoch(value: str | None) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time, or None."""
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of a job as the recorder saw it. `segment` counts the recorder's re-lists
+    before it: two versions of one job seen by the watch (not LISTED) in the same segment are
+    consecutive versions of that job (a watch delivers every change)."""
+
+    t: float
+    rv: int
+    segment: int
+    listed: bool
+    spec: Obj
+    status: Obj
+
+    @property
+    def phase(self) -> str:
+        return str(self.status.get("phase") or Phase.QUEUED)
+
+    @property
+    def lease(self) -> Obj | None:
+        lease: Obj | None = self.status.get("lease")
+        return lease
+
+    @property
+    def token(self) -> str | None:
+        return self.lease["token"] if self.lease else None
+
+    @property
+    def fence(self) -> str | None:
+        fence: str | None = self.status.get("fence")
+        return fence
+
+    @property
+    def fence_token(self) -> str | None:
+        return self.fence.split("/", 1)[0] if self.fence else None
+
+    @property
+    def attempts(self) -> int:
+        return int(self.status.get("attempts") or 0)
+
+    @property
+    def result(self) -> Obj | None:
+        result: Obj | None = self.status.get("result")
+        return result
+
+    def counter(self, name: str) -> int:
+        return int(self.status.get(name) or 0)
+
+
+@dataclass
+class JobHistory:
+    name: str
+    versions: list[Version] = field(default_factory=list)  # by resourceVersion
+    deleted: float | None = None
+
+    def consecutive(self) -> Iterator[tuple[Version, Version]]:
+        """Pairs of versions known to follow each other directly."""
+        for p, v in zip(self.versions, self.versions[1:], strict=False):
+            if not v.listed and v.segment == p.segment:
+                yield p, v
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    t: float
+    process: str
+    event: str
+    fields: Obj
+
+    def get(self, key: str) -> Any:
+        return self.fields.get(key)
+
+
+@dataclass(frozen=True)
+class Fault:
+    t: float
+    kind: str
+    target: str | None
+    detail: Obj
+
+
+@dataclass(frozen=True)
+class ProcessEnd:
+    """How a process of the run ended (or `alive` at the end of the run)."""
+
+    name: str
+    role: str
+    started: float
+    fault: str | None
+    ended: float | None
+    reason: str | None
+    returncode: int | None
+    tail: str
+
+
+@dataclass
+class Final:
+    jobs: dict[str, Obj] = field(default_factory=dict)  # compact jobs by name
+    batches: list[Obj] = field(default_factory=list)
+    config_maps: dict[str, dict[str, str]] = field(default_factory=dict)  # transcripts: data
+
+
+@dataclass
+class History:
+    jobs: dict[str, JobHistory]
+    relists: list[float]
+    logs: list[LogEvent]
+    self_faults: list[Fault]  # fault points the processes hit themselves
+    engine: list[Obj]
+    faults: list[Fault]
+    leaders: list[tuple[float, str | None]]
+    processes: list[ProcessEnd]
+    final: Final
+    expected: dict[str, str]  # job name -> workload kind
+    started: float
+    faults_ended: float
+    drained: float | None  # when every job had ended (None: not within the bound)
+    tick: float
+
+    def events(self, name: str) -> list[LogEvent]:
+        return [e for e in self.logs if e.event == name]
+
+
+def load_versions(path: Path) -> tuple[dict[str, JobHistory], list[float]]:
+    jobs: dict[str, JobHistory] = {}
+    relists: list[float] = []
+    by_rv: dict[str, dict[int, Version]] = {}
+    segment = 0
+    if not path.exists():
+        return jobs, relists
+    with path.open() as f:
+        for line in f:
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if rec["type"] == "LIST":
+                segment += 1
+                relists.append(rec["t"])
+                continue
+            obj = rec["obj"]
+            name = obj["name"]
+            history = jobs.setdefault(name, JobHistory(name))
+            if rec["type"] == "DELETED":
+                history.deleted = history.deleted or rec["t"]
+                continue
+            seen = by_rv.setdefault(name, {})
+            if obj["rv"] in seen:
+                continue  # the same version again (a re-list): keep when it was first seen
+            seen[obj["rv"]] = Version(
+                t=rec["t"],
+                rv=obj["rv"],
+                segment=segment,
+                listed=rec["type"] == "LISTED",
+                spec=obj["spec"],
+                status=obj["status"],
+            )
+    for name, versions in by_rv.items():
+        jobs[name].versions = [versions[rv] for rv in sorted(versions)]
+    return jobs, relists
+
+
+SELF_FAULTS = {
+    "recall: fault injected at": "crash-point",
+    "recall: paused at": "freeze-before-write",
+    "recall: answer of": "lost-answer",
+}
+
+
+def load_log(path: Path, process: str) -> tuple[list[LogEvent], list[Fault]]:
+    """A process's JSON events, and the fault points it hit (plain lines, no time: they get
+    the time of the event before them)."""
+    events: list[LogEvent] = []
+    hits: list[Fault] = []
+    if not path.exists():
+        return events, hits
+    last = 0.0
+    for line in path.read_text(errors="replace").splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            t = epoch(rec.get("timestamp")) or last
+            last = t
+            events.append(LogEvent(t, process, str(rec.get("event", "")), rec))
+            continue
+        for prefix, kind in SELF_FAULTS.items():
+            if line.startswith(prefix):
+                hits.append(Fault(last, kind, process, {"line": line[:200]}))
+    return events, hits
+
+
+def load_jsonl(path: Path) -> list[Obj]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except ValueError:  # a line cut by a SIGKILL mid-write
+                continue
+    return out
