@@ -87,8 +87,10 @@ def test_informer__sees_new_jobs_after_a_server_restart(
         wait_for(
             lambda: "after" in names.names,
             timeout=20,
-            message=lambda: f"the informer to see the job created after the restart "
-            f"(it listed {names.lists} times, holds {sorted(names.names)})",
+            message=lambda: (
+                f"the informer to see the job created after the restart "
+                f"(it listed {names.lists} times, holds {sorted(names.names)})"
+            ),
         )
     finally:
         informer.stop()

@@ -10,7 +10,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from recall_dev.chaos.run import run
+from recall_dev.chaos.history import load
+from recall_dev.chaos.invariants import check
+from recall_dev.chaos.run import Outcome, run
 from recall_dev.chaos.workload import PROFILES
 
 
@@ -28,7 +30,17 @@ def main() -> int:
         help="keep the records here (default: a temp dir, removed when the run passed)",
     )
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument(
+        "--check", type=Path, metavar="DIR", help="check the records of a finished run again"
+    )
     args = parser.parse_args()
+    if args.check:
+        history = load(args.check)
+        outcome = Outcome(check(history), history, args.check)
+        print(outcome.line)
+        if not outcome.ok:
+            print(outcome.report())
+        return 0 if outcome.ok else 1
     failed = False
     for seed in args.seed or [1]:
         root = args.workdir or Path(tempfile.mkdtemp(prefix="recall-chaos-"))

@@ -156,10 +156,10 @@ class Fleet:
         sent = {name for _, name in p.sent}
         if "SIGKILL" in sent:
             return KILLED
-        if "SIGTERM" in sent:
-            return TERMINATED
         if rc == -signal.SIGKILL and "recall: fault injected at" in p.tail(200):
             return CRASH_POINT
+        if "SIGTERM" in sent:
+            return TERMINATED
         return EXITED
 
     def self_paused(self) -> list[Process]:

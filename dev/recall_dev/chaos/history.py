@@ -148,6 +148,9 @@ class History:
     faults_ended: float
     drained: float | None  # when every job had ended (None: not within the bound)
     tick: float
+    seed: int = 0
+    profile: str = ""
+    seconds: float = 0.0  # the whole run, start-up and checks included
 
     def events(self, name: str) -> list[LogEvent]:
         return [e for e in self.logs if e.event == name]
@@ -234,3 +237,69 @@ def load_jsonl(path: Path) -> list[Obj]:
             except ValueError:  # a line cut by a SIGKILL mid-write
                 continue
     return out
+
+
+RUN_FILE = "run.json"
+
+
+def save_run(h: History, workdir: Path) -> None:
+    """What is not in the record files already (final state, processes, times), so that
+    `load(workdir)` gives the same history again."""
+    run = {
+        "processes": [p.__dict__ for p in h.processes],
+        "final": {
+            "jobs": h.final.jobs,
+            "batches": h.final.batches,
+            "config_maps": h.final.config_maps,
+        },
+        "expected": h.expected,
+        "started": h.started,
+        "faults_ended": h.faults_ended,
+        "drained": h.drained,
+        "tick": h.tick,
+        "seed": h.seed,
+        "profile": h.profile,
+        "seconds": h.seconds,
+    }
+    (workdir / RUN_FILE).write_text(json.dumps(run))
+    (workdir / "faults.jsonl").write_text(
+        "".join(
+            json.dumps({"t": f.t, "kind": f.kind, "target": f.target, "detail": f.detail}) + "\n"
+            for f in h.faults
+        )
+    )
+
+
+def load(workdir: Path) -> History:
+    """The history of a finished run from its directory."""
+    run = json.loads((workdir / RUN_FILE).read_text())
+    jobs, relists = load_versions(workdir / "jobs.jsonl")
+    logs: list[LogEvent] = []
+    self_faults: list[Fault] = []
+    for log in sorted((workdir / "logs").glob("*.log")):
+        events, hits = load_log(log, log.stem)
+        logs.extend(events)
+        self_faults.extend(hits)
+    logs.sort(key=lambda e: e.t)
+    return History(
+        jobs=jobs,
+        relists=relists,
+        logs=logs,
+        self_faults=self_faults,
+        engine=load_jsonl(workdir / "engine.jsonl"),
+        faults=[
+            Fault(f["t"], f["kind"], f["target"], f["detail"])
+            for f in load_jsonl(workdir / "faults.jsonl")
+        ],
+        leaders=[(r["t"], r.get("holder")) for r in load_jsonl(workdir / "leaders.jsonl")],
+        processes=[ProcessEnd(**p) for p in run["processes"]],
+        final=Final(**run["final"]),
+        expected=run["expected"],
+        started=run["started"],
+        faults_ended=run["faults_ended"],
+        drained=run["drained"],
+        tick=run["tick"],
+        seed=run.get("seed", 0),
+        profile=run.get("profile", ""),
+        seconds=run.get("seconds", 0.0),
+    )

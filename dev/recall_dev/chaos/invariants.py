@@ -53,6 +53,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from signal import SIGTERM
 from typing import Any
 
 from recall.fanout import job_name
@@ -476,7 +477,12 @@ def _processes(h: History, verdict: Verdict) -> None:
             verdict.add(
                 9, None, f"{p.role} {p.name} exited on its own (code {p.returncode})", p.tail
             )
-        elif p.reason == TERMINATED and p.returncode != 0:
+        elif (
+            p.reason == TERMINATED
+            and p.returncode != 0
+            # SIGTERM before the handler is installed (it is, before the first log line)
+            and not (p.returncode == -SIGTERM and not p.tail)
+        ):
             verdict.add(
                 9, None, f"{p.role} {p.name} ended with code {p.returncode} after SIGTERM", p.tail
             )
@@ -544,14 +550,18 @@ def _kill_sample(
             delay, ended_by = after.t - f.t, "reclaim"
         else:
             ended_by = "its holder" if after.fence_token == token else "unknown"
-    window = (f.t, f.t + lease + ticks)
+    # While the leading operator or the control plane is down, nobody can reclaim; once back,
+    # a correct operator reclaims within a lease and two ticks of its first observation. So
+    # each disruption that begins before the expected reclaim moves it to its end + lease +
+    # 2 ticks (disruptions over before the kill do not matter: the acting operator then saw
+    # the lease by the kill at the latest).
+    expected = f.t + lease + ticks
     recovered = None
-    for start, end in down:
-        # A disruption over before the kill does not delay it: the acting operator then saw
-        # the lease at the latest at the kill, so it expires within a lease of the kill.
-        if start <= window[1] and end >= window[0]:
+    for start, end in sorted(down):
+        if start <= expected and end >= f.t:
+            expected = max(expected, end + lease + ticks)
             recovered = max(recovered or 0.0, end)
-    bound = lease + ticks + (max(0.0, recovered - f.t) if recovered else 0.0)
+    bound = expected - f.t
     return KillSample(f.t, str(f.target), job.name, lease, delay, ended_by, recovered, bound)
 
 

@@ -29,9 +29,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import queue
 import random
 import shutil
 import signal
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -47,15 +49,7 @@ from recall.fanout import job_name
 from recall.models import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 from recall.store.kube import load_api_client
 from recall_dev.chaos.fleet import Fleet, Process
-from recall_dev.chaos.history import (
-    Fault,
-    Final,
-    History,
-    ProcessEnd,
-    load_jsonl,
-    load_log,
-    load_versions,
-)
+from recall_dev.chaos.history import Fault, Final, History, ProcessEnd, load, save_run
 from recall_dev.chaos.invariants import NAMES, Verdict, check
 from recall_dev.chaos.recorder import JobRecorder, LeaderTracker, compact
 from recall_dev.chaos.workload import KIND_LABEL, Profile, Wave, plan_workload
@@ -88,20 +82,17 @@ WORKER_FAULTS: list[str | None] = [
 ]
 # Injected faults and their weights.
 FAULTS: dict[str, float] = {
-    "worker-kill": 26,
+    "worker-kill": 30,
     "worker-stop": 20,
     "worker-term": 7,
-    "operator-kill": 7,
-    "operator-stop": 6,
+    "operator-kill": 5,
+    "operator-stop": 4,
     "stale-write": 12,
 }
 
 
 @dataclass
 class Outcome:
-    seed: int
-    profile: Profile
-    seconds: float
     verdict: Verdict
     history: History
     workdir: Path
@@ -112,7 +103,7 @@ class Outcome:
 
     @property
     def line(self) -> str:
-        return summary_line(self)
+        return summary_line(self.history, self.verdict)
 
     def report(self, limit: int = 40) -> str:
         """Every violation with its evidence (the first `limit`)."""
@@ -123,14 +114,15 @@ class Outcome:
         return "\n".join(parts)
 
 
-def summary_line(o: Outcome) -> str:
-    s = o.verdict.stats
+def summary_line(h: History, verdict: Verdict) -> str:
+    """The one line of a run."""
+    s = verdict.stats
     faults = s.get("faults", {})
     fault_text = ", ".join(f"{k} {n}" for k, n in sorted(faults.items()))
     phases = ", ".join(f"{k} {n}" for k, n in sorted(s.get("phases", {}).items()))
     kill = s.get("max_kill_to_queued")
     kill_text = (
-        f"{kill.delay:.2f} s (lease {kill.lease:g} s, bound lease + {2 * o.history.tick:g} s; "
+        f"{kill.delay:.2f} s (lease {kill.lease:g} s, bound lease + {2 * h.tick:g} s; "
         f"{s.get('kill_samples', 0)} kills)"
         if kill is not None
         else "n/a (no kill of a lease holder while the operator was up)"
@@ -142,10 +134,10 @@ def summary_line(o: Outcome) -> str:
             f"({s.get('kill_samples_disrupted', 0)} kills)"
         )
     margin = s.get("reclaim_margin_min")
-    by = o.verdict.by_invariant()
+    by = verdict.by_invariant()
     broken = ", ".join(f"{i}: {NAMES[i]} x{n}" for i, n in sorted(by.items())) or "none"
     return (
-        f"chaos seed={o.seed} {o.profile.name} {o.seconds:.0f} s: "
+        f"chaos seed={h.seed} {h.profile} {h.seconds:.0f} s: "
         f"faults {sum(faults.values())} ({fault_text}); "
         f"jobs {s.get('jobs', 0)} ({phases}); lost {s.get('lost', 0)}; "
         f"duplicate accepted results {s.get('duplicates', 0)}; "
@@ -166,6 +158,55 @@ class _Due:
     action: Callable[[], None] = field(compare=False)
 
 
+class ServerKeeper:
+    """Restarts etcd or kube-apiserver on its own thread, one at a time, and notes when the
+    API server takes writes again, so that the run's loop never waits for a server.
+
+    The servers it starts die with the thread that started them (PR_SET_PDEATHSIG is per
+    thread), so this thread lives until the control plane is stopped: `close()` after
+    `ControlPlane.stop()`.
+    """
+
+    def __init__(self, cp: ControlPlane, ready: Callable[[], bool]) -> None:
+        self.cp = cp
+        self.ready = ready
+        self._requests: queue.Queue[tuple[str, signal.Signals, dict[str, Any]] | None] = (
+            queue.Queue()
+        )
+        self._busy = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-servers", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.is_set()
+
+    def restart(self, name: str, sig: signal.Signals, detail: dict[str, Any]) -> None:
+        """Restart `name` with `sig`; `detail["ready"]` is set (wall time) once it is back."""
+        self._busy.set()
+        self._requests.put((name, sig, detail))
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while (request := self._requests.get()) is not None:
+            name, sig, detail = request
+            try:
+                self.cp.restart(name, sig=sig, wait=False)
+                started = time.time()
+                while time.time() - started < 120:
+                    time.sleep(0.25)
+                    if time.time() - started > 0.5 and self.ready():
+                        detail["ready"] = time.time()
+                        break
+            except Exception as e:  # reported in the run's line as a restart never ready
+                detail["error"] = str(e)[:300]
+            finally:
+                self._busy.clear()
+
+
 class Chaos:
     """The run's state; `run()` drives it."""
 
@@ -174,6 +215,7 @@ class Chaos:
         self.profile = profile
         self.workdir = workdir
         self.rng = random.Random(seed)
+        self.created = time.time()
         self.waves: list[Wave] = plan_workload(profile, self.rng)
         self.expected: dict[str, str] = {}
         for wave in self.waves:
@@ -192,7 +234,7 @@ class Chaos:
         self.faults_ended = 0.0
         self.drained: float | None = None
         self.draining = False
-        self.restarting: dict[str, Any] | None = None
+        self.servers: ServerKeeper | None = None
         self.fleet: Fleet | None = None
         self.recorder: JobRecorder | None = None
         self.tracker: LeaderTracker | None = None
@@ -204,6 +246,7 @@ class Chaos:
 
     def start(self) -> None:
         self.cp.start(timeout=180)
+        self.servers = ServerKeeper(self.cp, self.back)
         install_crds(str(self.cp.kubeconfig))
         self.api = load_api_client(self.cp.kubeconfig, pool_size=4)
         client.CoreV1Api(self.api).create_namespace(
@@ -266,7 +309,7 @@ class Chaos:
                 pending.extend(waves.pop(0).submissions)
             pending = self.submit(pending)
             self.housekeeping()
-            if restarts and now >= restarts[0][0] and self.restarting is None:
+            if restarts and now >= restarts[0][0] and not self.restarting:
                 self.restart_server(restarts.pop(0)[1])
             if now >= next_fault:
                 self.inject()
@@ -317,11 +360,6 @@ class Chaos:
         for proc in self.fleet.self_paused():
             delay = 0.5 if self.draining else self.rng.uniform(0.5, 8.0)
             self.later(delay, "continue", partial(self.resume, proc))
-        if self.restarting is not None and now >= self.restarting["next_check"]:
-            self.restarting["next_check"] = now + 0.25
-            if now - self.restarting["t"] > 0.5 and self.servers_ready():
-                self.restarting["detail"]["ready"] = now
-                self.restarting = None
 
     def resume(self, proc: Process) -> None:
         assert self.fleet is not None
@@ -330,6 +368,10 @@ class Chaos:
     def restart_op(self, slot: str) -> None:
         assert self.fleet is not None
         self.slots[slot] = self.fleet.operator(slot, {})
+
+    def back(self) -> bool:
+        """etcd healthy, kube-apiserver ready, and a write accepted."""
+        return self.servers_ready() and self.writable()
 
     def servers_ready(self) -> bool:
         try:
@@ -341,6 +383,22 @@ class Chaos:
         except (OSError, ValueError):
             return False
         return self.cp.ready()
+
+    def writable(self) -> bool:
+        """Whether the API server takes a write (a ConfigMap of the run's own) right now."""
+        assert self.api is not None
+        core = client.CoreV1Api(self.api)
+        body = {"metadata": {"name": "chaos-probe"}, "data": {"t": str(time.time())}}
+        try:
+            try:
+                core.patch_namespaced_config_map("chaos-probe", NAMESPACE, body, _request_timeout=1)
+            except ApiException as e:
+                if e.status != 404:
+                    return False
+                core.create_namespaced_config_map(NAMESPACE, body, _request_timeout=1)
+        except Exception:
+            return False
+        return True
 
     # -- faults ------------------------------------------------------------------------------
 
@@ -536,18 +594,22 @@ class Chaos:
             return f"unknown: {type(e).__name__}"
         return "accepted"
 
+    @property
+    def restarting(self) -> bool:
+        return self.servers is not None and self.servers.busy
+
     def restart_server(self, name: str) -> None:
+        assert self.servers is not None
         sig = self.rng.choice([signal.SIGKILL, signal.SIGTERM])
         record = self.fault("control-plane-restart", name, signal=sig.name)
-        self.cp.restart(name, sig=sig, wait=False)
-        self.restarting = {"t": record["t"], "detail": record["detail"], "next_check": 0.0}
+        self.servers.restart(name, sig, record["detail"])
 
     # -- submissions -------------------------------------------------------------------------
 
     def submit(self, pending: list[Any]) -> list[Any]:
         """Create what is pending; what the API server refuses for now stays pending."""
         assert self.api is not None
-        if not pending or self.restarting is not None:
+        if not pending or self.restarting:
             return pending
         custom = client.CustomObjectsApi(self.api)
         left = []
@@ -584,7 +646,7 @@ class Chaos:
                 if proc.alive and proc.stopped_at is not None:
                     self.fleet.send(proc, signal.SIGCONT)
             now = time.time()
-            if now - last_check > 1.0 and self.restarting is None:
+            if now - last_check > 1.0 and not self.restarting:
                 last_check = now
                 if not pending and self.all_ended():
                     self.drained = now
@@ -661,48 +723,43 @@ class Chaos:
         raise RuntimeError("the final state could not be read: the API server does not answer")
 
     def history(self, final: Final) -> History:
+        """Everything recorded, with the final state: saved in the work directory, and loaded
+        back from there (so a finished run can be checked again: `history.load`)."""
         assert self.fleet is not None
-        jobs, relists = load_versions(self.workdir / "jobs.jsonl")
-        logs = []
-        self_faults = []
-        for proc in self.fleet.procs:
-            events, hits = load_log(proc.log, proc.name)
-            logs.extend(events)
-            self_faults.extend(hits)
-        logs.sort(key=lambda e: e.t)
-        leaders = [(r["t"], r.get("holder")) for r in load_jsonl(self.workdir / "leaders.jsonl")]
-        return History(
-            jobs=jobs,
-            relists=relists,
-            logs=logs,
-            self_faults=self_faults,
-            engine=load_jsonl(self.workdir / "engine.jsonl"),
-            faults=[Fault(f["t"], f["kind"], f["target"], f["detail"]) for f in self.faults],
-            leaders=leaders,
-            processes=[
-                ProcessEnd(
-                    p.name,
-                    p.role,
-                    p.started,
-                    p.fault,
-                    p.ended,
-                    p.end_reason,
-                    p.returncode,
-                    p.tail(15),
-                )
-                for p in self.fleet.procs
-            ],
+        processes = [
+            ProcessEnd(
+                p.name, p.role, p.started, p.fault, p.ended, p.end_reason, p.returncode, p.tail(15)
+            )
+            for p in self.fleet.procs
+        ]
+        faults = [Fault(f["t"], f["kind"], f["target"], f["detail"]) for f in self.faults]
+        skeleton = History(
+            jobs={},
+            relists=[],
+            logs=[],
+            self_faults=[],
+            engine=[],
+            faults=faults,
+            leaders=[],
+            processes=processes,
             final=final,
             expected=dict(self.expected),
             started=self.started,
             faults_ended=self.faults_ended,
             drained=self.drained,
             tick=self.profile.tick_seconds,
+            seed=self.seed,
+            profile=self.profile.name,
+            seconds=time.time() - self.created,
         )
+        save_run(skeleton, self.workdir)
+        return load(self.workdir)
 
     def stop(self) -> None:
         """Stop everything this run started; never raises."""
         steps: list[Callable[[], object]] = [self.cp.stop]
+        if self.servers is not None:
+            steps.append(self.servers.close)
         if self.tracker is not None:
             steps.insert(0, self.tracker.stop)
         if self.recorder is not None:
@@ -726,7 +783,6 @@ def run(
 ) -> Outcome:
     """One chaos run in `workdir` (its records and logs stay there); see the module doc."""
     workdir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
     chaos = Chaos(seed, profile, workdir)
     try:
         say(f"chaos seed={seed} {profile.name}: starting the control plane")
@@ -738,8 +794,6 @@ def run(
     finally:
         chaos.stop()
     history = chaos.history(final)
-    verdict = check(history)
-    (workdir / "faults.jsonl").write_text("".join(json.dumps(f) + "\n" for f in chaos.faults))
-    outcome = Outcome(seed, profile, time.monotonic() - started, verdict, history, workdir)
+    outcome = Outcome(check(history), history, workdir)
     (workdir / "verdict.txt").write_text(outcome.line + "\n" + outcome.report(10_000) + "\n")
     return outcome
