@@ -212,18 +212,31 @@ def load_log(path: Path, process: str) -> tuple[list[LogEvent], list[Fault]]:
     for line in path.read_text(errors="replace").splitlines():
         line = line.strip()
         if line.startswith("{"):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            t = epoch(rec.get("timestamp")) or last
-            last = t
-            events.append(LogEvent(t, process, str(rec.get("event", "")), rec))
+            for rec in _objects(line):
+                t = epoch(rec.get("timestamp")) or last
+                last = t
+                events.append(LogEvent(t, process, str(rec.get("event", "")), rec))
             continue
         for prefix, kind in SELF_FAULTS.items():
             if line.startswith(prefix):
                 hits.append(Fault(last, kind, process, {"line": line[:200]}))
     return events, hits
+
+
+def _objects(line: str) -> Iterator[Obj]:
+    """The JSON objects of one log line: two threads of a process may write theirs without a
+    newline between them (`{...}{...}`); a cut one ends the line."""
+    decoder = json.JSONDecoder()
+    i = 0
+    while i < len(line) and line[i] == "{":
+        try:
+            obj, i = decoder.raw_decode(line, i)
+        except ValueError:
+            return
+        if isinstance(obj, dict):
+            yield obj
+        while i < len(line) and line[i].isspace():
+            i += 1
 
 
 def load_jsonl(path: Path) -> list[Obj]:
