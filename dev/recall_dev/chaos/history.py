@@ -151,6 +151,7 @@ class History:
     seed: int = 0
     profile: str = ""
     seconds: float = 0.0  # the whole run, start-up and checks included
+    batches: dict[str, JobHistory] = field(default_factory=dict)  # Batch status versions
 
     def events(self, name: str) -> list[LogEvent]:
         return [e for e in self.logs if e.event == name]
@@ -315,4 +316,5 @@ def load(workdir: Path) -> History:
         seed=run.get("seed", 0),
         profile=run.get("profile", ""),
         seconds=run.get("seconds", 0.0),
+        batches=load_versions(workdir / "batches.jsonl")[0],
     )

@@ -49,6 +49,7 @@ plane was down, within the same after it came back.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections import Counter, defaultdict
@@ -154,6 +155,7 @@ def check(h: History) -> Verdict:
     _items(h, verdict)
     _processes(h, verdict)
     _kills(h, verdict)
+    _item_lags(h, verdict)
     _stats(h, verdict)
     return verdict
 
@@ -563,6 +565,52 @@ def _kill_sample(
             recovered = max(recovered or 0.0, end)
     bound = expected - f.t
     return KillSample(f.t, str(f.target), job.name, lease, delay, ended_by, recovered, bound)
+
+
+# -- how far the Batch status lags its jobs (measured, not asserted) -------------------------
+
+
+def _item_lags(h: History, verdict: Verdict) -> None:
+    """For every change of a Batch job's phase while the operator was up: the time until a
+    Batch version the recorder saw shows the item in that phase (changes overtaken by the next
+    one before they were shown are left out)."""
+    down = disruptions(h)
+    lags: list[float] = []
+    for b in h.final.batches:
+        name = b["metadata"]["name"]
+        items = (b.get("spec") or {}).get("items") or []
+        recorded = h.batches.get(name)
+        if recorded is None:
+            continue
+        shown = [
+            (v.t, stored_phases(BatchStatus.model_validate(v.status), len(items)))
+            for v in recorded.versions
+            if v.status.get("counts") is not None
+        ]
+        times = [t for t, _ in shown]
+        for i, item in enumerate(items):
+            job = h.jobs.get(job_name(name, item["key"]))
+            if job is None:
+                continue
+            changes: list[tuple[float, Any]] = []
+            for v in job.versions:
+                phase = ITEM_PHASE_OF_JOB[Phase(v.phase)]
+                if not changes or changes[-1][1] != phase:
+                    changes.append((v.t, phase))
+            for k, (t, phase) in enumerate(changes):
+                until = changes[k + 1][0] if k + 1 < len(changes) else float("inf")
+                # the two watches may deliver a few ms apart
+                start = bisect.bisect_left(times, t - 0.05)
+                seen = next((tb for tb, codes in shown[start:] if CODES[codes[i]] == phase), None)
+                if seen is None or seen > until:
+                    continue
+                if any(a <= seen and e >= t for a, e in down):
+                    continue
+                lags.append(max(0.0, seen - t))
+    lags.sort()
+    verdict.stats["item_lag_samples"] = len(lags)
+    verdict.stats["item_lag_max"] = lags[-1] if lags else None
+    verdict.stats["item_lag_p99"] = lags[int(0.99 * (len(lags) - 1))] if lags else None
 
 
 # -- numbers -------------------------------------------------------------------------------

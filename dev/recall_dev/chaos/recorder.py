@@ -46,6 +46,19 @@ def compact(obj: Obj) -> Obj:
     }
 
 
+def compact_batch(obj: Obj) -> Obj:
+    """What the checks need of a Batch version: its status (the items are in the final state)."""
+    meta = obj.get("metadata") or {}
+    return {
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "rv": int(meta.get("resourceVersion") or 0),
+        "labels": {},
+        "spec": {},
+        "status": obj.get("status") or {},
+    }
+
+
 class _Lines:
     """An append-only JSONL file shared by threads."""
 
@@ -67,8 +80,15 @@ class _Lines:
 
 
 class JobRecorder:
-    def __init__(self, kubeconfig: Path, namespace: str, path: Path) -> None:
+    """Every version of the run's objects of one kind (TranscriptionJobs unless `plural` says
+    otherwise); for Batches only the status is kept (`compact_batch`)."""
+
+    def __init__(
+        self, kubeconfig: Path, namespace: str, path: Path, plural: str = JOB_PLURAL
+    ) -> None:
         self.namespace = namespace
+        self.plural = plural
+        self._compact = compact if plural == JOB_PLURAL else compact_batch
         self.path = path
         self._api = load_api_client(kubeconfig, pool_size=4)
         self._custom = client.CustomObjectsApi(self._api)
@@ -79,7 +99,9 @@ class JobRecorder:
         self._tokens: dict[str, dict[str, Obj]] = {}  # job -> token -> its lease, attempt
         self._last_seen = 0.0
         self.relists = 0
-        self._thread = threading.Thread(target=self._run, name="chaos-job-recorder", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"chaos-recorder-{plural}", daemon=True
+        )
 
     # -- the harness's side ------------------------------------------------------------------
 
@@ -110,7 +132,7 @@ class JobRecorder:
     # -- the thread --------------------------------------------------------------------------
 
     def _record(self, type_: str, obj: Obj, t: float) -> None:
-        c = compact(obj)
+        c = self._compact(obj)
         self._out.write({"t": t, "type": type_, "obj": c})
         with self._lock:
             self._last_seen = t
@@ -131,7 +153,7 @@ class JobRecorder:
 
     def _list(self) -> str:
         out = self._custom.list_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, JOB_PLURAL, _request_timeout=15
+            GROUP, VERSION, self.namespace, self.plural, _request_timeout=15
         )
         t = time.time()
         rv = str(out["metadata"]["resourceVersion"])
@@ -166,7 +188,7 @@ class JobRecorder:
                 GROUP,
                 VERSION,
                 self.namespace,
-                JOB_PLURAL,
+                self.plural,
                 resource_version=rv,
                 allow_watch_bookmarks=True,
                 timeout_seconds=30,

@@ -146,8 +146,13 @@ def summary_line(h: History, verdict: Verdict) -> str:
         f"max kill->Queued {kill_text}; "
         f"reclaims {s.get('reclaims', 0)} (min margin "
         f"{'n/a' if margin is None else f'{margin:+.2f} s'}); "
+        f"item lag {_seconds(s.get('item_lag_p99'))} p99, {_seconds(s.get('item_lag_max'))} max; "
         f"violations: {broken}"
     )
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} s"
 
 
 @dataclass(order=True)
@@ -237,6 +242,7 @@ class Chaos:
         self.servers: ServerKeeper | None = None
         self.fleet: Fleet | None = None
         self.recorder: JobRecorder | None = None
+        self.batch_recorder: JobRecorder | None = None
         self.tracker: LeaderTracker | None = None
         self.api: client.ApiClient | None = None
         self.slots: dict[str, Process | None] = {"a": None, "b": None}
@@ -269,6 +275,10 @@ class Chaos:
         self.fleet = Fleet(env, self.workdir / "logs", NAMESPACE)
         self.recorder = JobRecorder(self.cp.kubeconfig, NAMESPACE, self.workdir / "jobs.jsonl")
         self.recorder.start()
+        self.batch_recorder = JobRecorder(
+            self.cp.kubeconfig, NAMESPACE, self.workdir / "batches.jsonl", BATCH_PLURAL
+        )
+        self.batch_recorder.start()
         self.tracker = LeaderTracker(
             self.cp.kubeconfig, NAMESPACE, LEADER_LEASE, self.workdir / "leaders.jsonl"
         )
@@ -764,6 +774,8 @@ class Chaos:
             steps.insert(0, self.tracker.stop)
         if self.recorder is not None:
             steps.insert(0, self.recorder.stop)
+        if self.batch_recorder is not None:
+            steps.insert(0, self.batch_recorder.stop)
         if self.fleet is not None:
             steps.insert(0, self.fleet.stop_all)
         for step in steps:
