@@ -130,6 +130,7 @@ class Final:
     jobs: dict[str, Obj] = field(default_factory=dict)  # compact jobs by name
     batches: list[Obj] = field(default_factory=list)
     config_maps: dict[str, dict[str, str]] = field(default_factory=dict)  # transcripts: data
+    chunk_maps: list[str] = field(default_factory=list)  # names of chunk ConfigMaps left
 
 
 @dataclass
@@ -265,6 +266,7 @@ def save_run(h: History, workdir: Path) -> None:
             "jobs": h.final.jobs,
             "batches": h.final.batches,
             "config_maps": h.final.config_maps,
+            "chunk_maps": h.final.chunk_maps,
         },
         "expected": h.expected,
         "started": h.started,

@@ -48,7 +48,7 @@ from kubernetes.client.exceptions import ApiException
 from recall.fanout import job_name
 from recall.models import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 from recall.store.kube import load_api_client
-from recall_dev.chaos.fleet import Fleet, Process
+from recall_dev.chaos.fleet import CRASH_POINT, Fleet, Process
 from recall_dev.chaos.history import Fault, Final, History, ProcessEnd, load, save_run
 from recall_dev.chaos.invariants import NAMES, Verdict, check
 from recall_dev.chaos.recorder import JobRecorder, LeaderTracker, compact
@@ -147,6 +147,8 @@ def summary_line(h: History, verdict: Verdict) -> str:
         f"reclaims {s.get('reclaims', 0)} (min margin "
         f"{'n/a' if margin is None else f'{margin:+.2f} s'}); "
         f"item lag {_seconds(s.get('item_lag_p99'))} p99, {_seconds(s.get('item_lag_max'))} max; "
+        f"unreferenced ConfigMaps left: {s.get('orphan_transcripts', 0)} transcripts, "
+        f"{s.get('chunk_maps_left', 0)} chunk maps; "
         f"violations: {broken}"
     )
 
@@ -363,6 +365,11 @@ class Chaos:
             heapq.heappop(self.due).action()
         for proc in self.fleet.poll():
             if proc.role == "worker":
+                if proc.end_reason == CRASH_POINT:
+                    # It killed itself at a fault point, by now (no earlier than its last log
+                    # line): its leases count for the kill -> Queued delay too.
+                    leases = self.holders().get(proc.name, [])
+                    self.fault("worker-crash", proc.name, leases=leases)
                 self.later(self.rng.uniform(0.2, 1.5), "replace", self.spawn_worker)
             elif self.slots.get(proc.name.split("-")[1]) is proc:
                 slot = proc.name.split("-")[1]
@@ -727,6 +734,10 @@ class Chaos:
                     NAMESPACE, label_selector="recall.dev/store=transcript", _request_timeout=20
                 )
                 final.config_maps = {cm.metadata.name: dict(cm.data or {}) for cm in cms.items}
+                chunks = client.CoreV1Api(self.api).list_namespaced_config_map(
+                    NAMESPACE, label_selector="recall.dev/store=chunks", _request_timeout=20
+                )
+                final.chunk_maps = sorted(cm.metadata.name for cm in chunks.items)
                 return final
             except Exception:
                 time.sleep(0.5 * (attempt + 1))
