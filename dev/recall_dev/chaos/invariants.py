@@ -23,8 +23,9 @@ What can be checked, and from what:
    Cancelled) within the drain bound, with workers alive.
 4. *One attempt per accepted result.* At most one attempt per job was told its result was
    accepted (the workers' `completed` events), and it is the accepted one; the result names
-   that attempt's own transcript ConfigMap, which holds every chunk exactly once, in order; each of its chunks was transcribed by an attempt up to
-   the accepted one, and the accepted attempt transcribed no chunk twice.
+   that attempt's own transcript ConfigMap, which holds every chunk exactly once, in order;
+   each of its chunks was transcribed by an attempt up to the accepted one, and the accepted
+   attempt transcribed no chunk twice.
 5. *A renewed lease is never reclaimed.* For each reclaim (fence `<token>/reclaim-<n>`), the
    lease's last renewal seen before it, against when the reclaim was seen: the renewal was
    applied at or after its `renewTime` (the holder's wall clock when it computed the write) and

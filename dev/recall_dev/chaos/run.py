@@ -153,6 +153,16 @@ def summary_line(h: History, verdict: Verdict) -> str:
     )
 
 
+def _rule(e: ApiException) -> str:
+    """The first refusal message of a 422 (which CEL rule said no), shortened."""
+    try:
+        causes = json.loads(e.body or "{}").get("details", {}).get("causes") or [{}]
+        message = str(causes[0].get("message") or e.reason)
+    except ValueError:
+        message = str(e.reason)
+    return message[:120]
+
+
 def _seconds(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f} s"
 
@@ -587,11 +597,11 @@ class Chaos:
                 }
             if body is None:
                 continue
-            outcome = self._probe(name, body)
-            self.fault("stale-write", name, variant=variant, outcome=outcome, patch=body)
+            outcome, rule = self._probe(name, body)
+            self.fault("stale-write", name, variant=variant, outcome=outcome, rule=rule, patch=body)
             return
 
-    def _probe(self, name: str, status: dict[str, Any]) -> str:
+    def _probe(self, name: str, status: dict[str, Any]) -> tuple[str, str | None]:
         assert self.api is not None
         custom = client.CustomObjectsApi(self.api)
         try:
@@ -606,10 +616,12 @@ class Chaos:
                 _request_timeout=3,
             )
         except ApiException as e:
-            return "refused" if e.status == 422 else f"unknown: {e.status}"
+            if e.status == 422:
+                return "refused", _rule(e)
+            return f"unknown: {e.status}", None
         except Exception as e:  # the API server is restarting
-            return f"unknown: {type(e).__name__}"
-        return "accepted"
+            return f"unknown: {type(e).__name__}", None
+        return "accepted", None
 
     @property
     def restarting(self) -> bool:
