@@ -20,8 +20,9 @@ Phases:
 4. record the final state and which processes ended how, stop everything, load the history and
    check it (`invariants.check`).
 
-Everything started here is stopped in `finally`, also when the run fails. Servers are started
-from the calling thread, which must outlive the run (PR_SET_PDEATHSIG is per thread).
+Everything started here is stopped in `finally`, also when the run fails. The servers are
+started from the calling thread and restarted from a keeper thread; both outlive them
+(PR_SET_PDEATHSIG is per thread).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ NAMESPACE = "chaos"
 LEADER_LEASE = "recall-operator"
 MERGE_PATCH = "application/merge-patch+json"
 
-# Fault points a new worker may run with (DESIGN: `recall.faults`); None: no fault point.
+# Fault points a new worker may run with (see `recall.faults`); None: no fault point.
 WORKER_FAULTS: list[str | None] = [
     None,
     None,
