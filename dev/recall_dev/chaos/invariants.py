@@ -648,10 +648,7 @@ def _stats(h: History, verdict: Verdict) -> None:
     s["kill_samples"] = len(up)
     s["max_kill_to_queued"] = max(up, key=lambda k: k.delay or 0.0, default=None)
     s["kill_samples_disrupted"] = len(down)
-    s["max_kill_to_queued_disrupted"] = max(
-        (k.delay - (k.recovered - k.t) for k in down if k.delay is not None and k.recovered),
-        default=None,
-    )
+    s["max_kill_to_queued_disrupted"] = max((k.delay or 0.0 for k in down), default=None)
     referenced = {(j["status"].get("result") or {}).get("configMap") for j in h.final.jobs.values()}
     s["orphan_transcripts"] = sum(1 for name in h.final.config_maps if name not in referenced)
     s["chunk_maps_left"] = len(h.final.chunk_maps)

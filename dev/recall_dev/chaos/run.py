@@ -131,8 +131,9 @@ def summary_line(h: History, verdict: Verdict) -> str:
     disrupted = s.get("max_kill_to_queued_disrupted")
     if disrupted is not None:
         kill_text += (
-            f", {disrupted:.2f} s after the operator was back "
-            f"({s.get('kill_samples_disrupted', 0)} kills)"
+            f"; {disrupted:.2f} s when the operator or the control plane was down meanwhile "
+            f"({s.get('kill_samples_disrupted', 0)} kills, bound lease + "
+            f"{2 * h.tick:g} s after it was back)"
         )
     margin = s.get("reclaim_margin_min")
     by = verdict.by_invariant()
