@@ -14,6 +14,8 @@ profile with three (RECALL_CHAOS_PROFILE, RECALL_CHAOS_SEEDS).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,8 +32,15 @@ SEEDS = [int(s) for s in os.environ.get("RECALL_CHAOS_SEEDS", "1").split(",") if
 def test_chaos__every_invariant_holds(seed: int, tmp_path: Path, chaos_lines: list[str]) -> None:
     outcome = run(seed, PROFILES[PROFILE], tmp_path / f"seed-{seed}", say=print)
     chaos_lines.append(outcome.line)
-    assert outcome.ok, (
+    if outcome.ok:
+        return
+    # pytest keeps only its last few temporary roots, and other sessions may run pytest too:
+    # keep the records of a failed run where nothing rotates them away.
+    kept = Path(tempfile.mkdtemp(prefix=f"recall-chaos-seed{seed}-"))
+    shutil.copytree(outcome.workdir, kept, dirs_exist_ok=True)
+    pytest.fail(
         f"{outcome.line}\n{outcome.report()}\n"
-        f"records of the run in {outcome.workdir} (recheck: python -m recall_dev.chaos "
-        f"--check {outcome.workdir})"
+        f"records of the run kept in {kept} (check them again: python -m recall_dev.chaos "
+        f"--check {kept})",
+        pytrace=False,
     )
