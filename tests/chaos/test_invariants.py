@@ -299,6 +299,14 @@ def test_worker_exited_on_its_own__invariant_9() -> None:
     assert 9 in invariants(check(h))
 
 
+def test_stopped_worker_that_aborts__reported_not_invariant_9() -> None:
+    _, h = clean()
+    h.processes.append(ProcessEnd("w4", "worker", T0, None, T0 + 3, "terminated", -6, "{...}"))
+    verdict = check(h)
+    assert 9 not in invariants(verdict)
+    assert verdict.stats["unclean_stops"] == ["w4: -6"]
+
+
 def test_slow_reclaim_after_a_kill__flagged_unless_the_operator_was_down() -> None:
     job = Job()
     job.claim(T0 + 1, T1, "w1").renew(T0 + 1.5, 2)

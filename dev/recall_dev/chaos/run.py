@@ -151,6 +151,8 @@ def summary_line(h: History, verdict: Verdict) -> str:
         f"item lag {_seconds(s.get('item_lag_p99'))} p99, {_seconds(s.get('item_lag_max'))} max; "
         f"unreferenced ConfigMaps left: {s.get('orphan_transcripts', 0)} transcripts, "
         f"{s.get('chunk_maps_left', 0)} chunk maps; "
+        f"SIGTERMed workers that did not exit 0: {len(s.get('unclean_stops', []))}"
+        f"{' (' + ', '.join(s['unclean_stops']) + ')' if s.get('unclean_stops') else ''}; "
         f"violations: {broken}"
     )
 
