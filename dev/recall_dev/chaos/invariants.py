@@ -74,6 +74,7 @@ from recall_dev.chaos.workload import PERMANENT, POISON
 TERMINAL = {Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.CANCELLED.value}
 FORGED = "forged-"  # the result ConfigMap name stale writes use
 PROBE = "/probe-"  # the fence suffix stale writes use
+CARELESS = "careless"  # the holder a stolen lease would name
 NAMES = {
     1: "one valid lease at a time",
     2: "no accepted write from a non-holder",
@@ -239,9 +240,8 @@ def _leases(h: History, job: JobHistory, verdict: Verdict) -> None:
             verdict.add(2, job.name, "an accepted result changed", show(results[0], s), show(v, s))
             break
     for v in job.versions:
-        if PROBE in (v.fence or "") or str((v.result or {}).get("configMap", "")).startswith(
-            FORGED
-        ):
+        forged = str((v.result or {}).get("configMap", "")).startswith(FORGED)
+        if PROBE in (v.fence or "") or forged or (v.lease or {}).get("holder") == CARELESS:
             verdict.add(
                 2, job.name, "a stale write without resourceVersion was applied", show(v, s)
             )

@@ -51,7 +51,7 @@ from recall.models import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 from recall.store.kube import load_api_client
 from recall_dev.chaos.fleet import CRASH_POINT, Fleet, Process
 from recall_dev.chaos.history import Fault, Final, History, ProcessEnd, load, save_run
-from recall_dev.chaos.invariants import NAMES, Verdict, check
+from recall_dev.chaos.invariants import CARELESS, FORGED, NAMES, Verdict, check
 from recall_dev.chaos.recorder import JobRecorder, LeaderTracker, compact
 from recall_dev.chaos.workload import KIND_LABEL, Profile, Wave, plan_workload
 from recall_dev.cluster import ControlPlane
@@ -551,59 +551,90 @@ class Chaos:
         self.later(seconds, "continue", resume)
 
     def fault_stale_write(self) -> None:
-        """A careless client: a status write without resourceVersion, presenting a token whose
-        lease is over (or rewriting a finished job). The API server must refuse it (422)."""
+        """A careless client: a status write without resourceVersion to a job it does not hold.
+        The API server must refuse it (422), whoever sends it:
+
+        - `forge-complete`, `forge-renew`: presenting a token whose lease is over, to a job
+          leased again since (a zombie);
+        - `steal`, `blind-renew`: to a leased job, a new lease in place of the current one, or a
+          renewal with a token that was never issued;
+        - `rewrite-result`, `reopen`: changing a Succeeded job's result, a Failed job's phase.
+        """
         assert self.recorder is not None and self.api is not None
         current = self.recorder.current()
-        names = list(current)
-        self.rng.shuffle(names)
-        for name in names[:30]:
-            obj = current[name]
+        kinds: dict[str, list[str]] = {"stale": [], "leased": [], "Succeeded": [], "Failed": []}
+        for name, obj in current.items():
             status = obj["status"]
             phase = status.get("phase") or "Queued"
-            lease = status.get("lease")
-            stale = {
-                t: seen
-                for t, seen in self.recorder.tokens(name).items()
-                if lease is None or t != lease["token"]
-            }
-            self.probes += 1
-            n = self.probes
-            body: dict[str, Any] | None = None
-            variant = ""
-            if phase == "Leased" and stale:
-                token, seen = self.rng.choice(sorted(stale.items()))
-                if self.rng.random() < 0.5:
-                    variant = "forge-complete"
-                    body = {
-                        "phase": "Succeeded",
-                        "lease": None,
-                        "fence": f"{token}/probe-{n}",
-                        "result": {
-                            "configMap": f"forged-{n}",
-                            "token": token,
-                            "attempt": seen["attempt"],
-                            "worker": seen["lease"]["holder"],
-                        },
-                    }
-                else:
-                    variant = "forge-renew"
-                    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-                    body = {"fence": f"{token}/probe-{n}", "lease": {"renewTime": now}}
-            elif phase == "Succeeded":
-                variant = "rewrite-result"
-                body = {"result": {"configMap": f"forged-{n}"}}
-            elif phase == "Failed":
-                variant = "reopen"
-                body = {
-                    "phase": "Queued",
-                    "fence": f"{(stale and next(iter(stale))) or 'x'}/probe-{n}",
-                }
-            if body is None:
-                continue
-            outcome, rule = self._probe(name, body)
-            self.fault("stale-write", name, variant=variant, outcome=outcome, rule=rule, patch=body)
+            if phase == "Leased":
+                kinds["leased"].append(name)
+                if len(self.recorder.tokens(name)) > 1:
+                    kinds["stale"].append(name)
+            elif phase in ("Succeeded", "Failed"):
+                kinds[phase].append(name)
+        weights = {"stale": 4, "leased": 3, "Succeeded": 1.5, "Failed": 1.5}
+        choices = [k for k in kinds if kinds[k]]
+        if not choices:
             return
+        kind = self.rng.choices(choices, [weights[k] for k in choices])[0]
+        name = self.rng.choice(sorted(kinds[kind]))
+        status = current[name]["status"]
+        self.probes += 1
+        probe = f"probe-{self.probes}"
+        now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        fresh = f"{self.rng.getrandbits(128):032x}"
+        body: dict[str, Any]
+        if kind == "stale":
+            lease = status.get("lease") or {}
+            stale = sorted(
+                (t, seen)
+                for t, seen in self.recorder.tokens(name).items()
+                if t != lease.get("token")
+            )
+            if not stale:
+                return
+            token, seen = self.rng.choice(stale)
+            if self.rng.random() < 0.5:
+                variant = "forge-complete"
+                body = {
+                    "phase": "Succeeded",
+                    "lease": None,
+                    "fence": f"{token}/{probe}",
+                    "result": {
+                        "configMap": f"{FORGED}{self.probes}",
+                        "token": token,
+                        "attempt": seen["attempt"],
+                        "worker": seen["lease"]["holder"],
+                    },
+                }
+            else:
+                variant = "forge-renew"
+                body = {"fence": f"{token}/{probe}", "lease": {"renewTime": now}}
+        elif kind == "leased":
+            if self.rng.random() < 0.5:
+                variant = "steal"
+                body = {
+                    "lease": {
+                        "holder": CARELESS,
+                        "token": fresh,
+                        "acquireTime": now,
+                        "renewTime": now,
+                        "durationSeconds": 60,
+                    },
+                    "fence": f"{fresh}/{probe}",
+                    "attempts": int(status.get("attempts") or 0) + 1,
+                }
+            else:
+                variant = "blind-renew"
+                body = {"fence": f"{fresh}/{probe}", "lease": {"renewTime": now}}
+        elif kind == "Succeeded":
+            variant = "rewrite-result"
+            body = {"result": {"configMap": f"{FORGED}{self.probes}"}}
+        else:
+            variant = "reopen"
+            body = {"phase": "Queued", "fence": f"{fresh}/{probe}"}
+        outcome, rule = self._probe(name, body)
+        self.fault("stale-write", name, variant=variant, outcome=outcome, rule=rule, patch=body)
 
     def _probe(self, name: str, status: dict[str, Any]) -> tuple[str, str | None]:
         assert self.api is not None
