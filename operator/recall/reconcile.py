@@ -335,6 +335,7 @@ class Applier:
             done_before = current.status.counts.completed if current.status.counts else 0
             done_now = proj.status.counts.completed if proj.status.counts else 0
             faults.hit("operator-before-projection", completing=done_now > done_before)
+            faults.pause("operator-pause-before-projection", batch=current.name)
             try:
                 self.store.patch_batch_status(
                     current.namespace, current.name, current.resource_version, patch
