@@ -321,3 +321,29 @@ def test_slow_reclaim_after_a_kill__flagged_unless_the_operator_was_down() -> No
     assert 10 not in invariants(verdict)
     (kill,) = verdict.kills
     assert kill.recovered == T0 + 3.5 and kill.bound == pytest.approx(3.5 - 1.6 + 3)
+
+
+def test_item_moved_back_from_completed__invariant_6() -> None:
+    _, h = clean()
+    h.final.jobs["b-x"] = {**h.final.jobs["j"], "name": "b-x"}
+    done = {"counts": {"total": 1, "completed": 1}, "completedIndexes": "0"}
+    h.final.batches = [
+        {
+            "metadata": {"name": "b"},
+            "spec": {"items": [{"key": "x", "source": {"url": "file:///x"}}]},
+            "status": done,
+        }
+    ]
+    back = {"counts": {"total": 1, "transcribing": 1}, "transcribingIndexes": "0"}
+    h.batches = {
+        "b": JobHistory(
+            "b",
+            [
+                Version(T0 + 5, 10, 0, False, {}, done),
+                Version(T0 + 6, 11, 0, False, {}, back),
+                Version(T0 + 9, 12, 0, False, {}, done),
+            ],
+        )
+    }
+    messages = [v.message for v in check(h).violations if v.invariant == 6]
+    assert messages == ["item x moved back from completed to transcribing"]

@@ -153,6 +153,7 @@ class History:
     profile: str = ""
     seconds: float = 0.0  # the whole run, start-up and checks included
     batches: dict[str, JobHistory] = field(default_factory=dict)  # Batch status versions
+    converged: float | None = None  # when every item showed its job's phase at the end
 
     def events(self, name: str) -> list[LogEvent]:
         return [e for e in self.logs if e.event == name]
@@ -276,6 +277,7 @@ def save_run(h: History, workdir: Path) -> None:
         "seed": h.seed,
         "profile": h.profile,
         "seconds": h.seconds,
+        "converged": h.converged,
     }
     (workdir / RUN_FILE).write_text(json.dumps(run))
     (workdir / "faults.jsonl").write_text(
@@ -319,4 +321,5 @@ def load(workdir: Path) -> History:
         profile=run.get("profile", ""),
         seconds=run.get("seconds", 0.0),
         batches=load_versions(workdir / "batches.jsonl")[0],
+        converged=run.get("converged"),
     )

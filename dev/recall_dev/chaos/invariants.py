@@ -33,8 +33,9 @@ What can be checked, and from what:
    the reclaim came less than a lease after a renewal was applied. One machine, one wall
    clock: these times compare. The check cannot false-alarm; it can miss a violation smaller
    than one request's latency plus the recorder's lag, and a renewal the recorder did not see.
-6. *Batch items converge.* At the end, every item's phase in the Batch status (compressed
-   ranges) is its job's.
+6. *Batch items converge.* At the end, within one reconcile period (DESIGN §4), every item's
+   phase in the Batch status (compressed ranges) is its job's; and no Batch version ever moves
+   an item back out of completed, failed or cancelled (its job cannot leave those phases).
 7. *Attempts are bounded.* In every version `attempts <= maxAttempts + min(releases,
    maxReleases)`, and every attempt that ended was counted once (`attempts == expiredLeases +
    releases + failures`, plus one while Leased or once Succeeded); poison jobs end Failed.
@@ -441,7 +442,40 @@ def _items(h: History, verdict: Verdict) -> None:
         if wrong:
             bad += len(wrong)
             verdict.add(6, name, f"{len(wrong)} item(s) differ from their jobs", *wrong[:10])
+        _no_way_back(h, name, items, verdict)
     verdict.stats["unconverged"] = bad
+    if h.converged is not None and h.drained is not None:
+        verdict.stats["converge_seconds"] = h.converged - h.drained
+
+
+def _no_way_back(h: History, batch: str, items: list[Any], verdict: Verdict) -> None:
+    """A job never leaves Succeeded, Failed or Cancelled (and none is deleted here), so once
+    a Batch version shows an item completed, failed or cancelled, no later one may show it in
+    another phase: that would be the Batch lying."""
+    recorded = h.batches.get(batch)
+    if recorded is None:
+        return
+    final: dict[int, tuple[Any, Version]] = {}
+    reported: set[int] = set()
+    for v in recorded.versions:
+        if v.status.get("counts") is None:
+            continue
+        codes = stored_phases(BatchStatus.model_validate(v.status), len(items))
+        for i in range(len(items)):
+            phase = CODES[codes[i]]
+            was = final.get(i)
+            if was is None:
+                if phase.terminal:
+                    final[i] = (phase, v)
+            elif phase != was[0] and i not in reported:
+                reported.add(i)
+                verdict.add(
+                    6,
+                    batch,
+                    f"item {items[i]['key']} moved back from {was[0]} to {phase}",
+                    f"Batch rv={was[1].rv} seen=+{was[1].t - h.started:.2f}s: {was[0]}",
+                    f"Batch rv={v.rv} seen=+{v.t - h.started:.2f}s: {phase}",
+                )
 
 
 # -- 7: attempts ---------------------------------------------------------------------------

@@ -143,7 +143,8 @@ def summary_line(h: History, verdict: Verdict) -> str:
         f"faults {sum(faults.values())} ({fault_text}); "
         f"jobs {s.get('jobs', 0)} ({phases}); lost {s.get('lost', 0)}; "
         f"duplicate accepted results {s.get('duplicates', 0)}; "
-        f"items not converged {s.get('unconverged', 0)}; "
+        f"items not converged {s.get('unconverged', 0)}"
+        f"{_after(s.get('converge_seconds'))}; "
         f"max attempts {s.get('max_attempts', 0)}; "
         f"max kill->Queued {kill_text}; "
         f"reclaims {s.get('reclaims', 0)} (min margin "
@@ -165,6 +166,10 @@ def _rule(e: ApiException) -> str:
     except ValueError:
         message = str(e.reason)
     return message[:120]
+
+
+def _after(seconds: float | None) -> str:
+    return "" if seconds is None else f" (all {seconds:.1f} s after the last job ended)"
 
 
 def _seconds(value: float | None) -> str:
@@ -254,6 +259,7 @@ class Chaos:
         self.started = 0.0
         self.faults_ended = 0.0
         self.drained: float | None = None
+        self.converged: float | None = None
         self.draining = False
         self.servers: ServerKeeper | None = None
         self.fleet: Fleet | None = None
@@ -283,6 +289,7 @@ class Chaos:
                 "RECALL_WORKER_RETRY_BASE_SECONDS": "0.5",
                 "RECALL_WORKER_RETRY_CAP_SECONDS": "4",
                 "RECALL_OPERATOR_TICK_SECONDS": str(self.profile.tick_seconds),
+                "RECALL_OPERATOR_RECONCILE_INTERVAL": str(self.profile.reconcile_interval),
                 "RECALL_OPERATOR_LEASE_DURATION": str(self.profile.leader_lease),
                 "RECALL_OPERATOR_RENEW_DEADLINE": str(self.profile.leader_renew_deadline),
                 "RECALL_OPERATOR_RETRY_PERIOD": str(self.profile.leader_retry_period),
@@ -720,7 +727,9 @@ class Chaos:
                 say(f"draining: {self.progress()}")
             time.sleep(0.05)
         if self.drained is not None:
-            self.wait_converged(timeout=10 * self.profile.tick_seconds + 5)
+            # DESIGN §4: every item matches its job within one reconcile period
+            p = self.profile
+            self.converged = self.wait_converged(timeout=p.reconcile_interval + 4 * p.tick_seconds)
 
     def _list(self, plural: str) -> list[dict[str, Any]]:
         assert self.api is not None
@@ -742,8 +751,9 @@ class Chaos:
             for name in self.expected
         )
 
-    def wait_converged(self, timeout: float) -> None:
-        """Until every Batch item shows its job's phase, or `timeout`."""
+    def wait_converged(self, timeout: float) -> float | None:
+        """Until every Batch item shows its job's phase, or `timeout`; returns when (wall
+        time), None if they did not."""
         from recall.models import ITEM_PHASE_OF_JOB, BatchStatus, Phase
         from recall.projection import CODES, stored_phases
 
@@ -767,8 +777,9 @@ class Chaos:
                     if status.counts is None or CODES[codes[i]] != ITEM_PHASE_OF_JOB[phase]:
                         ok = False
             if ok:
-                return
+                return time.time()
             time.sleep(0.2)
+        return None
 
     def final_state(self) -> Final:
         assert self.api is not None
@@ -816,6 +827,7 @@ class Chaos:
             faults_ended=self.faults_ended,
             drained=self.drained,
             tick=self.profile.tick_seconds,
+            converged=self.converged,
             seed=self.seed,
             profile=self.profile.name,
             seconds=time.time() - self.created,

@@ -45,6 +45,7 @@ class Profile:
     leases: tuple[int, ...] = (2, 3, 4)
     max_attempts: int = 8
     tick_seconds: float = 0.5
+    reconcile_interval: float = 30.0  # the operator's full reconcile; items converge within it
     # leader election of the two operators: short, so that takeovers happen within a run
     leader_lease: float = 6.0
     leader_renew_deadline: float = 4.0
