@@ -55,8 +55,11 @@ demo: venv tools system-deps
 bench: venv tools system-deps
 	@$(PY) -m bench.run $(BENCH_ARGS)
 
+# The long chaos runs, one per seed (a few minutes each); `make test` runs a short one.
+CHAOS_SEEDS ?= 1,2,3
 chaos: venv tools
-	@$(PY) -m pytest -q tests/e2e -k chaos $(PYTEST_ARGS)
+	@RECALL_CHAOS_PROFILE=long RECALL_CHAOS_SEEDS=$(CHAOS_SEEDS) \
+		$(PY) -m pytest -q -p no:cacheprovider tests/chaos/test_chaos.py $(PYTEST_ARGS)
 
 # The chart installed with Helm on a local node (containerd + kubelet), the image built here.
 e2e: venv tools system-deps

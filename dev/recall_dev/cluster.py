@@ -20,9 +20,11 @@ manager runs only the garbage collector, namespace and service-account controlle
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -190,6 +192,47 @@ class ControlPlane:
             return self.get_raw("/readyz") == "ok"
         except (OSError, urllib.error.URLError, ssl.SSLError):
             return False
+
+    def restart(
+        self,
+        name: str,
+        *,
+        sig: int = signal.SIGKILL,
+        wait: bool = True,
+        timeout: float = 120.0,
+    ) -> None:
+        """Stop one server process (`etcd`, `kube-apiserver`, `kube-controller-manager`) with
+        `sig` and start it again on the same ports, data directory and certificates.
+
+        With `wait`, returns when `/readyz` answers ok again (see `wait_ready`). Clients keep
+        their kubeconfig: nothing they know changes. With `die_with_parent`, the kernel kills a
+        server when the *thread* that started it ends (PR_SET_PDEATHSIG is per thread): call
+        this from a thread that lives as long as the control plane.
+        """
+        index = next((i for i, p in enumerate(self.procs) if p.name == name), None)
+        if index is None or self.bin_dir is None:
+            raise ControlPlaneError(f"no {name} process in this control plane")
+        old = self.procs[index]
+        if old.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(old.popen.pid if old.popen else old.pid, sig)
+        terminate([old], grace=10.0)
+        bin_dir = self.bin_dir
+        args = {
+            "etcd": lambda: self._etcd_args(bin_dir),
+            "kube-apiserver": lambda: self._apiserver_args(bin_dir, self.pki),
+            "kube-controller-manager": lambda: self._kcm_args(bin_dir, self.pki),
+        }[name]()
+        self._spawn(name, args)
+        self.procs[index] = self.procs.pop()  # in the old one's place: the stop order holds
+        self._write_state()
+        if wait:
+            self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Return when `/readyz` answers ok; `ControlPlaneError` (with the tail of the failing
+        server's log) if a server exited or `timeout` passed."""
+        self._wait_ready(timeout)
 
     def get_raw(self, path: str, timeout: float = 5.0) -> str:
         """GET a path on the API server as the admin (like `kubectl get --raw`)."""

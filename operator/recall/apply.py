@@ -3,8 +3,11 @@
 `Applier.apply_batch` performs the plan's job writes (each fenced), creates the missing jobs,
 then writes the Batch status: the projection of the jobs as they are after those writes. A job
 and its item are therefore restored by the same apply. The status is written whole (no
-resourceVersion needed: the operator is its only writer), compared with what was last written;
-heals are counted, and their Events posted, only when the status that records them was written.
+resourceVersion needed: the leading operator is its only writer), compared with what was last
+written. A replica that is no longer sure it leads (`may_write`, e.g. it woke from a freeze past
+its renew deadline) writes nothing; a status written by anyone else (`observe`) makes the next
+apply start from the server's status again. Heals are counted, and their Events posted, only
+when the status that records them was written.
 Offers and their withdrawal (`recall.dispatch`) are written here too.
 """
 
@@ -13,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import time
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from recall import faults, lease, metrics
@@ -36,7 +40,7 @@ from recall.store import Conflict, JobStore, NotFound, ObjectRef, StoreError
 from recall.store.patch import merge_patch
 
 MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
-CREATE_SECONDS = 0.3  # creating jobs stops after this long in one apply (the loop must turn)
+CREATE_SECONDS = 0.3  # creating jobs stops after this long in one tick (the loop must turn)
 
 
 @dataclass
@@ -81,9 +85,23 @@ class Applier:
     """Performs plans against a store. `now` stamps what it writes; `now_mono` is the clock the
     plan's expiries were judged on."""
 
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: JobStore, may_write: Callable[[], bool] = lambda: True) -> None:
         self.store = store
+        self.may_write = may_write
         self.written: dict[BatchKey, BatchStatus] = {}
+        self._versions: dict[BatchKey, deque[str]] = {}  # resourceVersions of our own writes
+
+    def observe(self, batch: Batch) -> bool:
+        """A Batch as the watch delivered it. True when its status was written by someone else
+        (another replica that thought it led): what this one wrote is then forgotten."""
+        ours = self._versions.get(batch.key, ())
+        written = self.written.get(batch.key)
+        if written is None or batch.metadata.resource_version in ours:
+            return False
+        if batch.status.to_api() == written.to_api():
+            return False
+        self.forget(batch.key)
+        return True
 
     def offer(self, record: JobRecord, worker: str) -> bool:
         """Offer a claimable job to `worker`: one write, guarded by the version it was chosen
@@ -173,6 +191,9 @@ class Applier:
         self, record: JobRecord, action: str, transition: Transition, report: Report
     ) -> TranscriptionJob | None:
         """One fenced write of the operator's; the job as written, or None."""
+        if not self.may_write():
+            report.errors.append(f"{action} {record.name}: not leading")
+            return None
         try:
             result = fenced_write(
                 self.store, record.namespace, record.name, transition, action=action
@@ -209,10 +230,12 @@ class Applier:
         now_mono: float,
         seen: tuple[frozenset[int], int],
         invalid: str | None = None,
+        create_until: float | None = None,
     ) -> Report:
         """The job writes of `plan`, the jobs to create, then the Batch status. `seen` is the
         marks' snapshot taken BEFORE `jobs` was read: a change that came after is not in `jobs`
-        and keeps its mark for the next projection."""
+        and keeps its mark for the next projection. Jobs are created until `create_until` (on
+        `time.monotonic`; by default `CREATE_SECONDS` from now), the rest at the next tick."""
         report = Report(plan.batch)
         written = self.apply_jobs(plan, now, now_mono, report)
         if report.reclaimed:
@@ -221,9 +244,9 @@ class Applier:
         # What this apply wrote is a change it knows of, not a difference to heal.
         ours = {i for i, r in jobs.items() if r.key in written}
         recreated = 0
-        started = time.monotonic()
+        until = time.monotonic() + CREATE_SECONDS if create_until is None else create_until
         for item in plan.create:
-            if time.monotonic() - started > CREATE_SECONDS:
+            if time.monotonic() > until:
                 report.more = True  # the rest at the next tick: reclaims must not wait
                 break
             job = self._create(batch, item, report)
@@ -285,8 +308,10 @@ class Applier:
         """Drop what was written (for one Batch, or all after a change of leader)."""
         if key is None:
             self.written.clear()
+            self._versions.clear()
         else:
             self.written.pop(key, None)
+            self._versions.pop(key, None)
 
     def write_status(
         self,
@@ -331,8 +356,12 @@ class Applier:
         done_before = base.counts.completed if base.counts else 0
         done_now = proj.status.counts.completed if proj.status.counts else 0
         faults.hit("operator-before-projection", completing=done_now > done_before)
+        faults.pause("operator-pause-before-projection", batch=batch.name)
+        if not self.may_write():
+            report.errors.append(f"write Batch {batch.name} status: not leading")
+            return
         try:
-            self.store.patch_batch_status(batch.namespace, batch.name, None, body)
+            stored = self.store.patch_batch_status(batch.namespace, batch.name, None, body)
         except NotFound:
             self.forget(batch.key)
             return
@@ -340,6 +369,9 @@ class Applier:
             report.errors.append(f"write Batch {batch.name} status: {e.message}")
             return
         self.written[batch.key] = proj.status
+        self._versions.setdefault(batch.key, deque(maxlen=8)).append(
+            stored.metadata.resource_version or ""
+        )
         marks.clear(batch.key, upto)
         report.status_written = True
         metrics.BATCH_WRITES.inc()

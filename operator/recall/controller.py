@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from recall import log, metrics
-from recall.apply import Applier, Report
+from recall.apply import CREATE_SECONDS, Applier, Report
 from recall.cache import BatchKey, JobCache, JobRecord
 from recall.dispatch import ReadyQueue, idle
 from recall.holder import Monotonic, boottime, utcnow
@@ -87,6 +87,7 @@ class Controller:
         self._dispatch_due = threading.Event()
         self._last_tick = float("-inf")
         self._was_leading = False
+        self._create_until = float("inf")
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -95,7 +96,8 @@ class Controller:
         with self._lock:
             old = self._batches.get(batch.key)
             self._batches[batch.key] = batch
-            if old is None or old.metadata.generation != batch.metadata.generation:
+            foreign = self.applier.observe(batch)
+            if foreign or old is None or old.metadata.generation != batch.metadata.generation:
                 self._last_full.pop(batch.key, None)  # reconcile it fully at the next tick
         self._wake.set()
 
@@ -172,6 +174,16 @@ class Controller:
             covered = r.batch_key in batches and r.index is not None
             watched[r.batch_key if covered else None].append(r)
         reports = []
+        if watched.get(None):
+            # Jobs no Batch covers first: their reclaims must not wait behind fan-outs.
+            plan = plan_jobs(watched[None], mono, leases, backoffs)
+            if plan.job_writes:
+                uncovered = Report(None)
+                self.applier.apply_jobs(plan, self.now(), mono, uncovered)
+                reports.append(uncovered)
+        # One budget for creating jobs in this tick, shared by every Batch: a fan-out never
+        # holds the next Batch's reclaims back by more than CREATE_SECONDS.
+        self._create_until = time.monotonic() + CREATE_SECONDS
         for key, batch in batches.items():
             full = self._full_due(batch, mono)
             if batch.status.complete and not full and key not in dirty and key not in watched:
@@ -182,12 +194,6 @@ class Controller:
                 batch, watched.get(key, []), mono, full=full, dirty=key in dirty
             )
             if report is not None:
-                reports.append(report)
-        if watched.get(None):
-            plan = plan_jobs(watched[None], mono, leases, backoffs)
-            if plan.job_writes:
-                report = Report(None)
-                self.applier.apply_jobs(plan, self.now(), mono, report)
                 reports.append(report)
         self.dispatch_once(mono)
         self.clean_up()
@@ -290,6 +296,7 @@ class Controller:
             now_mono=mono,
             seen=seen,
             invalid=resolved.invalid,
+            create_until=self._create_until,
         )
         if full and not plan.more and not report.more:
             self._last_full[batch.key] = mono

@@ -58,6 +58,7 @@ class Runtime:
                 retry_period=settings.retry_period,
             )
             self.controller.leading = self.elector.leading
+            self.controller.applier.may_write = self.elector.holds
         else:
             self.controller.leading.set()
         self.threads: list[threading.Thread] = []

@@ -110,6 +110,12 @@ class LeaderElector:
         self._seen: Seen | None = None
         self._renewed_at = 0.0
 
+    def holds(self) -> bool:
+        """Whether this replica may write now: it leads and its last renewal was sent within
+        `renew_deadline` on its own clock. A replica frozen (a long pause, SIGSTOP) past its
+        deadline writes nothing when it wakes, even before its elector thread has run again."""
+        return self.leading.is_set() and self.clock() - self._renewed_at <= self.renew_deadline
+
     def run(self, stop: threading.Event) -> None:
         """Try to lead until `stop`; step down (clear `leading`) when renewal fails."""
         try:

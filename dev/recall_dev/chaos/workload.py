@@ -1,0 +1,181 @@
+"""What a chaos run submits and how hard it shakes: profiles, and the seeded workload.
+
+Pure: `plan_workload(profile, rng)` returns the waves of Batches and single TranscriptionJobs
+to create, each with the simulated engine's behaviour (chunks, delay per chunk, a blocking
+call, a retriable failure on the first attempt, a poison job that fails every attempt, a
+permanent failure). The same seed gives the same workload and the same fault schedule; what
+the processes do with it depends on the operating system's scheduling.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from recall.models import API_VERSION
+
+# Kinds of single jobs and how the simulated engine treats them.
+NORMAL = "normal"
+RETRY_ONCE = "retry-once"  # a retriable failure on the first attempt, then success
+POISON = "poison"  # a retriable failure on every attempt: ends Failed, attempts spent
+PERMANENT = "permanent"  # a permanent failure: ends Failed at once
+BLOCKING = "blocking"  # one blocking engine call longer than the heartbeat interval
+KINDS: dict[str, float] = {NORMAL: 0.72, RETRY_ONCE: 0.12, POISON: 0.04, PERMANENT: 0.04}
+KINDS[BLOCKING] = 1.0 - sum(KINDS.values())
+
+KIND_LABEL = "chaos.recall.dev/kind"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How long and how hard one run goes."""
+
+    name: str
+    duration: float  # seconds of faults
+    drain_timeout: float  # after the faults, seconds for every job to end
+    workers: int
+    batches: int
+    batch_items: tuple[int, int]
+    singles: int
+    waves: int  # submissions, spread over the first 3/4 of the fault phase
+    fault_interval: float  # mean seconds between two injected faults (exponential)
+    etcd_restarts: int
+    apiserver_restarts: int
+    leases: tuple[int, ...] = (2, 3, 4)
+    max_attempts: int = 8
+    tick_seconds: float = 0.5
+    reconcile_interval: float = 30.0  # the operator's full reconcile; items converge within it
+    # leader election of the two operators: short, so that takeovers happen within a run
+    leader_lease: float = 6.0
+    leader_renew_deadline: float = 4.0
+    leader_retry_period: float = 1.0
+
+
+PROFILES: dict[str, Profile] = {
+    # about two minutes in all: the version `make test` runs
+    "short": Profile(
+        name="short",
+        duration=70.0,
+        drain_timeout=60.0,
+        workers=8,
+        batches=4,
+        batch_items=(22, 30),
+        singles=70,
+        waves=6,
+        fault_interval=1.5,
+        etcd_restarts=1,
+        apiserver_restarts=1,
+    ),
+    # a few minutes per seed: `make chaos`
+    "long": Profile(
+        name="long",
+        duration=210.0,
+        drain_timeout=120.0,
+        workers=8,
+        batches=8,
+        batch_items=(35, 45),
+        singles=200,
+        waves=14,
+        fault_interval=1.4,
+        etcd_restarts=3,
+        apiserver_restarts=3,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One object to create: a Batch or a TranscriptionJob manifest, and the jobs it means."""
+
+    kind: str  # "Batch" or "TranscriptionJob"
+    name: str
+    manifest: dict[str, Any]
+    jobs: int
+
+
+@dataclass
+class Wave:
+    at: float  # seconds after the start of the fault phase
+    submissions: list[Submission] = field(default_factory=list)
+
+
+def simulate_for(kind: str, rng: random.Random, lease: int) -> dict[str, Any]:
+    """The simulated engine's behaviour for one job of `kind`."""
+    chunks = rng.randint(2, 6)
+    sim: dict[str, Any] = {
+        "chunks": chunks,
+        "chunkDelaySeconds": round(rng.uniform(0.1, 0.4), 2),
+    }
+    if kind == RETRY_ONCE:
+        sim |= {"failure": "retriable", "failAttempts": 1, "failAtChunk": rng.randrange(chunks)}
+    elif kind == POISON:
+        sim |= {"failure": "retriable", "failAtChunk": rng.randrange(chunks)}
+    elif kind == PERMANENT:
+        sim |= {"failure": "permanent", "failAtChunk": rng.randrange(chunks)}
+    elif kind == BLOCKING:
+        sim["blockSeconds"] = round(rng.uniform(0.5, 1.2) * lease, 2)
+    return sim
+
+
+def single_job(name: str, kind: str, rng: random.Random, profile: Profile) -> dict[str, Any]:
+    lease = rng.choice(profile.leases)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TranscriptionJob",
+        "metadata": {"name": name, "labels": {KIND_LABEL: kind}},
+        "spec": {
+            "source": {"url": f"file:///media/{name}.wav"},
+            "leaseDurationSeconds": lease,
+            # a poison job should end in a few attempts, not in eight
+            "maxAttempts": 3 if kind == POISON else profile.max_attempts,
+            "priority": rng.randint(0, 2),
+            "engine": {"name": "simulated", "simulate": simulate_for(kind, rng, lease)},
+        },
+    }
+
+
+def batch(name: str, items: int, rng: random.Random, profile: Profile) -> dict[str, Any]:
+    lease = rng.choice(profile.leases)
+    kind = RETRY_ONCE if rng.random() < 0.3 else NORMAL
+    sim = simulate_for(kind, rng, lease)
+    sim["chunks"] = rng.randint(2, 5)
+    if "failAtChunk" in sim:
+        sim["failAtChunk"] = min(sim["failAtChunk"], sim["chunks"] - 1)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Batch",
+        "metadata": {"name": name, "labels": {KIND_LABEL: kind}},
+        "spec": {
+            "items": [
+                {"key": f"i{i:03d}", "source": {"url": f"file:///media/{name}-{i:03d}.wav"}}
+                for i in range(items)
+            ],
+            "defaults": {
+                "leaseDurationSeconds": lease,
+                "maxAttempts": profile.max_attempts,
+                "engine": {"name": "simulated", "simulate": sim},
+            },
+        },
+    }
+
+
+def plan_workload(profile: Profile, rng: random.Random) -> list[Wave]:
+    """Batches and single jobs, spread over `profile.waves` waves in the first 3/4 of the run."""
+    span = profile.duration * 0.75
+    waves = [Wave(at=round(span * i / max(1, profile.waves - 1), 2)) for i in range(profile.waves)]
+    kinds, weights = list(KINDS), list(KINDS.values())
+    for n in range(profile.singles):
+        kind = rng.choices(kinds, weights)[0]
+        name = f"job-{n:03d}"
+        waves[n % len(waves)].submissions.append(
+            Submission("TranscriptionJob", name, single_job(name, kind, rng, profile), 1)
+        )
+    for n in range(profile.batches):
+        items = rng.randint(*profile.batch_items)
+        name = f"batch-{n}"
+        wave = waves[(n * len(waves)) // max(1, profile.batches)]
+        wave.submissions.append(Submission("Batch", name, batch(name, items, rng, profile), items))
+    for wave in waves:
+        rng.shuffle(wave.submissions)
+    return waves

@@ -1,0 +1,72 @@
+"""Runtime bugs the chaos runs pointed at, reproduced small (memory store, no cluster).
+
+Each test states what the runtime should do; each failed on the code the chaos run found it in.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from recall.holder import LeaseHolder
+from recall.store import Unavailable
+from recall.store.memory import Fault, MemoryStore
+from tests.unit.fakes import NS, Clock, Operator, batch_manifest
+
+
+def leased_batch_job(lease: int = 10) -> tuple[MemoryStore, Clock, Operator]:
+    """A one-item Batch whose job is leased by a worker that then goes silent."""
+    store, clock = MemoryStore(), Clock()
+    store.create_batch(NS, batch_manifest("b", ["a"], leaseDurationSeconds=lease))
+    op = Operator(store, clock)
+    op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None
+    holder = LeaseHolder.claim(
+        store, job, "w1", renew_deadline_fraction=0.6, clock=clock, now=clock.wall
+    )
+    assert isinstance(holder, LeaseHolder)
+    op.tick()
+    return store, clock, op
+
+
+def test_reclaim__is_not_counted_as_a_heal() -> None:
+    store, clock, op = leased_batch_job()
+    clock.advance(11)
+    reports = op.controller.run_once()  # the cache has not seen the reclaim yet
+    assert [job for r in reports for job, _ in r.reclaimed] == ["b-a"]
+    batch = store.get_batch(NS, "b")
+    assert batch is not None
+    assert not batch.status.heals, [h for r in reports for h in r.heals]
+    assert not [e for e in store.list_events(NS) if e.get("reason") == "Healed"]
+
+
+class Waits(threading.Event):
+    """The controller's wake-up event, noting how long the loop chose to sleep each time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        return super().wait(timeout)
+
+
+def test_controller_loop__waits_a_tick_after_a_failed_tick() -> None:
+    store, clock, op = leased_batch_job()
+    clock.advance(11)  # the lease is expired on the operator's clock
+    store.inject(Fault("get_job", Unavailable("503: etcd is restarting"), times=100_000))
+    controller = op.controller
+    controller._wake = waits = Waits()
+    stop = threading.Event()
+    loop = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    loop.start()
+    time.sleep(0.5)
+    stop.set()
+    controller.wake()
+    loop.join(timeout=5)
+    tick = controller.settings.tick_seconds
+    assert waits.timeouts and min(t or tick for t in waits.timeouts) >= tick / 2, (
+        f"slept {waits.timeouts[:5]} s between failed ticks (tick {tick} s)"
+    )

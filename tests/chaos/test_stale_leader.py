@@ -1,0 +1,79 @@
+"""A leader frozen past its Lease must not write when it wakes up: found by the chaos run.
+
+The chaos run froze the leading operator (SIGSTOP) for 10.8 s, in the middle of a tick; the
+other replica took over and projected two finished jobs as completed. When the frozen one was
+continued, it finished its tick: it projected its stale cache onto the Batch (its write, guarded
+by the Batch's resourceVersion only, met a 409, read the Batch again and projected the same
+stale jobs onto it), moving both items from completed back to transcribing. The new leader had
+no change to project, so the Batch lied until its next full reconcile (30 s).
+
+Here the leader freezes itself right before a projection (fault point
+`operator-pause-before-projection`), which makes the same interleaving certain.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from recall.holder import LeaseHolder
+from recall.models import ItemPhase, Result
+from recall.store.kube import KubeStore as Kube
+from tests.helpers import Procs, create_batch, get_job, item_phase, process_state, wait_for
+
+LEADER = {
+    "RECALL_OPERATOR_LEASE_DURATION": "3",
+    "RECALL_OPERATOR_RENEW_DEADLINE": "2",
+    "RECALL_OPERATOR_RETRY_PERIOD": "0.5",
+}
+
+
+def leader(kube: Kube, namespace: str) -> str | None:
+    lease = kube.get_lease(namespace, "recall-operator")
+    holder: str | None = ((lease or {}).get("spec") or {}).get("holderIdentity")
+    return holder
+
+
+@pytest.mark.slow
+def test_frozen_leader__does_not_move_items_back_when_continued(
+    kube: Kube, namespace: str, procs: Procs
+) -> None:
+    args = ("operator", "--namespace", namespace, "--leader-election")
+    first = procs.recall(
+        "op-a",
+        *args,
+        env={
+            **LEADER,
+            "RECALL_OPERATOR_IDENTITY": "op-a",
+            "RECALL_FAULT": "operator-pause-before-projection:b",
+        },
+    )
+    wait_for(lambda: leader(kube, namespace) == "op-a", timeout=30, message=procs.dump)
+    procs.recall("op-b", *args, env={**LEADER, "RECALL_OPERATOR_IDENTITY": "op-b"})
+    create_batch(kube, namespace, "b", ["a"], lease=5, simulate={"chunks": 1})
+    # op-a creates the job, then freezes right before writing the Batch status.
+    wait_for(lambda: process_state(first.popen.pid) == "T", timeout=30, message=procs.dump)
+    wait_for(lambda: leader(kube, namespace) == "op-b", timeout=30, message=procs.dump)
+
+    holder = LeaseHolder.claim(
+        kube, get_job(kube, namespace, "b-a"), "w", renew_deadline_fraction=0.9
+    )
+    assert isinstance(holder, LeaseHolder)
+    holder.complete(Result(config_map="b-a-transcript-1"))
+    wait_for(
+        lambda: item_phase(kube, namespace, "b", "a") == ItemPhase.COMPLETED,
+        timeout=10,
+        message=procs.dump,
+    )
+
+    first.signal(signal.SIGCONT)
+    seen = []
+    for _ in range(30):
+        seen.append(item_phase(kube, namespace, "b", "a"))
+        time.sleep(0.1)
+    assert set(seen) == {ItemPhase.COMPLETED}, (
+        f"the finished item was shown as {sorted(set(map(str, seen)))} after the ex-leader "
+        f"was continued\n{procs.dump()}"
+    )
