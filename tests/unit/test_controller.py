@@ -329,3 +329,35 @@ def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
     batch = store.get_batch(NS, "b")
     assert batch is not None and (batch.status.heals or 0) == 0
     assert not events(store, "Healed")
+
+
+def test_status__a_foreign_write_is_projected_over_at_the_next_tick() -> None:
+    store, clock, op = setup(["a"])
+    op.tick()
+    claim(store, clock, "b-a").complete(Result(config_map="b-a-a1"))
+    op.tick()
+    assert phases(store)["a"] == "completed"
+    # A replica that wrongly believed it led writes its stale projection.
+    store.patch_batch_status(NS, "b", None, {"transcribingIndexes": "0", "completedIndexes": None})
+    assert phases(store)["a"] == "transcribing"
+    op.tick()
+    assert phases(store)["a"] == "completed"
+
+
+def test_no_write__while_the_operator_is_not_sure_it_leads() -> None:
+    store, clock, op = setup(["a"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    op.tick()  # the operator observes the lease
+    op.controller.applier.may_write = lambda: False
+    clock.advance(11)  # the lease expired on the operator's clock
+    reports = op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.phase == Phase.LEASED
+    assert phases(store)["a"] == "transcribing"
+    assert any("not leading" in e for r in reports for e in r.errors)
+    op.controller.applier.may_write = lambda: True
+    op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.phase == Phase.QUEUED
+    assert h.token != (job.status.lease.token if job.status.lease else None)
