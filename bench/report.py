@@ -87,6 +87,14 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         "Regenerate with `make bench`; what each figure means is in the docstrings of `bench/`.",
         "",
     ]
+    carried = run.get("carried") or {}
+    if carried:
+        lines += [
+            "Figures of sections this run did not measure, from earlier runs: "
+            + ", ".join(f"{name} ({when})" for name, when in sorted(carried.items()))
+            + ".",
+            "",
+        ]
     limit = results.get("limit") or {}
     if limit and not _error(limit):
         lines += ["## The API server's limit", ""]

@@ -3,6 +3,9 @@
     make bench                                  # everything (an hour or more on two cores)
     make bench BENCH_ARGS="--only limit throughput --quick"
 
+A run of some sections keeps the other sections' figures of the last run (docs/bench/
+results.json), and the report says from when they are.
+
 Sections: limit (raw fenced writes/s), throughput (1, 4, 16, 64 workers; offers and, for the
 comparison of designs, the queue watch), fairness, reclaim (among 10,000 jobs), big (10,000 and
 100,000-item Batches), versus (recall in the comparison's terms), compare (procrastinate and
@@ -136,6 +139,23 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
     return results
 
 
+def _carry_over(results: dict[str, Any], ran: list[str]) -> None:
+    """Sections this run did not measure, with their figures of the last run that did."""
+    saved = PLOTS / "results.json"
+    if set(ran) >= set(SECTIONS) or not saved.exists():
+        return
+    old = json.loads(saved.read_text())
+    old_when = (old.get("_run") or {}).get("when")
+    carried = dict((old.get("_run") or {}).get("carried") or {})
+    kept = {}
+    for name in SECTIONS:
+        if name in ran or name not in old:
+            continue
+        results[name] = old[name]
+        kept[name] = carried.get(name, old_when)
+    results["_run"]["carried"] = kept
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=SECTIONS, default=SECTIONS)
@@ -152,6 +172,7 @@ def main() -> int:
         "seconds": round(time.monotonic() - started),
         "quick": args.quick,
     }
+    _carry_over(results, args.only)
     print(json.dumps(results, default=str))
     if not args.no_write:
         from bench.report import write
