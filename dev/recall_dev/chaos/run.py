@@ -800,7 +800,8 @@ class Chaos:
         self, jobs: dict[str, dict[str, Any]]
     ) -> tuple[dict[str, dict[str, str]], list[str]]:
         """The accepted results' transcripts read back (as `segments.json`: start and text of
-        each segment), and the names of the transcript ConfigMaps no result references."""
+        each segment), and the names of the transcript ConfigMaps that neither a result nor the
+        checkpoint of an unfinished job references."""
         assert self.api is not None
         store = KubeStore(self.api, timeout=20)
         listed = store.list_config_maps(NAMESPACE, LABEL_KIND)
@@ -808,7 +809,14 @@ class Chaos:
         transcripts: dict[str, dict[str, str]] = {}
         referenced: set[str] = set()
         for job in jobs.values():
-            name = ((job.get("status") or {}).get("result") or {}).get("configMap")
+            status = job.get("status") or {}
+            checkpoint = (status.get("progress") or {}).get("checkpoint")
+            if checkpoint and status.get("phase") in ("Queued", "Leased"):
+                # A checkpoint a later attempt resumes from: referenced, not left over.
+                full = store.get_config_map(NAMESPACE, checkpoint)
+                if full is not None:
+                    referenced |= references(checkpoint, {checkpoint: full}) or set()
+            name = (status.get("result") or {}).get("configMap")
             if not name:
                 continue
             full = store.get_config_map(NAMESPACE, name)

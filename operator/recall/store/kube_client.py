@@ -97,6 +97,10 @@ def translate(e: BaseException, what: str, *, write: bool) -> StoreError:
             return NotFound(text, status=status)
         if status == 409:
             return Conflict(text, status=status)
+        if status == 410:
+            # Expired: the resourceVersion (of a watch, or a list's continue token) is too old.
+            # The client raises this itself for a watch's ERROR event: the caller lists again.
+            return Conflict(text, status=status)
         if status in (400, 422):
             return Invalid(text, status=status)
         if status == 403:
