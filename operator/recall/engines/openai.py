@@ -228,26 +228,10 @@ class OpenAIEngine:
         filename = f"chunk-{chunk.index:05d}.wav"
         retries = 0
         while not cancel.is_set():
-            key = self.api_key()
-            headers = {"Authorization": f"Bearer {key}"} if key else {}
-            try:
-                response = self._client.post(
-                    self.url,
-                    data=fields,
-                    files={"file": (filename, wav, "audio/wav")},
-                    headers=headers,
-                )
-            except httpx.TransportError as e:
-                status, problem, response_headers = None, str(e) or type(e).__name__, {}
-            else:
-                if response.is_success:
-                    return self._segments(response, chunk)
-                status, response_headers = response.status_code, dict(response.headers)
-                problem = error_message(response.content, response.reason_phrase)
-                if status in (401, 403):
-                    raise EngineError("EngineUnauthorized", f"{status}: {problem}", permanent=True)
-                if not retriable_status(status):
-                    raise EngineError("EngineRejected", f"{status}: {problem}", permanent=True)
+            answer = self._post(fields, filename, wav)
+            if isinstance(answer, httpx.Response):
+                return self._segments(answer, chunk)
+            status, problem, response_headers = answer
             delay = retry_delay(
                 status,
                 response_headers,
@@ -276,6 +260,32 @@ class OpenAIEngine:
             retries += 1
             cancel.wait(delay)
         return []
+
+    def _post(
+        self, fields: dict[str, str], filename: str, wav: bytes
+    ) -> httpx.Response | tuple[int | None, str, dict[str, str]]:
+        """One request: the successful response, or (status, problem, headers) of a failure
+        worth retrying (status None: no answer). Raises `EngineError` for a permanent one."""
+        key = self.api_key()
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        try:
+            response = self._client.post(
+                self.url,
+                data=fields,
+                files={"file": (filename, wav, "audio/wav")},
+                headers=headers,
+            )
+        except httpx.TransportError as e:
+            return None, str(e) or type(e).__name__, {}
+        if response.is_success:
+            return response
+        status = response.status_code
+        problem = error_message(response.content, response.reason_phrase)
+        if status in (401, 403):
+            raise EngineError("EngineUnauthorized", f"{status}: {problem}", permanent=True)
+        if not retriable_status(status):
+            raise EngineError("EngineRejected", f"{status}: {problem}", permanent=True)
+        return status, problem, dict(response.headers)
 
     def _segments(self, response: httpx.Response, chunk: Chunk) -> list[Segment]:
         try:
