@@ -71,18 +71,20 @@ def dev_down(
 ) -> None:
     """Stop the local control plane, its node and what a `--keep` demo left running; remove
     its directory."""
-    from recall_dev import cluster, node
+    from recall_dev import cluster
     from recall_dev.demo import stop_extra
+    from recall_dev.node_state import read_state
+    from recall_dev.node_teardown import teardown
 
     stop_extra(dir.resolve())
     # The node first, while the API server can still tell the kubelet to stop the pods; its
     # teardown works from /run/recall-node alone when the API server is gone already.
-    if node.read_state() is not None:
+    if read_state() is not None:
         kubeconfig, bin_dir = None, None
         if (dir.resolve() / cluster.STATE_FILE).exists():
             cp = cluster.ControlPlane.attach(dir.resolve())
             kubeconfig, bin_dir = cp.kubeconfig, cp.bin_dir
-        removed = node.teardown(graceful_kubeconfig=kubeconfig, bin_dir=bin_dir)
+        removed = teardown(graceful_kubeconfig=kubeconfig, bin_dir=bin_dir)
         typer.echo(f"node stopped ({len(removed)} things removed)", err=True)
     if cluster.dev_down(dir.resolve()):
         typer.echo("control plane stopped", err=True)
@@ -102,10 +104,10 @@ def dev_status(
     except cluster.ControlPlaneError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
-    from recall_dev import node
+    from recall_dev.node_state import read_state
     from recall_dev.procs import pid_alive
 
-    node_state = node.read_state()
+    node_state = read_state()
     if node_state is not None:
         procs = node_state.get("processes", {})
         status["node"] = {
@@ -123,8 +125,9 @@ def dev_status(
 def _node_up(cp: ControlPlane, workdir: Path, image: bool, say: Callable[[str], None]) -> None:
     """Start the node of `recall dev up --node` (detached), unless it runs already."""
     from recall_dev import node
+    from recall_dev.node_state import read_state
 
-    state = node.read_state()
+    state = read_state()
     if state is not None and state.get("workdir") == str(workdir):
         say("node already up")
     else:

@@ -25,7 +25,8 @@ merely unlikely:
 - Host processes that dial the Service IP land on loopback as well (the OUTPUT rule).
 - Pods resolve names only through node_dns on the bridge address, which knows the cluster's
   own names (kubernetes.default.svc → the Service IP) and never forwards a query.
-- hostNetwork pods would bypass all of this: a ValidatingAdmissionPolicy (node.py) refuses them.
+- hostNetwork pods would bypass all of this: a ValidatingAdmissionPolicy (node_config.py)
+  refuses them.
 
 `verify_isolation()` is the guard. It sends nothing: it reads the CNI configuration, creates a
 throwaway network namespace through the same CNI plugin the pods use, asks the kernel's FIB
