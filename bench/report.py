@@ -203,8 +203,13 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         )
         if "reclaim.png" in plot_names:
             lines += ["![reclaim](bench/reclaim.png)", ""]
-    big = results.get("big") or {}
-    if big and not _error(big):
+    big = {
+        name: r
+        for section in ("big", "huge")
+        if not _error(results.get(section) or {})
+        for name, r in (results.get(section) or {}).items()
+    }
+    if big:
         lines += ["## Big Batches", ""]
         rows = []
         for name, r in big.items():
