@@ -4,8 +4,11 @@
 then writes the Batch status: the projection of the jobs as they are after those writes. A job
 and its item are therefore restored by the same apply. The status is written whole (no
 resourceVersion needed: the leading operator is its only writer), compared with what was last
-written. A replica that is no longer sure it leads (`may_write`, e.g. it woke from a freeze past
-its renew deadline) writes nothing; a status written by anyone else (`observe`) makes the next
+written. A replica that is no longer sure it leads (`Leadership.holds`, e.g. it woke from a
+freeze past its renew deadline) writes nothing, and each status carries the writer's leader
+term, which the API server requires never to go down (the Batch CRD's rule on
+`status.operatorTerm`): a replica that lost the lead cannot overwrite its successor's status
+even if its write was already on its way. A status written by anyone else (`observe`) makes the next
 apply start from the server's status again. Heals are counted, and their Events posted, only
 when the status that records them was written.
 Offers and their withdrawal (`recall.dispatch`) are written here too.
@@ -17,8 +20,9 @@ import contextlib
 import datetime as dt
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from recall import faults, lease, metrics
 from recall.cache import BatchKey, JobRecord, Marks
@@ -36,11 +40,34 @@ from recall.models import (
 from recall.observer import JobKey
 from recall.projection import CODE, Projection, project, stored_phases
 from recall.reconcile import Plan, budget
-from recall.store import Conflict, JobStore, NotFound, ObjectRef, StoreError
+from recall.store import Conflict, Invalid, JobStore, NotFound, ObjectRef, StoreError
 from recall.store.patch import merge_patch
 
 MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
 CREATE_SECONDS = 0.3  # creating jobs stops after this long in one tick (the loop must turn)
+
+
+class Leadership(Protocol):
+    """Whether this replica may write, and the leader term it writes with (None: the only
+    replica, no leader election)."""
+
+    term: int | None
+
+    def holds(self) -> bool: ...
+
+    def need_term(self, at_least: int) -> None: ...
+
+
+class Sole:
+    """The leadership of an operator that runs without leader election: always, no term."""
+
+    term: int | None = None
+
+    def holds(self) -> bool:
+        return True
+
+    def need_term(self, at_least: int) -> None:
+        del at_least
 
 
 @dataclass
@@ -85,9 +112,9 @@ class Applier:
     """Performs plans against a store. `now` stamps what it writes; `now_mono` is the clock the
     plan's expiries were judged on."""
 
-    def __init__(self, store: JobStore, may_write: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, store: JobStore, leadership: Leadership | None = None) -> None:
         self.store = store
-        self.may_write = may_write
+        self.leadership: Leadership = leadership or Sole()
         self.written: dict[BatchKey, BatchStatus] = {}
         self._versions: dict[BatchKey, deque[str]] = {}  # resourceVersions of our own writes
 
@@ -191,7 +218,7 @@ class Applier:
         self, record: JobRecord, action: str, transition: Transition, report: Report
     ) -> TranscriptionJob | None:
         """One fenced write of the operator's; the job as written, or None."""
-        if not self.may_write():
+        if not self.leadership.holds():
             report.errors.append(f"{action} {record.name}: not leading")
             return None
         try:
@@ -357,11 +384,21 @@ class Applier:
         done_now = proj.status.counts.completed if proj.status.counts else 0
         faults.hit("operator-before-projection", completing=done_now > done_before)
         faults.pause("operator-pause-before-projection", batch=batch.name)
-        if not self.may_write():
+        if not self.leadership.holds():
             report.errors.append(f"write Batch {batch.name} status: not leading")
             return
+        term = self.leadership.term
+        if term is None:
+            body.pop("operatorTerm", None)  # the only replica: keep whatever is stored
+        else:
+            body["operatorTerm"] = term
         try:
             stored = self.store.patch_batch_status(batch.namespace, batch.name, None, body)
+        except Invalid as e:
+            report.errors.append(f"write Batch {batch.name} status: {e.message}")
+            if "operatorTerm" in e.message:
+                self._term_refused(batch)
+            return
         except NotFound:
             self.forget(batch.key)
             return
@@ -376,6 +413,16 @@ class Applier:
         report.status_written = True
         metrics.BATCH_WRITES.inc()
         self._recorded(batch, proj, report)
+
+    def _term_refused(self, batch: Batch) -> None:
+        """Our term is older than the stored one. A replica that lost the lead stops here; a
+        leader (the Lease was made again and its count restarted) takes a higher term."""
+        self.forget(batch.key)
+        with contextlib.suppress(StoreError):
+            fresh = self.store.get_batch(batch.namespace, batch.name)
+            stored = fresh.status.operator_term if fresh is not None else None
+            if stored is not None and self.leadership.holds():
+                self.leadership.need_term(stored + 1)
 
     def _recorded(self, batch: Batch, proj: Projection, report: Report) -> None:
         """Count and announce what the written status recorded: heals, newly failed items."""

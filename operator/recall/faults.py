@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 
 def armed(point: str, **context: object) -> bool:
@@ -48,6 +49,9 @@ def pause(point: str, **context: object) -> None:
         _paused.add(point)
         print(f"recall: paused at {point} {context}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
+        # The stop is process-wide and another thread may take it: this one could run on
+        # (past the point) for a moment. Entering the kernel lets the stop catch it here.
+        time.sleep(0.05)
 
 
 _lost: set[str] = set()

@@ -58,7 +58,7 @@ class Runtime:
                 retry_period=settings.retry_period,
             )
             self.controller.leading = self.elector.leading
-            self.controller.applier.may_write = self.elector.holds
+            self.controller.applier.leadership = self.elector
         else:
             self.controller.leading.set()
         self.threads: list[threading.Thread] = []

@@ -109,6 +109,13 @@ class LeaderElector:
         self.leading = threading.Event()
         self._seen: Seen | None = None
         self._renewed_at = 0.0
+        self.term: int | None = None  # the Lease's leaseTransitions as last written by us
+        self._want_term = 0
+
+    def need_term(self, at_least: int) -> None:
+        """Raise the term with the next renewal to at least `at_least`: a status from a higher
+        term is stored (the Lease was deleted and made again, and its count restarted)."""
+        self._want_term = max(self._want_term, at_least)
 
     def holds(self) -> bool:
         """Whether this replica may write now: it leads and its last renewal was sent within
@@ -169,19 +176,23 @@ class LeaderElector:
         )
         if decision.spec is None:
             return False
+        spec = decision.spec
+        if int(spec.get("leaseTransitions") or 0) < self._want_term:
+            spec = {**spec, "leaseTransitions": self._want_term}
         try:
             if obj is None:
                 body = {
                     "apiVersion": "coordination.k8s.io/v1",
                     "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": decision.spec,
+                    "spec": spec,
                 }
                 self.store.create_lease(self.namespace, body)
             else:
-                self.store.replace_lease(self.namespace, self.name, {**obj, "spec": decision.spec})
+                self.store.replace_lease(self.namespace, self.name, {**obj, "spec": spec})
         except Conflict:
             return False
+        self.term = int(spec.get("leaseTransitions") or 0)
         if decision.acquire:
             _log.info("leader_acquired", lease=self.name, identity=self.identity)
         return True

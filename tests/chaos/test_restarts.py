@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from recall.informer import Informer
+from recall.informer import Informer, Jobs
 from recall.store import Selector
 from recall.store.kube import KubeStore, load_api_client
 from recall_dev.cluster import ControlPlane
@@ -69,7 +69,7 @@ def test_informer__sees_new_jobs_after_a_server_restart(
     namespace = f"restart-{server}"
     kube.core.create_namespace({"metadata": {"name": namespace}})
     names = Names()
-    informer = Informer(kube, namespace, Selector(), names, name="test-informer")
+    informer = Informer(Jobs(kube, namespace, Selector()), names, name="test-informer")
     informer.start()
     try:
         create_job(kube, namespace, "before")

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from recall import indexes
+from recall.apply import Sole
 from recall.holder import LeaseHolder
 from recall.models import ItemPhase, Phase, Result
 from recall.projection import CODES, stored_phases
-from recall.store import Conflict, Unavailable
+from recall.store import Conflict, Invalid, Unavailable
 from recall.store.memory import Fault, MemoryStore
 from tests.unit.fakes import NS, Clock, Operator, batch_manifest, job_manifest
 
@@ -349,15 +352,65 @@ def test_no_write__while_the_operator_is_not_sure_it_leads() -> None:
     op.tick()
     h = claim(store, clock, "b-a")
     op.tick()  # the operator observes the lease
-    op.controller.applier.may_write = lambda: False
+    op.controller.applier.leadership = Deposed()
     clock.advance(11)  # the lease expired on the operator's clock
     reports = op.tick()
     job = store.get_job(NS, "b-a")
     assert job is not None and job.status.phase == Phase.LEASED
     assert phases(store)["a"] == "transcribing"
     assert any("not leading" in e for r in reports for e in r.errors)
-    op.controller.applier.may_write = lambda: True
+    op.controller.applier.leadership = Sole()
     op.tick()
     job = store.get_job(NS, "b-a")
     assert job is not None and job.status.phase == Phase.QUEUED
     assert h.token != (job.status.lease.token if job.status.lease else None)
+
+
+class Deposed(Sole):
+    def holds(self) -> bool:
+        return False
+
+
+class Term(Sole):
+    def __init__(self, term: int) -> None:
+        self.term = term
+        self.wanted = 0
+
+    def need_term(self, at_least: int) -> None:
+        self.wanted = max(self.wanted, at_least)
+
+
+def test_term__a_status_from_an_older_term_is_refused_by_the_store() -> None:
+    store, clock, op = setup(["a"])
+    op.controller.applier.leadership = Term(3)
+    op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.operator_term == 3
+    # The previous leader (term 2), woken from a freeze, writes its stale view: refused.
+    with pytest.raises(Invalid, match="operatorTerm is older"):
+        store.patch_batch_status(NS, "b", None, {"operatorTerm": 2, "queuedIndexes": "0"})
+    with pytest.raises(Invalid, match="operatorTerm is older"):
+        store.patch_batch_status(NS, "b", None, {"operatorTerm": None})
+    # The operator itself with an older term: its projection is refused, the item unchanged.
+    stale = Term(2)
+    op.controller.applier.leadership = stale
+    op.controller.applier.forget()
+    claim(store, clock, "b-a")
+    reports = op.tick()
+    assert any("operatorTerm" in e for r in reports for e in r.errors)
+    assert phases(store)["a"] == "queued"
+
+
+def test_term__a_leader_below_the_stored_term_takes_a_higher_one() -> None:
+    store, _, op = setup(["a"])
+    op.controller.applier.leadership = Term(7)
+    op.tick()
+    # The Lease was deleted and made again: the new leader's count restarted at 0.
+    fresh = Term(0)
+    fresh.holds = lambda: True  # type: ignore[method-assign]
+    op.controller.applier.leadership = fresh
+    op.controller.applier.forget()
+    store.create_job(NS, job_manifest("x"))  # any change: a projection to write
+    op.controller._last_full.clear()
+    op.tick()
+    assert fresh.wanted == 8

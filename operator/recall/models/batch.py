@@ -95,6 +95,7 @@ class Attention(Model):
 
 
 class BatchStatus(Model):
+    operator_term: int | None = None
     observed_generation: int | None = None
     counts: Counts | None = None
     transcribing_indexes: str | None = None

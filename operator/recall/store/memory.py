@@ -27,7 +27,7 @@ from recall.models import Batch, TranscriptionJob
 from recall.store.base import EVERYTHING, Invalid, Page, RawObject, Selector, WatchEvent
 from recall.store.memory_core import CONFIG_MAP_LIMIT, JOB_SPEC_DEFAULTS, Fault, MemoryCore, _Kind
 from recall.store.patch import apply_merge_patch, matches_labels
-from recall.store.rules import job_status_rules
+from recall.store.rules import batch_status_rules, job_status_rules
 
 __all__ = ["CONFIG_MAP_LIMIT", "Fault", "MemoryStore"]
 
@@ -156,6 +156,12 @@ class MemoryStore(MemoryCore):
                 raise fault.error
             obj = self._get(self._batches, namespace, name, resource_version)
             status = apply_merge_patch(obj.get("status") or {}, patch)
+            broken = batch_status_rules(obj.get("status") or {}, status)
+            if broken:
+                raise Invalid(
+                    f"Batch.recall.dev {name!r} is invalid: status: {'; '.join(broken)}",
+                    status=422,
+                )
             stored = self._replace(self._batches, namespace, name, {**obj, "status": status})
             if fault is not None:
                 raise fault.error

@@ -155,3 +155,14 @@ def job_status_rules(old: dict[str, Any], new: dict[str, Any], spec: dict[str, A
     if change.old_phase in TERMINAL and new != old:
         return [f"a {change.old_phase} job is final: its status never changes"]
     return [message for rule in RULES for message in rule(change)]
+
+
+def batch_status_rules(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The Batch CRD's status rule: no status from an older operator term."""
+    before, after = old.get("operatorTerm"), new.get("operatorTerm")
+    if before is not None and (after is None or int(after) < int(before)):
+        return [
+            "status.operatorTerm is older than the stored one: this status comes from an "
+            "operator replica that is no longer the leader"
+        ]
+    return []
