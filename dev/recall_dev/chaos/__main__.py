@@ -12,7 +12,8 @@ from pathlib import Path
 
 from recall_dev.chaos.history import load
 from recall_dev.chaos.invariants import check
-from recall_dev.chaos.run import Outcome, run
+from recall_dev.chaos.outcome import Outcome
+from recall_dev.chaos.run import run
 from recall_dev.chaos.workload import PROFILES
 
 

@@ -1,4 +1,5 @@
-"""The `recall` processes of a chaos run: workers and operators, and what was done to them.
+"""The `recall` processes of a chaos run: workers and operators, the environment they run
+with (`environment`), and what was done to them.
 
 Every process logs (JSON) to its own file. The fleet remembers each signal it sent, so that
 when a process ends it can say why: `killed` (our SIGKILL), `terminated` (our SIGTERM; the
@@ -19,6 +20,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from recall_dev.chaos.workload import Profile
 
 KILLED = "killed"
 TERMINATED = "terminated"
@@ -67,6 +70,25 @@ class Process:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def environment(base: dict[str, str], profile: Profile, engine_record: Path) -> dict[str, str]:
+    """The environment of every worker and operator of a run of `profile`: `base` (the
+    control plane's), JSON logs, the simulated engine's record file, the short retry and
+    operator periods, and leader election fast enough for takeovers within a run."""
+    return {
+        **base,
+        "RECALL_LOG_FORMAT": "json",
+        "PYTHONUNBUFFERED": "1",
+        "RECALL_WORKER_SIMULATED_RECORD": str(engine_record),
+        "RECALL_WORKER_RETRY_BASE_SECONDS": "0.5",
+        "RECALL_WORKER_RETRY_CAP_SECONDS": "4",
+        "RECALL_OPERATOR_TICK_SECONDS": str(profile.tick_seconds),
+        "RECALL_OPERATOR_RECONCILE_INTERVAL": str(profile.reconcile_interval),
+        "RECALL_OPERATOR_LEASE_DURATION": str(profile.leader_lease),
+        "RECALL_OPERATOR_RENEW_DEADLINE": str(profile.leader_renew_deadline),
+        "RECALL_OPERATOR_RETRY_PERIOD": str(profile.leader_retry_period),
+    }
 
 
 class Fleet:

@@ -20,6 +20,9 @@ Phases:
 4. record the final state and which processes ended how, stop everything, load the history and
    check it (`invariants.check`).
 
+This module drives the phases; the faults are `faults`, the server restarts `servers`, the
+reading of the state at the end `final`, and the line and report `outcome`.
+
 Everything started here is stopped in `finally`, also when the run fails. The servers are
 started from the calling thread and restarted from a keeper thread; both outlive them
 (PR_SET_PDEATHSIG is per thread).
@@ -29,14 +32,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
-import queue
 import random
 import shutil
 import signal
-import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -46,136 +45,22 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.fanout import job_name
 from recall.models import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
-from recall.store.kube import KubeStore, load_api_client
-from recall.transcripts import LABEL_KIND, MANIFEST, TranscriptStore
-from recall.transcripts.cleanup import references
-from recall_dev.chaos.fleet import CRASH_POINT, Fleet, Process
+from recall.store.kube import load_api_client
+from recall_dev.chaos.faults import WORKER_FAULTS, Injector
+from recall_dev.chaos.final import all_ended, converged, list_objects, read_final
+from recall_dev.chaos.fleet import CRASH_POINT, Fleet, Process, environment
 from recall_dev.chaos.history import Fault, Final, History, ProcessEnd, load, save_run
-from recall_dev.chaos.invariants import CARELESS, FORGED, NAMES, Verdict, check
-from recall_dev.chaos.recorder import JobRecorder, LeaderTracker, compact
-from recall_dev.chaos.workload import KIND_LABEL, Profile, Wave, plan_workload
+from recall_dev.chaos.invariants import check
+from recall_dev.chaos.outcome import Outcome
+from recall_dev.chaos.recorder import JobRecorder, LeaderTracker
+from recall_dev.chaos.servers import ServerKeeper, restart_schedule, servers_ready, writable
+from recall_dev.chaos.workload import Profile, Wave, expected_jobs, plan_workload
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
 
 NAMESPACE = "chaos"
 LEADER_LEASE = "recall-operator"
-MERGE_PATCH = "application/merge-patch+json"
-
-# Fault points a new worker may run with (see `recall.faults`); None: no fault point.
-WORKER_FAULTS: list[str | None] = [
-    None,
-    None,
-    None,
-    None,
-    None,
-    "worker-pause-before-write:renew",
-    "worker-pause-before-write:complete",
-    "worker-pause-before-write:fail",
-    "worker-pause-before-write:release",
-    "lose-answer:claim",
-    "lose-answer:renew",
-    "lose-answer:complete",
-    "lose-answer:fail",
-    "lose-answer:release",
-    "worker-after-chunk:1",
-    "worker-after-chunk:2",
-    "worker-before-complete",
-]
-# Injected faults and their weights.
-FAULTS: dict[str, float] = {
-    "worker-kill": 30,
-    "worker-stop": 20,
-    "worker-term": 7,
-    "operator-kill": 5,
-    "operator-stop": 4,
-    "stale-write": 12,
-}
-
-
-@dataclass
-class Outcome:
-    verdict: Verdict
-    history: History
-    workdir: Path
-
-    @property
-    def ok(self) -> bool:
-        return not self.verdict.violations
-
-    @property
-    def line(self) -> str:
-        return summary_line(self.history, self.verdict)
-
-    def report(self, limit: int = 40) -> str:
-        """Every violation with its evidence (the first `limit`)."""
-        v = self.verdict.violations
-        parts = [x.describe() for x in v[:limit]]
-        if len(v) > limit:
-            parts.append(f"... and {len(v) - limit} more")
-        return "\n".join(parts)
-
-
-def summary_line(h: History, verdict: Verdict) -> str:
-    """The one line of a run."""
-    s = verdict.stats
-    faults = s.get("faults", {})
-    fault_text = ", ".join(f"{k} {n}" for k, n in sorted(faults.items()))
-    phases = ", ".join(f"{k} {n}" for k, n in sorted(s.get("phases", {}).items()))
-    kill = s.get("max_kill_to_queued")
-    kill_text = (
-        f"{kill.delay:.2f} s (lease {kill.lease:g} s, bound lease + {2 * h.tick:g} s; "
-        f"{s.get('kill_samples', 0)} kills)"
-        if kill is not None
-        else "n/a (no kill of a lease holder while the operator was up)"
-    )
-    disrupted = s.get("max_kill_to_queued_disrupted")
-    if disrupted is not None:
-        kill_text += (
-            f"; {disrupted:.2f} s when the operator or the control plane was down meanwhile "
-            f"({s.get('kill_samples_disrupted', 0)} kills, bound lease + "
-            f"{2 * h.tick:g} s after it was back)"
-        )
-    margin = s.get("reclaim_margin_min")
-    by = verdict.by_invariant()
-    broken = ", ".join(f"{i}: {NAMES[i]} x{n}" for i, n in sorted(by.items())) or "none"
-    return (
-        f"chaos seed={h.seed} {h.profile} {h.seconds:.0f} s: "
-        f"faults {sum(faults.values())} ({fault_text}); "
-        f"jobs {s.get('jobs', 0)} ({phases}); lost {s.get('lost', 0)}; "
-        f"duplicate accepted results {s.get('duplicates', 0)}; "
-        f"items not converged {s.get('unconverged', 0)}"
-        f"{_after(s.get('converge_seconds'))}; "
-        f"max attempts {s.get('max_attempts', 0)}; "
-        f"max kill->Queued {kill_text}; "
-        f"reclaims {s.get('reclaims', 0)} (min margin "
-        f"{'n/a' if margin is None else f'{margin:+.2f} s'}); "
-        f"item lag {_seconds(s.get('item_lag_p99'))} p99, {_seconds(s.get('item_lag_max'))} max; "
-        f"unreferenced ConfigMaps left: {s.get('orphan_transcripts', 0)} transcripts, "
-        f"{s.get('chunk_maps_left', 0)} chunk maps; "
-        f"SIGTERMed workers that did not exit 0: {len(s.get('unclean_stops', []))}"
-        f"{' (' + ', '.join(s['unclean_stops']) + ')' if s.get('unclean_stops') else ''}; "
-        f"violations: {broken}"
-    )
-
-
-def _rule(e: ApiException) -> str:
-    """The first refusal message of a 422 (which CEL rule said no), shortened."""
-    try:
-        causes = json.loads(e.body or "{}").get("details", {}).get("causes") or [{}]
-        message = str(causes[0].get("message") or e.reason)
-    except ValueError:
-        message = str(e.reason)
-    return message[:120]
-
-
-def _after(seconds: float | None) -> str:
-    return "" if seconds is None else f" (all {seconds:.1f} s after the last job ended)"
-
-
-def _seconds(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f} s"
 
 
 @dataclass(order=True)
@@ -184,55 +69,6 @@ class _Due:
     seq: int
     what: str = field(compare=False)
     action: Callable[[], None] = field(compare=False)
-
-
-class ServerKeeper:
-    """Restarts etcd or kube-apiserver on its own thread, one at a time, and notes when the
-    API server takes writes again, so that the run's loop never waits for a server.
-
-    The servers it starts die with the thread that started them (PR_SET_PDEATHSIG is per
-    thread), so this thread lives until the control plane is stopped: `close()` after
-    `ControlPlane.stop()`.
-    """
-
-    def __init__(self, cp: ControlPlane, ready: Callable[[], bool]) -> None:
-        self.cp = cp
-        self.ready = ready
-        self._requests: queue.Queue[tuple[str, signal.Signals, dict[str, Any]] | None] = (
-            queue.Queue()
-        )
-        self._busy = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-servers", daemon=True)
-        self._thread.start()
-
-    @property
-    def busy(self) -> bool:
-        return self._busy.is_set()
-
-    def restart(self, name: str, sig: signal.Signals, detail: dict[str, Any]) -> None:
-        """Restart `name` with `sig`; `detail["ready"]` is set (wall time) once it is back."""
-        self._busy.set()
-        self._requests.put((name, sig, detail))
-
-    def close(self) -> None:
-        self._requests.put(None)
-        self._thread.join(timeout=60)
-
-    def _run(self) -> None:
-        while (request := self._requests.get()) is not None:
-            name, sig, detail = request
-            try:
-                self.cp.restart(name, sig=sig, wait=False)
-                started = time.time()
-                while time.time() - started < 120:
-                    time.sleep(0.25)
-                    if time.time() - started > 0.5 and self.ready():
-                        detail["ready"] = time.time()
-                        break
-            except Exception as e:  # reported in the run's line as a restart never ready
-                detail["error"] = str(e)[:300]
-            finally:
-                self._busy.clear()
 
 
 class Chaos:
@@ -245,15 +81,7 @@ class Chaos:
         self.rng = random.Random(seed)
         self.created = time.time()
         self.waves: list[Wave] = plan_workload(profile, self.rng)
-        self.expected: dict[str, str] = {}
-        for wave in self.waves:
-            for sub in wave.submissions:
-                kind = sub.manifest["metadata"]["labels"][KIND_LABEL]
-                if sub.kind == "Batch":
-                    for item in sub.manifest["spec"]["items"]:
-                        self.expected[job_name(sub.name, item["key"])] = kind
-                else:
-                    self.expected[sub.name] = kind
+        self.expected = expected_jobs(self.waves)
         self.cp = ControlPlane(workdir=workdir / "control-plane", controller_manager=False)
         self.faults: list[dict[str, Any]] = []
         self.due: list[_Due] = []
@@ -269,8 +97,8 @@ class Chaos:
         self.batch_recorder: JobRecorder | None = None
         self.tracker: LeaderTracker | None = None
         self.api: client.ApiClient | None = None
+        self.injector: Injector | None = None
         self.slots: dict[str, Process | None] = {"a": None, "b": None}
-        self.probes = 0
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -282,21 +110,7 @@ class Chaos:
         client.CoreV1Api(self.api).create_namespace(
             client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE))
         )
-        env = self.cp.env()
-        env.update(
-            {
-                "RECALL_LOG_FORMAT": "json",
-                "PYTHONUNBUFFERED": "1",
-                "RECALL_WORKER_SIMULATED_RECORD": str(self.workdir / "engine.jsonl"),
-                "RECALL_WORKER_RETRY_BASE_SECONDS": "0.5",
-                "RECALL_WORKER_RETRY_CAP_SECONDS": "4",
-                "RECALL_OPERATOR_TICK_SECONDS": str(self.profile.tick_seconds),
-                "RECALL_OPERATOR_RECONCILE_INTERVAL": str(self.profile.reconcile_interval),
-                "RECALL_OPERATOR_LEASE_DURATION": str(self.profile.leader_lease),
-                "RECALL_OPERATOR_RENEW_DEADLINE": str(self.profile.leader_renew_deadline),
-                "RECALL_OPERATOR_RETRY_PERIOD": str(self.profile.leader_retry_period),
-            }
-        )
+        env = environment(self.cp.env(), self.profile, self.workdir / "engine.jsonl")
         self.fleet = Fleet(env, self.workdir / "logs", NAMESPACE)
         self.recorder = JobRecorder(self.cp.kubeconfig, NAMESPACE, self.workdir / "jobs.jsonl")
         self.recorder.start()
@@ -308,6 +122,18 @@ class Chaos:
             self.cp.kubeconfig, NAMESPACE, LEADER_LEASE, self.workdir / "leaders.jsonl"
         )
         self.tracker.start()
+        self.injector = Injector(
+            rng=self.rng,
+            fleet=self.fleet,
+            recorder=self.recorder,
+            tracker=self.tracker,
+            api=self.api,
+            namespace=NAMESPACE,
+            operators=self.slots,
+            later=self.later,
+            leader_lease=self.profile.leader_lease,
+            log=self.faults,
+        )
         for slot in self.slots:
             self.slots[slot] = self.fleet.operator(slot, {})
         for _ in range(self.profile.workers):
@@ -324,17 +150,13 @@ class Chaos:
     def later(self, delay: float, what: str, action: Callable[[], None]) -> None:
         heapq.heappush(self.due, _Due(time.time() + delay, next(self._seq), what, action))
 
-    def fault(self, kind: str, target: str | None, **detail: Any) -> dict[str, Any]:
-        record = {"t": time.time(), "kind": kind, "target": target, "detail": detail}
-        self.faults.append(record)
-        return record
-
     def run(self, say: Callable[[str], None]) -> None:
+        assert self.injector is not None
         p = self.profile
         self.started = time.time()
         end = self.started + p.duration
         next_fault = self.started + self.rng.expovariate(1 / p.fault_interval)
-        restarts = self._restart_schedule()
+        restarts = restart_schedule(p, self.rng, self.started)
         pending: list[Any] = []
         waves = list(self.waves)
         last_say = 0.0
@@ -347,7 +169,7 @@ class Chaos:
             if restarts and now >= restarts[0][0] and not self.restarting:
                 self.restart_server(restarts.pop(0)[1])
             if now >= next_fault:
-                self.inject()
+                self.injector.inject()
                 next_fault = now + self.rng.expovariate(1 / p.fault_interval)
             if now - last_say > 15:
                 last_say = now
@@ -357,16 +179,6 @@ class Chaos:
         self.draining = True
         say(f"faults over; draining ({self.progress()})")
         self.drain(pending, say)
-
-    def _restart_schedule(self) -> list[tuple[float, str]]:
-        p = self.profile
-        names = ["etcd"] * p.etcd_restarts + ["kube-apiserver"] * p.apiserver_restarts
-        self.rng.shuffle(names)
-        span = p.duration * 0.8
-        return [
-            (self.started + span * (i + 0.5) / len(names) + self.rng.uniform(-2, 2), name)
-            for i, name in enumerate(names)
-        ]
 
     def progress(self) -> str:
         assert self.recorder is not None
@@ -382,7 +194,7 @@ class Chaos:
     def housekeeping(self) -> None:
         """Due actions, ended processes (replaced), processes frozen at a fault point
         (continued later), and the end of a server restart."""
-        assert self.fleet is not None
+        assert self.fleet is not None and self.injector is not None
         now = time.time()
         while self.due and self.due[0].at <= now:
             heapq.heappop(self.due).action()
@@ -391,290 +203,37 @@ class Chaos:
                 if proc.end_reason == CRASH_POINT:
                     # It killed itself at a fault point, by now (no earlier than its last log
                     # line): its leases count for the kill -> Queued delay too.
-                    leases = self.holders().get(proc.name, [])
-                    self.fault("worker-crash", proc.name, leases=leases)
+                    leases = self.injector.holders().get(proc.name, [])
+                    self.injector.note("worker-crash", proc.name, {"leases": leases})
                 self.later(self.rng.uniform(0.2, 1.5), "replace", self.spawn_worker)
             elif self.slots.get(proc.name.split("-")[1]) is proc:
                 slot = proc.name.split("-")[1]
                 self.later(self.rng.uniform(0.5, 3.0), "restart", partial(self.restart_op, slot))
         for proc in self.fleet.self_paused():
             delay = 0.5 if self.draining else self.rng.uniform(0.5, 8.0)
-            self.later(delay, "continue", partial(self.resume, proc))
-
-    def resume(self, proc: Process) -> None:
-        assert self.fleet is not None
-        self.fleet.send(proc, signal.SIGCONT)
+            self.later(delay, "continue", partial(self.injector.resume, proc))
 
     def restart_op(self, slot: str) -> None:
         assert self.fleet is not None
         self.slots[slot] = self.fleet.operator(slot, {})
 
+    # -- server restarts ---------------------------------------------------------------------
+
     def back(self) -> bool:
         """etcd healthy, kube-apiserver ready, and a write accepted."""
-        return self.servers_ready() and self.writable()
-
-    def servers_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.cp.etcd_port}/health", timeout=1
-            ) as r:
-                if json.loads(r.read()).get("health") != "true":
-                    return False
-        except (OSError, ValueError):
+        if not servers_ready(self.cp):
             return False
-        return self.cp.ready()
-
-    def writable(self) -> bool:
-        """Whether the API server takes a write (a ConfigMap of the run's own) right now."""
         assert self.api is not None
-        core = client.CoreV1Api(self.api)
-        body = {"metadata": {"name": "chaos-probe"}, "data": {"t": str(time.time())}}
-        try:
-            try:
-                core.patch_namespaced_config_map("chaos-probe", NAMESPACE, body, _request_timeout=1)
-            except ApiException as e:
-                if e.status != 404:
-                    return False
-                core.create_namespaced_config_map(NAMESPACE, body, _request_timeout=1)
-        except Exception:
-            return False
-        return True
-
-    # -- faults ------------------------------------------------------------------------------
-
-    def holders(self) -> dict[str, list[dict[str, Any]]]:
-        """Worker -> the leases it holds, as the recorder last saw them."""
-        assert self.recorder is not None
-        out: dict[str, list[dict[str, Any]]] = {}
-        for name, obj in self.recorder.current().items():
-            lease = obj["status"].get("lease")
-            if lease:
-                out.setdefault(lease["holder"], []).append(
-                    {"job": name, "token": lease["token"], "duration": lease["durationSeconds"]}
-                )
-        return out
-
-    def pick_worker(self, prefer_holders: bool = True) -> Process | None:
-        assert self.fleet is not None
-        live = [p for p in self.fleet.live("worker") if not p.frozen]
-        if not live:
-            return None
-        holding = [p for p in live if p.name in self.holders()]
-        if prefer_holders and holding and self.rng.random() < 0.8:
-            return self.rng.choice(holding)
-        return self.rng.choice(live)
-
-    def is_leader(self, proc: Process) -> bool:
-        """Whether `proc` leads, by the Lease or by its own log (whichever knows)."""
-        assert self.tracker is not None
-        if self.tracker.holder() == proc.identity:
-            return True
-        state = None
-        for line in proc.tail(400).splitlines():
-            if '"leader_elected"' in line:
-                state = True
-            elif '"leader_lost"' in line or '"leader_stopped"' in line:
-                state = False
-        return bool(state)
-
-    def inject(self) -> None:
-        kinds, weights = list(FAULTS), list(FAULTS.values())
-        kind = self.rng.choices(kinds, weights)[0]
-        getattr(self, "fault_" + kind.replace("-", "_"))()
-
-    def fault_worker_kill(self) -> None:
-        assert self.fleet is not None
-        proc = self.pick_worker()
-        if proc is None:
-            return
-        leases = self.holders().get(proc.name, [])
-        t = self.fleet.send(proc, signal.SIGKILL)
-        self.faults.append(
-            {"t": t, "kind": "worker-kill", "target": proc.name, "detail": {"leases": leases}}
-        )
-
-    def fault_worker_stop(self) -> None:
-        assert self.fleet is not None
-        proc = self.pick_worker()
-        if proc is None:
-            return
-        leases = self.holders().get(proc.name, [])
-        lease = float(leases[0]["duration"]) if leases else 3.0
-        seconds = round(self.rng.uniform(0.2, 2.5) * lease, 2)
-        t = self.fleet.send(proc, signal.SIGSTOP)
-        self.faults.append(
-            {
-                "t": t,
-                "kind": "worker-stop",
-                "target": proc.name,
-                "detail": {"leases": leases, "seconds": seconds, "past_lease": seconds > lease},
-            }
-        )
-        self.later(seconds, "continue", partial(self.resume, proc))
-
-    def fault_worker_term(self) -> None:
-        assert self.fleet is not None
-        proc = self.pick_worker()
-        if proc is None:
-            return
-        leases = self.holders().get(proc.name, [])
-        t = self.fleet.send(proc, signal.SIGTERM)
-        self.faults.append(
-            {"t": t, "kind": "worker-term", "target": proc.name, "detail": {"leases": leases}}
-        )
-
-    def _pick_operator(self) -> Process | None:
-        live = [p for p in self.slots.values() if p is not None and p.alive and not p.frozen]
-        if not live:
-            return None
-        leaders = [p for p in live if self.is_leader(p)]
-        if leaders and self.rng.random() < 0.75:
-            return self.rng.choice(leaders)
-        return self.rng.choice(live)
-
-    def fault_operator_kill(self) -> None:
-        assert self.fleet is not None
-        proc = self._pick_operator()
-        if proc is None:
-            return
-        leader = self.is_leader(proc)
-        t = self.fleet.send(proc, signal.SIGKILL)
-        self.faults.append(
-            {"t": t, "kind": "operator-kill", "target": proc.name, "detail": {"leader": leader}}
-        )
-
-    def fault_operator_stop(self) -> None:
-        assert self.fleet is not None
-        proc = self._pick_operator()
-        if proc is None:
-            return
-        leader = self.is_leader(proc)
-        seconds = round(self.rng.uniform(1.0, 2.0 * self.profile.leader_lease), 2)
-        t = self.fleet.send(proc, signal.SIGSTOP)
-        detail: dict[str, Any] = {"leader": leader, "seconds": seconds}
-        self.faults.append({"t": t, "kind": "operator-stop", "target": proc.name, "detail": detail})
-
-        def resume() -> None:
-            detail["continued"] = self.fleet.send(proc, signal.SIGCONT)  # type: ignore[union-attr]
-
-        self.later(seconds, "continue", resume)
-
-    def fault_stale_write(self) -> None:
-        """A careless client: a status write without resourceVersion to a job it does not hold.
-        The API server must refuse it (422), whoever sends it:
-
-        - `forge-complete`, `forge-renew`: presenting a token whose lease is over, to a job
-          leased again since (a zombie);
-        - `steal`, `blind-renew`: to a leased job, a new lease in place of the current one, or a
-          renewal with a token that was never issued;
-        - `rewrite-result`, `reopen`: changing a Succeeded job's result, a Failed job's phase.
-        """
-        assert self.recorder is not None and self.api is not None
-        current = self.recorder.current()
-        kinds: dict[str, list[str]] = {"stale": [], "leased": [], "Succeeded": [], "Failed": []}
-        for name, obj in current.items():
-            status = obj["status"]
-            phase = status.get("phase") or "Queued"
-            if phase == "Leased":
-                kinds["leased"].append(name)
-                if len(self.recorder.tokens(name)) > 1:
-                    kinds["stale"].append(name)
-            elif phase in ("Succeeded", "Failed"):
-                kinds[phase].append(name)
-        weights = {"stale": 4, "leased": 3, "Succeeded": 1.5, "Failed": 1.5}
-        choices = [k for k in kinds if kinds[k]]
-        if not choices:
-            return
-        kind = self.rng.choices(choices, [weights[k] for k in choices])[0]
-        name = self.rng.choice(sorted(kinds[kind]))
-        status = current[name]["status"]
-        self.probes += 1
-        probe = f"probe-{self.probes}"
-        now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-        fresh = f"{self.rng.getrandbits(128):032x}"
-        body: dict[str, Any]
-        if kind == "stale":
-            lease = status.get("lease") or {}
-            stale = sorted(
-                (t, seen)
-                for t, seen in self.recorder.tokens(name).items()
-                if t != lease.get("token")
-            )
-            if not stale:
-                return
-            token, seen = self.rng.choice(stale)
-            if self.rng.random() < 0.5:
-                variant = "forge-complete"
-                body = {
-                    "phase": "Succeeded",
-                    "lease": None,
-                    "fence": f"{token}/{probe}",
-                    "result": {
-                        "configMap": f"{FORGED}{self.probes}",
-                        "token": token,
-                        "attempt": seen["attempt"],
-                        "worker": seen["lease"]["holder"],
-                    },
-                }
-            else:
-                variant = "forge-renew"
-                body = {"fence": f"{token}/{probe}", "lease": {"renewTime": now}}
-        elif kind == "leased":
-            if self.rng.random() < 0.5:
-                variant = "steal"
-                body = {
-                    "lease": {
-                        "holder": CARELESS,
-                        "token": fresh,
-                        "acquireTime": now,
-                        "renewTime": now,
-                        "durationSeconds": 60,
-                    },
-                    "fence": f"{fresh}/{probe}",
-                    "attempts": int(status.get("attempts") or 0) + 1,
-                }
-            else:
-                variant = "blind-renew"
-                body = {"fence": f"{fresh}/{probe}", "lease": {"renewTime": now}}
-        elif kind == "Succeeded":
-            variant = "rewrite-result"
-            body = {"result": {"configMap": f"{FORGED}{self.probes}"}}
-        else:
-            variant = "reopen"
-            body = {"phase": "Queued", "fence": f"{fresh}/{probe}"}
-        outcome, rule = self._probe(name, body)
-        self.fault("stale-write", name, variant=variant, outcome=outcome, rule=rule, patch=body)
-
-    def _probe(self, name: str, status: dict[str, Any]) -> tuple[str, str | None]:
-        assert self.api is not None
-        custom = client.CustomObjectsApi(self.api)
-        try:
-            custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                NAMESPACE,
-                JOB_PLURAL,
-                name,
-                {"status": status},
-                _content_type=MERGE_PATCH,
-                _request_timeout=3,
-            )
-        except ApiException as e:
-            if e.status == 422:
-                return "refused", _rule(e)
-            return f"unknown: {e.status}", None
-        except Exception as e:  # the API server is restarting
-            return f"unknown: {type(e).__name__}", None
-        return "accepted", None
+        return writable(self.api, NAMESPACE)
 
     @property
     def restarting(self) -> bool:
         return self.servers is not None and self.servers.busy
 
     def restart_server(self, name: str) -> None:
-        assert self.servers is not None
+        assert self.servers is not None and self.injector is not None
         sig = self.rng.choice([signal.SIGKILL, signal.SIGTERM])
-        record = self.fault("control-plane-restart", name, signal=sig.name)
+        record = self.injector.note("control-plane-restart", name, {"signal": sig.name})
         self.servers.restart(name, sig, record["detail"])
 
     # -- submissions -------------------------------------------------------------------------
@@ -702,7 +261,7 @@ class Chaos:
     # -- drain and the end -------------------------------------------------------------------
 
     def drain(self, pending: list[Any], say: Callable[[str], None]) -> None:
-        assert self.fleet is not None
+        assert self.fleet is not None and self.api is not None
         for proc in self.fleet.procs:
             if proc.alive and proc.frozen:
                 self.fleet.send(proc, signal.SIGCONT)
@@ -721,7 +280,7 @@ class Chaos:
             now = time.time()
             if now - last_check > 1.0 and not self.restarting:
                 last_check = now
-                if not pending and self.all_ended():
+                if not pending and all_ended(self.api, NAMESPACE, self.expected):
                     self.drained = now
                     break
             if now - last_say > 15:
@@ -733,108 +292,28 @@ class Chaos:
             p = self.profile
             self.converged = self.wait_converged(timeout=p.reconcile_interval + 4 * p.tick_seconds)
 
-    def _list(self, plural: str) -> list[dict[str, Any]]:
-        assert self.api is not None
-        out = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
-            GROUP, VERSION, NAMESPACE, plural, _request_timeout=10
-        )
-        items: list[dict[str, Any]] = out.get("items") or []
-        return items
-
-    def all_ended(self) -> bool:
-        try:
-            jobs = {o["metadata"]["name"]: o for o in self._list(JOB_PLURAL)}
-        except Exception:
-            return False
-        return all(
-            name in jobs
-            and (jobs[name].get("status") or {}).get("phase")
-            in ("Succeeded", "Failed", "Cancelled")
-            for name in self.expected
-        )
-
     def wait_converged(self, timeout: float) -> float | None:
         """Until every Batch item shows its job's phase, or `timeout`; returns when (wall
         time), None if they did not."""
-        from recall.models import ITEM_PHASE_OF_JOB, BatchStatus, Phase
-        from recall.projection import CODES, stored_phases
-
+        assert self.api is not None
         deadline = time.time() + timeout
         while time.time() < deadline:
             self.housekeeping()
             try:
-                jobs = {o["metadata"]["name"]: o for o in self._list(JOB_PLURAL)}
-                batches = self._list(BATCH_PLURAL)
+                listed = list_objects(self.api, NAMESPACE, JOB_PLURAL)
+                jobs = {o["metadata"]["name"]: o for o in listed}
+                batches = list_objects(self.api, NAMESPACE, BATCH_PLURAL)
             except Exception:
                 time.sleep(0.2)
                 continue
-            ok = True
-            for b in batches:
-                items = b["spec"].get("items") or []
-                status = BatchStatus.model_validate(b.get("status") or {})
-                codes = stored_phases(status, len(items))
-                for i, item in enumerate(items):
-                    job = jobs.get(job_name(b["metadata"]["name"], item["key"]))
-                    phase = Phase((job or {}).get("status", {}).get("phase") or "Queued")
-                    if status.counts is None or CODES[codes[i]] != ITEM_PHASE_OF_JOB[phase]:
-                        ok = False
-            if ok:
+            if converged(jobs, batches):
                 return time.time()
             time.sleep(0.2)
         return None
 
     def final_state(self) -> Final:
         assert self.api is not None
-        final = Final()
-        for attempt in range(20):
-            try:
-                final.jobs = {o["metadata"]["name"]: compact(o) for o in self._list(JOB_PLURAL)}
-                final.batches = self._list(BATCH_PLURAL)
-                final.config_maps, final.chunk_maps = self._transcripts(final.jobs)
-                return final
-            except Exception:
-                time.sleep(0.5 * (attempt + 1))
-        raise RuntimeError("the final state could not be read: the API server does not answer")
-
-    def _transcripts(
-        self, jobs: dict[str, dict[str, Any]]
-    ) -> tuple[dict[str, dict[str, str]], list[str]]:
-        """The accepted results' transcripts read back (as `segments.json`: start and text of
-        each segment), and the names of the transcript ConfigMaps that neither a result nor the
-        checkpoint of an unfinished job references."""
-        assert self.api is not None
-        store = KubeStore(self.api, timeout=20)
-        listed = store.list_config_maps(NAMESPACE, LABEL_KIND)
-        by_name = {cm.name: cm for cm in listed}
-        transcripts: dict[str, dict[str, str]] = {}
-        referenced: set[str] = set()
-        for job in jobs.values():
-            status = job.get("status") or {}
-            checkpoint = (status.get("progress") or {}).get("checkpoint")
-            if checkpoint and status.get("phase") in ("Queued", "Leased"):
-                # A checkpoint a later attempt resumes from: referenced, not left over.
-                full = store.get_config_map(NAMESPACE, checkpoint)
-                if full is not None:
-                    referenced |= references(checkpoint, {checkpoint: full}) or set()
-            name = (status.get("result") or {}).get("configMap")
-            if not name:
-                continue
-            full = store.get_config_map(NAMESPACE, name)
-            if full is not None:
-                referenced |= references(name, {name: full}) or set()
-            try:
-                read = TranscriptStore(store).load_transcript(NAMESPACE, name)
-            except LookupError as e:
-                transcripts[name] = {"error": str(e)}
-                continue
-            if read is not None:
-                segments = [{"start": g.start, "text": g.text} for g in read.segments]
-                transcripts[name] = {"segments.json": json.dumps(segments)}
-        manifests = {n for n, cm in by_name.items() if cm.labels.get(LABEL_KIND) == MANIFEST}
-        for name in manifests - referenced:
-            transcripts.setdefault(name, {})  # an orphan manifest
-        left = sorted(n for n in by_name if n not in referenced and n not in manifests)
-        return transcripts, left
+        return read_final(self.api, NAMESPACE)
 
     def history(self, final: Final) -> History:
         """Everything recorded, with the final state: saved in the work directory, and loaded

@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from recall.fanout import job_name
 from recall.models import API_VERSION
 
 # Kinds of single jobs and how the simulated engine treats them.
@@ -179,3 +180,17 @@ def plan_workload(profile: Profile, rng: random.Random) -> list[Wave]:
     for wave in waves:
         rng.shuffle(wave.submissions)
     return waves
+
+
+def expected_jobs(waves: list[Wave]) -> dict[str, str]:
+    """Every job the waves submit (a Batch's items included) -> its kind."""
+    expected: dict[str, str] = {}
+    for wave in waves:
+        for sub in wave.submissions:
+            kind = sub.manifest["metadata"]["labels"][KIND_LABEL]
+            if sub.kind == "Batch":
+                for item in sub.manifest["spec"]["items"]:
+                    expected[job_name(sub.name, item["key"])] = kind
+            else:
+                expected[sub.name] = kind
+    return expected
