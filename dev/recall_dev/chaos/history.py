@@ -154,6 +154,7 @@ class History:
     seconds: float = 0.0  # the whole run, start-up and checks included
     batches: dict[str, JobHistory] = field(default_factory=dict)  # Batch status versions
     converged: float | None = None  # when every item showed its job's phase at the end
+    slack: float = 0.0  # seconds added to the kill -> Queued bound (see Profile.reclaim_slack)
 
     def events(self, name: str) -> list[LogEvent]:
         return [e for e in self.logs if e.event == name]
@@ -278,6 +279,7 @@ def save_run(h: History, workdir: Path) -> None:
         "profile": h.profile,
         "seconds": h.seconds,
         "converged": h.converged,
+        "slack": h.slack,
     }
     (workdir / RUN_FILE).write_text(json.dumps(run))
     (workdir / "faults.jsonl").write_text(
@@ -322,4 +324,5 @@ def load(workdir: Path) -> History:
         seconds=run.get("seconds", 0.0),
         batches=load_versions(workdir / "batches.jsonl")[0],
         converged=run.get("converged"),
+        slack=run.get("slack", 0.0),
     )

@@ -67,7 +67,7 @@ def _kill_text(h: History, verdict: Verdict) -> str:
     s = verdict.stats
     kill = s.get("max_kill_to_queued")
     text = (
-        f"{kill.delay:.2f} s (lease {kill.lease:g} s, bound lease + {2 * h.tick:g} s; "
+        f"{kill.delay:.2f} s (lease {kill.lease:g} s, bound lease + {2 * h.tick + h.slack:g} s; "
         f"{s.get('kill_samples', 0)} kills)"
         if kill is not None
         else "n/a (no kill of a lease holder while the operator was up)"
@@ -77,7 +77,7 @@ def _kill_text(h: History, verdict: Verdict) -> str:
         text += (
             f"; {disrupted:.2f} s when the operator or the control plane was down meanwhile "
             f"({s.get('kill_samples_disrupted', 0)} kills, bound lease + "
-            f"{2 * h.tick:g} s after it was back)"
+            f"{2 * h.tick + h.slack:g} s after it was back)"
         )
     return text
 

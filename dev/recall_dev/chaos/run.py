@@ -342,6 +342,7 @@ class Chaos:
             drained=self.drained,
             tick=self.profile.tick_seconds,
             converged=self.converged,
+            slack=self.profile.reclaim_slack,
             seed=self.seed,
             profile=self.profile.name,
             seconds=time.time() - self.created,

@@ -25,13 +25,9 @@ from tests.e2e.pods.conftest import CHART, NAMESPACE, PodCluster
 from tests.helpers import get_batch, get_job, job_phase, wait_for
 
 # The first test also waits for the image build and the node (and for another run's node).
-# One node per machine: with pytest-xdist every pod test runs in the same worker process.
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.slow,
-    pytest.mark.timeout(1800),
-    pytest.mark.xdist_group("node"),
-]
+# One node per machine: `make test` distributes tests by file (pytest-xdist's loadfile), so
+# every pod test runs in the same worker process, in this order.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 MAX_WER = 0.3
 SHORT = {f"s{i}": [speech.SENTENCES[i]] for i in range(3)}

@@ -83,7 +83,7 @@ def disruptions(h: History) -> list[tuple[float, float]]:
 def check_kills(h: History, verdict: Verdict) -> None:
     """10 on every lease a killed (or crashed) worker held; each is a kill sample."""
     down = disruptions(h)
-    two_ticks = 2 * h.tick
+    two_ticks = 2 * h.tick + h.slack
     for f in h.faults:
         if f.kind not in ("worker-kill", "worker-crash"):
             continue
