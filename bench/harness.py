@@ -71,7 +71,10 @@ def usage(pid: int) -> Usage:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines()
         if ":" in line
     )
-    kib = lambda name: int(fields.get(name, "0 kB").split()[0])  # noqa: E731
+
+    def kib(name: str) -> int:
+        return int(fields.get(name, "0 kB").split()[0])
+
     return Usage(round(cpu, 2), round(kib("VmRSS") / 1024, 1), round(kib("VmHWM") / 1024, 1))
 
 

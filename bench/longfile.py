@@ -79,16 +79,16 @@ def encode_mp3(samples: np.ndarray[Any, Any]) -> bytes:
     options = {"write_xing": "0", "id3v2_version": "0", "write_id3v1": "0"}
     with av.open(buffer, "w", format="mp3", options=options) as out:
         stream = out.add_stream("libmp3lame", rate=RATE, layout="mono")
-        stream.bit_rate = BITRATE  # type: ignore[union-attr]
+        stream.bit_rate = BITRATE
         for i in range(0, len(samples), 1152):
             frame = av.AudioFrame.from_ndarray(
                 np.ascontiguousarray(samples[None, i : i + 1152]), format="fltp", layout="mono"
             )
             frame.sample_rate = RATE
             frame.pts = i
-            for packet in stream.encode(frame):  # type: ignore[union-attr]
+            for packet in stream.encode(frame):
                 out.mux(packet)
-        for packet in stream.encode(None):  # type: ignore[union-attr]
+        for packet in stream.encode(None):
             out.mux(packet)
     return buffer.getvalue()
 
@@ -141,7 +141,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     engine_spec: dict[str, Any] = {"name": settings.engine}
     if spec["engine"] == "simulated":
         engine_spec["simulate"] = {"chunkDelaySeconds": 0}
-    manifest = {
+    manifest: dict[str, Any] = {
         "apiVersion": "recall.dev/v1alpha1",
         "kind": "TranscriptionJob",
         "metadata": {"name": "long"},
@@ -197,6 +197,7 @@ def sizes(store: Any, name: str) -> dict[str, Any]:
     segments: list[Any] = []
     legacy_chunks: dict[str, str] = {}
     for ref in manifest.shards:
+        assert ref.end is not None, f"{ref.name} is still open in a complete transcript"
         data = store.get_config_map("default", ref.name).data
         stored.append(data_bytes(data))
         for i in range(ref.first, ref.end):
@@ -242,6 +243,7 @@ def resume_probe(store: Any, url: str, media_options: Any) -> dict[str, Any]:
 
     manifest = Manifest.from_data(store.get_config_map("default", "long-a1").data)
     total = manifest.shards[-1].end
+    assert total is not None, "the last shard is still open in a complete transcript"
     index = int(total * 0.9)
     ref = next(s for s in manifest.shards if s.first <= index < (s.end or 0))
     record = Record.decode(store.get_config_map("default", ref.name).data[record_key(index)])

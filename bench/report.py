@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.compare import Figures
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
@@ -239,8 +242,8 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
             ],
             rows,
         )
-    compared = results.get("compare") or {}
-    mine = results.get("versus") or {}
+    compared: dict[str, Figures] = results.get("compare") or {}
+    mine: Figures | None = results.get("versus")
     if compared and not _error(compared) and mine and not _error(mine):
         from bench.compare import render_markdown
 

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from recall.models import API_VERSION, GROUP, VERSION, TranscriptionJob
-from recall.store.kube import KubeStore as Kube
+from recall.store.kube import KubeStore
+
+Kube = KubeStore  # the name the tests use for the store on a real API server
 
 T = TypeVar("T")
 
@@ -82,7 +84,7 @@ def list_jobs(kube: Kube, namespace: str) -> list[TranscriptionJob]:
 
 def read_events(path: Path) -> list[dict[str, Any]]:
     """JSON log lines of a process (non-JSON lines are skipped)."""
-    out = []
+    out: list[dict[str, Any]] = []
     if not path.exists():
         return out
     for line in path.read_text(errors="replace").splitlines():

@@ -9,7 +9,16 @@ from typing import Any
 
 import pytest
 
-from recall.models import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION, ItemPhase, Phase
+from recall.models import (
+    BATCH_PLURAL,
+    GROUP,
+    JOB_PLURAL,
+    VERSION,
+    BatchStatus,
+    ItemPhase,
+    Phase,
+    TranscriptionJob,
+)
 from recall.store.kube import MERGE_PATCH
 from recall.store.kube import KubeStore as Kube
 from recall_dev.cluster import free_port
@@ -47,7 +56,7 @@ def worker(
 
 
 def batch_complete(kube: Kube, ns: str, name: str) -> bool:
-    status = get_batch(kube, ns, name).status
+    status: BatchStatus = get_batch(kube, ns, name).status
     return status.complete
 
 
@@ -426,21 +435,18 @@ def test_projection__coalesces_a_burst_of_job_changes(
     def claim(part: list[Any]) -> None:
         for job in part:
             token = lease_core.new_token()
-            result = fenced_write(
-                kube,
-                namespace,
-                job.name,
-                lambda j, t=token: lease_core.claim(
+
+            def transition(j: TranscriptionJob, t: str = token) -> lease_core.Decision:
+                return lease_core.claim(
                     j.status,
                     dt.datetime.now(dt.UTC),
                     "burst",
                     t,
                     lease_seconds=300,
                     budget=Budget(5, 10),
-                ),
-                known=job,
-                action="claim",
-            )
+                )
+
+            result = fenced_write(kube, namespace, job.name, transition, known=job, action="claim")
             written.append(result.applied)
 
     threads = [threading.Thread(target=claim, args=(jobs[i::10],)) for i in range(10)]
@@ -452,7 +458,7 @@ def test_projection__coalesces_a_burst_of_job_changes(
     burst = time.monotonic() - started
     assert sum(written) == 100
     wait_for(
-        lambda: get_batch(kube, namespace, "burst").status.counts.transcribing == 100,  # type: ignore[union-attr]
+        lambda: get_batch(kube, namespace, "burst").status.counts.transcribing == 100,
         timeout=20,
         message=procs.dump,
     )
@@ -507,7 +513,8 @@ def test_observability__metrics_and_liveness_endpoints(
             with urllib.request.urlopen(
                 f"http://127.0.0.1:{liveness_port}/healthz", timeout=2
             ) as r:
-                return r.status == 200
+                status: int = r.status  # urlopen's answer is typed Any
+                return status == 200
         except OSError:
             return False
 

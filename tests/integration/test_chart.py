@@ -28,7 +28,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from recall.models import BATCH_PLURAL, GROUP, VERSION, Phase
+from recall.models import BATCH_PLURAL, GROUP, VERSION, BatchStatus, Phase
 from recall.store.kube import KubeStore as Kube
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, get_batch, list_jobs, wait_for
@@ -595,7 +595,7 @@ def test_chart_service_accounts__operator_and_two_workers_complete_a_batch(
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BATCH_PLURAL, batch)
 
     def complete() -> bool:
-        status = get_batch(kube, namespace, name).status
+        status: BatchStatus = get_batch(kube, namespace, name).status
         return status.complete
 
     wait_for(complete, timeout=60, interval=0.2, message=procs.dump)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ def test_least_privilege_worker__does_its_job_and_nothing_more(
     as_worker = client.CustomObjectsApi(
         service_account_client(api, control_plane, namespace, "worker")
     )
-    forbidden = {
+    forbidden: dict[str, Callable[[], object]] = {
         "change a job's spec": lambda: as_worker.patch_namespaced_custom_object(
             GROUP,
             VERSION,

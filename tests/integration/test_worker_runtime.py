@@ -104,14 +104,12 @@ def test_sigterm__releases_the_lease_after_grace_and_exits_zero(
 ) -> None:
     create_job(kube, namespace, "slow", lease=10, simulate={"chunks": 30, "chunkDelaySeconds": 1})
     w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--grace", "1")
-    wait_for(
-        lambda: (
-            (get_job(kube, namespace, "slow").status.progress or None)
-            and get_job(kube, namespace, "slow").status.progress.chunks_done >= 1
-        ),  # type: ignore[union-attr]
-        timeout=20,
-        message=procs.dump,
-    )
+
+    def working() -> bool:
+        progress = get_job(kube, namespace, "slow").status.progress
+        return progress is not None and progress.chunks_done >= 1
+
+    wait_for(working, timeout=20, message=procs.dump)
     sent = time.monotonic()
     w.signal(signal.SIGTERM)
     wait_for(

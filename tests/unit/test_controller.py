@@ -9,6 +9,7 @@ import pytest
 
 from recall import indexes
 from recall.apply import Sole
+from recall.cache import JobRecord
 from recall.holder import LeaseHolder
 from recall.models import ItemPhase, Phase, Result
 from recall.projection import CODES, stored_phases
@@ -317,8 +318,8 @@ def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
     cache = op.controller.cache
     read = cache.batch_jobs
 
-    def stale(key: tuple[str, str]) -> dict:  # type: ignore[type-arg]
-        jobs = read(key)  # the jobs as they were...
+    def stale(batch: tuple[str, str]) -> dict[tuple[str, str], JobRecord]:
+        jobs = read(batch)  # the jobs as they were...
         op.sync()  # ...and a's completion reaches the cache right after
         return jobs
 

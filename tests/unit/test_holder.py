@@ -3,13 +3,15 @@ deadline on an injected clock, a lease lost to a reclaim."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from recall import lease
 from recall.fencing import fenced_write
 from recall.holder import LeaseHolder, LeaseLost
 from recall.lease import Budget
-from recall.models import Phase, Progress, Result
+from recall.models import Phase, Progress, Result, TranscriptionJob
 from recall.observer import LeaseObserver
 from recall.store import Unavailable
 from recall.store.memory import Fault, MemoryStore
@@ -70,9 +72,16 @@ def test_deadline__counts_from_when_the_renewal_was_sent() -> None:
 
     real = store.patch_job_status
 
-    def slow(*args: object, **kw: object) -> object:
+    def slow(
+        namespace: str,
+        name: str,
+        resource_version: str | None,
+        patch: dict[str, Any],
+        *,
+        timeout: float | None = None,
+    ) -> TranscriptionJob:
         clock.advance(5.0)  # the answer takes 5 s to arrive
-        return real(*args, **kw)  # type: ignore[arg-type]
+        return real(namespace, name, resource_version, patch, timeout=timeout)
 
     store.patch_job_status = slow  # type: ignore[method-assign]
     clock.advance(3.0)

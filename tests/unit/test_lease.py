@@ -33,7 +33,7 @@ def leased(holder: str = ME, token: str = TOKEN, attempts: int = 1, **kw: object
         ),
         fence=f"{token}/1",
         attempts=attempts,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 
@@ -137,7 +137,7 @@ EXPECTED: dict[str, dict[str, Phase | RefusalReason]] = {
     "new": queued(),
     "queued": queued(),
     "queued-offered": queued(),
-    "queued-backoff": queued(claim=R.BACKOFF, **{"end-backoff": Phase.QUEUED, "offer": R.BACKOFF}),
+    "queued-backoff": queued(claim=R.BACKOFF) | {"end-backoff": Phase.QUEUED, "offer": R.BACKOFF},
     "leased-mine": leased_by(None, None),
     "leased-other-holder": leased_by(R.NOT_HOLDER, R.RENEWED),
     "leased-mine-new-token": leased_by(R.TOKEN_MISMATCH, R.RENEWED),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic_settings import BaseSettings
 
 from recall.settings import OperatorSettings, WorkerSettings
 
@@ -14,7 +15,7 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 @pytest.mark.parametrize(
     ("cls", "prefix"), [(WorkerSettings, "RECALL_WORKER_"), (OperatorSettings, "RECALL_OPERATOR_")]
 )
-def test_readme__documents_every_setting(cls: type, prefix: str) -> None:
+def test_readme__documents_every_setting(cls: type[BaseSettings], prefix: str) -> None:
     missing = [
         f"{prefix}{name.upper()}"
         for name in cls.model_fields

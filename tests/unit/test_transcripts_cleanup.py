@@ -24,7 +24,12 @@ CUTTING = Cutting(chunk_seconds=30.0, snap_seconds=2.0, rate=16_000, source="fil
 
 
 def cm(
-    name: str, attempt: int | None, kind: str, *, shards: list[str] | None = None, **labels: str
+    name: str,
+    attempt: int | None,
+    kind: str,
+    *,
+    shards: list[str] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> ConfigMapData:
     data: dict[str, str] = {}
     if kind == "manifest":
@@ -33,7 +38,7 @@ def cm(
     base = {"recall.dev/job": "talk", LABEL_KIND: kind, LABEL_JOB_UID: UID}
     if attempt is not None:
         base[LABEL_ATTEMPT] = str(attempt)
-    return ConfigMapData(name=name, data=data, labels={**base, **labels})
+    return ConfigMapData(name=name, data=data, labels={**base, **(labels or {})})
 
 
 def job(phase: str, attempts: int, **status: Any) -> TranscriptionJob:
@@ -136,8 +141,8 @@ def test_a_referenced_manifest_missing_from_the_list_names_nothing(view: Transcr
 
 def test_leftovers_of_a_deleted_namesake_are_always_named() -> None:
     other = [
-        cm("talk-a1", 1, "manifest", **{LABEL_JOB_UID: "the-old-job"}),
-        cm("talk-a1-0", 1, "shard", **{LABEL_JOB_UID: "the-old-job"}),
+        cm("talk-a1", 1, "manifest", labels={LABEL_JOB_UID: "the-old-job"}),
+        cm("talk-a1-0", 1, "shard", labels={LABEL_JOB_UID: "the-old-job"}),
     ]
     leased = job("Leased", 1, **LEASE)
     assert unreferenced(leased, other) == ["talk-a1", "talk-a1-0"]
@@ -153,7 +158,7 @@ def test_the_earlier_single_config_map_layout() -> None:
 
 def test_config_maps_of_other_jobs_kinds_or_without_an_attempt_are_never_named() -> None:
     foreign = [
-        cm("other-a1", 1, "manifest", **{"recall.dev/job": "other"}),
+        cm("other-a1", 1, "manifest", labels={"recall.dev/job": "other"}),
         cm("talk-items", 1, "items"),
         cm("talk-a9", None, "manifest"),
     ]

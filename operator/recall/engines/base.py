@@ -29,7 +29,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from recall.models import Model, TranscriptionJob
 
@@ -162,7 +162,7 @@ class Media(abc.ABC):
         rest = (self.estimated_samples or 0) - position
         return done + max(1, math.ceil(rest / self.cutting.chunk_samples))
 
-    def __enter__(self) -> Media:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

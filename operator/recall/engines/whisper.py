@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recall import log
-from recall.audio import MediaOptions, load_job_media
-from recall.engines.base import Chunk, EngineError, Media, Segment, primary_language
+from recall.audio import AudioMedia, MediaOptions, load_job_media
+from recall.engines.base import Chunk, EngineError, Segment, primary_language
 
 if TYPE_CHECKING:
     from recall.models import TranscriptionJob
@@ -140,7 +140,7 @@ class WhisperEngine:
     def label(self) -> str:
         return f"whisper/{resolve_model(self.model)[1]}"
 
-    def load_media(self, job: TranscriptionJob) -> Media:
+    def load_media(self, job: TranscriptionJob) -> AudioMedia:
         return load_job_media(job, self.media)
 
     def transcribe(

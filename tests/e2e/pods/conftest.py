@@ -25,6 +25,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -70,13 +71,13 @@ class PodCluster:
     def helm(self, *args: str) -> str:
         return self.run("helm", *args, "--namespace", NAMESPACE).stdout
 
-    def pods(self, component: str) -> list[dict[str, object]]:
+    def pods(self, component: str) -> list[dict[str, Any]]:
         """The pods of one chart component (operator or worker), running or not."""
         out = self.kubectl(
             "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/component={component}",
             "-o", "json",
         )  # fmt: skip
-        items: list[dict[str, object]] = json.loads(out)["items"]
+        items: list[dict[str, Any]] = json.loads(out)["items"]
         return items
 
 

@@ -207,7 +207,7 @@ def test_batch_of_speech__completes_through_whisper_pods_with_right_transcripts(
     submit(kube, "speech", {key: key for key in SHORT})
     batch = wait_complete(kube, "speech", timeout=300)
     assert batch.status.counts.completed == len(SHORT)
-    workers = {p["metadata"]["name"] for p in cluster.pods("worker")}  # type: ignore[index]
+    workers = {p["metadata"]["name"] for p in cluster.pods("worker")}
     for key in SHORT:
         job = get_job(kube, NAMESPACE, job_name("speech", key))
         assert job.status.phase == Phase.SUCCEEDED
@@ -304,7 +304,7 @@ def test_active_operator_deleted__the_other_replica_takes_over(
 def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
     cluster: PodCluster, kube: Kube, up: dict[str, str]
 ) -> None:
-    old = {p["metadata"]["name"] for p in cluster.pods("worker")}  # type: ignore[index]
+    old = {p["metadata"]["name"] for p in cluster.pods("worker")}
     items = {"long": "long-1", "a": "s0", "b": "s1", "c": "s2"}
     submit(kube, "rollout", items)
     wait_for(
@@ -322,9 +322,9 @@ def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
     assert batch.status.counts.completed == len(items)
     assert not batch.status.counts.failed
     new = {
-        p["metadata"]["name"]  # type: ignore[index]
+        p["metadata"]["name"]
         for p in cluster.pods("worker")
-        if not p["metadata"].get("deletionTimestamp")  # type: ignore[union-attr]
+        if not p["metadata"].get("deletionTimestamp")
     }
     assert new and not new & old, f"the workers were not replaced: {old} → {new}"
     for key in items:
@@ -333,9 +333,13 @@ def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
         assert status.phase == Phase.SUCCEEDED
         assert status.expired_leases == 0, f"{name} needed a reclaim during the roll"
         assert status.result is not None
+
         # One accepted transcript; whatever an interrupted attempt wrote is removed.
+        def only_accepted(job: str = name, accepted: str = status.result.config_map) -> bool:
+            return manifests(kube, job) == [accepted]
+
         wait_for(
-            lambda job=name, accepted=status.result.config_map: manifests(kube, job) == [accepted],
+            only_accepted,
             timeout=90, interval=1,
             message=f"{name}: only the accepted transcript manifest {status.result.config_map}",
         )  # fmt: skip
