@@ -2,9 +2,8 @@
 drained by simulated workers: no object near etcd's limit, a Batch status of a few kilobytes,
 the CLI and kopf's own annotation unaffected by the size.
 
-3,000 items here (three times what one Batch object could list inline before; about four
-minutes on two cores); `RECALL_BIG_ITEMS` sets another size, and `make bench` runs 10,000 and
-100,000."""
+10,000 items here (about six minutes on two cores beside the other tests); `RECALL_BIG_ITEMS`
+sets another size, and `make bench` runs 10,000 and 100,000."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from recall.store.kube import KubeStore as Kube
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, get_batch, wait_for
 
-ITEMS = int(os.environ.get("RECALL_BIG_ITEMS", "3000"))
+ITEMS = int(os.environ.get("RECALL_BIG_ITEMS", "10000"))
 WORKERS = 8
 
 
