@@ -22,13 +22,13 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from recall import faults, lease, metrics
 from recall.cache import BatchKey, JobRecord, Marks
 from recall.fanout import job_for_item
 from recall.fencing import Transition, fenced_write
 from recall.items import Item
+from recall.leader import Leadership, Sole
 from recall.models import (
     Batch,
     BatchStatus,
@@ -45,29 +45,6 @@ from recall.store.patch import merge_patch
 
 MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
 CREATE_SECONDS = 0.3  # creating jobs stops after this long in one tick (the loop must turn)
-
-
-class Leadership(Protocol):
-    """Whether this replica may write, and the leader term it writes with (None: the only
-    replica, no leader election)."""
-
-    term: int | None
-
-    def holds(self) -> bool: ...
-
-    def need_term(self, at_least: int) -> None: ...
-
-
-class Sole:
-    """The leadership of an operator that runs without leader election: always, no term."""
-
-    term: int | None = None
-
-    def holds(self) -> bool:
-        return True
-
-    def need_term(self, at_least: int) -> None:
-        del at_least
 
 
 @dataclass

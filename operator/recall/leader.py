@@ -21,7 +21,7 @@ import datetime as dt
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from recall import log
 from recall.holder import Monotonic, boottime
@@ -81,7 +81,32 @@ def decide(
     return Decision({**fresh, "leaseTransitions": transitions}, acquire=True)
 
 
+class Leadership(Protocol):
+    """Whether this replica may write, and the leader term it writes with (None: the only
+    replica, no leader election)."""
+
+    term: int | None
+
+    def holds(self) -> bool: ...
+
+    def need_term(self, at_least: int) -> None: ...
+
+
+class Sole:
+    """The leadership of an operator that runs without leader election: always, no term."""
+
+    term: int | None = None
+
+    def holds(self) -> bool:
+        return True
+
+    def need_term(self, at_least: int) -> None:
+        del at_least
+
+
 class LeaderElector:
+    """Leadership by a coordination.k8s.io Lease (a `Leadership`)."""
+
     def __init__(
         self,
         store: JobStore,

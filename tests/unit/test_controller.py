@@ -8,7 +8,7 @@ import json
 import pytest
 
 from recall import indexes
-from recall.apply import Sole
+from recall.leader import Sole
 from recall.cache import JobRecord
 from recall.holder import LeaseHolder
 from recall.models import ItemPhase, Phase, Result
