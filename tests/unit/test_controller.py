@@ -8,9 +8,9 @@ import json
 import pytest
 
 from recall import indexes
-from recall.leader import Sole
 from recall.cache import JobRecord
 from recall.holder import LeaseHolder
+from recall.leader import Sole
 from recall.models import ItemPhase, Phase, Result
 from recall.projection import CODES, stored_phases
 from recall.store import Conflict, Invalid, Unavailable
