@@ -77,6 +77,50 @@ def plots(results: dict[str, Any], directory: Path) -> list[str]:
     return made
 
 
+def _rows(rows: dict[str, Any]) -> list[str]:
+    """What a user applies, at the sizes that broke earlier versions."""
+    if not rows or _error(rows):
+        return []
+    out = ["## What a user applies", ""]
+    table = []
+    for name, what in (
+        ("inline_1000", "1,000 items, 60-character URLs (inline)"),
+        ("presigned_1000", "1,000 items, ~1,450-character presigned URLs (item lists)"),
+    ):
+        r = rows.get(name) or {}
+        if r:
+            table.append(
+                [
+                    what,
+                    f"{r['object_bytes']:,}",
+                    f"{r['spec_bytes']:,}",
+                    f"{r['status_bytes']:,}",
+                    f"{r['managed_fields_bytes']:,}",
+                    f"{r['kopf_annotation_bytes']:,}",
+                    f"{r['item_lists']} ({r['largest_list_bytes']:,} B)",
+                ]
+            )
+    out += _table(
+        [
+            "Batch",
+            "object (B)",
+            "spec",
+            "status",
+            "managedFields",
+            "kopf annotation",
+            "item lists (largest)",
+        ],
+        table,
+    )
+    big = rows.get("oversized_spec") or {}
+    if big:
+        out += [
+            f"A Batch applied with {big['spec_bytes']:,} bytes of inline items: {big['answer']}",
+            "",
+        ]
+    return out
+
+
 def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
     run = results.get("_run", {})
     lines = [
@@ -98,6 +142,7 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
             + ".",
             "",
         ]
+    lines += _rows(results.get("rows") or {})
     limit = results.get("limit") or {}
     if limit and not _error(limit):
         lines += ["## The API server's limit", ""]

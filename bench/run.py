@@ -6,12 +6,13 @@
 A run of some sections keeps the other sections' figures of the last run (docs/bench/
 results.json), and the report says from when they are.
 
-Sections: limit (raw fenced writes/s), throughput (1, 4, 16, 64 workers; offers and, for the
-comparison of designs, the queue watch), fairness, reclaim (among 10,000 jobs), big (a
-10,000-item Batch), huge (a 100,000-item Batch: about two hours on two cores), versus (recall
-in the comparison's terms), compare (procrastinate and Celery), engine (Whisper's real-time
-factor), longfile (a 10-hour recording). Every section runs even when another fails; the
-failure is recorded in the results.
+Sections: rows (the sizes that broke earlier versions), limit (raw fenced writes/s),
+throughput (1, 4, 16, 64 workers; offers and, for the comparison of designs, the queue watch),
+fairness, reclaim (among 10,000 jobs), big (a 10,000-item Batch), huge (a 100,000-item Batch:
+about two hours on two cores), versus (recall in the comparison's terms), compare
+(procrastinate and Celery), engine (Whisper's real-time factor), longfile (a 10-hour
+recording). Every section runs even when another fails; the failure is recorded in the
+results.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ DOCS = ROOT / "docs"
 OUT = DOCS / "benchmarks.md"
 PLOTS = DOCS / "bench"
 SECTIONS = [
+    "rows",
     "limit",
     "throughput",
     "fairness",
@@ -69,6 +71,10 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
     results: dict[str, Any] = {}
     workers = (1, 4, 16) if quick else (1, 4, 16, 64)
     with environment() as env:
+        if "rows" in only:
+            from bench import rows
+
+            _section(results, "rows", lambda: rows.measure(env))
         if "limit" in only or "throughput" in only or "versus" in only:
             _section(results, "limit", lambda: scale.write_limit(env, seconds=5 if quick else 15))
         limit = float((results.get("limit") or {}).get("limit") or 200.0)
