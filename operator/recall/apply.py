@@ -382,7 +382,9 @@ class Applier:
         except StoreError as e:
             report.errors.append(f"write Batch {batch.name} status: {e.message}")
             return
-        self.written[batch.key] = proj.status
+        # As stored: with the term written (or, without one, the term the server keeps).
+        kept = term if term is not None else stored.status.operator_term
+        self.written[batch.key] = proj.status.model_copy(update={"operator_term": kept})
         self._versions.setdefault(batch.key, deque(maxlen=8)).append(
             stored.metadata.resource_version or ""
         )

@@ -415,3 +415,17 @@ def test_term__a_leader_below_the_stored_term_takes_a_higher_one() -> None:
     op.controller._last_full.clear()
     op.tick()
     assert fresh.wanted == 8
+
+
+def test_term__the_leader_knows_its_own_status_in_a_later_version() -> None:
+    store, _, op = setup(["a"])
+    op.controller.applier.leadership = Term(3)
+    op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.operator_term == 3
+    # Another version of the Batch (another client changed its metadata) with our status.
+    meta = batch.metadata.model_copy(update={"resource_version": "9999"})
+    newer = batch.model_copy(update={"metadata": meta})
+    assert op.controller.applier.observe(newer) is False
+    stale = batch.status.model_copy(update={"completed_indexes": "0", "queued_indexes": None})
+    assert op.controller.applier.observe(newer.model_copy(update={"status": stale})) is True
