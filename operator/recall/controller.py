@@ -182,9 +182,10 @@ class Controller:
                 self.applier.apply_jobs(plan, self.now(), mono, uncovered)
                 reports.append(uncovered)
         # One budget for creating jobs in this tick, shared by every Batch: a fan-out never
-        # holds the next Batch's reclaims back by more than CREATE_SECONDS.
+        # holds the next Batch's reclaims back by more than CREATE_SECONDS. Smaller Batches
+        # come first, so a small one submitted behind a big fan-out starts at once.
         self._create_until = time.monotonic() + CREATE_SECONDS
-        for key, batch in batches.items():
+        for key, batch in sorted(batches.items(), key=lambda kv: self._size_hint(kv[1])):
             full = self._full_due(batch, mono)
             if batch.status.complete and not full and key not in dirty and key not in watched:
                 continue
@@ -248,6 +249,13 @@ class Controller:
                 self.cache.cleanup.add(key)  # next tick
                 _log.warning("cleanup_failed", job=key[1], error=e.message[:200])
         return deleted
+
+    def _size_hint(self, batch: Batch) -> float:
+        """How many items `batch` has, as far as known without reading its lists."""
+        known = self._resolved.get(batch.key)
+        if known is not None and known.generation == (batch.metadata.generation or 0):
+            return len(known.items)
+        return float("inf") if batch.spec.items_from else len(batch.spec.items)
 
     def _full_due(self, batch: Batch, mono: float) -> bool:
         last = self._last_full.get(batch.key)

@@ -429,3 +429,15 @@ def test_term__the_leader_knows_its_own_status_in_a_later_version() -> None:
     assert op.controller.applier.observe(newer) is False
     stale = batch.status.model_copy(update={"completed_indexes": "0", "queued_indexes": None})
     assert op.controller.applier.observe(newer.model_copy(update={"status": stale})) is True
+
+
+def test_fan_out__a_small_batch_goes_before_a_big_one_in_the_tick() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_batch(NS, batch_manifest("big", [f"i{i}" for i in range(50)]))
+    store.create_batch(NS, batch_manifest("small", ["a", "b"]))
+    op = Operator(store, clock)
+    op.sync()
+    reports = op.controller.run_once()
+    # One create budget per tick is shared: the small Batch must not wait for the big fan-out.
+    assert [r.batch[1] for r in reports if r.batch] == ["small", "big"]
+    assert reports[0].created == ["small-a", "small-b"]
