@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -94,18 +95,20 @@ class Applier:
         self.leadership: Leadership = leadership or Sole()
         self.written: dict[BatchKey, BatchStatus] = {}
         self._versions: dict[BatchKey, deque[str]] = {}  # resourceVersions of our own writes
+        self._lock = threading.Lock()  # `written` and `_versions`: kopf's thread reads them
 
     def observe(self, batch: Batch) -> bool:
         """A Batch as the watch delivered it. True when its status was written by someone else
         (another replica that thought it led): what this one wrote is then forgotten."""
-        ours = self._versions.get(batch.key, ())
-        written = self.written.get(batch.key)
-        if written is None or batch.metadata.resource_version in ours:
-            return False
-        if batch.status.to_api() == written.to_api():
-            return False
-        self.forget(batch.key)
-        return True
+        with self._lock:
+            ours = self._versions.get(batch.key, ())
+            written = self.written.get(batch.key)
+            if written is None or batch.metadata.resource_version in ours:
+                return False
+            if batch.status.to_api() == written.to_api():
+                return False
+            self._forget(batch.key)
+            return True
 
     def offer(self, record: JobRecord, worker: str) -> bool:
         """Offer a claimable job to `worker`: one write, guarded by the version it was chosen
@@ -310,6 +313,10 @@ class Applier:
 
     def forget(self, key: BatchKey | None = None) -> None:
         """Drop what was written (for one Batch, or all after a change of leader)."""
+        with self._lock:
+            self._forget(key)
+
+    def _forget(self, key: BatchKey | None = None) -> None:
         if key is None:
             self.written.clear()
             self._versions.clear()
@@ -351,12 +358,20 @@ class Applier:
             recreated=recreated,
             invalid=invalid,
         )
-        if not merge_patch(base.to_api(), proj.status.to_api()):
+        term = self.leadership.term
+        # What the server would hold after the write: the term written, or (the only replica,
+        # no term) whatever term is stored.
+        status = proj.status.model_copy(
+            update={"operator_term": base.operator_term if term is None else term}
+        )
+        if not merge_patch(base.to_api(), status.to_api()):
             marks.clear(batch.key, upto)
             return
-        body = proj.status.to_api()
+        body = status.to_api()
         for name, info in BatchStatus.model_fields.items():
             body.setdefault(info.alias or name, None)
+        if term is None:
+            body.pop("operatorTerm", None)  # keep whatever is stored
         done_before = base.counts.completed if base.counts else 0
         done_now = proj.status.counts.completed if proj.status.counts else 0
         faults.hit("operator-before-projection", completing=done_now > done_before)
@@ -364,30 +379,27 @@ class Applier:
         if not self.leadership.holds():
             report.errors.append(f"write Batch {batch.name} status: not leading")
             return
-        term = self.leadership.term
-        if term is None:
-            body.pop("operatorTerm", None)  # the only replica: keep whatever is stored
-        else:
-            body["operatorTerm"] = term
-        try:
-            stored = self.store.patch_batch_status(batch.namespace, batch.name, None, body)
-        except Invalid as e:
-            report.errors.append(f"write Batch {batch.name} status: {e.message}")
-            if "operatorTerm" in e.message:
-                self._term_refused(batch)
-            return
-        except NotFound:
-            self.forget(batch.key)
-            return
-        except StoreError as e:
-            report.errors.append(f"write Batch {batch.name} status: {e.message}")
-            return
-        # As stored: with the term written (or, without one, the term the server keeps).
-        kept = term if term is not None else stored.status.operator_term
-        self.written[batch.key] = proj.status.model_copy(update={"operator_term": kept})
-        self._versions.setdefault(batch.key, deque(maxlen=8)).append(
-            stored.metadata.resource_version or ""
-        )
+        # A freeze here (after the check, before the write lands) is what the term is for.
+        faults.pause("operator-pause-before-status-write", batch=batch.name)
+        with self._lock:  # `observe` must see this write recorded, or not yet sent
+            try:
+                stored = self.store.patch_batch_status(batch.namespace, batch.name, None, body)
+            except Invalid as e:
+                report.errors.append(f"write Batch {batch.name} status: {e.message}")
+                if "operatorTerm" in e.message:
+                    self._term_refused(batch)
+                return
+            except NotFound:
+                self._forget(batch.key)
+                return
+            except StoreError as e:
+                report.errors.append(f"write Batch {batch.name} status: {e.message}")
+                return
+            kept = term if term is not None else stored.status.operator_term
+            self.written[batch.key] = status.model_copy(update={"operator_term": kept})
+            versions = self._versions.setdefault(batch.key, deque(maxlen=8))
+            if stored.metadata.resource_version not in versions:
+                versions.append(stored.metadata.resource_version or "")
         marks.clear(batch.key, upto)
         report.status_written = True
         metrics.BATCH_WRITES.inc()
@@ -395,8 +407,9 @@ class Applier:
 
     def _term_refused(self, batch: Batch) -> None:
         """Our term is older than the stored one. A replica that lost the lead stops here; a
-        leader (the Lease was made again and its count restarted) takes a higher term."""
-        self.forget(batch.key)
+        leader (the Lease was made again and its count restarted) takes a higher term. Called
+        with the lock held."""
+        self._forget(batch.key)
         with contextlib.suppress(StoreError):
             fresh = self.store.get_batch(batch.namespace, batch.name)
             stored = fresh.status.operator_term if fresh is not None else None

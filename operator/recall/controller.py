@@ -88,6 +88,9 @@ class Controller:
         self._last_tick = float("-inf")
         self._was_leading = False
         self._create_until = float("inf")
+        self._ticks = 0
+        # Batches the create budget left with jobs to create, and the tick it first did
+        self._short: dict[BatchKey, int] = {}
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -107,6 +110,7 @@ class Controller:
             self._resolved.pop(key, None)
             self._last_full.pop(key, None)
             self._last_projection.pop(key, None)
+            self._short.pop(key, None)
         self.applier.forget(key)
 
     def wake(self) -> None:
@@ -183,9 +187,15 @@ class Controller:
                 reports.append(uncovered)
         # One budget for creating jobs in this tick, shared by every Batch: a fan-out never
         # holds the next Batch's reclaims back by more than CREATE_SECONDS. Smaller Batches
-        # come first, so a small one submitted behind a big fan-out starts at once.
+        # come first, so a small one submitted behind a big fan-out starts at once; every
+        # other tick, Batches the budget left with jobs to create go first, the longest
+        # waiting first, so a stream of small Batches cannot starve a big fan-out.
         self._create_until = time.monotonic() + CREATE_SECONDS
-        for key, batch in sorted(batches.items(), key=lambda kv: self._size_hint(kv[1])):
+        order = sorted(batches.items(), key=lambda kv: self._size_hint(kv[1]))
+        self._ticks += 1
+        if self._ticks % 2 == 0:
+            order.sort(key=lambda kv: self._short.get(kv[0], float("inf")))
+        for key, batch in order:
             full = self._full_due(batch, mono)
             if batch.status.complete and not full and key not in dirty and key not in watched:
                 continue
@@ -196,6 +206,10 @@ class Controller:
             )
             if report is not None:
                 reports.append(report)
+                if report.more:
+                    self._short.setdefault(key, self._ticks)
+                else:
+                    self._short.pop(key, None)
         self.dispatch_once(mono)
         self.clean_up()
         for report in reports:

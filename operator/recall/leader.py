@@ -28,6 +28,7 @@ from recall.holder import Monotonic, boottime
 from recall.store import Conflict, JobStore, StoreError
 
 _log = log.get("leader")
+MAX_TERM = 2**31 - 1  # the Lease's leaseTransitions is an int32
 
 
 def _micro(now: dt.datetime) -> str:
@@ -140,6 +141,11 @@ class LeaderElector:
     def need_term(self, at_least: int) -> None:
         """Raise the term with the next renewal to at least `at_least`: a status from a higher
         term is stored (the Lease was deleted and made again, and its count restarted)."""
+        if at_least > MAX_TERM:
+            # leaseTransitions is an int32: a term above it cannot be taken, and asking for
+            # it would make every renewal fail. Say so; the Batch's status needs a person.
+            _log.error("term_out_of_range", lease=self.name, wanted=at_least, limit=MAX_TERM)
+            return
         self._want_term = max(self._want_term, at_least)
 
     def holds(self) -> bool:

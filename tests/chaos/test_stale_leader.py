@@ -7,8 +7,10 @@ by the Batch's resourceVersion only, met a 409, read the Batch again and project
 stale jobs onto it), moving both items from completed back to transcribing. The new leader had
 no change to project, so the Batch lied until its next full reconcile (30 s).
 
-Here the leader freezes itself right before a projection (fault point
-`operator-pause-before-projection`), which makes the same interleaving certain.
+Here the leader freezes itself right before a projection, which makes the same interleaving
+certain, at two points: before its leadership check (the woken replica finds its renew
+deadline passed and writes nothing), and after it (the write goes out, and the API server
+refuses it for its older `operatorTerm`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,11 @@ def leader(kube: Kube, namespace: str) -> str | None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "point", ["operator-pause-before-projection", "operator-pause-before-status-write"]
+)
 def test_frozen_leader__does_not_move_items_back_when_continued(
-    kube: Kube, namespace: str, procs: Procs
+    kube: Kube, namespace: str, procs: Procs, point: str
 ) -> None:
     args = ("operator", "--namespace", namespace, "--leader-election")
     first = procs.recall(
@@ -47,7 +52,7 @@ def test_frozen_leader__does_not_move_items_back_when_continued(
         env={
             **LEADER,
             "RECALL_OPERATOR_IDENTITY": "op-a",
-            "RECALL_FAULT": "operator-pause-before-projection:b",
+            "RECALL_FAULT": f"{point}:b",
         },
     )
     wait_for(lambda: leader(kube, namespace) == "op-a", timeout=30, message=procs.dump)
@@ -77,3 +82,5 @@ def test_frozen_leader__does_not_move_items_back_when_continued(
         f"the finished item was shown as {sorted(set(map(str, seen)))} after the ex-leader "
         f"was continued\n{procs.dump()}"
     )
+    why = "not leading" if point == "operator-pause-before-projection" else "operatorTerm"
+    wait_for(lambda: why in first.log.read_text(), timeout=10, message=procs.dump)

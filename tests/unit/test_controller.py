@@ -4,6 +4,7 @@ projection, reclaim, heals, backoff, exhaustion, suspension, uncovered jobs."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -441,3 +442,41 @@ def test_fan_out__a_small_batch_goes_before_a_big_one_in_the_tick() -> None:
     # One create budget per tick is shared: the small Batch must not wait for the big fan-out.
     assert [r.batch[1] for r in reports if r.batch] == ["small", "big"]
     assert reports[0].created == ["small-a", "small-b"]
+
+
+def test_fan_out__a_stream_of_small_batches_does_not_starve_a_big_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, clock = MemoryStore(), Clock()
+    create = store.create_job
+
+    def slow_create(namespace: str, manifest: dict[str, object]) -> object:
+        time.sleep(0.1)  # the tick's create budget (0.3 s) holds about three
+        return create(namespace, manifest)
+
+    monkeypatch.setattr(store, "create_job", slow_create)
+    store.create_batch(NS, batch_manifest("big", [f"i{i}" for i in range(6)]))
+    op = Operator(store, clock)
+    for tick in range(6):
+        for n in range(4):  # more small Batches than one tick's budget creates
+            store.create_batch(NS, batch_manifest(f"s{tick}-{n}", ["a"]))
+        op.tick()
+    big = [j for j in store.list_jobs(NS).items if j["spec"].get("batchRef") == "big"]
+    assert len(big) >= 3, f"the big Batch got {len(big)} jobs in 6 ticks"
+
+
+def test_term__an_idle_leader_writes_no_status() -> None:
+    store, _, op = setup(["a"])
+    op.controller.applier.leadership = Term(3)
+    op.tick()
+
+    def version() -> str:
+        batch = store.get_batch(NS, "b")
+        assert batch is not None
+        return batch.resource_version
+
+    before = version()
+    for _ in range(3):
+        op.controller._last_full.clear()  # full reconciles, nothing changed
+        op.tick()
+    assert version() == before

@@ -160,6 +160,8 @@ def job_status_rules(old: dict[str, Any], new: dict[str, Any], spec: dict[str, A
 def batch_status_rules(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The Batch CRD's status rule: no status from an older operator term."""
     before, after = old.get("operatorTerm"), new.get("operatorTerm")
+    if after is not None and not 0 <= int(after) <= 2**31 - 1:
+        return ["status.operatorTerm: must be between 0 and 2147483647"]
     if before is not None and (after is None or int(after) < int(before)):
         return [
             "status.operatorTerm is older than the stored one: this status comes from an "
