@@ -136,6 +136,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         engine="whisper" if spec["engine"] == "whisper" else "simulated",
         idle_exit_seconds=0.5,
         max_jobs=1,
+        dispatch="queue",  # no operator here to offer the job: the worker picks from the queue
     )
     worker = Worker(store, settings, engine, namespace="default")
     engine_spec: dict[str, Any] = {"name": settings.engine}
