@@ -54,6 +54,7 @@ class Report:
 
     batch: BatchKey | None
     reclaimed: list[tuple[str, str]] = field(default_factory=list)  # (job, phase it got)
+    expired_holders: list[tuple[str, str]] = field(default_factory=list)  # (namespace, worker)
     exhausted: list[str] = field(default_factory=list)
     backoffs_ended: list[str] = field(default_factory=list)
     labelled: list[str] = field(default_factory=list)
@@ -214,6 +215,8 @@ class Applier:
         self, record: JobRecord, job: TranscriptionJob, overdue: float, report: Report
     ) -> None:
         report.reclaimed.append((job.name, job.status.effective_phase))
+        if record.lease is not None:
+            report.expired_holders.append((record.namespace, record.lease.holder))
         metrics.RECLAIMS.inc()
         metrics.RECLAIM_DELAY.observe(max(0.0, overdue))
         holder = record.lease.holder if record.lease else "?"

@@ -210,6 +210,11 @@ class Controller:
                     self._short.setdefault(key, self._ticks)
                 else:
                     self._short.pop(key, None)
+        for report in reports:
+            for namespace, worker in report.expired_holders:
+                # Its lease expired: it is dead or cut off. Offer it nothing more until it
+                # renews its registration again (else the next offer waits out offer_seconds).
+                self.registry.suspect(namespace, worker)
         self.dispatch_once(mono)
         self.clean_up()
         for report in reports:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from recall import log
 from recall.models import LABEL_COMPONENT, label_value
@@ -172,6 +172,14 @@ class Registry:
                     observed_at=self.clock(),
                 )
         return key
+
+    def suspect(self, namespace: str, worker: str) -> None:
+        """`worker` let a lease expire: count it as not alive until its registration's
+        renewTime changes again."""
+        with self._lock:
+            old = self._seen.get((namespace, worker))
+            if old is not None:
+                self._seen[(namespace, worker)] = replace(old, observed_at=float("-inf"))
 
     def alive(self, now_mono: float) -> list[Seen]:
         with self._lock:

@@ -10,6 +10,7 @@ from pathlib import Path
 from recall.cache import JobRecord
 from recall.dispatch import ReadyQueue
 from recall.engines.simulated import SimulatedEngine
+from recall.holder import LeaseHolder
 from recall.models import Phase
 from recall.registration import Registration
 from recall.settings import WorkerSettings
@@ -155,3 +156,25 @@ def test_worker__claims_what_it_is_offered(tmp_path: Path) -> None:
     assert worker.claim_conflicts == 0
     assert all(j["status"]["phase"] == "Succeeded" for j in store.list_jobs(NS).items), store.dump()
     assert store.get_lease(NS, "recall-worker-w1") is None  # unregistered on exit
+
+
+def test_controller__a_reclaimed_job_is_offered_to_a_live_worker_not_to_its_dead_holder() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_job(NS, job_manifest("a"))  # lease 10 s
+    op = Operator(store, clock)
+    dead, live = register(store, "dead"), register(store, "live")
+    op.tick()
+    job = store.get_job(NS, "a")
+    assert job is not None and job.status.offer is not None
+    holder = job.status.offer.worker
+    # Whoever got the offer claims it and dies; the other one stays busy-free and renews.
+    other = live if holder == "dead" else dead
+    LeaseHolder.claim(store, job, holder, renew_deadline_fraction=0.6, clock=clock, now=clock.wall)
+    op.tick()  # the operator observes the lease
+    clock.advance(11)  # expired; the dead worker's registration (15 s) is still within its time
+    other.renew_once()
+    op.tick()  # reclaim
+    op.tick()  # the cache has seen the job Queued again: an offer
+    job = store.get_job(NS, "a")
+    assert job is not None and job.status.phase == Phase.QUEUED and job.status.expired_leases == 1
+    assert job.status.offer is not None and job.status.offer.worker == other.worker
