@@ -122,7 +122,7 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
                 lambda: {"100k": sizes.big_batch(env, 10_000 if quick else 100_000, workers=16)},
             )
         if "versus" in only:
-            tp = (results.get("throughput") or {}).get("offers") or {}
+            tp = (results.get("throughput") or _saved("throughput")).get("offers") or {}
             rate = {w: r["jobs_per_second"] for w, r in tp.items() if w in (1, 4, 16)}
             _section(results, "versus", lambda: versus.figures(env, rate))
     if "compare" in only:
@@ -148,6 +148,15 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
 
         _section(results, "longfile", longfile)
     return results
+
+
+def _saved(section: str) -> dict[str, Any]:
+    """A section's figures of the last run (docs/bench/results.json), or {}."""
+    saved = PLOTS / "results.json"
+    if not saved.exists():
+        return {}
+    found: dict[str, Any] = json.loads(saved.read_text()).get(section) or {}
+    return found
 
 
 def _carry_over(results: dict[str, Any], ran: list[str]) -> None:
