@@ -112,6 +112,15 @@ def _rows(rows: dict[str, Any]) -> list[str]:
         ],
         table,
     )
+    hb = rows.get("heartbeat") or {}
+    if hb:
+        out += [
+            f"Heartbeats at the default lease ({hb['lease_seconds']} s): "
+            f"{hb['writes_per_second_per_job']} status writes/s per leased job "
+            f"({hb['status_writes']} writes by {hb['leased_jobs']} holders in {hb['seconds']} s "
+            "of one long chunk).",
+            "",
+        ]
     big = rows.get("oversized_spec") or {}
     if big:
         out += [

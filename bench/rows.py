@@ -8,6 +8,9 @@
   the largest list.
 - `oversized_spec`: a Batch whose inline items add up to more than 256 KiB, applied as is (the
   way `kubectl apply` would): the API server's answer.
+- `heartbeat`: 4 workers each hold a job at the default lease (120 s) for 100 s of one long
+  chunk: status writes per second per leased job while nothing else happens (the heartbeater
+  renews every third of the lease), counted from the API server's metrics.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bench.harness import Env, wait
+import time
+
+from bench.harness import Env, simulated_batch, wait
 from recall.client import Media, submission_for, submit_to
 from recall.models import API_VERSION
 from recall.store import StoreError
@@ -83,5 +88,32 @@ def measure(env: Env) -> dict[str, Any]:
     except StoreError as e:
         answer = e.message
     out["oversized_spec"] = {"spec_bytes": _bytes(manifest["spec"]), "answer": answer[:300]}
+    out["heartbeat"] = _heartbeat(env, ns)
     env.stop([op])
     return out
+
+
+def _heartbeat(env: Env, namespace: str, workers: int = 4, hold: float = 100.0) -> dict[str, Any]:
+    names = env.workers(namespace, workers, prefix=f"{namespace}-h", idle_exit=3600)
+    env.store.create_batch(
+        namespace, simulated_batch("hb", workers, lease=120, chunks=1, delay=hold)
+    )
+
+    def all_leased() -> bool:
+        jobs = [j for j in env.jobs(namespace) if j.spec.batch_ref == "hb"]
+        return len(jobs) == workers and all(j.status.lease is not None for j in jobs)
+
+    wait(all_leased, 120, "every heartbeat job to be claimed", every=0.5)
+    key = ("PATCH", "transcriptionjobs", "status")
+    before, started = env.api_counts()[key], time.monotonic()
+    time.sleep(hold - 15)  # within the chunk: only the heartbeater writes
+    writes = env.api_counts()[key] - before
+    seconds = time.monotonic() - started
+    env.stop(names)
+    return {
+        "lease_seconds": 120,
+        "leased_jobs": workers,
+        "seconds": round(seconds, 1),
+        "status_writes": writes,
+        "writes_per_second_per_job": round(writes / seconds / workers, 4),
+    }
