@@ -16,9 +16,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
-
 import time
+from typing import Any
 
 from bench.harness import Env, simulated_batch, wait
 from recall.client import Media, submission_for, submit_to
