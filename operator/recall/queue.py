@@ -90,31 +90,14 @@ def choose(
     return rng.choice(ready[:window])
 
 
-class JobQueue:
-    """Claimable jobs of one namespace, from a list + watch in a background thread."""
+class WatchedJobs:
+    """Jobs kept current by an informer (this is its consumer), and a condition to wait on."""
 
-    def __init__(
-        self,
-        store: JobStore,
-        namespace: str | None,
-        engine: str,
-        *,
-        window: int = 4,
-        relist_seconds: float = 300.0,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.engine = engine
-        self.window = window
-        self.rng = rng or random.Random()
+    def __init__(self, source: Jobs, name: str, relist_seconds: float = 300.0) -> None:
         self._jobs: dict[tuple[str, str], TranscriptionJob] = {}
         self._cond = threading.Condition()
         self._changes = 0
-        self.informer = Informer(
-            Jobs(store, namespace, SELECTOR),
-            self,
-            name="queue-watch",
-            relist_seconds=relist_seconds,
-        )
+        self.informer = Informer(source, self, name=name, relist_seconds=relist_seconds)
 
     def start(self) -> None:
         self.informer.start()
@@ -123,8 +106,6 @@ class JobQueue:
         self.informer.stop(timeout=0)
         with self._cond:
             self._cond.notify_all()
-
-    # -- the informer's consumer ---------------------------------------------------------------
 
     def relisted(self, items: Iterator[RawObject]) -> None:
         jobs = {}
@@ -146,6 +127,37 @@ class JobQueue:
             self._changes += 1
             self._cond.notify_all()
 
+    def discard(self, job: TranscriptionJob) -> None:
+        """Forget `job` until the watch brings it back (someone else claimed it)."""
+        with self._cond:
+            current = self._jobs.get(job.key)
+            if current is not None and current.resource_version == job.resource_version:
+                del self._jobs[job.key]
+
+    def _wait(self, timeout: float) -> None:
+        with self._cond:
+            seen = self._changes
+            self._cond.wait_for(lambda: self._changes != seen or self.informer.stopping, timeout)
+
+
+class JobQueue(WatchedJobs):
+    """Claimable jobs of one namespace, from a list + watch in a background thread."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        namespace: str | None,
+        engine: str,
+        *,
+        window: int = 4,
+        relist_seconds: float = 300.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(Jobs(store, namespace, SELECTOR), "queue-watch", relist_seconds)
+        self.engine = engine
+        self.window = window
+        self.rng = rng or random.Random()
+
     # -- the worker's side -----------------------------------------------------------------------
 
     def pick(self) -> TranscriptionJob | None:
@@ -153,24 +165,12 @@ class JobQueue:
             candidates = list(self._jobs.values())
         return choose(candidates, self.engine, self.window, self.rng)
 
-    def discard(self, job: TranscriptionJob) -> None:
-        """Forget `job` until the watch brings it back (someone else claimed it)."""
-        with self._cond:
-            current = self._jobs.get(job.key)
-            if (
-                current is not None
-                and current.metadata.resource_version == job.metadata.resource_version
-            ):
-                del self._jobs[job.key]
-
     def wait(self, timeout: float) -> None:
         """Block until the queue changes, `timeout` passes, or the queue stops."""
-        with self._cond:
-            seen = self._changes
-            self._cond.wait_for(lambda: self._changes != seen or self.informer.stopping, timeout)
+        self._wait(timeout)
 
 
-class OfferQueue:
+class OfferQueue(WatchedJobs):
     """The jobs the operator offers to this worker, and self-service when none come.
 
     An informer watches the jobs whose `status.offer.worker` names this worker (so what a worker
@@ -191,53 +191,21 @@ class OfferQueue:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
+        super().__init__(
+            Jobs(store, namespace, Selector(fields=f"status.offer.worker={worker}")),
+            "offer-watch",
+        )
         self.store = store
         self.namespace = namespace
         self.engine = engine
         self.self_serve_seconds = self_serve_seconds
         self.clock = clock
         self.rng = rng or random.Random()
-        self._offers: dict[tuple[str, str], TranscriptionJob] = {}
-        self._cond = threading.Condition()
-        self._changes = 0
         self._last_work = clock()
-        self.informer = Informer(
-            Jobs(store, namespace, Selector(fields=f"status.offer.worker={worker}")),
-            self,
-            name="offer-watch",
-        )
-
-    def start(self) -> None:
-        self.informer.start()
-
-    def stop(self) -> None:
-        self.informer.stop(timeout=0)
-        with self._cond:
-            self._cond.notify_all()
-
-    def relisted(self, items: Iterator[RawObject]) -> None:
-        offers = {}
-        for raw in items:
-            job = TranscriptionJob.from_api(raw)
-            offers[job.key] = job
-        with self._cond:
-            self._offers = offers
-            self._changes += 1
-            self._cond.notify_all()
-
-    def changed(self, type_: str, obj: RawObject) -> None:
-        job = TranscriptionJob.from_api(obj)
-        with self._cond:
-            if type_ == "DELETED":
-                self._offers.pop(job.key, None)
-            else:
-                self._offers[job.key] = job
-            self._changes += 1
-            self._cond.notify_all()
 
     def pick(self) -> TranscriptionJob | None:
         with self._cond:
-            offered = sorted(self._offers.values(), key=order_key)
+            offered = sorted(self._jobs.values(), key=order_key)
         for job in offered:
             if claimable(job, self.engine):
                 self._last_work = self.clock()
@@ -255,17 +223,7 @@ class OfferQueue:
         jobs = [TranscriptionJob.from_api(o) for o in page.items]
         return fair_choice(jobs, self.engine, self.rng)
 
-    def discard(self, job: TranscriptionJob) -> None:
-        with self._cond:
-            current = self._offers.get(job.key)
-            if current is not None and current.resource_version == job.resource_version:
-                del self._offers[job.key]
-
     def wait(self, timeout: float) -> None:
-        with self._cond:
-            seen = self._changes
-            left = self.self_serve_seconds - (self.clock() - self._last_work)
-            self._cond.wait_for(
-                lambda: self._changes != seen or self.informer.stopping,
-                max(0.05, min(timeout, left)),
-            )
+        """Block until an offer changes, `timeout` passes, or it is time to serve oneself."""
+        left = self.self_serve_seconds - (self.clock() - self._last_work)
+        self._wait(max(0.05, min(timeout, left)))
