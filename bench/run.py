@@ -150,12 +150,24 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
     return results
 
 
+def _int_keys(obj: Any) -> Any:
+    """JSON's string keys back to ints where they were worker counts ("16" -> 16)."""
+    if isinstance(obj, dict):
+        return {
+            (int(k) if isinstance(k, str) and k.isdigit() else k): _int_keys(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_int_keys(v) for v in obj]
+    return obj
+
+
 def _saved(section: str) -> dict[str, Any]:
     """A section's figures of the last run (docs/bench/results.json), or {}."""
     saved = PLOTS / "results.json"
     if not saved.exists():
         return {}
-    found: dict[str, Any] = json.loads(saved.read_text()).get(section) or {}
+    found: dict[str, Any] = _int_keys(json.loads(saved.read_text()).get(section) or {})
     return found
 
 
@@ -171,7 +183,7 @@ def _carry_over(results: dict[str, Any], ran: list[str]) -> None:
     for name in SECTIONS:
         if name in ran or name not in old:
             continue
-        results[name] = old[name]
+        results[name] = _int_keys(old[name])
         kept[name] = carried.get(name, old_when)
     results["_run"]["carried"] = kept
 
