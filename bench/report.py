@@ -135,7 +135,7 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
     lines = [
         "# Benchmarks",
         "",
-        f"Measured {run.get('when')} on {run.get('machine')}, in one `make bench` run of "
+        f"Measured {run.get('when')} on {run.get('machine')}, in a `make bench` run of "
         f"{run.get('seconds')} s{' (quick sizes)' if run.get('quick') else ''}, against the local "
         "control plane (kube-apiserver v1.37 and etcd v3.6 as processes, etcd without fsync). "
         "Everything — API server, etcd, operator, workers, the other systems — shares the same two "
