@@ -181,8 +181,8 @@ def _carry_over(results: dict[str, Any], ran: list[str]) -> None:
     carried = dict((old.get("_run") or {}).get("carried") or {})
     kept = {}
     for name in SECTIONS:
-        if name in ran or name not in old:
-            continue
+        if name in ran or name in results or name not in old:
+            continue  # measured in this run (some sections run with others), or never
         results[name] = _int_keys(old[name])
         kept[name] = carried.get(name, old_when)
     results["_run"]["carried"] = kept
