@@ -87,8 +87,9 @@ def measure(env: Env) -> dict[str, Any]:
     except StoreError as e:
         answer = e.message
     out["oversized_spec"] = {"spec_bytes": _bytes(manifest["spec"]), "answer": answer[:300]}
-    out["heartbeat"] = _heartbeat(env, ns)
     env.stop([op])
+    # A namespace of its own: the Batches above are Queued there and workers would take them.
+    out["heartbeat"] = _heartbeat(env, env.namespace())
     return out
 
 
