@@ -94,6 +94,8 @@ def measure(env: Env) -> dict[str, Any]:
 
 
 def _heartbeat(env: Env, namespace: str, workers: int = 4, hold: float = 100.0) -> dict[str, Any]:
+    op = f"operator-{namespace}"
+    env.operator(namespace, name=op)
     names = env.workers(namespace, workers, prefix=f"{namespace}-h", idle_exit=3600)
     env.store.create_batch(
         namespace, simulated_batch("hb", workers, lease=120, chunks=1, delay=hold)
@@ -109,7 +111,7 @@ def _heartbeat(env: Env, namespace: str, workers: int = 4, hold: float = 100.0) 
     time.sleep(hold - 15)  # within the chunk: only the heartbeater writes
     writes = env.api_counts()[key] - before
     seconds = time.monotonic() - started
-    env.stop(names)
+    env.stop([*names, op])
     return {
         "lease_seconds": 120,
         "leased_jobs": workers,
