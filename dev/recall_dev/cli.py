@@ -79,7 +79,10 @@ def dev_down(
     stop_extra(dir.resolve())
     # The node first, while the API server can still tell the kubelet to stop the pods; its
     # teardown works from /run/recall-node alone when the API server is gone already.
-    if read_state() is not None:
+    state = read_state()
+    # Only this control plane's node: the machine's one node may belong to another (a test's).
+    node_dir = Path(str((state or {}).get("workdir", "")))
+    if state is not None and node_dir.is_relative_to(dir.resolve()):
         kubeconfig, bin_dir = None, None
         if (dir.resolve() / cluster.STATE_FILE).exists():
             cp = cluster.ControlPlane.attach(dir.resolve())

@@ -224,7 +224,9 @@ def _cgroup_dirs() -> list[Path]:
     for hierarchy in CGROUP_FS.iterdir():
         top = hierarchy / CGROUP_ROOT
         if top.is_dir():
-            dirs.extend(p for p in top.rglob("*") if p.is_dir())
+            # The kubelet may remove cgroups while we walk them: what vanished is gone already.
+            with contextlib.suppress(FileNotFoundError):
+                dirs.extend(p for p in top.rglob("*") if p.is_dir())
             dirs.append(top)
     return sorted(dirs, key=lambda p: len(p.parts), reverse=True)
 

@@ -41,7 +41,15 @@ from recall.models import (
 from recall.observer import JobKey
 from recall.projection import CODE, Projection, project, stored_phases
 from recall.reconcile import Plan, budget
-from recall.store import Conflict, Invalid, JobStore, NotFound, ObjectRef, StoreError
+from recall.store import (
+    Conflict,
+    Invalid,
+    JobStore,
+    NotFound,
+    ObjectRef,
+    RawObject,
+    StoreError,
+)
 from recall.store.patch import merge_patch
 
 MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
@@ -96,6 +104,7 @@ class Applier:
         self.leadership: Leadership = leadership or Sole()
         self.written: dict[BatchKey, BatchStatus] = {}
         self._versions: dict[BatchKey, deque[str]] = {}  # resourceVersions of our own writes
+        self._statuses: dict[BatchKey, deque[RawObject]] = {}  # and the statuses they wrote
         self._lock = threading.Lock()  # `written` and `_versions`: kopf's thread reads them
 
     def observe(self, batch: Batch) -> bool:
@@ -106,8 +115,9 @@ class Applier:
             written = self.written.get(batch.key)
             if written is None or batch.metadata.resource_version in ours:
                 return False
-            if batch.status.to_api() == written.to_api():
-                return False
+            seen = batch.status.to_api()
+            if any(seen == mine for mine in self._statuses.get(batch.key, ())):
+                return False  # one of ours, delivered late (another client's change since)
             self._forget(batch.key)
             return True
 
@@ -323,9 +333,11 @@ class Applier:
         if key is None:
             self.written.clear()
             self._versions.clear()
+            self._statuses.clear()
         else:
             self.written.pop(key, None)
             self._versions.pop(key, None)
+            self._statuses.pop(key, None)
 
     def write_status(
         self,
@@ -400,6 +412,8 @@ class Applier:
                 return
             kept = term if term is not None else stored.status.operator_term
             self.written[batch.key] = status.model_copy(update={"operator_term": kept})
+            mine = self._statuses.setdefault(batch.key, deque(maxlen=16))
+            mine.append(self.written[batch.key].to_api())
             versions = self._versions.setdefault(batch.key, deque(maxlen=8))
             if stored.metadata.resource_version not in versions:
                 versions.append(stored.metadata.resource_version or "")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
+import threading
 
 
 def armed(point: str, **context: object) -> bool:
@@ -48,10 +48,10 @@ def pause(point: str, **context: object) -> None:
     if point not in _paused and armed(point, **context):
         _paused.add(point)
         print(f"recall: paused at {point} {context}", file=sys.stderr, flush=True)
-        os.kill(os.getpid(), signal.SIGSTOP)
-        # The stop is process-wide and another thread may take it: this one could run on
-        # (past the point) for a moment. Entering the kernel lets the stop catch it here.
-        time.sleep(0.05)
+        # Directed at this thread, so that it is this thread that stops the process before
+        # it runs one more line (sent to the process, another thread may take it a moment
+        # later while this one runs on past the point).
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
 
 _lost: set[str] = set()
