@@ -84,3 +84,20 @@ def pytest_configure(config: pytest.Config) -> None:
     # Child processes must find the `tests` package and the source tree.
     root = Path(__file__).resolve().parents[1]
     os.environ.setdefault("RECALL_REPO", str(root))
+
+
+# The longest files first: `make test` hands whole files to two processes (pytest-xdist's
+# loadfile), and a long file handed out last would run alone at the end.
+LONGEST_FIRST = (
+    "tests/e2e/test_big_batch.py",
+    "tests/e2e/pods/test_pods.py",
+    "tests/chaos/test_chaos.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file and among the rest is kept

@@ -2,7 +2,7 @@
 drained by simulated workers: no object near etcd's limit, a Batch status of a few kilobytes,
 the CLI and kopf's own annotation unaffected by the size.
 
-10,000 items here (about six minutes on two cores beside the other tests); `RECALL_BIG_ITEMS`
+10,000 items here (five to eight minutes on two cores beside the other tests); `RECALL_BIG_ITEMS`
 sets another size, and `make bench` runs 10,000 and 100,000."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, get_batch, wait_for
 
 ITEMS = int(os.environ.get("RECALL_BIG_ITEMS", "10000"))
-WORKERS = 8
+WORKERS = 16
 
 
 @pytest.mark.slow
