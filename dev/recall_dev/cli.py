@@ -79,6 +79,7 @@ def dev_down(
     stop_extra(dir.resolve())
     # The node first, while the API server can still tell the kubelet to stop the pods; its
     # teardown works from /run/recall-node alone when the API server is gone already.
+    failed = ""
     state = read_state()
     # Only this control plane's node: the machine's one node may belong to another (a test's).
     node_dir = Path(str((state or {}).get("workdir", "")))
@@ -87,12 +88,18 @@ def dev_down(
         if (dir.resolve() / cluster.STATE_FILE).exists():
             cp = cluster.ControlPlane.attach(dir.resolve())
             kubeconfig, bin_dir = cp.kubeconfig, cp.bin_dir
-        removed = teardown(graceful_kubeconfig=kubeconfig, bin_dir=bin_dir)
-        typer.echo(f"node stopped ({len(removed)} things removed)", err=True)
+        try:
+            removed = teardown(graceful_kubeconfig=kubeconfig, bin_dir=bin_dir)
+            typer.echo(f"node stopped ({len(removed)} things removed)", err=True)
+        except OSError as e:
+            failed = f"the node could not be removed: {e}"  # the control plane goes anyway
     if cluster.dev_down(dir.resolve()):
         typer.echo("control plane stopped", err=True)
     else:
         typer.echo("no control plane was running", err=True)
+    if failed:
+        typer.echo(f"error: {failed}", err=True)
+        raise typer.Exit(1)
 
 
 @dev_app.command("status")
