@@ -39,7 +39,7 @@ from pathlib import Path
 import yaml
 
 from recall_dev.pki import Pki, kubeconfig_dict, write_pki
-from recall_dev.procs import Proc, die_with_parent, tail, terminate
+from recall_dev.procs import Proc, spawn, tail, terminate
 
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
@@ -253,18 +253,9 @@ class ControlPlane:
     # -- internals -------------------------------------------------------------------------
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = self.logs_dir / f"{name}.log"
-        with log.open("ab") as out:
-            popen = subprocess.Popen(
-                args,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.workdir,
-                start_new_session=True,
-                preexec_fn=die_with_parent if self.die_with_parent else None,
-            )
-        self.procs.append(Proc(name, popen, log, popen.pid))
+        self.procs.append(
+            spawn(name, args, self.logs_dir, self.workdir, owned=self.die_with_parent)
+        )
 
     def _etcd_args(self, bin_dir: Path) -> list[str]:
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"

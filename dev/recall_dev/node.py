@@ -75,7 +75,7 @@ from recall_dev.node_config import (
 from recall_dev.node_images import import_archive, pause_archive
 from recall_dev.node_state import in_use, read_state, update_state
 from recall_dev.node_teardown import host_snapshot, reap, spawn_reaper, teardown
-from recall_dev.procs import Proc, die_with_parent, tail
+from recall_dev.procs import Proc, spawn, tail
 
 
 class NodeError(RuntimeError):
@@ -262,18 +262,9 @@ class Node:
     # -- the processes -------------------------------------------------------------------------
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = self.logs_dir / f"{name}.log"
-        with log.open("ab") as out:
-            popen = subprocess.Popen(
-                args,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.workdir,
-                start_new_session=True,
-                preexec_fn=die_with_parent if self.die_with_parent else None,
-            )
-        self.procs.append(Proc(name, popen, log, popen.pid))
+        self.procs.append(
+            spawn(name, args, self.logs_dir, self.workdir, owned=self.die_with_parent)
+        )
         update_state(processes={p.name: p.pid for p in self.procs})
 
     def _check_alive(self) -> None:

@@ -76,3 +76,20 @@ def tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def spawn(name: str, args: list[str], logs_dir: Path, workdir: Path | None, *, owned: bool) -> Proc:
+    """Start `args` in its own session, its output appended to `<logs_dir>/<name>.log`; with
+    `owned`, it dies with this process."""
+    log = logs_dir / f"{name}.log"
+    with log.open("ab") as out:
+        popen = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=workdir,
+            start_new_session=True,
+            preexec_fn=die_with_parent if owned else None,
+        )
+    return Proc(name, popen, log, popen.pid)
