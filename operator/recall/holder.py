@@ -297,6 +297,14 @@ class LeaseHolder:
         self.writes += 1
         if not result.applied or result.job is None:
             assert result.refusal is not None
+            # Logged even when the lease was already known lost (a thread that checked the
+            # renew deadline first): this is the API server's fence answering.
+            self.log.info(
+                "write_refused",
+                action=action,
+                reason=result.refusal.reason,
+                conflicts=result.conflicts,
+            )
             self._mark_lost(
                 result.refusal.reason,
                 result.refusal.detail,
