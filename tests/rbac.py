@@ -31,9 +31,7 @@ def service_account_token(
 
 
 def token_kubeconfig(cp: ControlPlane, token: str, path: Path, namespace: str, user: str) -> Path:
-    config = kubeconfig_dict(
-        cp.server, cp.pki.ca_cert.read_bytes(), token=token, user=user, namespace=namespace
-    )
+    config = kubeconfig_dict(cp.server, cp.pki.ca_cert, token=token, user=user, namespace=namespace)
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return path

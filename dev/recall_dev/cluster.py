@@ -317,12 +317,7 @@ class ControlPlane:
         ]
 
     def _write_kubeconfig(self, pki: Pki) -> None:
-        config = kubeconfig_dict(
-            self.server,
-            pki.ca_cert.read_bytes(),
-            cert_pem=pki.admin_cert.read_bytes(),
-            key_pem=pki.admin_key.read_bytes(),
-        )
+        config = kubeconfig_dict(self.server, pki.ca_cert, cert=pki.admin_cert, key=pki.admin_key)
         self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
         self.kubeconfig.chmod(0o600)
 

@@ -246,7 +246,7 @@ class Node:
         ).strip()
         path = self.layout.kubelet_kubeconfig
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(kubelet_kubeconfig(self.cp.server, self.cp.pki.ca_cert.read_bytes(), token))
+        path.write_text(kubelet_kubeconfig(self.cp.server, self.cp.pki.ca_cert, token))
         path.chmod(0o600)
 
     def _write_kubelet_config(self) -> None:

@@ -207,9 +207,9 @@ def kubelet_config(layout: Layout, port: int, healthz_port: int) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def kubelet_kubeconfig(server: str, ca_pem: bytes, token: str) -> str:
+def kubelet_kubeconfig(server: str, ca: Path, token: str) -> str:
     """The kubelet's kubeconfig: the node's ServiceAccount token (NODE_IDENTITY)."""
-    config = kubeconfig_dict(server, ca_pem, token=token, user=NODE_IDENTITY, context="recall-node")
+    config = kubeconfig_dict(server, ca, token=token, user=NODE_IDENTITY, context="recall-node")
     return yaml.safe_dump(config, sort_keys=False)
 
 

@@ -7,7 +7,6 @@ here is meant for a real cluster.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,23 +162,23 @@ def write_pki(directory: Path) -> Pki:
 
 def kubeconfig_dict(
     server: str,
-    ca_pem: bytes,
+    ca: Path,
     *,
-    cert_pem: bytes | None = None,
-    key_pem: bytes | None = None,
+    cert: Path | None = None,
+    key: Path | None = None,
     token: str | None = None,
     user: str = "recall-admin",
     context: str = "recall-dev",
     namespace: str = "default",
 ) -> dict[str, object]:
-    """A kubeconfig with one cluster, one user (client certificate or bearer token) and context."""
+    """A kubeconfig with one cluster, one user (client certificate or bearer token) and context.
 
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
-
+    The certificates are referenced by path, not embedded: the Python client writes embedded
+    certificates to temporary files it removes only at a normal exit, so every process killed
+    by a test or a benchmark would leave three files behind."""
     credentials: dict[str, str] = {}
-    if cert_pem and key_pem:
-        credentials = {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}
+    if cert and key:
+        credentials = {"client-certificate": str(cert), "client-key": str(key)}
     if token:
         credentials = {"token": token}
     return {
@@ -188,7 +187,7 @@ def kubeconfig_dict(
         "clusters": [
             {
                 "name": context,
-                "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
+                "cluster": {"server": server, "certificate-authority": str(ca)},
             }
         ],
         "users": [{"name": user, "user": credentials}],

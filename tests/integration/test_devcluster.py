@@ -136,3 +136,30 @@ def test_control_plane__stop_keeps_logs_only_when_asked() -> None:
     started = time.monotonic()
     assert cp.stop() is None  # idempotent
     assert time.monotonic() - started < 1
+
+
+def test_kubeconfig__a_killed_client_leaves_no_files(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """The dev kubeconfig references its certificates by path: the Python client would copy
+    embedded ones to temporary files that only a normal exit removes."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        from recall.store.kube import load_api_client, KubeStore
+        store = KubeStore(load_api_client({str(control_plane.kubeconfig)!r}))
+        assert store.get_config_map("default", "no-such-map") is None
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "TMPDIR": str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert sorted(p.name for p in scratch.iterdir()) == []
