@@ -47,7 +47,7 @@ unit: venv
 # tests/ includes tests/e2e/pods (the image built here, on a local node; needs root) and the
 # chart linters (tests/integration/test_chart.py runs hack/chart-lint.sh).
 test: venv tools system-deps lint typecheck
-	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests $(PYTEST_ARGS)
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests $(PYTEST_ARGS)
 
 demo: venv tools system-deps
 	@$(PY) -m recall_dev.demo $(DEMO_ARGS)

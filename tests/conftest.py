@@ -87,7 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The longest files first: `make test` hands whole files to two processes (pytest-xdist's
-# loadfile), and a long file handed out last would run alone at the end.
+# loadfile, with --no-loadscope-reorder: by default it hands out the files with the most tests
+# first), and a long file handed out last would run alone at the end.
 LONGEST_FIRST = (
     "tests/e2e/test_big_batch.py",
     "tests/e2e/pods/test_pods.py",

@@ -78,9 +78,17 @@ def tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def spawn(name: str, args: list[str], logs_dir: Path, workdir: Path | None, *, owned: bool) -> Proc:
+def spawn(
+    name: str,
+    args: list[str],
+    logs_dir: Path,
+    workdir: Path | None,
+    *,
+    owned: bool,
+    env: dict[str, str] | None = None,
+) -> Proc:
     """Start `args` in its own session, its output appended to `<logs_dir>/<name>.log`; with
-    `owned`, it dies with this process."""
+    `owned`, it dies with this process; `env` is added to this process's environment."""
     log = logs_dir / f"{name}.log"
     with log.open("ab") as out:
         popen = subprocess.Popen(
@@ -91,5 +99,6 @@ def spawn(name: str, args: list[str], logs_dir: Path, workdir: Path | None, *, o
             cwd=workdir,
             start_new_session=True,
             preexec_fn=die_with_parent if owned else None,
+            env={**os.environ, **env} if env else None,
         )
     return Proc(name, popen, log, popen.pid)
