@@ -73,7 +73,7 @@ class Controller:
         self.clock = clock
         self.now = now
         self.cache = JobCache(clock, wake=self.wake_dispatch)
-        self.ready = ReadyQueue(clock)
+        self.ready = ReadyQueue(clock, ahead_seconds=settings.offer_ahead_seconds)
         self.cache.listeners.append(self.ready.update)
         self.registry = Registry(clock, wake=self.wake_dispatch)
         self.applier = Applier(store)
@@ -236,6 +236,7 @@ class Controller:
         mono = self.clock() if now_mono is None else now_mono
         alive = self.registry.alive(mono)
         keys = {(w.namespace, w.worker) for w in alive}
+        self.ready.keep_workers(keys)
         for stale in self.ready.stale_offers(mono, self.settings.offer_seconds, keys):
             offered = self.cache.get(stale)
             if offered is not None:

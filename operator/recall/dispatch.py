@@ -12,6 +12,12 @@ and Batch, and who holds or was offered what. `pick(namespace, engine)` chooses 
 a worker: the highest priority first; among the Batches of that priority the one with the
 fewest jobs leased or offered (fair share: a small Batch behind a big one starts at once); the
 lowest index (or oldest job) within it.
+
+**Offers ahead.** A worker whose recent jobs each took less than `ahead_seconds` is offered its
+next job while it still holds one, so that it claims the next one as soon as it completes, not
+after a round trip through the operator. Only while its current job is itself younger than
+`ahead_seconds`: a job that runs long gets at most that one offer ahead, which is withdrawn after
+`offer_seconds` like any other. Jobs of minutes never get one.
 """
 
 from __future__ import annotations
@@ -61,9 +67,13 @@ class ReadyQueue:
     """Claimable jobs and who holds or was offered what. Thread-safe. `clock` dates offers
     (the operator's monotonic clock), so one that is not taken up in time can be withdrawn."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], *, ahead_seconds: float = 0.0) -> None:
         self.clock = clock
+        self.ahead_seconds = ahead_seconds
         self.offered_at: dict[JobKey, float] = {}
+        # when each holder was first seen holding its job; how long its last job was held
+        self._held_since: dict[WorkerKey, tuple[JobKey, float]] = {}
+        self._last_hold: dict[WorkerKey, float] = {}
         self._lock = threading.Lock()
         self._where: dict[JobKey, tuple[Pool, int, Group, SortKey]] = {}
         self._heaps: defaultdict[Pool, defaultdict[int, dict[Group, _Heap]]] = defaultdict(
@@ -83,6 +93,16 @@ class ReadyQueue:
                 self._drop(old)
             if new is not None:
                 self._add(new)
+            if old is not None and old.lease is not None:
+                self._hold_ended((old.namespace, old.lease.holder), old.key)
+
+    def _hold_ended(self, worker: WorkerKey, key: JobKey) -> None:
+        """`worker` held `key`; if it does not any more, remember how long it did."""
+        since = self._held_since.get(worker)
+        if since is None or since[0] != key or self.holding.get(worker) == key:
+            return
+        del self._held_since[worker]
+        self._last_hold[worker] = self.clock() - since[1]
 
     def _drop(self, r: JobRecord) -> None:
         self._where.pop(r.key, None)  # its heap entry goes stale and is skipped
@@ -97,7 +117,10 @@ class ReadyQueue:
 
     def _add(self, r: JobRecord) -> None:
         if r.phase is Phase.LEASED and r.lease is not None:
-            self.holding[(r.namespace, r.lease.holder)] = r.key
+            worker = (r.namespace, r.lease.holder)
+            self.holding[worker] = r.key
+            if self._held_since.get(worker, (None, 0.0))[0] != r.key:
+                self._held_since[worker] = (r.key, self.clock())
         if r.phase is Phase.QUEUED and r.offer is not None:
             self.offered[r.key] = (r.namespace, r.offer)
             self._offered_by[(r.namespace, r.offer)] = r.key
@@ -120,8 +143,27 @@ class ReadyQueue:
     # -- the dispatcher's side ---------------------------------------------------------------
 
     def busy(self, worker: WorkerKey) -> bool:
+        """Has an offer, or holds a job and is not due an offer ahead (module docstring)."""
         with self._lock:
-            return worker in self.holding or worker in self._offered_by
+            if worker in self._offered_by:
+                return True
+            if worker not in self.holding:
+                return False
+            last = self._last_hold.get(worker)
+            since = self._held_since.get(worker)
+            now = self.clock()
+            return (
+                last is None
+                or since is None
+                or last >= self.ahead_seconds
+                or now - since[1] >= self.ahead_seconds
+            )
+
+    def keep_workers(self, alive: set[WorkerKey]) -> None:
+        """Forget how long workers no longer alive held their jobs."""
+        with self._lock:
+            for worker in self._last_hold.keys() - alive:
+                del self._last_hold[worker]
 
     def pick(self, namespace: str, engine: str) -> JobKey | None:
         """The next job for a worker of `engine` in `namespace` (see the module docstring),
@@ -176,5 +218,6 @@ class ReadyQueue:
 
 
 def idle(alive: list[tuple[WorkerKey, str]], queue: ReadyQueue) -> list[tuple[WorkerKey, str]]:
-    """The live workers (key, engine) that hold no job and have no offer."""
+    """The live workers (key, engine) to offer a job to: no offer, and no job held (or one
+    held by a worker due an offer ahead)."""
     return [(w, engine) for w, engine in alive if not queue.busy(w)]

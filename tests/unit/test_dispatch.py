@@ -7,11 +7,13 @@ import datetime as dt
 import threading
 from pathlib import Path
 
+import pytest
+
 from recall.cache import JobRecord
 from recall.dispatch import ReadyQueue
 from recall.engines.simulated import SimulatedEngine
 from recall.holder import LeaseHolder
-from recall.models import Phase
+from recall.models import Phase, Result
 from recall.registration import Registration
 from recall.settings import WorkerSettings
 from recall.store.memory import MemoryStore
@@ -178,3 +180,54 @@ def test_controller__a_reclaimed_job_is_offered_to_a_live_worker_not_to_its_dead
     job = store.get_job(NS, "a")
     assert job is not None and job.status.phase == Phase.QUEUED and job.status.expired_leases == 1
     assert job.status.offer is not None and job.status.offer.worker == other.worker
+
+
+def offers(store: MemoryStore) -> dict[str, str]:
+    return {
+        j["metadata"]["name"]: j["status"]["offer"]["worker"]
+        for j in store.list_jobs(NS).items
+        if j["status"].get("offer")
+    }
+
+
+def claim_offer(store: MemoryStore, clock: Clock, worker: str) -> LeaseHolder:
+    name = next(n for n, w in offers(store).items() if w == worker)
+    job = store.get_job(NS, name)
+    assert job is not None
+    held = LeaseHolder.claim(
+        store, job, worker, renew_deadline_fraction=0.6, clock=clock, now=clock.wall
+    )
+    assert isinstance(held, LeaseHolder)
+    return held
+
+
+@pytest.mark.parametrize(
+    ("ahead", "first_job_took", "holding_for", "offered_ahead"),
+    [
+        (2.0, 0.5, 0.5, True),  # short jobs: the next one is offered while it works
+        (2.0, 0.5, 2.5, False),  # the job it holds runs long: no offer ahead
+        (2.0, 3.0, 0.5, False),  # its jobs take long: only when idle
+        (0.0, 0.5, 0.5, False),  # switched off
+    ],
+)
+def test_controller__offers_ahead_only_to_a_worker_whose_jobs_are_short(
+    ahead: float, first_job_took: float, holding_for: float, offered_ahead: bool
+) -> None:
+    store, clock = MemoryStore(), Clock()
+    for i in range(4):
+        store.create_job(NS, job_manifest(f"j{i}"))
+    op = Operator(store, clock, offer_ahead_seconds=ahead)
+    register(store, "w")
+    op.tick()
+    first = claim_offer(store, clock, "w")
+    op.tick()  # holding its first job, whose length it does not know yet: no offer ahead
+    assert offers(store) == {}
+    clock.advance(first_job_took)
+    first.complete(Result(worker="w", attempt=first.attempt, config_map="cm", token=first.token))
+    op.tick()  # idle: an offer
+    second = claim_offer(store, clock, "w")
+    op.sync()  # the operator sees the claim at once ...
+    clock.advance(holding_for)
+    op.tick()  # ... and dispatches `holding_for` later
+    assert (offers(store) != {}) == offered_ahead, store.dump()
+    assert store.get_job(NS, second.name).status.phase == Phase.LEASED  # type: ignore[union-attr]
