@@ -160,6 +160,10 @@ class Controller:
 
     def run_once(self, now_mono: float | None = None) -> list[Report]:
         """One tick: plan and apply for every Batch that needs it and for uncovered jobs."""
+        # every replica's cache listener times holds: forget the workers gone, leading or not
+        self.ready.keep_workers(
+            {(w.namespace, w.worker) for w in self.registry.alive(self.clock())}
+        )
         if not self.leading.is_set() or not self.cache.synced.is_set():
             self._was_leading = False
             return []
@@ -236,7 +240,6 @@ class Controller:
         mono = self.clock() if now_mono is None else now_mono
         alive = self.registry.alive(mono)
         keys = {(w.namespace, w.worker) for w in alive}
-        self.ready.keep_workers(keys)
         for stale in self.ready.stale_offers(mono, self.settings.offer_seconds, keys):
             offered = self.cache.get(stale)
             if offered is not None:

@@ -59,6 +59,13 @@ def pools_for(namespace: str, engine: str) -> list[Pool]:
 
 
 @dataclass
+class _Hold:
+    job: JobKey
+    since: float  # first seen held, on the operator's clock
+    offered: bool = False  # its holder was offered its next job ahead
+
+
+@dataclass
 class _Heap:
     entries: list[tuple[SortKey, JobKey]] = field(default_factory=list)
 
@@ -71,8 +78,9 @@ class ReadyQueue:
         self.clock = clock
         self.ahead_seconds = ahead_seconds
         self.offered_at: dict[JobKey, float] = {}
-        # when each holder was first seen holding its job; how long its last job was held
-        self._held_since: dict[WorkerKey, tuple[JobKey, float]] = {}
+        # each holder's job, when it was first seen holding it, and whether it was offered
+        # its next job ahead during that hold; how long each worker held its last job
+        self._held_since: dict[WorkerKey, _Hold] = {}
         self._last_hold: dict[WorkerKey, float] = {}
         self._lock = threading.Lock()
         self._where: dict[JobKey, tuple[Pool, int, Group, SortKey]] = {}
@@ -93,16 +101,16 @@ class ReadyQueue:
                 self._drop(old)
             if new is not None:
                 self._add(new)
-            if old is not None and old.lease is not None:
+            if old is not None and old.lease is not None and self.ahead_seconds > 0:
                 self._hold_ended((old.namespace, old.lease.holder), old.key)
 
     def _hold_ended(self, worker: WorkerKey, key: JobKey) -> None:
         """`worker` held `key`; if it does not any more, remember how long it did."""
-        since = self._held_since.get(worker)
-        if since is None or since[0] != key or self.holding.get(worker) == key:
+        hold = self._held_since.get(worker)
+        if hold is None or hold.job != key or self.holding.get(worker) == key:
             return
         del self._held_since[worker]
-        self._last_hold[worker] = self.clock() - since[1]
+        self._last_hold[worker] = self.clock() - hold.since
 
     def _drop(self, r: JobRecord) -> None:
         self._where.pop(r.key, None)  # its heap entry goes stale and is skipped
@@ -119,8 +127,9 @@ class ReadyQueue:
         if r.phase is Phase.LEASED and r.lease is not None:
             worker = (r.namespace, r.lease.holder)
             self.holding[worker] = r.key
-            if self._held_since.get(worker, (None, 0.0))[0] != r.key:
-                self._held_since[worker] = (r.key, self.clock())
+            hold = self._held_since.get(worker)
+            if self.ahead_seconds > 0 and (hold is None or hold.job != r.key):
+                self._held_since[worker] = _Hold(r.key, self.clock())
         if r.phase is Phase.QUEUED and r.offer is not None:
             self.offered[r.key] = (r.namespace, r.offer)
             self._offered_by[(r.namespace, r.offer)] = r.key
@@ -142,22 +151,24 @@ class ReadyQueue:
 
     # -- the dispatcher's side ---------------------------------------------------------------
 
-    def busy(self, worker: WorkerKey) -> bool:
-        """Has an offer, or holds a job and is not due an offer ahead (module docstring)."""
+    def state(self, worker: WorkerKey) -> str:
+        """`idle` (no job, no offer), `ahead` (holds a job and is due an offer ahead, see the
+        module docstring) or `busy`."""
         with self._lock:
             if worker in self._offered_by:
-                return True
+                return "busy"
             if worker not in self.holding:
-                return False
+                return "idle"
             last = self._last_hold.get(worker)
-            since = self._held_since.get(worker)
-            now = self.clock()
-            return (
-                last is None
-                or since is None
-                or last >= self.ahead_seconds
-                or now - since[1] >= self.ahead_seconds
+            hold = self._held_since.get(worker)
+            due = (
+                last is not None
+                and hold is not None
+                and not hold.offered
+                and last < self.ahead_seconds
+                and self.clock() - hold.since < self.ahead_seconds
             )
+            return "ahead" if due else "busy"
 
     def keep_workers(self, alive: set[WorkerKey]) -> None:
         """Forget how long workers no longer alive held their jobs."""
@@ -206,6 +217,9 @@ class ReadyQueue:
             self.offered[key] = worker
             self._offered_by[worker] = key
             self.offered_at[key] = self.clock()
+            hold = self._held_since.get(worker)
+            if hold is not None and worker in self.holding:
+                hold.offered = True  # one offer ahead per job held, even if it is withdrawn
 
     def stale_offers(self, now_mono: float, seconds: float, alive: set[WorkerKey]) -> list[JobKey]:
         """Offers older than `seconds` on our clock, or to a worker no longer alive."""
@@ -218,6 +232,8 @@ class ReadyQueue:
 
 
 def idle(alive: list[tuple[WorkerKey, str]], queue: ReadyQueue) -> list[tuple[WorkerKey, str]]:
-    """The live workers (key, engine) to offer a job to: no offer, and no job held (or one
-    held by a worker due an offer ahead)."""
-    return [(w, engine) for w, engine in alive if not queue.busy(w)]
+    """The live workers (key, engine) to offer a job to, in order: the idle ones (no job, no
+    offer) first, then those due an offer ahead — a job never waits for a busy worker while
+    an idle one could take it."""
+    states = [(queue.state(w), (w, engine)) for w, engine in alive]
+    return [w for s, w in states if s == "idle"] + [w for s, w in states if s == "ahead"]

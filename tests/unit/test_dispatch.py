@@ -231,3 +231,43 @@ def test_controller__offers_ahead_only_to_a_worker_whose_jobs_are_short(
     op.tick()  # ... and dispatches `holding_for` later
     assert (offers(store) != {}) == offered_ahead, store.dump()
     assert store.get_job(NS, second.name).status.phase == Phase.LEASED  # type: ignore[union-attr]
+
+
+def short_job_done_and_next_claimed(store: MemoryStore, clock: Clock, op: Operator) -> LeaseHolder:
+    """`w` completes one 0.5 s job and claims the next one it is offered."""
+    op.tick()
+    first = claim_offer(store, clock, "w")
+    op.sync()
+    clock.advance(0.5)
+    first.complete(Result(worker="w", attempt=first.attempt, config_map="cm", token=first.token))
+    op.tick()
+    second = claim_offer(store, clock, "w")
+    op.sync()
+    return second
+
+
+def test_controller__an_idle_worker_is_offered_before_one_due_an_offer_ahead() -> None:
+    store, clock = MemoryStore(), Clock()
+    for i in range(3):
+        store.create_job(NS, job_manifest(f"j{i}"))
+    op = Operator(store, clock, offer_ahead_seconds=2)
+    register(store, "w")
+    short_job_done_and_next_claimed(store, clock, op)  # w holds j1; j2 is left
+    register(store, "idle")
+    op.tick()
+    assert offers(store) == {"j2": "idle"}
+
+
+def test_controller__one_offer_ahead_per_job_held_even_when_it_is_withdrawn() -> None:
+    store, clock = MemoryStore(), Clock()
+    for i in range(4):
+        store.create_job(NS, job_manifest(f"j{i}"))
+    op = Operator(store, clock, offer_ahead_seconds=10, offer_seconds=2)
+    register(store, "w")
+    short_job_done_and_next_claimed(store, clock, op)
+    op.tick()
+    assert list(offers(store).values()) == ["w"]  # the offer ahead
+    for _ in range(6):  # the job held runs on; the offer is withdrawn and not made again
+        clock.advance(1)
+        op.tick()
+    assert offers(store) == {}
