@@ -83,10 +83,10 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
             def throughput() -> dict[str, Any]:
                 out: dict[str, Any] = {"offers": {}, "queue": {}}
                 for w in workers:
-                    jobs = max(100 if quick else 300, 20 * w)
+                    jobs = max(100 if quick else 1500, 25 * w)
                     out["offers"][w] = scale.throughput(env, w, jobs=jobs, limit=limit)
                 for w in workers[-2:]:
-                    jobs = max(100 if quick else 300, 20 * w)
+                    jobs = max(100 if quick else 1500, 25 * w)
                     out["queue"][w] = scale.throughput(
                         env, w, jobs=jobs, limit=limit, dispatch="queue"
                     )

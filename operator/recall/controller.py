@@ -244,6 +244,12 @@ class Controller:
             offered = self.cache.get(stale)
             if offered is not None:
                 self.applier.withdraw(offered)
+        for key in self.ready.ahead_offers():
+            # An offer ahead waits for its worker: a more urgent job must not wait behind it.
+            offered = self.cache.get(key)
+            top = self.ready.top_priority((key[0], offered.engine)) if offered else None
+            if offered is not None and top is not None and top > offered.priority:
+                self.applier.withdraw(offered)
         written = 0
         workers = [((w.namespace, w.worker), w.engine) for w in alive]
         for worker, engine in idle(workers, self.ready):

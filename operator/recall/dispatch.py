@@ -17,7 +17,8 @@ lowest index (or oldest job) within it.
 next job while it still holds one, so that it claims the next one as soon as it completes, not
 after a round trip through the operator. Only while its current job is itself younger than
 `ahead_seconds`: a job that runs long gets at most that one offer ahead, which is withdrawn after
-`offer_seconds` like any other. Jobs of minutes never get one.
+`offer_seconds` like any other. Jobs of minutes never get one. An offer ahead is also withdrawn
+when a job of higher priority becomes claimable in its pool: priority still wins.
 """
 
 from __future__ import annotations
@@ -169,6 +170,28 @@ class ReadyQueue:
                 and self.clock() - hold.since < self.ahead_seconds
             )
             return "ahead" if due else "busy"
+
+    def ahead_offers(self) -> list[JobKey]:
+        """Offers to workers that still hold a job (offers ahead, not yet claimable)."""
+        with self._lock:
+            return [key for key, worker in self.offered.items() if worker in self.holding]
+
+    def top_priority(self, pool: Pool) -> int | None:
+        """The highest priority of a claimable job in `pool`, or None (stale heap heads are
+        dropped on the way, so the answer is exact)."""
+        with self._lock:
+            priorities = self._heaps.get(pool)
+            if not priorities:
+                return None
+            for priority in sorted(priorities, reverse=True):
+                for group, heap in list(priorities[priority].items()):
+                    while heap.entries:
+                        sort, key = heap.entries[0]
+                        if self._where.get(key) == (pool, priority, group, sort):
+                            return priority
+                        heapq.heappop(heap.entries)
+                    del priorities[priority][group]
+            return None
 
     def keep_workers(self, alive: set[WorkerKey]) -> None:
         """Forget how long workers no longer alive held their jobs."""

@@ -271,3 +271,23 @@ def test_controller__one_offer_ahead_per_job_held_even_when_it_is_withdrawn() ->
         clock.advance(1)
         op.tick()
     assert offers(store) == {}
+
+
+def test_controller__an_offer_ahead_is_withdrawn_for_a_more_urgent_job() -> None:
+    store, clock = MemoryStore(), Clock()
+    for i in range(3):
+        store.create_job(NS, job_manifest(f"j{i}"))
+    op = Operator(store, clock, offer_ahead_seconds=2)
+    register(store, "w")
+    working = short_job_done_and_next_claimed(store, clock, op)
+    op.tick()
+    assert offers(store) == {"j2": "w"}  # ahead, while w works on j1
+    store.create_job(NS, job_manifest("urgent", priority=10))
+    op.tick()
+    op.tick()
+    assert offers(store) == {}  # j2 is back in the queue: the urgent job goes first
+    working.complete(
+        Result(worker="w", attempt=working.attempt, config_map="cm", token=working.token)
+    )
+    op.tick()
+    assert offers(store) == {"urgent": "w"}
