@@ -13,12 +13,14 @@ a worker: the highest priority first; among the Batches of that priority the one
 fewest jobs leased or offered (fair share: a small Batch behind a big one starts at once); the
 lowest index (or oldest job) within it.
 
-**Offers ahead.** A worker whose recent jobs each took less than `ahead_seconds` is offered its
-next job while it still holds one, so that it claims the next one as soon as it completes, not
-after a round trip through the operator. Only while its current job is itself younger than
-`ahead_seconds`: a job that runs long gets at most that one offer ahead, which is withdrawn after
-`offer_seconds` like any other. Jobs of minutes never get one. An offer ahead is also withdrawn
-when a job of higher priority becomes claimable in its pool: priority still wins.
+**Offers ahead** (opt-in: `ahead_seconds` > 0). A worker whose recent jobs each took less than
+`ahead_seconds` is offered its next job while it still holds one, so that it claims the next
+one as soon as it completes, not after a round trip through the operator. Only while its
+current job is itself younger than `ahead_seconds`: a job that runs long gets at most that one
+offer ahead, which is withdrawn after `offer_seconds` like any other. Jobs of minutes never get
+one. An offer ahead is also withdrawn when a job of higher priority becomes claimable in its
+pool, but one claimed before that job appears has gone to a less urgent item: that is why it
+is off by default.
 """
 
 from __future__ import annotations

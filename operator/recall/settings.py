@@ -166,10 +166,11 @@ class OperatorSettings(BaseSettings):
         5.0, gt=0, description="Withdraw an offer not claimed within this many seconds."
     )
     offer_ahead_seconds: float = Field(
-        2.0,
+        0.0,
         ge=0,
         description="Offer a worker its next job while it still holds one when its last job "
-        "took less than this many seconds (and the one it holds too); 0 = only idle workers.",
+        "took less than this many seconds (and the one it holds too); 0 (the default) = only "
+        "idle workers.",
     )
     leader_election: bool = Field(
         False, description="Elect one acting replica through a coordination.k8s.io Lease."
