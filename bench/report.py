@@ -137,7 +137,8 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         "",
         f"Measured {run.get('when')} on {run.get('machine')}, in a `make bench` run of "
         f"{run.get('seconds')} s{' (quick sizes)' if run.get('quick') else ''}, against the local "
-        "control plane (kube-apiserver v1.37 and etcd v3.6 as processes, etcd without fsync). "
+        "control plane (kube-apiserver v1.37 and etcd v3.6 as processes, etcd without fsync, "
+        "kube-apiserver with GOGC=400 from 2026-11-30 10:00 on). "
         "Everything — API server, etcd, operator, workers, the other systems — shares the same two "
         "cores, so absolute rates are this machine's; the ratios and the shapes carry over. "
         "Regenerate with `make bench`; what each figure means is in the docstrings of `bench/`.",
