@@ -27,7 +27,7 @@ from pathlib import Path
 
 import structlog
 
-from recall_dev.procs import Proc, die_with_parent, tail, terminate
+from recall_dev.procs import Proc, spawn, tail, terminate
 
 log = structlog.get_logger("recall_dev.docker")
 
@@ -148,16 +148,7 @@ def _start_private_daemon(progress: bool) -> Proc:
     ]
     if progress:
         log.info("dockerd_start", data_root=str(data_root))
-    with logfile.open("ab") as out:
-        popen = subprocess.Popen(
-            args,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-    proc = Proc("dockerd", popen, logfile, popen.pid)
+    proc = spawn("dockerd", args, logfile.parent, None, owned=True)
     engine = DockerEngine(host=f"unix://{PRIVATE_RUN_DIR / 'docker.sock'}")
     deadline = time.monotonic() + 60
     while not engine.answers():

@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 from recall.controller import Controller
+from recall.holder import LeaseHolder
 from recall.models import API_VERSION
 from recall.registration import SELECTOR
 from recall.settings import OperatorSettings
@@ -91,3 +92,14 @@ class Operator:
         reports = self.controller.run_once()
         self.sync()
         return reports
+
+
+def claim(store: MemoryStore, clock: Clock, name: str, worker: str = "w1") -> LeaseHolder:
+    """`worker` claims job `name` on the test's clock."""
+    job = store.get_job(NS, name)
+    assert job is not None
+    h = LeaseHolder.claim(
+        store, job, worker, renew_deadline_fraction=0.6, clock=clock, now=clock.wall
+    )
+    assert isinstance(h, LeaseHolder)
+    return h

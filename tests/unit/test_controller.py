@@ -10,13 +10,12 @@ import pytest
 
 from recall import indexes
 from recall.cache import JobRecord
-from recall.holder import LeaseHolder
 from recall.leader import Sole
 from recall.models import ItemPhase, Phase, Result
 from recall.projection import CODES, stored_phases
 from recall.store import Conflict, Invalid, Unavailable
 from recall.store.memory import Fault, MemoryStore
-from tests.unit.fakes import NS, Clock, Operator, batch_manifest, job_manifest
+from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, job_manifest
 
 
 def setup(keys: list[str], **spec: object) -> tuple[MemoryStore, Clock, Operator]:
@@ -31,16 +30,6 @@ def phases(store: MemoryStore) -> dict[str, ItemPhase]:
     assert batch is not None
     codes = stored_phases(batch.status, len(batch.spec.items))
     return {it.key: CODES[codes[i]] for i, it in enumerate(batch.spec.items)}
-
-
-def claim(store: MemoryStore, clock: Clock, name: str, worker: str = "w1") -> LeaseHolder:
-    job = store.get_job(NS, name)
-    assert job is not None
-    h = LeaseHolder.claim(
-        store, job, worker, renew_deadline_fraction=0.6, clock=clock, now=clock.wall
-    )
-    assert isinstance(h, LeaseHolder)
-    return h
 
 
 def events(store: MemoryStore, reason: str) -> list[str]:

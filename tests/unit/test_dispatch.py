@@ -18,7 +18,7 @@ from recall.registration import Registration
 from recall.settings import WorkerSettings
 from recall.store.memory import MemoryStore
 from recall.worker import Worker
-from tests.unit.fakes import NS, Clock, Operator, batch_manifest, job_manifest
+from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, job_manifest
 
 
 def record(
@@ -191,14 +191,13 @@ def offers(store: MemoryStore) -> dict[str, str]:
 
 
 def claim_offer(store: MemoryStore, clock: Clock, worker: str) -> LeaseHolder:
-    name = next(n for n, w in offers(store).items() if w == worker)
-    job = store.get_job(NS, name)
-    assert job is not None
-    held = LeaseHolder.claim(
-        store, job, worker, renew_deadline_fraction=0.6, clock=clock, now=clock.wall
+    return claim(store, clock, next(n for n, w in offers(store).items() if w == worker), worker)
+
+
+def complete(held: LeaseHolder) -> None:
+    held.complete(
+        Result(worker=held.worker, attempt=held.attempt, config_map="cm", token=held.token)
     )
-    assert isinstance(held, LeaseHolder)
-    return held
 
 
 @pytest.mark.parametrize(
@@ -223,7 +222,7 @@ def test_controller__offers_ahead_only_to_a_worker_whose_jobs_are_short(
     op.tick()  # holding its first job, whose length it does not know yet: no offer ahead
     assert offers(store) == {}
     clock.advance(first_job_took)
-    first.complete(Result(worker="w", attempt=first.attempt, config_map="cm", token=first.token))
+    complete(first)
     op.tick()  # idle: an offer
     second = claim_offer(store, clock, "w")
     op.sync()  # the operator sees the claim at once ...
@@ -239,7 +238,7 @@ def short_job_done_and_next_claimed(store: MemoryStore, clock: Clock, op: Operat
     first = claim_offer(store, clock, "w")
     op.sync()
     clock.advance(0.5)
-    first.complete(Result(worker="w", attempt=first.attempt, config_map="cm", token=first.token))
+    complete(first)
     op.tick()
     second = claim_offer(store, clock, "w")
     op.sync()
@@ -286,8 +285,6 @@ def test_controller__an_offer_ahead_is_withdrawn_for_a_more_urgent_job() -> None
     op.tick()
     op.tick()
     assert offers(store) == {}  # j2 is back in the queue: the urgent job goes first
-    working.complete(
-        Result(worker="w", attempt=working.attempt, config_map="cm", token=working.token)
-    )
+    complete(working)
     op.tick()
     assert offers(store) == {"urgent": "w"}
