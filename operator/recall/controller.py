@@ -160,10 +160,10 @@ class Controller:
 
     def run_once(self, now_mono: float | None = None) -> list[Report]:
         """One tick: plan and apply for every Batch that needs it and for uncovered jobs."""
-        # every replica's cache listener times holds: forget the workers gone, leading or not
-        self.ready.keep_workers(
-            {(w.namespace, w.worker) for w in self.registry.alive(self.clock())}
-        )
+        if self.ready.ahead_seconds > 0:
+            # every replica's cache listener times holds: forget the workers gone, leading or not
+            alive = self.registry.alive(self.clock())
+            self.ready.keep_workers({(w.namespace, w.worker) for w in alive})
         if not self.leading.is_set() or not self.cache.synced.is_set():
             self._was_leading = False
             return []
