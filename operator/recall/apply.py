@@ -16,6 +16,7 @@ Offers and their withdrawal (`recall.dispatch`) are written here too.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as dt
 import threading
@@ -49,11 +50,13 @@ from recall.store import (
     ObjectRef,
     RawObject,
     StoreError,
+    Unavailable,
 )
 from recall.store.patch import merge_patch
 
 MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
 CREATE_SECONDS = 0.3  # creating jobs stops after this long in one tick (the loop must turn)
+CREATORS = 8  # jobs created at once (a fan-out is bound by the round trips, not the server)
 
 
 @dataclass
@@ -72,6 +75,25 @@ class Report:
     errors: list[str] = field(default_factory=list)
     status_written: bool = False
     more: bool = False  # jobs left to create (the time budget of one apply ran out)
+
+
+@dataclass(frozen=True)
+class _Created:
+    """The outcome of creating one item's job: the job (made now or found made before)."""
+
+    job: JobRecord | None = None
+    created: bool = False
+    error: str | None = None
+    conflict: str | None = None
+    retry: bool = False  # failed for now: the next tick tries again
+
+    def report_to(self, report: Report) -> None:
+        if self.created and self.job is not None:
+            report.created.append(self.job.name)
+        if self.error is not None:
+            report.errors.append(self.error)
+        if self.conflict is not None:
+            report.conflicts.append(self.conflict)
 
 
 def _status_of(record: JobRecord) -> JobStatus:
@@ -106,6 +128,9 @@ class Applier:
         self._versions: dict[BatchKey, deque[str]] = {}  # resourceVersions of our own writes
         self._statuses: dict[BatchKey, deque[RawObject]] = {}  # and the statuses they wrote
         self._lock = threading.Lock()  # `written` and `_versions`: kopf's thread reads them
+        self._creators = concurrent.futures.ThreadPoolExecutor(
+            CREATORS, thread_name_prefix="create"
+        )
 
     def observe(self, batch: Batch) -> bool:
         """A Batch as the watch delivered it. True when its status was written by someone else
@@ -265,19 +290,25 @@ class Applier:
         ours = {i for i, r in jobs.items() if r.key in written}
         recreated = 0
         until = time.monotonic() + CREATE_SECONDS if create_until is None else create_until
-        for item in plan.create:
+        for start in range(0, len(plan.create), CREATORS):
             if time.monotonic() > until:
                 report.more = True  # the rest at the next tick: reclaims must not wait
                 break
-            job = self._create(batch, item, report)
-            if job is None:
-                continue
-            current[item.index] = job
-            ours.add(item.index)
-            if item.index in plan.recreate:
-                recreated += 1
-                report.heals.append(f"job for item {item.key} was missing; created {job.name}")
-                metrics.HEALS.labels(kind="job-missing").inc()
+            wave = plan.create[start : start + CREATORS]
+            for item, made in zip(wave, self._create_wave(batch, wave), strict=True):
+                made.report_to(report)
+                if made.retry:
+                    report.more = True  # the API server is away: try again at the next tick
+                if made.job is None:
+                    continue
+                current[item.index] = made.job
+                ours.add(item.index)
+                if item.index in plan.recreate:
+                    recreated += 1
+                    report.heals.append(
+                        f"job for item {item.key} was missing; created {made.job.name}"
+                    )
+                    metrics.HEALS.labels(kind="job-missing").inc()
         if plan.project or written or report.created:
             self.write_status(
                 batch,
@@ -293,7 +324,13 @@ class Applier:
             )
         return report
 
-    def _create(self, batch: Batch, item: Item, report: Report) -> JobRecord | None:
+    def _create_wave(self, batch: Batch, items: Sequence[Item]) -> list[_Created]:
+        """Create the jobs of `items` at once; the outcomes in their order."""
+        if len(items) == 1:
+            return [self._create(batch, items[0])]
+        return list(self._creators.map(lambda item: self._create(batch, item), items))
+
+    def _create(self, batch: Batch, item: Item) -> _Created:
         manifest = job_for_item(batch, item)
         name = manifest["metadata"]["name"]
         try:
@@ -304,20 +341,16 @@ class Applier:
             try:
                 existing = self.store.get_job(batch.namespace, name)
             except StoreError as e:
-                report.errors.append(f"read {name}: {e.message}")
-                return None
+                return _Created(error=f"read {name}: {e.message}")
             if existing is not None and existing.spec.batch_ref != batch.name:
-                report.conflicts.append(
-                    f"item {item.key}: a TranscriptionJob named {existing.name} exists and "
-                    f"belongs to {existing.spec.batch_ref or 'no Batch'}"
+                return _Created(
+                    conflict=f"item {item.key}: a TranscriptionJob named {existing.name} exists "
+                    f"and belongs to {existing.spec.batch_ref or 'no Batch'}"
                 )
-                return None
-            return None if existing is None else _record(existing)
+            return _Created(None if existing is None else _record(existing))
         except StoreError as e:
-            report.errors.append(f"create {name}: {e.message}")
-            return None
-        report.created.append(job.name)
-        return _record(job)
+            return _Created(error=f"create {name}: {e.message}", retry=isinstance(e, Unavailable))
+        return _Created(_record(job), created=True)
 
     def baseline(self, batch: Batch) -> BatchStatus:
         """The Batch status as it is now: the last one this process wrote (it is the only

@@ -1,8 +1,10 @@
-"""The operator's controller: one loop that reclaims, reconciles and projects.
+"""The operator's controller: one loop that reclaims, reconciles and projects, and a dispatcher
+that offers work to idle workers.
 
     controller = Controller(store, settings)
-    controller.run_once()     # what one tick does; tests call it directly
-    controller.run(stop)      # the loop: run_once, then sleep until the next lease expiry or tick
+    controller.run_once()          # what one tick does; tests call it directly
+    controller.run(stop)           # the loop: run_once, then sleep until the next expiry or tick
+    controller.dispatch_loop(stop) # offers as soon as a worker is idle or work is ready
 
 Each tick, for every unfinished Batch that needs it — a job of it changed, a lease of it
 expired, a backoff of it ended, or its full reconcile is due (start-up, a new generation, every
@@ -15,10 +17,15 @@ Reclaim timing: the loop wakes at the earliest observed expiry (and at least eve
 lease is reclaimed within one tick of its expiry on the operator's clock. Nothing here raises
 out of the loop: an error is logged and the next tick tries again (DESIGN §5, invariant 9).
 Only the leader acts (`leading`); a standby keeps its cache and observations warm.
+
+Dispatch runs on its own thread, so a long tick (creating a fan-out's jobs, projecting a big
+Batch) never holds an idle worker back; passes are serialised (one lock), and the offers of
+one pass are written concurrently (`OFFER_WRITERS`), each one independent write.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import threading
 import time
@@ -29,7 +36,7 @@ from dataclasses import dataclass
 from recall import log, metrics
 from recall.apply import CREATE_SECONDS, Applier, Report
 from recall.cache import BatchKey, JobCache, JobRecord
-from recall.dispatch import ReadyQueue, idle
+from recall.dispatch import ReadyQueue, WorkerKey, idle
 from recall.holder import Monotonic, boottime, utcnow
 from recall.items import Item, ItemsInvalid, resolve
 from recall.models import LABEL_BATCH, Batch, Phase, label_value
@@ -41,6 +48,8 @@ from recall.store import ObjectRef, Store, StoreError
 from recall.transcripts import job_selector, unreferenced
 
 _log = log.get("operator")
+
+OFFER_WRITERS = 4  # offers of one dispatch pass written at once
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,10 @@ class Controller:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._dispatch_due = threading.Event()
+        self._dispatching = threading.Lock()  # one dispatch pass at a time
+        self._offer_pool = concurrent.futures.ThreadPoolExecutor(
+            OFFER_WRITERS, thread_name_prefix="offer"
+        )
         self._last_tick = float("-inf")
         self._was_leading = False
         self._create_until = float("inf")
@@ -119,13 +132,11 @@ class Controller:
     def wake_dispatch(self) -> None:
         """A job or a worker changed: someone may have become idle, or work ready."""
         self._dispatch_due.set()
-        self._wake.set()
 
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """run_once every tick (earlier when a lease expires); between ticks, offers as soon as
-        a worker is idle. Never raises."""
+        """run_once every tick (earlier when a lease expires). Never raises."""
         while not stop.is_set():
             wait = None
             try:
@@ -135,14 +146,26 @@ class Controller:
                 ):
                     self._last_tick = self.clock()
                     self.run_once()
-                elif self._dispatch_due.is_set():
-                    self._dispatch_due.clear()
-                    self.dispatch_once()
             except Exception:
                 _log.exception("tick_failed")
                 wait = self.settings.tick_seconds  # the API server is away: do not spin
             self._wake.wait(self.next_wait() if wait is None else wait)
             self._wake.clear()
+
+    def dispatch_loop(self, stop: threading.Event) -> None:
+        """Offers as soon as a worker is idle or work is ready (and every tick, for stale
+        offers). Never raises."""
+        while not stop.is_set():
+            self._dispatch_due.wait(self.settings.tick_seconds)
+            if stop.is_set():
+                break
+            self._dispatch_due.clear()
+            try:
+                self.dispatch_once()
+            except Exception:
+                _log.exception("dispatch_failed")
+                stop.wait(self.settings.tick_seconds)  # the API server is away: do not spin
+        self._offer_pool.shutdown(wait=False, cancel_futures=True)
 
     def _expiry_due(self) -> bool:
         """A lease expired since the last tick looked (one that tick could not reclaim waits
@@ -160,10 +183,9 @@ class Controller:
 
     def run_once(self, now_mono: float | None = None) -> list[Report]:
         """One tick: plan and apply for every Batch that needs it and for uncovered jobs."""
-        if self.ready.ahead_seconds > 0:
-            # every replica's cache listener times holds: forget the workers gone, leading or not
-            alive = self.registry.alive(self.clock())
-            self.ready.keep_workers({(w.namespace, w.worker) for w in alive})
+        # every replica's cache listener times holds: forget the workers gone, leading or not
+        alive = self.registry.alive(self.clock())
+        self.ready.keep_workers({(w.namespace, w.worker) for w in alive})
         if not self.leading.is_set() or not self.cache.synced.is_set():
             self._was_leading = False
             return []
@@ -237,12 +259,17 @@ class Controller:
             or not self.cache.synced.is_set()
         ):
             return 0
-        mono = self.clock() if now_mono is None else now_mono
+        with self._dispatching:
+            return self._dispatch(self.clock() if now_mono is None else now_mono)
+
+    def _dispatch(self, mono: float) -> int:
         alive = self.registry.alive(mono)
         keys = {(w.namespace, w.worker) for w in alive}
         for stale in self.ready.stale_offers(mono, self.settings.offer_seconds, keys):
             offered = self.cache.get(stale)
-            if offered is not None:
+            if offered is None or offered.phase is not Phase.QUEUED or offered.offer is None:
+                self.ready.forget_offer(stale)  # taken up or gone: nothing to withdraw
+            else:
                 self.applier.withdraw(offered)
         for key in self.ready.ahead_offers():
             # An offer ahead waits for its worker: a more urgent job must not wait behind it.
@@ -250,15 +277,22 @@ class Controller:
             top = self.ready.top_priority((key[0], offered.engine)) if offered else None
             if offered is not None and top is not None and top > offered.priority:
                 self.applier.withdraw(offered)
-        written = 0
+        chosen: list[tuple[WorkerKey, JobRecord]] = []
         workers = [((w.namespace, w.worker), w.engine) for w in alive]
         for worker, engine in idle(workers, self.ready):
-            chosen = self.ready.pick(worker[0], engine)
-            record = self.cache.get(chosen) if chosen is not None else None
-            if chosen is not None and record is not None and self.applier.offer(record, worker[1]):
-                self.ready.offered_to(chosen, worker)
-                written += 1
-        return written
+            picked = self.ready.pick(worker[0], engine)
+            record = self.cache.get(picked) if picked is not None else None
+            if record is not None:
+                chosen.append((worker, record))
+        if len(chosen) <= 1:
+            return sum(self._offer(worker, record) for worker, record in chosen)
+        return sum(self._offer_pool.map(lambda wr: self._offer(*wr), chosen))
+
+    def _offer(self, worker: WorkerKey, record: JobRecord) -> int:
+        if not self.applier.offer(record, worker[1]):
+            return 0
+        self.ready.offered_to(record.key, worker)
+        return 1
 
     def clean_up(self, limit: int = 20) -> int:
         """Delete transcript ConfigMaps nothing accepted references any more (a zombie's, a

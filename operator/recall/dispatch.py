@@ -85,6 +85,7 @@ class ReadyQueue:
         # its next job ahead during that hold; how long each worker held its last job
         self._held_since: dict[WorkerKey, _Hold] = {}
         self._last_hold: dict[WorkerKey, float] = {}
+        self._free_since: dict[WorkerKey, float] = {}  # when each worker's last hold ended
         self._lock = threading.Lock()
         self._where: dict[JobKey, tuple[Pool, int, Group, SortKey]] = {}
         self._heaps: defaultdict[Pool, defaultdict[int, dict[Group, _Heap]]] = defaultdict(
@@ -122,6 +123,7 @@ class ReadyQueue:
             self._active[group] -= 1
         if r.lease is not None and self.holding.get((r.namespace, r.lease.holder)) == r.key:
             del self.holding[(r.namespace, r.lease.holder)]
+            self._free_since[(r.namespace, r.lease.holder)] = self.clock()
         worker = self.offered.pop(r.key, None)
         if worker is not None and self._offered_by.get(worker) == r.key:
             del self._offered_by[worker]
@@ -195,11 +197,18 @@ class ReadyQueue:
                     del priorities[priority][group]
             return None
 
+    def free_since(self, worker: WorkerKey) -> float:
+        """When `worker`'s last job left it (-inf if it never held one while we watched)."""
+        with self._lock:
+            return self._free_since.get(worker, float("-inf"))
+
     def keep_workers(self, alive: set[WorkerKey]) -> None:
-        """Forget how long workers no longer alive held their jobs."""
+        """Forget what is known of workers no longer alive."""
         with self._lock:
             for worker in self._last_hold.keys() - alive:
                 del self._last_hold[worker]
+            for worker in self._free_since.keys() - alive:
+                del self._free_since[worker]
 
     def pick(self, namespace: str, engine: str) -> JobKey | None:
         """The next job for a worker of `engine` in `namespace` (see the module docstring),
@@ -237,14 +246,25 @@ class ReadyQueue:
         return best[3], -best[0], best[4]
 
     def offered_to(self, key: JobKey, worker: WorkerKey) -> None:
-        """Record an offer just written, before the watch brings it back."""
+        """Record an offer just written, unless the watch has brought the job back since it
+        was picked (it then knows better: the offer, or the claim that already took it up)."""
         with self._lock:
-            self.offered[key] = worker
-            self._offered_by[worker] = key
-            self.offered_at[key] = self.clock()
             hold = self._held_since.get(worker)
             if hold is not None and worker in self.holding:
                 hold.offered = True  # one offer ahead per job held, even if it is withdrawn
+            if key in self._activity or key in self._where:
+                return
+            self.offered[key] = worker
+            self._offered_by[worker] = key
+            self.offered_at[key] = self.clock()
+
+    def forget_offer(self, key: JobKey) -> None:
+        """The job is no longer offered (as the cache shows it): stop counting it as such."""
+        with self._lock:
+            worker = self.offered.pop(key, None)
+            self.offered_at.pop(key, None)
+            if worker is not None and self._offered_by.get(worker) == key:
+                del self._offered_by[worker]
 
     def stale_offers(self, now_mono: float, seconds: float, alive: set[WorkerKey]) -> list[JobKey]:
         """Offers older than `seconds` on our clock, or to a worker no longer alive."""
@@ -258,7 +278,9 @@ class ReadyQueue:
 
 def idle(alive: list[tuple[WorkerKey, str]], queue: ReadyQueue) -> list[tuple[WorkerKey, str]]:
     """The live workers (key, engine) to offer a job to, in order: the idle ones (no job, no
-    offer) first, then those due an offer ahead — a job never waits for a busy worker while
-    an idle one could take it."""
+    offer) first, the longest idle first (when jobs are scarce none waits behind the others
+    again and again), then those due an offer ahead — a job never waits for a busy worker
+    while an idle one could take it."""
     states = [(queue.state(w), (w, engine)) for w, engine in alive]
-    return [w for s, w in states if s == "idle"] + [w for s, w in states if s == "ahead"]
+    free = sorted((w for s, w in states if s == "idle"), key=lambda w: queue.free_since(w[0]))
+    return free + [w for s, w in states if s == "ahead"]

@@ -134,6 +134,19 @@ def test_heal__counted_once_with_one_event() -> None:
     assert len(events(store, "Healed")) == 1
 
 
+def test_fan_out__jobs_created_at_once_are_reported_in_item_order() -> None:
+    keys = [f"k{i}" for i in range(10)]
+    store, _, op = setup(keys)
+    store.inject(Fault("create_job", Unavailable("503"), name="b-k3"))
+    store.create_job(NS, job_manifest("b-k5"))  # taken by a job that is not the Batch's
+    reports = [r for r in op.tick() if r.batch is not None]
+    assert reports[0].created == [f"b-{k}" for k in keys if k not in ("k3", "k5")]
+    assert [e.split(":")[0] for e in reports[0].errors] == ["create b-k3"]
+    assert [c.split(":")[0] for c in reports[0].conflicts] == ["item k5"]
+    reports = [r for r in op.tick() if r.batch is not None]
+    assert reports[0].created == ["b-k3"]  # the next tick tries again
+
+
 def test_status_write_failure__keeps_the_change_for_the_next_tick() -> None:
     store, clock, op = setup(["a"])
     op.tick()

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from recall.cache import JobRecord
-from recall.dispatch import ReadyQueue
+from recall.dispatch import ReadyQueue, idle
 from recall.engines.simulated import SimulatedEngine
 from recall.holder import LeaseHolder
-from recall.models import Phase, Result
+from recall.models import Lease, Phase, Result
 from recall.registration import Registration
 from recall.settings import WorkerSettings
 from recall.store.memory import MemoryStore
@@ -29,7 +30,10 @@ def record(
     priority: int = 0,
     engine: str | None = "simulated",
     phase: Phase = Phase.QUEUED,
+    holder: str | None = None,
+    offer: str | None = None,
 ) -> JobRecord:
+    t = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     return JobRecord(
         namespace=NS,
         name=name,
@@ -45,9 +49,11 @@ def record(
         releases=0,
         max_attempts=3,
         max_releases=10,
-        lease=None,
+        lease=Lease(holder=holder, token="t", acquire_time=t, renew_time=t, duration_seconds=10)
+        if holder
+        else None,
         backoff_seconds=None,
-        offer=None,
+        offer=offer,
         priority=priority,
         created=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         suspended=False,
@@ -90,6 +96,37 @@ def test_ready_queue__engines_and_staleness() -> None:
     assert q.pick(NS, "whisper") is None
 
 
+def test_ready_queue__an_offer_recorded_after_its_claim_was_seen_is_ignored() -> None:
+    # The offer's write returns late: the watch has already brought the offer and the claim.
+    q = ReadyQueue(lambda: 0.0)
+    queued = record("j")
+    q.update(None, queued)
+    assert q.pick(NS, "simulated") == (NS, "j")
+    offered = record("j", offer="w")
+    q.update(queued, offered)
+    leased = record("j", phase=Phase.LEASED, holder="w")
+    q.update(offered, leased)
+    q.offered_to((NS, "j"), (NS, "w"))
+    assert (NS, "j") not in q.offered
+    q.update(leased, record("j", phase=Phase.SUCCEEDED))
+    assert q.state((NS, "w")) == "idle"  # not "busy" with an offer long taken up
+
+
+def test_idle__the_longest_idle_worker_first() -> None:
+    t = [0.0]
+    q = ReadyQueue(lambda: t[0])
+    for worker in ("a", "b", "c"):
+        q.update(None, record(worker, phase=Phase.LEASED, holder=worker))
+    for worker in ("c", "a", "b"):  # c's job ends first, then a's, then b's
+        t[0] += 1
+        q.update(
+            record(worker, phase=Phase.LEASED, holder=worker),
+            record(worker, phase=Phase.SUCCEEDED),
+        )
+    workers = [((NS, w), "simulated") for w in ("a", "b", "c", "new")]
+    assert [w[1] for w, _ in idle(workers, q)] == ["new", "c", "a", "b"]
+
+
 def register(store: MemoryStore, worker: str, engine: str = "simulated") -> Registration:
     r = Registration(store, NS, worker, engine, duration=15)
     r.renew_once()
@@ -113,6 +150,32 @@ def test_controller__offers_one_job_to_each_idle_worker() -> None:
     assert sorted(offers) == ["b-i0", "b-i1", "b-i2"]
     op.tick()  # nothing new: each worker has its offer
     assert sum(1 for j in store.list_jobs(NS).items if j["status"].get("offer")) == 3
+
+
+def test_dispatcher__offers_at_once_while_the_tick_is_busy() -> None:
+    store, clock = MemoryStore(), Clock()
+    op = Operator(store, clock)
+    for worker in ("w1", "w2"):
+        register(store, worker)
+    stop = threading.Event()
+    dispatcher = threading.Thread(target=op.controller.dispatch_loop, args=(stop,), daemon=True)
+    dispatcher.start()
+    try:
+        with op.controller._dispatching:  # a dispatch pass (of the tick, say) is under way
+            store.create_job(NS, job_manifest("a"))
+            store.create_job(NS, job_manifest("b"))
+            op.sync()  # the watch brings the jobs; no tick runs from here on
+            time.sleep(0.2)
+            assert offers(store) == {}  # one pass at a time
+        deadline = time.monotonic() + 5
+        while len(offers(store)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(offers(store).values()) == ["w1", "w2"]
+    finally:
+        stop.set()
+        op.controller.wake_dispatch()
+        dispatcher.join(timeout=5)
+    assert not dispatcher.is_alive()
 
 
 def test_controller__withdraws_offers_not_taken_up_or_to_dead_workers() -> None:
