@@ -11,12 +11,11 @@ term, which the API server requires never to go down (the Batch CRD's rule on
 even if its write was already on its way. A status written by anyone else (`observe`) makes the next
 apply start from the server's status again. Heals are counted, and their Events posted, only
 when the status that records them was written.
-Offers and their withdrawal (`recall.dispatch`) are written here too.
+Jobs are created by `recall.creating`; offers are written by `recall.offers`.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import datetime as dt
 import threading
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 
 from recall import faults, lease, metrics
 from recall.cache import BatchKey, JobRecord, Marks
-from recall.fanout import job_for_item
+from recall.creating import CREATORS, JobCreator
 from recall.fencing import Transition, fenced_write
 from recall.items import Item
 from recall.leader import Leadership, Sole
@@ -35,28 +34,23 @@ from recall.models import (
     Batch,
     BatchStatus,
     ItemPhase,
-    JobStatus,
-    Offer,
     TranscriptionJob,
 )
 from recall.observer import JobKey
 from recall.projection import CODE, Projection, project, stored_phases
 from recall.reconcile import Plan, budget
 from recall.store import (
-    Conflict,
     Invalid,
     JobStore,
     NotFound,
     ObjectRef,
     RawObject,
     StoreError,
-    Unavailable,
 )
 from recall.store.patch import merge_patch
 
 MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
 CREATE_SECONDS = 0.3  # creating jobs stops after this long in one tick (the loop must turn)
-CREATORS = 8  # jobs created at once (a fan-out is bound by the round trips, not the server)
 
 
 @dataclass
@@ -77,40 +71,6 @@ class Report:
     more: bool = False  # jobs left to create (the time budget of one apply ran out)
 
 
-@dataclass(frozen=True)
-class _Created:
-    """The outcome of creating one item's job: the job (made now or found made before)."""
-
-    job: JobRecord | None = None
-    created: bool = False
-    error: str | None = None
-    conflict: str | None = None
-    retry: bool = False  # failed for now: the next tick tries again
-
-    def report_to(self, report: Report) -> None:
-        if self.created and self.job is not None:
-            report.created.append(self.job.name)
-        if self.error is not None:
-            report.errors.append(self.error)
-        if self.conflict is not None:
-            report.conflicts.append(self.conflict)
-
-
-def _status_of(record: JobRecord) -> JobStatus:
-    """The part of a job's status an offer depends on, from the operator's compact record."""
-    return JobStatus(
-        phase=record.phase,
-        attempts=record.attempts,
-        releases=record.releases,
-        backoff_seconds=record.backoff_seconds,
-        offer=Offer(worker=record.offer) if record.offer else None,
-    )
-
-
-def _record(job: TranscriptionJob) -> JobRecord:
-    return JobRecord.from_raw(job.model_dump(mode="json", by_alias=True, exclude_none=True))
-
-
 def _ref(obj: TranscriptionJob | Batch | JobRecord) -> ObjectRef:
     if isinstance(obj, JobRecord):
         return ObjectRef("TranscriptionJob", obj.namespace, obj.name, obj.uid)
@@ -128,9 +88,7 @@ class Applier:
         self._versions: dict[BatchKey, deque[str]] = {}  # resourceVersions of our own writes
         self._statuses: dict[BatchKey, deque[RawObject]] = {}  # and the statuses they wrote
         self._lock = threading.Lock()  # `written` and `_versions`: kopf's thread reads them
-        self._creators = concurrent.futures.ThreadPoolExecutor(
-            CREATORS, thread_name_prefix="create"
-        )
+        self.creator = JobCreator(store)
 
     def observe(self, batch: Batch) -> bool:
         """A Batch as the watch delivered it. True when its status was written by someone else
@@ -145,38 +103,6 @@ class Applier:
                 return False  # one of ours, delivered late (another client's change since)
             self._forget(batch.key)
             return True
-
-    def offer(self, record: JobRecord, worker: str) -> bool:
-        """Offer a claimable job to `worker`: one write, guarded by the version it was chosen
-        from (a 409 means it changed meanwhile: it is not offered)."""
-        decision = lease.offer(_status_of(record), worker)
-        if isinstance(decision, lease.Refusal):
-            return False
-        try:
-            self.store.patch_job_status(
-                record.namespace,
-                record.name,
-                record.resource_version,
-                {"offer": {"worker": worker}},
-            )
-        except StoreError:
-            return False
-        metrics.OFFERS.inc()
-        return True
-
-    def withdraw(self, record: JobRecord) -> bool:
-        """Take back an offer its worker did not take up in time."""
-        decision = lease.withdraw(_status_of(record))
-        if isinstance(decision, lease.Refusal):
-            return False
-        try:
-            self.store.patch_job_status(
-                record.namespace, record.name, record.resource_version, {"offer": None}
-            )
-        except StoreError:
-            return False
-        metrics.OFFERS_WITHDRAWN.inc()
-        return True
 
     def event(self, about: ObjectRef, type_: str, reason: str, message: str) -> None:
         # An Event is best effort; the status and the logs say it too.
@@ -199,7 +125,7 @@ class Applier:
                 report,
             )
             if job is not None:
-                written[record.key] = _record(job)
+                written[record.key] = JobRecord.of(job)
                 self._reclaimed(record, job, now_mono - seen.expires_at(), report)
         for record in plan.exhaust:
             job = self._write(
@@ -209,12 +135,12 @@ class Applier:
                 report,
             )
             if job is not None:
-                written[record.key] = _record(job)
+                written[record.key] = JobRecord.of(job)
                 report.exhausted.append(record.name)
         for record in plan.end_backoff:
             job = self._write(record, "end-backoff", lambda j: lease.end_backoff(j.status), report)
             if job is not None:
-                written[record.key] = _record(job)
+                written[record.key] = JobRecord.of(job)
                 report.backoffs_ended.append(record.name)
         for record, suspended in plan.label:
             try:
@@ -226,7 +152,7 @@ class Applier:
             except StoreError as e:
                 report.errors.append(f"label {record.name}: {e.message}")
                 continue
-            written[record.key] = _record(labelled)
+            written[record.key] = JobRecord.of(labelled)
             report.labelled.append(record.name)
         return written
 
@@ -295,8 +221,11 @@ class Applier:
                 report.more = True  # the rest at the next tick: reclaims must not wait
                 break
             wave = plan.create[start : start + CREATORS]
-            for item, made in zip(wave, self._create_wave(batch, wave), strict=True):
-                made.report_to(report)
+            for item, made in zip(wave, self.creator.create(batch, wave), strict=True):
+                if made.created and made.job is not None:
+                    report.created.append(made.job.name)
+                report.errors.extend([made.error] if made.error else [])
+                report.conflicts.extend([made.conflict] if made.conflict else [])
                 if made.retry:
                     report.more = True  # the API server is away: try again at the next tick
                 if made.job is None:
@@ -323,34 +252,6 @@ class Applier:
                 frozenset(ours),
             )
         return report
-
-    def _create_wave(self, batch: Batch, items: Sequence[Item]) -> list[_Created]:
-        """Create the jobs of `items` at once; the outcomes in their order."""
-        if len(items) == 1:
-            return [self._create(batch, items[0])]
-        return list(self._creators.map(lambda item: self._create(batch, item), items))
-
-    def _create(self, batch: Batch, item: Item) -> _Created:
-        manifest = job_for_item(batch, item)
-        name = manifest["metadata"]["name"]
-        try:
-            job = self.store.create_job(batch.namespace, manifest)
-        except Conflict:
-            # Created before (the cache catches up), or the name is taken by a job that is not
-            # this Batch's: say so, do not touch it.
-            try:
-                existing = self.store.get_job(batch.namespace, name)
-            except StoreError as e:
-                return _Created(error=f"read {name}: {e.message}")
-            if existing is not None and existing.spec.batch_ref != batch.name:
-                return _Created(
-                    conflict=f"item {item.key}: a TranscriptionJob named {existing.name} exists "
-                    f"and belongs to {existing.spec.batch_ref or 'no Batch'}"
-                )
-            return _Created(None if existing is None else _record(existing))
-        except StoreError as e:
-            return _Created(error=f"create {name}: {e.message}", retry=isinstance(e, Unavailable))
-        return _Created(_record(job), created=True)
 
     def baseline(self, batch: Batch) -> BatchStatus:
         """The Batch status as it is now: the last one this process wrote (it is the only

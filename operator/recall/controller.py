@@ -20,12 +20,11 @@ Only the leader acts (`leading`); a standby keeps its cache and observations war
 
 Dispatch runs on its own thread, so a long tick (creating a fan-out's jobs, projecting a big
 Batch) never holds an idle worker back; passes are serialised (one lock), and the offers of
-one pass are written concurrently (`OFFER_WRITERS`), each one independent write.
+one pass are written several at once (`recall.offers`), each one independent write.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as dt
 import threading
 import time
@@ -41,6 +40,7 @@ from recall.holder import Monotonic, boottime, utcnow
 from recall.items import Item, ItemsInvalid, resolve
 from recall.models import LABEL_BATCH, Batch, Phase, label_value
 from recall.observer import next_expiry
+from recall.offers import OfferWriter
 from recall.reconcile import plan_batch, plan_jobs
 from recall.registration import Registry
 from recall.settings import OperatorSettings
@@ -48,8 +48,6 @@ from recall.store import ObjectRef, Store, StoreError
 from recall.transcripts import job_selector, unreferenced
 
 _log = log.get("operator")
-
-OFFER_WRITERS = 4  # offers of one dispatch pass written at once
 
 
 @dataclass(frozen=True)
@@ -86,6 +84,7 @@ class Controller:
         self.cache.listeners.append(self.ready.update)
         self.registry = Registry(clock, wake=self.wake_dispatch)
         self.applier = Applier(store)
+        self.offers = OfferWriter(store)
         self.leading = threading.Event()
         self._batches: dict[BatchKey, Batch] = {}
         self._resolved: dict[BatchKey, Resolved] = {}
@@ -95,9 +94,6 @@ class Controller:
         self._wake = threading.Event()
         self._dispatch_due = threading.Event()
         self._dispatching = threading.Lock()  # one dispatch pass at a time
-        self._offer_pool = concurrent.futures.ThreadPoolExecutor(
-            OFFER_WRITERS, thread_name_prefix="offer"
-        )
         self._last_tick = float("-inf")
         self._was_leading = False
         self._create_until = float("inf")
@@ -165,7 +161,7 @@ class Controller:
             except Exception:
                 _log.exception("dispatch_failed")
                 stop.wait(self.settings.tick_seconds)  # the API server is away: do not spin
-        self._offer_pool.shutdown(wait=False, cancel_futures=True)
+        self.offers.close()
 
     def _expiry_due(self) -> bool:
         """A lease expired since the last tick looked (one that tick could not reclaim waits
@@ -270,13 +266,13 @@ class Controller:
             if offered is None or offered.phase is not Phase.QUEUED or offered.offer is None:
                 self.ready.forget_offer(stale)  # taken up or gone: nothing to withdraw
             else:
-                self.applier.withdraw(offered)
+                self.offers.withdraw(offered)
         for key in self.ready.ahead_offers():
             # An offer ahead waits for its worker: a more urgent job must not wait behind it.
             offered = self.cache.get(key)
             top = self.ready.top_priority((key[0], offered.engine)) if offered else None
             if offered is not None and top is not None and top > offered.priority:
-                self.applier.withdraw(offered)
+                self.offers.withdraw(offered)
         chosen: list[tuple[WorkerKey, JobRecord]] = []
         workers = [((w.namespace, w.worker), w.engine) for w in alive]
         for worker, engine in idle(workers, self.ready):
@@ -284,15 +280,11 @@ class Controller:
             record = self.cache.get(picked) if picked is not None else None
             if record is not None:
                 chosen.append((worker, record))
-        if len(chosen) <= 1:
-            return sum(self._offer(worker, record) for worker, record in chosen)
-        return sum(self._offer_pool.map(lambda wr: self._offer(*wr), chosen))
-
-    def _offer(self, worker: WorkerKey, record: JobRecord) -> int:
-        if not self.applier.offer(record, worker[1]):
-            return 0
-        self.ready.offered_to(record.key, worker)
-        return 1
+        written = self.offers.offer_all([(record, worker[1]) for worker, record in chosen])
+        for (worker, record), ok in zip(chosen, written, strict=True):
+            if ok:
+                self.ready.offered_to(record.key, worker)
+        return sum(written)
 
     def clean_up(self, limit: int = 20) -> int:
         """Delete transcript ConfigMaps nothing accepted references any more (a zombie's, a
