@@ -223,6 +223,7 @@ class ControllerThread:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=10)
+        self.controller.close()
 
 
 def process_state(pid: int) -> str:

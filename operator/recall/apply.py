@@ -21,7 +21,7 @@ import datetime as dt
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from recall import faults, lease, metrics
@@ -59,7 +59,6 @@ class Report:
 
     batch: BatchKey | None
     reclaimed: list[tuple[str, str]] = field(default_factory=list)  # (job, phase it got)
-    expired_holders: list[tuple[str, str]] = field(default_factory=list)  # (namespace, worker)
     exhausted: list[str] = field(default_factory=list)
     backoffs_ended: list[str] = field(default_factory=list)
     labelled: list[str] = field(default_factory=list)
@@ -69,6 +68,7 @@ class Report:
     errors: list[str] = field(default_factory=list)
     status_written: bool = False
     more: bool = False  # jobs left to create (the time budget of one apply ran out)
+    retry_creates: bool = False  # the API server could not take a create: try again soon
 
 
 def _ref(obj: TranscriptionJob | Batch | JobRecord) -> ObjectRef:
@@ -89,6 +89,8 @@ class Applier:
         self._statuses: dict[BatchKey, deque[RawObject]] = {}  # and the statuses they wrote
         self._lock = threading.Lock()  # `written` and `_versions`: kopf's thread reads them
         self.creator = JobCreator(store)
+        # told (namespace, worker) of a holder whose lease expired, before its job is reclaimed
+        self.expired: Callable[[str, str], None] = lambda namespace, worker: None
 
     def observe(self, batch: Batch) -> bool:
         """A Batch as the watch delivered it. True when its status was written by someone else
@@ -116,6 +118,10 @@ class Applier:
         fails (the API server restarting) is reported and tried again at the next tick."""
         written: dict[JobKey, JobRecord] = {}
         for record, seen in plan.reclaim:
+            if record.lease is not None:
+                # Before the write: once the job is Queued again, the dispatcher (another
+                # thread) must not offer it to its dead holder.
+                self.expired(record.namespace, record.lease.holder)
             job = self._write(
                 record,
                 "reclaim",
@@ -176,8 +182,6 @@ class Applier:
         self, record: JobRecord, job: TranscriptionJob, overdue: float, report: Report
     ) -> None:
         report.reclaimed.append((job.name, job.status.effective_phase))
-        if record.lease is not None:
-            report.expired_holders.append((record.namespace, record.lease.holder))
         metrics.RECLAIMS.inc()
         metrics.RECLAIM_DELAY.observe(max(0.0, overdue))
         holder = record.lease.holder if record.lease else "?"
@@ -217,6 +221,8 @@ class Applier:
         recreated = 0
         until = time.monotonic() + CREATE_SECONDS if create_until is None else create_until
         for start in range(0, len(plan.create), CREATORS):
+            if report.retry_creates:
+                break  # the API server is away: do not press on with the rest
             if time.monotonic() > until:
                 report.more = True  # the rest at the next tick: reclaims must not wait
                 break
@@ -226,8 +232,7 @@ class Applier:
                     report.created.append(made.job.name)
                 report.errors.extend([made.error] if made.error else [])
                 report.conflicts.extend([made.conflict] if made.conflict else [])
-                if made.retry:
-                    report.more = True  # the API server is away: try again at the next tick
+                report.retry_creates |= made.retry
                 if made.job is None:
                     continue
                 current[item.index] = made.job

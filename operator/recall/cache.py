@@ -7,7 +7,7 @@
   place where that happens;
 - marks the job's Batch item as changed (`Marks`), so the next projection writes it and does not
   count it as a heal;
-- wakes the controller.
+- wakes the dispatcher (someone may be idle, or work ready).
 
 Thread-safe: the informer thread writes, the controller thread reads snapshots.
 """

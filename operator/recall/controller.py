@@ -49,6 +49,8 @@ from recall.transcripts import job_selector, unreferenced
 
 _log = log.get("operator")
 
+CREATE_RETRY_SECONDS = 5.0  # a create the API server could not take is tried again after this
+
 
 @dataclass(frozen=True)
 class Resolved:
@@ -84,7 +86,10 @@ class Controller:
         self.cache.listeners.append(self.ready.update)
         self.registry = Registry(clock, wake=self.wake_dispatch)
         self.applier = Applier(store)
-        self.offers = OfferWriter(store)
+        # A holder whose lease expired is dead or cut off: offer it nothing more until it
+        # renews its registration again (else the next offer waits out offer_seconds).
+        self.applier.expired = self.registry.suspect
+        self.offers = OfferWriter(store, leading=lambda: self.leading.is_set())
         self.leading = threading.Event()
         self._batches: dict[BatchKey, Batch] = {}
         self._resolved: dict[BatchKey, Resolved] = {}
@@ -94,6 +99,7 @@ class Controller:
         self._wake = threading.Event()
         self._dispatch_due = threading.Event()
         self._dispatching = threading.Lock()  # one dispatch pass at a time
+        self._dispatcher = threading.Event()  # dispatch_loop runs: ticks leave offers to it
         self._last_tick = float("-inf")
         self._was_leading = False
         self._create_until = float("inf")
@@ -151,6 +157,7 @@ class Controller:
     def dispatch_loop(self, stop: threading.Event) -> None:
         """Offers as soon as a worker is idle or work is ready (and every tick, for stale
         offers). Never raises."""
+        self._dispatcher.set()
         while not stop.is_set():
             self._dispatch_due.wait(self.settings.tick_seconds)
             if stop.is_set():
@@ -161,7 +168,12 @@ class Controller:
             except Exception:
                 _log.exception("dispatch_failed")
                 stop.wait(self.settings.tick_seconds)  # the API server is away: do not spin
+        self._dispatcher.clear()
+
+    def close(self) -> None:
+        """Stop the write pools (after the loops have stopped)."""
         self.offers.close()
+        self.applier.creator.close()
 
     def _expiry_due(self) -> bool:
         """A lease expired since the last tick looked (one that tick could not reclaim waits
@@ -232,12 +244,10 @@ class Controller:
                     self._short.setdefault(key, self._ticks)
                 else:
                     self._short.pop(key, None)
-        for report in reports:
-            for namespace, worker in report.expired_holders:
-                # Its lease expired: it is dead or cut off. Offer it nothing more until it
-                # renews its registration again (else the next offer waits out offer_seconds).
-                self.registry.suspect(namespace, worker)
-        self.dispatch_once(mono)
+        if self._dispatcher.is_set():
+            self.wake_dispatch()  # reclaimed jobs, an end of backoff: the dispatcher offers
+        else:
+            self.dispatch_once(mono)
         self.clean_up()
         for report in reports:
             self._log(report)
@@ -284,6 +294,8 @@ class Controller:
         for (worker, record), ok in zip(chosen, written, strict=True):
             if ok:
                 self.ready.offered_to(record.key, worker)
+            else:
+                self.ready.put_back(record)
         return sum(written)
 
     def clean_up(self, limit: int = 20) -> int:
@@ -363,6 +375,10 @@ class Controller:
         )
         if full and not plan.more and not report.more:
             self._last_full[batch.key] = mono
+            if report.retry_creates:  # the next full reconcile (which creates) comes sooner
+                self._last_full[batch.key] -= self.settings.reconcile_interval - min(
+                    self.settings.reconcile_interval, CREATE_RETRY_SECONDS
+                )
         return report
 
     def _items(self, batch: Batch) -> Resolved:

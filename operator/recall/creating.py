@@ -63,3 +63,6 @@ class JobCreator:
         except StoreError as e:
             return Created(error=f"create {name}: {e.message}", retry=isinstance(e, Unavailable))
         return Created(JobRecord.of(job), created=True)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -96,6 +96,8 @@ class ReadyQueue:
         self.holding: dict[WorkerKey, JobKey] = {}
         self.offered: dict[JobKey, WorkerKey] = {}
         self._offered_by: dict[WorkerKey, JobKey] = {}
+        # picked, their offer not yet recorded, and no event for them since
+        self._picked: set[JobKey] = set()
 
     # -- the cache's listener ----------------------------------------------------------------
 
@@ -118,6 +120,7 @@ class ReadyQueue:
 
     def _drop(self, r: JobRecord) -> None:
         self._where.pop(r.key, None)  # its heap entry goes stale and is skipped
+        self._picked.discard(r.key)
         group = self._activity.pop(r.key, None)
         if group is not None:
             self._active[group] -= 1
@@ -227,6 +230,10 @@ class ReadyQueue:
                 where = self._where.get(key)
                 if where is not None and where == (pool, priority, group, sort):
                     del self._where[key]
+                    # counted as active at once: the next pick of this pass shares fairly
+                    self._picked.add(key)
+                    self._activity[key] = (namespace, group)
+                    self._active[(namespace, group)] += 1
                     return key
 
     def _best(self, pools: list[Pool]) -> tuple[Pool, int, Group] | None:
@@ -246,17 +253,27 @@ class ReadyQueue:
         return best[3], -best[0], best[4]
 
     def offered_to(self, key: JobKey, worker: WorkerKey) -> None:
-        """Record an offer just written, unless the watch has brought the job back since it
-        was picked (it then knows better: the offer, or the claim that already took it up)."""
+        """Record an offer just written, unless the watch has brought the job since it was
+        picked (it then knows better: the offer, the claim that took it up, its end)."""
         with self._lock:
             hold = self._held_since.get(worker)
             if hold is not None and worker in self.holding:
                 hold.offered = True  # one offer ahead per job held, even if it is withdrawn
-            if key in self._activity or key in self._where:
+            if key not in self._picked:
                 return
+            self._picked.discard(key)
             self.offered[key] = worker
             self._offered_by[worker] = key
             self.offered_at[key] = self.clock()
+
+    def put_back(self, r: JobRecord) -> None:
+        """The offer of picked `r` was not written: claimable again, unless the watch has
+        brought a newer `r` since (it then knows better)."""
+        with self._lock:
+            if r.key not in self._picked:
+                return
+            self._drop(r)
+            self._add(r)
 
     def forget_offer(self, key: JobKey) -> None:
         """The job is no longer offered (as the cache shows it): stop counting it as such."""

@@ -90,6 +90,7 @@ class Runtime:
         self.controller.wake_dispatch()
         for thread in self.threads:
             thread.join(timeout=10)
+        self.controller.close()
 
 
 def _runtime(memo: Any) -> Runtime:

@@ -9,7 +9,7 @@ dispatch pass are written up to `OFFER_WRITERS` at once.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from recall import lease, metrics
 from recall.cache import JobRecord
@@ -31,8 +31,11 @@ def _status_of(record: JobRecord) -> JobStatus:
 
 
 class OfferWriter:
-    def __init__(self, store: JobStore) -> None:
+    """`leading` is asked before each write: a replica that stepped down writes no more."""
+
+    def __init__(self, store: JobStore, leading: Callable[[], bool] = lambda: True) -> None:
         self.store = store
+        self.leading = leading
         self._pool = concurrent.futures.ThreadPoolExecutor(
             OFFER_WRITERS, thread_name_prefix="offer"
         )
@@ -45,7 +48,7 @@ class OfferWriter:
 
     def offer(self, record: JobRecord, worker: str) -> bool:
         """Offer a claimable job to `worker`."""
-        if isinstance(lease.offer(_status_of(record), worker), lease.Refusal):
+        if not self.leading() or isinstance(lease.offer(_status_of(record), worker), lease.Refusal):
             return False
         try:
             self.store.patch_job_status(
@@ -61,7 +64,7 @@ class OfferWriter:
 
     def withdraw(self, record: JobRecord) -> bool:
         """Take back an offer its worker did not take up in time."""
-        if isinstance(lease.withdraw(_status_of(record)), lease.Refusal):
+        if not self.leading() or isinstance(lease.withdraw(_status_of(record)), lease.Refusal):
             return False
         try:
             self.store.patch_job_status(

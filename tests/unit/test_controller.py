@@ -10,6 +10,7 @@ import pytest
 
 from recall import indexes
 from recall.cache import JobRecord
+from recall.controller import CREATE_RETRY_SECONDS
 from recall.leader import Sole
 from recall.models import ItemPhase, Phase, Result
 from recall.projection import CODES, stored_phases
@@ -136,15 +137,18 @@ def test_heal__counted_once_with_one_event() -> None:
 
 def test_fan_out__jobs_created_at_once_are_reported_in_item_order() -> None:
     keys = [f"k{i}" for i in range(10)]
-    store, _, op = setup(keys)
+    store, clock, op = setup(keys)
     store.inject(Fault("create_job", Unavailable("503"), name="b-k3"))
     store.create_job(NS, job_manifest("b-k5"))  # taken by a job that is not the Batch's
     reports = [r for r in op.tick() if r.batch is not None]
-    assert reports[0].created == [f"b-{k}" for k in keys if k not in ("k3", "k5")]
+    # the first wave (eight at once) in item order; the API server failed one: no more waves
+    assert reports[0].created == [f"b-k{i}" for i in (0, 1, 2, 4, 6, 7)]
     assert [e.split(":")[0] for e in reports[0].errors] == ["create b-k3"]
     assert [c.split(":")[0] for c in reports[0].conflicts] == ["item k5"]
+    assert not [r for r in op.tick() if r.batch is not None and r.created]
+    clock.advance(CREATE_RETRY_SECONDS)  # soon, not a whole reconcile interval later
     reports = [r for r in op.tick() if r.batch is not None]
-    assert reports[0].created == ["b-k3"]  # the next tick tries again
+    assert reports[0].created == ["b-k3", "b-k8", "b-k9"]
 
 
 def test_status_write_failure__keeps_the_change_for_the_next_tick() -> None:

@@ -15,9 +15,11 @@ from recall.dispatch import ReadyQueue, idle
 from recall.engines.simulated import SimulatedEngine
 from recall.holder import LeaseHolder
 from recall.models import Lease, Phase, Result
+from recall.offers import OfferWriter
 from recall.registration import Registration
 from recall.settings import WorkerSettings
-from recall.store.memory import MemoryStore
+from recall.store import Unavailable
+from recall.store.memory import Fault, MemoryStore
 from recall.worker import Worker
 from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, job_manifest
 
@@ -178,6 +180,43 @@ def test_dispatcher__offers_at_once_while_the_tick_is_busy() -> None:
     assert not dispatcher.is_alive()
 
 
+def test_controller__one_pass_shares_its_offers_fairly_between_batches() -> None:
+    store, clock = MemoryStore(), Clock()
+    for b in ("x", "y"):
+        store.create_batch(NS, batch_manifest(b, ["i0", "i1", "i2"]))
+    op = Operator(store, clock)
+    op.tick()  # fan-out
+    for w in ("w1", "w2"):
+        register(store, w)
+    op.tick()  # one pass offers to both: one job of each Batch, not two of the first
+    assert sorted(offers(store)) == ["x-i0", "y-i0"]
+
+
+def test_controller__an_offer_not_written_is_offered_again_without_a_new_event() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_job(NS, job_manifest("a"))
+    op = Operator(store, clock)
+    register(store, "w")
+    op.sync()
+    store.inject(Fault("patch_job_status", Unavailable("503: timeout"), name="a"))
+    assert op.controller.dispatch_once() == 0
+    assert op.controller.dispatch_once() == 1  # back in the queue; nothing came from the watch
+    assert offers(store) == {"a": "w"}
+
+
+def test_offers__a_replica_that_stepped_down_writes_none() -> None:
+    store = MemoryStore()
+    store.create_job(NS, job_manifest("a"))
+    op = Operator(store, Clock())
+    register(store, "w")
+    op.sync()
+    writer = OfferWriter(store, leading=lambda: False)
+    record = op.controller.cache.get((NS, "a"))
+    assert record is not None
+    assert writer.offer_all([(record, "w")]) == [False]
+    assert offers(store) == {}
+
+
 def test_controller__withdraws_offers_not_taken_up_or_to_dead_workers() -> None:
     store, clock = MemoryStore(), Clock()
     store.create_job(NS, job_manifest("a"))
@@ -189,6 +228,23 @@ def test_controller__withdraws_offers_not_taken_up_or_to_dead_workers() -> None:
     clock.advance(16)  # past the offer and past the registration (not renewed)
     op.tick()
     assert all(not j["status"].get("offer") for j in store.list_jobs(NS).items)
+
+
+def test_controller__an_expired_holder_is_offered_nothing_even_while_its_reclaim_fails() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_job(NS, job_manifest("a"))
+    op = Operator(store, clock)
+    dead = register(store, "dead")
+    op.tick()
+    claim_offer(store, clock, "dead")
+    op.tick()
+    clock.advance(11)  # the lease (10 s) expired; the registration (15 s) has not
+    store.inject(Fault("patch_job_status", Unavailable("503"), name="a", times=1))
+    op.tick()  # the reclaim write fails
+    assert not any(w.worker == "dead" for w in op.controller.registry.alive(clock()))
+    dead.renew_once()  # alive again: offers may come
+    op.sync()
+    assert any(w.worker == "dead" for w in op.controller.registry.alive(clock()))
 
 
 def test_worker__claims_what_it_is_offered(tmp_path: Path) -> None:
