@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from recall import log, metrics
 from recall.apply import CREATE_SECONDS, Applier, Report
 from recall.cache import BatchKey, JobCache, JobRecord
-from recall.dispatch import ReadyQueue, WorkerKey, idle
+from recall.dispatch import Fanouts, ReadyQueue, WorkerKey, idle
 from recall.holder import Monotonic, boottime, utcnow
 from recall.items import Item, ItemsInvalid, resolve
 from recall.models import LABEL_BATCH, Batch, Phase, label_value
@@ -106,6 +106,7 @@ class Controller:
         self._ticks = 0
         # Batches the create budget left with jobs to create, and the tick it first did
         self._short: dict[BatchKey, int] = {}
+        self.fanouts = Fanouts(lambda key: self.cache.get(key) is not None)
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -117,6 +118,8 @@ class Controller:
             foreign = self.applier.observe(batch)
             if foreign or old is None or old.metadata.generation != batch.metadata.generation:
                 self._last_full.pop(batch.key, None)  # reconcile it fully at the next tick
+            if old is None or old.metadata.generation != batch.metadata.generation:
+                self.fanouts.started(batch)
         self._wake.set()
 
     def forget_batch(self, key: BatchKey) -> None:
@@ -126,6 +129,7 @@ class Controller:
             self._last_full.pop(key, None)
             self._last_projection.pop(key, None)
             self._short.pop(key, None)
+            self.fanouts.forget(key)
         self.applier.forget(key)
 
     def wake(self) -> None:
@@ -225,7 +229,10 @@ class Controller:
         # other tick, Batches the budget left with jobs to create go first, the longest
         # waiting first, so a stream of small Batches cannot starve a big fan-out.
         self._create_until = time.monotonic() + CREATE_SECONDS
-        order = sorted(batches.items(), key=lambda kv: self._size_hint(kv[1]))
+        order = sorted(
+            batches.items(),
+            key=lambda kv: (-self.fanouts.priority(kv[0]), self._size_hint(kv[1])),
+        )
         self._ticks += 1
         if self._ticks % 2 == 0:
             order.sort(key=lambda kv: self._short.get(kv[0], float("inf")))
@@ -238,6 +245,9 @@ class Controller:
             report = self._reconcile(
                 batch, watched.get(key, []), mono, full=full, dirty=key in dirty
             )
+            if report is None or not report.more:
+                created = report.created if report is not None else []
+                self.fanouts.done(key, created, mono + self.settings.offer_seconds)
             if report is not None:
                 reports.append(report)
                 if report.more:
@@ -285,8 +295,9 @@ class Controller:
                 self.offers.withdraw(offered)
         chosen: list[tuple[WorkerKey, JobRecord]] = []
         workers = [((w.namespace, w.worker), w.engine) for w in alive]
+        floors = self.fanouts.floors(mono)
         for worker, engine in idle(workers, self.ready):
-            picked = self.ready.pick(worker[0], engine)
+            picked = self.ready.pick(worker[0], engine, floor=floors.get(worker[0]))
             record = self.cache.get(picked) if picked is not None else None
             if record is not None:
                 chosen.append((worker, record))

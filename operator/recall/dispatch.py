@@ -13,6 +13,8 @@ a worker: the highest priority first; among the Batches of that priority the one
 fewest jobs leased or offered (fair share: a small Batch behind a big one starts at once); the
 lowest index (or oldest job) within it.
 
+`Fanouts` holds lower priorities back while a more urgent Batch's jobs are being created.
+
 **Offers ahead** (opt-in: `ahead_seconds` > 0). A worker whose recent jobs each took less than
 `ahead_seconds` is offered its next job while it still holds one, so that it claims the next
 one as soon as it completes, not after a round trip through the operator. Only while its
@@ -31,8 +33,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from recall.cache import JobRecord
-from recall.models import Phase
+from recall.cache import BatchKey, JobRecord
+from recall.models import Batch, Phase
 from recall.observer import JobKey
 
 WorkerKey = tuple[str, str]  # (namespace, worker id)
@@ -213,14 +215,15 @@ class ReadyQueue:
             for worker in self._free_since.keys() - alive:
                 del self._free_since[worker]
 
-    def pick(self, namespace: str, engine: str) -> JobKey | None:
+    def pick(self, namespace: str, engine: str, *, floor: int | None = None) -> JobKey | None:
         """The next job for a worker of `engine` in `namespace` (see the module docstring),
-        taken out of the queue; None when nothing is claimable for it."""
+        taken out of the queue; None when nothing is claimable for it, or nothing of at least
+        priority `floor`."""
         with self._lock:
             pools = pools_for(namespace, engine)
             while True:
                 choice = self._best(pools)
-                if choice is None:
+                if choice is None or (floor is not None and choice[1] < floor):
                     return None
                 pool, priority, group = choice
                 heap = self._heaps[pool][priority][group].entries
@@ -291,6 +294,63 @@ class ReadyQueue:
                 for key, worker in self.offered.items()
                 if worker not in alive or now_mono - self.offered_at.get(key, now_mono) > seconds
             ]
+
+
+def top_priority(batch: Batch) -> int:
+    """The highest priority a Batch's jobs ask for, as far as known without its lists."""
+    inline = (it.priority for it in batch.spec.items if it.priority is not None)
+    return max([batch.spec.defaults.priority, *inline])
+
+
+class Fanouts:
+    """Batches whose jobs are still being created, and the highest priority each asks for: no
+    job of a lower priority is offered meanwhile in its namespace, so an urgent Batch applied
+    together with a plain one (or just after it) goes first. A Batch counts until its last
+    jobs are in the operator's cache (`seen`), or `until` passes (a job deleted unseen).
+    Thread-safe: kopf's thread starts them, the tick ends them, the dispatcher reads."""
+
+    def __init__(self, seen: Callable[[JobKey], bool]) -> None:
+        self.seen = seen
+        self._lock = threading.Lock()
+        self._pending: dict[BatchKey, int] = {}
+        self._priority: dict[BatchKey, int] = {}
+        self._unseen: dict[BatchKey, tuple[float, list[JobKey]]] = {}
+
+    def started(self, batch: Batch) -> None:
+        """A new Batch, or a new generation of one."""
+        with self._lock:
+            self._priority[batch.key] = top_priority(batch)
+            if not batch.status.complete:
+                self._pending[batch.key] = self._priority[batch.key]
+
+    def priority(self, key: BatchKey) -> int:
+        return self._priority.get(key, 0)
+
+    def done(self, key: BatchKey, created: list[str], until: float) -> None:
+        """Every job the Batch asks for exists (or cannot); `created` the last ones made."""
+        with self._lock:
+            if created:
+                self._unseen[key] = (until, [(key[0], name) for name in created])
+            elif key not in self._unseen:
+                self._pending.pop(key, None)
+
+    def floors(self, now: float) -> dict[str, int]:
+        """Per namespace, the lowest priority that may be offered now."""
+        with self._lock:
+            for key, (until, created) in list(self._unseen.items()):
+                if now > until or all(self.seen(job) for job in created):
+                    del self._unseen[key]
+                    self._pending.pop(key, None)
+            floors: dict[str, int] = {}
+            for (namespace, _), priority in self._pending.items():
+                floors[namespace] = max(priority, floors.get(namespace, priority))
+            return floors
+
+    def forget(self, key: BatchKey) -> None:
+        with self._lock:
+            self._pending.pop(key, None)
+            self._priority.pop(key, None)
+            self._unseen.pop(key, None)
 
 
 def idle(alive: list[tuple[WorkerKey, str]], queue: ReadyQueue) -> list[tuple[WorkerKey, str]]:

@@ -192,6 +192,26 @@ def test_controller__one_pass_shares_its_offers_fairly_between_batches() -> None
     assert sorted(offers(store)) == ["x-i0", "y-i0"]
 
 
+def test_controller__no_less_urgent_offer_while_a_more_urgent_batch_fans_out() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_batch(NS, batch_manifest("plain", ["i0", "i1"]))
+    op = Operator(store, clock)
+    op.tick()  # the plain Batch's jobs exist
+    register(store, "w")
+    store.create_batch(
+        NS,
+        batch_manifest(
+            "urgent", ["i0"], defaults={"priority": 10, "engine": {"name": "simulated"}}
+        ),
+    )
+    op.sync()  # the urgent Batch is known; its job is not created yet
+    assert op.controller.dispatch_once() == 0  # the worker waits for it
+    op.tick()  # created; the operator's cache has not seen the job yet: still no offer
+    assert offers(store) == {}
+    op.controller.dispatch_once()  # it has now
+    assert offers(store) == {"urgent-i0": "w"}
+
+
 def test_controller__an_offer_not_written_is_offered_again_without_a_new_event() -> None:
     store, clock = MemoryStore(), Clock()
     store.create_job(NS, job_manifest("a"))
