@@ -69,6 +69,7 @@ class Report:
     status_written: bool = False
     more: bool = False  # jobs left to create (the time budget of one apply ran out)
     retry_creates: bool = False  # the API server could not take a create: try again soon
+    made: dict[int, JobRecord] = field(default_factory=dict)  # jobs created, by item index
 
 
 def _ref(obj: TranscriptionJob | Batch | JobRecord) -> ObjectRef:
@@ -235,7 +236,7 @@ class Applier:
                 report.retry_creates |= made.retry
                 if made.job is None:
                     continue
-                current[item.index] = made.job
+                current[item.index] = report.made[item.index] = made.job
                 ours.add(item.index)
                 if item.index in plan.recreate:
                     recreated += 1

@@ -107,6 +107,8 @@ class Controller:
         # Batches the create budget left with jobs to create, and the tick it first did
         self._short: dict[BatchKey, int] = {}
         self.fanouts = Fanouts(lambda key: self.cache.get(key) is not None)
+        # jobs created, by Batch and item index, with when: until the cache has them
+        self._made: dict[BatchKey, dict[int, tuple[float, JobRecord]]] = {}
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -130,6 +132,7 @@ class Controller:
             self._last_projection.pop(key, None)
             self._short.pop(key, None)
             self.fanouts.forget(key)
+            self._made.pop(key, None)
         self.applier.forget(key)
 
     def wake(self) -> None:
@@ -355,6 +358,7 @@ class Controller:
         seen = self.cache.marks.snapshot(batch.key)  # before the jobs: see Applier.apply_batch
         by_key = self.cache.batch_jobs(batch.key)
         jobs = {r.index: r for r in by_key.values() if r.index is not None}
+        self._add_made(batch.key, jobs, mono)
         self._last_projection[batch.key] = mono
         plan = plan_batch(
             batch,
@@ -384,6 +388,9 @@ class Controller:
             invalid=resolved.invalid,
             create_until=self._create_until,
         )
+        if report.made:
+            made = self._made.setdefault(batch.key, {})
+            made.update((i, (mono, r)) for i, r in report.made.items())
         if full and not plan.more and not report.more:
             self._last_full[batch.key] = mono
             if report.retry_creates:  # the next full reconcile (which creates) comes sooner
@@ -391,6 +398,21 @@ class Controller:
                     self.settings.reconcile_interval, CREATE_RETRY_SECONDS
                 )
         return report
+
+    def _add_made(self, key: BatchKey, jobs: dict[int, JobRecord], mono: float) -> None:
+        """Jobs this operator created that its cache has not seen yet count as there (else
+        the next plan creates them again, or calls them missing). Not for long: a job deleted
+        unseen must be found missing at a later reconcile."""
+        made = self._made.get(key)
+        if not made:
+            return
+        for index, (when, record) in list(made.items()):
+            if index in jobs or mono - when > self.settings.reconcile_interval:
+                del made[index]
+            else:
+                jobs[index] = record
+        if not made:
+            del self._made[key]
 
     def _items(self, batch: Batch) -> Resolved:
         """The Batch's items, resolved once per generation (lists are read from ConfigMaps)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -149,6 +150,25 @@ def test_fan_out__jobs_created_at_once_are_reported_in_item_order() -> None:
     clock.advance(CREATE_RETRY_SECONDS)  # soon, not a whole reconcile interval later
     reports = [r for r in op.tick() if r.batch is not None]
     assert reports[0].created == ["b-k3", "b-k8", "b-k9"]
+
+
+def test_fan_out__jobs_the_cache_has_not_seen_yet_are_not_created_again() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_batch(NS, batch_manifest("b", [f"k{i}" for i in range(6)]))
+    op = Operator(store, clock, max_creates_per_tick=2)
+    creates: list[str] = []
+    create = store.create_job
+
+    def counted(namespace: str, manifest: dict[str, Any]) -> Any:
+        creates.append(manifest["metadata"]["name"])
+        return create(namespace, manifest)
+
+    store.create_job = counted  # type: ignore[method-assign]
+    op.sync()
+    for _ in range(4):  # the informer lags: the cache sees none of the jobs created
+        op.controller.run_once()
+    assert sorted(creates) == [f"b-k{i}" for i in range(6)]  # each once
+    assert not events(store, "Healed")
 
 
 def test_status_write_failure__keeps_the_change_for_the_next_tick() -> None:
