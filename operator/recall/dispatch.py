@@ -317,11 +317,14 @@ class Fanouts:
         self._unseen: dict[BatchKey, tuple[float, list[JobKey]]] = {}
 
     def started(self, batch: Batch) -> None:
-        """A new Batch, or a new generation of one."""
+        """A new Batch, or a new generation of one (a suspended one holds nothing back)."""
         with self._lock:
             self._priority[batch.key] = top_priority(batch)
-            if not batch.status.complete:
+            if not batch.status.complete and not batch.spec.suspend:
                 self._pending[batch.key] = self._priority[batch.key]
+            else:  # nothing of it will run: hold nothing back for it
+                self._pending.pop(batch.key, None)
+                self._unseen.pop(batch.key, None)
 
     def priority(self, key: BatchKey) -> int:
         return self._priority.get(key, 0)

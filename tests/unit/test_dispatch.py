@@ -212,6 +212,19 @@ def test_controller__no_less_urgent_offer_while_a_more_urgent_batch_fans_out() -
     assert offers(store) == {"urgent-i0": "w"}
 
 
+def test_controller__a_suspended_urgent_batch_holds_nothing_back() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_batch(NS, batch_manifest("plain", ["i0"]))
+    op = Operator(store, clock)
+    op.tick()
+    register(store, "w")
+    urgent = {"priority": 10, "engine": {"name": "simulated"}}
+    store.create_batch(NS, batch_manifest("urgent", ["i0"], defaults=urgent, suspend=True))
+    op.sync()
+    assert op.controller.dispatch_once() == 1
+    assert offers(store) == {"plain-i0": "w"}
+
+
 def test_controller__an_offer_not_written_is_offered_again_without_a_new_event() -> None:
     store, clock = MemoryStore(), Clock()
     store.create_job(NS, job_manifest("a"))
