@@ -134,18 +134,13 @@ class Procs:
     logs: Path
     started: list[Proc] = field(default_factory=list)
 
-    def recall(
-        self, name: str, *args: str, env: dict[str, str] | None = None, nice: int = 0
-    ) -> Proc:
-        """Start `recall *args`; `nice` > 0 lowers its CPU priority (a long test's processes
-        give way to the timing of the tests that run beside it)."""
+    def recall(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"{name}.log"
         full_env = {**self.env, **(env or {})}
-        niced = ["nice", "-n", str(nice)] if nice else []
         with log.open("ab") as out:
             popen = subprocess.Popen(
-                [*niced, sys.executable, "-m", "recall", *args],
+                [sys.executable, "-m", "recall", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -155,10 +150,8 @@ class Procs:
         self.started.append(proc)
         return proc
 
-    def worker(
-        self, name: str, *args: str, env: dict[str, str] | None = None, nice: int = 0
-    ) -> Proc:
-        return self.recall(name, "worker", "--id", name, *args, env=env, nice=nice)
+    def worker(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
+        return self.recall(name, "worker", "--id", name, *args, env=env)
 
     def kill_all(self) -> None:
         for p in self.started:
@@ -230,7 +223,6 @@ class ControllerThread:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=10)
-        self.controller.close()
 
 
 def process_state(pid: int) -> str:

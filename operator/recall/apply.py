@@ -11,7 +11,7 @@ term, which the API server requires never to go down (the Batch CRD's rule on
 even if its write was already on its way. A status written by anyone else (`observe`) makes the next
 apply start from the server's status again. Heals are counted, and their Events posted, only
 when the status that records them was written.
-Jobs are created by `recall.creating`; offers are written by `recall.offers`.
+Offers and their withdrawal (`recall.dispatch`) are written here too.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import datetime as dt
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from recall import faults, lease, metrics
 from recall.cache import BatchKey, JobRecord, Marks
-from recall.creating import CREATORS, JobCreator
+from recall.fanout import job_for_item
 from recall.fencing import Transition, fenced_write
 from recall.items import Item
 from recall.leader import Leadership, Sole
@@ -34,12 +34,15 @@ from recall.models import (
     Batch,
     BatchStatus,
     ItemPhase,
+    JobStatus,
+    Offer,
     TranscriptionJob,
 )
 from recall.observer import JobKey
 from recall.projection import CODE, Projection, project, stored_phases
 from recall.reconcile import Plan, budget
 from recall.store import (
+    Conflict,
     Invalid,
     JobStore,
     NotFound,
@@ -59,6 +62,7 @@ class Report:
 
     batch: BatchKey | None
     reclaimed: list[tuple[str, str]] = field(default_factory=list)  # (job, phase it got)
+    expired_holders: list[tuple[str, str]] = field(default_factory=list)  # (namespace, worker)
     exhausted: list[str] = field(default_factory=list)
     backoffs_ended: list[str] = field(default_factory=list)
     labelled: list[str] = field(default_factory=list)
@@ -68,8 +72,21 @@ class Report:
     errors: list[str] = field(default_factory=list)
     status_written: bool = False
     more: bool = False  # jobs left to create (the time budget of one apply ran out)
-    retry_creates: bool = False  # the API server could not take a create: try again soon
-    made: dict[int, JobRecord] = field(default_factory=dict)  # jobs created, by item index
+
+
+def _status_of(record: JobRecord) -> JobStatus:
+    """The part of a job's status an offer depends on, from the operator's compact record."""
+    return JobStatus(
+        phase=record.phase,
+        attempts=record.attempts,
+        releases=record.releases,
+        backoff_seconds=record.backoff_seconds,
+        offer=Offer(worker=record.offer) if record.offer else None,
+    )
+
+
+def _record(job: TranscriptionJob) -> JobRecord:
+    return JobRecord.from_raw(job.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
 def _ref(obj: TranscriptionJob | Batch | JobRecord) -> ObjectRef:
@@ -89,9 +106,6 @@ class Applier:
         self._versions: dict[BatchKey, deque[str]] = {}  # resourceVersions of our own writes
         self._statuses: dict[BatchKey, deque[RawObject]] = {}  # and the statuses they wrote
         self._lock = threading.Lock()  # `written` and `_versions`: kopf's thread reads them
-        self.creator = JobCreator(store)
-        # told (namespace, worker) of a holder whose lease expired, before its job is reclaimed
-        self.expired: Callable[[str, str], None] = lambda namespace, worker: None
 
     def observe(self, batch: Batch) -> bool:
         """A Batch as the watch delivered it. True when its status was written by someone else
@@ -107,6 +121,38 @@ class Applier:
             self._forget(batch.key)
             return True
 
+    def offer(self, record: JobRecord, worker: str) -> bool:
+        """Offer a claimable job to `worker`: one write, guarded by the version it was chosen
+        from (a 409 means it changed meanwhile: it is not offered)."""
+        decision = lease.offer(_status_of(record), worker)
+        if isinstance(decision, lease.Refusal):
+            return False
+        try:
+            self.store.patch_job_status(
+                record.namespace,
+                record.name,
+                record.resource_version,
+                {"offer": {"worker": worker}},
+            )
+        except StoreError:
+            return False
+        metrics.OFFERS.inc()
+        return True
+
+    def withdraw(self, record: JobRecord) -> bool:
+        """Take back an offer its worker did not take up in time."""
+        decision = lease.withdraw(_status_of(record))
+        if isinstance(decision, lease.Refusal):
+            return False
+        try:
+            self.store.patch_job_status(
+                record.namespace, record.name, record.resource_version, {"offer": None}
+            )
+        except StoreError:
+            return False
+        metrics.OFFERS_WITHDRAWN.inc()
+        return True
+
     def event(self, about: ObjectRef, type_: str, reason: str, message: str) -> None:
         # An Event is best effort; the status and the logs say it too.
         with contextlib.suppress(StoreError):
@@ -119,10 +165,6 @@ class Applier:
         fails (the API server restarting) is reported and tried again at the next tick."""
         written: dict[JobKey, JobRecord] = {}
         for record, seen in plan.reclaim:
-            if record.lease is not None:
-                # Before the write: once the job is Queued again, the dispatcher (another
-                # thread) must not offer it to its dead holder.
-                self.expired(record.namespace, record.lease.holder)
             job = self._write(
                 record,
                 "reclaim",
@@ -132,7 +174,7 @@ class Applier:
                 report,
             )
             if job is not None:
-                written[record.key] = JobRecord.of(job)
+                written[record.key] = _record(job)
                 self._reclaimed(record, job, now_mono - seen.expires_at(), report)
         for record in plan.exhaust:
             job = self._write(
@@ -142,12 +184,12 @@ class Applier:
                 report,
             )
             if job is not None:
-                written[record.key] = JobRecord.of(job)
+                written[record.key] = _record(job)
                 report.exhausted.append(record.name)
         for record in plan.end_backoff:
             job = self._write(record, "end-backoff", lambda j: lease.end_backoff(j.status), report)
             if job is not None:
-                written[record.key] = JobRecord.of(job)
+                written[record.key] = _record(job)
                 report.backoffs_ended.append(record.name)
         for record, suspended in plan.label:
             try:
@@ -159,7 +201,7 @@ class Applier:
             except StoreError as e:
                 report.errors.append(f"label {record.name}: {e.message}")
                 continue
-            written[record.key] = JobRecord.of(labelled)
+            written[record.key] = _record(labelled)
             report.labelled.append(record.name)
         return written
 
@@ -183,6 +225,8 @@ class Applier:
         self, record: JobRecord, job: TranscriptionJob, overdue: float, report: Report
     ) -> None:
         report.reclaimed.append((job.name, job.status.effective_phase))
+        if record.lease is not None:
+            report.expired_holders.append((record.namespace, record.lease.holder))
         metrics.RECLAIMS.inc()
         metrics.RECLAIM_DELAY.observe(max(0.0, overdue))
         holder = record.lease.holder if record.lease else "?"
@@ -221,29 +265,19 @@ class Applier:
         ours = {i for i, r in jobs.items() if r.key in written}
         recreated = 0
         until = time.monotonic() + CREATE_SECONDS if create_until is None else create_until
-        for start in range(0, len(plan.create), CREATORS):
-            if report.retry_creates:
-                break  # the API server is away: do not press on with the rest
+        for item in plan.create:
             if time.monotonic() > until:
                 report.more = True  # the rest at the next tick: reclaims must not wait
                 break
-            wave = plan.create[start : start + CREATORS]
-            for item, made in zip(wave, self.creator.create(batch, wave), strict=True):
-                if made.created and made.job is not None:
-                    report.created.append(made.job.name)
-                report.errors.extend([made.error] if made.error else [])
-                report.conflicts.extend([made.conflict] if made.conflict else [])
-                report.retry_creates |= made.retry
-                if made.job is None:
-                    continue
-                current[item.index] = report.made[item.index] = made.job
-                ours.add(item.index)
-                if item.index in plan.recreate:
-                    recreated += 1
-                    report.heals.append(
-                        f"job for item {item.key} was missing; created {made.job.name}"
-                    )
-                    metrics.HEALS.labels(kind="job-missing").inc()
+            job = self._create(batch, item, report)
+            if job is None:
+                continue
+            current[item.index] = job
+            ours.add(item.index)
+            if item.index in plan.recreate:
+                recreated += 1
+                report.heals.append(f"job for item {item.key} was missing; created {job.name}")
+                metrics.HEALS.labels(kind="job-missing").inc()
         if plan.project or written or report.created:
             self.write_status(
                 batch,
@@ -258,6 +292,32 @@ class Applier:
                 frozenset(ours),
             )
         return report
+
+    def _create(self, batch: Batch, item: Item, report: Report) -> JobRecord | None:
+        manifest = job_for_item(batch, item)
+        name = manifest["metadata"]["name"]
+        try:
+            job = self.store.create_job(batch.namespace, manifest)
+        except Conflict:
+            # Created before (the cache catches up), or the name is taken by a job that is not
+            # this Batch's: say so, do not touch it.
+            try:
+                existing = self.store.get_job(batch.namespace, name)
+            except StoreError as e:
+                report.errors.append(f"read {name}: {e.message}")
+                return None
+            if existing is not None and existing.spec.batch_ref != batch.name:
+                report.conflicts.append(
+                    f"item {item.key}: a TranscriptionJob named {existing.name} exists and "
+                    f"belongs to {existing.spec.batch_ref or 'no Batch'}"
+                )
+                return None
+            return None if existing is None else _record(existing)
+        except StoreError as e:
+            report.errors.append(f"create {name}: {e.message}")
+            return None
+        report.created.append(job.name)
+        return _record(job)
 
     def baseline(self, batch: Batch) -> BatchStatus:
         """The Batch status as it is now: the last one this process wrote (it is the only

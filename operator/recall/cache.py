@@ -7,7 +7,7 @@
   place where that happens;
 - marks the job's Batch item as changed (`Marks`), so the next projection writes it and does not
   count it as a heal;
-- wakes the dispatcher (someone may be idle, or work ready).
+- wakes the controller.
 
 Thread-safe: the informer thread writes, the controller thread reads snapshots.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from recall.models import LABEL_INDEX, LABEL_SUSPENDED, Lease, Phase, TranscriptionJob
+from recall.models import LABEL_INDEX, LABEL_SUSPENDED, Lease, Phase
 from recall.observer import JobKey, LeaseObserver, Observation
 from recall.store import RawObject
 
@@ -74,11 +74,6 @@ class JobRecord:
     @property
     def batch_key(self) -> BatchKey | None:
         return (self.namespace, self.batch) if self.batch else None
-
-    @classmethod
-    def of(cls, job: TranscriptionJob) -> JobRecord:
-        """The record of a job as a read or a write returned it."""
-        return cls.from_raw(job.model_dump(mode="json", by_alias=True, exclude_none=True))
 
     @classmethod
     def from_raw(cls, raw: RawObject) -> JobRecord:

@@ -1,10 +1,8 @@
-"""The operator's controller: one loop that reclaims, reconciles and projects, and a dispatcher
-that offers work to idle workers.
+"""The operator's controller: one loop that reclaims, reconciles and projects.
 
     controller = Controller(store, settings)
-    controller.run_once()          # what one tick does; tests call it directly
-    controller.run(stop)           # the loop: run_once, then sleep until the next expiry or tick
-    controller.dispatch_loop(stop) # offers as soon as a worker is idle or work is ready
+    controller.run_once()     # what one tick does; tests call it directly
+    controller.run(stop)      # the loop: run_once, then sleep until the next lease expiry or tick
 
 Each tick, for every unfinished Batch that needs it — a job of it changed, a lease of it
 expired, a backoff of it ended, or its full reconcile is due (start-up, a new generation, every
@@ -17,10 +15,6 @@ Reclaim timing: the loop wakes at the earliest observed expiry (and at least eve
 lease is reclaimed within one tick of its expiry on the operator's clock. Nothing here raises
 out of the loop: an error is logged and the next tick tries again (DESIGN §5, invariant 9).
 Only the leader acts (`leading`); a standby keeps its cache and observations warm.
-
-Dispatch runs on its own thread, so a long tick (creating a fan-out's jobs, projecting a big
-Batch) never holds an idle worker back; passes are serialised (one lock), and the offers of
-one pass are written several at once (`recall.offers`), each one independent write.
 """
 
 from __future__ import annotations
@@ -35,12 +29,11 @@ from dataclasses import dataclass
 from recall import log, metrics
 from recall.apply import CREATE_SECONDS, Applier, Report
 from recall.cache import BatchKey, JobCache, JobRecord
-from recall.dispatch import Fanouts, ReadyQueue, WorkerKey, idle
+from recall.dispatch import ReadyQueue, idle
 from recall.holder import Monotonic, boottime, utcnow
 from recall.items import Item, ItemsInvalid, resolve
 from recall.models import LABEL_BATCH, Batch, Phase, label_value
 from recall.observer import next_expiry
-from recall.offers import OfferWriter
 from recall.reconcile import plan_batch, plan_jobs
 from recall.registration import Registry
 from recall.settings import OperatorSettings
@@ -48,8 +41,6 @@ from recall.store import ObjectRef, Store, StoreError
 from recall.transcripts import job_selector, unreferenced
 
 _log = log.get("operator")
-
-CREATE_RETRY_SECONDS = 5.0  # a create the API server could not take is tried again after this
 
 
 @dataclass(frozen=True)
@@ -86,10 +77,6 @@ class Controller:
         self.cache.listeners.append(self.ready.update)
         self.registry = Registry(clock, wake=self.wake_dispatch)
         self.applier = Applier(store)
-        # A holder whose lease expired is dead or cut off: offer it nothing more until it
-        # renews its registration again (else the next offer waits out offer_seconds).
-        self.applier.expired = self.registry.suspect
-        self.offers = OfferWriter(store, leading=lambda: self.leading.is_set())
         self.leading = threading.Event()
         self._batches: dict[BatchKey, Batch] = {}
         self._resolved: dict[BatchKey, Resolved] = {}
@@ -98,17 +85,12 @@ class Controller:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._dispatch_due = threading.Event()
-        self._dispatching = threading.Lock()  # one dispatch pass at a time
-        self._dispatcher = threading.Event()  # dispatch_loop runs: ticks leave offers to it
         self._last_tick = float("-inf")
         self._was_leading = False
         self._create_until = float("inf")
         self._ticks = 0
         # Batches the create budget left with jobs to create, and the tick it first did
         self._short: dict[BatchKey, int] = {}
-        self.fanouts = Fanouts(lambda key: self.cache.get(key) is not None)
-        # jobs created, by Batch and item index, with when: until the cache has them
-        self._made: dict[BatchKey, dict[int, tuple[float, JobRecord]]] = {}
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -120,8 +102,6 @@ class Controller:
             foreign = self.applier.observe(batch)
             if foreign or old is None or old.metadata.generation != batch.metadata.generation:
                 self._last_full.pop(batch.key, None)  # reconcile it fully at the next tick
-            if old is None or old.metadata.generation != batch.metadata.generation:
-                self.fanouts.started(batch)
         self._wake.set()
 
     def forget_batch(self, key: BatchKey) -> None:
@@ -131,8 +111,6 @@ class Controller:
             self._last_full.pop(key, None)
             self._last_projection.pop(key, None)
             self._short.pop(key, None)
-            self.fanouts.forget(key)
-            self._made.pop(key, None)
         self.applier.forget(key)
 
     def wake(self) -> None:
@@ -141,11 +119,13 @@ class Controller:
     def wake_dispatch(self) -> None:
         """A job or a worker changed: someone may have become idle, or work ready."""
         self._dispatch_due.set()
+        self._wake.set()
 
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """run_once every tick (earlier when a lease expires). Never raises."""
+        """run_once every tick (earlier when a lease expires); between ticks, offers as soon as
+        a worker is idle. Never raises."""
         while not stop.is_set():
             wait = None
             try:
@@ -155,32 +135,14 @@ class Controller:
                 ):
                     self._last_tick = self.clock()
                     self.run_once()
+                elif self._dispatch_due.is_set():
+                    self._dispatch_due.clear()
+                    self.dispatch_once()
             except Exception:
                 _log.exception("tick_failed")
                 wait = self.settings.tick_seconds  # the API server is away: do not spin
             self._wake.wait(self.next_wait() if wait is None else wait)
             self._wake.clear()
-
-    def dispatch_loop(self, stop: threading.Event) -> None:
-        """Offers as soon as a worker is idle or work is ready (and every tick, for stale
-        offers). Never raises."""
-        self._dispatcher.set()
-        while not stop.is_set():
-            self._dispatch_due.wait(self.settings.tick_seconds)
-            if stop.is_set():
-                break
-            self._dispatch_due.clear()
-            try:
-                self.dispatch_once()
-            except Exception:
-                _log.exception("dispatch_failed")
-                stop.wait(self.settings.tick_seconds)  # the API server is away: do not spin
-        self._dispatcher.clear()
-
-    def close(self) -> None:
-        """Stop the write pools (after the loops have stopped)."""
-        self.offers.close()
-        self.applier.creator.close()
 
     def _expiry_due(self) -> bool:
         """A lease expired since the last tick looked (one that tick could not reclaim waits
@@ -198,9 +160,10 @@ class Controller:
 
     def run_once(self, now_mono: float | None = None) -> list[Report]:
         """One tick: plan and apply for every Batch that needs it and for uncovered jobs."""
-        # every replica's cache listener times holds: forget the workers gone, leading or not
-        alive = self.registry.alive(self.clock())
-        self.ready.keep_workers({(w.namespace, w.worker) for w in alive})
+        if self.ready.ahead_seconds > 0:
+            # every replica's cache listener times holds: forget the workers gone, leading or not
+            alive = self.registry.alive(self.clock())
+            self.ready.keep_workers({(w.namespace, w.worker) for w in alive})
         if not self.leading.is_set() or not self.cache.synced.is_set():
             self._was_leading = False
             return []
@@ -232,10 +195,7 @@ class Controller:
         # other tick, Batches the budget left with jobs to create go first, the longest
         # waiting first, so a stream of small Batches cannot starve a big fan-out.
         self._create_until = time.monotonic() + CREATE_SECONDS
-        order = sorted(
-            batches.items(),
-            key=lambda kv: (-self.fanouts.priority(kv[0]), self._size_hint(kv[1])),
-        )
+        order = sorted(batches.items(), key=lambda kv: self._size_hint(kv[1]))
         self._ticks += 1
         if self._ticks % 2 == 0:
             order.sort(key=lambda kv: self._short.get(kv[0], float("inf")))
@@ -248,19 +208,18 @@ class Controller:
             report = self._reconcile(
                 batch, watched.get(key, []), mono, full=full, dirty=key in dirty
             )
-            if report is None or not report.more:
-                created = report.created if report is not None else []
-                self.fanouts.done(key, created, mono + self.settings.offer_seconds)
             if report is not None:
                 reports.append(report)
                 if report.more:
                     self._short.setdefault(key, self._ticks)
                 else:
                     self._short.pop(key, None)
-        if self._dispatcher.is_set():
-            self.wake_dispatch()  # reclaimed jobs, an end of backoff: the dispatcher offers
-        else:
-            self.dispatch_once(mono)
+        for report in reports:
+            for namespace, worker in report.expired_holders:
+                # Its lease expired: it is dead or cut off. Offer it nothing more until it
+                # renews its registration again (else the next offer waits out offer_seconds).
+                self.registry.suspect(namespace, worker)
+        self.dispatch_once(mono)
         self.clean_up()
         for report in reports:
             self._log(report)
@@ -278,39 +237,28 @@ class Controller:
             or not self.cache.synced.is_set()
         ):
             return 0
-        with self._dispatching:
-            return self._dispatch(self.clock() if now_mono is None else now_mono)
-
-    def _dispatch(self, mono: float) -> int:
+        mono = self.clock() if now_mono is None else now_mono
         alive = self.registry.alive(mono)
         keys = {(w.namespace, w.worker) for w in alive}
         for stale in self.ready.stale_offers(mono, self.settings.offer_seconds, keys):
             offered = self.cache.get(stale)
-            if offered is None or offered.phase is not Phase.QUEUED or offered.offer is None:
-                self.ready.forget_offer(stale)  # taken up or gone: nothing to withdraw
-            else:
-                self.offers.withdraw(offered)
+            if offered is not None:
+                self.applier.withdraw(offered)
         for key in self.ready.ahead_offers():
             # An offer ahead waits for its worker: a more urgent job must not wait behind it.
             offered = self.cache.get(key)
             top = self.ready.top_priority((key[0], offered.engine)) if offered else None
             if offered is not None and top is not None and top > offered.priority:
-                self.offers.withdraw(offered)
-        chosen: list[tuple[WorkerKey, JobRecord]] = []
+                self.applier.withdraw(offered)
+        written = 0
         workers = [((w.namespace, w.worker), w.engine) for w in alive]
-        floors = self.fanouts.floors(mono)
         for worker, engine in idle(workers, self.ready):
-            picked = self.ready.pick(worker[0], engine, floor=floors.get(worker[0]))
-            record = self.cache.get(picked) if picked is not None else None
-            if record is not None:
-                chosen.append((worker, record))
-        written = self.offers.offer_all([(record, worker[1]) for worker, record in chosen])
-        for (worker, record), ok in zip(chosen, written, strict=True):
-            if ok:
-                self.ready.offered_to(record.key, worker)
-            else:
-                self.ready.put_back(record)
-        return sum(written)
+            chosen = self.ready.pick(worker[0], engine)
+            record = self.cache.get(chosen) if chosen is not None else None
+            if chosen is not None and record is not None and self.applier.offer(record, worker[1]):
+                self.ready.offered_to(chosen, worker)
+                written += 1
+        return written
 
     def clean_up(self, limit: int = 20) -> int:
         """Delete transcript ConfigMaps nothing accepted references any more (a zombie's, a
@@ -358,7 +306,6 @@ class Controller:
         seen = self.cache.marks.snapshot(batch.key)  # before the jobs: see Applier.apply_batch
         by_key = self.cache.batch_jobs(batch.key)
         jobs = {r.index: r for r in by_key.values() if r.index is not None}
-        self._add_made(batch.key, jobs, mono)
         self._last_projection[batch.key] = mono
         plan = plan_batch(
             batch,
@@ -388,31 +335,9 @@ class Controller:
             invalid=resolved.invalid,
             create_until=self._create_until,
         )
-        if report.made:
-            made = self._made.setdefault(batch.key, {})
-            made.update((i, (mono, r)) for i, r in report.made.items())
         if full and not plan.more and not report.more:
             self._last_full[batch.key] = mono
-            if report.retry_creates:  # the next full reconcile (which creates) comes sooner
-                self._last_full[batch.key] -= self.settings.reconcile_interval - min(
-                    self.settings.reconcile_interval, CREATE_RETRY_SECONDS
-                )
         return report
-
-    def _add_made(self, key: BatchKey, jobs: dict[int, JobRecord], mono: float) -> None:
-        """Jobs this operator created that its cache has not seen yet count as there (else
-        the next plan creates them again, or calls them missing). Not for long: a job deleted
-        unseen must be found missing at a later reconcile."""
-        made = self._made.get(key)
-        if not made:
-            return
-        for index, (when, record) in list(made.items()):
-            if index in jobs or mono - when > self.settings.reconcile_interval:
-                del made[index]
-            else:
-                jobs[index] = record
-        if not made:
-            del self._made[key]
 
     def _items(self, batch: Batch) -> Resolved:
         """The Batch's items, resolved once per generation (lists are read from ConfigMaps)."""

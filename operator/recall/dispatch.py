@@ -13,8 +13,6 @@ a worker: the highest priority first; among the Batches of that priority the one
 fewest jobs leased or offered (fair share: a small Batch behind a big one starts at once); the
 lowest index (or oldest job) within it.
 
-`Fanouts` holds lower priorities back while a more urgent Batch's jobs are being created.
-
 **Offers ahead** (opt-in: `ahead_seconds` > 0). A worker whose recent jobs each took less than
 `ahead_seconds` is offered its next job while it still holds one, so that it claims the next
 one as soon as it completes, not after a round trip through the operator. Only while its
@@ -33,8 +31,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from recall.cache import BatchKey, JobRecord
-from recall.models import Batch, Phase
+from recall.cache import JobRecord
+from recall.models import Phase
 from recall.observer import JobKey
 
 WorkerKey = tuple[str, str]  # (namespace, worker id)
@@ -87,7 +85,6 @@ class ReadyQueue:
         # its next job ahead during that hold; how long each worker held its last job
         self._held_since: dict[WorkerKey, _Hold] = {}
         self._last_hold: dict[WorkerKey, float] = {}
-        self._free_since: dict[WorkerKey, float] = {}  # when each worker's last hold ended
         self._lock = threading.Lock()
         self._where: dict[JobKey, tuple[Pool, int, Group, SortKey]] = {}
         self._heaps: defaultdict[Pool, defaultdict[int, dict[Group, _Heap]]] = defaultdict(
@@ -98,8 +95,6 @@ class ReadyQueue:
         self.holding: dict[WorkerKey, JobKey] = {}
         self.offered: dict[JobKey, WorkerKey] = {}
         self._offered_by: dict[WorkerKey, JobKey] = {}
-        # picked, their offer not yet recorded, and no event for them since
-        self._picked: set[JobKey] = set()
 
     # -- the cache's listener ----------------------------------------------------------------
 
@@ -122,13 +117,11 @@ class ReadyQueue:
 
     def _drop(self, r: JobRecord) -> None:
         self._where.pop(r.key, None)  # its heap entry goes stale and is skipped
-        self._picked.discard(r.key)
         group = self._activity.pop(r.key, None)
         if group is not None:
             self._active[group] -= 1
         if r.lease is not None and self.holding.get((r.namespace, r.lease.holder)) == r.key:
             del self.holding[(r.namespace, r.lease.holder)]
-            self._free_since[(r.namespace, r.lease.holder)] = self.clock()
         worker = self.offered.pop(r.key, None)
         if worker is not None and self._offered_by.get(worker) == r.key:
             del self._offered_by[worker]
@@ -202,28 +195,20 @@ class ReadyQueue:
                     del priorities[priority][group]
             return None
 
-    def free_since(self, worker: WorkerKey) -> float:
-        """When `worker`'s last job left it (-inf if it never held one while we watched)."""
-        with self._lock:
-            return self._free_since.get(worker, float("-inf"))
-
     def keep_workers(self, alive: set[WorkerKey]) -> None:
-        """Forget what is known of workers no longer alive."""
+        """Forget how long workers no longer alive held their jobs."""
         with self._lock:
             for worker in self._last_hold.keys() - alive:
                 del self._last_hold[worker]
-            for worker in self._free_since.keys() - alive:
-                del self._free_since[worker]
 
-    def pick(self, namespace: str, engine: str, *, floor: int | None = None) -> JobKey | None:
+    def pick(self, namespace: str, engine: str) -> JobKey | None:
         """The next job for a worker of `engine` in `namespace` (see the module docstring),
-        taken out of the queue; None when nothing is claimable for it, or nothing of at least
-        priority `floor`."""
+        taken out of the queue; None when nothing is claimable for it."""
         with self._lock:
             pools = pools_for(namespace, engine)
             while True:
                 choice = self._best(pools)
-                if choice is None or (floor is not None and choice[1] < floor):
+                if choice is None:
                     return None
                 pool, priority, group = choice
                 heap = self._heaps[pool][priority][group].entries
@@ -233,10 +218,6 @@ class ReadyQueue:
                 where = self._where.get(key)
                 if where is not None and where == (pool, priority, group, sort):
                     del self._where[key]
-                    # counted as active at once: the next pick of this pass shares fairly
-                    self._picked.add(key)
-                    self._activity[key] = (namespace, group)
-                    self._active[(namespace, group)] += 1
                     return key
 
     def _best(self, pools: list[Pool]) -> tuple[Pool, int, Group] | None:
@@ -256,35 +237,14 @@ class ReadyQueue:
         return best[3], -best[0], best[4]
 
     def offered_to(self, key: JobKey, worker: WorkerKey) -> None:
-        """Record an offer just written, unless the watch has brought the job since it was
-        picked (it then knows better: the offer, the claim that took it up, its end)."""
+        """Record an offer just written, before the watch brings it back."""
         with self._lock:
-            hold = self._held_since.get(worker)
-            if hold is not None and worker in self.holding:
-                hold.offered = True  # one offer ahead per job held, even if it is withdrawn
-            if key not in self._picked:
-                return
-            self._picked.discard(key)
             self.offered[key] = worker
             self._offered_by[worker] = key
             self.offered_at[key] = self.clock()
-
-    def put_back(self, r: JobRecord) -> None:
-        """The offer of picked `r` was not written: claimable again, unless the watch has
-        brought a newer `r` since (it then knows better)."""
-        with self._lock:
-            if r.key not in self._picked:
-                return
-            self._drop(r)
-            self._add(r)
-
-    def forget_offer(self, key: JobKey) -> None:
-        """The job is no longer offered (as the cache shows it): stop counting it as such."""
-        with self._lock:
-            worker = self.offered.pop(key, None)
-            self.offered_at.pop(key, None)
-            if worker is not None and self._offered_by.get(worker) == key:
-                del self._offered_by[worker]
+            hold = self._held_since.get(worker)
+            if hold is not None and worker in self.holding:
+                hold.offered = True  # one offer ahead per job held, even if it is withdrawn
 
     def stale_offers(self, now_mono: float, seconds: float, alive: set[WorkerKey]) -> list[JobKey]:
         """Offers older than `seconds` on our clock, or to a worker no longer alive."""
@@ -296,71 +256,9 @@ class ReadyQueue:
             ]
 
 
-def top_priority(batch: Batch) -> int:
-    """The highest priority a Batch's jobs ask for, as far as known without its lists."""
-    inline = (it.priority for it in batch.spec.items if it.priority is not None)
-    return max([batch.spec.defaults.priority, *inline])
-
-
-class Fanouts:
-    """Batches whose jobs are still being created, and the highest priority each asks for: no
-    job of a lower priority is offered meanwhile in its namespace, so an urgent Batch applied
-    together with a plain one (or just after it) goes first. A Batch counts until its last
-    jobs are in the operator's cache (`seen`), or `until` passes (a job deleted unseen).
-    Thread-safe: kopf's thread starts them, the tick ends them, the dispatcher reads."""
-
-    def __init__(self, seen: Callable[[JobKey], bool]) -> None:
-        self.seen = seen
-        self._lock = threading.Lock()
-        self._pending: dict[BatchKey, int] = {}
-        self._priority: dict[BatchKey, int] = {}
-        self._unseen: dict[BatchKey, tuple[float, list[JobKey]]] = {}
-
-    def started(self, batch: Batch) -> None:
-        """A new Batch, or a new generation of one (a suspended one holds nothing back)."""
-        with self._lock:
-            self._priority[batch.key] = top_priority(batch)
-            if not batch.status.complete and not batch.spec.suspend:
-                self._pending[batch.key] = self._priority[batch.key]
-            else:  # nothing of it will run: hold nothing back for it
-                self._pending.pop(batch.key, None)
-                self._unseen.pop(batch.key, None)
-
-    def priority(self, key: BatchKey) -> int:
-        return self._priority.get(key, 0)
-
-    def done(self, key: BatchKey, created: list[str], until: float) -> None:
-        """Every job the Batch asks for exists (or cannot); `created` the last ones made."""
-        with self._lock:
-            if created:
-                self._unseen[key] = (until, [(key[0], name) for name in created])
-            elif key not in self._unseen:
-                self._pending.pop(key, None)
-
-    def floors(self, now: float) -> dict[str, int]:
-        """Per namespace, the lowest priority that may be offered now."""
-        with self._lock:
-            for key, (until, created) in list(self._unseen.items()):
-                if now > until or all(self.seen(job) for job in created):
-                    del self._unseen[key]
-                    self._pending.pop(key, None)
-            floors: dict[str, int] = {}
-            for (namespace, _), priority in self._pending.items():
-                floors[namespace] = max(priority, floors.get(namespace, priority))
-            return floors
-
-    def forget(self, key: BatchKey) -> None:
-        with self._lock:
-            self._pending.pop(key, None)
-            self._priority.pop(key, None)
-            self._unseen.pop(key, None)
-
-
 def idle(alive: list[tuple[WorkerKey, str]], queue: ReadyQueue) -> list[tuple[WorkerKey, str]]:
     """The live workers (key, engine) to offer a job to, in order: the idle ones (no job, no
-    offer) first, the longest idle first (when jobs are scarce none waits behind the others
-    again and again), then those due an offer ahead — a job never waits for a busy worker
-    while an idle one could take it."""
+    offer) first, then those due an offer ahead — a job never waits for a busy worker while
+    an idle one could take it."""
     states = [(queue.state(w), (w, engine)) for w, engine in alive]
-    free = sorted((w for s, w in states if s == "idle"), key=lambda w: queue.free_since(w[0]))
-    return free + [w for s, w in states if s == "ahead"]
+    return [w for s, w in states if s == "idle"] + [w for s, w in states if s == "ahead"]

@@ -1,9 +1,8 @@
 """The operator's kopf handlers: each a few lines, handing over to the `Controller`.
 
 - `operator_startup` configures kopf and starts, on threads, the job informer (every
-  TranscriptionJob, as compact records), the leader elector (when enabled), the controller
-  loop (reclaim, reconcile, project) and the dispatcher (offers); `operator_cleanup` stops
-  them.
+  TranscriptionJob, as compact records), the leader elector (when enabled) and the controller
+  loop (reclaim, reconcile, project); `operator_cleanup` stops them.
 - `batch_event` keeps the controller's Batches current (kopf watches Batches; jobs are watched
   by the informer, which scales to 100,000 of them).
 - `batch_delete` cancels the Batch's leased jobs and deletes its jobs, before kopf removes its
@@ -71,8 +70,6 @@ class Runtime:
         if self.elector is not None:
             self._spawn("leader-elector", self.elector.run)
         self._spawn("controller", self.controller.run)
-        if self.settings.dispatch:
-            self._spawn("dispatcher", self.controller.dispatch_loop)
         self._spawn("leader-gauge", self._gauge)
 
     def _spawn(self, name: str, target: Any) -> None:
@@ -87,10 +84,8 @@ class Runtime:
     def shutdown(self) -> None:
         self.stop.set()
         self.controller.wake()
-        self.controller.wake_dispatch()
         for thread in self.threads:
             thread.join(timeout=10)
-        self.controller.close()
 
 
 def _runtime(memo: Any) -> Runtime:

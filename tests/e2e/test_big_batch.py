@@ -36,10 +36,9 @@ def test_big_batch__one_object_small_status_and_it_completes(
     if ITEMS > MAX_ITEMS:
         assert batch.spec.items == [] and len(batch.spec.items_from) == 1
 
-    # Its 17 busy processes give way to the tests beside it (their waits are tight).
-    procs.recall("operator", "operator", "--namespace", namespace, nice=10)
+    procs.recall("operator", "operator", "--namespace", namespace)
     for i in range(WORKERS):
-        procs.worker(f"w{i}", "--engine", "simulated", "--namespace", namespace, nice=10)
+        procs.worker(f"w{i}", "--engine", "simulated", "--namespace", namespace)
     wait_for(
         lambda: get_batch(kube, namespace, "big").status.complete,
         timeout=max(900, ITEMS // 6),

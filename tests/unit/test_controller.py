@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import pytest
 
 from recall import indexes
 from recall.cache import JobRecord
-from recall.controller import CREATE_RETRY_SECONDS
 from recall.leader import Sole
 from recall.models import ItemPhase, Phase, Result
 from recall.projection import CODES, stored_phases
@@ -134,41 +132,6 @@ def test_heal__counted_once_with_one_event() -> None:
     assert batch is not None and batch.status.heals == 1
     assert phases(store)["b"] == "queued"
     assert len(events(store, "Healed")) == 1
-
-
-def test_fan_out__jobs_created_at_once_are_reported_in_item_order() -> None:
-    keys = [f"k{i}" for i in range(10)]
-    store, clock, op = setup(keys)
-    store.inject(Fault("create_job", Unavailable("503"), name="b-k3"))
-    store.create_job(NS, job_manifest("b-k5"))  # taken by a job that is not the Batch's
-    reports = [r for r in op.tick() if r.batch is not None]
-    # the first wave (eight at once) in item order; the API server failed one: no more waves
-    assert reports[0].created == [f"b-k{i}" for i in (0, 1, 2, 4, 6, 7)]
-    assert [e.split(":")[0] for e in reports[0].errors] == ["create b-k3"]
-    assert [c.split(":")[0] for c in reports[0].conflicts] == ["item k5"]
-    assert not [r for r in op.tick() if r.batch is not None and r.created]
-    clock.advance(CREATE_RETRY_SECONDS)  # soon, not a whole reconcile interval later
-    reports = [r for r in op.tick() if r.batch is not None]
-    assert reports[0].created == ["b-k3", "b-k8", "b-k9"]
-
-
-def test_fan_out__jobs_the_cache_has_not_seen_yet_are_not_created_again() -> None:
-    store, clock = MemoryStore(), Clock()
-    store.create_batch(NS, batch_manifest("b", [f"k{i}" for i in range(6)]))
-    op = Operator(store, clock, max_creates_per_tick=2)
-    creates: list[str] = []
-    create = store.create_job
-
-    def counted(namespace: str, manifest: dict[str, Any]) -> Any:
-        creates.append(manifest["metadata"]["name"])
-        return create(namespace, manifest)
-
-    store.create_job = counted  # type: ignore[method-assign]
-    op.sync()
-    for _ in range(4):  # the informer lags: the cache sees none of the jobs created
-        op.controller.run_once()
-    assert sorted(creates) == [f"b-k{i}" for i in range(6)]  # each once
-    assert not events(store, "Healed")
 
 
 def test_status_write_failure__keeps_the_change_for_the_next_tick() -> None:

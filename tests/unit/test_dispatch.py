@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from recall.cache import JobRecord
-from recall.dispatch import ReadyQueue, idle
+from recall.dispatch import ReadyQueue
 from recall.engines.simulated import SimulatedEngine
 from recall.holder import LeaseHolder
-from recall.models import Lease, Phase, Result
-from recall.offers import OfferWriter
+from recall.models import Phase, Result
 from recall.registration import Registration
 from recall.settings import WorkerSettings
-from recall.store import Unavailable
-from recall.store.memory import Fault, MemoryStore
+from recall.store.memory import MemoryStore
 from recall.worker import Worker
 from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, job_manifest
 
@@ -32,10 +29,7 @@ def record(
     priority: int = 0,
     engine: str | None = "simulated",
     phase: Phase = Phase.QUEUED,
-    holder: str | None = None,
-    offer: str | None = None,
 ) -> JobRecord:
-    t = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     return JobRecord(
         namespace=NS,
         name=name,
@@ -51,11 +45,9 @@ def record(
         releases=0,
         max_attempts=3,
         max_releases=10,
-        lease=Lease(holder=holder, token="t", acquire_time=t, renew_time=t, duration_seconds=10)
-        if holder
-        else None,
+        lease=None,
         backoff_seconds=None,
-        offer=offer,
+        offer=None,
         priority=priority,
         created=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         suspended=False,
@@ -98,37 +90,6 @@ def test_ready_queue__engines_and_staleness() -> None:
     assert q.pick(NS, "whisper") is None
 
 
-def test_ready_queue__an_offer_recorded_after_its_claim_was_seen_is_ignored() -> None:
-    # The offer's write returns late: the watch has already brought the offer and the claim.
-    q = ReadyQueue(lambda: 0.0)
-    queued = record("j")
-    q.update(None, queued)
-    assert q.pick(NS, "simulated") == (NS, "j")
-    offered = record("j", offer="w")
-    q.update(queued, offered)
-    leased = record("j", phase=Phase.LEASED, holder="w")
-    q.update(offered, leased)
-    q.offered_to((NS, "j"), (NS, "w"))
-    assert (NS, "j") not in q.offered
-    q.update(leased, record("j", phase=Phase.SUCCEEDED))
-    assert q.state((NS, "w")) == "idle"  # not "busy" with an offer long taken up
-
-
-def test_idle__the_longest_idle_worker_first() -> None:
-    t = [0.0]
-    q = ReadyQueue(lambda: t[0])
-    for worker in ("a", "b", "c"):
-        q.update(None, record(worker, phase=Phase.LEASED, holder=worker))
-    for worker in ("c", "a", "b"):  # c's job ends first, then a's, then b's
-        t[0] += 1
-        q.update(
-            record(worker, phase=Phase.LEASED, holder=worker),
-            record(worker, phase=Phase.SUCCEEDED),
-        )
-    workers = [((NS, w), "simulated") for w in ("a", "b", "c", "new")]
-    assert [w[1] for w, _ in idle(workers, q)] == ["new", "c", "a", "b"]
-
-
 def register(store: MemoryStore, worker: str, engine: str = "simulated") -> Registration:
     r = Registration(store, NS, worker, engine, duration=15)
     r.renew_once()
@@ -154,102 +115,6 @@ def test_controller__offers_one_job_to_each_idle_worker() -> None:
     assert sum(1 for j in store.list_jobs(NS).items if j["status"].get("offer")) == 3
 
 
-def test_dispatcher__offers_at_once_while_the_tick_is_busy() -> None:
-    store, clock = MemoryStore(), Clock()
-    op = Operator(store, clock)
-    for worker in ("w1", "w2"):
-        register(store, worker)
-    stop = threading.Event()
-    dispatcher = threading.Thread(target=op.controller.dispatch_loop, args=(stop,), daemon=True)
-    dispatcher.start()
-    try:
-        with op.controller._dispatching:  # a dispatch pass (of the tick, say) is under way
-            store.create_job(NS, job_manifest("a"))
-            store.create_job(NS, job_manifest("b"))
-            op.sync()  # the watch brings the jobs; no tick runs from here on
-            time.sleep(0.2)
-            assert offers(store) == {}  # one pass at a time
-        deadline = time.monotonic() + 5
-        while len(offers(store)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert sorted(offers(store).values()) == ["w1", "w2"]
-    finally:
-        stop.set()
-        op.controller.wake_dispatch()
-        dispatcher.join(timeout=5)
-    assert not dispatcher.is_alive()
-
-
-def test_controller__one_pass_shares_its_offers_fairly_between_batches() -> None:
-    store, clock = MemoryStore(), Clock()
-    for b in ("x", "y"):
-        store.create_batch(NS, batch_manifest(b, ["i0", "i1", "i2"]))
-    op = Operator(store, clock)
-    op.tick()  # fan-out
-    for w in ("w1", "w2"):
-        register(store, w)
-    op.tick()  # one pass offers to both: one job of each Batch, not two of the first
-    assert sorted(offers(store)) == ["x-i0", "y-i0"]
-
-
-def test_controller__no_less_urgent_offer_while_a_more_urgent_batch_fans_out() -> None:
-    store, clock = MemoryStore(), Clock()
-    store.create_batch(NS, batch_manifest("plain", ["i0", "i1"]))
-    op = Operator(store, clock)
-    op.tick()  # the plain Batch's jobs exist
-    register(store, "w")
-    store.create_batch(
-        NS,
-        batch_manifest(
-            "urgent", ["i0"], defaults={"priority": 10, "engine": {"name": "simulated"}}
-        ),
-    )
-    op.sync()  # the urgent Batch is known; its job is not created yet
-    assert op.controller.dispatch_once() == 0  # the worker waits for it
-    op.tick()  # created; the operator's cache has not seen the job yet: still no offer
-    assert offers(store) == {}
-    op.controller.dispatch_once()  # it has now
-    assert offers(store) == {"urgent-i0": "w"}
-
-
-def test_controller__a_suspended_urgent_batch_holds_nothing_back() -> None:
-    store, clock = MemoryStore(), Clock()
-    store.create_batch(NS, batch_manifest("plain", ["i0"]))
-    op = Operator(store, clock)
-    op.tick()
-    register(store, "w")
-    urgent = {"priority": 10, "engine": {"name": "simulated"}}
-    store.create_batch(NS, batch_manifest("urgent", ["i0"], defaults=urgent, suspend=True))
-    op.sync()
-    assert op.controller.dispatch_once() == 1
-    assert offers(store) == {"plain-i0": "w"}
-
-
-def test_controller__an_offer_not_written_is_offered_again_without_a_new_event() -> None:
-    store, clock = MemoryStore(), Clock()
-    store.create_job(NS, job_manifest("a"))
-    op = Operator(store, clock)
-    register(store, "w")
-    op.sync()
-    store.inject(Fault("patch_job_status", Unavailable("503: timeout"), name="a"))
-    assert op.controller.dispatch_once() == 0
-    assert op.controller.dispatch_once() == 1  # back in the queue; nothing came from the watch
-    assert offers(store) == {"a": "w"}
-
-
-def test_offers__a_replica_that_stepped_down_writes_none() -> None:
-    store = MemoryStore()
-    store.create_job(NS, job_manifest("a"))
-    op = Operator(store, Clock())
-    register(store, "w")
-    op.sync()
-    writer = OfferWriter(store, leading=lambda: False)
-    record = op.controller.cache.get((NS, "a"))
-    assert record is not None
-    assert writer.offer_all([(record, "w")]) == [False]
-    assert offers(store) == {}
-
-
 def test_controller__withdraws_offers_not_taken_up_or_to_dead_workers() -> None:
     store, clock = MemoryStore(), Clock()
     store.create_job(NS, job_manifest("a"))
@@ -261,23 +126,6 @@ def test_controller__withdraws_offers_not_taken_up_or_to_dead_workers() -> None:
     clock.advance(16)  # past the offer and past the registration (not renewed)
     op.tick()
     assert all(not j["status"].get("offer") for j in store.list_jobs(NS).items)
-
-
-def test_controller__an_expired_holder_is_offered_nothing_even_while_its_reclaim_fails() -> None:
-    store, clock = MemoryStore(), Clock()
-    store.create_job(NS, job_manifest("a"))
-    op = Operator(store, clock)
-    dead = register(store, "dead")
-    op.tick()
-    claim_offer(store, clock, "dead")
-    op.tick()
-    clock.advance(11)  # the lease (10 s) expired; the registration (15 s) has not
-    store.inject(Fault("patch_job_status", Unavailable("503"), name="a", times=1))
-    op.tick()  # the reclaim write fails
-    assert not any(w.worker == "dead" for w in op.controller.registry.alive(clock()))
-    dead.renew_once()  # alive again: offers may come
-    op.sync()
-    assert any(w.worker == "dead" for w in op.controller.registry.alive(clock()))
 
 
 def test_worker__claims_what_it_is_offered(tmp_path: Path) -> None:
