@@ -132,7 +132,6 @@ def _start_private_daemon(progress: bool) -> Proc:
     data_root.mkdir(parents=True, exist_ok=True)
     _stop_stale_daemon()
     PRIVATE_RUN_DIR.mkdir(parents=True, exist_ok=True)
-    logfile = cache_root() / "dockerd.log"
     args = [
         "dockerd",
         f"--data-root={data_root}",
@@ -148,13 +147,13 @@ def _start_private_daemon(progress: bool) -> Proc:
     ]
     if progress:
         log.info("dockerd_start", data_root=str(data_root))
-    proc = spawn("dockerd", args, logfile.parent, None, owned=True)
+    proc = spawn("dockerd", args, cache_root(), None, owned=True)
     engine = DockerEngine(host=f"unix://{PRIVATE_RUN_DIR / 'docker.sock'}")
     deadline = time.monotonic() + 60
     while not engine.answers():
         if not proc.alive() or time.monotonic() > deadline:
             terminate([proc], grace=5)
-            raise DockerError(f"dockerd did not start; last lines of {logfile}:\n{tail(logfile)}")
+            raise DockerError(f"dockerd did not start; last lines of {proc.log}:\n{tail(proc.log)}")
         time.sleep(0.3)
     return proc
 
