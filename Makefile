@@ -34,9 +34,11 @@ tools:
 system-deps:
 	@hack/install-system-deps.sh
 
+# ruff, and the layering of the runtime package (import-linter contracts in pyproject.toml).
 lint: venv
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check operator dev tests bench
+	@$(VENV)/bin/lint-imports --no-cache
 
 typecheck: venv
 	@$(VENV)/bin/mypy

@@ -21,9 +21,9 @@ from pathlib import Path
 import jiwer
 import numpy as np
 
-from recall.engines.base import Chunk, Segment
 from recall.engines.whisper import WhisperEngine
-from recall.models import TranscriptionJob
+from recall.media.types import Chunk, Segment
+from recall.resources import TranscriptionJob
 from recall_dev import speech
 
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from kubernetes import client
 
-from recall.models import API_VERSION, TranscriptionJob
-from recall.store.kube import KubeStore, load_api_client
+from recall.kube.store import KubeStore, load_api_client
+from recall.resources import API_VERSION, TranscriptionJob
 from recall_dev.cluster import ControlPlane, free_port
 from recall_dev.crds import install_crds
 
@@ -242,7 +242,7 @@ def list_batch(
     delay: float = 0.0,
 ) -> None:
     """A Batch of `items` simulated items from item lists in ConfigMaps (any size)."""
-    from recall.client import Media, submission_for, submit_to
+    from recall.cli.client import Media, submission_for, submit_to
 
     media = [Media(key=f"{i:06d}", url=f"file:///bench/{i}.wav") for i in range(items)]
     plan = submission_for(media, name=name, engine="simulated", lease_seconds=lease)

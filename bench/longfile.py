@@ -107,13 +107,13 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one job through the real worker loop on a memory store; figures as a dict."""
     from structlog.testing import capture_logs
 
-    from recall.audio import MediaOptions
+    from recall.base.settings import WorkerSettings
     from recall.engines.base import Engine
     from recall.engines.simulated import SimulatedEngine
     from recall.engines.whisper import WhisperEngine, available_cpus, load_model, resolve_model
-    from recall.settings import WorkerSettings
-    from recall.store.memory import MemoryStore
-    from recall.worker import Worker
+    from recall.kube.memory import MemoryStore
+    from recall.media import MediaOptions
+    from recall.worker.loop import Worker
 
     media = MediaOptions(chunk_seconds=float(spec["chunk_seconds"]))
     engine: Engine
@@ -237,8 +237,8 @@ def word_error_rate(store: Any, name: str, reference: str) -> float:
 
 def resume_probe(store: Any, url: str, media_options: Any) -> dict[str, Any]:
     """Seconds to the first chunk after a resume at 90 %: by seeking, and by decoding again."""
-    from recall.audio import load_media
-    from recall.engines.base import Resume
+    from recall.media import load_media
+    from recall.media.types import Resume
     from recall.transcripts import Manifest, Record
     from recall.transcripts.layout import record_key
 

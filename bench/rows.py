@@ -20,9 +20,9 @@ import time
 from typing import Any
 
 from bench.harness import Env, simulated_batch, wait
-from recall.client import Media, submission_for, submit_to
-from recall.models import API_VERSION
-from recall.store import StoreError
+from recall.cli.client import Media, submission_for, submit_to
+from recall.kube import StoreError
+from recall.resources import API_VERSION
 
 
 def _bytes(obj: Any) -> int:

@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Any
 
 from bench.harness import Env, RequestKey, list_batch, simulated_batch, wait
-from recall.models import API_VERSION, Phase
+from recall.resources import API_VERSION, Phase
 
 MUTATING = ("POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION")
 

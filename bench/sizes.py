@@ -18,11 +18,11 @@ import time
 from typing import Any
 
 from bench.harness import Env, list_batch, usage, wait
-from recall import lease
 from recall.fencing import fenced_write
-from recall.lease import Budget
-from recall.models import Phase, TranscriptionJob
-from recall.store import Selector
+from recall.kube import Selector
+from recall.protocol import lease
+from recall.protocol.lease import Budget
+from recall.resources import Phase, TranscriptionJob
 
 
 def _size(obj: Any) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.compare.report import Figures, Zombie
 from bench.harness import Env, simulated_batch, wait
-from recall.models import Phase
+from recall.resources import Phase
 
 
 def _kill_to_rerun(env: Env, lease: int, wait_s: float) -> float | None:

@@ -15,11 +15,11 @@ import json
 import sys
 import time
 
-from recall import lease
 from recall.fencing import fenced_write
-from recall.lease import Budget
-from recall.models import TranscriptionJob
-from recall.store.kube import KubeStore, load_api_client
+from recall.kube.store import KubeStore, load_api_client
+from recall.protocol import lease
+from recall.protocol.lease import Budget
+from recall.resources import TranscriptionJob
 
 
 def main(namespace: str, seconds: float, names: list[str]) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from recall.store.kube import KubeStore, load_api_client
+from recall.kube.store import KubeStore, load_api_client
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
 from tests.helpers import Procs

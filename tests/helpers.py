@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from recall.models import API_VERSION, GROUP, VERSION, TranscriptionJob
-from recall.store.kube import KubeStore
+from recall.kube.store import KubeStore
+from recall.resources import API_VERSION, GROUP, VERSION, TranscriptionJob
 
 Kube = KubeStore  # the name the tests use for the store on a real API server
 
@@ -182,10 +182,10 @@ class ControllerThread:
     def __init__(self, kube: Kube, namespace: str, tick: float = 0.2) -> None:
         import threading
 
-        from recall.controller import Controller
-        from recall.informer import Informer, Jobs, Leases
-        from recall.registration import SELECTOR
-        from recall.settings import OperatorSettings
+        from recall.base.settings import OperatorSettings
+        from recall.kube.informer import Informer, Jobs, Leases
+        from recall.operator.controller import Controller
+        from recall.protocol.workers import SELECTOR
 
         settings = OperatorSettings(namespace=namespace, tick_seconds=tick, reconcile_interval=2)
         self.kube = kube
@@ -240,7 +240,7 @@ def batch_manifest(
     simulate: dict[str, Any] | None = None,
     suspend: bool = False,
 ) -> dict[str, Any]:
-    from recall.models import API_VERSION as _API
+    from recall.resources import API_VERSION as _API
 
     defaults: dict[str, Any] = {"leaseDurationSeconds": lease, "maxAttempts": max_attempts}
     if simulate is not None:
@@ -258,7 +258,7 @@ def batch_manifest(
 
 
 def create_batch(kube: Kube, namespace: str, name: str, keys: list[str], **kwargs: Any) -> None:
-    from recall.models import BATCH_PLURAL
+    from recall.resources import BATCH_PLURAL
 
     kube.custom.create_namespaced_custom_object(
         GROUP, VERSION, namespace, BATCH_PLURAL, batch_manifest(name, keys, **kwargs)
@@ -273,7 +273,7 @@ def get_batch(kube: Kube, namespace: str, name: str) -> Any:
 
 def item_phases(batch: Any) -> dict[str, Any]:
     """Every inline item's phase, as the Batch status records it (compressed ranges)."""
-    from recall.projection import CODES, stored_phases
+    from recall.operator.projection import CODES, stored_phases
 
     codes = stored_phases(batch.status, len(batch.spec.items))
     return {item.key: CODES[codes[i]] for i, item in enumerate(batch.spec.items)}

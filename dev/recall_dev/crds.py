@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.store.kube import load_api_client
+from recall.kube.store import load_api_client
 from recall_dev.cluster import repo_root
 
 

@@ -24,8 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-from recall.models import Phase, TranscriptionJob
-from recall.store.kube import KubeStore, load_api_client
+from recall.kube.store import KubeStore, load_api_client
+from recall.resources import Phase, TranscriptionJob
 from recall_dev import speech
 from recall_dev.cluster import STATE_FILE, ControlPlane, dev_down, dev_up
 from recall_dev.crds import install_crds

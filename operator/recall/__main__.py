@@ -1,3 +1,3 @@
-from recall.cli import main
+from recall.cli.main import main
 
 main()

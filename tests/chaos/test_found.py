@@ -8,9 +8,9 @@ from __future__ import annotations
 import threading
 import time
 
-from recall.holder import LeaseHolder
-from recall.store import Unavailable
-from recall.store.memory import Fault, MemoryStore
+from recall.kube import Unavailable
+from recall.kube.memory import Fault, MemoryStore
+from recall.worker.holder import LeaseHolder
 from tests.unit.fakes import NS, Clock, Operator, batch_manifest
 
 

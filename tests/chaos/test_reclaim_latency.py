@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from recall.holder import LeaseHolder
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import KubeStore as Kube
+from recall.worker.holder import LeaseHolder
 from tests.helpers import Procs, create_batch, create_job, get_batch, get_job, wait_for
 
 LEASE = 2

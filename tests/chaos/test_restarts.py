@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from recall.informer import Informer, Jobs
-from recall.store import Selector
-from recall.store.kube import KubeStore, load_api_client
+from recall.kube import Selector
+from recall.kube.informer import Informer, Jobs
+from recall.kube.store import KubeStore, load_api_client
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
 from tests.helpers import create_job, wait_for
@@ -97,7 +97,7 @@ def test_informer__sees_new_jobs_after_a_server_restart(
 
 
 def _create(kube: KubeStore, namespace: str, name: str) -> bool:
-    from recall.store import Conflict, StoreError
+    from recall.kube import Conflict, StoreError
 
     try:
         create_job(kube, namespace, name)

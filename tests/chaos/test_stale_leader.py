@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-from recall.holder import LeaseHolder
-from recall.models import ItemPhase, Result
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import KubeStore as Kube
+from recall.resources import ItemPhase, Result
+from recall.worker.holder import LeaseHolder
 from tests.helpers import Procs, create_batch, get_job, item_phase, process_state, wait_for
 
 LEADER = {

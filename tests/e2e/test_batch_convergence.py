@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 import time
 
-from recall.holder import LeaseHolder
-from recall.models import BATCH_PLURAL, GROUP, VERSION, ItemPhase, Result
-from recall.store.kube import MERGE_PATCH
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import MERGE_PATCH
+from recall.kube.store import KubeStore as Kube
+from recall.resources import BATCH_PLURAL, GROUP, VERSION, ItemPhase, Result
+from recall.worker.holder import LeaseHolder
 from tests.helpers import Procs, create_batch, get_batch, get_job, item_phases, wait_for
 
 TICK = 0.5

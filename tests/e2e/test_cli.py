@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import KubeStore as Kube
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, create_batch, get_batch
 

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from recall.models import (
+from recall.kube.store import MERGE_PATCH
+from recall.kube.store import KubeStore as Kube
+from recall.resources import (
     BATCH_PLURAL,
     GROUP,
     JOB_PLURAL,
@@ -19,8 +21,6 @@ from recall.models import (
     Phase,
     TranscriptionJob,
 )
-from recall.store.kube import MERGE_PATCH
-from recall.store.kube import KubeStore as Kube
 from recall_dev.cluster import free_port
 from tests.helpers import (
     Proc,
@@ -405,9 +405,9 @@ def test_projection__coalesces_a_burst_of_job_changes(
     import datetime as dt
     import threading
 
-    from recall import lease as lease_core
     from recall.fencing import fenced_write
-    from recall.lease import Budget
+    from recall.protocol import lease as lease_core
+    from recall.protocol.lease import Budget
 
     port = free_port()
     operator(procs, namespace, "operator", "--metrics-port", str(port))
@@ -539,8 +539,8 @@ def test_fan_out__after_a_partial_one_creates_only_the_missing_jobs(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
     """An operator that died mid-way through a fan-out left one of three jobs behind."""
-    from recall.fanout import job_for_item
-    from recall.items import Item
+    from recall.operator.fanout import job_for_item
+    from recall.operator.items import Item
 
     create_batch(kube, namespace, "half", ["a", "b", "c"], simulate={"chunks": 1})
     batch = kube.get_batch(namespace, "half")

@@ -8,8 +8,8 @@ from pathlib import Path
 import jiwer
 import pytest
 
-from recall.models import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import KubeStore as Kube
+from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
 from recall.transcripts import Manifest, TranscriptStore, manifest_name
 from recall_dev import speech
 from tests.helpers import Procs, get_job, job_phase, wait_for

@@ -6,10 +6,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.models import GROUP, JOB_PLURAL, VERSION
-from recall.store import Invalid, Selector
-from recall.store.kube import MERGE_PATCH, api_message
-from recall.store.kube import KubeStore as Kube
+from recall.kube import Invalid, Selector
+from recall.kube.store import MERGE_PATCH, api_message
+from recall.kube.store import KubeStore as Kube
+from recall.resources import GROUP, JOB_PLURAL, VERSION
 from recall_dev.cluster import ControlPlane
 from tests.helpers import create_job, get_job
 from tests.rbac import service_account_client

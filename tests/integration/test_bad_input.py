@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from recall.models import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
-from recall.store.kube import MERGE_PATCH, api_message
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import MERGE_PATCH, api_message
+from recall.kube.store import KubeStore as Kube
+from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 from tests.helpers import create_job
 
 JOB: dict[str, Any] = {

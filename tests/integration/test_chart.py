@@ -28,8 +28,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from recall.models import BATCH_PLURAL, GROUP, VERSION, BatchStatus, Phase
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import KubeStore as Kube
+from recall.resources import BATCH_PLURAL, GROUP, VERSION, BatchStatus, Phase
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, get_batch, list_jobs, wait_for
 from tests.rbac import service_account_token, token_kubeconfig

@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from recall import lease
 from recall.fencing import fenced_write
-from recall.lease import Budget
-from recall.models import Phase
-from recall.store.kube import KubeStore as Kube
-from recall.store.kube import load_api_client
+from recall.kube.store import KubeStore as Kube
+from recall.kube.store import load_api_client
+from recall.protocol import lease
+from recall.protocol.lease import Budget
+from recall.resources import Phase
 from recall_dev.cluster import ControlPlane
 from tests.helpers import create_job, get_job
 

@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from recall.models import Phase
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import KubeStore as Kube
+from recall.resources import Phase
 from tests.helpers import Procs, create_job, get_job, wait_for
 
 

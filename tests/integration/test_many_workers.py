@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from recall.models import Phase
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import KubeStore as Kube
+from recall.resources import Phase
 from recall.transcripts import LABEL_KIND, MANIFEST
 from tests.helpers import Procs, create_job, list_jobs, read_jsonl, wait_for
 

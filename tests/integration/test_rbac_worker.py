@@ -9,9 +9,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.models import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION, Phase
-from recall.store.kube import MERGE_PATCH
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import MERGE_PATCH
+from recall.kube.store import KubeStore as Kube
+from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION, Phase
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, create_job, get_job, job_manifest, wait_for
 from tests.rbac import service_account_client, service_account_token, token_kubeconfig

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from kubernetes import client
 
-from recall.models import Phase
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import KubeStore as Kube
+from recall.resources import Phase
 from recall.transcripts import job_selector, manifest_name
 from tests.helpers import Procs, create_job, get_job, read_jsonl, wait_for
 

@@ -9,9 +9,9 @@ import time
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from recall.models import GROUP, JOB_PLURAL, VERSION, Phase
-from recall.store.kube import MERGE_PATCH
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import MERGE_PATCH
+from recall.kube.store import KubeStore as Kube
+from recall.resources import GROUP, JOB_PLURAL, VERSION, Phase
 from recall_dev.cluster import ControlPlane
 from tests.helpers import ControllerThread, Procs, create_job, get_job, wait_for
 

@@ -12,8 +12,8 @@ import signal
 
 import pytest
 
-from recall.models import Phase
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import KubeStore as Kube
+from recall.resources import Phase
 from recall.transcripts import manifest_name
 from tests.helpers import ControllerThread, Procs, create_job, get_job, process_state, wait_for
 

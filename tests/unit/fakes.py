@@ -6,12 +6,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from recall.controller import Controller
-from recall.holder import LeaseHolder
-from recall.models import API_VERSION
-from recall.registration import SELECTOR
-from recall.settings import OperatorSettings
-from recall.store.memory import MemoryStore
+from recall.base.settings import OperatorSettings
+from recall.kube.memory import MemoryStore
+from recall.operator.controller import Controller
+from recall.protocol.workers import SELECTOR
+from recall.resources import API_VERSION
+from recall.worker.holder import LeaseHolder
 
 NS = "default"
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)

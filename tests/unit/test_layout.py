@@ -1,71 +1,81 @@
-"""The runtime package's layout: no import cycles among its modules (imports made at module
-level; lazy imports inside functions are how the CLI keeps start-up fast and are allowed),
-and nothing in it imports the development tools."""
+"""The runtime package's layering, as the import-linter contracts in pyproject.toml state it.
+
+`make lint` runs `lint-imports` on the tree. These tests check that the contracts hold on the
+tree as it is, and that they still bite: each one is broken on purpose in a copy of the tree,
+and `lint-imports` must refuse the copy, naming the contract. A contract that silently stopped
+matching anything (a package renamed, a typo in a module name) fails here.
+"""
 
 from __future__ import annotations
 
-import ast
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
+
+import pytest
 
 import recall
 
 PACKAGE = Path(recall.__file__).resolve().parent
+REPO = PACKAGE.parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(PACKAGE.parent).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+def lint(root: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` over the `recall` package under `root/operator`, with its contracts."""
+    env = {**os.environ, "PYTHONPATH": str(root / "operator")}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
-def top_level_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    out: set[str] = set()
-    for node in tree.body:  # module level only
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-    return out
+def contract_names() -> dict[str, str]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    return {c["id"]: c["name"] for c in config["tool"]["importlinter"]["contracts"]}
 
 
-def graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {
-        name: {m for m in top_level_imports(path) if m in modules and m != name}
-        for name, path in modules.items()
-    }
+def test_the_tree_keeps_every_contract() -> None:
+    done = lint(REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in contract_names().values():
+        assert f"{name} KEPT" in " ".join(done.stdout.split())
 
 
-def test_no_import_cycles() -> None:
-    edges = graph()
-    state: dict[str, int] = {}
-    cycles: list[list[str]] = []
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(edges[node]):
-            if state.get(nxt) == 1:
-                cycles.append([*stack[stack.index(nxt) :], nxt])
-            elif nxt not in state:
-                visit(nxt, [*stack, nxt])
-        state[node] = 2
-
-    for node in sorted(edges):
-        if node not in state:
-            visit(node, [node])
-    assert cycles == []
+# (contract id, module of the copy, an import added to it)
+VIOLATIONS = [
+    ("components", "operator/controller.py", "from recall.worker import holder"),
+    ("components", "worker/attempt.py", "from recall.operator import projection"),
+    ("layers", "kube/base.py", "from recall.protocol import lease"),
+    ("layers", "base/log.py", "from recall.resources import Batch"),
+    ("engines", "engines/whisper.py", "from recall.transcripts import Transcript"),
+    ("layers", "media/fetch.py", "from recall.engines import base"),
+    ("engines", "media/cut.py", "from recall.worker import loop"),
+    ("dev-tools", "worker/loop.py", "import recall_dev.procs"),
+    ("acyclic", "resources/common.py", "from recall.resources import job"),
+]
 
 
-def test_runtime_does_not_import_the_dev_tools() -> None:
-    for path in PACKAGE.rglob("*.py"):
-        text = path.read_text()
-        lazy_ok = path.name == "cli.py"  # mounts `recall dev` only when the tools are there
-        if "recall_dev" in text and not lazy_ok:
-            raise AssertionError(f"{path} mentions recall_dev")
-        for node in ast.parse(text).body:
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("recall_dev"):
-                raise AssertionError(f"{path} imports {node.module} at module level")
+@pytest.mark.parametrize(("contract", "module", "line"), VIOLATIONS)
+def test_a_deliberate_violation_is_refused(
+    tmp_path: Path, contract: str, module: str, line: str
+) -> None:
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copytree(
+        PACKAGE, tmp_path / "operator" / "recall", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    target = tmp_path / "operator" / "recall" / module
+    target.write_text(target.read_text() + f"\n{line}  # a deliberate violation\n")
+
+    done = lint(tmp_path)
+
+    assert done.returncode != 0, done.stdout
+    assert f"{contract_names()[contract]} BROKEN" in " ".join(done.stdout.split())

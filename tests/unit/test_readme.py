@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic_settings import BaseSettings
 
-from recall.settings import OperatorSettings, WorkerSettings
+from recall.base.settings import OperatorSettings, WorkerSettings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

@@ -4,7 +4,7 @@
 later, some after their lease) or SIGTERM a worker, mostly one that holds a lease; SIGKILL or
 SIGSTOP an operator, mostly the leader; or write, as a careless client, a job's status with a
 stale token and no resourceVersion, which the API server must refuse (`fault_stale_write`).
-`WORKER_FAULTS` are the fault points a new worker may be started with (see `recall.faults`).
+`WORKER_FAULTS` are the fault points a new worker may be started with (see `recall.base.faults`).
 
 Every fault is appended to `log` as `{"t", "kind", "target", "detail"}` (`note`), also those
 the run itself notes (control-plane restarts, workers that crashed at a fault point).
@@ -25,14 +25,14 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.models import GROUP, JOB_PLURAL, VERSION
+from recall.resources import GROUP, JOB_PLURAL, VERSION
 from recall_dev.chaos.fleet import Fleet, Process
 from recall_dev.chaos.invariants import CARELESS, FORGED
 from recall_dev.chaos.recorder import JobRecorder, LeaderTracker
 
 MERGE_PATCH = "application/merge-patch+json"
 
-# Fault points a new worker may run with (see `recall.faults`); None: no fault point.
+# Fault points a new worker may run with (see `recall.base.faults`); None: no fault point.
 WORKER_FAULTS: list[str | None] = [
     None,
     None,

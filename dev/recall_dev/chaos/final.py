@@ -10,8 +10,10 @@ from typing import Any
 
 from kubernetes import client
 
-from recall.fanout import job_name
-from recall.models import (
+from recall.kube.store import KubeStore
+from recall.operator.fanout import job_name
+from recall.operator.projection import CODES, stored_phases
+from recall.resources import (
     BATCH_PLURAL,
     GROUP,
     ITEM_PHASE_OF_JOB,
@@ -20,8 +22,6 @@ from recall.models import (
     BatchStatus,
     Phase,
 )
-from recall.projection import CODES, stored_phases
-from recall.store.kube import KubeStore
 from recall.transcripts import LABEL_KIND, MANIFEST, TranscriptStore
 from recall.transcripts.cleanup import references
 from recall_dev.chaos.history import Final

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recall.models import Phase
+from recall.resources import Phase
 
 Obj = dict[str, Any]
 

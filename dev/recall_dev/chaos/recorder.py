@@ -27,8 +27,8 @@ from typing import Any, TextIO
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from recall.models import GROUP, JOB_PLURAL, VERSION
-from recall.store.kube import load_api_client
+from recall.kube.store import load_api_client
+from recall.resources import GROUP, JOB_PLURAL, VERSION
 
 Obj = dict[str, Any]
 

@@ -45,8 +45,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.models import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
-from recall.store.kube import load_api_client
+from recall.kube.store import load_api_client
+from recall.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 from recall_dev.chaos.faults import WORKER_FAULTS, Injector
 from recall_dev.chaos.final import all_ended, converged, list_objects, read_final
 from recall_dev.chaos.fleet import CRASH_POINT, Fleet, Process, environment

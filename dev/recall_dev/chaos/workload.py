@@ -13,8 +13,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from recall.fanout import job_name
-from recall.models import API_VERSION
+from recall.operator.fanout import job_name
+from recall.resources import API_VERSION
 
 # Kinds of single jobs and how the simulated engine treats them.
 NORMAL = "normal"

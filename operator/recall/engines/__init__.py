@@ -1,15 +1,19 @@
 """Engines: local Whisper (default), an OpenAI-compatible API, and a simulated one.
 
+Owns the `Engine` interface and its implementations. May import `recall.media` (the chunks an
+engine transcribes), `recall.resources` and `recall.base`; never a component (operator,
+worker, command line) nor the stores: an engine turns audio into segments and nothing else.
+
 `make_engine(settings)` builds the worker's engine once per process; the real engines are
 imported only when chosen, so a simulated worker starts without loading a model.
 """
 
 from __future__ import annotations
 
-from recall.engines.base import Chunk, Engine, EngineError, Media, Segment
-from recall.settings import WorkerSettings
+from recall.base.settings import WorkerSettings
+from recall.engines.base import Engine
 
-__all__ = ["Chunk", "Engine", "EngineError", "Media", "Segment", "make_engine"]
+__all__ = ["Engine", "make_engine"]
 
 
 def make_engine(settings: WorkerSettings) -> Engine:

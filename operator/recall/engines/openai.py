@@ -36,13 +36,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from recall import log
-from recall.audio import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
-from recall.engines.base import Chunk, EngineError, Media, Segment, primary_language
+from recall.base import log
+from recall.engines.base import primary_language
+from recall.media import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
+from recall.media.types import Chunk, Media, Segment
+from recall.resources.errors import JobError
 
 if TYPE_CHECKING:
-    from recall.models import TranscriptionJob
-    from recall.settings import WorkerSettings
+    from recall.base.settings import WorkerSettings
+    from recall.resources import TranscriptionJob
 
 BACKOFF_BASE = 1.0  # seconds before the first retry (before jitter)
 BACKOFF_CAP = 30.0  # longest computed backoff
@@ -202,7 +204,7 @@ class OpenAIEngine:
             try:
                 return self.api_key_file.read_text().strip() or None
             except OSError as e:  # a Secret not mounted yet, or mounted elsewhere
-                raise EngineError(
+                raise JobError(
                     "EngineUnauthorized",
                     f"cannot read the API key file {self.api_key_file}: {e.strerror or e}",
                     permanent=False,
@@ -243,7 +245,7 @@ class OpenAIEngine:
             )
             what = f"{status}: {problem}" if status is not None else problem
             if delay is None:
-                raise EngineError(
+                raise JobError(
                     "EngineUnavailable",
                     f"{self.url}: {' '.join(what.split())[:300]} (after {retries + 1} tries)",
                     permanent=False,
@@ -265,7 +267,7 @@ class OpenAIEngine:
         self, fields: dict[str, str], filename: str, wav: bytes
     ) -> httpx.Response | tuple[int | None, str, dict[str, str]]:
         """One request: the successful response, or (status, problem, headers) of a failure
-        worth retrying (status None: no answer). Raises `EngineError` for a permanent one."""
+        worth retrying (status None: no answer). Raises `JobError` for a permanent one."""
         key = self.api_key()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         try:
@@ -282,16 +284,16 @@ class OpenAIEngine:
         status = response.status_code
         problem = error_message(response.content, response.reason_phrase)
         if status in (401, 403):
-            raise EngineError("EngineUnauthorized", f"{status}: {problem}", permanent=True)
+            raise JobError("EngineUnauthorized", f"{status}: {problem}", permanent=True)
         if not retriable_status(status):
-            raise EngineError("EngineRejected", f"{status}: {problem}", permanent=True)
+            raise JobError("EngineRejected", f"{status}: {problem}", permanent=True)
         return status, problem, dict(response.headers)
 
     def _segments(self, response: httpx.Response, chunk: Chunk) -> list[Segment]:
         try:
             return parse_segments(response.json(), chunk.duration)
         except (ValueError, TypeError, AttributeError) as e:
-            raise EngineError(
+            raise JobError(
                 "EngineBadResponse",
                 f"{self.url}: unreadable transcription response ({' '.join(str(e).split())[:200]})",
                 permanent=False,

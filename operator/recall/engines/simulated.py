@@ -6,7 +6,7 @@ appended as one JSON line to `record_path` when set (`RECALL_SIMULATED_RECORD`),
 count engine runs across worker processes and compare them with accepted results.
 
 The engine's own options (not in the CRD):
-- `media`: when set, `load_media` takes the real audio path (`recall.audio`: fetch, decode,
+- `media`: when set, `load_media` takes the real audio path (`recall.media`: fetch, decode,
   resample, cut) for the job's source instead of `simulate.chunks` placeholder chunks. The
   benchmarks use it to push a long file through everything but a model.
 - `words_per_minute` and `vocabulary` ("english" or "cyrillic"): when a rate is set, each chunk
@@ -26,11 +26,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from recall.engines.base import Chunk, Cutting, EngineError, Media, Resume, Segment
-from recall.models import SimulateSpec, TranscriptionJob
+from recall.media.types import Chunk, Cutting, Media, Resume, Segment
+from recall.resources import SimulateSpec, TranscriptionJob
+from recall.resources.errors import JobError
 
 if TYPE_CHECKING:  # PyAV is imported only when the real audio path is chosen
-    from recall.audio import MediaOptions
+    from recall.media import MediaOptions
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
 SEGMENT_SECONDS = 5.0
@@ -110,7 +111,7 @@ class SimulatedEngine:
 
     def load_media(self, job: TranscriptionJob) -> Media:
         if self.media is not None:
-            from recall.audio import load_job_media
+            from recall.media import load_job_media
 
             return load_job_media(job, self.media)
         n = self._spec(job).chunks or 1
@@ -142,7 +143,7 @@ class SimulatedEngine:
         )
         if failing and chunk.index == (spec.fail_at_chunk or 0):
             permanent = spec.failure == "permanent"
-            raise EngineError(
+            raise JobError(
                 "SimulatedPermanentFailure" if permanent else "SimulatedFailure",
                 f"simulated {spec.failure} failure at chunk {chunk.index}",
                 permanent=permanent,

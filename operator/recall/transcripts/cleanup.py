@@ -28,8 +28,8 @@ Safety contract (what makes a deletion never hit something referenced):
 
 from __future__ import annotations
 
-from recall.models import LABEL_JOB, Phase, TranscriptionJob, label_value
-from recall.store import ConfigMapData
+from recall.kube import ConfigMapData
+from recall.resources import LABEL_JOB, Phase, TranscriptionJob, label_value
 from recall.transcripts.layout import (
     KINDS,
     LABEL_ATTEMPT,

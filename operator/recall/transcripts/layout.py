@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from recall.engines.base import Chunk, Cutting, Segment
-from recall.models import object_name
+from recall.media.types import Chunk, Cutting, Segment
+from recall.resources import object_name
 
 LABEL_ATTEMPT = "recall.dev/attempt"
 LABEL_KIND = "recall.dev/store"

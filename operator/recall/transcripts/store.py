@@ -9,7 +9,7 @@ Contract:
   whose answer was lost. The writer's state changes only after its writes succeeded.
 - Errors of the store propagate unchanged (`Unavailable` is worth repeating; `Invalid`,
   `Forbidden`, `TooLarge` are not). A chunk whose record alone exceeds a shard raises
-  `EngineError("TranscriptRefused", permanent=True)`.
+  `JobError("TranscriptRefused", permanent=True)`.
 - `read_checkpoint` returns what a resumed attempt may reuse: the chunks stored contiguously
   from the first, each continuing exactly where the previous one ended, and the resume point
   after the last. Anything else (a missing manifest, the earlier single-ConfigMap layout
@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recall.engines.base import Chunk, Cutting, EngineError, Resume, Segment
-from recall.models import LABEL_COMPONENT, LABEL_JOB, TranscriptionJob, label_value
-from recall.store import BlobStore, Conflict, Owner
+from recall.kube import BlobStore, Conflict, Owner
+from recall.media.types import Chunk, Cutting, Resume, Segment
+from recall.resources import LABEL_COMPONENT, LABEL_JOB, TranscriptionJob, label_value
+from recall.resources.errors import JobError
 from recall.transcripts.layout import (
     LABEL_ATTEMPT,
     LABEL_JOB_UID,
@@ -223,7 +224,7 @@ class TranscriptWriter:
         data = {record_key(chunk.index): record.encode()}
         size = data_bytes(data)
         if size > self.shard_bytes:
-            raise EngineError(
+            raise JobError(
                 "TranscriptRefused",
                 f"the segments of chunk {chunk.index} take {size} bytes, more than a shard "
                 f"holds ({self.shard_bytes})",

@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recall.settings import WorkerSettings
-from recall.store.kube import KubeStore as Kube
-from recall.store.kube import load_api_client
+from recall.base.settings import WorkerSettings
+from recall.kube.store import KubeStore as Kube
+from recall.kube.store import load_api_client
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "recall"

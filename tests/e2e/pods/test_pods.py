@@ -16,9 +16,9 @@ from typing import Any
 import jiwer
 import pytest
 
-from recall.fanout import job_name
-from recall.models import API_VERSION, BATCH_PLURAL, GROUP, LABEL_JOB, VERSION, Phase
-from recall.store.kube import KubeStore as Kube
+from recall.kube.store import KubeStore as Kube
+from recall.operator.fanout import job_name
+from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, LABEL_JOB, VERSION, Phase
 from recall.transcripts import LABEL_KIND, MANIFEST
 from recall_dev import speech
 from tests.e2e.pods.conftest import CHART, NAMESPACE, PodCluster

@@ -3,7 +3,7 @@ bounded and each counted once; poison and permanently failing jobs end Failed)."
 
 from __future__ import annotations
 
-from recall.models import Phase
+from recall.resources import Phase
 from recall_dev.chaos.history import History, JobHistory
 from recall_dev.chaos.invariants.verdict import TERMINAL, Verdict, show
 from recall_dev.chaos.workload import PERMANENT, POISON

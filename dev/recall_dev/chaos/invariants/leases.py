@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from recall.models import Phase
+from recall.resources import Phase
 from recall_dev.chaos.history import History, JobHistory, Version
 from recall_dev.chaos.invariants.verdict import CARELESS, FORGED, PROBE, TERMINAL, Verdict, show
 

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from recall.models import Phase
+from recall.resources import Phase
 from recall_dev.chaos.history import Version
 
 TERMINAL = {Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.CANCELLED.value}

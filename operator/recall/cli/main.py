@@ -1,0 +1,387 @@
+"""The `recall` command line.
+
+Errors are printed as one line (`error: ...`) without a traceback, with kubectl's exit code
+(1); `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from recall.base import log
+
+app = typer.Typer(
+    name="recall",
+    help="Kubernetes-native control plane for long transcription jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+_state: dict[str, Any] = {"debug": False}
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code `code`."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", envvar="KUBECONFIG", help="Path to the kubeconfig file."),
+]
+NamespaceOpt = Annotated[
+    str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")
+]
+
+
+def _add_dev_commands() -> None:
+    """`recall dev ...` comes from the development tools (`recall_dev`, installed from a
+    checkout); without them the group says how to get them."""
+    if importlib.util.find_spec("recall_dev") is not None:
+        from recall_dev.cli import dev_app
+
+        app.add_typer(dev_app, name="dev")
+        return
+    missing = typer.Typer(help="Development tools (not installed).", no_args_is_help=False)
+
+    @missing.callback(invoke_without_command=True)
+    def _missing() -> None:
+        raise CliError("recall dev needs the development tools: run `make venv` in a checkout")
+
+    app.add_typer(missing, name="dev")
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", envvar="RECALL_LOG_LEVEL")] = "info",
+) -> None:
+    _state["debug"] = debug
+    log.configure(level=log_level)
+
+
+# --- worker -------------------------------------------------------------------------------
+
+
+@app.command()
+def worker(
+    id: Annotated[
+        str | None, typer.Option("--id", help="Worker identity (default: pod name / hostname).")
+    ] = None,
+    namespace: NamespaceOpt = None,
+    engine: Annotated[str | None, typer.Option(help="whisper, openai or simulated.")] = None,
+    kubeconfig: KubeconfigOpt = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+    health_port: Annotated[int | None, typer.Option(help="Serve /healthz on this port.")] = None,
+    grace: Annotated[
+        float | None, typer.Option(help="Seconds to finish the current job on SIGTERM.")
+    ] = None,
+    idle_exit: Annotated[
+        float | None, typer.Option(help="Exit after this many idle seconds.")
+    ] = None,
+    max_jobs: Annotated[int | None, typer.Option(help="Exit after this many jobs.")] = None,
+) -> None:
+    """Rent transcription jobs one at a time under a lease and transcribe them."""
+    from recall.base.metrics import serve
+    from recall.base.settings import ApiSettings, WorkerSettings
+    from recall.engines import make_engine
+    from recall.kube.store import current_namespace
+    from recall.worker.health import Liveness
+    from recall.worker.loop import Worker
+
+    settings = WorkerSettings(
+        **_given(
+            id=id,
+            namespace=namespace,
+            engine=engine,
+            metrics_port=metrics_port,
+            health_port=health_port,
+            grace_seconds=grace,
+            idle_exit_seconds=idle_exit,
+            max_jobs=max_jobs,
+        )
+    )
+    store = _store(kubeconfig, ApiSettings())
+    ns = settings.namespace or current_namespace(kubeconfig)
+    eng = make_engine(settings)
+    serve(settings.metrics_port)
+    liveness = Liveness(stale_after=max(30.0, settings.relist_seconds))
+    liveness.serve(settings.health_port)
+    w = Worker(store, settings, eng, namespace=ns, beat=liveness.beat)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if w.stopping.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        liveness.stopping()  # not ready any more: no new job comes this way
+        w.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    raise typer.Exit(w.run())
+
+
+@app.command("operator")
+def operator_cmd(
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Watch one namespace (default: all).")
+    ] = None,
+    kubeconfig: KubeconfigOpt = None,
+    leader_election: Annotated[
+        bool | None,
+        typer.Option(
+            "--leader-election/--no-leader-election",
+            help="Elect one acting replica through a Lease (for more than one replica).",
+        ),
+    ] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+    liveness_port: Annotated[
+        int | None, typer.Option(help="Serve kopf's /healthz on this port.")
+    ] = None,
+) -> None:
+    """Run the operator: fan-out, projection, reclaim of expired leases, reconciliation."""
+    from recall.base.settings import OperatorSettings
+    from recall.operator.runner import run_operator
+
+    run_operator(
+        OperatorSettings(
+            **_given(
+                namespace=namespace,
+                leader_election=leader_election,
+                metrics_port=metrics_port,
+                liveness_port=liveness_port,
+            )
+        ),
+        kubeconfig,
+    )
+
+
+# --- user commands -------------------------------------------------------------------------
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    """The options given on the command line (the rest come from the environment)."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _store(kubeconfig: Path | None, api: Any = None) -> Any:
+    from recall.base.settings import ApiSettings
+    from recall.kube.store import KubeStore, load_api_client
+
+    api = api or ApiSettings()
+    try:
+        client = load_api_client(kubeconfig)
+    except Exception as e:  # a missing or broken kubeconfig
+        raise CliError(f"cannot load the kubeconfig: {e}") from e
+    return KubeStore(client, timeout=api.timeout, watch_seconds=api.watch_seconds)
+
+
+def _namespace(namespace: str | None, kubeconfig: Path | None) -> str:
+    from recall.kube.store import current_namespace
+
+    return namespace or current_namespace(kubeconfig)
+
+
+@app.command()
+def submit(
+    inputs: Annotated[
+        list[str], typer.Argument(help="Media files, folders or URLs.", metavar="PATH|URL...")
+    ],
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Batch name (default: the folder's, or recall-<time>)."),
+    ] = None,
+    language: Annotated[
+        str | None, typer.Option(help="Spoken language (ISO 639-1), e.g. en.")
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="Require this engine: whisper, openai or simulated.")
+    ] = None,
+    lease: Annotated[int | None, typer.Option(help="Lease duration of each job, seconds.")] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="Claims each job may take.")] = None,
+    priority: Annotated[int | None, typer.Option(help="Priority of the jobs.")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the manifests, create nothing.")
+    ] = False,
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Create one Batch from media files, folders or URLs (any number of them)."""
+    import datetime as dt
+
+    import yaml
+
+    from recall.cli.client import (
+        SubmitError,
+        collect,
+        default_batch_name,
+        submission_for,
+        submit_to,
+    )
+    from recall.kube import StoreError
+
+    try:
+        media = collect(inputs)
+        plan = submission_for(
+            media,
+            name=name or default_batch_name(inputs, dt.datetime.now(dt.UTC)),
+            language=language,
+            engine=engine,
+            lease_seconds=lease,
+            max_attempts=max_attempts,
+            priority=priority,
+        )
+    except SubmitError as e:
+        raise CliError(str(e)) from e
+    if dry_run:
+        docs = [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": cm},
+                "immutable": True,
+                "data": {"items": text},
+            }
+            for cm, text in plan.lists.items()
+        ]
+        typer.echo(yaml.safe_dump_all([*docs, plan.batch], sort_keys=False), nl=False)
+        return
+    try:
+        submit_to(_store(kubeconfig), _namespace(namespace, kubeconfig), plan)
+    except StoreError as e:
+        raise CliError(e.message) from e
+    how = f"{len(plan.lists)} item list(s)" if plan.lists else "inline items"
+    typer.echo(
+        f"batch.recall.dev/{plan.batch['metadata']['name']} created ({len(media)} items, {how})"
+    )
+
+
+@app.command()
+def get(
+    kind: Annotated[str, typer.Argument(help="batches (rb) or jobs (tj).")] = "batches",
+    names: Annotated[list[str] | None, typer.Argument(help="Only these names.")] = None,
+    namespace: NamespaceOpt = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="wide, yaml or json.")
+    ] = None,
+    batch: Annotated[str | None, typer.Option("--batch", help="Jobs of this Batch only.")] = None,
+    phase: Annotated[
+        str | None, typer.Option("--phase", help="Jobs in this phase only (e.g. Failed).")
+    ] = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """List Batches or TranscriptionJobs as a kubectl-style table (jobs page by page)."""
+    from recall.cli.client import get_command
+
+    try:
+        get_command(
+            _store(kubeconfig),
+            kind,
+            names or [],
+            None if all_namespaces else _namespace(namespace, kubeconfig),
+            output=output,
+            batch=batch,
+            phase=phase,
+            echo=typer.echo,
+        )
+    except LookupError as e:
+        raise CliError(str(e.args[0])) from e
+
+
+@app.command()
+def watch(
+    batch: Annotated[str, typer.Argument(help="The Batch to follow.")],
+    namespace: NamespaceOpt = None,
+    timeout: Annotated[float | None, typer.Option(help="Give up after this many seconds.")] = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Live progress of a Batch until it completes (exit 1 if any item failed)."""
+    from recall.cli.watch import BatchNotFound
+    from recall.cli.watch import watch as follow
+
+    try:
+        code = follow(_store(kubeconfig), _namespace(namespace, kubeconfig), batch, timeout=timeout)
+    except (BatchNotFound, TimeoutError) as e:
+        raise CliError(str(e)) from e
+    raise typer.Exit(code)
+
+
+@app.command()
+def transcript(
+    job: Annotated[str, typer.Argument(help="The TranscriptionJob (or Batch item as BATCH/ITEM).")],
+    format: Annotated[str, typer.Option("--format", "-f", help="txt, srt, vtt or json.")] = "txt",
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Print the accepted transcript of a job."""
+    from recall.cli.formats import render
+    from recall.operator.fanout import job_name
+    from recall.transcripts import TranscriptStore
+
+    if format not in ("txt", "srt", "vtt", "json"):
+        raise CliError(f"unknown format {format!r}: use txt, srt, vtt or json")
+    store = _store(kubeconfig)
+    ns = _namespace(namespace, kubeconfig)
+    name = job_name(*job.split("/", 1)) if "/" in job else job
+    tj = store.get_job(ns, name)
+    if tj is None:
+        raise CliError(f'transcriptionjobs.recall.dev "{name}" not found')
+    if tj.status.result is None:
+        raise CliError(f"{name} has no transcript yet (phase {tj.status.effective_phase})")
+    text = TranscriptStore(store).load_transcript(ns, tj.status.result.config_map)
+    if text is None:
+        raise CliError(f"the transcript ConfigMap {tj.status.result.config_map} is missing")
+    typer.echo(render(text, format), nl=False)  # type: ignore[arg-type]
+
+
+_add_dev_commands()
+
+
+def main() -> None:
+    """Console entry point: one-line errors, kubectl's exit codes."""
+    try:
+        # Without standalone mode, click returns the exit code of typer.Exit instead of exiting.
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except CliError as e:
+        _fail(str(e), e.code, e)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        _fail("aborted", 130, None)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        _fail(_describe(e), 1, e)
+
+
+def _describe(e: Exception) -> str:
+    from recall.kube import StoreError
+
+    if isinstance(e, StoreError):
+        return e.message
+    return f"{type(e).__name__}: {e}" if not str(e) else str(e)
+
+
+def _fail(message: str, code: int, exc: BaseException | None) -> None:
+    if _state["debug"] and exc is not None:
+        import traceback
+
+        traceback.print_exception(exc)
+    typer.echo(f"error: {message}", err=True)
+    sys.exit(code)

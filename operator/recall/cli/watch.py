@@ -1,0 +1,240 @@
+"""`recall watch BATCH`: live progress of a Batch until it completes.
+
+On a terminal: progress bars for the Batch and for each item phase, the items being transcribed
+with their chunk progress, the items that need attention, the ETA, reclaims and heals counted,
+and the operator's Reclaimed / Healed / Failed events as they happen. Elsewhere (a pipe, CI):
+one plain line per change.
+
+Each refresh reads the Batch (its status is bounded whatever the item count), the Batch's
+leased jobs (at most one per worker) and its Events, so it stays live for 100,000 items.
+Returns the exit code: 0 when every item completed, 1 when any failed or was cancelled.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from recall.kube import JobStore, ObjectRef, Selector
+from recall.resources import Batch, ItemPhase, TranscriptionJob
+
+WATCHED_REASONS = ("Reclaimed", "Healed", "Failed", "ItemsInvalid", "JobNameConflict")
+SHOWN = 20
+PHASE_STYLE = {
+    ItemPhase.QUEUED: "grey62",
+    ItemPhase.TRANSCRIBING: "cyan",
+    ItemPhase.COMPLETED: "green",
+    ItemPhase.FAILED: "red",
+    ItemPhase.CANCELLED: "yellow",
+}
+
+
+class BatchNotFound(LookupError):
+    pass
+
+
+@dataclass
+class Snapshot:
+    batch: Batch
+    leased: list[TranscriptionJob]
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.batch.status.complete
+
+    @property
+    def exit_code(self) -> int:
+        c = self.batch.status.counts
+        return 1 if c is not None and (c.failed or c.cancelled) else 0
+
+
+def fetch(
+    store: JobStore, namespace: str, name: str, since: dt.datetime, seen: set[str]
+) -> Snapshot:
+    batch = store.get_batch(namespace, name)
+    if batch is None:
+        raise BatchNotFound(f'batches.recall.dev "{name}" not found')
+    page = store.list_jobs(
+        namespace, Selector(fields=f"spec.batchRef={name},status.phase=Leased"), limit=SHOWN
+    )
+    snap = Snapshot(batch, [TranscriptionJob.from_api(o) for o in page.items])
+    for e in store.list_events(namespace, ObjectRef("Batch", namespace, name)):
+        uid = (e.get("metadata") or {}).get("uid") or ""
+        if e.get("reason") not in WATCHED_REASONS or uid in seen:
+            continue
+        when = e.get("lastTimestamp") or e.get("eventTime") or ""
+        if when and _time(when) < since:
+            continue
+        seen.add(uid)
+        snap.events.append(f"{e.get('reason')}: {e.get('message')}")
+    return snap
+
+
+def _time(value: object) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _eta(batch: Batch, now: dt.datetime) -> str:
+    if batch.status.eta is None:
+        return "-"
+    return f"{max(0, int((batch.status.eta - now).total_seconds()))}s"
+
+
+def _head(b: Batch, now: dt.datetime) -> Text:
+    c = b.status.counts
+    return Text.assemble(
+        ("Batch ", "bold"),
+        (b.name, "bold cyan"),
+        f"  {c.done if c else 0}/{c.total if c else 0} items  ",
+        ("ETA ", "dim"),
+        _eta(b, now),
+        ("   reclaims ", "dim"),
+        str(b.status.expired_leases or 0),
+        ("   heals ", "dim"),
+        str(b.status.heals or 0),
+        ("   failures ", "dim"),
+        str(b.status.failures or 0),
+        ("   SUSPENDED" if b.spec.suspend else "", "yellow bold"),
+    )
+
+
+def _phases(b: Batch) -> Table:
+    c = b.status.counts
+    total, done = (c.total, c.done) if c else (0, 0)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_row(
+        Text("all", style="bold"),
+        ProgressBar(total=max(total, 1), completed=done, width=40),
+        f"{done}/{total}",
+    )
+    for phase in ItemPhase:
+        n = getattr(c, phase.value) if c else 0
+        bar = ProgressBar(
+            total=max(total, 1), completed=n, width=40, complete_style=PHASE_STYLE[phase]
+        )
+        grid.add_row(Text(phase.value, style=PHASE_STYLE[phase]), bar, str(n))
+    return grid
+
+
+def _leased(jobs: list[TranscriptionJob]) -> Table:
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    for col in ("TRANSCRIBING", "HOLDER", "ATTEMPT", "CHUNKS", ""):
+        table.add_column(col, style="dim" if col == "TRANSCRIBING" else None)
+    for job in jobs[:SHOWN]:
+        prog = job.status.progress
+        bar: RenderableType = ""
+        if prog and prog.chunks_total:
+            bar = ProgressBar(
+                total=prog.chunks_total,
+                completed=prog.chunks_done,
+                width=20,
+                complete_style="cyan",
+            )
+        table.add_row(
+            job.spec.item or job.name,
+            job.status.lease.holder if job.status.lease else "",
+            str(job.status.attempts),
+            (prog.summary or "") if prog else "",
+            bar,
+        )
+    return table
+
+
+def _attention(b: Batch) -> Table:
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    for col in ("NEEDS ATTENTION", "PHASE", "ATTEMPTS", "REASON"):
+        table.add_column(col, style="dim" if col == "NEEDS ATTENTION" else None)
+    for a in b.status.attention[:10]:
+        table.add_row(
+            a.key,
+            Text(a.phase.value, style=PHASE_STYLE[a.phase]),
+            str(a.attempts or 0),
+            f"{a.reason or ''}: {a.message or ''}"[:80],
+        )
+    return table
+
+
+def render(snap: Snapshot, history: list[str], now: dt.datetime) -> RenderableType:
+    parts: list[RenderableType] = [_head(snap.batch, now), Text(""), _phases(snap.batch)]
+    if snap.leased:
+        parts += [Text(""), _leased(snap.leased)]
+    if snap.batch.status.attention:
+        parts += [Text(""), _attention(snap.batch)]
+    if history:
+        parts += [Text(""), Text("events", style="bold")]
+        parts += [
+            Text(h, style="yellow" if h.startswith(("Reclaimed", "Healed")) else "red")
+            for h in history[-6:]
+        ]
+    return Group(*parts)
+
+
+def summary_line(snap: Snapshot) -> str:
+    b, c = snap.batch, snap.batch.status.counts
+    if c is None:
+        return f"{b.name}: waiting for the operator"
+    return (
+        f"{b.name}: {c.completed}/{c.total} completed, {c.transcribing} transcribing, "
+        f"{c.queued} queued, {c.failed} failed, {c.cancelled} cancelled; "
+        f"reclaims {b.status.expired_leases or 0}, heals {b.status.heals or 0}, "
+        f"progress {b.status.progress or '0%'}"
+    )
+
+
+def watch(
+    store: JobStore,
+    namespace: str,
+    name: str,
+    *,
+    console: Console | None = None,
+    interval: float = 0.5,
+    timeout: float | None = None,
+) -> int:
+    """Follow the Batch until its Complete condition is True; returns the exit code."""
+    console = console or Console()
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
+    seen: set[str] = set()
+    deadline = None if timeout is None else time.monotonic() + timeout
+
+    def follow(show: Callable[[Snapshot], None]) -> int:
+        while True:
+            snap = fetch(store, namespace, name, since, seen)
+            show(snap)
+            if snap.complete:
+                return snap.exit_code
+            if deadline and time.monotonic() > deadline:
+                raise TimeoutError(f"batch {name} not complete after {timeout:.0f} s")
+            time.sleep(interval)
+
+    if not console.is_terminal:
+        last = [""]
+
+        def print_changes(snap: Snapshot) -> None:
+            for e in snap.events:
+                console.print(e, highlight=False, soft_wrap=True)
+            line = summary_line(snap)
+            if line != last[0]:
+                console.print(line, highlight=False, soft_wrap=True)
+                last[0] = line
+
+        return follow(print_changes)
+
+    history: list[str] = []
+    with Live(console=console, refresh_per_second=8, transient=False) as live:
+
+        def redraw(snap: Snapshot) -> None:
+            history.extend(snap.events)
+            live.update(render(snap, history, dt.datetime.now(dt.UTC)))
+
+        return follow(redraw)

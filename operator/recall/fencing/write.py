@@ -1,0 +1,195 @@
+"""Fenced writes: the only way lease state is written (DESIGN §3).
+
+`fenced_write(store, namespace, name, transition, known=...)`:
+
+1. take the job as read at resourceVersion R (the caller's last copy, or a fresh read);
+2. ask `transition(job)` — a pure function of `recall.protocol.lease` — for the new status; a
+   `Refusal` ends the write (for a lease holder it means the lease is lost);
+3. PATCH `/status` with the merge patch from the status at R, carrying `resourceVersion: R`; the
+   API server applies it only if the job is still at R, else answers 409;
+4. on 409, read the job again and go back to 2: if the lease is still the writer's (someone
+   wrote something unrelated), the transition is the same and the write is retried with jittered
+   backoff; if not, `transition` refuses.
+
+Ambiguous outcomes (DESIGN §3): when the PATCH may have been applied but no answer came back
+(`Unavailable(maybe_applied=True)`: a timeout, a reset, a 5xx after commit), and whenever a
+re-read finds the transition refused, the job read back is checked against the write: if the
+patch changes nothing on it, the write was applied (every lease write carries a fence unique to
+it, so this cannot be someone else's write) and the result is `applied`. Nothing is ever
+concluded lost because an answer went missing.
+
+A transient error that cannot have been applied is raised as it is (`Unavailable`); the caller
+decides how long to keep trying (a lease holder: until its renew deadline).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from recall.base import faults, metrics
+from recall.kube import Conflict, JobStore, NotFound, RawObject, Unavailable
+from recall.kube.patch import apply_merge_patch, merge_patch
+from recall.protocol import lease
+from recall.resources import JobStatus, TranscriptionJob
+
+Transition = Callable[[TranscriptionJob], lease.Decision]
+
+
+class Unsettled(Unavailable):
+    """A write may have been applied and reading the job back failed too: the outcome is
+    unknown. `patch` is what was sent; pass it as `maybe_applied` to the next attempt, which
+    settles it by reading."""
+
+    def __init__(self, message: str, patches: list[RawObject]) -> None:
+        super().__init__(message, maybe_applied=True)
+        self.patches = patches
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """How a fenced write ended.
+
+    `job` is the job as written (applied) or as last read (refused; None when it is gone);
+    `refusal` is None exactly when the write was applied; `conflicts` counts the 409s met.
+    """
+
+    job: TranscriptionJob | None
+    refusal: lease.Refusal | None
+    conflicts: int = 0
+    settled_by_read: bool = False  # an ambiguous outcome was found applied by reading back
+
+    @property
+    def applied(self) -> bool:
+        return self.refusal is None
+
+
+def status_patch(old: JobStatus, new: JobStatus) -> RawObject:
+    """Merge patch from one status to another, in the API's JSON form."""
+    patch = merge_patch(old.to_api(), new.to_api())
+    assert isinstance(patch, dict)
+    return patch
+
+
+def visible(job: TranscriptionJob, patches: list[RawObject]) -> bool:
+    """True when the job as read shows one of `patches` applied: it carries the patch's fence
+    (unique to that write), or, for writes without a fence, the patch changes nothing on it."""
+    current = job.status.to_api()
+    for patch in patches:
+        fence = patch.get("fence")
+        if fence is not None:
+            if current.get("fence") == fence:
+                return True
+        elif patch and apply_merge_patch(current, patch) == current:
+            return True
+    return False
+
+
+def fenced_write(
+    store: JobStore,
+    namespace: str,
+    name: str,
+    transition: Transition,
+    *,
+    action: str,
+    known: TranscriptionJob | None = None,
+    attempts: int = 6,
+    retry_on_conflict: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+    maybe_applied: list[RawObject] | None = None,
+    timeout: float | None = None,
+) -> WriteResult:
+    """Apply `transition`'s status with a PATCH guarded by the version it was decided on.
+
+    With `retry_on_conflict=False` a 409 ends the write as a refusal (a claim: someone else
+    won), unless reading back shows the write applied. Raises `Unavailable` for a transient
+    error after which the write is known not to be applied, and for a conflict still unresolved
+    after `attempts` tries; `Unsettled` when the outcome could not be read back.
+    `maybe_applied` are the patches of earlier, unsettled attempts of the same write.
+    """
+    job = known
+    conflicts = 0
+    sent = list(maybe_applied or [])  # every patch that may have been applied
+    for attempt in range(attempts):
+        if job is None:
+            job = store.get_job(namespace, name, timeout=timeout)
+            if job is None:
+                return _gone(conflicts)
+        if sent and visible(job, sent):
+            return WriteResult(job, None, conflicts, settled_by_read=True)
+        decision = transition(job)
+        if isinstance(decision, lease.Refusal):
+            if conflicts:
+                metrics.FENCED_REJECTIONS.labels(action=action, reason=decision.reason).inc()
+            return WriteResult(job, decision, conflicts)
+        patch = status_patch(job.status, decision)
+        if not patch:
+            return WriteResult(job, None, conflicts)
+        sent.append(patch)
+        try:
+            written = store.patch_job_status(
+                namespace, name, job.resource_version, patch, timeout=timeout
+            )
+            if faults.answer_lost(action):
+                raise Unavailable(f"{action}: the answer was lost (injected)", maybe_applied=True)
+            return WriteResult(written, None, conflicts)
+        except NotFound:
+            return _gone(conflicts)
+        except Unavailable as e:
+            if not e.maybe_applied:
+                raise
+            metrics.AMBIGUOUS_WRITES.labels(action=action).inc()
+            job = _read_back(store, namespace, name, e, sent, timeout)  # settled at the top
+            if job is None:
+                return _gone(conflicts)
+        except Conflict:
+            conflicts += 1
+            metrics.CONFLICTS.labels(action=action).inc()
+            job = None
+            if not retry_on_conflict:
+                return _lost_race(store, namespace, name, action, sent, conflicts, timeout)
+            # Jittered backoff: 10, 20, 40 ... ms, so two retrying writers drift apart.
+            sleep(random.uniform(0.5, 1.0) * 0.01 * 2**attempt)
+    raise Unavailable(f"{action} {namespace}/{name}: still conflicting after {attempts} tries")
+
+
+def _gone(conflicts: int) -> WriteResult:
+    return WriteResult(None, lease.Refusal(lease.RefusalReason.GONE), conflicts)
+
+
+def _lost_race(
+    store: JobStore,
+    namespace: str,
+    name: str,
+    action: str,
+    sent: list[RawObject],
+    conflicts: int,
+    timeout: float | None,
+) -> WriteResult:
+    """A 409 on a write that does not retry (a claim): someone else won, unless reading back
+    shows this write applied after all (its answer was lost before)."""
+    job = store.get_job(namespace, name, timeout=timeout)
+    if job is None:
+        return _gone(conflicts)
+    if visible(job, sent):
+        return WriteResult(job, None, conflicts, settled_by_read=True)
+    metrics.FENCED_REJECTIONS.labels(action=action, reason="Conflict").inc()
+    refusal = lease.Refusal(lease.RefusalReason.NOT_QUEUED, "409: another writer won")
+    return WriteResult(job, refusal, conflicts)
+
+
+def _read_back(
+    store: JobStore,
+    namespace: str,
+    name: str,
+    cause: Unavailable,
+    patches: list[RawObject],
+    timeout: float | None,
+) -> TranscriptionJob | None:
+    """Read the job after an ambiguous write; if even that fails, the outcome stays unknown."""
+    try:
+        return store.get_job(namespace, name, timeout=timeout)
+    except Unavailable:
+        raise Unsettled(f"{cause.message} (and the job could not be read back)", patches) from cause

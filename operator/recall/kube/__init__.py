@@ -1,0 +1,56 @@
+"""Every Kubernetes call: the `JobStore` protocol and its two implementations.
+
+- `base`: the protocol (jobs, Batches, ConfigMaps, Leases, Events) and the typed errors every
+  caller sees instead of HTTP statuses (`Conflict`, `Invalid`, `TooLarge`, `Unavailable`, ...);
+- `store`, `client`, `core`: `KubeStore`, through the official client, with timeouts from the
+  settings;
+- `memory`, `memory_core`, `rules`, `patch`: `MemoryStore` for unit tests (resourceVersion and
+  409, the status subresource, the CRDs' CEL transition rules, fault injection);
+- `informer`: list + watch of a selection, relisted on 410 and after errors.
+
+May import `recall.resources` and `recall.base`; never the protocol, a component or the engines.
+"""
+
+from recall.kube.base import (
+    EVERYTHING,
+    PERMANENT_ERRORS,
+    BlobStore,
+    ConfigMapData,
+    Conflict,
+    Forbidden,
+    Invalid,
+    JobStore,
+    NotFound,
+    ObjectRef,
+    Owner,
+    Page,
+    RawObject,
+    Selector,
+    Store,
+    StoreError,
+    TooLarge,
+    Unavailable,
+    WatchEvent,
+)
+
+__all__ = [
+    "EVERYTHING",
+    "PERMANENT_ERRORS",
+    "BlobStore",
+    "ConfigMapData",
+    "Conflict",
+    "Forbidden",
+    "Invalid",
+    "JobStore",
+    "NotFound",
+    "ObjectRef",
+    "Owner",
+    "Page",
+    "RawObject",
+    "Selector",
+    "Store",
+    "StoreError",
+    "TooLarge",
+    "Unavailable",
+    "WatchEvent",
+]

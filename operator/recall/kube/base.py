@@ -1,0 +1,250 @@
+"""What every store of Kubernetes objects offers, and the errors it raises.
+
+A store is the only way the runtime reads or writes objects. Two implementations:
+`recall.kube.store.KubeStore` (the API server, through the official client) and
+`recall.kube.memory.MemoryStore` (unit tests: resourceVersion, the status subresource and the
+CRD's transition rules, in memory). The real API server stays the judge of semantics in the
+integration tests; the memory store only lets everything above the store run without etcd.
+
+Contract of every method:
+- Objects are returned typed (`TranscriptionJob`, `Batch`) where callers need the whole object;
+  lists and watches return raw dicts (`RawObject`), which callers parse only as far as they
+  need (the operator keeps 100,000 jobs in memory).
+- `timeout` (where offered) bounds that one request; otherwise the store's default applies.
+- A write with `resource_version` is applied only if the object is still at that version, else
+  `Conflict`. A write without it is applied to whatever is stored (the CRD's rules still apply).
+- Errors are typed so callers decide by kind, never by HTTP status:
+  `NotFound` (404), `Conflict` (409), `Invalid` (422: the schema, a CEL rule or an admission
+  policy refused the write; permanent, the message names the rule), `Forbidden` (403),
+  `TooLarge` (the object or request exceeds what the API server or etcd accept; permanent),
+  `Unavailable` (429, 5xx, timeouts, refused or reset connections; transient). `Unavailable`
+  carries `maybe_applied`: True when the request may have reached the server and been applied
+  even though no answer came back (a read timeout, a reset after sending, a 5xx after commit).
+  Such an outcome is ambiguous and is settled by reading the object again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from recall.resources import Batch, TranscriptionJob
+from recall.resources import RawObject as RawObject  # re-exported: the stores speak it
+
+
+class StoreError(Exception):
+    """A read or write the store could not do. `status` is the HTTP status, when there was one."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class NotFound(StoreError):
+    """The object does not exist."""
+
+
+class Conflict(StoreError):
+    """The object changed since the resourceVersion the write was based on (or exists already)."""
+
+
+class Invalid(StoreError):
+    """The API server refused the object: schema, CEL transition rule or admission policy."""
+
+
+class Forbidden(StoreError):
+    """RBAC or an admission policy forbids the request for this identity."""
+
+
+class TooLarge(StoreError):
+    """The object or request is larger than the API server or etcd accept."""
+
+
+class Unavailable(StoreError):
+    """The API server could not be reached or did not answer in time; a retry may succeed.
+
+    `maybe_applied` is True when a write may have been applied although no answer arrived.
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, maybe_applied: bool = False
+    ) -> None:
+        super().__init__(message, status=status)
+        self.maybe_applied = maybe_applied
+
+
+PERMANENT_ERRORS: tuple[type[StoreError], ...] = (Invalid, Forbidden, TooLarge)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list: the objects, the list's resourceVersion (to start a watch from) and
+    the token of the next page (None on the last one)."""
+
+    items: list[RawObject]
+    resource_version: str
+    next: str | None = None
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """ADDED, MODIFIED, DELETED or BOOKMARK, with the object (for a BOOKMARK only its
+    metadata.resourceVersion matters)."""
+
+    type: str
+    object: RawObject
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which objects a list or watch returns: kubectl's field and label selector syntax."""
+
+    fields: str | None = None
+    labels: str | None = None
+
+
+EVERYTHING = Selector()
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """The object an Event is about."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str | None = None
+    api_version: str = "recall.dev/v1alpha1"
+
+
+@dataclass(frozen=True)
+class ConfigMapData:
+    """A ConfigMap as the transcript store sees it."""
+
+    name: str
+    data: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
+    resource_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The owner a new ConfigMap or job is garbage-collected with."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+class JobStore(Protocol):
+    """TranscriptionJobs, Batches, their Events, and the coordination Leases of the operator."""
+
+    # TranscriptionJobs
+    def get_job(
+        self, namespace: str, name: str, *, timeout: float | None = None
+    ) -> TranscriptionJob | None: ...
+
+    def list_jobs(
+        self,
+        namespace: str | None,
+        selector: Selector = EVERYTHING,
+        *,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Page: ...
+
+    def watch_jobs(
+        self, namespace: str | None, resource_version: str, selector: Selector = EVERYTHING
+    ) -> Iterator[WatchEvent]: ...
+
+    def create_job(self, namespace: str, manifest: RawObject) -> TranscriptionJob: ...
+
+    def patch_job_status(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str | None,
+        patch: RawObject,
+        *,
+        timeout: float | None = None,
+    ) -> TranscriptionJob: ...
+
+    def patch_job_labels(
+        self, namespace: str, name: str, labels: dict[str, str | None]
+    ) -> TranscriptionJob: ...
+
+    def delete_job(self, namespace: str, name: str) -> bool: ...
+
+    def delete_jobs(self, namespace: str, labels: str) -> None:
+        """Delete every job of `namespace` that the label selector selects."""
+
+    # Batches
+    def get_batch(self, namespace: str, name: str) -> Batch | None: ...
+
+    def list_batches(self, namespace: str | None) -> list[Batch]: ...
+
+    def create_batch(self, namespace: str, manifest: RawObject) -> Batch: ...
+
+    def patch_batch_status(
+        self, namespace: str, name: str, resource_version: str | None, patch: RawObject
+    ) -> Batch: ...
+
+    # Events
+    def post_event(self, about: ObjectRef, type_: str, reason: str, message: str) -> None: ...
+
+    def list_events(self, namespace: str, about: ObjectRef | None = None) -> list[RawObject]: ...
+
+    # coordination.k8s.io Leases (leader election)
+    def get_lease(self, namespace: str, name: str) -> RawObject | None: ...
+
+    def create_lease(self, namespace: str, body: RawObject) -> RawObject: ...
+
+    def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject: ...
+
+    def delete_lease(self, namespace: str, name: str) -> bool: ...
+
+    def list_leases(
+        self,
+        namespace: str | None,
+        labels: str,
+        *,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Page: ...
+
+    def watch_leases(
+        self, namespace: str | None, resource_version: str, labels: str
+    ) -> Iterator[WatchEvent]: ...
+
+
+class BlobStore(Protocol):
+    """ConfigMaps holding transcripts, checkpoints and item lists."""
+
+    def get_config_map(self, namespace: str, name: str) -> ConfigMapData | None: ...
+
+    def create_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: dict[str, str],
+        *,
+        labels: dict[str, str],
+        owner: Owner | None = None,
+        immutable: bool = False,
+    ) -> None: ...
+
+    def patch_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None: ...
+
+    def own_config_map(self, namespace: str, name: str, owner: Owner) -> None:
+        """Make `owner` the ConfigMap's owner (garbage-collected with it)."""
+
+    def delete_config_map(self, namespace: str, name: str) -> bool: ...
+
+    def list_config_maps(self, namespace: str, labels: str) -> list[ConfigMapData]: ...
+
+
+class Store(JobStore, BlobStore, Protocol):
+    """Both: what the worker, the operator and the CLI are given."""

@@ -1,0 +1,158 @@
+"""An informer: a selection of objects (TranscriptionJobs, Leases) kept current by list + watch.
+
+`Informer.run(stop)` lists the selection (page by page), hands it to the consumer, then watches
+from the list's resourceVersion and hands over every change. It lists again when the watch's
+resourceVersion is too old (410), after `relist_seconds` at the latest, and after an error,
+with jittered backoff up to `max_backoff` (one second by default: the API server may be
+restarting, and the view must come back within a tick or two once it answers). It never
+raises: transient API errors delay the view by seconds, they never end it (DESIGN §5, 9).
+
+Not guaranteed: the consumer's view may lag the API server by one event; decisions that matter
+are made by fenced writes, never by this view.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from recall.base import log
+from recall.kube import EVERYTHING, Conflict, JobStore, Page, RawObject, Selector, WatchEvent
+
+_log = log.get("informer")
+
+
+class Consumer(Protocol):
+    def relisted(self, items: Iterator[RawObject]) -> None:
+        """The whole selection, streamed; what is not in it is gone."""
+
+    def changed(self, type_: str, obj: RawObject) -> None:
+        """ADDED, MODIFIED or DELETED (also sent when an object leaves the selection)."""
+
+
+class Source(Protocol):
+    """What an informer lists and watches."""
+
+    def list(self, limit: int, continue_from: str | None) -> Page: ...
+
+    def watch(self, resource_version: str) -> Iterator[WatchEvent]: ...
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """TranscriptionJobs of a namespace (or all), as a selector selects them."""
+
+    store: JobStore
+    namespace: str | None
+    selector: Selector = EVERYTHING
+
+    def list(self, limit: int, continue_from: str | None) -> Page:
+        return self.store.list_jobs(
+            self.namespace, self.selector, limit=limit, continue_from=continue_from
+        )
+
+    def watch(self, resource_version: str) -> Iterator[WatchEvent]:
+        return self.store.watch_jobs(self.namespace, resource_version, self.selector)
+
+
+@dataclass(frozen=True)
+class Leases:
+    """coordination.k8s.io Leases of a namespace (or all) with the given labels."""
+
+    store: JobStore
+    namespace: str | None
+    labels: str
+
+    def list(self, limit: int, continue_from: str | None) -> Page:
+        return self.store.list_leases(
+            self.namespace, self.labels, limit=limit, continue_from=continue_from
+        )
+
+    def watch(self, resource_version: str) -> Iterator[WatchEvent]:
+        return self.store.watch_leases(self.namespace, resource_version, self.labels)
+
+
+class Informer:
+    def __init__(
+        self,
+        source: Source,
+        consumer: Consumer,
+        *,
+        name: str = "informer",
+        page_size: int = 500,
+        relist_seconds: float = 300.0,
+        max_backoff: float = 1.0,
+    ) -> None:
+        self.source = source
+        self.consumer = consumer
+        self.name = name
+        self.page_size = page_size
+        self.relist_seconds = relist_seconds
+        self.max_backoff = max_backoff
+        self.synced = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """List and watch until `stop` (or `self.stop()`); never raises."""
+        stop = stop or self._stop
+        backoff = 0.2
+        rv: str | None = None
+        while not stop.is_set() and not self._stop.is_set():
+            try:
+                if rv is None:
+                    rv = self._relist()
+                    self.synced.set()
+                    listed = time.monotonic()
+                rv = self._watch(rv, stop)
+                backoff = 0.2
+                if time.monotonic() - listed > self.relist_seconds:
+                    rv = None
+            except Conflict as e:
+                rv = None  # 410: our resourceVersion is too old; list again at once
+                if e.status != 410:
+                    _log.warning("informer_error", informer=self.name, error=e.message[:200])
+                    stop.wait(backoff)
+            except Exception as e:  # the API server may be unreachable for a while
+                _log.warning("informer_error", informer=self.name, error=str(e)[:200])
+                stop.wait(backoff * random.uniform(0.5, 1.0))
+                backoff = min(backoff * 2, self.max_backoff)
+
+    def _pages(self, first: list[RawObject], next_page: str | None) -> Iterator[RawObject]:
+        yield from first
+        while next_page:
+            page = self.source.list(self.page_size, next_page)
+            next_page = page.next
+            yield from page.items
+
+    def _relist(self) -> str:
+        page = self.source.list(self.page_size, None)
+        self.consumer.relisted(self._pages(page.items, page.next))
+        return page.resource_version
+
+    def _watch(self, rv: str, stop: threading.Event) -> str:
+        """Watch from `rv` until the server ends the watch; returns the last version seen."""
+        for event in self.source.watch(rv):
+            if stop.is_set() or self._stop.is_set():
+                break
+            rv = str(event.object.get("metadata", {}).get("resourceVersion") or rv)
+            if event.type != "BOOKMARK":
+                self.consumer.changed(event.type, event.object)
+        return rv

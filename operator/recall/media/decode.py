@@ -1,0 +1,242 @@
+"""Decoding lazily: open and probe a source, decode and resample it frame by frame, and
+seek back to a recorded sample for a resume (checked by the tail signature)."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import av
+import numpy as np
+
+from recall.media.common import PREROLL_SECONDS, SAMPLE_RATE, TAIL_SECONDS, Either, Samples
+from recall.media.fetch import display_url, one_line
+from recall.resources.errors import JobError
+
+if TYPE_CHECKING:
+    pass
+
+
+# --- decode ---------------------------------------------------------------------------------
+
+
+def _open(path: Path, shown: str) -> tuple[Any, Any]:
+    """The container at `path` and its first audio stream."""
+    try:
+        container = av.open(str(path))
+    except av.FFmpegError as e:
+        raise JobError(
+            "UndecodableMedia",
+            f"{shown}: not a media file FFmpeg can read ({_av_reason(e)})",
+            permanent=True,
+        ) from None
+    if not container.streams.audio:
+        container.close()
+        raise JobError("UndecodableMedia", f"{shown}: no audio stream", permanent=True)
+    return container, container.streams.audio[0]
+
+
+def probe(path: Path, url: str) -> float | None:
+    """The duration the container states for its first audio stream, in seconds (or None)."""
+    container, stream = _open(path, display_url(url))
+    with container:
+        if stream.duration is not None and stream.time_base is not None:
+            return float(stream.duration * stream.time_base)
+        if container.duration is not None:
+            return float(container.duration) / av.time_base
+    return None
+
+
+class Decoder:
+    """The first audio stream of a file as 16 kHz mono float32 blocks, from a given sample on.
+
+    After the first block (or the end), `tail` holds up to `TAIL_SECONDS` of the samples just
+    before the start position; `position` counts the samples decoded up to the latest block.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        url: str,
+        *,
+        rate: int = SAMPLE_RATE,
+        max_samples: int | None = None,
+        stop: Either | None = None,
+    ) -> None:
+        self.path = path
+        self.shown = display_url(url)
+        self.rate = rate
+        self.max_samples = max_samples
+        self.stop = stop or Either()
+        self.position = 0
+        self.tail: Samples = np.zeros(0, np.float32)
+        self.tail_samples = round(TAIL_SECONDS * rate)
+
+    def from_start(self, start: int = 0) -> Iterator[Samples]:
+        """Decode from the first sample; blocks begin at sample `start`."""
+        container, stream = _open(self.path, self.shown)
+        with container:
+            yield from self._trimmed(self._resampled(container.decode(stream), 0), start)
+
+    def seek(self, start: int, tail: str) -> Iterator[Samples] | None:
+        """Blocks from sample `start`, reached by seeking; None when that cannot be done
+        exactly (no timestamps, a landing too late, or samples whose signature is not `tail`).
+        """
+        signed = start - self.tail_samples
+        if not tail or signed < PREROLL_SECONDS * self.rate:
+            return None
+        container, stream = _open(self.path, self.shown)
+        try:
+            found = self._seek(container, stream, signed, start, tail)
+        except (av.FFmpegError, ValueError, OverflowError, JobError):
+            found = None  # decoding from the start says what is wrong, if anything is
+        if found is None:
+            container.close()
+            self.position, self.tail = 0, np.zeros(0, np.float32)
+            return None
+        return self._after_seek(container, found, start)
+
+    def _seek(
+        self, container: Any, stream: Any, signed: int, start: int, tail: str
+    ) -> tuple[list[Samples], Iterator[Samples]] | None:
+        src = stream.codec_context.sample_rate or stream.rate
+        base = stream.time_base
+        if not src or base is None:
+            return None
+        frames = container.decode(stream)
+        first = next(frames, None)
+        if first is None or first.pts is None:
+            return None
+        origin = first.pts  # the first decoded sample is sample 0
+        target = Fraction(signed, self.rate) - Fraction(PREROLL_SECONDS).limit_denominator(1000)
+        container.seek(int(target / base) + origin, stream=stream, backward=True)
+        frames = container.decode(stream)
+        # Resampling starts afresh at an input sample whose output sample is on the grid of
+        # the uninterrupted run: the first input sample ≥ the landing that is a multiple of
+        # in_unit, so both resamplers see the same phase.
+        g = np.gcd(src, self.rate)
+        in_unit, out_unit = src // g, self.rate // g
+        for frame in frames:
+            if frame.pts is None:
+                return None
+            offset = (frame.pts - origin) * base * src
+            if offset.denominator != 1 or offset < 0:
+                return None
+            aligned = -(-int(offset) // in_unit) * in_unit
+            drop = aligned - int(offset)
+            if drop >= frame.samples:
+                continue
+            position = aligned // in_unit * out_unit
+            if position > signed:
+                return None  # landed after the signed samples
+            self.position = position
+            blocks = self._resampled(_chain(_dropped(frame, drop), frames), position)
+            held: list[Samples] = []  # the latest blocks up to `start`, to check and hand on
+            for block in blocks:
+                held.append(block)
+                while held and self.position - sum(map(len, held)) + len(held[0]) <= signed:
+                    held.pop(0)  # entirely before the signed samples
+                if self.position >= start:
+                    break
+            if self.position < start:
+                return None
+            joined = np.concatenate(held)
+            before = joined[: len(joined) - (self.position - start)]
+            if tail_signature(before[-self.tail_samples :]) != tail:
+                return None
+            self.tail = before[-self.tail_samples :].copy()
+            return [joined[len(before) :]], blocks
+        return None
+
+    def _after_seek(
+        self, container: Any, found: tuple[list[Samples], Iterator[Samples]], start: int
+    ) -> Iterator[Samples]:
+        held, blocks = found
+        with container:
+            for block in held:
+                if len(block):
+                    yield block
+            yield from blocks
+
+    def _resampled(self, frames: Iterator[Any], position: int) -> Iterator[Samples]:
+        """Resampled blocks of `frames`; `self.position` counts from `position`."""
+        self.position = position
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=self.rate)
+        try:
+            for frame in frames:
+                if self.stop.is_set():
+                    return
+                for out in resampler.resample(frame):
+                    yield from self._counted(_mono(out))
+            for out in resampler.resample(None):
+                yield from self._counted(_mono(out))
+        except (av.FFmpegError, ValueError) as e:
+            raise JobError(
+                "UndecodableMedia",
+                f"{self.shown}: cannot decode the audio ({_av_reason(e)})",
+                permanent=True,
+            ) from None
+
+    def _counted(self, block: Samples) -> Iterator[Samples]:
+        self.position += len(block)
+        if self.max_samples is not None and self.position > self.max_samples:
+            raise JobError(
+                "SourceTooLarge",
+                f"{self.shown}: longer than the limit of {self.max_samples / self.rate:g} s",
+                permanent=True,
+            )
+        if len(block):
+            yield block
+
+    def _trimmed(self, blocks: Iterator[Samples], start: int) -> Iterator[Samples]:
+        """`blocks` from sample `start` on; the samples before it feed `tail`."""
+        recent: Samples = np.zeros(0, np.float32)
+        for block in blocks:
+            begin = self.position - len(block)
+            if self.position <= start:
+                recent = np.concatenate([recent, block])[-self.tail_samples :]
+                continue
+            if begin < start:
+                recent = np.concatenate([recent, block[: start - begin]])[-self.tail_samples :]
+                block = block[start - begin :]
+            self.tail = recent
+            yield block
+        self.tail = recent
+
+
+def _dropped(frame: Any, drop: int) -> Any:
+    """`frame` without its first `drop` samples."""
+    if drop == 0:
+        return frame
+    data = frame.to_ndarray()
+    channels = len(frame.layout.channels)
+    cut = data[:, drop:] if frame.format.is_planar else data[:, drop * channels :]
+    out = av.AudioFrame.from_ndarray(
+        np.ascontiguousarray(cut), format=frame.format.name, layout=frame.layout.name
+    )
+    out.sample_rate = frame.sample_rate
+    return out
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+def _mono(frame: av.AudioFrame) -> Samples:
+    return np.asarray(frame.to_ndarray(), dtype=np.float32).reshape(-1)
+
+
+def _av_reason(e: Exception) -> str:
+    strerror = getattr(e, "strerror", None)
+    return one_line(str(strerror or e or type(e).__name__), 120)
+
+
+def tail_signature(samples: Samples) -> str:
+    """A short signature of `samples` (CRC-32 of their float32 bytes): equal only when they are
+    bit-identical, which is what a seek must reproduce."""
+    data = np.ascontiguousarray(samples, dtype="<f4").tobytes()
+    return f"{zlib.crc32(data):08x}"

@@ -1,0 +1,189 @@
+"""Fetching a source: a local file in place, or an http(s) download to a temporary file,
+with its fingerprint; failures as one-line `JobError`s that hide credentials."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import httpx
+
+from recall.media.common import USER_AGENT
+from recall.resources.errors import JobError
+
+if TYPE_CHECKING:
+    pass
+
+
+# --- fetch ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A local file holding the source's bytes; `temporary` ones are removed by `remove()`."""
+
+    url: str
+    path: Path
+    size: int
+    fingerprint: str
+    temporary: bool = False
+
+    def remove(self) -> None:
+        if self.temporary:
+            self.path.unlink(missing_ok=True)
+
+
+def fetch(url: str, *, max_bytes: int, http_timeout: float, workdir: Path | None = None) -> Fetched:
+    """The source's bytes in a local file, with their fingerprint."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "file":
+        path = local_path(url, max_bytes=max_bytes)
+        st = path.stat()
+        fingerprint = f"file:size={st.st_size};mtime={st.st_mtime_ns}"
+        return Fetched(url, path, st.st_size, fingerprint)
+    if scheme in ("http", "https"):
+        path, digest = download(
+            url, max_bytes=max_bytes, http_timeout=http_timeout, workdir=workdir
+        )
+        return Fetched(url, path, path.stat().st_size, f"sha256:{digest}", temporary=True)
+    raise JobError(
+        "SourceRejected",
+        f"{display_url(url)}: unsupported URL scheme (use file://, http:// or https://)",
+        permanent=True,
+    )
+
+
+def local_path(url: str, *, max_bytes: int) -> Path:
+    """The regular file a `file://` URL names, checked to exist and to fit `max_bytes`."""
+    shown = display_url(url)
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise JobError(
+            "SourceRejected",
+            f"{shown}: a file URL must not name a host (use file:///path)",
+            permanent=True,
+        )
+    path = Path(unquote(parts.path))
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise JobError("SourceNotFound", f"{shown}: no such file", permanent=True) from None
+    except PermissionError:
+        raise JobError("SourceRejected", f"{shown}: permission denied", permanent=True) from None
+    except OSError as e:  # EIO, ESTALE on a network volume: it may come back
+        raise JobError(
+            "SourceUnavailable", f"{shown}: cannot read: {e.strerror or e}", permanent=False
+        ) from None
+    if not path.is_file():
+        raise JobError("SourceNotFound", f"{shown}: not a regular file", permanent=True)
+    if st.st_size > max_bytes:
+        raise too_large(shown, max_bytes, st.st_size)
+    return path
+
+
+def download(
+    url: str, *, max_bytes: int, http_timeout: float, workdir: Path | None
+) -> tuple[Path, str]:
+    """Stream `url` into a new temporary file; its path (the caller removes it) and SHA-256."""
+    shown = display_url(url)
+    try:
+        with (
+            httpx.Client(
+                timeout=httpx.Timeout(http_timeout),
+                follow_redirects=True,
+                headers={"User-Agent": USER_AGENT},
+            ) as client,
+            client.stream("GET", url) as response,
+        ):
+            verdict = classify_http_status(response.status_code)
+            if verdict is not None:
+                reason, permanent = verdict
+                raise JobError(
+                    reason,
+                    f"{shown}: HTTP {response.status_code} {response.reason_phrase}",
+                    permanent=permanent,
+                )
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise too_large(shown, max_bytes, int(declared))
+            return _save(response, shown, max_bytes, workdir, _suffix(url))
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as e:
+        raise JobError("SourceRejected", f"{shown}: invalid URL: {e}", permanent=True) from None
+    except httpx.TimeoutException:
+        raise JobError(
+            "SourceUnavailable", f"{shown}: timed out after {http_timeout:g} s", permanent=False
+        ) from None
+    except httpx.HTTPError as e:  # connection refused, reset, DNS, a broken body...
+        detail = str(e) or type(e).__name__
+        raise JobError(
+            "SourceUnavailable", f"{shown}: {one_line(detail)}", permanent=False
+        ) from None
+
+
+def _save(
+    response: httpx.Response, shown: str, max_bytes: int, workdir: Path | None, suffix: str
+) -> tuple[Path, str]:
+    fd, name = tempfile.mkstemp(prefix="recall-media-", suffix=suffix, dir=workdir)
+    path = Path(name)
+    digest = hashlib.sha256()
+    try:
+        received = 0
+        with os.fdopen(fd, "wb") as f:
+            for block in response.iter_bytes(1 << 20):
+                received += len(block)
+                if received > max_bytes:
+                    raise too_large(shown, max_bytes, None)
+                digest.update(block)
+                f.write(block)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path, digest.hexdigest()
+
+
+def classify_http_status(status: int) -> tuple[str, bool] | None:
+    """(reason, permanent) for a failed download, or None when `status` is a success."""
+    if 200 <= status < 300:
+        return None
+    if status in (408, 429) or status >= 500:
+        return "SourceUnavailable", False
+    if status in (404, 410):
+        return "SourceNotFound", True
+    return "SourceRejected", True  # other 4xx; 1xx/3xx only arrive here if redirects loop
+
+
+def too_large(shown: str, max_bytes: int, size: int | None) -> JobError:
+    what = f"{size} bytes" if size is not None else "more"
+    return JobError(
+        "SourceTooLarge", f"{shown}: {what}, the limit is {max_bytes} bytes", permanent=True
+    )
+
+
+def display_url(url: str) -> str:
+    """The URL without its user info and query string, which often carry credentials."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a malformed port or IPv6 literal: show what the scheme says
+        return url.split("?", 1)[0].split("@")[-1]
+    netloc = ("***@" if "@" in parts.netloc else "") + host + port
+    query = "…" if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def _suffix(url: str) -> str:
+    """The URL's file extension, if it looks like one: a hint for FFmpeg's format probe."""
+    match = re.search(r"\.([A-Za-z0-9]{1,8})$", urlsplit(url).path)
+    return f".{match.group(1)}" if match else ""
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -1,0 +1,152 @@
+"""What media is cut into, and what it is cut with: the types the engines and the transcript
+store share with the media package.
+
+Contract (the cutting): chunks are in order, contiguous, and each records the sample range it
+covers (`first`, `end`, at `Media.cutting.rate`). The same source cut with the same `Cutting`
+always yields the same chunks, so a `Resume` taken from chunk `k` (`Chunk.resume()`) continues
+exactly at the first sample after it: no gap, no overlap. A resume is only valid with an equal
+`Cutting` (`Cutting.differences` says why not). `Media.duration` is an estimate from the
+container until the iteration has ended, then the exact decoded length.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from recall.resources import Model
+
+
+class Segment(Model):
+    start: float
+    end: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Cutting:
+    """What a media is cut with. Two cuttings are compatible only when equal."""
+
+    chunk_seconds: float
+    snap_seconds: float
+    rate: int
+    source: str  # a fingerprint of the source's bytes (size and mtime, or a content hash)
+
+    @property
+    def chunk_samples(self) -> int:
+        return max(1, round(self.chunk_seconds * self.rate))
+
+    def differences(self, other: Cutting) -> list[str]:
+        """What differs from `other`, in words (empty when equal)."""
+        out = []
+        for name in ("chunk_seconds", "snap_seconds", "rate"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                out.append(f"{name} {theirs:g} → {mine:g}")
+        if self.source != other.source:
+            out.append("the source changed")
+        return out
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "chunkSeconds": self.chunk_seconds,
+            "snapSeconds": self.snap_seconds,
+            "rate": self.rate,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Cutting:
+        return cls(
+            chunk_seconds=float(data["chunkSeconds"]),
+            snap_seconds=float(data["snapSeconds"]),
+            rate=int(data["rate"]),
+            source=str(data["source"]),
+        )
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a resumed iteration starts: chunk `chunks` at sample `position`.
+
+    `tail` is the signature of the samples just before `position` as first decoded (see
+    `recall.media.tail_signature`); a media that seeks checks it, "" means unknown.
+    """
+
+    chunks: int
+    position: int
+    tail: str = ""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of the media: `index` from 0, `start` and `duration` in seconds.
+
+    `first`/`end` are the sample range [first, end) at the cutting's rate; `tail` signs the
+    samples just before `end`; `last` is True on the final chunk of the media.
+    """
+
+    index: int
+    start: float
+    duration: float
+    audio: Any = field(default=None, repr=False)  # float32 mono 16 kHz samples, or None
+    first: int = 0
+    end: int = 0
+    tail: str = ""
+    last: bool = False
+
+    def resume(self) -> Resume:
+        """The resume point right after this chunk."""
+        return Resume(chunks=self.index + 1, position=self.end, tail=self.tail)
+
+
+class Media(abc.ABC):
+    """A source opened for cutting. Use as a context manager; iterate `chunks` once."""
+
+    cutting: Cutting
+    estimated_samples: int | None  # from the container; None when it does not say
+    decoded_samples: int | None = None  # the exact length, once an iteration has ended
+
+    @abc.abstractmethod
+    def chunks(
+        self, resume: Resume | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[Chunk]:
+        """The chunks after `resume` (all of them without it), decoded lazily."""
+
+    def close(self) -> None:  # noqa: B027 - media without resources need nothing
+        """Release what the media holds (a downloaded file); idempotent."""
+
+    @property
+    def duration(self) -> float:
+        """Seconds: exact once an iteration has ended, else the container's estimate."""
+        samples = (
+            self.decoded_samples if self.decoded_samples is not None else self.estimated_samples
+        )
+        return (samples or 0) / self.cutting.rate
+
+    def chunks_total(self, done: int, position: int, *, finished: bool = False) -> int:
+        """An honest chunk count after `done` chunks ending at sample `position`.
+
+        Exact when `finished`; otherwise `done` plus the chunks the estimated rest needs (at
+        least one). Snapped cuts make chunks shorter, so the count may grow as work goes on.
+        """
+        if finished:
+            return done
+        rest = (self.estimated_samples or 0) - position
+        return done + max(1, math.ceil(rest / self.cutting.chunk_samples))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,410 @@
+"""The operator's controller: one loop that reclaims, reconciles and projects.
+
+    controller = Controller(store, settings)
+    controller.run_once()     # what one tick does; tests call it directly
+    controller.run(stop)      # the loop: run_once, then sleep until the next lease expiry or tick
+
+Each tick, for every unfinished Batch that needs it — a job of it changed, a lease of it
+expired, a backoff of it ended, or its full reconcile is due (start-up, a new generation, every
+`reconcile_interval`) — it plans (`reconcile.plan_batch`, pure) and applies (one `Applier`):
+reclaims and job writes first, then the Batch status in the same apply. Jobs that no unfinished
+Batch covers (no Batch, a missing or finished one, no item) go through the same plan without a
+Batch, so every leased job has a reclaim path.
+
+Reclaim timing: the loop wakes at the earliest observed expiry (and at least every tick), so a
+lease is reclaimed within one tick of its expiry on the operator's clock. Nothing here raises
+out of the loop: an error is logged and the next tick tries again (DESIGN §5, invariant 9).
+Only the leader acts (`leading`); a standby keeps its cache and observations warm.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from recall.base import log, metrics
+from recall.base.clock import Monotonic, boottime, utcnow
+from recall.base.settings import OperatorSettings
+from recall.kube import ObjectRef, Store, StoreError
+from recall.operator.apply import CREATE_SECONDS, Applier, Report
+from recall.operator.cache import BatchKey, JobCache, JobRecord
+from recall.operator.dispatch import ReadyQueue, idle
+from recall.operator.items import Item, ItemsInvalid, resolve
+from recall.operator.reconcile import plan_batch, plan_jobs
+from recall.operator.registry import Registry
+from recall.protocol.observer import next_expiry
+from recall.resources import LABEL_BATCH, Batch, Phase, label_value
+from recall.transcripts import job_selector, unreferenced
+
+_log = log.get("operator")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A Batch's items as resolved for one generation, or why they cannot be used."""
+
+    uid: str
+    generation: int
+    items: list[Item]
+    invalid: str | None = None
+
+
+def projection_interval(items: int, settings: OperatorSettings) -> float:
+    """How often a Batch's changes are projected: every tick, and for big Batches (more than
+    25,000 items) no more than their size allows at about a tenth of a core."""
+    return max(settings.tick_seconds, items / 50_000)
+
+
+class Controller:
+    def __init__(
+        self,
+        store: Store,
+        settings: OperatorSettings,
+        *,
+        clock: Monotonic = boottime,
+        now: Callable[[], dt.datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.now = now
+        self.cache = JobCache(clock, wake=self.wake_dispatch)
+        self.ready = ReadyQueue(clock, ahead_seconds=settings.offer_ahead_seconds)
+        self.cache.listeners.append(self.ready.update)
+        self.registry = Registry(clock, wake=self.wake_dispatch)
+        self.applier = Applier(store)
+        self.leading = threading.Event()
+        self._batches: dict[BatchKey, Batch] = {}
+        self._resolved: dict[BatchKey, Resolved] = {}
+        self._last_full: dict[BatchKey, float] = {}
+        self._last_projection: dict[BatchKey, float] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._dispatch_due = threading.Event()
+        self._last_tick = float("-inf")
+        self._was_leading = False
+        self._create_until = float("inf")
+        self._ticks = 0
+        # Batches the create budget left with jobs to create, and the tick it first did
+        self._short: dict[BatchKey, int] = {}
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def put_batch(self, batch: Batch) -> None:
+        """A Batch as kopf saw it (created, changed, or listed)."""
+        with self._lock:
+            old = self._batches.get(batch.key)
+            self._batches[batch.key] = batch
+            foreign = self.applier.observe(batch)
+            if foreign or old is None or old.metadata.generation != batch.metadata.generation:
+                self._last_full.pop(batch.key, None)  # reconcile it fully at the next tick
+        self._wake.set()
+
+    def forget_batch(self, key: BatchKey) -> None:
+        with self._lock:
+            self._batches.pop(key, None)
+            self._resolved.pop(key, None)
+            self._last_full.pop(key, None)
+            self._last_projection.pop(key, None)
+            self._short.pop(key, None)
+        self.applier.forget(key)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def wake_dispatch(self) -> None:
+        """A job or a worker changed: someone may have become idle, or work ready."""
+        self._dispatch_due.set()
+        self._wake.set()
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """run_once every tick (earlier when a lease expires); between ticks, offers as soon as
+        a worker is idle. Never raises."""
+        while not stop.is_set():
+            wait = None
+            try:
+                if (
+                    self.clock() - self._last_tick >= self.settings.tick_seconds
+                    or self._expiry_due()
+                ):
+                    self._last_tick = self.clock()
+                    self.run_once()
+                elif self._dispatch_due.is_set():
+                    self._dispatch_due.clear()
+                    self.dispatch_once()
+            except Exception:
+                _log.exception("tick_failed")
+                wait = self.settings.tick_seconds  # the API server is away: do not spin
+            self._wake.wait(self.next_wait() if wait is None else wait)
+            self._wake.clear()
+
+    def _expiry_due(self) -> bool:
+        """A lease expired since the last tick looked (one that tick could not reclaim waits
+        for the next tick, not for a hot loop)."""
+        expiry = next_expiry(self.cache.observations(), after=self._last_tick)
+        return expiry is not None and expiry <= self.clock()
+
+    def next_wait(self) -> float:
+        """Seconds until the next tick or the next lease expiry, whichever comes first."""
+        tick = max(0.0, self._last_tick + self.settings.tick_seconds - self.clock())
+        expiry = next_expiry(self.cache.observations(), after=self._last_tick)
+        if expiry is None:
+            return max(0.01, tick)
+        return max(0.01, min(tick, expiry - self.clock() + 0.001))
+
+    def run_once(self, now_mono: float | None = None) -> list[Report]:
+        """One tick: plan and apply for every Batch that needs it and for uncovered jobs."""
+        if self.ready.ahead_seconds > 0:
+            # every replica's cache listener times holds: forget the workers gone, leading or not
+            alive = self.registry.alive(self.clock())
+            self.ready.keep_workers({(w.namespace, w.worker) for w in alive})
+        if not self.leading.is_set() or not self.cache.synced.is_set():
+            self._was_leading = False
+            return []
+        if not self._was_leading:
+            # A new term: another replica may have written meanwhile; start from the server's.
+            self.applier.forget()
+            self._was_leading = True
+        mono = self.clock() if now_mono is None else now_mono
+        started = time.monotonic()
+        leases, backoffs = self.cache.observations(), self.cache.backoffs()
+        dirty = self.cache.marks.dirty()
+        watched: defaultdict[BatchKey | None, list[JobRecord]] = defaultdict(list)
+        with self._lock:
+            batches = dict(self._batches)
+        for r in self.cache.watched():
+            covered = r.batch_key in batches and r.index is not None
+            watched[r.batch_key if covered else None].append(r)
+        reports = []
+        if watched.get(None):
+            # Jobs no Batch covers first: their reclaims must not wait behind fan-outs.
+            plan = plan_jobs(watched[None], mono, leases, backoffs)
+            if plan.job_writes:
+                uncovered = Report(None)
+                self.applier.apply_jobs(plan, self.now(), mono, uncovered)
+                reports.append(uncovered)
+        # One budget for creating jobs in this tick, shared by every Batch: a fan-out never
+        # holds the next Batch's reclaims back by more than CREATE_SECONDS. Smaller Batches
+        # come first, so a small one submitted behind a big fan-out starts at once; every
+        # other tick, Batches the budget left with jobs to create go first, the longest
+        # waiting first, so a stream of small Batches cannot starve a big fan-out.
+        self._create_until = time.monotonic() + CREATE_SECONDS
+        order = sorted(batches.items(), key=lambda kv: self._size_hint(kv[1]))
+        self._ticks += 1
+        if self._ticks % 2 == 0:
+            order.sort(key=lambda kv: self._short.get(kv[0], float("inf")))
+        for key, batch in order:
+            full = self._full_due(batch, mono)
+            if batch.status.complete and not full and key not in dirty and key not in watched:
+                continue
+            if not full and key not in dirty and key not in watched:
+                continue
+            report = self._reconcile(
+                batch, watched.get(key, []), mono, full=full, dirty=key in dirty
+            )
+            if report is not None:
+                reports.append(report)
+                if report.more:
+                    self._short.setdefault(key, self._ticks)
+                else:
+                    self._short.pop(key, None)
+        for report in reports:
+            for namespace, worker in report.expired_holders:
+                # Its lease expired: it is dead or cut off. Offer it nothing more until it
+                # renews its registration again (else the next offer waits out offer_seconds).
+                self.registry.suspect(namespace, worker)
+        self.dispatch_once(mono)
+        self.clean_up()
+        for report in reports:
+            self._log(report)
+        for phase, n in self.cache.phase_counts.items():
+            metrics.JOBS.labels(phase=phase).set(n)
+        metrics.TICK_SECONDS.observe(time.monotonic() - started)
+        return reports
+
+    def dispatch_once(self, now_mono: float | None = None) -> int:
+        """Withdraw stale offers, then offer a claimable job to every idle worker. Returns the
+        offers written."""
+        if (
+            not self.settings.dispatch
+            or not self.leading.is_set()
+            or not self.cache.synced.is_set()
+        ):
+            return 0
+        mono = self.clock() if now_mono is None else now_mono
+        alive = self.registry.alive(mono)
+        keys = {(w.namespace, w.worker) for w in alive}
+        for stale in self.ready.stale_offers(mono, self.settings.offer_seconds, keys):
+            offered = self.cache.get(stale)
+            if offered is not None:
+                self.applier.withdraw(offered)
+        for key in self.ready.ahead_offers():
+            # An offer ahead waits for its worker: a more urgent job must not wait behind it.
+            offered = self.cache.get(key)
+            top = self.ready.top_priority((key[0], offered.engine)) if offered else None
+            if offered is not None and top is not None and top > offered.priority:
+                self.applier.withdraw(offered)
+        written = 0
+        workers = [((w.namespace, w.worker), w.engine) for w in alive]
+        for worker, engine in idle(workers, self.ready):
+            chosen = self.ready.pick(worker[0], engine)
+            record = self.cache.get(chosen) if chosen is not None else None
+            if chosen is not None and record is not None and self.applier.offer(record, worker[1]):
+                self.ready.offered_to(chosen, worker)
+                written += 1
+        return written
+
+    def clean_up(self, limit: int = 20) -> int:
+        """Delete transcript ConfigMaps nothing accepted references any more (a zombie's, a
+        failed job's), for up to `limit` jobs that changed so; returns how many were deleted.
+        The job is read before its ConfigMaps are listed (`transcripts.unreferenced`)."""
+        deleted = 0
+        for key in self.cache.take_cleanup(limit):
+            try:
+                job = self.store.get_job(*key)
+                if job is None:
+                    continue
+                listed = self.store.list_config_maps(key[0], job_selector(job.name))
+                for name in unreferenced(job, listed):
+                    deleted += self.store.delete_config_map(key[0], name)
+                    _log.info("transcript_cleaned_up", job=job.name, config_map=name)
+            except StoreError as e:
+                self.cache.cleanup.add(key)  # next tick
+                _log.warning("cleanup_failed", job=key[1], error=e.message[:200])
+        return deleted
+
+    def _size_hint(self, batch: Batch) -> float:
+        """How many items `batch` has, as far as known without reading its lists."""
+        known = self._resolved.get(batch.key)
+        if known is not None and known.generation == (batch.metadata.generation or 0):
+            return len(known.items)
+        return float("inf") if batch.spec.items_from else len(batch.spec.items)
+
+    def _full_due(self, batch: Batch, mono: float) -> bool:
+        last = self._last_full.get(batch.key)
+        return last is None or mono - last >= self.settings.reconcile_interval
+
+    def _reconcile(
+        self, batch: Batch, watched: Sequence[JobRecord], mono: float, *, full: bool, dirty: bool
+    ) -> Report | None:
+        resolved = self._items(batch)
+        batch = batch.model_copy(update={"status": self.applier.baseline(batch)})
+        leases, backoffs = self.cache.observations(), self.cache.backoffs()
+        if not full and not plan_jobs(watched, mono, leases, backoffs).job_writes:
+            # Only changes to project: a big Batch is projected less often than every tick
+            # (one projection of 100,000 items costs about 0.1 s).
+            last = self._last_projection.get(batch.key, float("-inf"))
+            interval = projection_interval(len(resolved.items), self.settings)
+            if not dirty or (interval > self.settings.tick_seconds and mono - last < interval):
+                return None
+        seen = self.cache.marks.snapshot(batch.key)  # before the jobs: see Applier.apply_batch
+        by_key = self.cache.batch_jobs(batch.key)
+        jobs = {r.index: r for r in by_key.values() if r.index is not None}
+        self._last_projection[batch.key] = mono
+        plan = plan_batch(
+            batch,
+            resolved.items,
+            jobs,
+            watched,
+            mono,
+            leases,
+            backoffs,
+            full=full,
+            dirty=dirty,
+            max_creates=self.settings.max_creates_per_tick,
+        )
+        if not plan.project and not plan.job_writes:
+            if full:
+                self._last_full[batch.key] = mono
+            return None
+        report = self.applier.apply_batch(
+            plan,
+            batch,
+            resolved.items,
+            jobs,
+            self.cache.marks,
+            now=self.now(),
+            now_mono=mono,
+            seen=seen,
+            invalid=resolved.invalid,
+            create_until=self._create_until,
+        )
+        if full and not plan.more and not report.more:
+            self._last_full[batch.key] = mono
+        return report
+
+    def _items(self, batch: Batch) -> Resolved:
+        """The Batch's items, resolved once per generation (lists are read from ConfigMaps)."""
+        uid, gen = batch.metadata.uid or "", batch.metadata.generation or 0
+        known = self._resolved.get(batch.key)
+        if known is not None and (known.uid, known.generation) == (uid, gen) and not known.invalid:
+            return known
+        lists: dict[str, str] = {}
+        try:
+            for ref in batch.spec.items_from:
+                cm = self.store.get_config_map(batch.namespace, ref.config_map)
+                if cm is not None and ref.key in cm.data:
+                    lists[f"{ref.config_map}/{ref.key}"] = cm.data[ref.key]
+            resolved = Resolved(uid, gen, resolve(batch, lists))
+        except ItemsInvalid as e:
+            resolved = Resolved(uid, gen, [], invalid=str(e))
+            if known is None or known.invalid != str(e):
+                self.applier.event(
+                    ObjectRef("Batch", batch.namespace, batch.name, uid),
+                    "Warning",
+                    "ItemsInvalid",
+                    str(e),
+                )
+        except StoreError as e:
+            resolved = Resolved(uid, gen, [], invalid=f"cannot read the item lists: {e.message}")
+        self._resolved[batch.key] = resolved
+        return resolved
+
+    def _log(self, report: Report) -> None:
+        ns, name = report.batch or (None, None)
+        for job, phase in report.reclaimed:
+            _log.info("reclaimed", job=job, namespace=ns, batch=name, phase=phase)
+        if report.created:
+            _log.info("fanned_out", batch=name, namespace=ns, jobs=len(report.created))
+        if report.heals:
+            _log.info("healed", batch=name, namespace=ns, heals=report.heals[:20])
+        for conflict in report.conflicts:
+            _log.warning("job_name_conflict", batch=name, namespace=ns, detail=conflict)
+            if report.batch:
+                self.applier.event(
+                    ObjectRef("Batch", ns or "", name or ""), "Warning", "JobNameConflict", conflict
+                )
+        for error in report.errors:
+            _log.warning("apply_error", batch=name, namespace=ns, error=error[:300])
+
+    # -- deletion ----------------------------------------------------------------------------
+
+    def cancel_batch(self, batch: Batch) -> int:
+        """A deleted Batch: cancel its leased jobs (fenced: their holders stop at their next
+        write), then delete all its jobs with one request. Returns how many were cancelled."""
+        from recall.fencing import fenced_write
+        from recall.protocol import lease
+
+        now = self.now()
+        cancelled = 0
+        message = f"Batch {batch.name} was deleted"
+        for r in self.cache.batch_jobs(batch.key).values():
+            if r.phase is not Phase.LEASED:
+                continue  # deleted below before anyone can claim it; a claimer then finds it gone
+            result = fenced_write(
+                self.store,
+                r.namespace,
+                r.name,
+                lambda j: lease.cancel(j.status, now, reason="BatchDeleted", message=message),
+                action="cancel",
+            )
+            cancelled += result.applied
+        self.store.delete_jobs(batch.namespace, f"{LABEL_BATCH}={label_value(batch.name)}")
+        self.forget_batch(batch.key)
+        return cancelled

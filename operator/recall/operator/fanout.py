@@ -1,0 +1,78 @@
+"""Fan-out: the TranscriptionJob a Batch item becomes. Pure; the operator does the creating.
+
+Contract: `job_for_item(batch, item)` is deterministic — the same Batch and item always give
+the same name, labels, owner reference and spec — so creating it again after a retried write
+or an operator restart finds the existing job (409 AlreadyExists) instead of a duplicate.
+Item fields override the Batch's `defaults`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recall.operator.items import Item
+from recall.resources import (
+    API_VERSION,
+    LABEL_BATCH,
+    LABEL_COMPONENT,
+    LABEL_INDEX,
+    LABEL_ITEM,
+    LABEL_SUSPENDED,
+    Batch,
+    label_value,
+    object_name,
+)
+
+
+def job_name(batch: str, key: str) -> str:
+    """`<batch>-<key>`, shortened with a hash when longer than a Kubernetes name may be."""
+    return object_name(batch, key)
+
+
+def job_for_item(batch: Batch, item: Item) -> dict[str, Any]:
+    """The TranscriptionJob manifest for one item of `batch`."""
+    d = batch.spec.defaults
+    spec: dict[str, Any] = {
+        "source": {"url": item.url},
+        "batchRef": batch.name,
+        "item": item.key,
+        "leaseDurationSeconds": d.lease_duration_seconds,
+        "maxAttempts": d.max_attempts,
+        "maxReleases": d.max_releases,
+        "priority": item.priority if item.priority is not None else d.priority,
+    }
+    language = item.language or d.language
+    if language:
+        spec["language"] = language
+    if d.engine is not None:
+        spec["engine"] = d.engine.to_api()
+    labels = {
+        LABEL_BATCH: label_value(batch.name),
+        LABEL_ITEM: item.key,
+        LABEL_INDEX: str(item.index),
+        LABEL_COMPONENT: "job",
+    }
+    if batch.spec.suspend:
+        labels[LABEL_SUSPENDED] = "true"
+    metadata: dict[str, Any] = {
+        "name": job_name(batch.name, item.key),
+        "namespace": batch.namespace,
+        "labels": labels,
+    }
+    if batch.metadata.uid:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Batch",
+                "name": batch.name,
+                "uid": batch.metadata.uid,
+                "controller": True,
+                "blockOwnerDeletion": False,
+            }
+        ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TranscriptionJob",
+        "metadata": metadata,
+        "spec": spec,
+    }

@@ -1,0 +1,159 @@
+"""The operator's kopf handlers: each a few lines, handing over to the `Controller`.
+
+- `operator_startup` configures kopf and starts, on threads, the job informer (every
+  TranscriptionJob, as compact records), the leader elector (when enabled) and the controller
+  loop (reclaim, reconcile, project); `operator_cleanup` stops them.
+- `batch_event` keeps the controller's Batches current (kopf watches Batches; jobs are watched
+  by the informer, which scales to 100,000 of them).
+- `batch_delete` cancels the Batch's leased jobs and deletes its jobs, before kopf removes its
+  finalizer.
+
+kopf runs in every replica (standalone); only the elected leader's controller acts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import kopf
+
+from recall.base import log, metrics
+from recall.base.settings import OperatorSettings
+from recall.kube import Store
+from recall.kube.informer import Informer, Jobs, Leases
+from recall.operator.controller import Controller
+from recall.operator.leader import LeaderElector
+from recall.protocol.workers import SELECTOR
+from recall.resources import BATCH_PLURAL, GROUP, VERSION, Batch
+
+_log = log.get("operator")
+
+
+class Runtime:
+    """What one operator process runs beside kopf: informer, elector, controller loop."""
+
+    def __init__(self, store: Store, settings: OperatorSettings) -> None:
+        self.settings = settings
+        self.controller = Controller(store, settings)
+        self.informer = Informer(
+            Jobs(store, settings.namespace), self.controller.cache, name="job-informer"
+        )
+        self.registrations = Informer(
+            Leases(store, settings.namespace, SELECTOR),
+            self.controller.registry,
+            name="registrations",
+        )
+        self.stop = threading.Event()
+        self.elector: LeaderElector | None = None
+        if settings.leader_election:
+            self.elector = LeaderElector(
+                store,
+                settings.leader_election_namespace or settings.namespace or "default",
+                settings.leader_election_name,
+                settings.identity,
+                lease_duration=settings.lease_duration,
+                renew_deadline=settings.renew_deadline,
+                retry_period=settings.retry_period,
+            )
+            self.controller.leading = self.elector.leading
+            self.controller.applier.leadership = self.elector
+        else:
+            self.controller.leading.set()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._spawn("job-informer", self.informer.run)
+        if self.settings.dispatch:
+            self._spawn("registrations", self.registrations.run)
+        if self.elector is not None:
+            self._spawn("leader-elector", self.elector.run)
+        self._spawn("controller", self.controller.run)
+        self._spawn("leader-gauge", self._gauge)
+
+    def _spawn(self, name: str, target: Any) -> None:
+        thread = threading.Thread(target=target, args=(self.stop,), name=name, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _gauge(self, stop: threading.Event) -> None:
+        while not stop.wait(1.0):
+            metrics.LEADER.set(1 if self.controller.leading.is_set() else 0)
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self.controller.wake()
+        for thread in self.threads:
+            thread.join(timeout=10)
+
+
+def _runtime(memo: Any) -> Runtime:
+    runtime: Runtime = memo.runtime
+    return runtime
+
+
+def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSettings) -> None:
+    """kopf's own settings: our finalizer and annotations, and a diff-base without the items."""
+    kopf_settings.persistence.finalizer = "recall.dev/operator"
+    kopf_settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix="recall.dev"
+    )
+    # The items are immutable and may be many: the diff-base annotation must not copy them.
+    kopf_settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="recall.dev",
+        key="last-handled-configuration",
+        ignored_fields=["spec.items", "spec.itemsFrom"],
+    )
+    kopf_settings.posting.level = 30  # only kopf's own warnings become Events
+    kopf_settings.watching.server_timeout = 300
+    kopf_settings.watching.client_timeout = 330
+    kopf_settings.watching.connect_timeout = 10
+    kopf_settings.networking.request_timeout = 30
+    kopf_settings.batching.batch_window = 0.05
+    if settings.namespace:
+        # One namespace and known resources: nothing to discover. Scanning would list
+        # namespaces and CRDs cluster-wide, which a namespaced Role rightly forbids.
+        kopf_settings.scanning.disabled = True
+
+
+def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, store: Store) -> None:
+    """Register the handlers on `registry`."""
+
+    @kopf.on.startup(id="operator_startup", registry=registry)
+    async def operator_startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+        configure_kopf(settings, opsettings)
+        memo.runtime = Runtime(store, opsettings)
+        memo.runtime.start()
+        _log.info(
+            "operator_started",
+            namespace=opsettings.namespace or "*",
+            leader_election=opsettings.leader_election,
+        )
+
+    opsettings = settings
+
+    @kopf.on.cleanup(id="operator_cleanup", registry=registry)
+    async def operator_cleanup(memo: Any, **_: Any) -> None:
+        await asyncio.to_thread(_runtime(memo).shutdown)
+
+    @kopf.on.login(id="login", registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.event(GROUP, VERSION, BATCH_PLURAL, id="batch_event", registry=registry)
+    def batch_event(type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
+        batch = Batch.from_api(dict(body))
+        if type == "DELETED":
+            _runtime(memo).controller.forget_batch(batch.key)
+        else:
+            _runtime(memo).controller.put_batch(batch)
+
+    @kopf.on.delete(GROUP, VERSION, BATCH_PLURAL, id="batch_delete", backoff=5, registry=registry)
+    async def batch_delete(body: kopf.Body, memo: Any, **_: Any) -> None:
+        runtime = _runtime(memo)
+        if not runtime.controller.leading.is_set():
+            raise kopf.TemporaryError("not the leader; the leading replica handles it", delay=5)
+        batch = Batch.from_api(dict(body))
+        cancelled = await asyncio.to_thread(runtime.controller.cancel_batch, batch)
+        _log.info("batch_deleted", batch=batch.name, namespace=batch.namespace, cancelled=cancelled)

@@ -1,0 +1,285 @@
+"""Batch status as a projection of its jobs, and the heals it implies. Pure.
+
+The jobs are the ledger; `Batch.status` is derived from them (DESIGN §4) in a form whose size
+does not grow with the Batch: counts, the indexes of transcribing, completed, failed and
+cancelled items as compressed ranges (queued is the rest), and a bounded list of items that need
+attention. Per-item detail lives in the jobs.
+
+`project(batch, total, keys, jobs, stored, now, changed)` returns the status the Batch should
+have. An item whose job changed since the last projection that was written (`changed`) is
+simply updated. Any other item whose stored phase differs from its job's is a *heal*: the
+projection was lost (the operator crashed between two writes) or someone edited it. An item
+without a job keeps what was stored until the reconciler creates the job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from recall.operator.cache import JobRecord
+from recall.resources import (
+    ITEM_PHASE_OF_JOB,
+    MAX_ATTENTION,
+    Attention,
+    Batch,
+    BatchStatus,
+    Condition,
+    Counts,
+    ItemPhase,
+    indexes,
+    is_true,
+    set_condition,
+)
+
+# One byte per item: its phase, in this order (0 = queued, the default).
+CODES = list(ItemPhase)
+CODE = {p: i for i, p in enumerate(CODES)}
+STORED_FIELDS = {
+    ItemPhase.TRANSCRIBING: "transcribing_indexes",
+    ItemPhase.COMPLETED: "completed_indexes",
+    ItemPhase.FAILED: "failed_indexes",
+    ItemPhase.CANCELLED: "cancelled_indexes",
+}
+
+
+@dataclass(frozen=True)
+class Heal:
+    """One item the projection found wrong: what the status said, and what its job says."""
+
+    index: int
+    key: str
+    was: ItemPhase
+    now: ItemPhase
+
+    def describe(self) -> str:
+        return f"item {self.key} said {self.was} but its job is {self.now}"
+
+
+@dataclass(frozen=True)
+class Projection:
+    status: BatchStatus
+    heals: list[Heal]
+
+
+def stored_phases(stored: BatchStatus, total: int) -> bytearray:
+    """One phase code per item, as the stored status says (items beyond it read queued)."""
+    out = bytearray(total)
+    for phase, name in STORED_FIELDS.items():
+        code = bytes([CODE[phase]])
+        for lo, hi in indexes.spans(getattr(stored, name)):
+            hi = min(hi, total - 1)
+            if lo <= hi:
+                out[lo : hi + 1] = code * (hi - lo + 1)
+    return out
+
+
+def item_phase(record: JobRecord) -> ItemPhase:
+    return ITEM_PHASE_OF_JOB[record.phase]
+
+
+def attention_of(
+    total: int,
+    key_of: Callable[[int], str],
+    jobs: Mapping[int, JobRecord],
+    phases: bytearray,
+    missing: set[int],
+) -> list[Attention]:
+    """Failed items, then items without a job, then items that were retried: at most
+    `MAX_ATTENTION`, by index within each group."""
+    failed: list[Attention] = []
+    gone: list[Attention] = []
+    retried: list[Attention] = []
+    failed_code = CODE[ItemPhase.FAILED]
+    notable = sorted(
+        (i, r)
+        for i, r in jobs.items()
+        if i < total and (phases[i] == failed_code or r.expired_leases or r.failures)
+    )
+    for i, record in notable:
+        phase = CODES[phases[i]]
+        entry = Attention(
+            index=i,
+            key=key_of(i),
+            phase=phase,
+            job=record.name,
+            attempts=record.attempts,
+            expired_leases=record.expired_leases or None,
+            reason=record.error_reason,
+            message=(record.error_message or "")[:512] or None,
+        )
+        if phase is ItemPhase.FAILED and len(failed) < MAX_ATTENTION:
+            failed.append(entry)
+        elif (
+            not phase.terminal
+            and (record.expired_leases or record.failures)
+            and len(retried) < MAX_ATTENTION
+        ):
+            retried.append(entry)
+    for i in sorted(missing)[:MAX_ATTENTION]:
+        if i < total:
+            gone.append(
+                Attention(index=i, key=key_of(i), phase=CODES[phases[i]], reason="JobMissing")
+            )
+    return (failed + gone + retried)[:MAX_ATTENTION]
+
+
+def eta(counts: Counts, started: dt.datetime | None, now: dt.datetime) -> dt.datetime | None:
+    """Now plus the remaining items at the throughput observed since the first claim."""
+    remaining = counts.total - counts.done
+    if remaining <= 0 or started is None or counts.done == 0:
+        return None
+    elapsed = (now - started).total_seconds()
+    if elapsed <= 0:
+        return None
+    seconds = remaining * elapsed / counts.done
+    return (now + dt.timedelta(seconds=seconds)).replace(microsecond=0)
+
+
+@dataclass
+class Tally:
+    """What one pass over the jobs finds: each item's phase, the heals, the sums and times."""
+
+    phases: bytearray
+    heals: list[Heal]
+    expired: int = 0
+    failures: int = 0
+    first_start: dt.datetime | None = None
+    last_end: dt.datetime | None = None
+
+
+def tally(
+    before: bytearray,
+    key_of: Callable[[int], str],
+    jobs: Mapping[int, JobRecord],
+    changed: frozenset[int],
+    judge: bool,
+) -> Tally:
+    """One pass over the jobs: their items' phases, and (when `judge`) the items whose stored
+    phase differs although their job did not change since the last projection: heals."""
+    t = Tally(bytearray(before), [])
+    for i, record in jobs.items():
+        if i >= len(before):
+            continue
+        code = CODE[ITEM_PHASE_OF_JOB[record.phase]]
+        if judge and code != before[i] and i not in changed:
+            t.heals.append(Heal(i, key_of(i), CODES[before[i]], CODES[code]))
+        t.phases[i] = code
+        t.expired += record.expired_leases
+        t.failures += record.failures
+        if record.started_at and (t.first_start is None or record.started_at < t.first_start):
+            t.first_start = record.started_at
+        if record.completed_at and (t.last_end is None or record.completed_at > t.last_end):
+            t.last_end = record.completed_at
+    t.heals.sort(key=lambda h: h.index)
+    return t
+
+
+def encoded(phases: bytearray) -> tuple[dict[str, str | None], bool]:
+    """The *Indexes fields of `phases`, and whether any was cut short."""
+    out: dict[str, str | None] = {}
+    truncated = False
+    for phase, name in STORED_FIELDS.items():
+        text, cut = indexes.encode_runs(phases, CODE[phase])
+        out[name] = text or None
+        truncated = truncated or cut
+    return out, truncated
+
+
+def project(
+    batch: Batch,
+    total: int,
+    key_of: Callable[[int], str],
+    jobs: Mapping[int, JobRecord],
+    stored: BatchStatus,
+    now: dt.datetime,
+    changed: frozenset[int],
+    *,
+    recreated: int = 0,
+    invalid: str | None = None,
+) -> Projection:
+    """The Batch status derived from `jobs` (by item index), and the heals it implies.
+
+    `stored` is the status as last written; `changed` the items whose jobs changed since that
+    projection; `recreated` the jobs the reconciler created again (heals too); `invalid` why
+    the items cannot be used, if they cannot. Before the first projection nothing is a heal.
+    """
+    t = tally(stored_phases(stored, total), key_of, jobs, changed, stored.counts is not None)
+    p = t.phases
+    counts = Counts(
+        total=total,
+        queued=p.count(CODE[ItemPhase.QUEUED]),
+        transcribing=p.count(CODE[ItemPhase.TRANSCRIBING]),
+        completed=p.count(CODE[ItemPhase.COMPLETED]),
+        failed=p.count(CODE[ItemPhase.FAILED]),
+        cancelled=p.count(CODE[ItemPhase.CANCELLED]),
+    )
+    fields, truncated = encoded(p)
+    missing = set(range(total)) - jobs.keys() if fanned_out(stored) else set()
+    started = stored.started_at or t.first_start
+    finished = total > 0 and counts.done == total and invalid is None
+    conds = conditions(stored.conditions, batch, counts, finished, invalid, now)
+    if total > 0 and not fanned_out(stored) and len(jobs.keys() & set(range(total))) == total:
+        text = f"one TranscriptionJob per item ({total})"
+        conds = set_condition(conds, "JobsCreated", "True", "FannedOut", text, now)
+    status = BatchStatus(
+        observed_generation=batch.metadata.generation,
+        counts=counts,
+        **fields,
+        indexes_truncated=truncated or None,
+        attention=attention_of(total, key_of, jobs, p, missing),
+        progress=f"{100 * counts.done // max(1, total)}%",
+        eta=None if finished else eta(counts, started, now),
+        started_at=started,
+        completed_at=(stored.completed_at or t.last_end or now) if finished else None,
+        expired_leases=t.expired,
+        failures=t.failures,
+        heals=(stored.heals or 0) + len(t.heals) + recreated,
+        conditions=conds,
+    )
+    return Projection(status, t.heals)
+
+
+def fanned_out(status: BatchStatus) -> bool:
+    """True once every item had its job: a job missing after that is a heal."""
+    return is_true(status.conditions, "JobsCreated")
+
+
+def conditions(
+    current: list[Condition],
+    batch: Batch,
+    counts: Counts,
+    finished: bool,
+    invalid: str | None,
+    now: dt.datetime,
+) -> list[Condition]:
+    """Complete, Progressing and Failed (and ItemsInvalid while the items cannot be used)."""
+    out = list(current)
+    if invalid is not None:
+        out = set_condition(out, "Complete", "False", "ItemsInvalid", invalid, now)
+        out = set_condition(out, "Progressing", "False", "ItemsInvalid", invalid, now)
+        return out
+    if finished:
+        summary = (
+            f"{counts.completed} completed, {counts.failed} failed, {counts.cancelled} cancelled"
+        )
+        out = set_condition(out, "Complete", "True", "AllItemsFinished", summary, now)
+        out = set_condition(out, "Progressing", "False", "Finished", "no items left", now)
+    else:
+        left = f"{counts.total - counts.done} of {counts.total} items left"
+        out = set_condition(out, "Complete", "False", "ItemsRemaining", left, now)
+        if batch.spec.suspend:
+            out = set_condition(
+                out, "Progressing", "False", "Suspended", "spec.suspend is true: no new claims", now
+            )
+        else:
+            doing = f"{counts.transcribing} transcribing, {counts.queued} queued"
+            out = set_condition(out, "Progressing", "True", "ItemsRemaining", doing, now)
+    if counts.failed:
+        out = set_condition(
+            out, "Failed", "True", "ItemsFailed", f"{counts.failed} item(s) failed", now
+        )
+    else:
+        out = set_condition(out, "Failed", "False", "NoFailures", "no item failed", now)
+    return out

@@ -1,0 +1,120 @@
+"""The reconciler's plan: what a Batch (or a set of jobs without one) needs now. Pure.
+
+    plan = plan_batch(batch, items, jobs, watched, now_mono, leases, backoffs, full=...)
+    report = Applier(store).apply_batch(plan, ...)          # recall.operator.apply: all the I/O
+
+The plan lists the jobs to reclaim (their lease expired on the operator's clock), to fail (no
+attempts left), to take out of backoff (its time passed on the operator's clock), to label
+(suspend), and the items whose jobs to create. It reads nothing but its arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from recall.operator.cache import BackoffObservation, BatchKey, JobRecord
+from recall.operator.items import Item
+from recall.operator.projection import CODES, fanned_out, stored_phases
+from recall.protocol.lease import Budget
+from recall.protocol.observer import JobKey, Observation
+from recall.resources import Batch, Phase
+
+
+def budget(record: JobRecord) -> Budget:
+    return Budget(max_attempts=record.max_attempts, max_releases=record.max_releases)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one Batch (or, with `batch` None, a set of jobs without one) needs now."""
+
+    batch: BatchKey | None
+    reclaim: list[tuple[JobRecord, Observation]] = field(default_factory=list)
+    exhaust: list[JobRecord] = field(default_factory=list)
+    end_backoff: list[JobRecord] = field(default_factory=list)
+    label: list[tuple[JobRecord, bool]] = field(default_factory=list)
+    create: list[Item] = field(default_factory=list)
+    recreate: frozenset[int] = frozenset()  # indexes among `create` whose job went missing
+    more: bool = False  # more jobs to create than one apply creates
+    project: bool = False
+
+    @property
+    def job_writes(self) -> int:
+        n = len(self.reclaim) + len(self.exhaust) + len(self.end_backoff) + len(self.label)
+        return n + len(self.create)
+
+
+def plan_jobs(
+    jobs: Sequence[JobRecord],
+    now_mono: float,
+    leases: Mapping[JobKey, Observation],
+    backoffs: Mapping[JobKey, BackoffObservation],
+) -> Plan:
+    """Reclaims, exhausted jobs and ended backoffs among `jobs` (no Batch involved)."""
+    reclaim, exhaust, end = [], [], []
+    for r in jobs:
+        seen = leases.get(r.key)
+        if r.phase is Phase.LEASED and seen is not None and seen.expired(now_mono):
+            if r.lease is not None and seen.matches(r.lease):
+                reclaim.append((r, seen))
+        elif r.phase is Phase.QUEUED:
+            if budget(r).left_of(r.attempts, r.releases) <= 0:
+                exhaust.append(r)
+            elif r.backoff_seconds is not None:
+                wait = backoffs.get(r.key)
+                if wait is not None and wait.over(now_mono):
+                    end.append(r)
+    return Plan(None, reclaim=reclaim, exhaust=exhaust, end_backoff=end)
+
+
+def plan_batch(
+    batch: Batch,
+    items: Sequence[Item],
+    jobs: Mapping[int, JobRecord],
+    watched: Sequence[JobRecord],
+    now_mono: float,
+    leases: Mapping[JobKey, Observation],
+    backoffs: Mapping[JobKey, BackoffObservation],
+    *,
+    full: bool,
+    dirty: bool,
+    max_creates: int,
+) -> Plan:
+    """What `batch` needs: the reclaims, exhaustion and backoffs among its `watched` jobs
+    (always), and on a full reconcile the jobs to create and the suspend labels to set."""
+    base = plan_jobs(watched, now_mono, leases, backoffs)
+    if batch.metadata.deletion_timestamp is not None:
+        return Plan(batch.key, reclaim=base.reclaim)
+    create: list[Item] = []
+    recreate: set[int] = set()
+    label: list[tuple[JobRecord, bool]] = []
+    more = False
+    if full:
+        stored = batch.status
+        before = stored_phases(stored, len(items)) if fanned_out(stored) else None
+        for item in items:
+            if item.index in jobs:
+                continue
+            if before is not None:
+                if CODES[before[item.index]].terminal:
+                    continue  # a finished item's job was deleted on purpose: do not run it again
+                recreate.add(item.index)
+            if len(create) >= max_creates:
+                more = True
+                break
+            create.append(item)
+        for r in jobs.values():
+            if r.suspended != batch.spec.suspend and not r.phase.terminal:
+                label.append((r, batch.spec.suspend))
+    return Plan(
+        batch.key,
+        reclaim=base.reclaim,
+        exhaust=base.exhaust,
+        end_backoff=base.end_backoff,
+        label=label,
+        create=create,
+        recreate=frozenset(recreate & {i.index for i in create}),
+        more=more,
+        project=full or dirty or base.job_writes > 0 or bool(create),
+    )

@@ -1,0 +1,91 @@
+"""The operator's registry of live workers, from their registration Leases.
+
+The informer's consumer for the Leases of `recall.protocol.workers.SELECTOR`. A worker counts
+as alive while its Lease's renewTime changed within `leaseDurationSeconds` on the operator's
+own monotonic clock (observed, as job leases are; never compared with the worker's clock). A
+worker that let a job's lease expire is suspected: not alive until its renewTime changes again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+from recall.base.clock import Monotonic
+from recall.kube import RawObject
+from recall.protocol import workers
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A worker's registration as observed: when its renewTime last changed, on our clock."""
+
+    worker: str
+    namespace: str
+    engine: str
+    renew_time: str
+    duration: float
+    observed_at: float
+
+    def alive(self, now_mono: float) -> bool:
+        return now_mono - self.observed_at < self.duration
+
+
+class Registry:
+    """The live workers, from their registration Leases. The informer's consumer."""
+
+    def __init__(self, clock: Monotonic, wake: Callable[[], None] = lambda: None) -> None:
+        self.clock = clock
+        self.wake = wake
+        self._seen: dict[tuple[str, str], Seen] = {}
+        self._lock = threading.Lock()
+
+    def relisted(self, items: Iterator[RawObject]) -> None:
+        keep = set()
+        for raw in items:
+            keep.add(self._put(raw))
+        with self._lock:
+            for key in [k for k in self._seen if k not in keep]:
+                del self._seen[key]
+        self.wake()
+
+    def changed(self, type_: str, obj: RawObject) -> None:
+        if type_ == "DELETED":
+            meta = obj.get("metadata") or {}
+            with self._lock:
+                spec = obj.get("spec") or {}
+                self._seen.pop(
+                    (meta.get("namespace") or "", spec.get("holderIdentity") or ""), None
+                )
+        else:
+            self._put(obj)
+        self.wake()
+
+    def _put(self, raw: RawObject) -> tuple[str, str]:
+        record = workers.read(raw)
+        key = record.key
+        with self._lock:
+            old = self._seen.get(key)
+            if old is None or old.renew_time != record.renew_time:
+                self._seen[key] = Seen(
+                    worker=record.worker,
+                    namespace=record.namespace,
+                    engine=record.engine,
+                    renew_time=record.renew_time,
+                    duration=record.duration,
+                    observed_at=self.clock(),
+                )
+        return key
+
+    def suspect(self, namespace: str, worker: str) -> None:
+        """`worker` let a lease expire: count it as not alive until its registration's
+        renewTime changes again."""
+        with self._lock:
+            old = self._seen.get((namespace, worker))
+            if old is not None:
+                self._seen[(namespace, worker)] = replace(old, observed_at=float("-inf"))
+
+    def alive(self, now_mono: float) -> list[Seen]:
+        with self._lock:
+            return [s for s in self._seen.values() if s.worker and s.alive(now_mono)]

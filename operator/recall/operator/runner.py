@@ -1,0 +1,53 @@
+"""`recall operator`: kopf with the project's handlers and settings.
+
+A thin wrapper around `kopf.run`: one registry with the handlers of
+`recall.operator.handlers`, kopf in standalone mode in every replica (replicas elect one
+acting leader through a Lease when `leader_election` is on), kopf's liveness endpoint and our
+metrics on their ports.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import kopf
+
+from recall.base import log, metrics
+from recall.base.settings import ApiSettings, OperatorSettings
+from recall.kube.store import KubeStore, load_api_client
+from recall.operator import handlers
+
+
+def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> None:
+    if kubeconfig is not None:
+        os.environ["KUBECONFIG"] = str(kubeconfig)  # kopf's own login reads it from here
+    api = ApiSettings()
+    store = KubeStore(
+        load_api_client(kubeconfig, pool_size=32),
+        timeout=api.timeout,
+        watch_seconds=api.watch_seconds,
+    )
+    # kopf logs every handler run at INFO; our handlers log what they do themselves.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, settings, store)
+    metrics.serve(settings.metrics_port)
+    liveness = (
+        f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
+    )
+    log.get("operator").info(
+        "operator_starting",
+        namespace=settings.namespace or "*",
+        leader_election=settings.leader_election,
+        identity=settings.identity,
+    )
+    kopf.run(
+        registry=registry,
+        standalone=True,
+        clusterwide=settings.namespace is None,
+        namespaces=[settings.namespace] if settings.namespace else (),
+        liveness_endpoint=liveness,
+        memo=kopf.Memo(),
+    )

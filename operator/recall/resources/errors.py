@@ -1,0 +1,19 @@
+"""The failure a job records: `status.lastError` with a reason, and whether a retry can help.
+
+Raised by whatever does a job's work — fetching and decoding the media, an engine call,
+writing the transcript — and turned by the worker into a fail (`permanent=False`: queued again
+after a backoff) or a Failed job (`permanent=True`: retrying cannot help, e.g. a missing file,
+a 404, undecodable media, a store that refuses the credentials).
+"""
+
+from __future__ import annotations
+
+
+class JobError(Exception):
+    """A failure the job records: `reason` is CamelCase, `permanent` says if a retry can help."""
+
+    def __init__(self, reason: str, message: str, *, permanent: bool) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.permanent = permanent

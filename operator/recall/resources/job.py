@@ -1,0 +1,141 @@
+"""The TranscriptionJob resource: what to transcribe (spec) and the lease ledger (status)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from recall.resources.common import LABEL_SUSPENDED, Condition, Model, Resource
+
+
+class Phase(StrEnum):
+    """Phase of a TranscriptionJob."""
+
+    QUEUED = "Queued"
+    LEASED = "Leased"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+
+
+class Source(Model):
+    url: str
+
+
+class SimulateSpec(Model):
+    chunks: int | None = None
+    chunk_delay_seconds: float | None = None
+    block_seconds: float | None = None
+    failure: Literal["retriable", "permanent"] | None = None
+    fail_at_chunk: int | None = None
+    fail_attempts: int | None = None
+
+
+EngineName = Literal["whisper", "openai", "simulated"]
+
+
+class EngineSpec(Model):
+    name: EngineName | None = None
+    model: str | None = None
+    chunk_seconds: int | None = None
+    simulate: SimulateSpec | None = None
+
+
+class JobSpec(Model):
+    source: Source
+    language: str | None = None
+    engine: EngineSpec | None = None
+    batch_ref: str | None = None
+    item: str | None = None
+    lease_duration_seconds: int = 120
+    max_attempts: int = 5
+    max_releases: int = 10
+    priority: int = 0
+
+
+class Lease(Model):
+    holder: str
+    token: str
+    acquire_time: dt.datetime
+    renew_time: dt.datetime
+    duration_seconds: int
+
+
+class Offer(Model):
+    worker: str
+
+
+class Progress(Model):
+    chunks_done: int = 0
+    chunks_total: int = 0
+    checkpoint: str | None = None
+    summary: str | None = None
+
+    @classmethod
+    def of(cls, done: int, total: int, checkpoint: str | None = None) -> Progress:
+        return cls(
+            chunks_done=done, chunks_total=total, checkpoint=checkpoint, summary=f"{done}/{total}"
+        )
+
+
+class Result(Model):
+    config_map: str
+    token: str | None = None
+    attempt: int | None = None
+    worker: str | None = None
+    engine: str | None = None
+    words: int | None = None
+    duration_seconds: float | None = None
+
+
+class JobError(Model):
+    reason: str
+    message: str | None = None
+    permanent: bool | None = None
+    attempt: int | None = None
+    time: dt.datetime | None = None
+
+
+class JobStatus(Model):
+    phase: Phase | None = None
+    lease: Lease | None = None
+    fence: str | None = None
+    offer: Offer | None = None
+    attempts: int = 0
+    expired_leases: int = 0
+    failures: int = 0
+    releases: int = 0
+    backoff_seconds: float | None = None
+    started_at: dt.datetime | None = None
+    completed_at: dt.datetime | None = None
+    progress: Progress | None = None
+    result: Result | None = None
+    last_error: JobError | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+    @property
+    def effective_phase(self) -> Phase:
+        """An absent phase means Queued: a job nobody has touched yet."""
+        return self.phase or Phase.QUEUED
+
+
+class TranscriptionJob(Resource):
+    kind: str = "TranscriptionJob"
+    spec: JobSpec
+    status: JobStatus = Field(default_factory=JobStatus)
+
+    @property
+    def suspended(self) -> bool:
+        return self.metadata.labels.get(LABEL_SUSPENDED) == "true"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, name): how the operator and the worker index jobs."""
+        return (self.namespace, self.name)

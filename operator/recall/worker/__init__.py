@@ -1,0 +1,13 @@
+"""The worker: rents one job at a time under a lease and transcribes it chunk by chunk.
+
+- `loop`: the worker loop (pick, claim, transcribe, complete; SIGTERM, idle exit);
+- `holder`: one held lease — claim, renew, complete, fail, release, the renew deadline and
+  the heartbeater;
+- `attempt`: one attempt's transcription (fetch, decode, engine calls, checkpoints, result);
+- `queue`: the worker's view of its offers (or of the whole queue);
+- `registration`: the worker's own registration Lease; `health`: `/healthz` and `/readyz`.
+
+Meets the operator only through the API server: never imports `recall.operator`. May import
+the fenced write, the transcripts, the stores, the protocol, the engines, the media, the
+resources and the base.
+"""

@@ -1,0 +1,270 @@
+"""The worker: rent one job at a time, transcribe it, hand in the result.
+
+    run():  until stopped
+              pick a claimable job from the queue → claim it (`LeaseHolder.claim`; 409 means
+              someone else won) → work(holder):
+                renew before every engine call, renew with the checkpoint after every chunk,
+                a `Heartbeater` renews during long blocking calls;
+                write the transcript → complete
+
+Guarantees:
+- Every write after the claim goes through the `LeaseHolder`; once the lease is lost the work
+  stops within one check interval (0.1 s) and nothing more is written for that attempt.
+- The engine runs on its own thread, so a lost lease or the end of the grace period stops the
+  work even while an engine call blocks; its late result is discarded.
+- The transcript is written before `complete`. It is deleted only when the job, read back,
+  does not reference it: nothing an accepted result references is ever deleted.
+- Transient API errors (list, watch, claim, renew, complete, the transcript store) delay work by
+  seconds with bounded backoff; they never end the worker process. A store that refuses a
+  write for good (size, quota, a rule) fails the job permanently instead of paying again.
+- SIGTERM (`stop()`): no new claims; the current job may finish within `grace_seconds`,
+  otherwise its lease is released so the job is Queued again at once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from recall.base import log, metrics
+from recall.base.clock import Monotonic, boottime
+from recall.base.settings import WorkerSettings
+from recall.engines.base import Engine
+from recall.kube import PERMANENT_ERRORS, Store, StoreError
+from recall.resources import Phase, TranscriptionJob
+from recall.resources.errors import JobError
+from recall.worker.attempt import Stopped, Stopwatch, Transcription
+from recall.worker.holder import Heartbeater, LeaseHolder, LeaseLost
+from recall.worker.queue import JobQueue, OfferQueue, Queue
+from recall.worker.registration import Registration
+
+T = TypeVar("T")
+
+
+class Worker:
+    def __init__(
+        self,
+        store: Store,
+        settings: WorkerSettings,
+        engine: Engine,
+        *,
+        namespace: str,
+        clock: Monotonic = boottime,
+        beat: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.engine = engine
+        self.namespace = namespace
+        self.clock = clock
+        self.beat = beat  # called on every turn of the loop (the liveness endpoint)
+        self.queue: Queue
+        self.registration: Registration | None = None
+        if settings.dispatch == "offers":
+            self.queue = OfferQueue(
+                store,
+                namespace,
+                settings.id,
+                engine.name,
+                self_serve_seconds=settings.self_serve_seconds,
+            )
+            self.registration = Registration(
+                store,
+                namespace,
+                settings.id,
+                engine.name,
+                duration=settings.registration_seconds,
+                period=settings.registration_seconds / 3,
+            )
+        else:
+            self.queue = JobQueue(
+                store,
+                namespace,
+                engine.name,
+                window=settings.pick_window,
+                relist_seconds=settings.relist_seconds,
+            )
+        self.stopping = threading.Event()
+        self._stop_deadline: float | None = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
+        self.transcription = Transcription(store, engine, self._call, self._check_stop)
+        self._api_backoff = 0.0
+        self.jobs_done = 0
+        self.claims = 0
+        self.claim_conflicts = 0
+        self.log = log.get("worker").bind(worker=settings.id)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop taking jobs; let the current one finish within the grace period."""
+        if not self.stopping.is_set():
+            self._stop_deadline = time.monotonic() + self.settings.grace_seconds
+            self.stopping.set()
+            self.log.info("worker_stopping", grace_seconds=self.settings.grace_seconds)
+            self.queue.stop()
+
+    def run(self) -> int:
+        """Take jobs until stopped, idle for `idle_exit_seconds`, or `max_jobs` are done."""
+        self.queue.start()
+        if self.registration is not None:
+            self.registration.start()
+        self.log.info(
+            "worker_started",
+            engine=self.engine.label(),
+            namespace=self.namespace,
+            dispatch=self.settings.dispatch,
+        )
+        idle_since = time.monotonic()
+        try:
+            while not self.stopping.is_set():
+                self.beat()
+                if self.run_once():
+                    idle_since = time.monotonic()
+                    if self.settings.max_jobs and self.jobs_done >= self.settings.max_jobs:
+                        break
+                    continue
+                idle = self.settings.idle_exit_seconds
+                if idle and time.monotonic() - idle_since > idle:
+                    self.log.info("worker_idle_exit", idle_seconds=idle)
+                    break
+                self.queue.wait(timeout=1.0 if idle else 5.0)
+        finally:
+            self.queue.stop()
+            if self.registration is not None:
+                self.registration.stop()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self.log.info(
+                "worker_stopped",
+                jobs=self.jobs_done,
+                claims=self.claims,
+                claim_conflicts=self.claim_conflicts,
+            )
+        return 0
+
+    def run_once(self) -> bool:
+        """Try to claim one job and work it. True if a claim was tried."""
+        job = self.queue.pick()
+        if job is None:
+            return False
+        holder = self.claim(job)
+        if holder is None:
+            return True  # lost the race (or the API hiccuped); look again at once
+        self.work(holder)
+        self.jobs_done += 1
+        return True
+
+    # -- claim -------------------------------------------------------------------------------
+
+    def claim(self, job: TranscriptionJob) -> LeaseHolder | None:
+        try:
+            result = LeaseHolder.claim(
+                self.store,
+                job,
+                self.settings.id,
+                renew_deadline_fraction=self.settings.renew_deadline_fraction,
+                clock=self.clock,
+            )
+        except StoreError as e:  # the API server is restarting, say: back off, stay alive
+            self._api_backoff = min(max(0.2, self._api_backoff * 2), 5.0)
+            self.log.warning("claim_error", job=job.name, error=e.message[:200])
+            self.stopping.wait(self._api_backoff * random.uniform(0.5, 1.0))
+            return None
+        self._api_backoff = 0.0
+        if isinstance(result, LeaseHolder):
+            self.claims += 1
+            metrics.CLAIMS.inc()
+            return result
+        self.queue.discard(job)
+        if result.conflicts:
+            self.claim_conflicts += 1
+            metrics.CLAIM_CONFLICTS.inc()
+        reason = result.refusal.reason if result.refusal else "?"
+        self.log.debug("claim_refused", job=job.name, reason=reason)
+        return None
+
+    # -- work --------------------------------------------------------------------------------
+
+    def work(self, h: LeaseHolder) -> None:
+        """Transcribe the leased job and hand in the result; never raises for the job's faults."""
+        interval = h.known.spec.lease_duration_seconds * self.settings.heartbeat_fraction
+        cancel = threading.Event()
+        watch = Stopwatch()
+        try:
+            with Heartbeater(h, interval):
+                outcome = self.transcription.run(h, cancel, watch)
+            metrics.JOBS_FINISHED.labels(outcome=outcome).inc()
+        except LeaseLost as e:
+            cancel.set()
+            metrics.JOBS_FINISHED.labels(outcome="lease_lost").inc()
+            h.log.warning("work_abandoned", reason=e.reason)
+        except Stopped:
+            cancel.set()
+            self._release(h)
+        except JobError as e:
+            self._fail(h, e)
+        except PERMANENT_ERRORS as e:
+            cancel.set()
+            self._fail(h, JobError("TranscriptRefused", e.message, permanent=True))
+        except Exception as e:  # a bug or an unexpected error: let the job retry elsewhere
+            cancel.set()
+            h.log.exception("work_error")
+            self._fail(h, JobError("WorkerError", f"{type(e).__name__}: {e}", permanent=False))
+
+    def _call(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T:
+        """Run `fn` on the engine thread; return early if the lease is lost or grace ends."""
+        future = self._executor.submit(fn)
+        while True:
+            try:
+                return future.result(timeout=0.1)
+            except concurrent.futures.TimeoutError:
+                try:
+                    self._check_stop(h)
+                except (LeaseLost, Stopped):
+                    cancel.set()
+                    # The engine thread may still be busy; a new one serves the next job.
+                    self._executor.shutdown(wait=False, cancel_futures=True)
+                    self._executor = concurrent.futures.ThreadPoolExecutor(
+                        1, thread_name_prefix="engine"
+                    )
+                    raise
+
+    def _check_stop(self, h: LeaseHolder) -> None:
+        h.check()
+        if self._stop_deadline is not None and time.monotonic() > self._stop_deadline:
+            raise Stopped()
+
+    def _release(self, h: LeaseHolder) -> None:
+        try:
+            h.release()
+            h.log.info("released")
+            metrics.JOBS_FINISHED.labels(outcome="released").inc()
+        except (LeaseLost, StoreError) as e:
+            h.log.warning("release_failed", error=str(e)[:200])
+
+    def _fail(self, h: LeaseHolder, error: JobError) -> None:
+        try:
+            job = h.fail(
+                error.reason,
+                error.message,
+                permanent=error.permanent,
+                backoff_base=self.settings.retry_base_seconds,
+                backoff_cap=self.settings.retry_cap_seconds,
+            )
+        except (LeaseLost, StoreError) as e:
+            h.log.warning("fail_not_recorded", error=str(e)[:200])
+            return
+        requeued = job.status.phase is Phase.QUEUED
+        metrics.JOBS_FINISHED.labels(outcome="retry" if requeued else "failed").inc()
+        h.log.warning(
+            "failed",
+            reason=error.reason,
+            permanent=error.permanent,
+            requeued=requeued,
+            message=error.message,
+            backoff_seconds=job.status.backoff_seconds,
+        )

@@ -1,0 +1,229 @@
+"""The worker's view of the queue: the jobs offered to it (`OfferQueue`, the default), or every
+claimable job (`JobQueue`, the `queue` dispatch mode), kept current by an `Informer`.
+
+The informer lists and watches the jobs the API server selects with `status.phase=Queued` and
+without the `recall.dev/suspended` label; jobs that leave the selection arrive as DELETED.
+`wait()` blocks until something changes or a timeout passes; `pick()` chooses by priority
+then age, at random among the first `window` candidates, so that many workers do not all race
+for the head of the queue (`choose` is the pure part).
+
+Not guaranteed: the view may lag the API server by one event; a claim is decided by the fenced
+write, never by this view.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from recall.kube import JobStore, RawObject, Selector, StoreError
+from recall.kube.informer import Informer, Jobs
+from recall.resources import LABEL_SUSPENDED, TranscriptionJob
+
+SELECTOR = Selector(fields="status.phase=Queued", labels=f"!{LABEL_SUSPENDED}")
+
+
+def order_key(job: TranscriptionJob) -> tuple[int, dt.datetime, str]:
+    """Higher priority first, then older first, then by name for a stable order."""
+    created = job.metadata.creation_timestamp or dt.datetime.max.replace(tzinfo=dt.UTC)
+    return (-job.spec.priority, created, job.name)
+
+
+def claimable(job: TranscriptionJob, engine: str) -> bool:
+    """Could this worker claim `job` now, by what it can see locally?
+
+    A job that names no engine goes to any real engine; the simulated engine takes only jobs
+    that ask for it, so a test worker never "transcribes" real media with made-up text. A job in
+    backoff waits until the operator ends it.
+    """
+    wanted = job.spec.engine.name if job.spec.engine else None
+    if wanted != engine and (wanted is not None or engine == "simulated"):
+        return False
+    return not job.suspended and job.status.backoff_seconds is None
+
+
+SELF_SERVE_PAGE = 200
+
+
+class Queue(Protocol):
+    """What the worker loop asks of its view of the queue."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def pick(self) -> TranscriptionJob | None: ...
+
+    def discard(self, job: TranscriptionJob) -> None: ...
+
+    def wait(self, timeout: float) -> None: ...
+
+
+def fair_choice(
+    candidates: list[TranscriptionJob], engine: str, rng: random.Random, window: int = 4
+) -> TranscriptionJob | None:
+    """Self-service: the highest priority; among its Batches one at random (a small Batch is as
+    likely as a big one); among that Batch's oldest `window` jobs one at random."""
+    ready = [j for j in candidates if claimable(j, engine)]
+    if not ready:
+        return None
+    top = max(j.spec.priority for j in ready)
+    by_batch: dict[str | None, list[TranscriptionJob]] = {}
+    for j in ready:
+        if j.spec.priority == top:
+            by_batch.setdefault(j.spec.batch_ref, []).append(j)
+    batch = rng.choice(sorted(by_batch, key=lambda b: b or ""))
+    return rng.choice(sorted(by_batch[batch], key=order_key)[:window])
+
+
+def choose(
+    candidates: list[TranscriptionJob], engine: str, window: int, rng: random.Random
+) -> TranscriptionJob | None:
+    """The pure part of `pick`: order, filter and choose among the head of the queue."""
+    ready = sorted((j for j in candidates if claimable(j, engine)), key=order_key)
+    if not ready:
+        return None
+    return rng.choice(ready[:window])
+
+
+class WatchedJobs:
+    """Jobs kept current by an informer (this is its consumer), and a condition to wait on."""
+
+    def __init__(self, source: Jobs, name: str, relist_seconds: float = 300.0) -> None:
+        self._jobs: dict[tuple[str, str], TranscriptionJob] = {}
+        self._cond = threading.Condition()
+        self._changes = 0
+        self.informer = Informer(source, self, name=name, relist_seconds=relist_seconds)
+
+    def start(self) -> None:
+        self.informer.start()
+
+    def stop(self) -> None:
+        self.informer.stop(timeout=0)
+        with self._cond:
+            self._cond.notify_all()
+
+    def relisted(self, items: Iterator[RawObject]) -> None:
+        jobs = {}
+        for raw in items:
+            job = TranscriptionJob.from_api(raw)
+            jobs[job.key] = job
+        with self._cond:
+            self._jobs = jobs
+            self._changes += 1
+            self._cond.notify_all()
+
+    def changed(self, type_: str, obj: RawObject) -> None:
+        job = TranscriptionJob.from_api(obj)
+        with self._cond:
+            if type_ == "DELETED":
+                self._jobs.pop(job.key, None)
+            else:
+                self._jobs[job.key] = job
+            self._changes += 1
+            self._cond.notify_all()
+
+    def discard(self, job: TranscriptionJob) -> None:
+        """Forget `job` until the watch brings it back (someone else claimed it)."""
+        with self._cond:
+            current = self._jobs.get(job.key)
+            if current is not None and current.resource_version == job.resource_version:
+                del self._jobs[job.key]
+
+    def _wait(self, timeout: float) -> None:
+        with self._cond:
+            seen = self._changes
+            self._cond.wait_for(lambda: self._changes != seen or self.informer.stopping, timeout)
+
+
+class JobQueue(WatchedJobs):
+    """Claimable jobs of one namespace, from a list + watch in a background thread."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        namespace: str | None,
+        engine: str,
+        *,
+        window: int = 4,
+        relist_seconds: float = 300.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(Jobs(store, namespace, SELECTOR), "queue-watch", relist_seconds)
+        self.engine = engine
+        self.window = window
+        self.rng = rng or random.Random()
+
+    # -- the worker's side -----------------------------------------------------------------------
+
+    def pick(self) -> TranscriptionJob | None:
+        with self._cond:
+            candidates = list(self._jobs.values())
+        return choose(candidates, self.engine, self.window, self.rng)
+
+    def wait(self, timeout: float) -> None:
+        """Block until the queue changes, `timeout` passes, or the queue stops."""
+        self._wait(timeout)
+
+
+class OfferQueue(WatchedJobs):
+    """The jobs the operator offers to this worker, and self-service when none come.
+
+    An informer watches the jobs whose `status.offer.worker` names this worker (so what a worker
+    reads does not grow with the number of workers). When no offer came for `self_serve_seconds`
+    and the worker asks for work, it lists a page of Queued jobs and chooses one itself (highest
+    priority, then a Batch at random, then the oldest of a few): work goes on while no operator
+    runs.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        namespace: str,
+        worker: str,
+        engine: str,
+        *,
+        self_serve_seconds: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(
+            Jobs(store, namespace, Selector(fields=f"status.offer.worker={worker}")),
+            "offer-watch",
+        )
+        self.store = store
+        self.namespace = namespace
+        self.engine = engine
+        self.self_serve_seconds = self_serve_seconds
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self._last_work = clock()
+
+    def pick(self) -> TranscriptionJob | None:
+        with self._cond:
+            offered = sorted(self._jobs.values(), key=order_key)
+        for job in offered:
+            if claimable(job, self.engine):
+                self._last_work = self.clock()
+                return job
+        if self.clock() - self._last_work < self.self_serve_seconds:
+            return None
+        self._last_work = self.clock()
+        return self._serve_self()
+
+    def _serve_self(self) -> TranscriptionJob | None:
+        try:
+            page = self.store.list_jobs(self.namespace, SELECTOR, limit=SELF_SERVE_PAGE)
+        except StoreError:
+            return None
+        jobs = [TranscriptionJob.from_api(o) for o in page.items]
+        return fair_choice(jobs, self.engine, self.rng)
+
+    def wait(self, timeout: float) -> None:
+        """Block until an offer changes, `timeout` passes, or it is time to serve oneself."""
+        left = self.self_serve_seconds - (self.clock() - self._last_work)
+        self._wait(max(0.05, min(timeout, left)))

@@ -1,0 +1,86 @@
+"""The worker's registration: it says it is alive in a coordination.k8s.io Lease.
+
+A named daemon thread creates the Lease `recall-worker-<id>` (the record of
+`recall.protocol.workers`) in the worker's namespace, renews it every `period` seconds and
+deletes it on a clean stop. It is how the operator knows whom to offer work to; it has no part
+in the lease protocol of jobs (a job's lease lives in the job). A failed renewal is logged and
+tried again a period later: the registration only ever delays offers, never stops work.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+from recall.base import log
+from recall.base.clock import utcnow
+from recall.kube import Conflict, JobStore, NotFound, RawObject, StoreError
+from recall.protocol.workers import lease_name, registration
+
+_log = log.get("registration")
+
+
+class Registration:
+    """The worker's own registration Lease, renewed from a daemon thread."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        namespace: str,
+        worker: str,
+        engine: str,
+        *,
+        duration: int = 15,
+        period: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.worker = worker
+        self.engine = engine
+        self.duration = duration
+        self.period = period
+        self.name = lease_name(worker)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="registration", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing and delete the Lease (best effort: it expires anyway)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            self.store.delete_lease(self.namespace, self.name)
+        except StoreError as e:
+            _log.warning("unregister_failed", worker=self.worker, error=e.message[:200])
+
+    def _body(self, now: dt.datetime, current: RawObject | None) -> RawObject:
+        version = None if current is None else current["metadata"]["resourceVersion"]
+        return registration(
+            self.namespace,
+            self.worker,
+            self.engine,
+            duration=self.duration,
+            now=now,
+            resource_version=version,
+        )
+
+    def renew_once(self) -> None:
+        now = utcnow()
+        current = self.store.get_lease(self.namespace, self.name)
+        try:
+            if current is None:
+                self.store.create_lease(self.namespace, self._body(now, None))
+            else:
+                self.store.replace_lease(self.namespace, self.name, self._body(now, current))
+        except (Conflict, NotFound):
+            pass  # raced with ourselves (a restart) or a deletion: the next period settles it
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.renew_once()
+            except StoreError as e:
+                _log.warning("register_failed", worker=self.worker, error=e.message[:200])
+            self._stop.wait(self.period)

@@ -1,0 +1,470 @@
+"""The controller on the memory store, tick by tick with a hand-driven clock: fan-out,
+projection, reclaim, heals, backoff, exhaustion, suspension, uncovered jobs."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from recall.kube import Conflict, Invalid, Unavailable
+from recall.kube.memory import Fault, MemoryStore
+from recall.operator.cache import JobRecord
+from recall.operator.leader import Sole
+from recall.operator.projection import CODES, stored_phases
+from recall.resources import ItemPhase, Phase, Result, indexes
+from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, job_manifest
+
+
+def setup(keys: list[str], **spec: object) -> tuple[MemoryStore, Clock, Operator]:
+    store, clock = MemoryStore(), Clock()
+    store.create_batch(NS, batch_manifest("b", keys, **spec))
+    op = Operator(store, clock)
+    return store, clock, op
+
+
+def phases(store: MemoryStore) -> dict[str, ItemPhase]:
+    batch = store.get_batch(NS, "b")
+    assert batch is not None
+    codes = stored_phases(batch.status, len(batch.spec.items))
+    return {it.key: CODES[codes[i]] for i, it in enumerate(batch.spec.items)}
+
+
+def events(store: MemoryStore, reason: str) -> list[str]:
+    return [e["message"] for e in store.events if e["reason"] == reason]
+
+
+def test_fan_out__one_job_per_item_then_the_status() -> None:
+    store, _, op = setup(["a", "b", "c"])
+    op.tick()
+    jobs = {j["metadata"]["name"]: j for j in store.list_jobs(NS).items}
+    assert sorted(jobs) == ["b-a", "b-b", "b-c"]
+    labels = jobs["b-c"]["metadata"]["labels"]
+    assert (labels["recall.dev/batch"], labels["recall.dev/item"], labels["recall.dev/index"]) == (
+        "b",
+        "c",
+        "2",
+    )
+    assert jobs["b-a"]["spec"]["maxAttempts"] == 3
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.counts is not None
+    assert (batch.status.counts.total, batch.status.counts.queued) == (3, 3)
+    assert any(c.type == "JobsCreated" and c.status == "True" for c in batch.status.conditions)
+
+
+def test_projection__follows_claims_and_completions_as_index_ranges() -> None:
+    store, clock, op = setup(["a", "b", "c"])
+    op.tick()
+    h = claim(store, clock, "b-b")
+    op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.transcribing_indexes == "1"
+    h.complete(Result(config_map="t"))
+    op.tick()
+    assert phases(store) == {"a": "queued", "b": "completed", "c": "queued"}
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.completed_indexes == "1"
+    assert (batch.status.heals or 0) == 0
+
+
+def test_reclaim__job_and_item_back_to_queued_in_one_tick() -> None:
+    store, clock, op = setup(["a"])
+    op.tick()
+    claim(store, clock, "b-a")
+    op.tick()
+    assert phases(store)["a"] == "transcribing"
+    clock.advance(9.9)
+    op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.phase == Phase.LEASED  # 9.9 s < the 10 s lease
+    clock.advance(0.2)
+    reports = op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None
+    assert (job.status.phase, job.status.expired_leases) == (Phase.QUEUED, 1)
+    assert phases(store)["a"] == "queued"
+    assert next(r for r in reports if r.reclaimed).status_written
+    assert events(store, "Reclaimed")
+
+
+def test_reclaim__never_a_lease_renewed_in_time() -> None:
+    store, clock, op = setup(["a"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    for _ in range(10):
+        clock.advance(5.0)
+        h.renew()
+        op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.phase == Phase.LEASED and job.status.expired_leases == 0
+
+
+def test_reclaim__jobs_without_a_live_batch_too() -> None:
+    store, clock = MemoryStore(), Clock()
+    op = Operator(store, clock)
+    store.create_job(NS, job_manifest("solo"))
+    store.create_job(NS, job_manifest("orphan", batchRef="gone", item="x"))
+    for name in ("solo", "orphan"):
+        claim(store, clock, name)
+    op.tick()
+    clock.advance(11)
+    op.tick()
+    for name in ("solo", "orphan"):
+        job = store.get_job(NS, name)
+        assert job is not None and job.status.phase == Phase.QUEUED, name
+        assert job.status.expired_leases == 1
+
+
+def test_heal__counted_once_with_one_event() -> None:
+    store, clock, op = setup(["a", "b"])
+    op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None
+    # An operator crashed after writing that item b is transcribing; its job never was claimed.
+    store.patch_batch_status(NS, "b", None, {"transcribingIndexes": "1"})
+    op2 = Operator(store, clock)  # a new operator: no marks
+    op2.tick()
+    op2.tick()
+    op2.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.heals == 1
+    assert phases(store)["b"] == "queued"
+    assert len(events(store, "Healed")) == 1
+
+
+def test_status_write_failure__keeps_the_change_for_the_next_tick() -> None:
+    store, clock, op = setup(["a"])
+    op.tick()
+    claim(store, clock, "b-a")
+    store.inject(Fault("patch_batch_status", Unavailable("503")))
+    op.tick()
+    assert phases(store)["a"] == "queued"  # not written yet
+    op.tick()
+    assert phases(store)["a"] == "transcribing"
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and (batch.status.heals or 0) == 0  # an update, not a heal
+
+
+def test_status__right_although_the_batch_copy_lags_and_others_write_it() -> None:
+    store, clock, op = setup(["a"])
+    op.tick()
+    op.batches_follow = False  # from now on the controller's copy of the Batch is old
+    h = claim(store, clock, "b-a")
+    op.tick()
+    assert phases(store)["a"] == "transcribing"
+    h.release()
+    op.tick()
+    assert phases(store)["a"] == "queued"
+    store.inject(Fault("patch_batch_status", Conflict("409"), times=0))  # none: no RV is sent
+    claim(store, clock, "b-a")
+    op.tick()  # back to what the old copy said: a diff from it would write nothing
+    assert phases(store)["a"] == "transcribing"
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and (batch.status.heals or 0) == 0
+
+
+def test_backoff__ended_by_the_operator_clock_only() -> None:
+    store, clock, op = setup(["a"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    h.fail("Timeout", "m", permanent=False, backoff_base=4, backoff_cap=4)  # 2..4 s
+    op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.backoff_seconds is not None
+    wait = job.status.backoff_seconds
+    clock.advance(wait - 0.1)
+    op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.backoff_seconds == wait
+    clock.advance(0.2)
+    op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.backoff_seconds is None
+
+
+def test_exhausted_job__failed_by_the_operator() -> None:
+    store, clock = MemoryStore(), Clock()
+    op = Operator(store, clock)
+    # One attempt, no free releases: a release leaves the job Queued with its budget spent.
+    store.create_job(NS, job_manifest("spent", maxAttempts=1, maxReleases=0))
+    claim(store, clock, "spent").release()
+    op.tick()
+    job = store.get_job(NS, "spent")
+    assert job is not None and job.status.phase == Phase.FAILED
+    assert any(c.reason == "AttemptsExhausted" for c in job.status.conditions)
+
+
+def test_suspend__labels_the_jobs_and_resume_removes_it() -> None:
+    store, _, op = setup(["a", "b"], suspend=True)
+    op.tick()
+    assert all(
+        j["metadata"]["labels"].get("recall.dev/suspended") == "true"
+        for j in store.list_jobs(NS).items
+    )
+
+
+def test_missing_job__recreated_as_a_heal_but_not_a_finished_one() -> None:
+    store, clock, op = setup(["a", "b"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    h.complete(Result(config_map="t"))
+    op.tick()
+    store.delete_job(NS, "b-a")
+    store.delete_job(NS, "b-b")
+    clock.advance(31)  # the next full reconcile
+    op.tick()
+    names = sorted(j["metadata"]["name"] for j in store.list_jobs(NS).items)
+    assert names == ["b-b"]
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.heals == 1
+    assert "b-b" in events(store, "Healed")[0]
+
+
+def test_items_from_a_list__numbered_after_the_inline_ones() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_config_map(
+        NS, "more", {"items": "# a list\nfile:///m/x.wav\nkey-y file:///m/y.wav\n"}, labels={}
+    )
+    manifest = batch_manifest("b", ["a"])
+    manifest["spec"]["itemsFrom"] = [{"configMap": "more"}]
+    store.create_batch(NS, manifest)
+    Operator(store, clock).tick()
+    labels = {
+        j["metadata"]["name"]: j["metadata"]["labels"]["recall.dev/index"]
+        for j in store.list_jobs(NS).items
+    }
+    assert labels == {"b-a": "0", "b-00001": "1", "b-key-y": "2"}
+
+
+def test_invalid_items__reported_not_fanned_out() -> None:
+    store, clock = MemoryStore(), Clock()
+    manifest = batch_manifest("b", ["a"])
+    manifest["spec"]["itemsFrom"] = [{"configMap": "absent"}]
+    store.create_batch(NS, manifest)
+    Operator(store, clock).tick()
+    assert store.list_jobs(NS).items == []
+    batch = store.get_batch(NS, "b")
+    assert batch is not None
+    assert any(c.reason == "ItemsInvalid" for c in batch.status.conditions)
+    assert events(store, "ItemsInvalid")
+
+
+def test_large_batch__status_stays_small() -> None:
+    store, clock = MemoryStore(), Clock()
+    lines = "\n".join(f"file:///media/{i}.wav" for i in range(5000))
+    store.create_config_map(NS, "list", {"items": lines}, labels={})
+    manifest = batch_manifest("b", [])
+    manifest["spec"] = {"itemsFrom": [{"configMap": "list"}], "defaults": {"maxAttempts": 2}}
+    store.create_batch(NS, manifest)
+    op = Operator(store, clock, max_creates_per_tick=5000)
+    for _ in range(100):  # one apply creates for 0.3 s at most; the fan-out goes on next tick
+        op.tick()
+        if len(store.list_jobs(NS).items) == 5000:
+            break
+    assert len(store.list_jobs(NS).items) == 5000
+    for name in [f"b-{i:05d}" for i in range(0, 5000, 2)]:
+        claim(store, clock, name)  # every other item: the worst pattern for ranges
+    op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.counts is not None
+    assert batch.status.counts.transcribing == 2500
+    assert indexes.count(batch.status.transcribing_indexes) == 2500
+    size = len(json.dumps(batch.status.to_api()))
+    assert size < 30_000, size
+
+
+def test_cleanup__a_failed_jobs_transcript_configmaps_are_deleted() -> None:
+    from recall.resources import LABEL_JOB
+    from recall.transcripts.layout import LABEL_ATTEMPT, LABEL_KIND, manifest_name
+
+    store, clock, op = setup(["a"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    job = store.get_job(NS, "b-a")
+    assert job is not None
+    labels = {LABEL_JOB: "b-a", LABEL_ATTEMPT: "1", LABEL_KIND: "manifest"}
+    # What the worker wrote before failing for good (its own delete never came).
+    store.create_config_map(NS, manifest_name("b-a", 1), {"x": "y"}, labels=labels)
+    store.create_config_map(NS, "unrelated", {"x": "y"}, labels={LABEL_JOB: "b-a"})
+    op.tick()
+    assert store.get_config_map(NS, manifest_name("b-a", 1)) is not None  # still leased: kept
+    h.fail("SourceNotFound", "gone", permanent=True, backoff_base=1, backoff_cap=1)
+    op.tick()
+    op.tick()
+    assert store.get_config_map(NS, manifest_name("b-a", 1)) is None
+    assert store.get_config_map(NS, "unrelated") is not None  # not a kind the store writes
+
+
+def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
+    store, clock, op = setup(["a", "b"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    op.tick()
+    claim(store, clock, "b-b")
+    op.sync()  # the cache saw b's claim: the Batch has a change to project
+    h.complete(Result(config_map="t"))  # a's completion is not in the cache yet
+    cache = op.controller.cache
+    read = cache.batch_jobs
+
+    def stale(batch: tuple[str, str]) -> dict[tuple[str, str], JobRecord]:
+        jobs = read(batch)  # the jobs as they were...
+        op.sync()  # ...and a's completion reaches the cache right after
+        return jobs
+
+    cache.batch_jobs = stale  # type: ignore[method-assign]
+    op.controller.run_once()
+    cache.batch_jobs = read  # type: ignore[method-assign]
+    op.tick()  # a's change is still marked: projected now, not at the next full reconcile
+    assert phases(store) == {"a": "completed", "b": "transcribing"}
+    clock.advance(31)
+    op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and (batch.status.heals or 0) == 0
+    assert not events(store, "Healed")
+
+
+def test_status__a_foreign_write_is_projected_over_at_the_next_tick() -> None:
+    store, clock, op = setup(["a"])
+    op.tick()
+    claim(store, clock, "b-a").complete(Result(config_map="b-a-a1"))
+    op.tick()
+    assert phases(store)["a"] == "completed"
+    # A replica that wrongly believed it led writes its stale projection.
+    store.patch_batch_status(NS, "b", None, {"transcribingIndexes": "0", "completedIndexes": None})
+    assert phases(store)["a"] == "transcribing"
+    op.tick()
+    assert phases(store)["a"] == "completed"
+
+
+def test_no_write__while_the_operator_is_not_sure_it_leads() -> None:
+    store, clock, op = setup(["a"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    op.tick()  # the operator observes the lease
+    op.controller.applier.leadership = Deposed()
+    clock.advance(11)  # the lease expired on the operator's clock
+    reports = op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.phase == Phase.LEASED
+    assert phases(store)["a"] == "transcribing"
+    assert any("not leading" in e for r in reports for e in r.errors)
+    op.controller.applier.leadership = Sole()
+    op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.phase == Phase.QUEUED
+    assert h.token != (job.status.lease.token if job.status.lease else None)
+
+
+class Deposed(Sole):
+    def holds(self) -> bool:
+        return False
+
+
+class Term(Sole):
+    def __init__(self, term: int) -> None:
+        self.term = term
+        self.wanted = 0
+
+    def need_term(self, at_least: int) -> None:
+        self.wanted = max(self.wanted, at_least)
+
+
+def test_term__a_status_from_an_older_term_is_refused_by_the_store() -> None:
+    store, clock, op = setup(["a"])
+    op.controller.applier.leadership = Term(3)
+    op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.operator_term == 3
+    # The previous leader (term 2), woken from a freeze, writes its stale view: refused.
+    with pytest.raises(Invalid, match="operatorTerm is older"):
+        store.patch_batch_status(NS, "b", None, {"operatorTerm": 2, "queuedIndexes": "0"})
+    with pytest.raises(Invalid, match="operatorTerm is older"):
+        store.patch_batch_status(NS, "b", None, {"operatorTerm": None})
+    # The operator itself with an older term: its projection is refused, the item unchanged.
+    stale = Term(2)
+    op.controller.applier.leadership = stale
+    op.controller.applier.forget()
+    claim(store, clock, "b-a")
+    reports = op.tick()
+    assert any("operatorTerm" in e for r in reports for e in r.errors)
+    assert phases(store)["a"] == "queued"
+
+
+def test_term__a_leader_below_the_stored_term_takes_a_higher_one() -> None:
+    store, _, op = setup(["a"])
+    op.controller.applier.leadership = Term(7)
+    op.tick()
+    # The Lease was deleted and made again: the new leader's count restarted at 0.
+    fresh = Term(0)
+    fresh.holds = lambda: True  # type: ignore[method-assign]
+    op.controller.applier.leadership = fresh
+    op.controller.applier.forget()
+    store.create_job(NS, job_manifest("x"))  # any change: a projection to write
+    op.controller._last_full.clear()
+    op.tick()
+    assert fresh.wanted == 8
+
+
+def test_term__the_leader_knows_its_own_status_in_a_later_version() -> None:
+    store, _, op = setup(["a"])
+    op.controller.applier.leadership = Term(3)
+    op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.operator_term == 3
+    # Another version of the Batch (another client changed its metadata) with our status.
+    meta = batch.metadata.model_copy(update={"resource_version": "9999"})
+    newer = batch.model_copy(update={"metadata": meta})
+    assert op.controller.applier.observe(newer) is False
+    stale = batch.status.model_copy(update={"completed_indexes": "0", "queued_indexes": None})
+    assert op.controller.applier.observe(newer.model_copy(update={"status": stale})) is True
+
+
+def test_fan_out__a_small_batch_goes_before_a_big_one_in_the_tick() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_batch(NS, batch_manifest("big", [f"i{i}" for i in range(50)]))
+    store.create_batch(NS, batch_manifest("small", ["a", "b"]))
+    op = Operator(store, clock)
+    op.sync()
+    reports = op.controller.run_once()
+    # One create budget per tick is shared: the small Batch must not wait for the big fan-out.
+    assert [r.batch[1] for r in reports if r.batch] == ["small", "big"]
+    assert reports[0].created == ["small-a", "small-b"]
+
+
+def test_fan_out__a_stream_of_small_batches_does_not_starve_a_big_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, clock = MemoryStore(), Clock()
+    create = store.create_job
+
+    def slow_create(namespace: str, manifest: dict[str, object]) -> object:
+        time.sleep(0.1)  # the tick's create budget (0.3 s) holds about three
+        return create(namespace, manifest)
+
+    monkeypatch.setattr(store, "create_job", slow_create)
+    store.create_batch(NS, batch_manifest("big", [f"i{i}" for i in range(6)]))
+    op = Operator(store, clock)
+    for tick in range(6):
+        for n in range(4):  # more small Batches than one tick's budget creates
+            store.create_batch(NS, batch_manifest(f"s{tick}-{n}", ["a"]))
+        op.tick()
+    big = [j for j in store.list_jobs(NS).items if j["spec"].get("batchRef") == "big"]
+    assert len(big) >= 3, f"the big Batch got {len(big)} jobs in 6 ticks"
+
+
+def test_term__an_idle_leader_writes_no_status() -> None:
+    store, _, op = setup(["a"])
+    op.controller.applier.leadership = Term(3)
+    op.tick()
+
+    def version() -> str:
+        batch = store.get_batch(NS, "b")
+        assert batch is not None
+        return batch.resource_version
+
+    before = version()
+    for _ in range(3):
+        op.controller._last_full.clear()  # full reconciles, nothing changed
+        op.tick()
+    assert version() == before

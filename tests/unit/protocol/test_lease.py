@@ -1,0 +1,343 @@
+"""The lease core, exhaustively: every action from every state, plus the arithmetic around it.
+
+Every accepted transition must also pass the CRD's transition rules (as the memory store
+mirrors them): the protocol never asks the API server for something it refuses.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import pytest
+
+from recall.kube.rules import job_status_rules
+from recall.protocol import lease
+from recall.protocol.lease import Budget, Refusal, RefusalReason
+from recall.protocol.observer import Observation
+from recall.resources import JobStatus, Lease, Offer, Phase, Progress, Result
+
+NOW = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.UTC)
+ME, TOKEN = "worker-a", "a" * 32
+OTHER, OTHER_TOKEN = "worker-b", "b" * 32
+MAX = 5
+BUDGET = Budget(max_attempts=MAX, max_releases=2)
+SPEC = {"maxAttempts": MAX, "maxReleases": 2}
+
+
+def leased(holder: str = ME, token: str = TOKEN, attempts: int = 1, **kw: object) -> JobStatus:
+    return JobStatus(
+        phase=Phase.LEASED,
+        lease=Lease(
+            holder=holder, token=token, acquire_time=NOW, renew_time=NOW, duration_seconds=10
+        ),
+        fence=f"{token}/1",
+        attempts=attempts,
+        **kw,
+    )
+
+
+STATES: dict[str, JobStatus] = {
+    "new": JobStatus(phase=Phase.QUEUED),
+    "queued": JobStatus(phase=Phase.QUEUED, attempts=1),
+    "queued-offered": JobStatus(phase=Phase.QUEUED, attempts=1, offer=Offer(worker=OTHER)),
+    "queued-backoff": JobStatus(phase=Phase.QUEUED, attempts=1, failures=1, backoff_seconds=5),
+    "leased-mine": leased(),
+    "leased-other-holder": leased(holder=OTHER, token=OTHER_TOKEN),
+    "leased-mine-new-token": leased(token=OTHER_TOKEN, attempts=2),
+    "succeeded": JobStatus(
+        phase=Phase.SUCCEEDED,
+        attempts=1,
+        result=Result(config_map="cm", token=TOKEN, attempt=1),
+    ),
+    "failed": JobStatus(phase=Phase.FAILED, attempts=5),
+    "cancelled": JobStatus(phase=Phase.CANCELLED),
+}
+
+OBSERVED = Observation(token=TOKEN, renew_time=NOW, duration_seconds=10, observed_at=100.0)
+
+ACTIONS: dict[str, Callable[[JobStatus], lease.Decision]] = {
+    "claim": lambda s: lease.claim(s, NOW, ME, TOKEN, lease_seconds=10, budget=BUDGET),
+    "renew": lambda s: lease.renew(s, NOW, ME, TOKEN, seq=2),
+    "complete": lambda s: lease.complete(s, NOW, ME, TOKEN, seq=2, result=Result(config_map="cm")),
+    "fail-retriable": lambda s: lease.fail(
+        s,
+        NOW,
+        ME,
+        TOKEN,
+        seq=2,
+        reason="X",
+        message="m",
+        permanent=False,
+        budget=BUDGET,
+        jitter=0.5,
+    ),
+    "fail-permanent": lambda s: lease.fail(
+        s,
+        NOW,
+        ME,
+        TOKEN,
+        seq=2,
+        reason="Bad",
+        message="m",
+        permanent=True,
+        budget=BUDGET,
+        jitter=0.5,
+    ),
+    "release": lambda s: lease.release(s, NOW, ME, TOKEN, seq=2),
+    "reclaim-expired": lambda s: lease.reclaim(s, NOW, 110.0, OBSERVED, budget=BUDGET),
+    "reclaim-not-expired": lambda s: lease.reclaim(s, NOW, 109.0, OBSERVED, budget=BUDGET),
+    "cancel": lambda s: lease.cancel(s, NOW, reason="BatchDeleted", message="m"),
+    "end-backoff": lease.end_backoff,
+    "offer": lambda s: lease.offer(s, ME),
+}
+
+R = RefusalReason
+HOLDER_ACTIONS = ("renew", "complete", "fail-retriable", "fail-permanent", "release")
+
+
+def queued(**over: Phase | RefusalReason) -> dict[str, Phase | RefusalReason]:
+    base: dict[str, Phase | RefusalReason] = {
+        "claim": Phase.LEASED,
+        **dict.fromkeys(HOLDER_ACTIONS, R.NOT_LEASED),
+        "reclaim-expired": R.NOT_LEASED,
+        "reclaim-not-expired": R.NOT_LEASED,
+        "cancel": Phase.CANCELLED,
+        "end-backoff": R.NO_BACKOFF,
+        "offer": Phase.QUEUED,
+    }
+    return base | over
+
+
+def leased_by(
+    holder_refusal: RefusalReason | None, reclaim: RefusalReason | None
+) -> dict[str, Phase | RefusalReason]:
+    out: dict[str, Phase | RefusalReason] = {
+        "claim": R.NOT_QUEUED,
+        "renew": Phase.LEASED,
+        "complete": Phase.SUCCEEDED,
+        "fail-retriable": Phase.QUEUED,
+        "fail-permanent": Phase.FAILED,
+        "release": Phase.QUEUED,
+        "reclaim-expired": Phase.QUEUED,
+        "reclaim-not-expired": R.NOT_EXPIRED,
+        "cancel": Phase.CANCELLED,
+        "end-backoff": R.NOT_QUEUED,
+        "offer": R.NOT_QUEUED,
+    }
+    if holder_refusal is not None:
+        out |= dict.fromkeys(HOLDER_ACTIONS, holder_refusal)
+    if reclaim is not None:
+        out |= {"reclaim-expired": reclaim, "reclaim-not-expired": reclaim}
+    return out
+
+
+# Expected outcome of every action from every state: a resulting phase, or a refusal reason.
+EXPECTED: dict[str, dict[str, Phase | RefusalReason]] = {
+    "new": queued(),
+    "queued": queued(),
+    "queued-offered": queued(),
+    "queued-backoff": queued(claim=R.BACKOFF) | {"end-backoff": Phase.QUEUED, "offer": R.BACKOFF},
+    "leased-mine": leased_by(None, None),
+    "leased-other-holder": leased_by(R.NOT_HOLDER, R.RENEWED),
+    "leased-mine-new-token": leased_by(R.TOKEN_MISMATCH, R.RENEWED),
+    **{
+        terminal: dict.fromkeys(ACTIONS, R.TERMINAL)
+        for terminal in ("succeeded", "failed", "cancelled")
+    },
+}
+
+
+@pytest.mark.parametrize("state", list(STATES))
+@pytest.mark.parametrize("action", list(ACTIONS))
+def test_every_action_from_every_state(state: str, action: str) -> None:
+    before = STATES[state]
+    decision = ACTIONS[action](before)
+    expected = EXPECTED[state][action]
+    if isinstance(expected, RefusalReason):
+        assert isinstance(decision, Refusal), f"{action} from {state} should be refused"
+        assert decision.reason == expected
+        return
+    assert isinstance(decision, JobStatus), f"{action} from {state} refused: {decision}"
+    assert decision.effective_phase == expected
+    broken = job_status_rules(before.to_api(), decision.to_api(), SPEC)
+    assert broken == [], f"{action} from {state} breaks the CRD rules: {broken}"
+
+
+def test_claim__binds_token_counts_attempt_and_uses_the_offer() -> None:
+    s = lease.claim(STATES["queued-offered"], NOW, ME, TOKEN, lease_seconds=30, budget=BUDGET)
+    assert isinstance(s, JobStatus) and s.lease is not None
+    assert (s.lease.holder, s.lease.token, s.lease.duration_seconds) == (ME, TOKEN, 30)
+    assert (s.attempts, s.started_at, s.offer, s.fence) == (2, NOW, None, f"{TOKEN}/1")
+
+
+def test_claim__refused_when_suspended() -> None:
+    d = lease.claim(JobStatus(), NOW, ME, TOKEN, lease_seconds=10, budget=BUDGET, suspended=True)
+    assert isinstance(d, Refusal) and d.reason == R.SUSPENDED
+
+
+def test_claim__releases_give_attempts_back_up_to_max_releases() -> None:
+    spent = JobStatus(phase=Phase.QUEUED, attempts=MAX)
+    d = lease.claim(spent, NOW, ME, TOKEN, lease_seconds=10, budget=BUDGET)
+    assert isinstance(d, Refusal) and d.reason == R.ATTEMPTS_EXHAUSTED
+    one_back = spent.model_copy(update={"releases": 1})
+    assert isinstance(
+        lease.claim(one_back, NOW, ME, TOKEN, lease_seconds=10, budget=BUDGET), JobStatus
+    )
+    # Beyond maxReleases a release no longer gives its attempt back: endless evictions end.
+    capped = JobStatus(phase=Phase.QUEUED, attempts=MAX + 2, releases=50)
+    d = lease.claim(capped, NOW, ME, TOKEN, lease_seconds=10, budget=BUDGET)
+    assert isinstance(d, Refusal) and d.reason == R.ATTEMPTS_EXHAUSTED
+    assert BUDGET.left(capped) == 0
+
+
+def test_every_write_of_a_lease_presents_its_token_with_a_fresh_suffix() -> None:
+    status = leased()
+    fences = {status.fence}
+    for seq in range(2, 6):
+        status = lease.renew(status, NOW, ME, TOKEN, seq=seq)  # type: ignore[assignment]
+        assert isinstance(status, JobStatus) and status.fence is not None
+        assert status.fence.startswith(f"{TOKEN}/") and status.fence not in fences
+        fences.add(status.fence)
+
+
+def test_renew__moves_renew_time_and_records_progress() -> None:
+    later = NOW + dt.timedelta(seconds=3)
+    s = lease.renew(leased(), later, ME, TOKEN, seq=2, progress=Progress.of(2, 6, "cm"))
+    assert isinstance(s, JobStatus) and s.lease is not None
+    assert s.lease.renew_time == later and s.lease.acquire_time == NOW
+    assert s.progress == Progress.of(2, 6, "cm")
+
+
+def test_renew__rejected_after_reclaim() -> None:
+    reclaimed = lease.reclaim(leased(), NOW, 111.0, OBSERVED, budget=BUDGET)
+    assert isinstance(reclaimed, JobStatus)
+    d = lease.renew(reclaimed, NOW, ME, TOKEN, seq=2)
+    assert isinstance(d, Refusal) and d.reason == R.NOT_LEASED
+
+
+def test_complete__records_token_and_attempt_in_the_result() -> None:
+    s = lease.complete(
+        leased(attempts=3, progress=Progress.of(4, 6, "cm")),
+        NOW,
+        ME,
+        TOKEN,
+        seq=7,
+        result=Result(config_map="t"),
+    )
+    assert isinstance(s, JobStatus) and s.result is not None
+    assert (s.result.token, s.result.attempt, s.fence) == (TOKEN, 3, f"{TOKEN}/7")
+    assert s.lease is None and s.completed_at == NOW
+    assert s.progress == Progress.of(6, 6, "cm")
+    assert any(c.type == "Complete" and c.status == "True" for c in s.conditions)
+
+
+def test_fail__retriable_sets_a_backoff_duration_not_a_time() -> None:
+    s = lease.fail(
+        leased(),
+        NOW,
+        ME,
+        TOKEN,
+        seq=2,
+        reason="Timeout",
+        message="m",
+        permanent=False,
+        budget=BUDGET,
+        jitter=0.0,
+    )
+    assert isinstance(s, JobStatus)
+    assert s.phase == Phase.QUEUED and s.failures == 1 and s.lease is None
+    assert s.backoff_seconds == lease.retry_backoff(1, 0.0)
+    assert s.last_error is not None and s.last_error.reason == "Timeout"
+
+
+def test_fail__on_last_attempt_is_final() -> None:
+    s = lease.fail(
+        leased(attempts=MAX),
+        NOW,
+        ME,
+        TOKEN,
+        seq=2,
+        reason="Timeout",
+        message="m",
+        permanent=False,
+        budget=BUDGET,
+        jitter=0.0,
+    )
+    assert isinstance(s, JobStatus) and s.phase == Phase.FAILED
+    assert any(c.reason == "AttemptsExhausted" for c in s.conditions)
+
+
+def test_fail__permanent_keeps_reason() -> None:
+    s = lease.fail(
+        leased(),
+        NOW,
+        ME,
+        TOKEN,
+        seq=2,
+        reason="SourceNotFound",
+        message="no file",
+        permanent=True,
+        budget=BUDGET,
+        jitter=0.0,
+    )
+    assert isinstance(s, JobStatus) and s.phase == Phase.FAILED
+    assert s.last_error is not None and s.last_error.permanent
+    assert any(c.reason == "SourceNotFound" for c in s.conditions)
+
+
+def test_release__gives_the_attempt_back() -> None:
+    s = lease.release(leased(attempts=3), NOW, ME, TOKEN, seq=2)
+    assert isinstance(s, JobStatus)
+    assert (s.phase, s.attempts, s.releases, s.backoff_seconds) == (Phase.QUEUED, 3, 1, None)
+
+
+def test_reclaim__counts_expired_lease_separately_from_failures() -> None:
+    s = lease.reclaim(leased(failures=1), NOW, 110.0, OBSERVED, budget=BUDGET)
+    assert isinstance(s, JobStatus)
+    assert (s.expired_leases, s.failures, s.fence) == (1, 1, f"{TOKEN}/reclaim-1")
+    assert s.last_error is not None and s.last_error.reason == "LeaseExpired"
+
+
+def test_reclaim__on_last_attempt_fails_the_job() -> None:
+    s = lease.reclaim(leased(attempts=MAX), NOW, 110.0, OBSERVED, budget=BUDGET)
+    assert isinstance(s, JobStatus) and s.phase == Phase.FAILED
+
+
+def test_reclaim__refused_when_renewed_since_observed() -> None:
+    renewed = lease.renew(leased(), NOW + dt.timedelta(seconds=1), ME, TOKEN, seq=2)
+    assert isinstance(renewed, JobStatus)
+    d = lease.reclaim(renewed, NOW, 200.0, OBSERVED, budget=BUDGET)
+    assert isinstance(d, Refusal) and d.reason == R.RENEWED
+
+
+def test_exhaust__fails_a_queued_job_without_attempts() -> None:
+    s = lease.exhaust(JobStatus(phase=Phase.QUEUED, attempts=MAX), NOW, budget=BUDGET)
+    assert isinstance(s, JobStatus) and s.phase == Phase.FAILED
+    left = lease.exhaust(JobStatus(phase=Phase.QUEUED, attempts=1), NOW, budget=BUDGET)
+    assert isinstance(left, Refusal) and left.reason == R.ATTEMPTS_LEFT
+
+
+def test_offer__and_withdraw() -> None:
+    s = lease.offer(STATES["queued"], ME)
+    assert isinstance(s, JobStatus) and s.offer == Offer(worker=ME)
+    again = lease.offer(s, ME)
+    assert isinstance(again, Refusal) and again.reason == R.UNCHANGED
+    back = lease.withdraw(s)
+    assert isinstance(back, JobStatus) and back.offer is None
+
+
+@pytest.mark.parametrize(
+    ("failures", "jitter", "expected"),
+    [(1, 0.0, 2.5), (1, 0.999999, 5.0), (2, 0.0, 5.0), (3, 0.0, 10.0), (20, 0.0, 150.0)],
+)
+def test_retry_backoff__exponential_capped_jittered(
+    failures: int, jitter: float, expected: float
+) -> None:
+    assert lease.retry_backoff(failures, jitter) == pytest.approx(expected, abs=1e-3)
+
+
+def test_new_token__random_and_long() -> None:
+    tokens = {lease.new_token() for _ in range(1000)}
+    assert len(tokens) == 1000
+    assert all(len(t) == 32 for t in tokens)

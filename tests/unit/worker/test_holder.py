@@ -1,0 +1,161 @@
+"""The lease holder and fenced writes on the memory store: conflicts, lost answers, the renew
+deadline on an injected clock, a lease lost to a reclaim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from recall.fencing import fenced_write
+from recall.kube import Unavailable
+from recall.kube.memory import Fault, MemoryStore
+from recall.protocol import lease
+from recall.protocol.lease import Budget
+from recall.protocol.observer import LeaseObserver
+from recall.resources import Phase, Progress, Result, TranscriptionJob
+from recall.worker.holder import LeaseHolder, LeaseLost
+from tests.unit.fakes import NS, Clock, job_manifest
+
+
+def claimed(store: MemoryStore, clock: Clock, name: str = "a") -> LeaseHolder:
+    job = store.create_job(NS, job_manifest(name))
+    holder = LeaseHolder.claim(
+        store, job, "w1", renew_deadline_fraction=2 / 3, clock=clock, now=clock.wall
+    )
+    assert isinstance(holder, LeaseHolder)
+    holder.sleep = lambda s: clock.advance(s)  # retries pass on the fake clock
+    return holder
+
+
+def test_claim__race_has_one_winner() -> None:
+    store, clock = MemoryStore(), Clock()
+    job = store.create_job(NS, job_manifest("a"))
+    first = LeaseHolder.claim(store, job, "w1", renew_deadline_fraction=0.6, clock=clock)
+    second = LeaseHolder.claim(store, job, "w2", renew_deadline_fraction=0.6, clock=clock)
+    assert isinstance(first, LeaseHolder)
+    assert not isinstance(second, LeaseHolder) and second.conflicts == 1
+
+
+def test_renew__after_an_unrelated_write_retries_and_keeps_the_lease() -> None:
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)
+    store.patch_job_labels(NS, "a", {"team": "x"})  # someone else changes the job
+    h.renew(Progress.of(1, 2, "cm"))
+    job = store.get_job(NS, "a")
+    assert job is not None and job.status.progress == Progress.of(1, 2, "cm")
+    assert job.status.lease is not None and job.status.lease.token == h.token
+
+
+def test_renew__refused_after_reclaim_marks_the_lease_lost() -> None:
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)
+    seen = LeaseObserver().observe(("default", "a"), h.known.status.lease, clock() - 10)
+    assert seen is not None
+    fenced_write(
+        store,
+        NS,
+        "a",
+        lambda j: lease.reclaim(j.status, clock.wall(), clock(), seen, budget=Budget(3, 10)),
+        action="reclaim",
+    )
+    with pytest.raises(LeaseLost) as lost:
+        h.renew()
+    assert lost.value.reason == "NotLeased"
+    with pytest.raises(LeaseLost):  # and never reaches the API again
+        h.complete(Result(config_map="t"))
+
+
+def test_deadline__counts_from_when_the_renewal_was_sent() -> None:
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)  # lease 10 s, deadline 6.67 s
+
+    real = store.patch_job_status
+
+    def slow(
+        namespace: str,
+        name: str,
+        resource_version: str | None,
+        patch: dict[str, Any],
+        *,
+        timeout: float | None = None,
+    ) -> TranscriptionJob:
+        clock.advance(5.0)  # the answer takes 5 s to arrive
+        return real(namespace, name, resource_version, patch, timeout=timeout)
+
+    store.patch_job_status = slow  # type: ignore[method-assign]
+    clock.advance(3.0)
+    h.renew()  # sent at +3 s, answered at +8 s
+    store.patch_job_status = real  # type: ignore[method-assign]
+    clock.advance(1.0)  # +9 s: 6 s after the send, inside the deadline
+    h.check()
+    clock.advance(0.7)  # +9.7 s: 6.7 s after the send: past it, although the answer is 1.7 s old
+    with pytest.raises(LeaseLost) as lost:
+        h.check()
+    assert lost.value.reason == "RenewDeadline"
+
+
+def test_transient_errors__retried_until_the_deadline_then_lost() -> None:
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)
+    store.inject(Fault("patch_job_status", Unavailable("503"), times=1000))
+    with pytest.raises(LeaseLost) as lost:
+        h.renew()
+    assert lost.value.reason == "RenewDeadline"
+    assert h.seconds_since_renewal() > h.renew_deadline
+
+
+def test_transient_error__then_success_keeps_the_lease() -> None:
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)
+    store.inject(Fault("patch_job_status", Unavailable("connection refused"), times=2))
+    h.renew()
+    assert not h.lost.is_set()
+
+
+@pytest.mark.parametrize("action", ["renew", "complete", "fail", "release"])
+def test_lost_answer__settled_by_reading_back(action: str) -> None:
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)
+    store.inject(
+        Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
+    )
+    if action == "renew":
+        h.renew(Progress.of(1, 2, "cm"))
+    elif action == "complete":
+        h.complete(Result(config_map="t"))
+    elif action == "fail":
+        h.fail("X", "m", permanent=True, backoff_base=1, backoff_cap=2)
+    else:
+        h.release()
+    assert not h.lost.is_set()
+    job = store.get_job(NS, "a")
+    assert job is not None
+    expected = {"renew": Phase.LEASED, "complete": Phase.SUCCEEDED, "fail": Phase.FAILED}
+    assert job.status.phase == expected.get(action, Phase.QUEUED)
+    if action == "complete":
+        assert job.status.result is not None and job.status.result.token == h.token
+
+
+def test_lost_answer_of_a_claim__the_claim_is_kept() -> None:
+    store, clock = MemoryStore(), Clock()
+    job = store.create_job(NS, job_manifest("a"))
+    store.inject(
+        Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
+    )
+    h = LeaseHolder.claim(store, job, "w1", renew_deadline_fraction=0.6, clock=clock)
+    assert isinstance(h, LeaseHolder)
+    now = store.get_job(NS, "a")
+    assert now is not None and now.status.lease is not None
+    assert now.status.lease.token == h.token
+
+
+def test_lost_answer__and_the_read_back_fails_too__settled_on_the_next_try() -> None:
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)
+    store.inject(
+        Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
+    )
+    store.inject(Fault("get_job", Unavailable("connection reset"), times=1))
+    done = h.complete(Result(config_map="t"))
+    assert done.status.phase == Phase.SUCCEEDED and not h.lost.is_set()
