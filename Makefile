@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml dev/pyproject.toml
 venv: $(STAMP)
 
 tools:
-	@hack/k8s-tools/build.sh >/dev/null
+	@hack/k8s-tools/build.sh >/dev/null && hack/seaweedfs/build.sh >/dev/null
 
 system-deps:
 	@hack/install-system-deps.sh
