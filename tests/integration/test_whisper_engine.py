@@ -25,7 +25,7 @@ import pytest
 from recall.engines.whisper import WhisperEngine
 from recall.media.types import Chunk, Segment
 from recall.resources import TranscriptionJob
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 from recall_dev import speech as synth
 
 pytestmark = pytest.mark.slow
@@ -196,7 +196,7 @@ def test_transcribe__cancelled_before_start_returns_nothing(
 
 def test_transcribe__language_the_model_lacks_is_permanent(engine: WhisperEngine) -> None:
     chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
-    with pytest.raises(JobError) as info:
+    with pytest.raises(JobFailure) as info:
         engine.transcribe(
             chunk,
             language="fr-FR",
@@ -214,7 +214,7 @@ def test_model__unloadable_directory_is_retriable(tmp_path: Path) -> None:
     engine = WhisperEngine(model=str(broken))
     assert engine.label() == "whisper/not-a-model"
     chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
-    with pytest.raises(JobError) as info:
+    with pytest.raises(JobFailure) as info:
         engine.transcribe(
             chunk, language="en", cancel=threading.Event(), job=job_for("file:///x.wav"), attempt=1
         )

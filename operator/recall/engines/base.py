@@ -3,7 +3,7 @@
 Contract:
 - `load_media(job)` fetches and probes the source once per attempt and returns a `Media`
   (`recall.media.types`) without decoding it: a context manager that must be closed (it may
-  own a downloaded file). It raises `JobError` with `permanent=True` when retrying cannot
+  own a downloaded file). It raises `JobFailure` with `permanent=True` when retrying cannot
   help (missing file, 404, undecodable media, longer than allowed) and `permanent=False`
   otherwise (timeouts, 5xx).
 - `Media.chunks(resume)` decodes and cuts lazily, one chunk at a time: memory stays bounded

@@ -40,7 +40,7 @@ from recall.base import log
 from recall.engines.base import primary_language
 from recall.media import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
 from recall.media.types import Chunk, Media, Segment
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:
     from recall.base.settings import WorkerSettings
@@ -204,7 +204,7 @@ class OpenAIEngine:
             try:
                 return self.api_key_file.read_text().strip() or None
             except OSError as e:  # a Secret not mounted yet, or mounted elsewhere
-                raise JobError(
+                raise JobFailure(
                     "EngineUnauthorized",
                     f"cannot read the API key file {self.api_key_file}: {e.strerror or e}",
                     permanent=False,
@@ -245,7 +245,7 @@ class OpenAIEngine:
             )
             what = f"{status}: {problem}" if status is not None else problem
             if delay is None:
-                raise JobError(
+                raise JobFailure(
                     "EngineUnavailable",
                     f"{self.url}: {' '.join(what.split())[:300]} (after {retries + 1} tries)",
                     permanent=False,
@@ -267,7 +267,7 @@ class OpenAIEngine:
         self, fields: dict[str, str], filename: str, wav: bytes
     ) -> httpx.Response | tuple[int | None, str, dict[str, str]]:
         """One request: the successful response, or (status, problem, headers) of a failure
-        worth retrying (status None: no answer). Raises `JobError` for a permanent one."""
+        worth retrying (status None: no answer). Raises `JobFailure` for a permanent one."""
         key = self.api_key()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         try:
@@ -284,16 +284,16 @@ class OpenAIEngine:
         status = response.status_code
         problem = error_message(response.content, response.reason_phrase)
         if status in (401, 403):
-            raise JobError("EngineUnauthorized", f"{status}: {problem}", permanent=True)
+            raise JobFailure("EngineUnauthorized", f"{status}: {problem}", permanent=True)
         if not retriable_status(status):
-            raise JobError("EngineRejected", f"{status}: {problem}", permanent=True)
+            raise JobFailure("EngineRejected", f"{status}: {problem}", permanent=True)
         return status, problem, dict(response.headers)
 
     def _segments(self, response: httpx.Response, chunk: Chunk) -> list[Segment]:
         try:
             return parse_segments(response.json(), chunk.duration)
         except (ValueError, TypeError, AttributeError) as e:
-            raise JobError(
+            raise JobFailure(
                 "EngineBadResponse",
                 f"{self.url}: unreadable transcription response ({' '.join(str(e).split())[:200]})",
                 permanent=False,

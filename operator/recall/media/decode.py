@@ -14,7 +14,7 @@ import numpy as np
 
 from recall.media.common import PREROLL_SECONDS, SAMPLE_RATE, TAIL_SECONDS, Either, Samples
 from recall.media.fetch import display_url, one_line
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:
     pass
@@ -28,14 +28,14 @@ def _open(path: Path, shown: str) -> tuple[Any, Any]:
     try:
         container = av.open(str(path))
     except av.FFmpegError as e:
-        raise JobError(
+        raise JobFailure(
             "UndecodableMedia",
             f"{shown}: not a media file FFmpeg can read ({_av_reason(e)})",
             permanent=True,
         ) from None
     if not container.streams.audio:
         container.close()
-        raise JobError("UndecodableMedia", f"{shown}: no audio stream", permanent=True)
+        raise JobFailure("UndecodableMedia", f"{shown}: no audio stream", permanent=True)
     return container, container.streams.audio[0]
 
 
@@ -91,7 +91,7 @@ class Decoder:
         container, stream = _open(self.path, self.shown)
         try:
             found = self._seek(container, stream, signed, start, tail)
-        except (av.FFmpegError, ValueError, OverflowError, JobError):
+        except (av.FFmpegError, ValueError, OverflowError, JobFailure):
             found = None  # decoding from the start says what is wrong, if anything is
         if found is None:
             container.close()
@@ -174,7 +174,7 @@ class Decoder:
             for out in resampler.resample(None):
                 yield from self._counted(_mono(out))
         except (av.FFmpegError, ValueError) as e:
-            raise JobError(
+            raise JobFailure(
                 "UndecodableMedia",
                 f"{self.shown}: cannot decode the audio ({_av_reason(e)})",
                 permanent=True,
@@ -183,7 +183,7 @@ class Decoder:
     def _counted(self, block: Samples) -> Iterator[Samples]:
         self.position += len(block)
         if self.max_samples is not None and self.position > self.max_samples:
-            raise JobError(
+            raise JobFailure(
                 "SourceTooLarge",
                 f"{self.shown}: longer than the limit of {self.max_samples / self.rate:g} s",
                 permanent=True,

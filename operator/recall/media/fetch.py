@@ -1,5 +1,5 @@
 """Fetching a source: a local file in place, or an http(s) download to a temporary file,
-with its fingerprint; failures as one-line `JobError`s that hide credentials."""
+with its fingerprint; failures as one-line `JobFailure`s that hide credentials."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 
 from recall.media.common import USER_AGENT
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:
     pass
@@ -52,7 +52,7 @@ def fetch(url: str, *, max_bytes: int, http_timeout: float, workdir: Path | None
             url, max_bytes=max_bytes, http_timeout=http_timeout, workdir=workdir
         )
         return Fetched(url, path, path.stat().st_size, f"sha256:{digest}", temporary=True)
-    raise JobError(
+    raise JobFailure(
         "SourceRejected",
         f"{display_url(url)}: unsupported URL scheme (use file://, http:// or https://)",
         permanent=True,
@@ -64,7 +64,7 @@ def local_path(url: str, *, max_bytes: int) -> Path:
     shown = display_url(url)
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
-        raise JobError(
+        raise JobFailure(
             "SourceRejected",
             f"{shown}: a file URL must not name a host (use file:///path)",
             permanent=True,
@@ -73,15 +73,15 @@ def local_path(url: str, *, max_bytes: int) -> Path:
     try:
         st = path.stat()
     except (FileNotFoundError, NotADirectoryError):
-        raise JobError("SourceNotFound", f"{shown}: no such file", permanent=True) from None
+        raise JobFailure("SourceNotFound", f"{shown}: no such file", permanent=True) from None
     except PermissionError:
-        raise JobError("SourceRejected", f"{shown}: permission denied", permanent=True) from None
+        raise JobFailure("SourceRejected", f"{shown}: permission denied", permanent=True) from None
     except OSError as e:  # EIO, ESTALE on a network volume: it may come back
-        raise JobError(
+        raise JobFailure(
             "SourceUnavailable", f"{shown}: cannot read: {e.strerror or e}", permanent=False
         ) from None
     if not path.is_file():
-        raise JobError("SourceNotFound", f"{shown}: not a regular file", permanent=True)
+        raise JobFailure("SourceNotFound", f"{shown}: not a regular file", permanent=True)
     if st.st_size > max_bytes:
         raise too_large(shown, max_bytes, st.st_size)
     return path
@@ -104,7 +104,7 @@ def download(
             verdict = classify_http_status(response.status_code)
             if verdict is not None:
                 reason, permanent = verdict
-                raise JobError(
+                raise JobFailure(
                     reason,
                     f"{shown}: HTTP {response.status_code} {response.reason_phrase}",
                     permanent=permanent,
@@ -114,14 +114,14 @@ def download(
                 raise too_large(shown, max_bytes, int(declared))
             return _save(response, shown, max_bytes, workdir, _suffix(url))
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as e:
-        raise JobError("SourceRejected", f"{shown}: invalid URL: {e}", permanent=True) from None
+        raise JobFailure("SourceRejected", f"{shown}: invalid URL: {e}", permanent=True) from None
     except httpx.TimeoutException:
-        raise JobError(
+        raise JobFailure(
             "SourceUnavailable", f"{shown}: timed out after {http_timeout:g} s", permanent=False
         ) from None
     except httpx.HTTPError as e:  # connection refused, reset, DNS, a broken body...
         detail = str(e) or type(e).__name__
-        raise JobError(
+        raise JobFailure(
             "SourceUnavailable", f"{shown}: {one_line(detail)}", permanent=False
         ) from None
 
@@ -158,9 +158,9 @@ def classify_http_status(status: int) -> tuple[str, bool] | None:
     return "SourceRejected", True  # other 4xx; 1xx/3xx only arrive here if redirects loop
 
 
-def too_large(shown: str, max_bytes: int, size: int | None) -> JobError:
+def too_large(shown: str, max_bytes: int, size: int | None) -> JobFailure:
     what = f"{size} bytes" if size is not None else "more"
-    return JobError(
+    return JobFailure(
         "SourceTooLarge", f"{shown}: {what}, the limit is {max_bytes} bytes", permanent=True
     )
 

@@ -24,7 +24,7 @@ Contract:
   fails) with `http_timeout` on connect and on every read, at most `max_bytes` accepted (by
   Content-Length and by counting), and fingerprinted by the SHA-256 of its bytes (computed
   while downloading: validators such as ETag differ between replicas or are missing).
-- Every failure is an `JobError` with a one-line message naming the URL (user info and
+- Every failure is an `JobFailure` with a one-line message naming the URL (user info and
   query string hidden: they often hold credentials). Permanent: SourceNotFound (missing file,
   HTTP 404/410), SourceRejected (other 4xx, unsupported URL), SourceTooLarge (bytes, or longer
   than `max_seconds` by the container's estimate or while decoding), UndecodableMedia (not
@@ -51,7 +51,7 @@ from recall.media.cut import Cutter
 from recall.media.decode import Decoder, probe, tail_signature
 from recall.media.fetch import Fetched, display_url, fetch
 from recall.media.types import Chunk, Cutting, Media, Resume
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:
     from recall.base.settings import WorkerSettings
@@ -107,7 +107,7 @@ def load_media(url: str, options: MediaOptions) -> AudioMedia:
             and seconds is not None
             and seconds > options.max_seconds
         ):
-            raise JobError(
+            raise JobFailure(
                 "SourceTooLarge",
                 f"{display_url(url)}: {seconds:.0f} s long, the limit is {options.max_seconds:g} s",
                 permanent=True,
@@ -182,7 +182,9 @@ class AudioMedia(Media):
         if stop.is_set():
             return
         if decoder.position == 0:
-            raise JobError("UndecodableMedia", f"{decoder.shown}: no audio samples", permanent=True)
+            raise JobFailure(
+                "UndecodableMedia", f"{decoder.shown}: no audio samples", permanent=True
+            )
         if decoder.position < start:
             raise ResumeInvalid(
                 f"{decoder.shown}: the source ends at sample {decoder.position}, before the "

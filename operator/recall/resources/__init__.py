@@ -3,7 +3,7 @@
 - `job`, `batch`, `common`: pydantic models that match the CRDs field by field (see `common`
   for the contract); labels and names;
 - `indexes`: the compressed index ranges a Batch status keeps (`0-99,101`);
-- `errors`: `JobError`, the failure a job records in `status.lastError`.
+- `errors`: `JobFailure`, the failure a job records in `status.lastError`.
 
 Pure data: may import `recall.base` only.
 """

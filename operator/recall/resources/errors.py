@@ -9,7 +9,7 @@ a 404, undecodable media, a store that refuses the credentials).
 from __future__ import annotations
 
 
-class JobError(Exception):
+class JobFailure(Exception):
     """A failure the job records: `reason` is CamelCase, `permanent` says if a retry can help."""
 
     def __init__(self, reason: str, message: str, *, permanent: bool) -> None:

@@ -9,7 +9,7 @@ Contract:
   whose answer was lost. The writer's state changes only after its writes succeeded.
 - Errors of the store propagate unchanged (`Unavailable` is worth repeating; `Invalid`,
   `Forbidden`, `TooLarge` are not). A chunk whose record alone exceeds a shard raises
-  `JobError("TranscriptRefused", permanent=True)`.
+  `JobFailure("TranscriptRefused", permanent=True)`.
 - `read_checkpoint` returns what a resumed attempt may reuse: the chunks stored contiguously
   from the first, each continuing exactly where the previous one ended, and the resume point
   after the last. Anything else (a missing manifest, the earlier single-ConfigMap layout
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from recall.kube import BlobStore, Conflict, Owner
 from recall.media.types import Chunk, Cutting, Resume, Segment
 from recall.resources import LABEL_COMPONENT, LABEL_JOB, TranscriptionJob, label_value
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 from recall.transcripts.layout import (
     LABEL_ATTEMPT,
     LABEL_JOB_UID,
@@ -224,7 +224,7 @@ class TranscriptWriter:
         data = {record_key(chunk.index): record.encode()}
         size = data_bytes(data)
         if size > self.shard_bytes:
-            raise JobError(
+            raise JobFailure(
                 "TranscriptRefused",
                 f"the segments of chunk {chunk.index} take {size} bytes, more than a shard "
                 f"holds ({self.shard_bytes})",

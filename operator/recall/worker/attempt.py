@@ -4,7 +4,7 @@ handed in by `complete`.
 
 `Transcription.run(holder, cancel, watch)` returns when the job is complete; it raises
 `LeaseLost` (stop, write nothing more), `Stopped` (the grace period ended: the caller releases),
-`JobError` (the caller fails the job; `TranscriptRefused` when the store refused for good).
+`JobFailure` (the caller fails the job; `TranscriptRefused` when the store refused for good).
 
 - A resume uses the checkpoint only if it was cut the same way from the same source; the
   first chunk then starts at exactly the recorded sample.
@@ -29,7 +29,7 @@ from recall.kube import PERMANENT_ERRORS, Store, StoreError, Unavailable
 from recall.media import ResumeInvalid
 from recall.media.types import Chunk, Media, Segment
 from recall.resources import Progress, Result, TranscriptionJob
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 from recall.transcripts import (
     Checkpoint,
     CheckpointUnusable,
@@ -289,7 +289,7 @@ class Transcription:
                 time.sleep(pause)
                 pause = min(pause * 2, 2.0)
             except PERMANENT_ERRORS as e:
-                raise JobError(
+                raise JobFailure(
                     "TranscriptRefused",
                     f"the API server refused {what} ({type(e).__name__}, not retried): {e.message}",
                     permanent=True,

@@ -36,7 +36,7 @@ from recall.base.settings import WorkerSettings
 from recall.engines.base import Engine
 from recall.kube import PERMANENT_ERRORS, Store, StoreError
 from recall.resources import Phase, TranscriptionJob
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 from recall.worker.attempt import Stopped, Stopwatch, Transcription
 from recall.worker.holder import Heartbeater, LeaseHolder, LeaseLost
 from recall.worker.queue import JobQueue, OfferQueue, Queue
@@ -205,15 +205,15 @@ class Worker:
         except Stopped:
             cancel.set()
             self._release(h)
-        except JobError as e:
+        except JobFailure as e:
             self._fail(h, e)
         except PERMANENT_ERRORS as e:
             cancel.set()
-            self._fail(h, JobError("TranscriptRefused", e.message, permanent=True))
+            self._fail(h, JobFailure("TranscriptRefused", e.message, permanent=True))
         except Exception as e:  # a bug or an unexpected error: let the job retry elsewhere
             cancel.set()
             h.log.exception("work_error")
-            self._fail(h, JobError("WorkerError", f"{type(e).__name__}: {e}", permanent=False))
+            self._fail(h, JobFailure("WorkerError", f"{type(e).__name__}: {e}", permanent=False))
 
     def _call(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T:
         """Run `fn` on the engine thread; return early if the lease is lost or grace ends."""
@@ -246,7 +246,7 @@ class Worker:
         except (LeaseLost, StoreError) as e:
             h.log.warning("release_failed", error=str(e)[:200])
 
-    def _fail(self, h: LeaseHolder, error: JobError) -> None:
+    def _fail(self, h: LeaseHolder, error: JobFailure) -> None:
         try:
             job = h.fail(
                 error.reason,

@@ -36,7 +36,7 @@ from recall.engines.openai import (
 )
 from recall.media.types import Chunk, Segment
 from recall.resources import TranscriptionJob
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 
 # aiohttp's own multipart reader uses a deprecated call of its own; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:unread_data:DeprecationWarning")
@@ -177,8 +177,8 @@ def run(engine: OpenAIEngine, cancel: threading.Event | None = None, **kw: Any) 
     )
 
 
-def failure(engine: OpenAIEngine) -> JobError:
-    with pytest.raises(JobError) as info:
+def failure(engine: OpenAIEngine) -> JobFailure:
+    with pytest.raises(JobFailure) as info:
         run(engine)
     return info.value
 

@@ -25,7 +25,7 @@ import pytest
 from recall import media as audio
 from recall.media.types import Chunk, Media
 from recall.resources import TranscriptionJob
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 
 RATE = audio.SAMPLE_RATE
 
@@ -113,8 +113,8 @@ def cut(url: str, opts: audio.MediaOptions | None = None) -> tuple[list[Chunk], 
         return list(media.chunks()), media
 
 
-def fail(url: str, opts: audio.MediaOptions | None = None) -> JobError:
-    with pytest.raises(JobError) as info:
+def fail(url: str, opts: audio.MediaOptions | None = None) -> JobFailure:
+    with pytest.raises(JobFailure) as info:
         cut(url, opts)
     return info.value
 

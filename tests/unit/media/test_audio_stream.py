@@ -19,7 +19,7 @@ import pytest
 
 from recall import media as audio
 from recall.media.types import Chunk, Resume
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 
 RATE = audio.SAMPLE_RATE
 Samples = npt.NDArray[np.float32]
@@ -257,7 +257,7 @@ def test_media__progress_total_is_honest_and_exact_at_the_end(tmp_path: Path) ->
 
 def test_media__longer_than_max_seconds_is_refused_before_decoding(tmp_path: Path) -> None:
     path = write_wav(tmp_path / "long.wav", speechlike(20.0), RATE)
-    with pytest.raises(JobError) as info:
+    with pytest.raises(JobFailure) as info:
         audio.load_media(path.as_uri(), audio.MediaOptions(max_seconds=10.0))
     assert (info.value.reason, info.value.permanent) == ("SourceTooLarge", True)
     assert "the limit is 10 s" in info.value.message

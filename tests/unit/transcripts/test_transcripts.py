@@ -12,7 +12,7 @@ from recall.kube import Unavailable
 from recall.kube.memory import CONFIG_MAP_LIMIT, Fault, MemoryStore
 from recall.media.types import Chunk, Cutting, Resume, Segment
 from recall.resources import TranscriptionJob
-from recall.resources.errors import JobError
+from recall.resources.errors import JobFailure
 from recall.transcripts import (
     LABEL_ATTEMPT,
     LABEL_JOB_UID,
@@ -215,7 +215,7 @@ def test_writer__a_chunk_larger_than_a_shard_is_refused_for_good() -> None:
     store = MemoryStore()
     writer = TranscriptStore(store, shard_bytes=1000).writer(make_job(store), 1)
     writer.begin(CUTTING, None)
-    with pytest.raises(JobError) as info:
+    with pytest.raises(JobFailure) as info:
         writer.add(chunk(0), segments(0, "x" * 2000))
     assert (info.value.reason, info.value.permanent) == ("TranscriptRefused", True)
     assert "chunk 0" in info.value.message
