@@ -3,13 +3,17 @@
 # kube-score and the node's pause binary from Go modules and caches them outside the
 # repository. Prints the bin directory on stdout when done.
 #
-#   hack/k8s-tools/build.sh            build what is missing, print the bin directory
-#   hack/k8s-tools/build.sh --print    print the bin directory only (no build)
-#   hack/k8s-tools/build.sh --with-kind  also build kind (for `make e2e-kind` only)
+#   hack/k8s-tools/build.sh              build what is missing, print the bin directory
+#   hack/k8s-tools/build.sh --print      print the bin directory only (no build)
+#   hack/k8s-tools/build.sh --with-kind  also kind, kubeadm, kube-proxy, and the CoreDNS and
+#                                        etcd of the kind node image (`make e2e-kind`, and the
+#                                        short kind test of `make test`)
 #
 # Cache: ${RECALL_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/recall}/k8s-v<kube>-etcd-v<etcd>-helm-v<helm>/bin
 # A binary is rebuilt only when it is missing; VERSIONS in the bin directory records what
-# was built with which Go. Progress goes to stderr, one line per step.
+# was built with which Go. Each build says one line on stderr, what it built and how long it
+# took; go's own output (downloads, compiler messages) goes to logs/<binary>.log beside bin/,
+# and a failed build prints that path and the log's last lines.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -17,8 +21,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 cache_root=${RECALL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/recall}
 bin="$cache_root/k8s-v$KUBE_VERSION-etcd-v$ETCD_VERSION-helm-v$HELM_VERSION/bin"
+logs="$(dirname "$bin")/logs"
 if [[ "${1:-}" == "--print" ]]; then echo "$bin"; exit 0; fi
-mkdir -p "$bin"
+mkdir -p "$bin" "$logs"
 # One build at a time per cache directory (tests and `make` may start it concurrently).
 exec 9>"$bin/.lock"
 flock 9
@@ -27,18 +32,33 @@ command -v go >/dev/null || { echo "build.sh: Go is required (https://go.dev/dl)
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath"
 ldflags="-s -w"
 
-progress() { printf '[k8s-tools] %s\n' "$*" >&2; }
+say() { printf '[k8s-tools] %s\n' "$*" >&2; }
 
 # build <module dir> <package> <binary> [extra ldflags]
 build() {
   local dir=$1 pkg=$2 out=$3 extra=${4:-}
   if [[ -x "$bin/$out" ]]; then return 0; fi
-  progress "building $out ($pkg) ... (a first build takes several minutes)"
-  local start=$SECONDS
-  (cd "$here/$dir" && go build -ldflags "$ldflags $extra" -o "$bin/$out.tmp" "$pkg")
+  local start=$SECONDS log="$logs/$out.log" what=$pkg
+  # A wrapper module's own main package: name the module it wraps.
+  if [[ $pkg == . ]]; then what=$(sed -n 's/^require \([^ ]*\) .*/\1/p' "$here/$dir/go.mod" | head -n1); fi
+  if ! (cd "$here/$dir" && go build -v -ldflags "$ldflags $extra" -o "$bin/$out.tmp" "$pkg") \
+    >"$log" 2>&1; then
+    say "FAILED to build $out ($what) after $((SECONDS - start)) s; full log: $log"
+    tail -n 15 "$log" | sed 's/^/  | /' >&2
+    rm -f "$bin/$out.tmp"
+    exit 1
+  fi
   mv "$bin/$out.tmp" "$bin/$out"
-  progress "built $out in $((SECONDS - start)) s"
   printf '%s %s %s\n' "$out" "$pkg" "$(go env GOVERSION)" >> "$bin/VERSIONS"
+  say "built $out ($what) in $((SECONDS - start)) s; log: $log"
+}
+
+# requires <module dir> <module> <version>: the module's go.mod pins what versions.env says.
+requires() {
+  if ! grep -Eq "^(require )?[[:space:]]*$2 v$3\$" "$here/$1/go.mod"; then
+    say "$1/go.mod does not require $2 v$3 (versions.env): regenerate it (go mod tidy)"
+    exit 1
+  fi
 }
 
 # kube-apiserver and kubectl report their version from these variables.
@@ -58,7 +78,18 @@ build ../node/pause . pause
 # The chart linter of `make chart-lint` (kube-linter and Polaris are not served by the Go
 # module proxy this project can reach; see hack/chart-lint.sh).
 build kube-score github.com/zegl/kube-score/cmd/kube-score kube-score "-X main.version=v$KUBE_SCORE_VERSION"
-if [[ "${1:-}" == "--with-kind" ]]; then build kind sigs.k8s.io/kind kind; fi
+if [[ "${1:-}" == "--with-kind" ]]; then
+  requires kind sigs.k8s.io/kind "$KIND_VERSION"
+  requires coredns github.com/coredns/coredns "$KIND_COREDNS_VERSION"
+  requires etcd-kind go.etcd.io/etcd/server/v3 "$KIND_ETCD_VERSION"
+  build kind sigs.k8s.io/kind kind
+  # The kind node image (dev/recall_dev/kind_image.py): kubeadm, kube-proxy and the images'
+  # CoreDNS and etcd, all with the version kubeadm checks and names.
+  build kube k8s.io/kubernetes/cmd/kubeadm kubeadm "$kube_ldflags"
+  build kube k8s.io/kubernetes/cmd/kube-proxy kube-proxy "$kube_ldflags"
+  build coredns . "coredns-v$KIND_COREDNS_VERSION"
+  build etcd-kind . "etcd-v$KIND_ETCD_VERSION"
+fi
 build helm helm.sh/helm/v3/cmd/helm helm "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
 
 echo "$bin"

@@ -1,13 +1,15 @@
 //go:build tools
 
 // Package tools pins the Kubernetes commands this module builds, so `go mod tidy` keeps
-// every dependency they need.
+// every dependency they need (kubeadm and kube-proxy for the kind node image only).
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )
