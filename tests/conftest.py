@@ -18,6 +18,7 @@ from kubernetes import client
 from recall.kube.store import KubeStore, load_api_client
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
+from recall_dev.objstore import ObjectStore
 from tests.helpers import Procs
 
 _failed: list[str] = []
@@ -63,6 +64,28 @@ def namespace(api: client.ApiClient) -> Iterator[str]:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def object_store() -> Iterator[ObjectStore]:
+    """A real S3 server (SeaweedFS, `recall_dev.objstore`) on loopback for the session."""
+    store = ObjectStore()
+    store.start()
+    try:
+        yield store
+    finally:
+        kept = store.stop(keep_logs=bool(_failed))
+        if kept:
+            print(f"\nobject store log of the failed session kept in {kept}")
+
+
+@pytest.fixture
+def bucket(object_store: ObjectStore) -> Iterator[str]:
+    """A fresh bucket for one test, deleted afterwards with everything in it."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    object_store.create_bucket(name)
+    yield name
+    object_store.delete_bucket(name)
 
 
 @pytest.fixture

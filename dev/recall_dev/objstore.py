@@ -402,6 +402,8 @@ def dev_up(workdir: Path, buckets: tuple[str, ...], progress: Callable[[str], No
         if existing.ready():
             for bucket in buckets:
                 existing.create_bucket(bucket)
+            existing.buckets = tuple(dict.fromkeys(existing.buckets + buckets))
+            existing._write_state()
             return existing
         dev_down(workdir)
     shutil.rmtree(workdir, ignore_errors=True)

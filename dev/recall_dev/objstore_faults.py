@@ -117,6 +117,10 @@ class FaultProxy:
             listener, self._listener = self._listener, None
             conns = list(self._conns)
         if listener is not None:
+            # shutdown() first: a bare close() leaves the socket listening while the accept
+            # thread is blocked in accept() on it.
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
             listener.close()
         for conn in conns:
             _abort(conn)
