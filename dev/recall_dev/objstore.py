@@ -24,7 +24,8 @@ Contract:
   when the thread that started it dies (PR_SET_PDEATHSIG).
 - `kill()` and `restart()` stop weed and start it again on the same ports, data directory
   and identities ("the S3 server killed and restarted"): objects written before are there
-  after.
+  after. Reads work as soon as `restart()` returns; writes stall inside weed until its
+  master has warmed up (15 s after it started; `wait_writable()` waits for that).
 - `env()` holds the standard variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
   AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP) for a child process, and nothing else.
 
@@ -42,13 +43,15 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recall_dev.cluster import free_port, repo_root
-from recall_dev.procs import Proc, pid_alive, spawn, tail, terminate
+from recall_dev.procs import Proc, spawn, tail, terminate
 from recall_dev.s3_admin import S3Admin, S3Error
 
 if TYPE_CHECKING:
@@ -177,7 +180,7 @@ class ObjectStore:
         if self.proc is not None:
             terminate([self.proc], grace)
             self.proc = None
-        self._remove_grpc_sockets()
+        self.remove_grpc_sockets()
         kept: Path | None = None
         if self.workdir is not None and self.workdir.exists():
             if keep_logs and self.logs_dir.exists():
@@ -204,7 +207,7 @@ class ObjectStore:
         returns once it answers. With `die_with_parent`, call it from a thread that lives as
         long as the store (PR_SET_PDEATHSIG is per thread)."""
         self.kill(sig)
-        self._remove_grpc_sockets()
+        self.remove_grpc_sockets()
         self._spawn()
         self._write_state()
         if wait:
@@ -233,6 +236,29 @@ class ObjectStore:
             f"weed's S3 not ready after {timeout:.0f} s; last lines of its log:\n"
             + tail(self.logs_dir / "weed.log")
         )
+
+    def writable(self) -> bool:
+        """False while weed's master warms up after a restart: for 15 s after it starts on a
+        data directory that holds volumes (5 s pulses × 3, fixed in SeaweedFS), it assigns no
+        file ids, and a PUT waits inside weed (about 11 s after S3 answers) before it is
+        stored. Reads are served meanwhile. Asks the master to look up a volume id that does
+        not exist: 503 while warming up, 404 after (nothing is created)."""
+        url = f"http://127.0.0.1:{self.ports['master.port']}/dir/lookup?volumeId=4294967295"
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return True
+        except urllib.error.HTTPError as e:
+            return e.code != 503
+        except OSError:
+            return False
+
+    def wait_writable(self, timeout: float = 30.0) -> None:
+        """Return when the master assigns file ids again (see `writable`)."""
+        deadline = time.monotonic() + timeout
+        while not self.writable():
+            if time.monotonic() > deadline:
+                raise ObjectStoreError(f"weed's master still warming up after {timeout:.0f} s")
+            time.sleep(0.2)
 
     def client(self, credentials: Credentials | None = None, endpoint: str = "") -> S3Admin:
         """Signed raw S3 requests (bucket admin, hand-made headers), as admin by default."""
@@ -342,8 +368,8 @@ class ObjectStore:
         path.write_text(json.dumps(config, indent=2))
         path.chmod(0o600)
 
-    def _remove_grpc_sockets(self) -> None:
-        """weed removes its /tmp gRPC sockets on a clean exit only."""
+    def remove_grpc_sockets(self) -> None:
+        """Remove weed's /tmp gRPC sockets (it does so itself on a clean exit only)."""
         if self.proc is not None and self.proc.alive():
             return
         for flag, part in GRPC_SOCKETS.items():
@@ -390,49 +416,3 @@ class ObjectStore:
 def asdict_keys(creds: Credentials) -> dict[str, str]:
     """SeaweedFS's spelling of a key pair in its identities file."""
     return {"accessKey": creds.access_key, "secretKey": creds.secret_key}
-
-
-# --- `recall dev up|down|status` ----------------------------------------------------------
-
-
-def dev_up(workdir: Path, buckets: tuple[str, ...], progress: Callable[[str], None]) -> ObjectStore:
-    """Start a detached store in `workdir`, or return the one already answering there."""
-    if (workdir / STATE_FILE).exists():
-        existing = ObjectStore.attach(workdir)
-        if existing.ready():
-            for bucket in buckets:
-                existing.create_bucket(bucket)
-            existing.buckets = tuple(dict.fromkeys(existing.buckets + buckets))
-            existing._write_state()
-            return existing
-        dev_down(workdir)
-    shutil.rmtree(workdir, ignore_errors=True)
-    store = ObjectStore(workdir=workdir, buckets=buckets, die_with_parent=False, keep_workdir=True)
-    store.start(progress=progress)
-    return store
-
-
-def dev_down(workdir: Path) -> bool:
-    """Stop the store in `workdir` and remove the directory. False if none was there."""
-    if not (workdir / STATE_FILE).exists():
-        existed = workdir.exists()
-        shutil.rmtree(workdir, ignore_errors=True)
-        return existed
-    store = ObjectStore.attach(workdir)
-    if store.proc is not None and pid_alive(store.proc.pid):
-        store.stop()
-    store._remove_grpc_sockets()
-    shutil.rmtree(workdir, ignore_errors=True)
-    return True
-
-
-def dev_status(workdir: Path) -> dict[str, object]:
-    """The endpoint, readiness and weed's liveness of the store in `workdir`."""
-    store = ObjectStore.attach(workdir)
-    assert store.proc is not None
-    return {
-        "endpoint": store.endpoint,
-        "ready": store.ready(),
-        "buckets": list(store.buckets),
-        "weed": {"pid": store.proc.pid, "alive": store.proc.alive()},
-    }

@@ -24,7 +24,7 @@ from obstore.exceptions import (
     PreconditionError,
 )
 
-from recall_dev import objstore
+from recall_dev import objstore_dev
 from recall_dev.objstore import PORT_FLAGS, Credentials, ObjectStore
 from tests.helpers import wait_for
 
@@ -280,17 +280,17 @@ def test_delete_bucket__removes_its_objects_first(object_store: ObjectStore) -> 
 
 def test_dev_up__reused_then_down_leaves_nothing(tmp_path: Path) -> None:
     workdir = tmp_path / "objstore"
-    store = objstore.dev_up(workdir, ("recall",), progress=lambda _m: None)
+    store = objstore_dev.dev_up(workdir, ("recall",), progress=lambda _m: None)
     try:
-        again = objstore.dev_up(workdir, ("recall", "extra"), progress=lambda _m: None)
+        again = objstore_dev.dev_up(workdir, ("recall", "extra"), progress=lambda _m: None)
         assert again.endpoint == store.endpoint and again.proc is not None
         assert store.proc is not None and again.proc.pid == store.proc.pid
-        status = objstore.dev_status(workdir)
+        status = objstore_dev.dev_status(workdir)
         assert status["ready"] is True
         assert sorted(again.client().list_buckets()) == ["extra", "recall"]
         assert again.env()["AWS_ENDPOINT_URL"] == store.endpoint
     finally:
-        assert objstore.dev_down(workdir)
+        assert objstore_dev.dev_down(workdir)
     assert not store.proc.alive()
     assert not workdir.exists()
     assert not list(Path("/tmp").glob(f"seaweedfs-*-grpc-{store.ports['s3.port.grpc']}.sock"))
