@@ -1,5 +1,8 @@
 """`recall dev up|down|status`: a local control plane for development (mounted by `recall`).
 
+`recall dev up` also starts the object store (SeaweedFS on loopback, recall_dev.objstore) with
+the bucket `recall` in `<dir>/objstore` and prints its S3 variables; `--no-objstore` skips it.
+
 `recall dev up --node` adds a node that runs pods (recall_dev.node; needs root), `--image`
 imports the project's image into it; `recall dev down` removes the node first (from its state
 file, whatever state it is in), then the control plane.
@@ -18,6 +21,8 @@ if TYPE_CHECKING:
     from recall_dev.cluster import ControlPlane
 
 DEFAULT_DEV_DIR = Path(".recall-dev")
+OBJSTORE_DIR = "objstore"
+DEV_BUCKET = "recall"
 
 dev_app = typer.Typer(
     help="A local control plane (etcd + kube-apiserver, and a node with --node) for development.",
@@ -46,14 +51,26 @@ def dev_up(
             "(recall.local/recall:dev).",
         ),
     ] = False,
+    objstore: Annotated[
+        bool,
+        typer.Option(
+            "--objstore/--no-objstore",
+            help=f"Also run the object store (SeaweedFS S3 on loopback, bucket {DEV_BUCKET}).",
+        ),
+    ] = True,
 ) -> None:
-    """Start etcd and kube-apiserver on loopback ports; print the KUBECONFIG export line."""
-    from recall_dev import cluster
+    """Start etcd and kube-apiserver (and the S3 server) on loopback ports; print the export
+    lines that reach them."""
+    from recall_dev import cluster, objstore_dev
 
     def say(message: str) -> None:
         typer.echo(f"  {message}", err=True)
 
+    store_dir = dir.resolve() / OBJSTORE_DIR
+    if not _control_plane_ready(dir.resolve()):
+        objstore_dev.dev_down(store_dir)  # cluster.dev_up is about to empty the directory
     cp = cluster.dev_up(dir.resolve(), progress=say)
+    store = objstore_dev.dev_up(store_dir, (DEV_BUCKET,), progress=say) if objstore else None
     if crds:
         from recall_dev.crds import install_crds
 
@@ -63,6 +80,10 @@ def dev_up(
         _node_up(cp, dir.resolve() / "node", image, say)
     typer.echo(f"export KUBECONFIG={cp.kubeconfig}")
     typer.echo(f"export PATH={cp.bin_dir}:$PATH")
+    if store is not None:
+        say(f"S3 endpoint {store.endpoint}, bucket s3://{DEV_BUCKET}/ (admin credentials below)")
+        for name, value in store.env().items():
+            typer.echo(f"export {name}={value}")
 
 
 @dev_app.command("down")
@@ -71,7 +92,7 @@ def dev_down(
 ) -> None:
     """Stop the local control plane, its node and what a `--keep` demo left running; remove
     its directory."""
-    from recall_dev import cluster
+    from recall_dev import cluster, objstore_dev
     from recall_dev.demo import stop_extra
     from recall_dev.node_state import read_state
     from recall_dev.node_teardown import teardown
@@ -93,6 +114,8 @@ def dev_down(
             typer.echo(f"node stopped ({len(removed)} things removed)", err=True)
         except OSError as e:
             failed = f"the node could not be removed: {e}"  # the control plane goes anyway
+    if objstore_dev.dev_down(dir.resolve() / OBJSTORE_DIR):
+        typer.echo("object store stopped", err=True)
     if cluster.dev_down(dir.resolve()):
         typer.echo("control plane stopped", err=True)
     else:
@@ -127,9 +150,23 @@ def dev_status(
                 for name, pid in (procs.items() if isinstance(procs, dict) else [])
             },
         }
+    from recall_dev import objstore, objstore_dev
+
+    store_dir = dir.resolve() / OBJSTORE_DIR
+    if (store_dir / objstore.STATE_FILE).exists():
+        status["objstore"] = objstore_dev.dev_status(store_dir)
     typer.echo(json.dumps(status, indent=2))
     if not status["ready"]:
         raise typer.Exit(1)
+
+
+def _control_plane_ready(workdir: Path) -> bool:
+    """Whether `cluster.dev_up` will reuse the control plane in `workdir` (else it empties it)."""
+    from recall_dev import cluster
+
+    if not (workdir / cluster.STATE_FILE).exists():
+        return False
+    return cluster.ControlPlane.attach(workdir).ready()
 
 
 def _node_up(cp: ControlPlane, workdir: Path, image: bool, say: Callable[[str], None]) -> None:
