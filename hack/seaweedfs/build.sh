@@ -27,7 +27,7 @@ flock 9
 
 if [[ ! -x "$bin/weed" ]]; then
   command -v go >/dev/null || { echo "build.sh: Go is required (https://go.dev/dl)" >&2; exit 1; }
-  log="$bin/../build-weed.log"
+  log="$(dirname "$bin")/build-weed.log"
   start=$SECONDS
   # A static binary (CGO off), so the image can hold weed alone.
   if ! (cd "$here" && CGO_ENABLED=0 go build -ldflags "-s -w" -trimpath \
