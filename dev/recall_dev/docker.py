@@ -6,9 +6,18 @@ Contract:
   alone. Otherwise a `dockerd` is started with its own data root (in the cache, so images and
   the build cache survive between runs), its own exec root, socket and pid file, no bridge and
   no iptables rules (builds run with --network=none: nothing here needs a network), and it is
-  stopped on exit — also when the caller dies (PR_SET_PDEATHSIG) — with its containerd.
+  stopped on exit — also when the caller dies (PR_SET_PDEATHSIG) — with its containerd; the
+  empty cgroups its containers left under `docker` (new since it started) are removed.
 - One private daemon per cache at a time: callers serialise on a lock file for the whole
   `with` block, so two test runs never start two daemons on one data root.
+- Two private daemons exist, each with its own data root, exec root, socket and lock:
+  `BUILD_DAEMON` (the above: images only) and `KIND_DAEMON` for kind clusters. The kind one
+  still adds no iptables rule, masquerades nothing and forwards nothing on the host; it runs
+  docker-proxy (the userland proxy), which is what publishes a node's API server port on
+  127.0.0.1. Networks on it are bridges the caller creates; the host routes nothing out of
+  them (net.ipv4.ip_forward stays as it was, no NAT). Its containers run through
+  recall_dev.runc_bounds, which drops the capabilities this host's root lacks (kind's
+  `--privileged` nodes ask for all of them, and runc refuses what cannot be granted).
 - BuildKit is on (DOCKER_BUILDKIT=1). The CLI is Debian's docker.io one (/usr/bin/docker) when
   present: its BuildKit is built in, while a newer CLI needs the buildx plug-in for it.
 """
@@ -18,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +44,18 @@ log = structlog.get_logger("recall_dev.docker")
 
 # Short paths: a unix socket path must fit in 108 bytes, and containerd's live under exec-root.
 PRIVATE_RUN_DIR = Path("/run/recall-docker")
+KIND_RUN_DIR = Path("/run/recall-kind-docker")
+# No bridge of docker's own, no iptables rules, no masquerading, no forwarding on the host.
+_ISOLATED = (
+    "--bridge=none",
+    "--iptables=false",
+    "--ip6tables=false",
+    "--ip-masq=false",
+    "--ip-forward=false",
+)
 # dockerd's containerd creates this (empty) whatever its root; removed when it was not there.
 CONTAINERD_OPT = Path("/opt/containerd")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 class DockerError(RuntimeError):
@@ -59,6 +80,36 @@ def docker_cli() -> str:
     if found is None:
         raise DockerError("no docker client: run hack/install-system-deps.sh (Debian's docker.io)")
     return found
+
+
+@dataclass(frozen=True)
+class PrivateDaemon:
+    """How a private dockerd is started: its name (log, lock and data root), run dir, flags."""
+
+    name: str
+    run_dir: Path
+    flags: tuple[str, ...]
+    bounded_runtime: bool = False
+
+    @property
+    def runtime(self) -> Path:
+        """The launcher of recall_dev.runc_bounds, written at start (bounded_runtime only)."""
+        return self.run_dir / "runc-bounds"
+
+    @property
+    def socket(self) -> Path:
+        return self.run_dir / "docker.sock"
+
+    @property
+    def data_root(self) -> Path:
+        return cache_root() / self.name
+
+
+BUILD_DAEMON = PrivateDaemon("docker", PRIVATE_RUN_DIR, (*_ISOLATED, "--userland-proxy=false"))
+# kind publishes the API server port on 127.0.0.1: with iptables off, docker-proxy does it.
+KIND_DAEMON = PrivateDaemon(
+    "docker-kind", KIND_RUN_DIR, (*_ISOLATED, "--userland-proxy=true"), bounded_runtime=True
+)
 
 
 @dataclass
@@ -105,7 +156,9 @@ class DockerEngine:
 
 
 @contextlib.contextmanager
-def docker_engine(progress: bool = True) -> Iterator[DockerEngine]:
+def docker_engine(
+    progress: bool = True, *, daemon: PrivateDaemon = BUILD_DAEMON
+) -> Iterator[DockerEngine]:
     """A daemon to build with for the duration of the block (see the module contract)."""
     default = DockerEngine(host=os.environ.get("DOCKER_HOST", ""))
     if default.answers():
@@ -113,42 +166,45 @@ def docker_engine(progress: bool = True) -> Iterator[DockerEngine]:
         return
     if shutil.which("dockerd") is None:
         raise DockerError("no Docker daemon answers and dockerd is not installed")
-    lock_path = cache_root() / "docker.lock"
+    lock_path = cache_root() / f"{daemon.name}.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         opt_absent = not CONTAINERD_OPT.exists()
-        proc = _start_private_daemon(progress)
+        cgroups_before = _docker_cgroups()
+        proc = _start_private_daemon(progress, daemon)
         try:
-            yield DockerEngine(host=f"unix://{PRIVATE_RUN_DIR / 'docker.sock'}")
+            yield DockerEngine(host=f"unix://{daemon.socket}")
         finally:
-            _stop_private_daemon(proc)
+            _stop_private_daemon(proc, daemon)
             if opt_absent:
                 _remove_empty_tree(CONTAINERD_OPT)
+            _remove_new_cgroups(cgroups_before)
 
 
-def _start_private_daemon(progress: bool) -> Proc:
-    data_root = cache_root() / "docker"
+def _start_private_daemon(progress: bool, daemon: PrivateDaemon) -> Proc:
+    data_root = daemon.data_root
     data_root.mkdir(parents=True, exist_ok=True)
-    _stop_stale_daemon()
-    PRIVATE_RUN_DIR.mkdir(parents=True, exist_ok=True)
+    _stop_stale_daemon(daemon)
+    daemon.run_dir.mkdir(parents=True, exist_ok=True)
     args = [
         "dockerd",
         f"--data-root={data_root}",
-        f"--exec-root={PRIVATE_RUN_DIR / 'exec'}",
-        f"--host=unix://{PRIVATE_RUN_DIR / 'docker.sock'}",
-        f"--pidfile={PRIVATE_RUN_DIR / 'dockerd.pid'}",
-        "--bridge=none",
-        "--iptables=false",
-        "--ip6tables=false",
-        "--ip-masq=false",
-        "--userland-proxy=false",
-        "--ip-forward=false",
+        f"--exec-root={daemon.run_dir / 'exec'}",
+        f"--host=unix://{daemon.socket}",
+        f"--pidfile={daemon.run_dir / 'dockerd.pid'}",
+        *daemon.flags,
     ]
+    if daemon.bounded_runtime:
+        daemon.runtime.write_text(
+            f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m recall_dev.runc_bounds "$@"\n'
+        )
+        daemon.runtime.chmod(0o755)
+        args += [f"--add-runtime=recall-runc={daemon.runtime}", "--default-runtime=recall-runc"]
     if progress:
         log.info("dockerd_start", data_root=str(data_root))
-    proc = spawn("dockerd", args, cache_root(), None, owned=True)
-    engine = DockerEngine(host=f"unix://{PRIVATE_RUN_DIR / 'docker.sock'}")
+    proc = spawn(daemon.name.replace("docker", "dockerd", 1), args, cache_root(), None, owned=True)
+    engine = DockerEngine(host=f"unix://{daemon.socket}")
     deadline = time.monotonic() + 60
     while not engine.answers():
         if not proc.alive() or time.monotonic() > deadline:
@@ -158,10 +214,28 @@ def _start_private_daemon(progress: bool) -> Proc:
     return proc
 
 
-def _stop_private_daemon(proc: Proc) -> None:
+def _stop_private_daemon(proc: Proc, daemon: PrivateDaemon) -> None:
     # dockerd stops the containerd it started; give both time to unmount cleanly.
     terminate([proc], grace=30)
-    shutil.rmtree(PRIVATE_RUN_DIR, ignore_errors=True)
+    shutil.rmtree(daemon.run_dir, ignore_errors=True)
+
+
+def _docker_cgroups() -> set[Path]:
+    """The cgroups (v1 hierarchies and v2) that runc made under `docker` for containers."""
+    found: set[Path] = set()
+    for top in (*CGROUP_ROOT.glob("*/docker"), CGROUP_ROOT / "docker"):
+        if top.is_dir():
+            found.add(top)
+            found.update(d for d in top.rglob("*") if d.is_dir())
+    return found
+
+
+def _remove_new_cgroups(before: set[Path]) -> None:
+    """Empty cgroups the daemon's containers and builds left that were not there before it
+    started (deepest first; one still in use refuses, and stays)."""
+    for d in sorted(_docker_cgroups() - before, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            d.rmdir()
 
 
 def _remove_empty_tree(top: Path) -> None:
@@ -172,11 +246,11 @@ def _remove_empty_tree(top: Path) -> None:
         top.rmdir()
 
 
-def _stop_stale_daemon() -> None:
+def _stop_stale_daemon(daemon: PrivateDaemon) -> None:
     """A private daemon left by a killed build (its pid file survives): stop it first."""
-    pidfile = PRIVATE_RUN_DIR / "dockerd.pid"
+    pidfile = daemon.run_dir / "dockerd.pid"
     with contextlib.suppress(OSError, ValueError):
         pid = int(pidfile.read_text().strip())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        if b"dockerd" in cmdline and str(PRIVATE_RUN_DIR).encode() in cmdline:
+        if b"dockerd" in cmdline and str(daemon.run_dir).encode() in cmdline:
             terminate([Proc("dockerd", None, Path("/dev/null"), pid)], grace=30)

@@ -29,14 +29,13 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-import structlog
-
+from recall_dev.buildlog import BuildError, Step, build_step
 from recall_dev.cluster import repo_root
 from recall_dev.docker import DockerEngine, cache_root, docker_engine
-
-log = structlog.get_logger("recall_dev.image")
 
 DEFAULT_TAG = "recall.local/recall:dev"
 LOCK_FILE = Path("hack/image/requirements.lock")
@@ -74,14 +73,21 @@ def _sha256(path: Path) -> str:
 # -- 1. wheels ---------------------------------------------------------------------------------
 
 
-def download_wheels(root: Path) -> Path:
+def _run(cmd: list[str], step: Step | None, **kw: Any) -> None:
+    """A build command: its output to the step's log, or to the terminal without a step."""
+    if step is not None:
+        step.run(cmd, **kw)
+    else:
+        subprocess.run(cmd, check=True, **kw)
+
+
+def download_wheels(root: Path, step: Step | None = None) -> Path:
     """The locked dependencies' wheels for the image's platform, hash-checked; cached per lock."""
     lock = root / LOCK_FILE
     target = image_cache() / f"wheels-{_sha256(lock)[:16]}"
     if (target / ".complete").exists():
         return target
     partial = Path(tempfile.mkdtemp(prefix="wheels-", dir=image_cache()))
-    log.info("wheels_download", lock=str(LOCK_FILE), into=str(target))
     cmd = [
         sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
         "--only-binary=:all:", f"--python-version={PYTHON_VERSION}", "--implementation=cp",
@@ -91,17 +97,17 @@ def download_wheels(root: Path) -> Path:
     env = dict(os.environ)
     env.pop("PIP_FIND_LINKS", None)  # only what the lock names, from the index
     try:
-        subprocess.run(cmd, check=True, env=env)
-    except subprocess.CalledProcessError as e:
+        _run(cmd, step, env=env)
+    except (subprocess.CalledProcessError, BuildError) as e:
         shutil.rmtree(partial, ignore_errors=True)
-        raise ImageError("downloading the locked wheels failed (see pip's output above)") from e
+        raise ImageError("downloading the locked wheels failed (see pip's output)") from e
     (partial / ".complete").touch()
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     return target
 
 
-def build_project_wheel(root: Path, dist: Path) -> Path:
+def build_project_wheel(root: Path, dist: Path, step: Step | None = None) -> Path:
     """The project's wheel, built from the checkout into `dist` (emptied first)."""
     shutil.rmtree(dist, ignore_errors=True)
     dist.mkdir(parents=True)
@@ -111,10 +117,10 @@ def build_project_wheel(root: Path, dist: Path) -> Path:
     ).stdout.strip()
     if commit_time:
         env["SOURCE_DATE_EPOCH"] = commit_time
-    subprocess.run(
+    _run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist),
          str(root)],
-        check=True, env=env, cwd=root,
+        step, env=env, cwd=root,
     )  # fmt: skip
     wheels = list(dist.glob("recall_operator-*.whl"))
     if len(wheels) != 1:
@@ -122,10 +128,10 @@ def build_project_wheel(root: Path, dist: Path) -> Path:
     return wheels[0]
 
 
-def stage(root: Path) -> Path:
+def stage(root: Path, step: Step | None = None) -> Path:
     """Fill build/image/ (wheels/ and dist/) in the checkout: the build context's offline inputs."""
     staging = root / STAGE_DIR
-    wheels = download_wheels(root)
+    wheels = download_wheels(root, step)
     staged = staging / "wheels"
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir(parents=True)
@@ -134,7 +140,7 @@ def stage(root: Path) -> Path:
             os.link(wheel, staged / wheel.name)
         except OSError:
             shutil.copy2(wheel, staged / wheel.name)
-    build_project_wheel(root, staging / "dist")
+    build_project_wheel(root, staging / "dist", step)
     return staging
 
 
@@ -149,21 +155,31 @@ def default_base(root: Path) -> str:
     raise ImageError("the Dockerfile declares no ARG BASE_IMAGE default")
 
 
-def debootstrap_tarball() -> Path:
-    """A root filesystem of Debian bookworm (minbase + python3, venv, CA certificates), cached."""
-    tarball = image_cache() / f"{DEBIAN_SUITE}-minbase-python3.tar"
+BASE_INCLUDE = ("python3", "python3-venv", "ca-certificates")
+
+
+def debootstrap_tarball(
+    include: Sequence[str] = BASE_INCLUDE, name: str = "minbase-python3", log_to: Path | None = None
+) -> Path:
+    """A root filesystem of Debian bookworm (minbase + `include`), cached as `<suite>-<name>.tar`;
+    debootstrap's output goes to `log_to` when given."""
+    tarball = image_cache() / f"{DEBIAN_SUITE}-{name}.tar"
     if tarball.exists():
         return tarball
     if shutil.which("debootstrap") is None:
         raise ImageError("debootstrap is missing: run hack/install-system-deps.sh")
     rootfs = Path(tempfile.mkdtemp(prefix="rootfs-", dir=image_cache()))
     try:
-        log.info("base_debootstrap", suite=DEBIAN_SUITE, into=str(rootfs))
-        subprocess.run(
-            ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
-             DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR],
-            check=True, stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+        log_file = log_to.open("ab") if log_to is not None else None
+        try:
+            subprocess.run(
+                ["debootstrap", "--variant=minbase", f"--include={','.join(include)}",
+                 DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR],
+                check=True, stdout=log_file or subprocess.DEVNULL, stderr=log_file,
+            )  # fmt: skip
+        finally:
+            if log_file is not None:
+                log_file.close()
         # What debootstrap leaves that no image needs: the package lists and caches.
         for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for child in (rootfs / leftover).glob("*"):
@@ -184,7 +200,7 @@ def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def ensure_base(root: Path, docker: DockerEngine) -> str:
+def ensure_base(root: Path, docker: DockerEngine, step: Step | None = None) -> str:
     """The base image to build on, present in the daemon (see the module docstring)."""
     explicit = os.environ.get("BASE_IMAGE")
     if explicit:
@@ -192,12 +208,11 @@ def ensure_base(root: Path, docker: DockerEngine) -> str:
     official = default_base(root)
     if docker.image_id(official):
         return official
-    tarball = debootstrap_tarball()
+    tarball = debootstrap_tarball(log_to=step.log if step else None)
     ref = f"{BASE_REPOSITORY}:{DEBIAN_SUITE}-{_sha256(tarball)[:12]}"
     if docker.image_id(ref) is None:
-        log.info("base_import", image=ref)
         with tarball.open("rb") as f:
-            docker.run(["import", "-", ref], stdin=f, capture=True)
+            _run([docker.cli, "import", "-", ref], step, stdin=f, env=docker.env())
     return ref
 
 
@@ -205,26 +220,24 @@ def ensure_base(root: Path, docker: DockerEngine) -> str:
 
 
 def build(tag: str = DEFAULT_TAG, docker: DockerEngine | None = None) -> str:
-    """Build the image from the checkout's Dockerfile; returns its image ID."""
-    root = repo_root()
-    stage(root)
+    """Build the image from the checkout's Dockerfile; returns its image ID. Says one line
+    (recall_dev.buildlog); pip's, debootstrap's and docker's output go to its log."""
     if docker is None:
-        with docker_engine() as engine:
+        with docker_engine(progress=False) as engine:
             return build(tag, engine)
-    base = ensure_base(root, docker)
-    log.info("image_build", tag=tag, base=base)
-    built = docker.run(
-        ["build", "--network=none", "--build-arg", f"BASE_IMAGE={base}", "--tag", tag, str(root)],
-        capture=True,
-        check=False,
-    )
-    if built.returncode != 0:
-        output = (built.stdout + built.stderr).splitlines()
-        raise ImageError("docker build failed; its last lines:\n" + "\n".join(output[-40:]))
-    image_id = docker.image_id(tag)
-    if image_id is None:
-        raise ImageError(f"docker build succeeded but {tag} is not in the daemon")
-    log.info("image_built", tag=tag, id=image_id[:19])
+    root = repo_root()
+    with build_step("image", tag) as step:
+        stage(root, step)
+        base = ensure_base(root, docker, step)
+        step.run(
+            [docker.cli, "build", "--network=none", "--build-arg", f"BASE_IMAGE={base}",
+             "--tag", tag, str(root)],
+            env=docker.env(),
+        )  # fmt: skip
+        image_id = docker.image_id(tag)
+        if image_id is None:
+            raise ImageError(f"docker build succeeded but {tag} is not in the daemon")
+        step.note(image_id[:19])
     return image_id
 
 
@@ -243,7 +256,7 @@ def save(tag: str, image_id: str, docker: DockerEngine) -> Path:
 
 def build_and_save(tag: str = DEFAULT_TAG) -> Path:
     """Build the image and export it: the archive a node imports."""
-    with docker_engine() as docker:
+    with docker_engine(progress=False) as docker:
         image_id = build(tag, docker)
         return save(tag, image_id, docker)
 
