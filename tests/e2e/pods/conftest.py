@@ -7,9 +7,11 @@ Two kinds of cluster run these tests unchanged:
   the node's containerd, and the speech files live in a directory the workers mount with
   hostPath. Needs root (containerd, iptables, cgroups): without it the tests fail, they do not
   skip.
-- **kind** (`RECALL_E2E_CLUSTER=kind`, set by tests/e2e/kind/run.sh): KUBECONFIG, the loaded
-  image, the media directory (mounted at the same path in the node) and the node container
-  come from the environment.
+- **kind** (`RECALL_E2E_CLUSTER=kind`, `make e2e-kind`): a kind cluster (recall_dev.kind) on
+  the node image built here (or `KIND_NODE_IMAGE`), named `RECALL_KIND_CLUSTER` (default
+  recall-e2e), the media directory mounted at the same path in its node, deleted at the end
+  with its docker network.
+Both load every image of `image_archives()`.
 
 The release is installed once per package (`helm install --wait`) and shared by the tests in
 test_pods.py, which run in file order; the last one uninstalls it. Everything this file starts
@@ -81,15 +83,22 @@ class PodCluster:
         return items
 
 
+def image_archives() -> list[Path]:
+    """The images the pods run, built here, as archives a node imports: every cluster loads
+    each one (another image is one more line here)."""
+    from recall_dev.image import build_and_save
+
+    return [build_and_save(f"{IMAGE_REPOSITORY}:{IMAGE_TAG}")]
+
+
 def _local_cluster(tmp: Path, failed: Callable[[], bool]) -> Iterator[PodCluster]:
     from recall_dev.cluster import ControlPlane
-    from recall_dev.image import build_and_save
     from recall_dev.node import Node
     from recall_dev.node_images import import_archive
 
     if os.geteuid() != 0:
         pytest.fail("the pod end-to-end tests start containerd and a kubelet: run them as root")
-    archive = build_and_save(f"{IMAGE_REPOSITORY}:{IMAGE_TAG}")
+    archives = image_archives()
     # Under pytest's temporary directory: even a killed run leaves nothing elsewhere (the
     # node's reaper removes what the node made outside it).
     cp = ControlPlane(workdir=tmp / "control-plane")
@@ -98,7 +107,8 @@ def _local_cluster(tmp: Path, failed: Callable[[], bool]) -> Iterator[PodCluster
     try:
         # Another test run's node may hold the machine: take turns (one run takes minutes).
         node.start(wait_for_machine=900)
-        import_archive(node.containerd_socket, archive)
+        for archive in archives:
+            import_archive(node.containerd_socket, archive)
         assert cp.bin_dir is not None
         socket = node.containerd_socket
 
@@ -120,25 +130,15 @@ def _local_cluster(tmp: Path, failed: Callable[[], bool]) -> Iterator[PodCluster
             print(f"\ncontrol plane logs of the failed pod tests kept in {kept}")
 
 
-def _kind_cluster() -> Iterator[PodCluster]:
-    from recall_dev.cluster import tools_bin_dir
+def _kind_cluster(tmp: Path) -> Iterator[PodCluster]:
+    from recall_dev.kind import kind_cluster
 
-    node_container = os.environ["RECALL_E2E_KIND_NODE"]
-
-    def kill_container(container_id: str) -> None:
-        subprocess.run(
-            ["docker", "exec", node_container, "ctr", "-n", "k8s.io", "tasks", "kill",
-             "--signal", "SIGKILL", container_id],
-            check=True, capture_output=True,
-        )  # fmt: skip
-
-    yield PodCluster(
-        "kind",
-        Path(os.environ["KUBECONFIG"]),
-        tools_bin_dir(build=True),
-        Path(os.environ["RECALL_E2E_MEDIA_DIR"]),
-        kill_container,
-    )
+    media = tmp / "media"
+    media.mkdir()
+    media.chmod(0o755)
+    name = os.environ.get("RECALL_KIND_CLUSTER", "recall-e2e")
+    with kind_cluster(name, tmp / "kind", archives=image_archives(), mounts=[media]) as kind:
+        yield PodCluster("kind", kind.kubeconfig, kind.bin_dir, media, kind.kill_container)
 
 
 _failures: list[str] = []
@@ -154,11 +154,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodCluster]:
+    # A short path: containerd's sockets live under it (108 bytes at most).
+    tmp = tmp_path_factory.mktemp("pods", numbered=True)
     if os.environ.get("RECALL_E2E_CLUSTER", "node") == "kind":
-        yield from _kind_cluster()
+        yield from _kind_cluster(tmp)
     else:
-        # A short path: containerd's sockets live under it (108 bytes at most).
-        tmp = tmp_path_factory.mktemp("pods", numbered=True)
         yield from _local_cluster(tmp, lambda: bool(_failures))
 
 
