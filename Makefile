@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # plane: most tests wait on lease clocks, so two share the two cores well.
 TEST_WORKERS ?= 2
 
-.PHONY: help venv tools system-deps lint typecheck unit test demo bench chaos e2e e2e-kind image chart-lint dev-up dev-down clean
+.PHONY: help venv tools system-deps lint typecheck unit test demo bench chaos e2e e2e-kind kind-image image chart-lint dev-up dev-down clean
 
 help:
 	@grep -E '^#' Makefile | head -5 | sed 's/^# \{0,1\}//'
@@ -67,9 +67,15 @@ chaos: venv tools
 e2e: venv tools system-deps
 	@$(PY) -m pytest tests/e2e/pods $(PYTEST_ARGS)
 
-# The same tests on kind, where Docker can pull kind's node image (one line where it cannot).
+# The same pod tests on a kind cluster (kind built from its Go module), on the node image built
+# here offline (KIND_NODE_IMAGE=kindest/node:... takes the upstream one where a registry is
+# reachable); the cluster and its docker network are removed afterwards (tests/e2e/kind/).
 e2e-kind: venv tools system-deps
-	@tests/e2e/kind/run.sh
+	@RECALL_E2E_CLUSTER=kind $(PY) -m pytest tests/e2e/pods $(PYTEST_ARGS)
+
+# kind's node image recall.local/kind-node:v<kube>, offline (rebuilt when an input changes).
+kind-image: venv system-deps
+	@$(PY) -m recall_dev.kind_image build >/dev/null
 
 # The image from the Dockerfile, offline (locked wheels staged in build/image/).
 image: venv system-deps

@@ -130,13 +130,13 @@ def _local_cluster(tmp: Path, failed: Callable[[], bool]) -> Iterator[PodCluster
             print(f"\ncontrol plane logs of the failed pod tests kept in {kept}")
 
 
-def _kind_cluster(tmp: Path) -> Iterator[PodCluster]:
+def _kind_cluster(tmp: Path, name: str = "") -> Iterator[PodCluster]:
     from recall_dev.kind import kind_cluster
 
     media = tmp / "media"
     media.mkdir()
     media.chmod(0o755)
-    name = os.environ.get("RECALL_KIND_CLUSTER", "recall-e2e")
+    name = name or os.environ.get("RECALL_KIND_CLUSTER", "recall-e2e")
     with kind_cluster(name, tmp / "kind", archives=image_archives(), mounts=[media]) as kind:
         yield PodCluster("kind", kind.kubeconfig, kind.bin_dir, media, kind.kill_container)
 
