@@ -6,7 +6,8 @@
 `measure()` returns a dict of figures (`make bench` calls it):
 
 - `simulated_*`: a `hours`-long MP3 through the real audio path (fetch, decode, resample to
-  16 kHz, cut with snapping, store the shards in a `MemoryStore`) by the real `Worker` loop with
+  16 kHz, cut with snapping, store the chunks in a results store in memory) by the real
+  `Worker` loop with
   the simulated engine emitting English text at 150 words per minute. Peak RSS is the worker
   process's VmHWM (its own child process, started after the source exists); `rss_base` is its
   RSS with everything imported, before the job.
@@ -14,11 +15,10 @@
   decoding from the start and skipping (the fallback), seconds to the first new chunk.
 - `whisper_*`: a `whisper_hours`-long MP3 through the same loop with the local Whisper engine
   (bundled tiny.en, threads = the CPUs available): RSS, real-time factor and word error rate.
-- `english_*` / `russian_*`: the stored transcript of `hours` of English (the simulated run)
-  and of `russian_hours` of Russian-like Cyrillic text (120 words per minute): bytes in all,
-  ConfigMaps, the largest one, the job status's size; `*_legacy_*` are the sizes the earlier
-  layout would have needed (text and segments in one ConfigMap, `\\uXXXX`-escaped, plus a
-  checkpoint ConfigMap), computed from the same segments.
+- `english_*` / `russian_*`: what the results store holds for `hours` of English (the
+  simulated run) and `russian_hours` of Russian-like Cyrillic text (120 words per minute): the
+  transcript's bytes, the chunk records (their count and bytes), the largest object, and the
+  job's status and whole object as the API server keeps them (a few kilobytes at any length).
 
 The source is speech synthesized by espeak-ng once (about two minutes), encoded once as MP3
 (22.05 kHz mono, 24 kbit/s, no Xing header) and repeated frame by frame to the length wanted,
@@ -107,7 +107,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one job through the real worker loop on a memory store; figures as a dict."""
     from structlog.testing import capture_logs
 
-    from recall.base.settings import WorkerSettings
+    from recall.base.settings import StoreSettings, WorkerSettings
+    from recall.bucket import Stores
     from recall.engines.base import Engine
     from recall.engines.simulated import SimulatedEngine
     from recall.engines.whisper import WhisperEngine, available_cpus, load_model, resolve_model
@@ -138,7 +139,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         max_jobs=1,
         dispatch="queue",  # no operator here to offer the job: the worker picks from the queue
     )
-    worker = Worker(store, settings, engine, namespace="default")
+    results = Stores(StoreSettings(url="memory://bench")).results()
+    worker = Worker(store, settings, engine, namespace="default", results=results)
     engine_spec: dict[str, Any] = {"name": settings.engine}
     if spec["engine"] == "simulated":
         engine_spec["simulate"] = {"chunkDelaySeconds": 0}
@@ -178,76 +180,62 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "rss_peak_mb": round(peak, 1),
         "words": job.status.result.words,
         "status_bytes": len(json.dumps(job.to_api()["status"])),
-        **sizes(store, job.status.result.config_map),
+        "job_bytes": len(json.dumps(job.to_api())),
+        **sizes(results, job),
     }
     if spec.get("reference"):
-        out["wer"] = word_error_rate(store, job.status.result.config_map, spec["reference"])
+        out["wer"] = word_error_rate(results, job.status.result.transcript, spec["reference"])
     if spec.get("resume_probe"):
-        out |= resume_probe(store, spec["url"], media)
+        out |= resume_probe(results, job, spec["url"], media)
     return out
 
 
-def sizes(store: Any, name: str) -> dict[str, Any]:
-    """The stored transcript's bytes, and what the earlier layout would have needed."""
-    from recall.transcripts import Manifest, Record
-    from recall.transcripts.layout import data_bytes, record_key
+def sizes(results: Any, job: Any) -> dict[str, Any]:
+    """What the results store holds for the job: the transcript and the chunk records."""
+    from recall.transcripts import job_prefix, parse_scratch
 
-    manifest_cm = store.get_config_map("default", name)
-    manifest = Manifest.from_data(manifest_cm.data)
-    stored = [data_bytes(manifest_cm.data)]
-    segments: list[Any] = []
-    legacy_chunks: dict[str, str] = {}
-    for ref in manifest.shards:
-        assert ref.end is not None, f"{ref.name} is still open in a complete transcript"
-        data = store.get_config_map("default", ref.name).data
-        stored.append(data_bytes(data))
-        for i in range(ref.first, ref.end):
-            record = Record.decode(data[record_key(i)])
-            segments += record.segments
-            legacy_chunks[f"chunk-{i:05d}.json"] = json.dumps(
-                [s.model_dump() for s in record.segments]
-            )
-    text = " ".join(s.text.strip() for s in segments if s.text.strip())
-    legacy_transcript = {
-        "transcript.txt": text,
-        "segments.json": json.dumps([s.model_dump() for s in segments]),
-        "meta.json": json.dumps({"duration": 0.0, "engine": "", "words": len(text.split())}),
-    }
+    objects = list(results.list(job_prefix("default", job.name, job.metadata.uid or "")))
+    chunks = [o for o in objects if (k := parse_scratch(o.key)) and k.chunk() is not None]
+    transcript = next(o for o in objects if o.key == job.status.result.transcript)
+    raw = results.get(transcript.key)
+    text = " ".join(s.text.strip() for s in _decode(raw).segments if s.text.strip())
     return {
-        "transcript_bytes": sum(stored),
-        "config_maps": len(stored),
-        "largest_config_map_bytes": max(stored),
+        "transcript_bytes": transcript.size,
+        "chunk_objects": len(chunks),
+        "chunk_bytes": sum(o.size for o in chunks),
+        "largest_object_bytes": max(o.size for o in objects),
         "text_bytes": len(text.encode()),
-        "legacy_transcript_bytes": data_bytes(legacy_transcript),
-        "legacy_checkpoint_bytes": data_bytes(legacy_chunks),
     }
 
 
-def word_error_rate(store: Any, name: str, reference: str) -> float:
+def _decode(raw: bytes) -> Any:
+    from recall.transcripts import Transcript
+
+    return Transcript.decode(raw)
+
+
+def word_error_rate(results: Any, key: str, reference: str) -> float:
     import jiwer
 
-    from recall.transcripts import TranscriptStore
+    from recall.transcripts import load_transcript
     from recall_dev import speech
 
-    transcript = TranscriptStore(store).load_transcript("default", name)
+    transcript = load_transcript(results, key)
     assert transcript is not None
     wer = jiwer.wer(speech.normalise(reference), speech.normalise(transcript.text))
     return round(float(wer), 3)
 
 
-def resume_probe(store: Any, url: str, media_options: Any) -> dict[str, Any]:
+def resume_probe(results: Any, job: Any, url: str, media_options: Any) -> dict[str, Any]:
     """Seconds to the first chunk after a resume at 90 %: by seeking, and by decoding again."""
     from recall.media import load_media
     from recall.media.types import Resume
-    from recall.transcripts import Manifest, Record
-    from recall.transcripts.layout import record_key
+    from recall.transcripts import Record, chunk_key, directory_of
 
-    manifest = Manifest.from_data(store.get_config_map("default", "long-a1").data)
-    total = manifest.shards[-1].end
-    assert total is not None, "the last shard is still open in a complete transcript"
+    directory = directory_of(job, 1, job.status.result.token)
+    total = job.status.progress.chunks_done
     index = int(total * 0.9)
-    ref = next(s for s in manifest.shards if s.first <= index < (s.end or 0))
-    record = Record.decode(store.get_config_map("default", ref.name).data[record_key(index)])
+    record = Record.decode(results.get(chunk_key(directory, index)))
     out: dict[str, Any] = {"resume_at_seconds": round(record.end / 16_000)}
     for how, tail in (("seek", record.tail), ("decode", "")):
         began = time.perf_counter()
@@ -353,11 +341,11 @@ def english_or_russian(prefix: str, run: dict[str, Any]) -> dict[str, Any]:
         "words",
         "text_bytes",
         "transcript_bytes",
-        "config_maps",
-        "largest_config_map_bytes",
+        "chunk_objects",
+        "chunk_bytes",
+        "largest_object_bytes",
         "status_bytes",
-        "legacy_transcript_bytes",
-        "legacy_checkpoint_bytes",
+        "job_bytes",
     )
     return {f"{prefix}_{k}": run[k] for k in keys}
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from recall.base.settings import StoreSettings
+from recall.bucket import Bucket, Stores
 from recall.kube.store import KubeStore, load_api_client
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
@@ -88,15 +90,40 @@ def bucket(object_store: ObjectStore) -> Iterator[str]:
     object_store.delete_bucket(name)
 
 
+@pytest.fixture(scope="session")
+def store_env(object_store: ObjectStore) -> dict[str, str]:
+    """The object store's S3 variables (its admin identity), set in this process too: the
+    results stores opened in-process (`recall.bucket.Stores`) read them, as the operator's do."""
+    env = object_store.env()
+    os.environ.update(env)
+    return env
+
+
 @pytest.fixture
-def procs(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Procs]:
-    """Starts `recall` processes against the control plane; kills what is left at the end."""
+def results(bucket: str, store_env: dict[str, str]) -> Bucket:
+    """The results store of one test: a fresh bucket on the real S3 server."""
+    return Stores(StoreSettings(url=f"s3://{bucket}/")).results()
+
+
+@pytest.fixture
+def procs(
+    control_plane: ControlPlane,
+    object_store: ObjectStore,
+    store_env: dict[str, str],
+    results: Bucket,
+    tmp_path: Path,
+) -> Iterator[Procs]:
+    """Starts `recall` processes against the control plane and the test's results store
+    (workers with the store's scratch-only identity); kills what is left at the end."""
     env = control_plane.env()
+    env.update(store_env)
+    env["RECALL_STORE_URL"] = results.url
     env.setdefault("RECALL_LOG_FORMAT", "json")
     # Workers serve themselves soon when no operator offers them work (tests without one).
     env.setdefault("RECALL_WORKER_SELF_SERVE_SECONDS", "1")
     env["PYTHONUNBUFFERED"] = "1"
-    p = Procs(env=env, logs=tmp_path / "logs")
+    worker_env = object_store.env(object_store.worker)
+    p = Procs(env=env, logs=tmp_path / "logs", worker_env=worker_env)
     try:
         yield p
     finally:

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from recall.bucket import Bucket
 from recall.kube.store import KubeStore
 from recall.resources import API_VERSION, GROUP, VERSION, TranscriptionJob
+from recall.worker.holder import LeaseHolder
 
 Kube = KubeStore  # the name the tests use for the store on a real API server
 
@@ -133,6 +135,7 @@ class Procs:
     env: dict[str, str]
     logs: Path
     started: list[Proc] = field(default_factory=list)
+    worker_env: dict[str, str] = field(default_factory=dict)  # the workers' store identity
 
     def recall(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -151,7 +154,9 @@ class Procs:
         return proc
 
     def worker(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
-        return self.recall(name, "worker", "--id", name, *args, env=env)
+        return self.recall(
+            name, "worker", "--id", name, *args, env={**self.worker_env, **(env or {})}
+        )
 
     def kill_all(self) -> None:
         for p in self.started:
@@ -179,7 +184,7 @@ class ControllerThread:
     kopf: an informer feeds its cache, its loop runs in a thread. Batches are read from the
     API each tick. The same code path the operator runs."""
 
-    def __init__(self, kube: Kube, namespace: str, tick: float = 0.2) -> None:
+    def __init__(self, kube: Kube, namespace: str, results: Bucket, tick: float = 0.2) -> None:
         import threading
 
         from recall.base.settings import OperatorSettings
@@ -187,10 +192,12 @@ class ControllerThread:
         from recall.operator.controller import Controller
         from recall.protocol.workers import SELECTOR
 
-        settings = OperatorSettings(namespace=namespace, tick_seconds=tick, reconcile_interval=2)
+        settings = OperatorSettings(
+            namespace=namespace, tick_seconds=tick, reconcile_interval=2, sweep_seconds=2
+        )
         self.kube = kube
         self.namespace = namespace
-        self.controller = Controller(kube, settings)
+        self.controller = Controller(kube, settings, results=results)
         self.controller.leading.set()
         self.informer = Informer(Jobs(kube, namespace), self.controller.cache)
         self.registrations = Informer(
@@ -202,6 +209,7 @@ class ControllerThread:
             threading.Thread(target=self.informer.run, args=(self._stop,), daemon=True),
             threading.Thread(target=self.registrations.run, args=(self._stop,), daemon=True),
             threading.Thread(target=self._run, daemon=True),
+            threading.Thread(target=self.controller.results.run, args=(self._stop,), daemon=True),
         ]
 
     def _run(self) -> None:
@@ -311,3 +319,30 @@ def job_phase(kube: Kube, namespace: str, name: str) -> str | None:
     """The job's phase, or None while it does not exist (yet)."""
     job = kube.get_job(namespace, name)
     return job.status.effective_phase if job else None
+
+
+def store_keys(results: Bucket, namespace: str, job: TranscriptionJob | None = None) -> list[str]:
+    """Every key the results store holds for `job` (all jobs of `namespace` without one)."""
+    from recall.transcripts import job_prefix, namespace_prefix
+
+    prefix = (
+        job_prefix(namespace, job.name, job.metadata.uid or "")
+        if job is not None
+        else namespace_prefix(namespace)
+    )
+    return sorted(o.key for o in results.list(prefix))
+
+
+def complete_with_transcript(holder: LeaseHolder, results: Bucket, text: str = "done") -> None:
+    """Complete `holder`'s job as a worker would: its transcript written first, then the
+    fenced complete naming it."""
+    from recall.media.types import Segment
+    from recall.resources import Result
+    from recall.transcripts import Transcript, directory_of, transcript_key
+
+    job = holder.known
+    key = transcript_key(directory_of(job, holder.attempt, holder.token))
+    segments = [Segment(start=0.0, end=1.0, text=text)]
+    body = Transcript(segments=segments, duration=1.0, engine="test", job=job.name)
+    results.put(key, body.encode())
+    holder.complete(Result(transcript=key, worker=holder.worker, words=len(text.split())))

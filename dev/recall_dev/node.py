@@ -159,7 +159,7 @@ class Node:
         self._apply_cluster_objects(bin_dir)
         self._write_kubelet_kubeconfig(bin_dir)
         say(f"starting the cluster DNS on {node_net.GATEWAY}:53 (cluster names only)")
-        self._spawn("node-dns", dns_args(target.service_ip))
+        self._spawn("node-dns", dns_args(target.service_ip, self.kubeconfig))
 
         say("starting kube-controller-manager (node controllers) and kube-scheduler")
         self._spawn(

@@ -265,12 +265,13 @@ def scheduler_args(bin_dir: Path, kubeconfig: Path, port: int) -> list[str]:
     ]
 
 
-def dns_args(service_ip: str) -> list[str]:
-    """recall_dev.node_dns on the bridge, answering kubernetes.default.svc with `service_ip`."""
+def dns_args(service_ip: str, kubeconfig: Path) -> list[str]:
+    """recall_dev.node_dns on the bridge, answering kubernetes.default.svc with `service_ip`
+    and other Services' names with their ready pods (read through `kubeconfig`)."""
     record = f"kubernetes.default.svc.{CLUSTER_DOMAIN}={service_ip}"
     return [
         sys.executable, "-m", "recall_dev.node_dns", f"--listen={node_net.GATEWAY}",
-        f"--domain={CLUSTER_DOMAIN}", f"--record={record}",
+        f"--domain={CLUSTER_DOMAIN}", f"--record={record}", f"--kubeconfig={kubeconfig}",
     ]  # fmt: skip
 
 

@@ -8,9 +8,17 @@ local node runs this instead, on the pod bridge's host address (UDP 53), as the 
     python -m recall_dev.node_dns --listen 10.244.0.1 \
         --record kubernetes.default.svc.cluster.local=10.0.0.1
 
+The node runs no kube-proxy, so a Service's ClusterIP leads nowhere. With `--kubeconfig`, a
+Service's name (`<service>.<namespace>.svc.<domain>`) resolves instead to the address of one of
+its ready pods, looked up through the API server by the Service's selector (as a headless
+Service resolves): pods on the bridge reach each other directly, so the chart's bundled
+results store is reachable by its Service name from the worker pods.
+
 Contract:
-- An A query for a recorded name gets its address; an AAAA query for it gets no answer
-  (NOERROR); any other name under the cluster domain gets NXDOMAIN; anything else REFUSED.
+- An A query for a recorded name gets its address; a Service name (with `--kubeconfig`) the
+  address of a ready pod it selects (looked up again after `LOOKUP_SECONDS`), the same one
+  while it stays ready; an AAAA query for either gets no answer (NOERROR); any other name under
+  the cluster domain gets NXDOMAIN; anything else REFUSED.
 - It never recurses and never forwards: no query leaves the machine through it.
 - One UDP socket, one thread; it runs until SIGTERM (or its parent dies: PR_SET_PDEATHSIG).
 """
@@ -23,12 +31,17 @@ import signal
 import socket
 import struct
 import sys
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 TYPE_A = 1
 TYPE_AAAA = 28
 CLASS_IN = 1
 NOERROR, FORMERR, NXDOMAIN, REFUSED = 0, 1, 3, 5
+LOOKUP_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,85 @@ def parse(packet: bytes) -> Query | None:
     return Query(ident, flags, ".".join(labels), qtype, qclass, packet[12 : i + 4])
 
 
-def answer(query: Query, records: dict[str, str], domain: str) -> bytes:
+class Services(Mapping[str, str]):
+    """Service names → a ready pod's address, from the API server (see the module doc); a
+    read-only mapping that `answer` reads like the fixed records."""
+
+    def __init__(
+        self, lookup: Callable[[str, str], list[str]], domain: str, fixed: dict[str, str]
+    ) -> None:
+        self.lookup = lookup  # (namespace, service) -> ready pod IPv4 addresses
+        self.domain = domain
+        self.fixed = fixed
+        self._cache: dict[str, tuple[float, str | None]] = {}
+
+    def _service(self, name: str) -> tuple[str, str] | None:
+        suffix = f".svc.{self.domain}"
+        if not name.endswith(suffix):
+            return None
+        parts = name[: -len(suffix)].split(".")
+        return (parts[1], parts[0]) if len(parts) == 2 else None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self.fixed:
+            return self.fixed[name]
+        key = self._service(name)
+        if key is None:
+            return default
+        now = time.monotonic()
+        seen = self._cache.get(name)
+        if seen is None or now - seen[0] > LOOKUP_SECONDS:
+            try:
+                ready = self.lookup(*key)
+            except Exception:  # the API server is away: keep the last answer
+                ready = [seen[1]] if seen and seen[1] else []
+            keep = seen[1] if seen and seen[1] in ready else None
+            seen = (now, keep or (ready[0] if ready else None))
+            self._cache[name] = seen
+        return seen[1] if seen[1] is not None else default
+
+    def __getitem__(self, name: str) -> str:
+        found = self.get(name)
+        if found is None:
+            raise KeyError(name)
+        return str(found)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __iter__(self) -> Any:
+        return iter(self.fixed)
+
+    def __len__(self) -> int:
+        return len(self.fixed)
+
+
+def api_lookup(kubeconfig: Path) -> Callable[[str, str], list[str]]:
+    """(namespace, service) → the IPv4 addresses of the ready pods the Service selects."""
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+
+    def lookup(namespace: str, service: str) -> list[str]:
+        svc = api.read_namespaced_service(service, namespace, _request_timeout=2)
+        selector = svc.spec.selector or {}
+        if not selector:
+            return []
+        labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        pods = api.list_namespaced_pod(namespace, label_selector=labels, _request_timeout=2)
+        out = []
+        for pod in pods.items:
+            ready = any(
+                c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])
+            )
+            if ready and pod.status.pod_ip and not pod.metadata.deletion_timestamp:
+                out.append(pod.status.pod_ip)
+        return sorted(out)
+
+    return lookup
+
+
+def answer(query: Query, records: Mapping[str, str], domain: str) -> bytes:
     """The response to `query` from `records` (name → IPv4 address) under `domain`."""
     rd = query.flags & 0x0100
     name = query.name.rstrip(".")
@@ -88,7 +179,7 @@ def answer(query: Query, records: dict[str, str], domain: str) -> bytes:
     return header + query.question + b"".join(answers)
 
 
-def serve(listen: str, port: int, records: dict[str, str], domain: str) -> None:
+def serve(listen: str, port: int, records: Mapping[str, str], domain: str) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((listen, port))
     while True:
@@ -108,13 +199,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=53)
     parser.add_argument("--domain", default="cluster.local")
     parser.add_argument("--record", action="append", default=[], help="NAME=IPV4, repeatable")
+    parser.add_argument(
+        "--kubeconfig", type=Path, default=None, help="resolve Services to ready pods through it"
+    )
     args = parser.parse_args(argv)
-    records = {}
+    records: dict[str, str] = {}
     for record in args.record:
         name, _, address = record.partition("=")
         records[name.lower().rstrip(".")] = str(ipaddress.IPv4Address(address))
+    domain = args.domain.rstrip(".")
+    table: Mapping[str, str] = records
+    if args.kubeconfig is not None:
+        table = Services(api_lookup(args.kubeconfig), domain, records)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    serve(args.listen, args.port, records, args.domain.rstrip("."))
+    serve(args.listen, args.port, table, domain)
     return 0
 
 

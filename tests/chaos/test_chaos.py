@@ -1,11 +1,15 @@
 """The whole system under faults, checked against every invariant of DESIGN §5.
 
-Each seed is one run of `recall_dev.chaos` on a control plane of its own: two operators with
-leader election, a fleet of simulated workers and a few hundred jobs, while workers are killed,
-frozen (by SIGSTOP, and at a fault point right before a write), stopped gracefully, operators
-are killed and frozen, stale writers write without a resourceVersion, and etcd and
-kube-apiserver restart. A violated invariant fails the test with its evidence; the one line of
-each run is printed at the end of the session.
+Each seed is one run of `recall_dev.chaos` on a control plane and an S3 server (SeaweedFS) of
+its own: two operators with leader election, a fleet of simulated workers and a few hundred
+jobs, while workers are killed, frozen (by SIGSTOP, and at a fault point right before a write),
+stopped gracefully, operators are killed, frozen and crash in the middle of a publish, stale
+writers write without a resourceVersion, etcd, kube-apiserver and the S3 server restart, and
+the store is slow, loses PUT answers or is down for a few seconds. The invariants are checked
+on the recorded history and on the bucket's listing at the end. A violated invariant fails the
+test with its evidence, and so does a drain that ran out of time (its own verdict, "drain timed
+out: N jobs not ended", not counted as broken invariants); the one line of each run is printed
+at the end of the session.
 
 `make test` runs the short profile with one seed (about two minutes); `make chaos` the long
 profile with three (RECALL_CHAOS_PROFILE, RECALL_CHAOS_SEEDS).

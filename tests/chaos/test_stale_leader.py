@@ -20,8 +20,10 @@ import time
 
 import pytest
 
+from recall.bucket import Bucket
 from recall.kube.store import KubeStore as Kube
 from recall.resources import ItemPhase, Result
+from recall.transcripts import Transcript, directory_of, transcript_key
 from recall.worker.holder import LeaseHolder
 from tests.helpers import Procs, create_batch, get_job, item_phase, process_state, wait_for
 
@@ -43,7 +45,7 @@ def leader(kube: Kube, namespace: str) -> str | None:
     "point", ["operator-pause-before-projection", "operator-pause-before-status-write"]
 )
 def test_frozen_leader__does_not_move_items_back_when_continued(
-    kube: Kube, namespace: str, procs: Procs, point: str
+    kube: Kube, namespace: str, procs: Procs, results: Bucket, point: str
 ) -> None:
     args = ("operator", "--namespace", namespace, "--leader-election")
     first = procs.recall(
@@ -66,7 +68,9 @@ def test_frozen_leader__does_not_move_items_back_when_continued(
         kube, get_job(kube, namespace, "b-a"), "w", renew_deadline_fraction=0.9
     )
     assert isinstance(holder, LeaseHolder)
-    holder.complete(Result(config_map="b-a-transcript-1"))
+    key = transcript_key(directory_of(holder.known, holder.attempt, holder.token))
+    results.put(key, Transcript(segments=[], duration=30.0, engine="test").encode())
+    holder.complete(Result(transcript=key))
     wait_for(
         lambda: item_phase(kube, namespace, "b", "a") == ItemPhase.COMPLETED,
         timeout=10,

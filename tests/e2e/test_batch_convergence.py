@@ -7,17 +7,28 @@ from __future__ import annotations
 import threading
 import time
 
+from recall.bucket import Bucket
 from recall.kube.store import MERGE_PATCH
 from recall.kube.store import KubeStore as Kube
-from recall.resources import BATCH_PLURAL, GROUP, VERSION, ItemPhase, Result
+from recall.resources import BATCH_PLURAL, GROUP, VERSION, ItemPhase
 from recall.worker.holder import LeaseHolder
-from tests.helpers import Procs, create_batch, get_batch, get_job, item_phases, wait_for
+from tests.helpers import (
+    Procs,
+    complete_with_transcript,
+    create_batch,
+    get_batch,
+    get_job,
+    item_phases,
+    wait_for,
+)
 
 TICK = 0.5
 LATENCY = 0.2
 
 
-def test_items_follow_their_jobs_within_two_ticks(kube: Kube, namespace: str, procs: Procs) -> None:
+def test_items_follow_their_jobs_within_two_ticks(
+    kube: Kube, namespace: str, procs: Procs, results: Bucket
+) -> None:
     procs.recall(
         "operator",
         "operator",
@@ -57,7 +68,7 @@ def test_items_follow_their_jobs_within_two_ticks(kube: Kube, namespace: str, pr
             holder = LeaseHolder.claim(kube, job, "w", renew_deadline_fraction=0.6)
             assert isinstance(holder, LeaseHolder)
             delays.append(_seen(kube, namespace, key, ItemPhase.TRANSCRIBING))
-            holder.complete(Result(config_map=f"t-{key}"))
+            complete_with_transcript(holder, results)
             delays.append(_seen(kube, namespace, key, ItemPhase.COMPLETED))
     finally:
         stop.set()

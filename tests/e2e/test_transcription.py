@@ -8,11 +8,12 @@ from pathlib import Path
 import jiwer
 import pytest
 
+from recall.bucket import Bucket
 from recall.kube.store import KubeStore as Kube
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
-from recall.transcripts import Manifest, TranscriptStore, manifest_name
+from recall.transcripts import load_transcript
 from recall_dev import speech
-from tests.helpers import Procs, get_job, job_phase, wait_for
+from tests.helpers import Procs, get_job, job_phase, store_keys, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,7 @@ def chunk_events(events: list[dict[str, object]]) -> list[object]:
 
 
 def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint(
-    kube: Kube, namespace: str, procs: Procs, spoken: tuple[Path, str]
+    kube: Kube, namespace: str, procs: Procs, results: Bucket, spoken: tuple[Path, str]
 ) -> None:
     path, reference = spoken
     procs.recall("operator", "operator", "--namespace", namespace)
@@ -82,7 +83,8 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     job = get_job(kube, namespace, "talk-six")
     assert job.status.progress is not None
     assert (job.status.progress.chunks_done, job.status.progress.chunks_total) == (3, 6)
-    assert job.status.progress.checkpoint == manifest_name("talk-six", 1)
+    (part,) = job.status.progress.parts  # the checkpoint: attempt 1's chunks 0, 1, 2
+    assert (part.attempt, part.first, part.end) == (1, 0, 3)
     assert chunk_events(first.events()) == [0, 1, 2]
 
     # It must outwait the dead worker's lease (6 s) and the reclaim before it idles out.
@@ -102,21 +104,24 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     job = get_job(kube, namespace, "talk-six")
     assert (job.status.attempts, job.status.expired_leases) == (2, 1)
     assert job.status.result is not None and job.status.result.attempt == 2
-    transcript = TranscriptStore(kube).load_transcript(namespace, job.status.result.config_map)
+    transcript = load_transcript(results, job.status.result.transcript)
     assert transcript is not None
     starts = [s.start for s in transcript.segments]
     assert starts == sorted(starts), "segments out of order"
     assert transcript.segments[-1].end > 45, "the transcript does not reach the end"
     wer = jiwer.wer(speech.normalise(reference), speech.normalise(transcript.text))
     assert wer <= 0.25, f"WER {wer:.2f}: {transcript.text}"
-    # The second attempt's manifest is the transcript; it references the first attempt's
-    # shards (stored once), whose manifest is removed once the transcript is accepted.
-    assert job.status.result.config_map == manifest_name("talk-six", 2)
-    assert kube.get_config_map(namespace, manifest_name("talk-six", 1)) is None
-    accepted = kube.get_config_map(namespace, manifest_name("talk-six", 2))
-    assert accepted is not None
-    shards = [s.name for s in Manifest.from_data(accepted.data).shards]
-    assert shards[0] == "talk-six-a1-0" and shards[-1].startswith("talk-six-a2-")
+    # The accepted transcript is all that stays: both attempts' chunks and cuttings go once it
+    # is accepted (the operator collects them), and nothing is in a ConfigMap.
+    accepted = job.status.result.transcript
+    assert f"/a2-{job.status.result.token}/" in accepted
+    wait_for(
+        lambda: store_keys(results, namespace, job) == [accepted],
+        timeout=30,
+        message=lambda: f"only the result to stay: {store_keys(results, namespace, job)}",
+    )
+    names = [c.metadata.name for c in kube.core.list_namespaced_config_map(namespace).items]
+    assert [n for n in names if n != "kube-root-ca.crt"] == []
 
 
 def test_bad_media__fails_at_once_with_a_clear_reason(

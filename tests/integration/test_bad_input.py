@@ -96,7 +96,7 @@ BAD: list[tuple[str, str, dict[str, Any], str]] = [
     (
         "batch-item-bad-url",
         BATCH_PLURAL,
-        with_spec(BATCH, items=[item("a", "s3://b/k")]),
+        with_spec(BATCH, items=[item("a", "ftp://b/k")]),
         "spec.items[0].source.url",
     ),
     (

@@ -61,6 +61,9 @@ BACKOFF_SET_BY_FAIL = "status.backoffSeconds is set only by the write that ends 
 EXHAUST_ONLY_WHEN_SPENT = "a Queued job becomes Failed only when its attempts are spent"
 BUDGET = "status.attempts cannot exceed spec.maxAttempts plus the attempts given back"
 FENCE_NAMES_LEASE = "status.fence names its lease"
+RESULT_OWN_KEY = "status.result.transcript must be the transcript the completing lease wrote"
+PUBLISHED_ONLY = "status.published exists only on a Succeeded job"
+PUBLISH_ONLY_WRITE = "the publish record is the only write a Succeeded job takes"
 
 
 # -- the API -------------------------------------------------------------------------------
@@ -164,12 +167,21 @@ def renew(status: Status) -> Patch:
     }
 
 
+def transcript_of(attempt: int, lease_token: str) -> str:
+    return f"scratch/ns/j/uid/a{attempt}-{lease_token}/transcript.json"
+
+
+def publish(status: Status) -> Patch:
+    """The operator's one record on a Succeeded job: its outputs and index entry written."""
+    return {"published": {"time": now(), "formats": ["srt"], "index": "index/ns/b/u/j.json"}}
+
+
 def complete(status: Status) -> Patch:
     return {
         "phase": "Succeeded",
         "lease": None,
         "result": {
-            "configMap": f"transcript-{status['attempts']}",
+            "transcript": transcript_of(status["attempts"], status["lease"]["token"]),
             "token": status["lease"]["token"],
             "attempt": status["attempts"],
             "worker": status["lease"]["holder"],
@@ -276,6 +288,10 @@ FLOWS: dict[str, Flow] = {
         [claim("a"), renew, renew, complete],
         {"phase": "Succeeded", "lease": None, "attempts": 1, "fence": f"{token('a', 1)}/4"},
     ),
+    "claim, complete, then the one publish record": Flow(
+        [claim("a"), complete, publish],
+        {"phase": "Succeeded", "attempts": 1},
+    ),
     "fail with retry, backoff cleared, claim again": Flow(
         [claim("a"), fail_retry, clear_backoff, claim("b"), complete],
         {"phase": "Succeeded", "attempts": 2, "failures": 1, "backoffSeconds": None},
@@ -375,7 +391,11 @@ def fake_complete(status: Status) -> Patch:
     return {
         "phase": "Succeeded",
         "lease": None,
-        "result": {"configMap": "does-not-exist", "token": token("z", 1), "attempt": 1},
+        "result": {
+            "transcript": transcript_of(1, token("z", 1)),
+            "token": token("z", 1),
+            "attempt": 1,
+        },
     }
 
 
@@ -428,7 +448,32 @@ CARELESS: dict[str, Careless] = {
         LEASED_BY_A, steal_in_place, IN_PLACE
     ),
     "the result of a Succeeded job overwritten": Careless(
-        [claim("a"), complete], lambda s: {"result": {"configMap": "other"}}, RESULT_IMMUTABLE
+        [claim("a"), complete],
+        lambda s: {"result": {"transcript": transcript_of(1, token("z", 1))}},
+        RESULT_IMMUTABLE,
+    ),
+    "complete naming another lease's transcript (even by the holder)": Careless(
+        LEASED_BY_A, complete_with(transcript=transcript_of(1, token("z", 1))), RESULT_OWN_KEY
+    ),
+    "a publish record on a Failed job": Careless(
+        [claim("a"), fail_final], lambda s: {"published": {"time": now()}}, PUBLISHED_ONLY
+    ),
+    "a second publish record": Careless([claim("a"), complete, publish], publish, FINAL),
+    "the publish record removed": Careless(
+        [claim("a"), complete, publish], lambda s: {"published": None}, FINAL
+    ),
+    "a publish record that also changes the result's words": Careless(
+        [claim("a"), complete],
+        lambda s: {"published": {"time": now()}, "result": {"words": 9}},
+        PUBLISH_ONLY_WRITE,
+    ),
+    "a publish record that also adds a condition": Careless(
+        [claim("a"), complete],
+        lambda s: {
+            "published": {"time": now()},
+            "conditions": [{"type": "X", "status": "True", "lastTransitionTime": now()}],
+        },
+        PUBLISH_ONLY_WRITE,
     ),
     "a Failed job moved back to Queued": Careless(
         [claim("a"), fail_final], lambda s: {"phase": "Queued"}, FINAL

@@ -28,6 +28,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from recall.bucket import Bucket
 from recall.kube.store import KubeStore as Kube
 from recall.resources import BATCH_PLURAL, GROUP, VERSION, BatchStatus, Phase
 from recall_dev.cluster import ControlPlane
@@ -556,6 +557,7 @@ def test_chart_service_accounts__operator_and_two_workers_complete_a_batch(
     control_plane: ControlPlane,
     namespace: str,
     procs: Procs,
+    results: Bucket,
     tmp_path: Path,
 ) -> None:
     kubeconfigs = {}
@@ -607,7 +609,7 @@ def test_chart_service_accounts__operator_and_two_workers_complete_a_batch(
     for job in jobs:
         assert job.status.phase == Phase.SUCCEEDED
         assert job.status.result is not None and job.status.result.worker in workers
-        assert kube.get_config_map(namespace, job.status.result.config_map) is not None
+        assert results.get(job.status.result.transcript) is not None
     for proc in procs.started:
         assert proc.alive(), f"{proc.name} exited:\n{procs.dump()}"
         refused = [

@@ -9,6 +9,7 @@ import signal
 
 import pytest
 
+from recall.bucket import Bucket
 from recall.kube.store import KubeStore as Kube
 from recall.resources import Phase
 from tests.helpers import Procs, create_job, get_job, wait_for
@@ -22,7 +23,7 @@ def settled(events: list[dict[str, object]], action: str) -> bool:
 
 @pytest.mark.parametrize("action", ["claim", "renew", "complete"])
 def test_lost_answer__settled_by_reading_back(
-    kube: Kube, namespace: str, procs: Procs, action: str
+    kube: Kube, namespace: str, procs: Procs, results: Bucket, action: str
 ) -> None:
     create_job(kube, namespace, "j", lease=6, simulate={"chunks": 2, "chunkDelaySeconds": 0.1})
     w = procs.worker(
@@ -53,7 +54,7 @@ def test_lost_answer__settled_by_reading_back(
         assert settled(events, action), names
     assert "lease_lost" not in names
     # Nothing the accepted result references was deleted.
-    assert kube.get_config_map(namespace, job.status.result.config_map) is not None
+    assert results.get(job.status.result.transcript) is not None
 
 
 def test_lost_answer_of_fail__recorded_once(kube: Kube, namespace: str, procs: Procs) -> None:

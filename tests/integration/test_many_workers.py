@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from recall.bucket import Bucket
 from recall.kube.store import KubeStore as Kube
 from recall.resources import Phase
-from recall.transcripts import LABEL_KIND, MANIFEST
-from tests.helpers import Procs, create_job, list_jobs, read_jsonl, wait_for
+from tests.helpers import Procs, create_job, list_jobs, read_jsonl, store_keys, wait_for
 
 WORKERS = 8
 JOBS = 200
@@ -20,7 +20,7 @@ CHUNKS = 2
 
 @pytest.mark.slow
 def test_eight_workers_two_hundred_jobs__each_succeeds_once(
-    kube: Kube, namespace: str, procs: Procs, tmp_path: Path
+    kube: Kube, namespace: str, procs: Procs, results: Bucket, tmp_path: Path
 ) -> None:
     record = tmp_path / "engine-runs.jsonl"
     for i in range(JOBS):
@@ -60,11 +60,9 @@ def test_eight_workers_two_hundred_jobs__each_succeeds_once(
         assert job.status.attempts == 1, job.name
     assert sum(runs.values()) == JOBS * CHUNKS, "the engine ran a chunk twice"
 
-    transcripts = kube.core.list_namespaced_config_map(
-        namespace, label_selector=f"{LABEL_KIND}={MANIFEST}"
-    ).items
-    assert len(transcripts) == JOBS
-    assert {cm.metadata.name for cm in transcripts} == {j.status.result.config_map for j in jobs}  # type: ignore[union-attr]
+    transcripts = [k for k in store_keys(results, namespace) if k.endswith("/transcript.json")]
+    assert len(transcripts) == JOBS  # one per job: no zombie's, no second attempt's
+    assert set(transcripts) == {j.status.result.transcript for j in jobs}  # type: ignore[union-attr]
 
     stops = [e for w in workers for e in w.events() if e.get("event") == "worker_stopped"]
     claims = sum(e["claims"] for e in stops)

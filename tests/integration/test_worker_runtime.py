@@ -9,6 +9,7 @@ import time
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from recall.bucket import Bucket
 from recall.kube.store import MERGE_PATCH
 from recall.kube.store import KubeStore as Kube
 from recall.resources import GROUP, JOB_PLURAL, VERSION, Phase
@@ -18,7 +19,7 @@ from tests.helpers import ControllerThread, Procs, create_job, get_job, wait_for
 
 @pytest.mark.slow
 def test_engine_blocking_three_leases__completes_without_losing_the_lease(
-    kube: Kube, namespace: str, procs: Procs
+    kube: Kube, namespace: str, procs: Procs, results: Bucket
 ) -> None:
     lease = 3
     create_job(
@@ -28,7 +29,7 @@ def test_engine_blocking_three_leases__completes_without_losing_the_lease(
         lease=lease,
         simulate={"chunks": 1, "blockSeconds": 3 * lease, "chunkDelaySeconds": 0},
     )
-    with ControllerThread(kube, namespace) as reaper:
+    with ControllerThread(kube, namespace, results) as reaper:
         w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
         wait_for(
             lambda: get_job(kube, namespace, "long").status.phase == Phase.SUCCEEDED,

@@ -3,7 +3,7 @@
 The freeze is placed by fault injection right after the worker's own lease check and before
 its PATCH — the one moment a client-side check cannot help. The resumed zombie's write must
 then be rejected by the API server (409 on its stale resourceVersion, then a refusal on
-re-read), and nothing it produced may be referenced.
+re-read), and nothing it produced may be referenced, nor left in the results store.
 """
 
 from __future__ import annotations
@@ -12,10 +12,18 @@ import signal
 
 import pytest
 
+from recall.bucket import Bucket
 from recall.kube.store import KubeStore as Kube
 from recall.resources import Phase
-from recall.transcripts import manifest_name
-from tests.helpers import ControllerThread, Procs, create_job, get_job, process_state, wait_for
+from tests.helpers import (
+    ControllerThread,
+    Procs,
+    create_job,
+    get_job,
+    process_state,
+    store_keys,
+    wait_for,
+)
 
 LEASE = 3
 
@@ -26,7 +34,7 @@ def events_named(events: list[dict[str, object]], name: str) -> list[dict[str, o
 
 @pytest.mark.parametrize("frozen_at", ["renew", "complete"])
 def test_zombie__write_rejected_after_reclaim_and_new_claim(
-    kube: Kube, namespace: str, procs: Procs, frozen_at: str
+    kube: Kube, namespace: str, procs: Procs, results: Bucket, frozen_at: str
 ) -> None:
     create_job(kube, namespace, "z", lease=LEASE, simulate={"chunks": 2, "chunkDelaySeconds": 0.2})
     zombie = procs.worker(
@@ -46,7 +54,7 @@ def test_zombie__write_rejected_after_reclaim_and_new_claim(
     assert frozen.status.phase == Phase.LEASED
     assert frozen.status.lease is not None and frozen.status.lease.holder == "a"
 
-    with ControllerThread(kube, namespace) as reaper:
+    with ControllerThread(kube, namespace, results) as reaper:
         wait_for(lambda: reaper.reclaimed, timeout=LEASE + 5, message="the reclaim")
         b = procs.worker("b", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
         wait_for(
@@ -56,30 +64,35 @@ def test_zombie__write_rejected_after_reclaim_and_new_claim(
         )
         assert b.wait(timeout=30) == 0
 
-    zombie.signal(signal.SIGCONT)
-    refused = wait_for(
-        lambda: events_named(zombie.events(), "write_refused"),
-        timeout=15,
-        message=lambda: "A's write to be refused\n" + procs.dump(),
-    )
-    # The API server answered A's write with 409; the re-read showed the lease is not A's.
-    # (Another of A's threads may have noticed the passed renew deadline first: the lease is
-    # then lost for that reason, but the frozen write still reaches the server and is refused.)
-    assert refused[0]["action"] == frozen_at
-    assert refused[0]["conflicts"] == 1
-    assert refused[0]["reason"] in ("Terminal", "TokenMismatch", "NotHolder")
-    assert events_named(zombie.events(), "lease_lost")
+        zombie.signal(signal.SIGCONT)
+        refused = wait_for(
+            lambda: events_named(zombie.events(), "write_refused"),
+            timeout=15,
+            message=lambda: "A's write to be refused\n" + procs.dump(),
+        )
+        # The API server answered A's write with 409; the re-read showed the lease is not
+        # A's. (Another of A's threads may have noticed the passed renew deadline first: the
+        # lease is then lost for that reason, but the frozen write still reaches the server
+        # and is refused.)
+        assert refused[0]["action"] == frozen_at
+        assert refused[0]["conflicts"] == 1
+        assert refused[0]["reason"] in ("Terminal", "TokenMismatch", "NotHolder")
+        assert events_named(zombie.events(), "lease_lost")
 
-    final = get_job(kube, namespace, "z")
-    assert final.status.phase == Phase.SUCCEEDED
-    assert final.status.result is not None
-    assert (final.status.result.worker, final.status.result.attempt) == ("b", 2)
-    assert final.status.result.config_map == manifest_name("z", 2)
-    assert final.status.expired_leases == 1
+        final = get_job(kube, namespace, "z")
+        assert final.status.phase == Phase.SUCCEEDED
+        assert final.status.result is not None
+        assert (final.status.result.worker, final.status.result.attempt) == ("b", 2)
+        accepted = final.status.result.transcript
+        assert f"/a2-{final.status.result.token}/" in accepted
+        # Nothing of A's is left in the store: only the accepted transcript stays.
+        wait_for(
+            lambda: store_keys(results, namespace, final) == [accepted],
+            timeout=20,
+            message=lambda: f"only {accepted} to be left: {store_keys(results, namespace, final)}",
+        )
     if frozen_at == "complete":
-        # A wrote its transcript before freezing; after the refused complete it deleted it.
-        assert "complete_refused_transcript_deleted" in zombie.event_names()
-        assert kube.get_config_map(namespace, manifest_name("z", 1)) is None
+        assert "complete_refused_transcript_left" in zombie.event_names()
     assert "completed" not in zombie.event_names()
     zombie.signal(signal.SIGTERM)
     assert zombie.wait(timeout=20) == 0

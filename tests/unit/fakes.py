@@ -4,13 +4,16 @@ controller. No API server."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from recall.base.settings import OperatorSettings
+from recall.base.settings import OperatorSettings, StoreSettings
+from recall.bucket import Bucket, Stores
 from recall.kube.memory import MemoryStore
 from recall.operator.controller import Controller
 from recall.protocol.workers import SELECTOR
-from recall.resources import API_VERSION
+from recall.resources import API_VERSION, Part, Result
 from recall.worker.holder import LeaseHolder
 
 NS = "default"
@@ -68,12 +71,16 @@ def batch_manifest(name: str, keys: list[str], **spec: Any) -> dict[str, Any]:
 class Operator:
     """A controller over a memory store, its cache synced by hand before every tick."""
 
-    def __init__(self, store: MemoryStore, clock: Clock, **settings: Any) -> None:
+    def __init__(
+        self, store: MemoryStore, clock: Clock, results: Bucket | None = None, **settings: Any
+    ) -> None:
         self.store = store
         self.clock = clock
+        self.results = results or memory_bucket()
         self.controller = Controller(
             store,
             OperatorSettings(namespace=NS, **settings),
+            results=self.results,
             clock=clock,
             now=clock.wall,
         )
@@ -91,7 +98,14 @@ class Operator:
         self.sync()
         reports = self.controller.run_once()
         self.sync()
+        self.controller.results.run_once()  # publish and collect, as its own thread does
+        self.sync()
         return reports
+
+
+def memory_bucket(name: str = "results") -> Bucket:
+    """A results store in memory (obstore's MemoryStore), fresh for each call."""
+    return Stores(StoreSettings(url=f"memory://{name}")).results()
 
 
 def claim(store: MemoryStore, clock: Clock, name: str, worker: str = "w1") -> LeaseHolder:
@@ -103,3 +117,57 @@ def claim(store: MemoryStore, clock: Clock, name: str, worker: str = "w1") -> Le
     )
     assert isinstance(h, LeaseHolder)
     return h
+
+
+def result_of(h: LeaseHolder) -> Result:
+    """A result naming the transcript `h`'s attempt would have written."""
+    from recall.transcripts import directory_of, transcript_key
+
+    return Result(transcript=transcript_key(directory_of(h.known, h.attempt, h.token)))
+
+
+PARTS = [Part(attempt=1, token="f" * 32, first=0, end=1)]  # a checkpoint for renewals
+
+
+@dataclass
+class BucketFault:
+    op: str  # put, get, list, delete, copy
+    error: Exception
+    when: Callable[[str], bool] = lambda _key: True
+    times: int = 1
+    applied: bool = False  # the call is done, then the error raised (a lost answer)
+
+
+class FaultyBucket(Bucket):
+    """A results store in memory whose calls fail as injected; every call is recorded."""
+
+    def __init__(self) -> None:
+        inner = memory_bucket()
+        super().__init__(inner.stores, inner.client, inner.location)
+        self.faults: list[BucketFault] = []
+        self.calls: list[tuple[str, str]] = []
+
+    def inject(self, fault: BucketFault) -> None:
+        self.faults.append(fault)
+
+    def _fault(self, op: str, key: str) -> BucketFault | None:
+        self.calls.append((op, key))
+        for f in self.faults:
+            if f.op == op and f.times > 0 and f.when(key):
+                f.times -= 1
+                return f
+        return None
+
+    def put(self, key: str, data: bytes, *, once: bool = True) -> None:
+        fault = self._fault("put", key)
+        if fault is not None and not fault.applied:
+            raise fault.error
+        super().put(key, data, once=once)
+        if fault is not None:
+            raise fault.error
+
+    def get(self, key: str) -> bytes | None:
+        fault = self._fault("get", key)
+        if fault is not None:
+            raise fault.error
+        return super().get(key)

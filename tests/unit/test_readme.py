@@ -7,13 +7,19 @@ from pathlib import Path
 import pytest
 from pydantic_settings import BaseSettings
 
-from recall.base.settings import OperatorSettings, WorkerSettings
+from recall.base.settings import ApiSettings, OperatorSettings, StoreSettings, WorkerSettings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 @pytest.mark.parametrize(
-    ("cls", "prefix"), [(WorkerSettings, "RECALL_WORKER_"), (OperatorSettings, "RECALL_OPERATOR_")]
+    ("cls", "prefix"),
+    [
+        (WorkerSettings, "RECALL_WORKER_"),
+        (OperatorSettings, "RECALL_OPERATOR_"),
+        (StoreSettings, "RECALL_STORE_"),
+        (ApiSettings, "RECALL_API_"),
+    ],
 )
 def test_readme__documents_every_setting(cls: type[BaseSettings], prefix: str) -> None:
     missing = [

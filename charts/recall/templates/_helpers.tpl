@@ -132,6 +132,67 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/*
+The worker Deployment's replicas. Fixed: worker.replicas. Autoscaled: the autoscaler owns the
+count. A fresh install sets none; an upgrade writes back the count found in the cluster, so the
+patch Helm computes leaves it as it is. Leaving the field out of an upgrade would not do: a
+field present in the previous release's manifest and absent from the new one is removed by
+Helm's three-way merge, and the API server then defaults it to 1 (helm/helm#7090, #12650).
+*/}}
+{{- define "recall.worker.replicas" -}}
+{{- if eq .Values.worker.autoscaling.mode "fixed" -}}
+replicas: {{ .Values.worker.replicas }}
+{{- else -}}
+{{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (printf "%s-worker" (include "recall.fullname" .)) -}}
+{{- if and $live $live.spec (hasKey $live.spec "replicas") -}}
+replicas: {{ $live.spec.replicas }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The port of the operator's /workload endpoint (KEDA mode), or nothing. */}}
+{{- define "recall.operator.workloadPort" -}}
+{{- if and .Values.worker.enabled (eq .Values.worker.autoscaling.mode "keda") -}}
+{{- .Values.worker.autoscaling.keda.port -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator's environment for the workers' autoscaling (none when fixed). */}}
+{{- define "recall.operator.autoscalingEnv" -}}
+{{- $as := .Values.worker.autoscaling -}}
+{{- if and .Values.worker.enabled (ne $as.mode "fixed") -}}
+- name: RECALL_OPERATOR_AUTOSCALE_NAMESPACE
+  value: {{ .Release.Namespace | quote }}
+- name: RECALL_OPERATOR_AUTOSCALE_ENGINE
+  value: {{ .Values.engine.name | quote }}
+{{- end }}
+{{- if and .Values.worker.enabled (eq $as.mode "builtin") }}
+- name: RECALL_OPERATOR_AUTOSCALE_DEPLOYMENT
+  value: {{ printf "%s-worker" (include "recall.fullname" .) | quote }}
+- name: RECALL_OPERATOR_AUTOSCALE_MIN
+  value: {{ $as.minReplicas | quote }}
+- name: RECALL_OPERATOR_AUTOSCALE_MAX
+  value: {{ $as.maxReplicas | quote }}
+- name: RECALL_OPERATOR_AUTOSCALE_COOLDOWN_SECONDS
+  value: {{ $as.cooldownSeconds | quote }}
+- name: RECALL_OPERATOR_AUTOSCALE_STEP
+  value: {{ $as.scaleDownStep | quote }}
+- name: RECALL_OPERATOR_AUTOSCALE_INTERVAL
+  value: {{ $as.builtin.intervalSeconds | quote }}
+- name: RECALL_OPERATOR_AUTOSCALE_MARK_PODS
+  value: {{ $as.builtin.markPods | quote }}
+{{- end }}
+{{- with include "recall.operator.workloadPort" . }}
+- name: RECALL_OPERATOR_WORKLOAD_PORT
+  value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The URL of the operator's /workload endpoint for this release's pool of workers. */}}
+{{- define "recall.workloadUrl" -}}
+{{- printf "http://%s-operator-workload.%s.svc:%v/workload?namespace=%s&engine=%s" (include "recall.fullname" .) .Release.Namespace .Values.worker.autoscaling.keda.port .Release.Namespace .Values.engine.name -}}
+{{- end -}}
+
 {{/* Where the OpenAI API key Secret is mounted in the workers. */}}
 {{- define "recall.worker.openaiKeyDir" -}}
 /var/run/secrets/recall/openai
@@ -160,9 +221,10 @@ true
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [get, list, watch, create, update]
+# Item lists named by spec.itemsFrom; the work's bytes are in the results store.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, list, delete]
+  verbs: [get]
 {{- end -}}
 
 {{/* Relations between values that the schema cannot express; fails the render with a reason. */}}
@@ -177,5 +239,27 @@ true
 {{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (or .Values.operator.metricsPort .Values.worker.metricsPort)) -}}
 {{- fail "metrics.serviceMonitor.enabled needs operator.metricsPort or worker.metricsPort" -}}
+{{- end -}}
+{{- $as := .Values.worker.autoscaling -}}
+{{- if ne $as.mode "fixed" -}}
+{{- if gt (int $as.minReplicas) (int $as.maxReplicas) -}}
+{{- fail (printf "worker.autoscaling.minReplicas (%v) must not exceed maxReplicas (%v)" $as.minReplicas $as.maxReplicas) -}}
+{{- end -}}
+{{- if not .Values.operator.enabled -}}
+{{- fail (printf "worker.autoscaling.mode=%s needs operator.enabled: the operator counts the outstanding work" $as.mode) -}}
+{{- end -}}
+{{- end -}}
+{{- if eq $as.mode "builtin" -}}
+{{- if not .Values.worker.health.port -}}
+{{- fail "worker.autoscaling.mode=builtin needs worker.health.port: a drained worker turns unready on /readyz, which is how the ReplicaSet removes it before any busy one" -}}
+{{- end -}}
+{{- range .Values.worker.extraEnv -}}
+{{- if eq .name "RECALL_WORKER_ID" -}}
+{{- fail "worker.autoscaling.mode=builtin needs workers named by their pods: remove RECALL_WORKER_ID from worker.extraEnv" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq $as.mode "keda") (not $as.keda.port) -}}
+{{- fail "worker.autoscaling.mode=keda needs worker.autoscaling.keda.port: KEDA reads the outstanding work from the operator there" -}}
 {{- end -}}
 {{- end -}}

@@ -5,11 +5,13 @@
     print(outcome.line)
 
 `python -m recall_dev.chaos --seed 1 --profile long` does the same from a shell. The modules:
-`workload` (what is submitted), `fleet` (the worker and operator processes), `faults` (the
-faults injected at random), `servers` (the control-plane restarts), `recorder` (what is seen
-while it runs), `final` (the state read at the end), `history` (all records, loaded),
-`invariants` (the checks, pure, one module per group), `outcome` (the verdict's line and
-report) and `run` (one run from start to verdict).
+`workload` (what is submitted), `fleet` (the worker and operator processes), `bucket` (the S3
+server, its bucket and the fault proxy in front of it), `faults` (the faults injected at
+random), `servers` (the restarts of etcd, kube-apiserver and the S3 server), `recorder` (what
+is seen while it runs), `end` (the drain, the settling of the bucket, the final read), `final`
+(the state read at the end), `history` (all records, loaded), `invariants` (the checks, pure,
+one module per group), `outcome` (the verdict's line and report) and `run` (one run from start
+to verdict).
 """
 
 from recall_dev.chaos.outcome import Outcome

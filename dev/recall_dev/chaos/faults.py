@@ -2,8 +2,12 @@
 
 `Injector.inject()` picks one of `FAULTS` by weight and injects it: SIGKILL, SIGSTOP (continued
 later, some after their lease) or SIGTERM a worker, mostly one that holds a lease; SIGKILL or
-SIGSTOP an operator, mostly the leader; or write, as a careless client, a job's status with a
-stale token and no resourceVersion, which the API server must refuse (`fault_stale_write`).
+SIGSTOP an operator, mostly the leader; write, as a careless client, a job's status with a
+stale token and no resourceVersion, which the API server must refuse (`fault_stale_write`);
+or hit the results store through its proxy (`recall_dev.chaos.bucket`): slow for a few
+seconds, a burst of PUTs whose answers are lost (the PUT is applied; the connection is reset,
+or held silent until the burst ends), or down (connections refused) for a few seconds. A store
+fault of a kind already on is not injected again until it ends.
 `WORKER_FAULTS` are the fault points a new worker may be started with (see `recall.base.faults`).
 
 Every fault is appended to `log` as `{"t", "kind", "target", "detail"}` (`note`), also those
@@ -20,12 +24,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from recall.resources import GROUP, JOB_PLURAL, VERSION
+from recall_dev.chaos.bucket import RunStore
 from recall_dev.chaos.fleet import Fleet, Process
 from recall_dev.chaos.invariants import CARELESS, FORGED
 from recall_dev.chaos.recorder import JobRecorder, LeaderTracker
@@ -60,6 +65,9 @@ FAULTS: dict[str, float] = {
     "operator-kill": 5,
     "operator-stop": 4,
     "stale-write": 12,
+    "store-slow": 3,
+    "store-lost-puts": 4,
+    "store-down": 1.5,
 }
 # The jobs a stale write goes to, and their weights.
 STALE_TARGETS: dict[str, float] = {"stale": 4, "leased": 3, "Succeeded": 1.5, "Failed": 1.5}
@@ -82,6 +90,7 @@ class Injector:
     operators: dict[str, Process | None]
     later: Callable[[float, str, Callable[[], None]], None]
     leader_lease: float
+    store: RunStore
     log: list[dict[str, Any]] = field(default_factory=list)
     probes: int = 0
 
@@ -198,6 +207,47 @@ class Injector:
 
         self.later(seconds, "continue", resume)
 
+    # -- the results store -------------------------------------------------------------------
+
+    def fault_store_slow(self) -> None:
+        """Every store request held `delay` s, for `seconds` s."""
+        if self.store.active("slow"):
+            return
+        delay = round(self.rng.uniform(0.2, 1.5), 2)
+        seconds = round(self.rng.uniform(2.0, 6.0), 2)
+        self.store.slow(delay)
+        detail: dict[str, Any] = {"delay": delay, "seconds": seconds}
+        self.note("store-slow", "s3", detail)
+        self.later(seconds, "store-fast", partial(self._store_ends, self.store.fast, detail))
+
+    def fault_store_lost_puts(self) -> None:
+        """The answers of the next `count` PUTs lost (within `seconds` s)."""
+        if self.store.active("lose"):
+            return
+        count = self.rng.randint(1, 6)
+        how: Literal["reset", "hang"] = "hang" if self.rng.random() < 0.3 else "reset"
+        seconds = round(self.rng.uniform(2.0, 6.0), 2)
+        self.store.lose_puts(count, how)
+        detail: dict[str, Any] = {"count": count, "how": how, "seconds": seconds}
+        self.note("store-lost-puts", "s3", detail)
+        self.later(
+            seconds, "store-keep-puts", partial(self._store_ends, self.store.keep_puts, detail)
+        )
+
+    def fault_store_down(self) -> None:
+        """Connections to the store refused for `seconds` s."""
+        if self.store.active("down"):
+            return
+        seconds = round(self.rng.uniform(1.0, 4.0), 2)
+        self.store.down()
+        detail: dict[str, Any] = {"seconds": seconds}
+        self.note("store-down", "s3", detail)
+        self.later(seconds, "store-up", partial(self._store_ends, self.store.up, detail))
+
+    def _store_ends(self, end: Callable[[], None], detail: dict[str, Any]) -> None:
+        end()
+        detail["ended"] = time.time()
+
     # -- the careless client -----------------------------------------------------------------
 
     def fault_stale_write(self) -> None:
@@ -266,7 +316,8 @@ class Injector:
         token, seen = self.rng.choice(stale)
         if self.rng.random() < 0.5:
             result = {
-                "configMap": f"{FORGED}{self.probes}",
+                # shaped like the zombie's own transcript key: only the lease rules refuse it
+                "transcript": f"{FORGED}{self.probes}/a{seen['attempt']}-{token}/transcript.json",
                 "token": token,
                 "attempt": seen["attempt"],
                 "worker": seen["lease"]["holder"],
@@ -293,7 +344,8 @@ class Injector:
 def _finished_write(phase: str, fresh: str, probe: str, n: int) -> Write:
     """To a finished job: a Succeeded job's result replaced, a Failed job Queued again."""
     if phase == "Succeeded":
-        return "rewrite-result", {"result": {"configMap": f"{FORGED}{n}"}}
+        forged = {"transcript": f"{FORGED}{n}/a1-{fresh}/transcript.json", "token": fresh}
+        return "rewrite-result", {"result": forged}
     return "reopen", {"phase": "Queued", "fence": f"{fresh}/{probe}"}
 
 

@@ -88,14 +88,25 @@ def environment(base: dict[str, str], profile: Profile, engine_record: Path) -> 
         "RECALL_OPERATOR_LEASE_DURATION": str(profile.leader_lease),
         "RECALL_OPERATOR_RENEW_DEADLINE": str(profile.leader_renew_deadline),
         "RECALL_OPERATOR_RETRY_PERIOD": str(profile.leader_retry_period),
+        "RECALL_OPERATOR_SWEEP_SECONDS": str(profile.sweep_seconds),
     }
 
 
 class Fleet:
-    def __init__(self, env: dict[str, str], logs: Path, namespace: str) -> None:
+    """The run's processes; `roles` adds variables by role ("worker", "operator"): each
+    role's identity for the results store."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        logs: Path,
+        namespace: str,
+        roles: dict[str, dict[str, str]] | None = None,
+    ) -> None:
         self.env = env
         self.logs = logs
         self.namespace = namespace
+        self.roles = roles or {}
         self.procs: list[Process] = []
         self._counts: dict[str, int] = {}
         logs.mkdir(parents=True, exist_ok=True)
@@ -106,7 +117,7 @@ class Fleet:
         self, name: str, role: str, args: list[str], env: dict[str, str], fault: str | None
     ) -> Process:
         log = self.logs / f"{name}.log"
-        full = {**self.env, **env}
+        full = {**self.env, **self.roles.get(role, {}), **env}
         if fault:
             full["RECALL_FAULT"] = fault
         else:
@@ -133,11 +144,12 @@ class Fleet:
         args = ["worker", "--id", name, "--engine", "simulated", "--namespace", self.namespace]
         return self._spawn(name, "worker", args, env, fault)
 
-    def operator(self, slot: str, env: dict[str, str]) -> Process:
+    def operator(self, slot: str, env: dict[str, str], fault: str | None = None) -> Process:
         """An operator replica in `slot` ("a" or "b"), with a fresh leader identity."""
         name = self._next(f"op-{slot}-")
         args = ["operator", "--namespace", self.namespace, "--leader-election"]
-        proc = self._spawn(name, "operator", args, {**env, "RECALL_OPERATOR_IDENTITY": name}, None)
+        env = {**env, "RECALL_OPERATOR_IDENTITY": name}
+        proc = self._spawn(name, "operator", args, env, fault)
         proc.identity = name
         return proc
 
@@ -197,6 +209,25 @@ class Fleet:
         return [p for p in self.procs if p.alive and p.role == role]
 
     # -- the end -----------------------------------------------------------------------------
+
+    def stop(self, role: str, grace: float = 10.0) -> None:
+        """SIGCONT and SIGTERM every live process of `role` (remembered: they end
+        `terminated`), SIGKILL what is left after `grace` (not remembered: such a process
+        ended `terminated` with -9, a stop that was not clean); returns when all ended."""
+        live = self.live(role)
+        for p in live:
+            self.send(p, signal.SIGCONT)
+            self.send(p, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in live:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            if p.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.popen.wait(timeout=10)
+        self.poll()
 
     def stop_all(self, grace: float = 5.0) -> None:
         """SIGCONT and SIGTERM every live process, SIGKILL what is left after `grace`."""

@@ -7,7 +7,9 @@ Sources, all on one machine, all stamped with its wall clock (so their times com
 - the simulated engine's record file: one line per transcribed chunk (job, attempt, pid);
 - the run's own fault log: what was done to which process, when;
 - the leader tracker's holder changes;
-- the final state: jobs, Batches and transcript ConfigMaps as listed at the end.
+- the final state, read once every process of the run was stopped: jobs and Batches, the
+  bucket's listing, the accepted transcripts read back from it, the published copies compared
+  with what they copy, the namespace's ConfigMaps, each job's size.
 """
 
 from __future__ import annotations
@@ -127,10 +129,20 @@ class ProcessEnd:
 
 @dataclass
 class Final:
+    """The state at the end, as `recall_dev.chaos.final.read_final` read it."""
+
     jobs: dict[str, Obj] = field(default_factory=dict)  # compact jobs by name
     batches: list[Obj] = field(default_factory=list)
-    config_maps: dict[str, dict[str, str]] = field(default_factory=dict)  # transcripts read back
-    chunk_maps: list[str] = field(default_factory=list)  # shards no result references
+    # an accepted result's transcript key -> what the bucket holds there: {"job", "uid",
+    # "attempt", "token", "segments": [{"start", "text"}]}, or {"error": ...}; absent: missing
+    transcripts: dict[str, Obj] = field(default_factory=dict)
+    objects: list[str] = field(default_factory=list)  # every key in the bucket
+    # a published copy in the bucket (index entry, output) -> "same" or "differs" from the
+    # accepted result's object it copies
+    copies: dict[str, str] = field(default_factory=dict)
+    config_maps: dict[str, int] = field(default_factory=dict)  # name -> bytes of data
+    job_bytes: dict[str, int] = field(default_factory=dict)  # name -> bytes as served
+    read_at: float = 0.0  # when it was read (wall time)
 
 
 @dataclass
@@ -155,6 +167,11 @@ class History:
     batches: dict[str, JobHistory] = field(default_factory=dict)  # Batch status versions
     converged: float | None = None  # when every item showed its job's phase at the end
     slack: float = 0.0  # seconds added to the kill -> Queued bound (see Profile.reclaim_slack)
+    not_ended: list[str] = field(default_factory=list)  # at the drain's deadline, if it passed
+    # when the operators had published every result and collected everything unreferenced,
+    # after the drain (None: not within `settle_timeout`, or the drain timed out)
+    settled: float | None = None
+    settle_timeout: float = 0.0
 
     def events(self, name: str) -> list[LogEvent]:
         return [e for e in self.logs if e.event == name]
@@ -264,12 +281,7 @@ def save_run(h: History, workdir: Path) -> None:
     `load(workdir)` gives the same history again."""
     run = {
         "processes": [p.__dict__ for p in h.processes],
-        "final": {
-            "jobs": h.final.jobs,
-            "batches": h.final.batches,
-            "config_maps": h.final.config_maps,
-            "chunk_maps": h.final.chunk_maps,
-        },
+        "final": h.final.__dict__,
         "expected": h.expected,
         "started": h.started,
         "faults_ended": h.faults_ended,
@@ -280,6 +292,9 @@ def save_run(h: History, workdir: Path) -> None:
         "seconds": h.seconds,
         "converged": h.converged,
         "slack": h.slack,
+        "not_ended": h.not_ended,
+        "settled": h.settled,
+        "settle_timeout": h.settle_timeout,
     }
     (workdir / RUN_FILE).write_text(json.dumps(run))
     (workdir / "faults.jsonl").write_text(
@@ -325,4 +340,7 @@ def load(workdir: Path) -> History:
         batches=load_versions(workdir / "batches.jsonl")[0],
         converged=run.get("converged"),
         slack=run.get("slack", 0.0),
+        not_ended=run.get("not_ended", []),
+        settled=run.get("settled"),
+        settle_timeout=run.get("settle_timeout", 0.0),
     )

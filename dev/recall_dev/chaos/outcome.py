@@ -1,5 +1,10 @@
 """What a chaos run ends with: the verdict on its history, the one line that sums it up, and
-the report of every violation."""
+the report of every violation.
+
+A run is ok when no invariant was violated and the drain finished. A drain that ran out of
+time is told apart from a broken invariant: the line begins "drain timed out: N jobs not
+ended", the report lists those jobs and the checks left out, and "violations:" counts only
+the checks that still mean something."""
 
 from __future__ import annotations
 
@@ -18,16 +23,18 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return not self.verdict.violations
+        return not self.verdict.violations and self.verdict.drain is None
 
     @property
     def line(self) -> str:
         return summary_line(self.history, self.verdict)
 
     def report(self, limit: int = 40) -> str:
-        """Every violation with its evidence (the first `limit`)."""
+        """The drain's timeout, if it timed out, then every violation with its evidence (the
+        first `limit`)."""
         v = self.verdict.violations
-        parts = [x.describe() for x in v[:limit]]
+        parts = [self.verdict.drain.describe()] if self.verdict.drain else []
+        parts += [x.describe() for x in v[:limit]]
         if len(v) > limit:
             parts.append(f"... and {len(v) - limit} more")
         return "\n".join(parts)
@@ -42,21 +49,24 @@ def summary_line(h: History, verdict: Verdict) -> str:
     margin = s.get("reclaim_margin_min")
     by = verdict.by_invariant()
     broken = ", ".join(f"{i}: {NAMES[i]} x{n}" for i, n in sorted(by.items())) or "none"
+    drain = f"{verdict.drain.line}; " if verdict.drain else ""
     return (
-        f"chaos seed={h.seed} {h.profile} {h.seconds:.0f} s: "
+        f"chaos seed={h.seed} {h.profile} {h.seconds:.0f} s: {drain}"
         f"faults {sum(faults.values())} ({fault_text}); "
-        f"jobs {s.get('jobs', 0)} ({phases}); lost {s.get('lost', 0)}; "
+        f"jobs {s.get('jobs', 0)} ({phases}); lost {_count(s.get('lost'))}; "
         f"duplicate accepted results {s.get('duplicates', 0)}; "
-        f"items not converged {s.get('unconverged', 0)}"
+        f"items not converged {_count(s.get('unconverged'))}"
         f"{_after(s.get('converge_seconds'))}; "
         f"max attempts {s.get('max_attempts', 0)}; "
         f"max kill->Queued {_kill_text(h, verdict)}; "
         f"reclaims {s.get('reclaims', 0)} (min margin "
         f"{'n/a' if margin is None else f'{margin:+.2f} s'}); "
         f"item lag {_seconds(s.get('item_lag_p99'))} p99, {_seconds(s.get('item_lag_max'))} max; "
-        f"unreferenced ConfigMaps left: {s.get('orphan_transcripts', 0)} transcripts, "
-        f"{s.get('chunk_maps_left', 0)} chunk maps; "
-        f"SIGTERMed workers that did not exit 0: {len(s.get('unclean_stops', []))}"
+        f"bucket: {s.get('objects', 0)} objects, {s.get('published', 0)} published, "
+        f"{_count(s.get('objects_left') if h.drained is not None else None)} unreferenced left"
+        f"{_settled(h, s.get('settle_seconds'))}; "
+        f"largest job {s.get('job_bytes_max', 0)} B; "
+        f"SIGTERMed processes that did not exit 0: {len(s.get('unclean_stops', []))}"
         f"{' (' + ', '.join(s['unclean_stops']) + ')' if s.get('unclean_stops') else ''}; "
         f"violations: {broken}"
     )
@@ -80,6 +90,18 @@ def _kill_text(h: History, verdict: Verdict) -> str:
             f"{2 * h.tick + h.slack:g} s after it was back)"
         )
     return text
+
+
+def _count(n: int | None) -> str:
+    return "n/a" if n is None else str(n)
+
+
+def _settled(h: History, seconds: float | None) -> str:
+    if h.drained is None:
+        return ""
+    if seconds is None:
+        return f" (not settled {h.settle_timeout:.0f} s after the drain)"
+    return f" (settled {seconds:.1f} s after the drain)"
 
 
 def _after(seconds: float | None) -> str:

@@ -38,6 +38,7 @@ def compact(obj: Obj) -> Obj:
     meta = obj.get("metadata") or {}
     return {
         "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
         "uid": meta.get("uid"),
         "rv": int(meta.get("resourceVersion") or 0),
         "labels": meta.get("labels") or {},

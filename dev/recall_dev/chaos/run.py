@@ -1,5 +1,6 @@
-"""One chaos run: a local control plane, two operators, a fleet of simulated workers, a few
-hundred jobs, and faults until the time is up; then a drain, the final state, and the checks.
+"""One chaos run: a local control plane, an S3 server, two operators, a fleet of simulated
+workers, a few hundred jobs, and faults until the time is up; then a drain, the final state,
+and the checks.
 
     outcome = run(seed=1, profile=PROFILES["short"], workdir=Path(...))
     print(outcome.line)              # the one line
@@ -7,25 +8,32 @@ hundred jobs, and faults until the time is up; then a drain, the final state, an
 
 Phases:
 1. start etcd + kube-apiserver (no controller manager: nothing here needs it), install the
-   CRDs, start the recorders, two operators with leader election and `profile.workers`
-   workers (some with a fault point armed through `RECALL_FAULT`);
+   CRDs, start SeaweedFS with the run's bucket and the fault proxy in front of it
+   (`bucket.RunStore`), the recorders, two operators with leader election (admin identity,
+   a sweep every `profile.sweep_seconds`; some armed to crash between a publish's copies and
+   its record) and `profile.workers` workers (worker identity; some with a fault point armed
+   through `RECALL_FAULT`);
 2. for `profile.duration` seconds: submit the workload in waves, and inject faults at
    exponential intervals — SIGKILL a worker (a replacement starts), SIGSTOP a worker and
    continue it later (some after their lease), SIGTERM a worker (it releases), SIGKILL or
-   SIGSTOP an operator (mostly the leader), write with a stale token and no resourceVersion;
-   restart etcd and kube-apiserver at fixed points; continue workers that froze themselves at a
-   fault point;
-3. drain: no new faults, everything continued and restarted; wait until every job ended
-   (`profile.drain_timeout`) and the Batches converged;
-4. record the final state and which processes ended how, stop everything, load the history and
-   check it (`invariants.check`).
+   SIGSTOP an operator (mostly the leader), write with a stale token and no resourceVersion,
+   slow the store, lose PUT answers, take the store down; restart etcd, kube-apiserver and the
+   S3 server at fixed points; continue workers that froze themselves at a fault point;
+3. drain: no new faults, everything continued and restarted, the store's faults ended; wait
+   until every job ended (`profile.drain_timeout`; the jobs left at its deadline are noted)
+   and the Batches converged;
+4. stop the workers; give the operators `profile.settle_timeout` to publish every result and
+   collect everything unreferenced (only after a finished drain); stop the operators; then read
+   the final state (nothing runs any more, so nothing changes after it or is logged after
+   it), stop everything, load the history and check it (`invariants.check`).
 
 This module drives the phases; the faults are `faults`, the server restarts `servers`, the
 reading of the state at the end `final`, and the line and report `outcome`.
 
-Everything started here is stopped in `finally`, also when the run fails. The servers are
-started from the calling thread and restarted from a keeper thread; both outlive them
-(PR_SET_PDEATHSIG is per thread).
+Everything started here is stopped in `finally`, also when the run fails; the S3 server's data
+goes with it (its log stays in the work directory). The servers are started from the calling
+thread and restarted from keeper threads (one for the control plane, one for the S3 server);
+all of them outlive the servers (PR_SET_PDEATHSIG is per thread).
 """
 
 from __future__ import annotations
@@ -47,20 +55,28 @@ from kubernetes.client.exceptions import ApiException
 
 from recall.kube.store import load_api_client
 from recall.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
+from recall_dev.chaos.bucket import RunStore
+from recall_dev.chaos.end import drain, finish
 from recall_dev.chaos.faults import WORKER_FAULTS, Injector
-from recall_dev.chaos.final import all_ended, converged, list_objects, read_final
 from recall_dev.chaos.fleet import CRASH_POINT, Fleet, Process, environment
 from recall_dev.chaos.history import Fault, Final, History, ProcessEnd, load, save_run
 from recall_dev.chaos.invariants import check
 from recall_dev.chaos.outcome import Outcome
 from recall_dev.chaos.recorder import JobRecorder, LeaderTracker
-from recall_dev.chaos.servers import ServerKeeper, restart_schedule, servers_ready, writable
+from recall_dev.chaos.servers import (
+    STORE_SERVER,
+    ServerKeeper,
+    restart_schedule,
+    servers_ready,
+    writable,
+)
 from recall_dev.chaos.workload import Profile, Wave, expected_jobs, plan_workload
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
 
 NAMESPACE = "chaos"
 LEADER_LEASE = "recall-operator"
+PUBLISH_CRASH = 0.3  # the share of operator starts armed to crash in the middle of a publish
 
 
 @dataclass(order=True)
@@ -76,6 +92,7 @@ class Chaos:
 
     def __init__(self, seed: int, profile: Profile, workdir: Path) -> None:
         self.seed = seed
+        self.namespace = NAMESPACE
         self.profile = profile
         self.workdir = workdir
         self.rng = random.Random(seed)
@@ -83,6 +100,7 @@ class Chaos:
         self.waves: list[Wave] = plan_workload(profile, self.rng)
         self.expected = expected_jobs(self.waves)
         self.cp = ControlPlane(workdir=workdir / "control-plane", controller_manager=False)
+        self.store = RunStore(workdir / "objstore")
         self.faults: list[dict[str, Any]] = []
         self.due: list[_Due] = []
         self._seq = itertools.count()
@@ -91,7 +109,12 @@ class Chaos:
         self.drained: float | None = None
         self.converged: float | None = None
         self.draining = False
+        self.ending = False  # the workers are stopped: none is replaced
+        self.not_ended: list[str] = []
+        self.settled: float | None = None
+        self.armed: set[str] = set()  # jobs an operator was armed to crash publishing
         self.servers: ServerKeeper | None = None
+        self.store_keeper: ServerKeeper | None = None
         self.fleet: Fleet | None = None
         self.recorder: JobRecorder | None = None
         self.batch_recorder: JobRecorder | None = None
@@ -104,14 +127,24 @@ class Chaos:
 
     def start(self) -> None:
         self.cp.start(timeout=180)
-        self.servers = ServerKeeper(self.cp, self.back)
+        self.servers = ServerKeeper(
+            lambda name, sig: self.cp.restart(name, sig=sig, wait=False),
+            lambda _name, _detail: self.back(),
+        )
+        self.store.start()
+        self.store_keeper = ServerKeeper(
+            lambda _name, sig: self.store.restart(sig),
+            lambda _name, detail: self.store.back(detail),
+            name="chaos-store",
+        )
         install_crds(str(self.cp.kubeconfig))
         self.api = load_api_client(self.cp.kubeconfig, pool_size=4)
         client.CoreV1Api(self.api).create_namespace(
             client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE))
         )
         env = environment(self.cp.env(), self.profile, self.workdir / "engine.jsonl")
-        self.fleet = Fleet(env, self.workdir / "logs", NAMESPACE)
+        roles = {"worker": self.store.env("worker"), "operator": self.store.env("operator")}
+        self.fleet = Fleet(env, self.workdir / "logs", NAMESPACE, roles)
         self.recorder = JobRecorder(self.cp.kubeconfig, NAMESPACE, self.workdir / "jobs.jsonl")
         self.recorder.start()
         self.batch_recorder = JobRecorder(
@@ -132,15 +165,18 @@ class Chaos:
             operators=self.slots,
             later=self.later,
             leader_lease=self.profile.leader_lease,
+            store=self.store,
             log=self.faults,
         )
         for slot in self.slots:
-            self.slots[slot] = self.fleet.operator(slot, {})
+            self.restart_op(slot)
         for _ in range(self.profile.workers):
             self.spawn_worker()
 
     def spawn_worker(self) -> None:
         assert self.fleet is not None
+        if self.ending:
+            return
         fault = None if self.draining else self.rng.choice(WORKER_FAULTS)
         grace = self.rng.choice([0.0, 0.5, 1.0, 3.0])
         self.fleet.worker({"RECALL_WORKER_GRACE_SECONDS": str(grace)}, fault)
@@ -166,7 +202,7 @@ class Chaos:
                 pending.extend(waves.pop(0).submissions)
             pending = self.submit(pending)
             self.housekeeping()
-            if restarts and now >= restarts[0][0] and not self.restarting:
+            if restarts and now >= restarts[0][0] and not self.keeper(restarts[0][1]).busy:
                 self.restart_server(restarts.pop(0)[1])
             if now >= next_fault:
                 self.injector.inject()
@@ -178,7 +214,7 @@ class Chaos:
         self.faults_ended = time.time()
         self.draining = True
         say(f"faults over; draining ({self.progress()})")
-        self.drain(pending, say)
+        drain(self, pending, say)
 
     def progress(self) -> str:
         assert self.recorder is not None
@@ -208,14 +244,24 @@ class Chaos:
                 self.later(self.rng.uniform(0.2, 1.5), "replace", self.spawn_worker)
             elif self.slots.get(proc.name.split("-")[1]) is proc:
                 slot = proc.name.split("-")[1]
+                if proc.end_reason == CRASH_POINT:  # noticed now: no later than it happened
+                    leader = self.injector.is_leader(proc)
+                    self.injector.note("operator-crash", proc.name, {"leader": leader})
                 self.later(self.rng.uniform(0.5, 3.0), "restart", partial(self.restart_op, slot))
         for proc in self.fleet.self_paused():
             delay = 0.5 if self.draining else self.rng.uniform(0.5, 8.0)
             self.later(delay, "continue", partial(self.injector.resume, proc))
 
     def restart_op(self, slot: str) -> None:
+        """A new operator in `slot`; while faults go on, some are armed to crash between the
+        copies of one job's publish and its record (a job no operator was armed for yet)."""
         assert self.fleet is not None
-        self.slots[slot] = self.fleet.operator(slot, {})
+        fault = None
+        if not self.draining and self.rng.random() < PUBLISH_CRASH:
+            job = self.rng.choice(sorted(set(self.expected) - self.armed))
+            self.armed.add(job)
+            fault = f"operator-after-publish:{job}"
+        self.slots[slot] = self.fleet.operator(slot, {}, fault)
 
     # -- server restarts ---------------------------------------------------------------------
 
@@ -230,11 +276,18 @@ class Chaos:
     def restarting(self) -> bool:
         return self.servers is not None and self.servers.busy
 
+    def keeper(self, name: str) -> ServerKeeper:
+        keeper = self.store_keeper if name == STORE_SERVER else self.servers
+        assert keeper is not None
+        return keeper
+
     def restart_server(self, name: str) -> None:
-        assert self.servers is not None and self.injector is not None
+        """Restart `name` (etcd, kube-apiserver, or the S3 server) on its keeper's thread."""
+        assert self.injector is not None
         sig = self.rng.choice([signal.SIGKILL, signal.SIGTERM])
-        record = self.injector.note("control-plane-restart", name, {"signal": sig.name})
-        self.servers.restart(name, sig, record["detail"])
+        kind = "store-restart" if name == STORE_SERVER else "control-plane-restart"
+        record = self.injector.note(kind, name, {"signal": sig.name})
+        self.keeper(name).restart(name, sig, record["detail"])
 
     # -- submissions -------------------------------------------------------------------------
 
@@ -257,63 +310,6 @@ class Chaos:
             except Exception:
                 return left + pending[i:]
         return left
-
-    # -- drain and the end -------------------------------------------------------------------
-
-    def drain(self, pending: list[Any], say: Callable[[str], None]) -> None:
-        assert self.fleet is not None and self.api is not None
-        for proc in self.fleet.procs:
-            if proc.alive and proc.frozen:
-                self.fleet.send(proc, signal.SIGCONT)
-        for d in self.due:  # continue and restart at once what was due later
-            d.at = min(d.at, time.time())
-        heapq.heapify(self.due)
-        deadline = self.faults_ended + self.profile.drain_timeout
-        last_check = 0.0
-        last_say = time.time()
-        while time.time() < deadline:
-            pending = self.submit(pending)
-            self.housekeeping()
-            for proc in self.fleet.procs:
-                if proc.alive and proc.stopped_at is not None:
-                    self.fleet.send(proc, signal.SIGCONT)
-            now = time.time()
-            if now - last_check > 1.0 and not self.restarting:
-                last_check = now
-                if not pending and all_ended(self.api, NAMESPACE, self.expected):
-                    self.drained = now
-                    break
-            if now - last_say > 15:
-                last_say = now
-                say(f"draining: {self.progress()}")
-            time.sleep(0.05)
-        if self.drained is not None:
-            # DESIGN §4: every item matches its job within one reconcile period
-            p = self.profile
-            self.converged = self.wait_converged(timeout=p.reconcile_interval + 4 * p.tick_seconds)
-
-    def wait_converged(self, timeout: float) -> float | None:
-        """Until every Batch item shows its job's phase, or `timeout`; returns when (wall
-        time), None if they did not."""
-        assert self.api is not None
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            self.housekeeping()
-            try:
-                listed = list_objects(self.api, NAMESPACE, JOB_PLURAL)
-                jobs = {o["metadata"]["name"]: o for o in listed}
-                batches = list_objects(self.api, NAMESPACE, BATCH_PLURAL)
-            except Exception:
-                time.sleep(0.2)
-                continue
-            if converged(jobs, batches):
-                return time.time()
-            time.sleep(0.2)
-        return None
-
-    def final_state(self) -> Final:
-        assert self.api is not None
-        return read_final(self.api, NAMESPACE)
 
     def history(self, final: Final) -> History:
         """Everything recorded, with the final state: saved in the work directory, and loaded
@@ -346,15 +342,20 @@ class Chaos:
             seed=self.seed,
             profile=self.profile.name,
             seconds=time.time() - self.created,
+            not_ended=self.not_ended,
+            settled=self.settled,
+            settle_timeout=self.profile.settle_timeout,
         )
         save_run(skeleton, self.workdir)
         return load(self.workdir)
 
     def stop(self) -> None:
         """Stop everything this run started; never raises."""
-        steps: list[Callable[[], object]] = [self.cp.stop]
+        steps: list[Callable[[], object]] = [self.cp.stop, self.store.stop]
         if self.servers is not None:
             steps.append(self.servers.close)
+        if self.store_keeper is not None:
+            steps.append(self.store_keeper.close)
         if self.tracker is not None:
             steps.insert(0, self.tracker.stop)
         if self.recorder is not None:
@@ -382,12 +383,10 @@ def run(
     workdir.mkdir(parents=True, exist_ok=True)
     chaos = Chaos(seed, profile, workdir)
     try:
-        say(f"chaos seed={seed} {profile.name}: starting the control plane")
+        say(f"chaos seed={seed} {profile.name}: starting the control plane and the S3 server")
         chaos.start()
         chaos.run(say)
-        final = chaos.final_state()
-        assert chaos.fleet is not None
-        chaos.fleet.poll()  # how the processes that ended during the final read ended
+        final = finish(chaos, say)
     finally:
         chaos.stop()
     history = chaos.history(final)

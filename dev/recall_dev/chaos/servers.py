@@ -1,6 +1,7 @@
-"""Restarts of the control plane during a chaos run: when (`restart_schedule`, fixed points
-spread over the fault phase), how (`ServerKeeper`, on a thread of its own) and how the run
-knows the API server is back (`servers_ready`, `writable`)."""
+"""Restarts of the servers during a chaos run (etcd, kube-apiserver, the S3 server): when
+(`restart_schedule`, fixed points spread over the fault phase), how (`ServerKeeper`, on a
+thread of its own) and how the run knows the API server is back (`servers_ready`,
+`writable`)."""
 
 from __future__ import annotations
 
@@ -20,24 +21,31 @@ from kubernetes.client.exceptions import ApiException
 from recall_dev.chaos.workload import Profile
 from recall_dev.cluster import ControlPlane
 
+STORE_SERVER = "s3"  # the object store's name in the restart schedule
+
 
 class ServerKeeper:
-    """Restarts etcd or kube-apiserver on its own thread, one at a time, and notes when the
-    API server takes writes again, so that the run's loop never waits for a server.
+    """Restarts servers on its own thread, one at a time, and notes when each is back, so that
+    the run's loop never waits for a server: `restart(name, sig)` does the restart, `back(name,
+    detail)` says whether it is back (and may note stages of its return in `detail`).
 
     The servers it starts die with the thread that started them (PR_SET_PDEATHSIG is per
-    thread), so this thread lives until the control plane is stopped: `close()` after
-    `ControlPlane.stop()`.
+    thread), so this thread lives until they are stopped: `close()` after stopping them.
     """
 
-    def __init__(self, cp: ControlPlane, ready: Callable[[], bool]) -> None:
-        self.cp = cp
-        self.ready = ready
+    def __init__(
+        self,
+        restart: Callable[[str, signal.Signals], None],
+        back: Callable[[str, dict[str, Any]], bool],
+        name: str = "chaos-servers",
+    ) -> None:
+        self._restart = restart
+        self._back = back
         self._requests: queue.Queue[tuple[str, signal.Signals, dict[str, Any]] | None] = (
             queue.Queue()
         )
         self._busy = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-servers", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     @property
@@ -57,11 +65,11 @@ class ServerKeeper:
         while (request := self._requests.get()) is not None:
             name, sig, detail = request
             try:
-                self.cp.restart(name, sig=sig, wait=False)
+                self._restart(name, sig)
                 started = time.time()
                 while time.time() - started < 120:
                     time.sleep(0.25)
-                    if time.time() - started > 0.5 and self.ready():
+                    if time.time() - started > 0.5 and self._back(name, detail):
                         detail["ready"] = time.time()
                         break
             except Exception as e:  # reported in the run's line as a restart never ready
@@ -73,10 +81,11 @@ class ServerKeeper:
 def restart_schedule(
     profile: Profile, rng: random.Random, started: float
 ) -> list[tuple[float, str]]:
-    """When to restart which server (wall time, name), in order: spread evenly over the first
-    4/5 of the fault phase, each moved by up to 2 s."""
+    """When to restart which server (wall time, name: etcd, kube-apiserver or s3), in order:
+    spread evenly over the first 4/5 of the fault phase, each moved by up to 2 s."""
     p = profile
     names = ["etcd"] * p.etcd_restarts + ["kube-apiserver"] * p.apiserver_restarts
+    names += [STORE_SERVER] * p.store_restarts
     rng.shuffle(names)
     span = p.duration * 0.8
     return [

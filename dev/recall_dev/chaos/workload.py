@@ -3,7 +3,8 @@
 Pure: `plan_workload(profile, rng)` returns the waves of Batches and single TranscriptionJobs
 to create, each with the simulated engine's behaviour (chunks, delay per chunk, a blocking
 call, a retriable failure on the first attempt, a poison job that fails every attempt, a
-permanent failure). The same seed gives the same workload and the same fault schedule; what
+permanent failure), and for some an output the operator publishes to (`OUTPUTS`, in the run's
+bucket, formats at random). The same seed gives the same workload and the same fault schedule; what
 the processes do with it depends on the operating system's scheduling.
 """
 
@@ -26,6 +27,15 @@ KINDS: dict[str, float] = {NORMAL: 0.72, RETRY_ONCE: 0.12, POISON: 0.04, PERMANE
 KINDS[BLOCKING] = 1.0 - sum(KINDS.values())
 
 KIND_LABEL = "chaos.recall.dev/kind"
+# Where published outputs go, in the run's bucket (recall_dev.chaos.bucket.BUCKET), and the
+# share of single jobs and of Batches that ask for outputs.
+PUBLISHED = "published"
+OUTPUTS = {
+    "TranscriptionJob": f"s3://chaos/{PUBLISHED}/{{job}}",
+    "Batch": f"s3://chaos/{PUBLISHED}/{{batch}}/{{key}}.{{format}}",
+}
+OUTPUT_SHARE = 0.3
+FORMATS = ("json", "srt", "vtt", "txt")
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,16 @@ class Profile:
     leader_lease: float = 6.0
     leader_renew_deadline: float = 4.0
     leader_retry_period: float = 1.0
+    # the S3 server killed and restarted in place (SIGKILL or SIGTERM; writes stall ~15 s)
+    store_restarts: int = 1
+    sweep_seconds: float = 3.0  # the operators' full sweep of the results store
+    # After the drain, the operators' collection gets this many sweeps (and a few seconds) to
+    # remove what nothing references before the bucket is judged.
+    settle_sweeps: float = 4.0
+
+    @property
+    def settle_timeout(self) -> float:
+        return self.settle_sweeps * self.sweep_seconds + 5.0
 
 
 PROFILES: dict[str, Profile] = {
@@ -85,6 +105,7 @@ PROFILES: dict[str, Profile] = {
         fault_interval=1.4,
         etcd_restarts=3,
         apiserver_restarts=3,
+        store_restarts=2,
     ),
 }
 
@@ -136,8 +157,17 @@ def single_job(name: str, kind: str, rng: random.Random, profile: Profile) -> di
             "maxAttempts": 3 if kind == POISON else profile.max_attempts,
             "priority": rng.randint(0, 2),
             "engine": {"name": "simulated", "simulate": simulate_for(kind, rng, lease)},
+            **output_for("TranscriptionJob", rng),
         },
     }
+
+
+def output_for(kind: str, rng: random.Random) -> dict[str, Any]:
+    """`{"output": ...}` for a share of the jobs (or Batches) of `kind`, else `{}`."""
+    if rng.random() >= OUTPUT_SHARE:
+        return {}
+    formats = sorted(rng.sample(FORMATS, rng.randint(1, 3)))
+    return {"output": {"url": OUTPUTS[kind], "formats": formats}}
 
 
 def batch(name: str, items: int, rng: random.Random, profile: Profile) -> dict[str, Any]:
@@ -160,6 +190,7 @@ def batch(name: str, items: int, rng: random.Random, profile: Profile) -> dict[s
                 "leaseDurationSeconds": lease,
                 "maxAttempts": profile.max_attempts,
                 "engine": {"name": "simulated", "simulate": sim},
+                **output_for("Batch", rng),
             },
         },
     }

@@ -27,6 +27,19 @@ HEARTBEAT_LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
 ENGINE_CHUNKS = Counter("recall_engine_chunks_total", "Chunks the engine transcribed.", ["engine"])
+STORE_ERRORS = Counter(
+    "recall_store_errors_total",
+    "Results-store calls that failed, by reason (StorageUnavailable is retried).",
+    ["reason"],
+)
+STORE_OPERATIONS = Counter(
+    "recall_store_operations_total",
+    "Results-store operations of the operator (delete, copy, put, list).",
+    ["operation"],
+)
+PUBLISHES = Counter(
+    "recall_publishes_total", "Accepted results published by the operator, by outcome.", ["outcome"]
+)
 JOBS_FINISHED = Counter(
     "recall_worker_jobs_total", "Jobs this worker finished, by outcome.", ["outcome"]
 )
@@ -55,6 +68,27 @@ OFFERS_WITHDRAWN = Counter(
     "recall_offers_withdrawn_total", "Offers taken back because no claim followed in time."
 )
 LEADER = Gauge("recall_operator_leader", "1 while this operator replica leads, else 0.")
+
+# The built-in autoscaler of the worker Deployment (recall.operator.scaling).
+WORKERS_DESIRED = Gauge(
+    "recall_workers_desired", "Workers wanted: the outstanding jobs, within min and max."
+)
+WORKERS_CURRENT = Gauge(
+    "recall_workers_current", "Workers the worker Deployment asks for (spec.replicas)."
+)
+WORKERS_DRAINING = Gauge(
+    "recall_workers_draining", "Workers asked to drain before a scale-down removes them."
+)
+OUTSTANDING = Gauge(
+    "recall_outstanding_jobs",
+    "The worker pool's outstanding jobs: claimable Queued ones and Leased ones.",
+    ["phase"],
+)
+SCALING_REASON = Gauge(
+    "recall_scaling_reason", "1 for the reason of the autoscaler's last decision.", ["reason"]
+)
+SCALINGS = Counter("recall_scalings_total", "Scale writes to the worker Deployment.", ["direction"])
+DRAINS = Counter("recall_drains_total", "Drain requests to idle workers, by outcome.", ["outcome"])
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:

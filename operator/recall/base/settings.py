@@ -32,6 +32,50 @@ class ApiSettings(BaseSettings):
     )
 
 
+SCHEMES = ("s3", "gs", "az", "file", "memory")
+
+
+class StoreSettings(BaseSettings):
+    """Where the work's bytes go: the object store both components use (DESIGN §4b).
+
+    Credentials come from the standard variables of each store (`AWS_*`, `GOOGLE_*`,
+    `AZURE_*`, read by the store client itself: static keys, IRSA-style web identity, the GKE
+    metadata server, Azure workload identity), or from files in `credentials_dir` (a mounted
+    Secret, re-read when it changes). Server-side encryption settings pass through the same way
+    (`AWS_SERVER_SIDE_ENCRYPTION`, `AWS_SSE_KMS_KEY_ID`, ...).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="RECALL_STORE_", extra="ignore")
+
+    url: str = Field(
+        "",
+        description="The results store: s3://bucket/prefix, gs://bucket/prefix, "
+        "az://container/prefix or file:///path (a mounted volume).",
+    )
+    credentials_dir: Path | None = Field(
+        None,
+        description="A directory of credential files named like the variables they replace "
+        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN): a mounted Secret, "
+        "re-read within a minute of a change.",
+    )
+    timeout: float = Field(30.0, gt=0, description="Timeout of one store request, seconds.")
+    connect_timeout: float = Field(5.0, gt=0, description="Timeout of one connection, seconds.")
+    presign_seconds: int = Field(
+        3600, ge=60, le=7 * 24 * 3600, description="How long a presigned URL is valid."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        v = v.strip()
+        if v and v.split("://", 1)[0].lower() not in SCHEMES:
+            raise ValueError(
+                f"unsupported store URL {v!r}: use s3://, gs://, az:// or file:// (memory:// "
+                "in tests)"
+            )
+        return v
+
+
 class WorkerSettings(BaseSettings):
     """Settings of `recall worker`."""
 
@@ -117,6 +161,12 @@ class WorkerSettings(BaseSettings):
         "by chunk, so this bounds the work of one job, not memory).",
     )
     http_timeout: float = Field(30.0, gt=0, description="Timeout of one source download read.")
+    store_probe_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="After the results store refused (access, a missing bucket), probe it this "
+        "often before claiming again.",
+    )
 
     @field_validator("namespace")
     @classmethod
@@ -156,8 +206,21 @@ class OperatorSettings(BaseSettings):
         "continues on the next ticks).",
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
+    sweep_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="How often the whole results store is compared with the jobs and Batches "
+        "that exist (objects of deleted jobs, late writes of zombies), seconds.",
+    )
     liveness_port: int = Field(
         0, ge=0, le=65535, description="Serve kopf's /healthz here; 0 = off."
+    )
+    health_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Serve /readyz here (the job cache synced, the results store reachable); "
+        "0 = off.",
     )
     dispatch: bool = Field(
         True, description="Offer claimable jobs to idle workers (they also serve themselves)."
@@ -190,8 +253,44 @@ class OperatorSettings(BaseSettings):
         default_factory=lambda: f"{default_worker_id()}_{uuid.uuid4().hex[:8]}",
         description="This replica's name in the Lease (unique per process).",
     )
+    # The built-in autoscaler of the worker Deployment (recall.operator.scaler) and the
+    # endpoint KEDA's metrics-api trigger reads (recall.operator.metrics_api).
+    autoscale_deployment: str | None = Field(
+        None, description="The worker Deployment the operator scales; None = no autoscaling."
+    )
+    autoscale_namespace: str | None = Field(
+        None,
+        description="Namespace of that Deployment and of the jobs it serves; None = the "
+        "watched namespace, or default.",
+    )
+    autoscale_engine: str = Field(
+        "whisper", description="The engine of that Deployment's workers (its pool of jobs)."
+    )
+    autoscale_min: int = Field(0, ge=0, description="Fewest workers (0: scale to zero).")
+    autoscale_max: int = Field(10, ge=1, description="Most workers.")
+    autoscale_cooldown_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="Scale down only after fewer workers were wanted for this long, seconds.",
+    )
+    autoscale_step: int = Field(
+        2, ge=1, description="Workers one scale-down removes at most (each drained first)."
+    )
+    autoscale_interval: float = Field(
+        2.0, gt=0, description="Seconds between two decisions of the autoscaler."
+    )
+    autoscale_mark_pods: bool = Field(
+        True,
+        description="Annotate worker pods: safe-to-evict false while busy, and the lowest "
+        "pod-deletion-cost on drained ones.",
+    )
+    workload_port: int = Field(
+        0, ge=0, le=65535, description="Serve the pool's outstanding work as JSON here (KEDA)."
+    )
 
-    @field_validator("namespace", "leader_election_namespace")
+    @field_validator(
+        "namespace", "leader_election_namespace", "autoscale_namespace", "autoscale_deployment"
+    )
     @classmethod
     def _empty_is_none(cls, v: str | None) -> str | None:
         return v or None
@@ -202,4 +301,6 @@ class OperatorSettings(BaseSettings):
             raise ValueError("reconcile_interval must be at least two ticks (tick_seconds)")
         if not self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError("need retry_period < renew_deadline < lease_duration")
+        if self.autoscale_min > self.autoscale_max:
+            raise ValueError("autoscale_min must not exceed autoscale_max")
         return self

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recall.bucket import Bucket
 from recall.kube import Conflict, Owner, RawObject, Selector, Store
 from recall.resources import (
     API_VERSION,
@@ -20,6 +21,7 @@ from recall.resources import (
     TranscriptionJob,
     label_value,
 )
+from recall.transcripts import index_key
 
 MEDIA_SUFFIXES = frozenset(
     {
@@ -385,3 +387,31 @@ def _dump(objs: list[RawObject], output: str, echo: Callable[..., None], *, sing
         else {"apiVersion": "v1", "kind": "List", "items": objs}
     )
     echo(yaml.safe_dump(doc, sort_keys=False) if output == "yaml" else json.dumps(doc, indent=2))
+
+
+def find_transcript(store: Store, results: Bucket, namespace: str, ref: str) -> str:
+    """The results-store key of the accepted transcript of `ref`: a job's name, or BATCH/ITEM.
+
+    A Batch item's job is read first; once it is gone (the Batch's TTL deleted it), the Batch's
+    results index has the transcript. Raises LookupError saying what is missing.
+    """
+    from recall.operator.fanout import job_name
+
+    batch, _, item = ref.partition("/")
+    name = job_name(batch, item) if item else ref
+    job = store.get_job(namespace, name)
+    if job is not None:
+        if job.status.result is None:
+            raise LookupError(f"{name} has no transcript yet (phase {job.status.effective_phase})")
+        return job.status.result.transcript
+    if not item:
+        raise LookupError(f'transcriptionjobs.recall.dev "{name}" not found')
+    owner = store.get_batch(namespace, batch)
+    if owner is None:
+        raise LookupError(f'batches.recall.dev "{batch}" not found (nor its job {name})')
+    key = index_key(namespace, batch, owner.metadata.uid or "", item)
+    if not results.exists(key):
+        raise LookupError(
+            f"{ref}: no job and no entry in the Batch's results index ({results.url_of(key)})"
+        )
+    return key

@@ -93,7 +93,8 @@ def worker(
 ) -> None:
     """Rent transcription jobs one at a time under a lease and transcribe them."""
     from recall.base.metrics import serve
-    from recall.base.settings import ApiSettings, WorkerSettings
+    from recall.base.settings import ApiSettings, StoreSettings, WorkerSettings
+    from recall.bucket import Stores, StoreUrlInvalid
     from recall.engines import make_engine
     from recall.kube.store import current_namespace
     from recall.worker.health import Liveness
@@ -113,11 +114,16 @@ def worker(
     )
     store = _store(kubeconfig, ApiSettings())
     ns = settings.namespace or current_namespace(kubeconfig)
+    try:
+        results = Stores(StoreSettings()).results()
+    except StoreUrlInvalid as e:
+        raise CliError(e.message) from e
     eng = make_engine(settings)
     serve(settings.metrics_port)
     liveness = Liveness(stale_after=max(30.0, settings.relist_seconds))
     liveness.serve(settings.health_port)
-    w = Worker(store, settings, eng, namespace=ns, beat=liveness.beat)
+    w = Worker(store, settings, eng, namespace=ns, results=results, beat=liveness.beat)
+    liveness.draining = w.drain.draining  # a drained worker is not ready: it goes first
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if w.stopping.is_set() and signum == signal.SIGINT:
@@ -320,28 +326,42 @@ def watch(
 def transcript(
     job: Annotated[str, typer.Argument(help="The TranscriptionJob (or Batch item as BATCH/ITEM).")],
     format: Annotated[str, typer.Option("--format", "-f", help="txt, srt, vtt or json.")] = "txt",
+    url: Annotated[
+        bool,
+        typer.Option("--url", help="Print a presigned URL of the transcript instead (json)."),
+    ] = False,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
-    """Print the accepted transcript of a job."""
-    from recall.cli.formats import render
-    from recall.operator.fanout import job_name
-    from recall.transcripts import TranscriptStore
+    """Print the accepted transcript of a job, from the results store.
+
+    A Batch's item (BATCH/ITEM) is read from its job, or, once the job is gone (the Batch's
+    ttlSecondsAfterFinished), from the Batch's results index.
+    """
+    from recall.base.settings import StoreSettings
+    from recall.bucket import StoreError as BucketError
+    from recall.bucket import Stores
+    from recall.cli.client import find_transcript
+    from recall.transcripts import load_transcript, render
 
     if format not in ("txt", "srt", "vtt", "json"):
         raise CliError(f"unknown format {format!r}: use txt, srt, vtt or json")
     store = _store(kubeconfig)
     ns = _namespace(namespace, kubeconfig)
-    name = job_name(*job.split("/", 1)) if "/" in job else job
-    tj = store.get_job(ns, name)
-    if tj is None:
-        raise CliError(f'transcriptionjobs.recall.dev "{name}" not found')
-    if tj.status.result is None:
-        raise CliError(f"{name} has no transcript yet (phase {tj.status.effective_phase})")
-    text = TranscriptStore(store).load_transcript(ns, tj.status.result.config_map)
-    if text is None:
-        raise CliError(f"the transcript ConfigMap {tj.status.result.config_map} is missing")
-    typer.echo(render(text, format), nl=False)  # type: ignore[arg-type]
+    try:
+        results = Stores(StoreSettings()).results()
+        key = find_transcript(store, results, ns, job)
+        if url:
+            typer.echo(results.sign(key))
+            return
+        found = load_transcript(results, key)
+    except BucketError as e:
+        raise CliError(f"the results store: {e.message}") from e
+    except LookupError as e:
+        raise CliError(str(e)) from e
+    if found is None:
+        raise CliError(f"the transcript {results.url_of(key)} is missing from the results store")
+    typer.echo(render(found, format), nl=False)  # type: ignore[arg-type]
 
 
 _add_dev_commands()

@@ -6,13 +6,17 @@ and the operator's Reclaimed / Healed / Failed events as they happen. Elsewhere 
 one plain line per change.
 
 Each refresh reads the Batch (its status is bounded whatever the item count), the Batch's
-leased jobs (at most one per worker) and its Events, so it stays live for 100,000 items.
+leased jobs (at most one per worker) and its Events, so it stays live for 100,000 items. Where
+the workers are autoscaled (a worker Deployment labelled `recall.dev/autoscaling`), it also
+shows their count: current, desired and the reason of the autoscaler's last decision (the
+Deployment's `recall.dev/autoscaler` annotation), and its scaling Events.
 Returns the exit code: 0 when every item completed, 1 when any failed or was cancelled.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,10 +27,13 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from recall.kube import JobStore, ObjectRef, Selector
+from recall.kube import ObjectRef, RawObject, Selector, Store, StoreError
+from recall.operator.scaling import STATUS_ANNOTATION
 from recall.resources import Batch, ItemPhase, TranscriptionJob
 
 WATCHED_REASONS = ("Reclaimed", "Healed", "Failed", "ItemsInvalid", "JobNameConflict")
+SCALING_REASONS = ("ScaledUp", "ScaledDown", "Draining", "ScalingRefused", "ScalingHeld")
+AUTOSCALED = "recall.dev/autoscaling,recall.dev/autoscaling!=fixed"
 SHOWN = 20
 PHASE_STYLE = {
     ItemPhase.QUEUED: "grey62",
@@ -46,6 +53,7 @@ class Snapshot:
     batch: Batch
     leased: list[TranscriptionJob]
     events: list[str] = field(default_factory=list)
+    workers: list[str] = field(default_factory=list)  # one line per autoscaled Deployment
 
     @property
     def complete(self) -> bool:
@@ -57,9 +65,47 @@ class Snapshot:
         return 1 if c is not None and (c.failed or c.cancelled) else 0
 
 
-def fetch(
-    store: JobStore, namespace: str, name: str, since: dt.datetime, seen: set[str]
-) -> Snapshot:
+def fleet_line(deployment: RawObject) -> str:
+    """`workers 3 → 5 (ScaledUp: …)`: an autoscaled worker Deployment as `watch` shows it."""
+    meta, spec = deployment.get("metadata") or {}, deployment.get("spec") or {}
+    name = meta.get("name") or "?"
+    try:
+        status = json.loads((meta.get("annotations") or {}).get(STATUS_ANNOTATION) or "{}")
+    except ValueError:
+        status = {}
+    current = status.get("current", spec.get("replicas", 0))
+    if not status:  # KEDA's, or the operator has not decided yet
+        mode = (meta.get("labels") or {}).get("recall.dev/autoscaling", "?")
+        return f"workers {name}: {current} ({mode})"
+    return (
+        f"workers {name}: {current} → {status.get('desired')} desired, "
+        f"{status.get('draining', 0)} draining ({status.get('reason')}: {status.get('message')})"
+    )
+
+
+def _fleet(
+    store: Store, namespace: str, since: dt.datetime, seen: set[str]
+) -> tuple[list[str], list[str]]:
+    """The autoscaled worker Deployments of `namespace` and their new scaling Events (nothing
+    where the reader may not list Deployments)."""
+    lines, events = [], []
+    try:
+        for d in store.list_deployments(namespace, AUTOSCALED):
+            lines.append(fleet_line(d))
+            ref = ObjectRef("Deployment", namespace, (d.get("metadata") or {}).get("name") or "")
+            for e in store.list_events(namespace, ref):
+                uid = (e.get("metadata") or {}).get("uid") or ""
+                when = e.get("lastTimestamp") or e.get("eventTime") or ""
+                fresh = not when or _time(when) >= since
+                if e.get("reason") in SCALING_REASONS and uid not in seen and fresh:
+                    seen.add(uid)
+                    events.append(f"{e.get('reason')}: {e.get('message')}")
+    except StoreError:
+        return [], []
+    return lines, events
+
+
+def fetch(store: Store, namespace: str, name: str, since: dt.datetime, seen: set[str]) -> Snapshot:
     batch = store.get_batch(namespace, name)
     if batch is None:
         raise BatchNotFound(f'batches.recall.dev "{name}" not found')
@@ -76,6 +122,8 @@ def fetch(
             continue
         seen.add(uid)
         snap.events.append(f"{e.get('reason')}: {e.get('message')}")
+    snap.workers, scaling = _fleet(store, namespace, since, seen)
+    snap.events += scaling
     return snap
 
 
@@ -167,17 +215,22 @@ def _attention(b: Batch) -> Table:
 
 def render(snap: Snapshot, history: list[str], now: dt.datetime) -> RenderableType:
     parts: list[RenderableType] = [_head(snap.batch, now), Text(""), _phases(snap.batch)]
+    if snap.workers:
+        parts += [Text(""), *(Text(line, style="magenta") for line in snap.workers)]
     if snap.leased:
         parts += [Text(""), _leased(snap.leased)]
     if snap.batch.status.attention:
         parts += [Text(""), _attention(snap.batch)]
     if history:
         parts += [Text(""), Text("events", style="bold")]
-        parts += [
-            Text(h, style="yellow" if h.startswith(("Reclaimed", "Healed")) else "red")
-            for h in history[-6:]
-        ]
+        parts += [Text(h, style=_event_style(h)) for h in history[-6:]]
     return Group(*parts)
+
+
+def _event_style(event: str) -> str:
+    if event.startswith(SCALING_REASONS[:3]):
+        return "magenta"
+    return "yellow" if event.startswith(("Reclaimed", "Healed")) else "red"
 
 
 def summary_line(snap: Snapshot) -> str:
@@ -189,11 +242,11 @@ def summary_line(snap: Snapshot) -> str:
         f"{c.queued} queued, {c.failed} failed, {c.cancelled} cancelled; "
         f"reclaims {b.status.expired_leases or 0}, heals {b.status.heals or 0}, "
         f"progress {b.status.progress or '0%'}"
-    )
+    ) + "".join(f"; {line}" for line in snap.workers)
 
 
 def watch(
-    store: JobStore,
+    store: Store,
     namespace: str,
     name: str,
     *,

@@ -1,11 +1,13 @@
 """Every Kubernetes call: the `JobStore` protocol and its two implementations.
 
-- `base`: the protocol (jobs, Batches, ConfigMaps, Leases, Events) and the typed errors every
+- `base`: the protocol (jobs, Batches, ConfigMaps, Leases, Events, the worker fleet's
+  Deployment, scale subresource, pods and autoscalers) and the typed errors every
   caller sees instead of HTTP statuses (`Conflict`, `Invalid`, `TooLarge`, `Unavailable`, ...);
-- `store`, `client`, `core`: `KubeStore`, through the official client, with timeouts from the
-  settings;
-- `memory`, `memory_core`, `rules`, `patch`: `MemoryStore` for unit tests (resourceVersion and
-  409, the status subresource, the CRDs' CEL transition rules, fault injection);
+- `store`, `client`, `core`, `apps`: `KubeStore`, through the official client, with timeouts
+  from the settings;
+- `memory`, `memory_core`, `memory_apps`, `rules`, `patch`: `MemoryStore` for unit tests
+  (resourceVersion and 409, the status subresource, the CRDs' CEL transition rules, the scale
+  subresource, fault injection);
 - `informer`: list + watch of a selection, relisted on 410 and after errors.
 
 May import `recall.resources` and `recall.base`; never the protocol, a component or the engines.
@@ -17,6 +19,7 @@ from recall.kube.base import (
     BlobStore,
     ConfigMapData,
     Conflict,
+    FleetStore,
     Forbidden,
     Invalid,
     JobStore,
@@ -25,6 +28,8 @@ from recall.kube.base import (
     Owner,
     Page,
     RawObject,
+    Scale,
+    ScalerRef,
     Selector,
     Store,
     StoreError,
@@ -39,6 +44,7 @@ __all__ = [
     "BlobStore",
     "ConfigMapData",
     "Conflict",
+    "FleetStore",
     "Forbidden",
     "Invalid",
     "JobStore",
@@ -47,6 +53,8 @@ __all__ = [
     "Owner",
     "Page",
     "RawObject",
+    "Scale",
+    "ScalerRef",
     "Selector",
     "Store",
     "StoreError",

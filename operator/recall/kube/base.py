@@ -246,5 +246,58 @@ class BlobStore(Protocol):
     def list_config_maps(self, namespace: str, labels: str) -> list[ConfigMapData]: ...
 
 
-class Store(JobStore, BlobStore, Protocol):
-    """Both: what the worker, the operator and the CLI are given."""
+@dataclass(frozen=True)
+class Scale:
+    """A Deployment's scale subresource as read: the count asked for (`spec.replicas`), the
+    count its controller reports (`status.replicas`), its pods' label selector, and the
+    Deployment's resourceVersion (a scale write at that version fails if anything changed)."""
+
+    replicas: int
+    status_replicas: int
+    selector: str
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class ScalerRef:
+    """A HorizontalPodAutoscaler or a KEDA ScaledObject and the object it scales."""
+
+    kind: str
+    name: str
+    target_kind: str
+    target_name: str
+
+
+class FleetStore(Protocol):
+    """The worker fleet: its Deployment and scale subresource, its pods, and whatever else
+    scales it (HPAs, KEDA ScaledObjects). What the operator's built-in autoscaler uses."""
+
+    def get_deployment(self, namespace: str, name: str) -> RawObject | None: ...
+
+    def list_deployments(self, namespace: str, labels: str) -> list[RawObject]: ...
+
+    def patch_deployment_annotations(
+        self, namespace: str, name: str, annotations: dict[str, str | None]
+    ) -> None: ...
+
+    def get_scale(self, namespace: str, name: str) -> Scale | None:
+        """The Deployment's scale, or None when there is no such Deployment."""
+
+    def patch_scale(
+        self, namespace: str, name: str, replicas: int, resource_version: str | None
+    ) -> Scale:
+        """Ask for `replicas` through the scale subresource; `Conflict` if the Deployment is no
+        longer at `resource_version` (when given)."""
+
+    def list_autoscalers(self, namespace: str) -> list[ScalerRef]:
+        """The HPAs and ScaledObjects of `namespace` (none when KEDA is not installed)."""
+
+    def list_pods(self, namespace: str, labels: str) -> list[RawObject]: ...
+
+    def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: dict[str, str | None]
+    ) -> None: ...
+
+
+class Store(JobStore, BlobStore, FleetStore, Protocol):
+    """All three: what the worker, the operator and the CLI are given."""

@@ -8,7 +8,9 @@ restarting, and the view must come back within a tick or two once it answers). I
 raises: transient API errors delay the view by seconds, they never end it (DESIGN §5, 9).
 
 Not guaranteed: the consumer's view may lag the API server by one event; decisions that matter
-are made by fenced writes, never by this view.
+are made by fenced writes, never by this view. `current()` says whether the view can be
+trusted at all: listed, and nothing failed since the last list or event (a consumer that acts
+on what is missing from the view, such as an autoscaler, holds while it is not).
 """
 
 from __future__ import annotations
@@ -94,12 +96,17 @@ class Informer:
         self.relist_seconds = relist_seconds
         self.max_backoff = max_backoff
         self.synced = threading.Event()
+        self._failed = False  # an error since the last successful list or event
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    def current(self) -> bool:
+        """Listed, and no list or watch failed since the last success."""
+        return self.synced.is_set() and not self._failed
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name=self.name, daemon=True)
@@ -127,10 +134,12 @@ class Informer:
                     rv = None
             except Conflict as e:
                 rv = None  # 410: our resourceVersion is too old; list again at once
+                self._failed = True
                 if e.status != 410:
                     _log.warning("informer_error", informer=self.name, error=e.message[:200])
                     stop.wait(backoff)
             except Exception as e:  # the API server may be unreachable for a while
+                self._failed = True
                 _log.warning("informer_error", informer=self.name, error=str(e)[:200])
                 stop.wait(backoff * random.uniform(0.5, 1.0))
                 backoff = min(backoff * 2, self.max_backoff)
@@ -145,6 +154,7 @@ class Informer:
     def _relist(self) -> str:
         page = self.source.list(self.page_size, None)
         self.consumer.relisted(self._pages(page.items, page.next))
+        self._failed = False
         return page.resource_version
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
@@ -153,6 +163,7 @@ class Informer:
             if stop.is_set() or self._stop.is_set():
                 break
             rv = str(event.object.get("metadata", {}).get("resourceVersion") or rv)
+            self._failed = False  # the watch answers again
             if event.type != "BOOKMARK":
                 self.consumer.changed(event.type, event.object)
         return rv

@@ -10,7 +10,9 @@ It keeps what the API server guarantees and the code relies on:
 - lists and watches with field and label selectors; a watch sends DELETED for an object that
   leaves its selection and ADDED for one that enters it, as the API server's watch cache does,
   and `Conflict(410)` when asked to start before the history it keeps;
-- ConfigMaps up to 1 MiB of data (`Invalid` beyond, as the API server answers).
+- ConfigMaps up to 1 MiB of data (`Invalid` beyond, as the API server answers);
+- Deployments with their scale subresource (fenced by resourceVersion), pods and autoscalers
+  (`memory_apps`; no controller acts on them: tests play the ReplicaSet and the kubelet).
 
 Fault injection for tests: `inject(Fault(...))` makes matching calls fail, optionally after the
 write was applied (`applied=True`: the answer is lost, the change is kept).
@@ -24,7 +26,8 @@ import copy
 from collections.abc import Iterator
 
 from recall.kube.base import EVERYTHING, Invalid, Page, RawObject, Selector, WatchEvent
-from recall.kube.memory_core import CONFIG_MAP_LIMIT, JOB_SPEC_DEFAULTS, Fault, MemoryCore, _Kind
+from recall.kube.memory_apps import MemoryApps
+from recall.kube.memory_core import CONFIG_MAP_LIMIT, JOB_SPEC_DEFAULTS, Fault, _Kind
 from recall.kube.patch import apply_merge_patch, matches_labels
 from recall.kube.rules import batch_status_rules, job_status_rules
 from recall.resources import Batch, TranscriptionJob
@@ -32,7 +35,7 @@ from recall.resources import Batch, TranscriptionJob
 __all__ = ["CONFIG_MAP_LIMIT", "Fault", "MemoryStore"]
 
 
-class MemoryStore(MemoryCore):
+class MemoryStore(MemoryApps):
     """Jobs, Batches, ConfigMaps, Events and Leases in memory. Thread-safe."""
 
     def __init__(self, *, watch_seconds: float = 5.0) -> None:

@@ -118,6 +118,10 @@ def result(c: Change) -> Iterator[str]:
         yield "only a Succeeded job has a result"
     if old is not None and new != old:
         yield "the result never changes"
+    if new is not None and not str(new.get("transcript") or "").endswith(
+        f"-{new.get('token')}/transcript.json"
+    ):
+        yield "status.result.transcript must be the transcript the completing lease wrote"
     if c.phase == "Succeeded" and c.old_phase != "Succeeded":
         lease = c.old_lease
         if (
@@ -146,13 +150,28 @@ def queued_only(c: Change) -> Iterator[str]:
         yield "only a Queued job waits in backoff"
 
 
-RULES: list[Rule] = [lease_shape, fenced, counters, result, queued_only]
+def published(c: Change) -> Iterator[str]:
+    if c.new.get("published") is not None and c.phase != "Succeeded":
+        yield "status.published exists only on a Succeeded job"
+
+
+RULES: list[Rule] = [lease_shape, fenced, counters, result, queued_only, published]
+
+
+def _publish_only(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """The one write a Succeeded job takes: it adds status.published and nothing else."""
+    if old.get("published") is not None or new.get("published") is None:
+        return False
+    rest = {k: v for k, v in new.items() if k != "published"}
+    return rest == {k: v for k, v in old.items() if k != "published"}
 
 
 def job_status_rules(old: dict[str, Any], new: dict[str, Any], spec: dict[str, Any]) -> list[str]:
     """Messages of the TranscriptionJob status rules the change `old` → `new` breaks."""
     change = Change(old, new, spec)
     if change.old_phase in TERMINAL and new != old:
+        if change.old_phase == "Succeeded" and _publish_only(old, new):
+            return []
         return [f"a {change.old_phase} job is final: its status never changes"]
     return [message for rule in RULES for message in rule(change)]
 

@@ -1,7 +1,8 @@
 """`KubeStore`: the store backed by the API server, through the official `kubernetes` client.
 
-The runtime's only calls of the client are here and in `kube_client` / `kube_core`
-(Events, Leases, ConfigMaps). TranscriptionJobs and Batches are read and written below.
+The runtime's only calls of the client are here and in `client`, `core` (Events, Leases,
+ConfigMaps) and `apps` (the worker fleet: its Deployment, scale subresource, pods and
+autoscalers). TranscriptionJobs and Batches are read and written below.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from recall.kube.apps import KubeApps
 from recall.kube.base import EVERYTHING, NotFound, Page, RawObject, Selector, WatchEvent
 from recall.kube.client import (
     MERGE_PATCH,
@@ -30,8 +32,8 @@ __all__ = [
 ]
 
 
-class KubeStore(KubeCore):
-    """Jobs, Batches, ConfigMaps, Events and Leases over one API client."""
+class KubeStore(KubeCore, KubeApps):
+    """Jobs, Batches, ConfigMaps, Events, Leases and the worker fleet over one API client."""
 
     def get_job(
         self, namespace: str, name: str, *, timeout: float | None = None

@@ -21,7 +21,7 @@ import datetime as dt
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from recall.base import faults, metrics
@@ -100,9 +100,16 @@ class Applier:
     """Performs plans against a store. `now` stamps what it writes; `now_mono` is the clock the
     plan's expiries were judged on."""
 
-    def __init__(self, store: JobStore, leadership: Leadership | None = None) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        leadership: Leadership | None = None,
+        *,
+        storage: Callable[[BatchKey], tuple[str, str] | None] = lambda _key: None,
+    ) -> None:
         self.store = store
         self.leadership: Leadership = leadership or Sole()
+        self.storage = storage  # the results store's last refusal for a Batch, if any
         self.written: dict[BatchKey, BatchStatus] = {}
         self._versions: dict[BatchKey, deque[str]] = {}  # resourceVersions of our own writes
         self._statuses: dict[BatchKey, deque[RawObject]] = {}  # and the statuses they wrote
@@ -373,6 +380,7 @@ class Applier:
             changed | ours,
             recreated=recreated,
             invalid=invalid,
+            storage=self.storage(batch.key),
         )
         term = self.leadership.term
         # What the server would hold after the write: the term written, or (the only replica,

@@ -15,6 +15,7 @@ Thread-safe: the informer thread writes, the controller thread reads snapshots.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ from typing import Any
 from recall.base.clock import Monotonic
 from recall.kube import RawObject
 from recall.protocol.observer import JobKey, LeaseObserver, Observation
-from recall.resources import LABEL_INDEX, LABEL_SUSPENDED, Lease, Phase
+from recall.resources import LABEL_INDEX, LABEL_SUSPENDED, Lease, Part, Phase
 
 BatchKey = tuple[str, str]  # (namespace, batch name)
 
@@ -64,8 +65,10 @@ class JobRecord:
     completed_at: dt.datetime | None
     error_reason: str | None
     error_message: str | None
-    result_config_map: str | None
-    checkpoint: str | None
+    result: str | None  # status.result.transcript: the accepted transcript's key
+    parts: tuple[Part, ...]  # the checkpoint: where its chunks are in the results store
+    published: bool
+    output: bool  # spec.output asks for outputs
 
     @property
     def key(self) -> JobKey:
@@ -111,9 +114,18 @@ class JobRecord:
             completed_at=_time(status.get("completedAt")),
             error_reason=error.get("reason"),
             error_message=error.get("message"),
-            result_config_map=(status.get("result") or {}).get("configMap"),
-            checkpoint=(status.get("progress") or {}).get("checkpoint"),
+            result=(status.get("result") or {}).get("transcript"),
+            parts=tuple(
+                Part.model_validate(p) for p in (status.get("progress") or {}).get("parts") or ()
+            ),
+            published=status.get("published") is not None,
+            output=spec.get("output") is not None,
         )
+
+    @property
+    def to_publish(self) -> bool:
+        """Succeeded, and its outputs and index entry not recorded as written yet."""
+        return self.phase is Phase.SUCCEEDED and not self.published
 
 
 @dataclass(frozen=True)
@@ -166,11 +178,12 @@ class Marks:
 
 
 def needs_cleanup(old: JobRecord | None, new: JobRecord) -> bool:
-    """Did this change leave transcript ConfigMaps that may be unreferenced?"""
+    """Did this change leave objects in the results store that nothing may reference any more?
+    A job that ended (a Succeeded one's chunks go too: its transcript holds them), and a job
+    that took another attempt (a zombie's, or an abandoned one's, leftovers)."""
     if old is None:
-        return False
-    ended = new.phase.terminal and not old.phase.terminal
-    if ended and (new.phase is not Phase.SUCCEEDED or new.attempts > 1):
+        return new.phase.terminal and not new.published  # first seen (a restart): look once
+    if new.phase.terminal and not old.phase.terminal:
         return True
     return new.attempts > old.attempts and new.attempts > 1
 
@@ -203,6 +216,10 @@ class JobCache:
         # final job that failed, was cancelled or took more than one attempt, and a job that
         # took another attempt (a zombie's, or an abandoned one's, leftovers).
         self.cleanup: set[JobKey] = set()
+        # Succeeded jobs whose result is not published yet (outputs, the Batch's index).
+        self.publish: set[JobKey] = set()
+        # Jobs deleted since the results store last heard of it: (namespace, name, uid).
+        self.removed: set[tuple[str, str, str]] = set()
         # Called with (old, new) on every change, under the cache's lock (the dispatcher's
         # ready queue keeps itself current this way).
         self.listeners: list[Callable[[JobRecord | None, JobRecord | None], None]] = []
@@ -255,17 +272,25 @@ class JobCache:
                 or old.attempts != record.attempts
                 or old.expired_leases != record.expired_leases
                 or old.failures != record.failures
+                or old.published != record.published
             )
             if changed and record.batch_key and record.index is not None:
                 self.marks.mark(record.batch_key, record.index)
             if needs_cleanup(old, record):
                 self.cleanup.add(record.key)
+            if record.to_publish:
+                self.publish.add(record.key)
+            else:
+                self.publish.discard(record.key)
             for listener in self.listeners:
                 listener(old, record)
 
     def _remove(self, key: JobKey) -> None:
         record = self._jobs.pop(key, None)
         self.cleanup.discard(key)
+        self.publish.discard(key)
+        if record is not None and record.uid:
+            self.removed.add((record.namespace, record.name, record.uid))
         if record is not None:
             self.phase_counts[record.phase] -= 1
         self._watched.discard(key)
@@ -297,6 +322,10 @@ class JobCache:
         with self._lock:
             return dict(self._by_batch.get(batch, {}))
 
+    def has_batch(self, batch: BatchKey) -> bool:
+        with self._lock:
+            return bool(self._by_batch.get(batch))
+
     def batches(self) -> set[BatchKey]:
         with self._lock:
             return set(self._by_batch)
@@ -309,6 +338,18 @@ class JobCache:
         with self._lock:
             chosen = sorted(self.cleanup)[:limit]
             self.cleanup.difference_update(chosen)
+            return chosen
+
+    def take_publish(self, limit: int, skip: set[JobKey]) -> list[JobKey]:
+        """Up to `limit` jobs to publish, none of `skip` (in flight or waiting out a retry);
+        they stay in the set until their publish record is seen."""
+        with self._lock:
+            return list(itertools.islice((k for k in self.publish if k not in skip), limit))
+
+    def take_removed(self) -> list[tuple[str, str, str]]:
+        with self._lock:
+            chosen = sorted(self.removed)
+            self.removed.clear()
             return chosen
 
     def watched(self) -> list[JobRecord]:

@@ -11,6 +11,11 @@ reclaims and job writes first, then the Batch status in the same apply. Jobs tha
 Batch covers (no Batch, a missing or finished one, no item) go through the same plan without a
 Batch, so every leased job has a reclaim path.
 
+Results: `Results` (`results.py`) publishes accepted results and collects the store's garbage
+on its own thread, from the same cache. The TTL of a finished Batch (`ttlSecondsAfterFinished`)
+deletes its jobs here: the Batch's status is frozen once Complete, and Complete waits for every
+completed item's result to be published, so nothing it shows changes.
+
 Reclaim timing: the loop wakes at the earliest observed expiry (and at least every tick), so a
 lease is reclaimed within one tick of its expiry on the operator's clock. Nothing here raises
 out of the loop: an error is logged and the next tick tries again (DESIGN §5, invariant 9).
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from recall.base import log, metrics
 from recall.base.clock import Monotonic, boottime, utcnow
 from recall.base.settings import OperatorSettings
+from recall.bucket import Bucket, Stores
 from recall.kube import ObjectRef, Store, StoreError
 from recall.operator.apply import CREATE_SECONDS, Applier, Report
 from recall.operator.cache import BatchKey, JobCache, JobRecord
@@ -36,9 +42,9 @@ from recall.operator.dispatch import ReadyQueue, idle
 from recall.operator.items import Item, ItemsInvalid, resolve
 from recall.operator.reconcile import plan_batch, plan_jobs
 from recall.operator.registry import Registry
+from recall.operator.results import Results
 from recall.protocol.observer import next_expiry
 from recall.resources import LABEL_BATCH, Batch, Phase, label_value
-from recall.transcripts import job_selector, unreferenced
 
 _log = log.get("operator")
 
@@ -65,6 +71,8 @@ class Controller:
         store: Store,
         settings: OperatorSettings,
         *,
+        results: Bucket,
+        stores: Stores | None = None,
         clock: Monotonic = boottime,
         now: Callable[[], dt.datetime] = utcnow,
     ) -> None:
@@ -76,8 +84,19 @@ class Controller:
         self.ready = ReadyQueue(clock, ahead_seconds=settings.offer_ahead_seconds)
         self.cache.listeners.append(self.ready.update)
         self.registry = Registry(clock, wake=self.wake_dispatch)
-        self.applier = Applier(store)
         self.leading = threading.Event()
+        self.results = Results(
+            store,
+            results,
+            stores or results.stores,
+            self.cache,
+            leading=self.leading,
+            batches=self.batches,
+            clock=clock,
+            now=now,
+            sweep_seconds=settings.sweep_seconds,
+        )
+        self.applier = Applier(store, storage=self.results.storage_error)
         self._batches: dict[BatchKey, Batch] = {}
         self._resolved: dict[BatchKey, Resolved] = {}
         self._last_full: dict[BatchKey, float] = {}
@@ -115,6 +134,10 @@ class Controller:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def batches(self) -> dict[BatchKey, Batch]:
+        with self._lock:
+            return dict(self._batches)
 
     def wake_dispatch(self) -> None:
         """A job or a worker changed: someone may have become idle, or work ready."""
@@ -201,7 +224,14 @@ class Controller:
             order.sort(key=lambda kv: self._short.get(kv[0], float("inf")))
         for key, batch in order:
             full = self._full_due(batch, mono)
-            if batch.status.complete and not full and key not in dirty and key not in watched:
+            # A complete Batch is frozen: every item final and published. Only a foreign
+            # write or a new generation is projected over, and only while the jobs are there
+            # (the TTL may have deleted them: the status then stays as it is).
+            if (
+                batch.status.complete
+                and not watched.get(key)
+                and (key in self._last_full or not self.cache.has_batch(key))
+            ):
                 continue
             if not full and key not in dirty and key not in watched:
                 continue
@@ -220,7 +250,8 @@ class Controller:
                 # renews its registration again (else the next offer waits out offer_seconds).
                 self.registry.suspect(namespace, worker)
         self.dispatch_once(mono)
-        self.clean_up()
+        self.expire_finished(batches)
+        self.results.wake()
         for report in reports:
             self._log(report)
         for phase, n in self.cache.phase_counts.items():
@@ -238,7 +269,7 @@ class Controller:
         ):
             return 0
         mono = self.clock() if now_mono is None else now_mono
-        alive = self.registry.alive(mono)
+        alive = self.registry.offerable(mono)  # a worker asked to drain is offered nothing
         keys = {(w.namespace, w.worker) for w in alive}
         for stale in self.ready.stale_offers(mono, self.settings.offer_seconds, keys):
             offered = self.cache.get(stale)
@@ -260,24 +291,34 @@ class Controller:
                 written += 1
         return written
 
-    def clean_up(self, limit: int = 20) -> int:
-        """Delete transcript ConfigMaps nothing accepted references any more (a zombie's, a
-        failed job's), for up to `limit` jobs that changed so; returns how many were deleted.
-        The job is read before its ConfigMaps are listed (`transcripts.unreferenced`)."""
-        deleted = 0
-        for key in self.cache.take_cleanup(limit):
+    def expire_finished(self, batches: dict[BatchKey, Batch]) -> int:
+        """Delete the jobs of Batches finished `ttlSecondsAfterFinished` ago (as Kubernetes
+        Jobs): the status stays as it was, the results stay in the store and its index.
+        Returns how many Batches' jobs were deleted."""
+        expired = 0
+        now = self.now()
+        for key, batch in batches.items():
+            ttl = batch.spec.ttl_seconds_after_finished
+            done = batch.status.completed_at
+            if ttl is None or done is None or not batch.status.complete:
+                continue
+            if (now - done).total_seconds() < ttl or not self.cache.batch_jobs(key):
+                continue
             try:
-                job = self.store.get_job(*key)
-                if job is None:
-                    continue
-                listed = self.store.list_config_maps(key[0], job_selector(job.name))
-                for name in unreferenced(job, listed):
-                    deleted += self.store.delete_config_map(key[0], name)
-                    _log.info("transcript_cleaned_up", job=job.name, config_map=name)
+                self.store.delete_jobs(batch.namespace, f"{LABEL_BATCH}={label_value(batch.name)}")
             except StoreError as e:
-                self.cache.cleanup.add(key)  # next tick
-                _log.warning("cleanup_failed", job=key[1], error=e.message[:200])
-        return deleted
+                _log.warning("ttl_delete_failed", batch=batch.name, error=e.message[:200])
+                continue
+            expired += 1
+            _log.info("batch_jobs_expired", batch=batch.name, namespace=batch.namespace, ttl=ttl)
+            self.applier.event(
+                ObjectRef("Batch", batch.namespace, batch.name, batch.metadata.uid or ""),
+                "Normal",
+                "JobsDeleted",
+                f"ttlSecondsAfterFinished ({ttl} s) passed: the finished jobs are deleted; "
+                "the results stay in the store (recall transcript BATCH/KEY)",
+            )
+        return expired
 
     def _size_hint(self, batch: Batch) -> float:
         """How many items `batch` has, as far as known without reading its lists."""
@@ -407,4 +448,6 @@ class Controller:
             cancelled += result.applied
         self.store.delete_jobs(batch.namespace, f"{LABEL_BATCH}={label_value(batch.name)}")
         self.forget_batch(batch.key)
+        if batch.metadata.uid:
+            self.results.forget_batch(batch.namespace, batch.name, batch.metadata.uid)
         return cancelled

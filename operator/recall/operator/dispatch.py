@@ -173,6 +173,11 @@ class ReadyQueue:
             )
             return "ahead" if due else "busy"
 
+    def busy(self) -> set[WorkerKey]:
+        """The workers that hold a job or were offered one (the autoscaler drains neither)."""
+        with self._lock:
+            return set(self.holding) | set(self._offered_by)
+
     def ahead_offers(self) -> list[JobKey]:
         """Offers to workers that still hold a job (offers ahead, not yet claimable)."""
         with self._lock:

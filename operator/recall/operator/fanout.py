@@ -46,6 +46,8 @@ def job_for_item(batch: Batch, item: Item) -> dict[str, Any]:
         spec["language"] = language
     if d.engine is not None:
         spec["engine"] = d.engine.to_api()
+    if d.output is not None:
+        spec["output"] = d.output.to_api()
     labels = {
         LABEL_BATCH: label_value(batch.name),
         LABEL_ITEM: item.key,

@@ -1,8 +1,13 @@
 """The operator's kopf handlers: each a few lines, handing over to the `Controller`.
 
 - `operator_startup` configures kopf and starts, on threads, the job informer (every
-  TranscriptionJob, as compact records), the leader elector (when enabled) and the controller
-  loop (reclaim, reconcile, project); `operator_cleanup` stops them.
+  TranscriptionJob, as compact records), the leader elector (when enabled), the controller
+  loop (reclaim, reconcile, project) and the results loop (publish, collect the store's
+  garbage); `operator_cleanup` stops them.
+- `Runtime` also runs the workers' autoscaling when configured (`recall.operator.autoscaling`:
+  the built-in scaler of the worker Deployment, the endpoint KEDA reads).
+- `store_probe` (kopf's probes, served on the liveness port) reports whether the results
+  store answers; the operator's readiness says so too.
 - `batch_event` keeps the controller's Batches current (kopf watches Batches; jobs are watched
   by the informer, which scales to 100,000 of them).
 - `batch_delete` cancels the Batch's leased jobs and deletes its jobs, before kopf removes its
@@ -21,8 +26,11 @@ import kopf
 
 from recall.base import log, metrics
 from recall.base.settings import OperatorSettings
+from recall.bucket import Stores
 from recall.kube import Store
 from recall.kube.informer import Informer, Jobs, Leases
+from recall.operator import readiness
+from recall.operator.autoscaling import Autoscaling
 from recall.operator.controller import Controller
 from recall.operator.leader import LeaderElector
 from recall.protocol.workers import SELECTOR
@@ -34,9 +42,9 @@ _log = log.get("operator")
 class Runtime:
     """What one operator process runs beside kopf: informer, elector, controller loop."""
 
-    def __init__(self, store: Store, settings: OperatorSettings) -> None:
+    def __init__(self, store: Store, settings: OperatorSettings, stores: Stores) -> None:
         self.settings = settings
-        self.controller = Controller(store, settings)
+        self.controller = Controller(store, settings, results=stores.results(), stores=stores)
         self.informer = Informer(
             Jobs(store, settings.namespace), self.controller.cache, name="job-informer"
         )
@@ -62,6 +70,9 @@ class Runtime:
         else:
             self.controller.leading.set()
         self.threads: list[threading.Thread] = []
+        self.autoscaling = Autoscaling(
+            store, settings, self.controller, jobs=self.informer, registrations=self.registrations
+        )
 
     def start(self) -> None:
         self._spawn("job-informer", self.informer.run)
@@ -70,6 +81,17 @@ class Runtime:
         if self.elector is not None:
             self._spawn("leader-elector", self.elector.run)
         self._spawn("controller", self.controller.run)
+        self.autoscaling.start(self._spawn)
+        self._spawn("results", self.controller.results.run)
+        readiness.serve(self.settings.health_port, self.ready)
+
+    def ready(self) -> str | None:
+        """Why this replica is not ready, or None."""
+        if not self.controller.cache.synced.is_set():
+            return "the job cache is not synced yet"
+        if self.controller.results.reachable is not None:
+            return f"the results store: {self.controller.results.reachable}"
+        return None
         self._spawn("leader-gauge", self._gauge)
 
     def _spawn(self, name: str, target: Any) -> None:
@@ -83,6 +105,7 @@ class Runtime:
 
     def shutdown(self) -> None:
         self.stop.set()
+        self.autoscaling.stop()
         self.controller.wake()
         for thread in self.threads:
             thread.join(timeout=10)
@@ -117,13 +140,15 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
         kopf_settings.scanning.disabled = True
 
 
-def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, store: Store) -> None:
+def register(
+    registry: kopf.OperatorRegistry, settings: OperatorSettings, store: Store, stores: Stores
+) -> None:
     """Register the handlers on `registry`."""
 
     @kopf.on.startup(id="operator_startup", registry=registry)
     async def operator_startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         configure_kopf(settings, opsettings)
-        memo.runtime = Runtime(store, opsettings)
+        memo.runtime = Runtime(store, opsettings, stores)
         memo.runtime.start()
         _log.info(
             "operator_started",

@@ -28,6 +28,7 @@ from recall.resources import (
     Condition,
     Counts,
     ItemPhase,
+    Phase,
     indexes,
     is_true,
     set_condition,
@@ -143,6 +144,8 @@ class Tally:
 
     phases: bytearray
     heals: list[Heal]
+    published: int = 0
+    storage: tuple[str, str] | None = None  # a job failed because the results store refused
     expired: int = 0
     failures: int = 0
     first_start: dt.datetime | None = None
@@ -159,6 +162,11 @@ def tally(
     """One pass over the jobs: their items' phases, and (when `judge`) the items whose stored
     phase differs although their job did not change since the last projection: heals."""
     t = Tally(bytearray(before), [])
+    # A completed item whose job is gone (its Batch's TTL, or a user) has nothing left to
+    # publish: it counts as published, so a Batch never waits for a job that cannot come back.
+    t.published = sum(
+        1 for i, code in enumerate(before) if code == CODE[ItemPhase.COMPLETED] and i not in jobs
+    )
     for i, record in jobs.items():
         if i >= len(before):
             continue
@@ -166,6 +174,11 @@ def tally(
         if judge and code != before[i] and i not in changed:
             t.heals.append(Heal(i, key_of(i), CODES[before[i]], CODES[code]))
         t.phases[i] = code
+        if record.phase is Phase.SUCCEEDED and record.published:
+            t.published += 1
+        reason = record.error_reason or ""
+        if record.phase is Phase.FAILED and reason.startswith("Storage") and t.storage is None:
+            t.storage = (reason, record.error_message or reason)
         t.expired += record.expired_leases
         t.failures += record.failures
         if record.started_at and (t.first_start is None or record.started_at < t.first_start):
@@ -198,12 +211,15 @@ def project(
     *,
     recreated: int = 0,
     invalid: str | None = None,
+    storage: tuple[str, str] | None = None,
 ) -> Projection:
     """The Batch status derived from `jobs` (by item index), and the heals it implies.
 
     `stored` is the status as last written; `changed` the items whose jobs changed since that
     projection; `recreated` the jobs the reconciler created again (heals too); `invalid` why
-    the items cannot be used, if they cannot. Before the first projection nothing is a heal.
+    the items cannot be used, if they cannot; `storage` the results store's last refusal of a
+    publish of this Batch. Before the first projection nothing is a heal. The Batch is
+    Complete once every item is final and every completed item's result is published.
     """
     t = tally(stored_phases(stored, total), key_of, jobs, changed, stored.counts is not None)
     p = t.phases
@@ -214,12 +230,15 @@ def project(
         completed=p.count(CODE[ItemPhase.COMPLETED]),
         failed=p.count(CODE[ItemPhase.FAILED]),
         cancelled=p.count(CODE[ItemPhase.CANCELLED]),
+        published=t.published,
     )
     fields, truncated = encoded(p)
     missing = set(range(total)) - jobs.keys() if fanned_out(stored) else set()
     started = stored.started_at or t.first_start
-    finished = total > 0 and counts.done == total and invalid is None
-    conds = conditions(stored.conditions, batch, counts, finished, invalid, now)
+    final = total > 0 and counts.done == total and invalid is None
+    finished = final and counts.published >= counts.completed
+    conds = conditions(stored.conditions, batch, counts, final, invalid, now)
+    conds = storage_conditions(conds, counts, t.storage or storage, now)
     if total > 0 and not fanned_out(stored) and len(jobs.keys() & set(range(total))) == total:
         text = f"one TranscriptionJob per item ({total})"
         conds = set_condition(conds, "JobsCreated", "True", "FannedOut", text, now)
@@ -246,6 +265,29 @@ def fanned_out(status: BatchStatus) -> bool:
     return is_true(status.conditions, "JobsCreated")
 
 
+def storage_conditions(
+    current: list[Condition],
+    counts: Counts,
+    storage: tuple[str, str] | None,
+    now: dt.datetime,
+) -> list[Condition]:
+    """Published (every completed item's result is published) and StorageFailing (the results
+    store refused: jobs failed, or results cannot be published)."""
+    out = list(current)
+    left = counts.completed - counts.published
+    if left > 0:
+        text = f"{counts.published} of {counts.completed} completed items published"
+        out = set_condition(out, "Published", "False", "Publishing", text, now)
+    elif counts.completed:
+        text = f"every completed item's result is published ({counts.published})"
+        out = set_condition(out, "Published", "True", "AllPublished", text, now)
+    if storage is not None:
+        out = set_condition(out, "StorageFailing", "True", storage[0], storage[1][:1000], now)
+    elif any(c.type == "StorageFailing" for c in out):
+        out = set_condition(out, "StorageFailing", "False", "StorageOk", "the store answers", now)
+    return out
+
+
 def conditions(
     current: list[Condition],
     batch: Batch,
@@ -254,13 +296,19 @@ def conditions(
     invalid: str | None,
     now: dt.datetime,
 ) -> list[Condition]:
-    """Complete, Progressing and Failed (and ItemsInvalid while the items cannot be used)."""
+    """Complete, Progressing and Failed (and ItemsInvalid while the items cannot be used).
+    `finished`: every item is final; Complete also waits for the completed items' results
+    to be published."""
     out = list(current)
     if invalid is not None:
         out = set_condition(out, "Complete", "False", "ItemsInvalid", invalid, now)
         out = set_condition(out, "Progressing", "False", "ItemsInvalid", invalid, now)
         return out
-    if finished:
+    if finished and counts.published < counts.completed:
+        left = f"{counts.completed - counts.published} completed items' results to publish"
+        out = set_condition(out, "Complete", "False", "Publishing", left, now)
+        out = set_condition(out, "Progressing", "True", "Publishing", left, now)
+    elif finished:
         summary = (
             f"{counts.completed} completed, {counts.failed} failed, {counts.cancelled} cancelled"
         )

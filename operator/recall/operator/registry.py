@@ -4,6 +4,8 @@ The informer's consumer for the Leases of `recall.protocol.workers.SELECTOR`. A 
 as alive while its Lease's renewTime changed within `leaseDurationSeconds` on the operator's
 own monotonic clock (observed, as job leases are; never compared with the worker's clock). A
 worker that let a job's lease expire is suspected: not alive until its renewTime changes again.
+A worker asked to drain (or draining) is alive but not offered work (`offerable`); its state and
+drain answer are kept current from every version of its Lease, whoever wrote it.
 """
 
 from __future__ import annotations
@@ -27,9 +29,16 @@ class Seen:
     renew_time: str
     duration: float
     observed_at: float
+    state: str | None = None
+    drain: str | None = None
+    answered: str | None = None
 
     def alive(self, now_mono: float) -> bool:
         return now_mono - self.observed_at < self.duration
+
+    @property
+    def drained(self) -> bool:
+        return self.drain is not None and self.answered == workers.DRAINED
 
 
 class Registry:
@@ -68,7 +77,7 @@ class Registry:
         with self._lock:
             old = self._seen.get(key)
             if old is None or old.renew_time != record.renew_time:
-                self._seen[key] = Seen(
+                old = Seen(
                     worker=record.worker,
                     namespace=record.namespace,
                     engine=record.engine,
@@ -76,6 +85,10 @@ class Registry:
                     duration=record.duration,
                     observed_at=self.clock(),
                 )
+            # A write by someone else (a drain request) is no sign of life, but news.
+            self._seen[key] = replace(
+                old, state=record.state, drain=record.drain, answered=record.answered
+            )
         return key
 
     def suspect(self, namespace: str, worker: str) -> None:
@@ -89,3 +102,7 @@ class Registry:
     def alive(self, now_mono: float) -> list[Seen]:
         with self._lock:
             return [s for s in self._seen.values() if s.worker and s.alive(now_mono)]
+
+    def offerable(self, now_mono: float) -> list[Seen]:
+        """The live workers that may be offered work: not asked to drain, not draining."""
+        return [s for s in self.alive(now_mono) if s.drain is None and s.state != workers.DRAINING]

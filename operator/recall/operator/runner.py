@@ -15,7 +15,8 @@ from pathlib import Path
 import kopf
 
 from recall.base import log, metrics
-from recall.base.settings import ApiSettings, OperatorSettings
+from recall.base.settings import ApiSettings, OperatorSettings, StoreSettings
+from recall.bucket import StoreError, Stores
 from recall.kube.store import KubeStore, load_api_client
 from recall.operator import handlers
 
@@ -32,7 +33,12 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
     # kopf logs every handler run at INFO; our handlers log what they do themselves.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, settings, store)
+    try:
+        stores = Stores(StoreSettings())
+        stores.results()  # fail now, with the reason, when no usable URL is set
+    except StoreError as e:
+        raise SystemExit(f"recall operator: {e.message}") from None
+    handlers.register(registry, settings, store, stores)
     metrics.serve(settings.metrics_port)
     liveness = (
         f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None

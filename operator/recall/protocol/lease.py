@@ -18,7 +18,9 @@ Rules (DESIGN §3, and the CRD's CEL rules that enforce them for every client):
 - complete records the token and attempt in the result; the result never changes again.
 - reclaim requires phase Leased and an expiry the operator observed on its own monotonic clock
   for exactly this lease (same token and renewTime); any renewal since makes it refuse.
-- Terminal phases (Succeeded, Failed, Cancelled) refuse everything.
+- Terminal phases (Succeeded, Failed, Cancelled) refuse everything, but for the operator's one
+  `publish` record on a Succeeded job (the second record of the two-record rule: the outputs
+  and the index written after Succeeded).
 - Retry backoff is a duration (`backoffSeconds`), judged on the operator's clock, which ends it
   (`end_backoff`); no two machines' clocks are ever compared.
 
@@ -42,6 +44,7 @@ from recall.resources import (
     Offer,
     Phase,
     Progress,
+    Published,
     Result,
     set_condition,
 )
@@ -62,6 +65,8 @@ class RefusalReason(StrEnum):
     NOT_EXPIRED = "NotExpired"
     RENEWED = "Renewed"
     TERMINAL = "Terminal"
+    NOT_SUCCEEDED = "NotSucceeded"
+    PUBLISHED = "Published"
     GONE = "Gone"
     UNCHANGED = "Unchanged"
 
@@ -200,8 +205,8 @@ def complete(
     if refusal := _holder_check(status, worker, token):
         return refusal
     progress = status.progress
-    if progress is not None:
-        progress = Progress.of(progress.chunks_total, progress.chunks_total, progress.checkpoint)
+    if progress is not None:  # the transcript holds every chunk now: no checkpoint is left
+        progress = Progress.of(progress.chunks_total, progress.chunks_total)
     accepted = result.model_copy(update={"token": token, "attempt": status.attempts})
     return status.model_copy(
         update={
@@ -216,7 +221,7 @@ def complete(
                 "Complete",
                 "True",
                 "Transcribed",
-                f"transcript in ConfigMap {result.config_map}",
+                f"transcript at {result.transcript}",
                 now,
             ),
         }
@@ -394,3 +399,13 @@ def withdraw(status: JobStatus) -> Decision:
     if status.offer is None:
         return Refusal(RefusalReason.UNCHANGED, "no offer")
     return status.model_copy(update={"offer": None})
+
+
+def publish(status: JobStatus, now: dt.datetime, *, published: Published) -> Decision:
+    """Succeeded → the same, with the record that its outputs and index entry are written:
+    the one write a final job takes, once."""
+    if status.effective_phase is not Phase.SUCCEEDED:
+        return Refusal(RefusalReason.NOT_SUCCEEDED, f"phase {status.effective_phase}")
+    if status.published is not None:
+        return Refusal(RefusalReason.PUBLISHED, f"published at {status.published.time}")
+    return status.model_copy(update={"published": published.model_copy(update={"time": now})})

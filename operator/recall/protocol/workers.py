@@ -9,6 +9,23 @@ the reader's own monotonic clock, from when its `renewTime` was seen to change â
 comparing the worker's timestamp with the reader's clock.
 
 A registration has no part in the lease protocol of jobs: a job's lease lives in the job.
+
+**State and drain** (the built-in autoscaler's scale-down, `recall.operator.scaler`). Three
+annotations ride on the Lease:
+
+- `recall.dev/state`: `idle`, `busy` or `draining`, written by the worker at every renewal (a
+  hint: the operator knows a worker is busy first from the job leases it watches);
+- `recall.dev/drain`: a drain request (an id), written by the operator on an idle worker it
+  chose to remove; removed again to cancel it;
+- `recall.dev/drain-answer`: `<id>=drained` or `<id>=busy`, written by the worker at the first
+  renewal that sees request `<id>`. `drained` is a promise: from the moment it was decided the
+  worker claims nothing, takes no offer and answers 503 on `/readyz`, until the request is
+  removed. `busy` means it held a job when the request came; the operator cancels it.
+
+The worker renews with a full replace at the resourceVersion it read, keeping every annotation
+it does not own, so a request written between its read and its write makes its write fail
+(409) and the request is answered at the next renewal. Only a worker whose answer to the
+current request is `drained` may be removed by a scale-down.
 """
 
 from __future__ import annotations
@@ -22,6 +39,11 @@ from recall.resources import LABEL_COMPONENT, RawObject, label_value
 LABEL_ENGINE = "recall.dev/engine"
 SELECTOR = f"{LABEL_COMPONENT}=worker,{LABEL_ENGINE}"
 DEFAULT_DURATION = 15
+ANNOTATION_STATE = "recall.dev/state"
+ANNOTATION_DRAIN = "recall.dev/drain"
+ANNOTATION_ANSWER = "recall.dev/drain-answer"
+IDLE, BUSY, DRAINING = "idle", "busy", "draining"
+DRAINED = "drained"  # the answer that lets a scale-down remove the worker
 
 
 def lease_name(worker: str) -> str:
@@ -36,14 +58,27 @@ def registration(
     duration: int,
     now: dt.datetime,
     resource_version: str | None = None,
+    state: str | None = None,
+    answer: str | None = None,
+    keep: dict[str, str] | None = None,
 ) -> RawObject:
     """The registration Lease of `worker` as renewed at `now` (replacing the version
-    `resource_version` when given)."""
+    `resource_version` when given), saying `state` and `answer` (`answer(...)`; None removes
+    it), keeping the annotations of `keep` it does not own (the operator's drain request)."""
     meta: RawObject = {
         "name": lease_name(worker),
         "namespace": namespace,
         "labels": {LABEL_COMPONENT: "worker", LABEL_ENGINE: label_value(engine)},
     }
+    annotations = {
+        k: v for k, v in (keep or {}).items() if k not in (ANNOTATION_STATE, ANNOTATION_ANSWER)
+    }
+    if state is not None:
+        annotations[ANNOTATION_STATE] = state
+    if answer is not None:
+        annotations[ANNOTATION_ANSWER] = answer
+    if annotations:
+        meta["annotations"] = annotations
     if resource_version is not None:
         meta["resourceVersion"] = resource_version
     return {
@@ -67,19 +102,56 @@ class Registered:
     engine: str
     renew_time: str
     duration: float
+    state: str | None = None
+    drain: str | None = None  # the operator's drain request, if any
+    answered: str | None = None  # the worker's answer to that request: drained, busy or None
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.worker)
 
+    @property
+    def drained(self) -> bool:
+        """The worker promised, for the current request, to take no more work."""
+        return self.drain is not None and self.answered == DRAINED
+
+    @property
+    def refused(self) -> bool:
+        """The worker held a job when the current request came."""
+        return self.drain is not None and self.answered == BUSY
+
+
+def answer(request: str, drained: bool) -> str:
+    """The worker's answer to drain request `request`."""
+    return f"{request}={DRAINED if drained else BUSY}"
+
 
 def read(raw: RawObject) -> Registered:
     """The record of a registration Lease (fields a careless writer left out read as empty)."""
     meta, spec = raw.get("metadata") or {}, raw.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    drain = annotations.get(ANNOTATION_DRAIN) or None
+    request, _, said = str(annotations.get(ANNOTATION_ANSWER) or "").rpartition("=")
     return Registered(
         worker=str(spec.get("holderIdentity") or ""),
         namespace=str(meta.get("namespace") or ""),
         engine=str((meta.get("labels") or {}).get(LABEL_ENGINE) or ""),
         renew_time=str(spec.get("renewTime") or ""),
         duration=float(spec.get("leaseDurationSeconds") or DEFAULT_DURATION),
+        state=annotations.get(ANNOTATION_STATE) or None,
+        drain=drain,
+        answered=said if drain is not None and request == drain else None,
     )
+
+
+def with_drain(raw: RawObject, request: str | None) -> RawObject:
+    """The registration Lease `raw` (as read, with its resourceVersion) with the drain request
+    `request` set, or removed when None: the operator's replace body."""
+    meta = dict(raw.get("metadata") or {})
+    annotations = dict(meta.get("annotations") or {})
+    if request is None:
+        annotations.pop(ANNOTATION_DRAIN, None)
+    else:
+        annotations[ANNOTATION_DRAIN] = request
+    meta["annotations"] = annotations
+    return {**raw, "metadata": meta}

@@ -9,7 +9,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from recall.resources.common import Condition, Model, Resource, is_true
-from recall.resources.job import EngineSpec, Phase, Source
+from recall.resources.job import EngineSpec, Output, Phase, Source
 
 MAX_INLINE_ITEMS = 1000
 MAX_ATTENTION = 50
@@ -59,12 +59,14 @@ class JobDefaults(Model):
     max_attempts: int = 5
     max_releases: int = 10
     priority: int = 0
+    output: Output | None = None
 
 
 class BatchSpec(Model):
     items: list[BatchItem] = Field(default_factory=list)
     items_from: list[ItemList] = Field(default_factory=list)
     defaults: JobDefaults = Field(default_factory=JobDefaults)
+    ttl_seconds_after_finished: int | None = None
     suspend: bool = False
 
 
@@ -75,6 +77,7 @@ class Counts(Model):
     completed: int = 0
     failed: int = 0
     cancelled: int = 0
+    published: int = 0
 
     @property
     def done(self) -> int:

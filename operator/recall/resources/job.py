@@ -48,10 +48,25 @@ class EngineSpec(Model):
     simulate: SimulateSpec | None = None
 
 
+Format = Literal["json", "srt", "vtt", "txt"]
+
+
+def _json_only() -> list[Format]:
+    return ["json"]
+
+
+class Output(Model):
+    """Where the accepted transcript is published: `url` with its placeholders, per format."""
+
+    url: str
+    formats: list[Format] = Field(default_factory=_json_only)
+
+
 class JobSpec(Model):
     source: Source
     language: str | None = None
     engine: EngineSpec | None = None
+    output: Output | None = None
     batch_ref: str | None = None
     item: str | None = None
     lease_duration_seconds: int = 120
@@ -72,21 +87,30 @@ class Offer(Model):
     worker: str
 
 
+class Part(Model):
+    """Chunks [first, end) that one attempt stored, under its own keys in the results store."""
+
+    attempt: int
+    token: str
+    first: int
+    end: int
+
+
 class Progress(Model):
     chunks_done: int = 0
     chunks_total: int = 0
-    checkpoint: str | None = None
+    parts: list[Part] = Field(default_factory=list)
     summary: str | None = None
 
     @classmethod
-    def of(cls, done: int, total: int, checkpoint: str | None = None) -> Progress:
+    def of(cls, done: int, total: int, parts: list[Part] | None = None) -> Progress:
         return cls(
-            chunks_done=done, chunks_total=total, checkpoint=checkpoint, summary=f"{done}/{total}"
+            chunks_done=done, chunks_total=total, parts=parts or [], summary=f"{done}/{total}"
         )
 
 
 class Result(Model):
-    config_map: str
+    transcript: str
     token: str | None = None
     attempt: int | None = None
     worker: str | None = None
@@ -103,6 +127,14 @@ class JobError(Model):
     time: dt.datetime | None = None
 
 
+class Published(Model):
+    """The operator's one record, on a Succeeded job, that its result was published."""
+
+    time: dt.datetime
+    formats: list[Format] = Field(default_factory=list)
+    index: str | None = None
+
+
 class JobStatus(Model):
     phase: Phase | None = None
     lease: Lease | None = None
@@ -117,6 +149,7 @@ class JobStatus(Model):
     completed_at: dt.datetime | None = None
     progress: Progress | None = None
     result: Result | None = None
+    published: Published | None = None
     last_error: JobError | None = None
     conditions: list[Condition] = Field(default_factory=list)
 

@@ -1,65 +1,73 @@
-"""Transcripts and checkpoints of any length, in ConfigMaps owned by the job.
+"""The work's bytes in the results store: chunks, checkpoints, transcripts, outputs, the index.
 
-One attempt writes one manifest (`<job>-a<attempt>`) and shards (`<job>-a<attempt>-<n>`, each
-well under the 1 MiB a ConfigMap holds). The chunks' segments are written once, into shards,
-as the work goes; the manifest is the checkpoint while the attempt works
-(`status.progress.checkpoint`) and becomes the transcript when it is complete
-(`status.result.configMap`): nothing is copied at the end, and nothing is stored twice.
-A resumed attempt references the shards of the checkpoint it resumed from.
+- `layout`: keys and encodings (pure): each attempt writes once under its own directory,
+  keyed by the job's UID, the attempt and the lease token;
+- `store`: `AttemptWriter` (the worker's writes: cutting, one record per chunk, the
+  transcript and its rendered formats) and `read_checkpoint` / `load_transcript`;
+- `garbage`: which of a job's objects nothing accepted references (pure; the operator
+  deletes them);
+- `outputs`: where an accepted result is published (`spec.output`, pure);
+- `formats`: txt, srt, vtt and json renderings (pure).
 
-- `layout`: names, labels and encodings (pure).
-- `store`: `TranscriptStore` (read a transcript or a checkpoint) and `TranscriptWriter`.
-- `cleanup`: `unreferenced(job, config_maps)`, the ConfigMaps nothing accepted references
-  (pure; the operator and a worker whose complete was refused delete them).
-
-Why ConfigMaps: no extra dependency or service to run, the RBAC the worker already has, and
-owner references make the garbage collector delete them with the job. An object store could
-be offered by the chart later behind the same reader and writer.
+Why an object store (DESIGN §4b): the API server keeps the ledger only, so etcd does not grow
+with hours of audio; a job's status names where its chunks are (`progress.parts`) and where its
+transcript is (`result.transcript`), and a renewal per chunk is the only API write. May import
+`recall.bucket`, `recall.media` (the chunk types), `recall.resources` and `recall.base`.
 """
 
-from recall.transcripts.cleanup import references, unreferenced
+from recall.transcripts.formats import render, timestamp
+from recall.transcripts.garbage import JobView, garbage
 from recall.transcripts.layout import (
-    LABEL_ATTEMPT,
-    LABEL_JOB_UID,
-    LABEL_KIND,
-    MANIFEST,
-    SHARD,
-    SHARD_BYTES,
-    Manifest,
+    MAX_PARTS,
     Record,
-    ShardRef,
+    ScratchKey,
     Summary,
     Transcript,
-    manifest_name,
-    shard_name,
+    attempt_dir,
+    chunk_key,
+    index_key,
+    index_prefix,
+    job_prefix,
+    namespace_prefix,
+    output_key,
+    parse_scratch,
+    transcript_key,
 )
+from recall.transcripts.outputs import OutputInvalid, output_url
 from recall.transcripts.store import (
+    AttemptWriter,
     Checkpoint,
     CheckpointUnusable,
-    TranscriptStore,
-    TranscriptWriter,
-    job_selector,
+    directory_of,
+    load_transcript,
+    read_checkpoint,
 )
 
 __all__ = [
-    "LABEL_ATTEMPT",
-    "LABEL_JOB_UID",
-    "LABEL_KIND",
-    "MANIFEST",
-    "SHARD",
-    "SHARD_BYTES",
+    "MAX_PARTS",
+    "AttemptWriter",
     "Checkpoint",
     "CheckpointUnusable",
-    "Manifest",
+    "JobView",
+    "OutputInvalid",
     "Record",
-    "ShardRef",
+    "ScratchKey",
     "Summary",
     "Transcript",
-    "TranscriptStore",
-    "TranscriptWriter",
-    "job_selector",
-    "manifest_name",
-    "references",
-    "shard_name",
-    "unreferenced",
+    "attempt_dir",
+    "chunk_key",
+    "directory_of",
+    "garbage",
+    "index_key",
+    "index_prefix",
+    "job_prefix",
+    "load_transcript",
+    "namespace_prefix",
+    "output_key",
+    "output_url",
+    "parse_scratch",
+    "read_checkpoint",
+    "render",
+    "timestamp",
+    "transcript_key",
 ]

@@ -1,73 +1,116 @@
-"""How transcripts and checkpoints are laid out in ConfigMaps: names, labels, encodings. Pure.
+"""Where the work's bytes live in the results store, and how they are encoded. Pure.
 
-    <job>-a<attempt>          the manifest: what the chunks were cut with, the shards in
-                              order with the chunk range each holds, and (once complete) the
-                              transcript's summary
-    <job>-a<attempt>-<n>      shard n of that attempt: one key per chunk ("c000042"), each a
-                              JSON record {"cut": [first, end], "tail": "…",
-                              "segments": [[start, end, "text"], …]}
+    scratch/<ns>/<job>/<uid>/a<attempt>-<token>/cutting.json      how the media was cut
+    scratch/<ns>/<job>/<uid>/a<attempt>-<token>/c000042.json      chunk 42's segments
+    scratch/<ns>/<job>/<uid>/a<attempt>-<token>/transcript.json   the whole transcript
+    scratch/<ns>/<job>/<uid>/a<attempt>-<token>/out.srt           a rendered output format
+    index/<ns>/<batch>/<batch-uid>/<item>.json                    a Batch's results index
 
-- Segments are stored once, as the engine returned them (times absolute, in seconds), UTF-8
-  as is. The plain text is derived when reading (`Transcript.text`).
-- A shard holds at most `SHARD_BYTES` of data (well under the 1 MiB a ConfigMap may hold), so
-  a transcript of any length fits; a manifest grows by ~60 bytes per shard.
-- A manifest's shards may belong to earlier attempts: a resumed attempt references the shards
-  of the checkpoint it resumed from, pinned to the chunk range it read (`ShardRef.end`); only
-  the attempt's own last shard is open (`end` None) while it works. A complete manifest pins
-  every shard.
-- Every ConfigMap carries the labels `recall.dev/job`, `recall.dev/job-uid`,
-  `recall.dev/attempt` and `recall.dev/store` (`manifest` or `shard`; `chunks` and
-  `transcript` name the single-ConfigMap layout of earlier versions, still read).
+- Everything an attempt writes is under its own directory, keyed by the job's UID, the attempt
+  and its lease token, and written once. It is scratch until the fenced `complete` names the
+  directory's `transcript.json` (`status.result.transcript`); the API server refuses a result
+  whose key does not carry the completing lease's token.
+- A chunk record is `{"cut": [first, end], "tail": "…", "segments": [[start, end, "text"]…]}`:
+  the sample range it covers, the signature of the samples before its end, its segments with
+  absolute times. A resumed attempt reads the chunks the checkpoint's parts name
+  (`status.progress.parts`) and continues exactly after the last.
+- The transcript holds every segment once, with the job, attempt and token that made it.
+- The index entry of a Batch's item is a copy of its accepted transcript, written by the
+  operator when it publishes: it outlives the job (a Batch's `ttlSecondsAfterFinished`) and goes
+  with the Batch.
+- Keys never start with '/'; they are relative to the store URL (`RECALL_STORE_URL`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from recall.media.types import Chunk, Cutting, Segment
-from recall.resources import object_name
 
-LABEL_ATTEMPT = "recall.dev/attempt"
-LABEL_KIND = "recall.dev/store"
-LABEL_JOB_UID = "recall.dev/job-uid"
-MANIFEST = "manifest"
-SHARD = "shard"
-LEGACY_KINDS = ("chunks", "transcript")  # the single-ConfigMap layout of earlier versions
-KINDS = (MANIFEST, SHARD, *LEGACY_KINDS)
-MANIFEST_KEY = "manifest.json"
+SCRATCH = "scratch"
+INDEX = "index"
+CUTTING = "cutting.json"
+TRANSCRIPT = "transcript.json"
+OUTPUT = "out"
 FORMAT = 1
-SHARD_BYTES = 256 * 1024
+MAX_PARTS = 8  # parts a checkpoint names at most: a job's status stays a few kilobytes
 
 
-def manifest_name(job: str, attempt: int) -> str:
-    return object_name(job, f"a{attempt}")
+def dumps(value: object) -> bytes:
+    """Compact JSON, UTF-8, non-ASCII characters as they are (a Cyrillic letter: 2 bytes)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def shard_name(job: str, attempt: int, n: int) -> str:
-    return object_name(job, f"a{attempt}-{n}")
+# --- keys -----------------------------------------------------------------------------------
 
 
-def record_key(index: int) -> str:
-    return f"c{index:06d}"
+def job_prefix(namespace: str, job: str, uid: str) -> str:
+    return f"{SCRATCH}/{namespace}/{job}/{uid}/"
 
 
-def record_index(key: str) -> int | None:
-    """The chunk index a shard key stands for, or None for another key."""
-    if len(key) > 1 and key[0] == "c" and key[1:].isdigit():
-        return int(key[1:])
-    return None
+def namespace_prefix(namespace: str) -> str:
+    return f"{SCRATCH}/{namespace}/"
 
 
-def dumps(value: object) -> str:
-    """Compact JSON with non-ASCII characters as they are (a Cyrillic letter: 2 bytes, not 6)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+def attempt_dir(namespace: str, job: str, uid: str, attempt: int, token: str) -> str:
+    return f"{job_prefix(namespace, job, uid)}a{attempt}-{token}/"
 
 
-def data_bytes(data: dict[str, str]) -> int:
-    """What a ConfigMap's data counts against its size limit."""
-    return sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
+def chunk_key(directory: str, index: int) -> str:
+    return f"{directory}c{index:06d}.json"
+
+
+def transcript_key(directory: str) -> str:
+    return directory + TRANSCRIPT
+
+
+def output_key(directory: str, fmt: str) -> str:
+    return f"{directory}{OUTPUT}.{fmt}"
+
+
+def index_prefix(namespace: str, batch: str, batch_uid: str) -> str:
+    return f"{INDEX}/{namespace}/{batch}/{batch_uid}/"
+
+
+def index_key(namespace: str, batch: str, batch_uid: str, item: str) -> str:
+    return f"{index_prefix(namespace, batch, batch_uid)}{item}.json"
+
+
+@dataclass(frozen=True, slots=True)
+class ScratchKey:
+    """A parsed scratch key: whose object it is, and its name in the attempt's directory."""
+
+    namespace: str
+    job: str
+    uid: str
+    attempt: int
+    token: str
+    name: str
+
+    @property
+    def directory(self) -> str:
+        return attempt_dir(self.namespace, self.job, self.uid, self.attempt, self.token)
+
+    def chunk(self) -> int | None:
+        """The chunk index of a chunk record, else None."""
+        n = self.name
+        if len(n) == 12 and n[0] == "c" and n.endswith(".json") and n[1:7].isdigit():
+            return int(n[1:7])
+        return None
+
+
+def parse_scratch(key: str) -> ScratchKey | None:
+    """The parts of a key this layout writes under scratch/, or None for any other key."""
+    parts = key.split("/")
+    if len(parts) != 6 or parts[0] != SCRATCH or not all(parts):
+        return None
+    _, namespace, job, uid, directory, name = parts
+    attempt, _, token = directory.partition("-")
+    if not (attempt.startswith("a") and attempt[1:].isdigit() and len(token) == 32):
+        return None
+    return ScratchKey(namespace, job, uid, int(attempt[1:]), token, name)
 
 
 # --- chunk records --------------------------------------------------------------------------
@@ -75,7 +118,7 @@ def data_bytes(data: dict[str, str]) -> int:
 
 @dataclass(frozen=True)
 class Record:
-    """One chunk in a shard: its sample range, the signature before its end, its segments."""
+    """One chunk: its sample range, the signature before its end, its segments."""
 
     first: int
     end: int
@@ -86,7 +129,7 @@ class Record:
     def of(cls, chunk: Chunk, segments: list[Segment]) -> Record:
         return cls(first=chunk.first, end=chunk.end, tail=chunk.tail, segments=segments)
 
-    def encode(self) -> str:
+    def encode(self) -> bytes:
         return dumps(
             {
                 "cut": [self.first, self.end],
@@ -96,16 +139,15 @@ class Record:
         )
 
     @classmethod
-    def decode(cls, raw: str) -> Record:
+    def decode(cls, raw: bytes) -> Record:
         """Raises ValueError when `raw` is not a record."""
         try:
             data = json.loads(raw)
             first, end = (int(v) for v in data["cut"])
-            segments = [
-                Segment(start=float(s), end=float(e), text=str(t)) for s, e, t in data["segments"]
-            ]
-            return cls(first=first, end=end, tail=str(data.get("tail", "")), segments=segments)
-        except (KeyError, TypeError, ValueError) as e:
+            return cls(
+                first=first, end=end, tail=str(data.get("tail", "")), segments=segments_of(data)
+            )
+        except (KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
             raise ValueError(f"not a chunk record: {e}") from None
 
     @property
@@ -113,16 +155,26 @@ class Record:
         return sum(len(s.text.split()) for s in self.segments)
 
 
-# --- manifests ------------------------------------------------------------------------------
+def segments_of(data: dict[str, Any]) -> list[Segment]:
+    return [Segment(start=float(s), end=float(e), text=str(t)) for s, e, t in data["segments"]]
 
 
-@dataclass(frozen=True)
-class ShardRef:
-    """A shard and the chunks [first, end) a manifest takes from it (end None: still open)."""
+def encode_cutting(cutting: Cutting) -> bytes:
+    return dumps({"format": FORMAT, "cutting": cutting.to_data()})
 
-    name: str
-    first: int
-    end: int | None = None
+
+def decode_cutting(raw: bytes) -> Cutting:
+    """Raises ValueError when `raw` is not a cutting of a known format."""
+    try:
+        data = json.loads(raw)
+        if data.get("format") != FORMAT:
+            raise ValueError(f"unknown format {data.get('format')!r}")
+        return Cutting.from_data(data["cutting"])
+    except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise ValueError(f"not a cutting: {e}") from None
+
+
+# --- transcripts ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -137,93 +189,20 @@ class Summary:
 
 
 @dataclass(frozen=True)
-class Manifest:
-    job: str
-    attempt: int
-    cutting: Cutting | None
-    shards: tuple[ShardRef, ...]
-    transcript: Summary | None = None
-
-    def references(self) -> set[str]:
-        return {s.name for s in self.shards}
-
-    def to_data(self) -> dict[str, str]:
-        body: dict[str, Any] = {
-            "format": FORMAT,
-            "job": self.job,
-            "attempt": self.attempt,
-            "cutting": self.cutting.to_data() if self.cutting else None,
-            "shards": [{"name": s.name, "first": s.first, "end": s.end} for s in self.shards],
-            "transcript": None,
-        }
-        if self.transcript is not None:
-            t = self.transcript
-            body["transcript"] = {
-                "chunks": t.chunks,
-                "durationSeconds": t.duration,
-                "engine": t.engine,
-                "words": t.words,
-                "segments": t.segments,
-            }
-        return {MANIFEST_KEY: dumps(body)}
-
-    @classmethod
-    def from_data(cls, data: dict[str, str]) -> Manifest:
-        """Raises ValueError when `data` holds no manifest of a known format."""
-        raw = data.get(MANIFEST_KEY)
-        if raw is None:
-            raise ValueError("no manifest")
-        try:
-            body = json.loads(raw)
-            if body.get("format") != FORMAT:
-                raise ValueError(f"unknown manifest format {body.get('format')!r}")
-            shards = tuple(
-                ShardRef(
-                    name=str(s["name"]),
-                    first=int(s["first"]),
-                    end=None if s.get("end") is None else int(s["end"]),
-                )
-                for s in body["shards"]
-            )
-            t = body.get("transcript")
-            summary = (
-                None
-                if t is None
-                else Summary(
-                    chunks=int(t["chunks"]),
-                    duration=float(t["durationSeconds"]),
-                    engine=str(t["engine"]),
-                    words=int(t["words"]),
-                    segments=int(t["segments"]),
-                )
-            )
-            cutting = body.get("cutting")
-            return cls(
-                job=str(body["job"]),
-                attempt=int(body["attempt"]),
-                cutting=None if cutting is None else Cutting.from_data(cutting),
-                shards=shards,
-                transcript=summary,
-            )
-        except (KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"malformed manifest: {e}") from None
-
-
-def pinned(shards: tuple[ShardRef, ...], end: int) -> tuple[ShardRef, ...]:
-    """`shards` with the open one (if any) closed at chunk `end`."""
-    return tuple(replace(s, end=end) if s.end is None else s for s in shards)
-
-
-# --- transcripts ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
 class Transcript:
-    """A transcript as read back: its segments in order; the text is derived from them."""
+    """A transcript: its segments in order (the text is derived), and who made it."""
 
     segments: list[Segment]
     duration: float
     engine: str
+    job: str = ""
+    namespace: str = ""
+    uid: str = ""
+    attempt: int = 0
+    token: str = ""
+    batch: str | None = None
+    item: str | None = None
+    language: str | None = None
 
     @property
     def text(self) -> str:
@@ -233,13 +212,44 @@ class Transcript:
     def words(self) -> int:
         return sum(len(s.text.split()) for s in self.segments)
 
-    @classmethod
-    def from_legacy(cls, data: dict[str, str]) -> Transcript:
-        """A transcript written by earlier versions (one ConfigMap, text and segments)."""
-        meta: dict[str, Any] = json.loads(data.get("meta.json", "{}"))
-        segments = [Segment.model_validate(s) for s in json.loads(data.get("segments.json", "[]"))]
-        return cls(
-            segments=segments,
-            duration=float(meta.get("duration", 0.0)),
-            engine=str(meta.get("engine", "")),
+    def encode(self) -> bytes:
+        return dumps(
+            {
+                "format": FORMAT,
+                "job": self.job,
+                "namespace": self.namespace,
+                "uid": self.uid,
+                "attempt": self.attempt,
+                "token": self.token,
+                "batch": self.batch,
+                "item": self.item,
+                "language": self.language,
+                "engine": self.engine,
+                "durationSeconds": self.duration,
+                "words": self.words,
+                "segments": [[round(s.start, 3), round(s.end, 3), s.text] for s in self.segments],
+            }
         )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Transcript:
+        """Raises ValueError when `raw` is not a transcript of a known format."""
+        try:
+            data = json.loads(raw)
+            if data.get("format") != FORMAT:
+                raise ValueError(f"unknown transcript format {data.get('format')!r}")
+            return cls(
+                segments=segments_of(data),
+                duration=float(data["durationSeconds"]),
+                engine=str(data.get("engine") or ""),
+                job=str(data.get("job") or ""),
+                namespace=str(data.get("namespace") or ""),
+                uid=str(data.get("uid") or ""),
+                attempt=int(data.get("attempt") or 0),
+                token=str(data.get("token") or ""),
+                batch=data.get("batch"),
+                item=data.get("item"),
+                language=data.get("language"),
+            )
+        except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+            raise ValueError(f"malformed transcript: {e}") from None

@@ -1,44 +1,41 @@
 """One attempt at a leased job: the media opened lazily, each chunk through the engine and
-into the transcript store, the lease renewed with the checkpoint after each, the transcript
+into the results store, the lease renewed with the checkpoint after each, the transcript
 handed in by `complete`.
 
 `Transcription.run(holder, cancel, watch)` returns when the job is complete; it raises
 `LeaseLost` (stop, write nothing more), `Stopped` (the grace period ended: the caller releases),
-`JobFailure` (the caller fails the job; `TranscriptRefused` when the store refused for good).
+`JobFailure` (the caller fails the job; a `Storage*` reason when the results store refused for
+good: wrong credentials, a missing bucket, a bad URL).
 
+- The first write of an attempt is to the store (how the media is cut), before any engine
+  call: a store that refuses is found out before anything is paid for.
 - A resume uses the checkpoint only if it was cut the same way from the same source; the
   first chunk then starts at exactly the recorded sample.
-- The transcript is written before `complete`. After a refused complete, what this attempt
-  wrote is deleted only when the job, read back, does not reference it.
-- Store calls are retried on transient errors while the lease holds; a refusal (size, quota,
-  a rule) is never retried.
+- Per chunk: one object written once under the attempt's own key, then the renewal that names
+  it in `status.progress.parts`, the only API write. The transcript (and the output formats the
+  job asks for) is written before `complete`, whose fenced write alone makes it the result.
+  What an attempt wrote and no accepted result references is deleted by the operator.
+- Store calls are retried on transient errors while the lease holds (the heartbeater keeps it
+  renewed): a store that is down or slow delays the job, never the worker. A refusal (access,
+  a missing bucket) is never retried.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
-from recall.base import faults, log, metrics
+from recall.base import faults, metrics
+from recall.bucket import Bucket, StoreError, StoreUnavailable
 from recall.engines.base import Engine
-from recall.kube import PERMANENT_ERRORS, Store, StoreError, Unavailable
 from recall.media import ResumeInvalid
 from recall.media.types import Chunk, Media, Segment
-from recall.resources import Progress, Result, TranscriptionJob
+from recall.resources import Part, Progress, Result
 from recall.resources.errors import JobFailure
-from recall.transcripts import (
-    Checkpoint,
-    CheckpointUnusable,
-    TranscriptStore,
-    TranscriptWriter,
-    manifest_name,
-    references,
-    shard_name,
-)
+from recall.transcripts import AttemptWriter, Checkpoint, CheckpointUnusable, read_checkpoint
 from recall.worker.holder import LeaseHolder, LeaseLost
 
 T = TypeVar("T")
@@ -73,25 +70,23 @@ class EngineCall(Protocol):
 
 
 class Transcription:
-    """Transcribes leased jobs with one engine into one transcript store."""
+    """Transcribes leased jobs with one engine into one results store."""
 
     def __init__(
         self,
-        store: Store,
+        results: Bucket,
         engine: Engine,
         call: EngineCall,
         check_stop: Callable[[LeaseHolder], None],
     ) -> None:
-        self.store = store
+        self.results = results
         self.engine = engine
-        self.transcripts = TranscriptStore(store)
         self.call = call  # runs a function on the engine thread, stopping with the lease
         self.check_stop = check_stop  # raises LeaseLost or Stopped
 
     def run(self, h: LeaseHolder, cancel: threading.Event, watch: Stopwatch) -> str:
         job = h.known
-        progress = job.status.progress
-        checkpoint = self._read_checkpoint(h, watch, progress.checkpoint if progress else None)
+        checkpoint = self._read_checkpoint(h, watch)
         opening = _Opening()
         try:
             media = watch.timed(
@@ -113,13 +108,13 @@ class Transcription:
         checkpoint: Checkpoint | None,
     ) -> str:
         """Cut `media` lazily, transcribe and store each chunk, renew with the checkpoint after
-        each, then write the transcript's summary and complete."""
+        each, then write the transcript and complete."""
         if checkpoint is not None and (changed := media.cutting.differences(checkpoint.cutting)):
             h.log.warning(
-                "checkpoint_discarded", checkpoint=checkpoint.name, reason="; ".join(changed)
+                "checkpoint_discarded", checkpoint=checkpoint.describe(), reason="; ".join(changed)
             )
             checkpoint = None
-        writer = self.transcripts.writer(h.known, h.attempt)
+        writer = AttemptWriter(self.results, h.known, h.attempt, h.token)
         self._transcribe_chunks(h, cancel, watch, media, writer, checkpoint)
         return self._hand_in(h, watch, media, writer)
 
@@ -129,27 +124,27 @@ class Transcription:
         cancel: threading.Event,
         watch: Stopwatch,
         media: Media,
-        writer: TranscriptWriter,
+        writer: AttemptWriter,
         checkpoint: Checkpoint | None,
     ) -> None:
         """Every chunk after the checkpoint through the engine into `writer`, a renewal with
         the checkpoint after each."""
-        name = self._store(
-            h, watch, "to store the manifest", lambda: writer.begin(media.cutting, checkpoint)
+        parts = self._store(
+            h, watch, "to store the cutting", lambda: writer.begin(media.cutting, checkpoint)
         )
         resume = checkpoint.resume if checkpoint and checkpoint.chunks else None
         done, position = (resume.chunks, resume.position) if resume else (0, 0)
         total = media.chunks_total(done, position)
-        if resume is not None:
+        if resume is not None and checkpoint is not None:
             h.log.info(
                 "resumed",
                 chunks_done=done,
                 chunks_total=total,
-                from_checkpoint=checkpoint.name if checkpoint else None,
+                from_checkpoint=checkpoint.describe(),
             )
         # The progress so far; a claim made a moment ago already proved the lease is ours, and
         # the first chunk's renewal records the checkpoint.
-        watch.timed("lease", lambda: h.renew_if_older(1.0, Progress.of(done, total, name)))
+        watch.timed("lease", lambda: h.renew_if_older(1.0, Progress.of(done, total, parts)))
 
         chunks = media.chunks(resume, cancel)
         while True:
@@ -158,21 +153,18 @@ class Transcription:
                 chunk = self._next_chunk(h, cancel, watch, chunks)
             except ResumeInvalid as e:  # raised before any chunk: start over from nothing
                 h.log.warning("checkpoint_discarded", reason=e.message)
-                name = self._store(
-                    h,
-                    watch,
-                    "to store the manifest",
-                    functools.partial(writer.begin, media.cutting, None),
+                parts = self._store(
+                    h, watch, "to store the cutting", lambda: writer.begin(media.cutting, None)
                 )
                 done, total = 0, media.chunks_total(0, 0)
-                self._renew(h, watch, Progress.of(done, total, name))
+                self._renew(h, watch, Progress.of(done, total, parts))
                 chunks = media.chunks(None, cancel)
                 continue
             if chunk is None:
                 break
             segments = self._transcribe_chunk(h, cancel, watch, chunk)
             h.check()
-            self._store(
+            parts = self._store(
                 h,
                 watch,
                 f"to store chunk {chunk.index}",
@@ -180,25 +172,27 @@ class Transcription:
             )
             done = chunk.index + 1
             total = media.chunks_total(done, chunk.end, finished=chunk.last)
-            self._renew(h, watch, Progress.of(done, total, name))
+            self._renew(h, watch, Progress.of(done, total, parts))
             h.log.info("chunk_done", chunk=chunk.index, chunks_done=done, chunks_total=total)
             faults.hit("worker-after-chunk", chunk=done)
         if total != done:  # the last chunk was stored by an earlier attempt: say so exactly
-            self._renew(h, watch, Progress.of(done, done, name))
+            self._renew(h, watch, Progress.of(done, done, writer.parts()))
 
     def _hand_in(
-        self, h: LeaseHolder, watch: Stopwatch, media: Media, writer: TranscriptWriter
+        self, h: LeaseHolder, watch: Stopwatch, media: Media, writer: AttemptWriter
     ) -> str:
-        """Write the transcript's summary, then complete with it (fenced)."""
+        """Write the transcript (and the output formats), then complete with it (fenced)."""
         h.check()
+        output = h.known.spec.output
+        formats = list(output.formats) if output else []
         summary = self._store(
             h,
             watch,
             "to store the transcript",
-            lambda: writer.finish(media.duration, self.engine.label()),
+            lambda: writer.finish(media.duration, self.engine.label(), formats),
         )
         result_ref = Result(
-            config_map=writer.name,
+            transcript=writer.transcript_key,
             worker=h.worker,
             engine=summary.engine,
             words=summary.words,
@@ -206,20 +200,19 @@ class Transcription:
         )
         faults.hit("worker-before-complete")
         try:
-            accepted = watch.timed("lease", lambda: h.complete(result_ref))
+            watch.timed("lease", lambda: h.complete(result_ref))
         except LeaseLost:
-            self._discard_transcript(h, writer)
+            h.log.warning("complete_refused_transcript_left", transcript=writer.transcript_key)
             raise
         h.log.info(
             "completed",
-            config_map=writer.name,
+            transcript=writer.transcript_key,
             words=summary.words,
             chunks=summary.chunks,
             audio_seconds=round(summary.duration, 2),
             lease_writes=h.writes,
             **watch.fields(),
         )
-        self._cleanup_chunks(accepted, writer)
         return "succeeded"
 
     def _renew(self, h: LeaseHolder, watch: Stopwatch, progress: Progress) -> None:
@@ -254,94 +247,46 @@ class Transcription:
             for s in result
         ]
 
-    def _read_checkpoint(
-        self, h: LeaseHolder, watch: Stopwatch, name: str | None
-    ) -> Checkpoint | None:
+    def _read_checkpoint(self, h: LeaseHolder, watch: Stopwatch) -> Checkpoint | None:
         """The checkpoint to resume from, or None (there is none, or it cannot be used)."""
-        if not name:
-            return None
         job = h.known
+        progress = job.status.progress
+        parts: list[Part] = list(progress.parts) if progress else []
+        if not parts:
+            return None
         try:
             return self._store(
-                h,
-                watch,
-                "to read the checkpoint",
-                lambda: self.transcripts.read_checkpoint(job.namespace, name),
+                h, watch, "to read the checkpoint", lambda: read_checkpoint(self.results, job)
             )
         except CheckpointUnusable as e:
-            h.log.warning("checkpoint_discarded", checkpoint=name, reason=str(e))
+            h.log.warning("checkpoint_discarded", reason=str(e))
             return None
 
     def _store(self, h: LeaseHolder, watch: Stopwatch, what: str, fn: Callable[[], T]) -> T:
-        """A transcript-store call, retried on transient errors while the lease holds.
+        """A results-store call, retried on transient errors while the lease holds.
 
-        A refusal (`Invalid`, `Forbidden`, `TooLarge`: size, quota, a rule) is never retried:
-        it becomes the permanent `TranscriptRefused`, saying what was refused and why.
+        A refusal (access denied, a missing bucket, a bad URL, an object that exists with other
+        bytes) is never retried: it becomes a permanent `JobFailure` with the store's reason
+        (`StorageAccessDenied`, ...), saying what was refused and why.
         """
         pause = 0.1
         while True:
             try:
                 return watch.timed("store", fn)
-            except Unavailable as e:
-                h.log.warning("store_error", error=e.message[:200])
+            except StoreUnavailable as e:
+                h.log.warning("store_error", error=e.message[:300])
+                metrics.STORE_ERRORS.labels(reason=e.reason).inc()
                 h.check()
                 self.check_stop(h)
                 time.sleep(pause)
-                pause = min(pause * 2, 2.0)
-            except PERMANENT_ERRORS as e:
+                pause = min(pause * 2, 5.0)
+            except StoreError as e:
+                metrics.STORE_ERRORS.labels(reason=e.reason).inc()
                 raise JobFailure(
-                    "TranscriptRefused",
-                    f"the API server refused {what} ({type(e).__name__}, not retried): {e.message}",
+                    e.reason,
+                    f"the results store refused {what} (not retried): {e.message}",
                     permanent=True,
                 ) from None
-
-    def _discard_transcript(self, h: LeaseHolder, writer: TranscriptWriter) -> None:
-        """After a refused complete: delete what this attempt wrote, unless the job, read
-        back, references it (as its result, or as the checkpoint a next attempt resumes from).
-        Best effort, by name (a worker may not list ConfigMaps); the operator's cleanup
-        removes what is left. Nothing an accepted result or a checkpoint references is ever
-        deleted: when those references cannot be read, nothing is."""
-        job = h.known
-        try:
-            current = self.store.get_job(job.namespace, job.name)
-            if current is None:
-                return  # deleted: the garbage collector takes its ConfigMaps
-            status = current.status
-            ref = status.result.config_map if status.result else None
-            if ref is None and status.progress is not None:
-                ref = status.progress.checkpoint
-            kept: set[str] | None = set()
-            if ref:
-                cm = self.store.get_config_map(job.namespace, ref)
-                kept = references(ref, {ref: cm} if cm else {})
-            if kept is None or writer.name in kept:
-                h.log.warning("complete_refused_transcript_kept", config_map=writer.name)
-                return
-            for name in sorted(writer.own_names() - kept):
-                self.transcripts.delete(job.namespace, name)
-            h.log.warning("complete_refused_transcript_deleted", config_map=writer.name)
-        except StoreError as e:
-            h.log.warning(
-                "transcript_cleanup_failed", config_map=writer.name, error=e.message[:200]
-            )
-
-    def _cleanup_chunks(self, accepted: TranscriptionJob, writer: TranscriptWriter) -> None:
-        """Once the result is accepted, delete by name what earlier attempts wrote that it
-        does not reference: their manifests, and their shards up to the first one missing.
-        Best effort (a worker may not list ConfigMaps); the operator's cleanup
-        (`recall.transcripts.unreferenced`) removes what is left."""
-        kept = writer.references()
-        namespace, job = accepted.namespace, accepted.name
-        h_log = log.get("worker")
-        try:
-            for attempt in range(1, writer.attempt):
-                self.transcripts.delete(namespace, manifest_name(job, attempt))
-                for n in itertools.count():
-                    name = shard_name(job, attempt, n)
-                    if name not in kept and not self.transcripts.delete(namespace, name):
-                        break
-        except StoreError as e:
-            h_log.debug("chunk_cleanup_failed", job=job, error=e.message[:200])
 
 
 class _Opening:

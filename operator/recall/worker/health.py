@@ -7,8 +7,9 @@ pod Running forever: its leases expire and are reclaimed, but the pod takes no n
 - `GET /healthz` (or `/livez`) → 200 while the last beat is younger than `stale_after` seconds
   (counting from creation, so start-up has that long to beat once), else 503. A frozen process
   answers nothing at all, which the probe's timeout catches.
-- `GET /readyz` → 200 once the loop has beaten at least once, while alive and until
-  `stopping()` (SIGTERM: the worker takes no new job), else 503. Anything else → 404.
+- `GET /readyz` → 200 once the loop has beaten at least once, while alive, not `draining()`
+  (the worker promised an autoscaler's drain request to take no job) and until `stopping()`
+  (SIGTERM: the worker takes no new job), else 503. Anything else → 404.
 
 Time is the monotonic `clock` passed in (injectable for tests); no wall clock is read.
 Served from a daemon thread on all interfaces; port 0 = off. Not provided: TLS or
@@ -34,6 +35,7 @@ class Liveness:
         self._last = clock()
         self._beaten = False
         self._stopping = False
+        self.draining: Callable[[], bool] = lambda: False  # the worker's drain (set by its owner)
         self.server: ThreadingHTTPServer | None = None
 
     def beat(self) -> None:
@@ -53,7 +55,7 @@ class Liveness:
         return self.age() < self.stale_after
 
     def ready(self) -> bool:
-        return self._beaten and not self._stopping and self.healthy()
+        return self._beaten and not self._stopping and not self.draining() and self.healthy()
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve /healthz, /livez and /readyz on `port` from a daemon thread. Port 0 disables

@@ -12,13 +12,19 @@ Guarantees:
   stops within one check interval (0.1 s) and nothing more is written for that attempt.
 - The engine runs on its own thread, so a lost lease or the end of the grace period stops the
   work even while an engine call blocks; its late result is discarded.
-- The transcript is written before `complete`. It is deleted only when the job, read back,
-  does not reference it: nothing an accepted result references is ever deleted.
-- Transient API errors (list, watch, claim, renew, complete, the transcript store) delay work by
-  seconds with bounded backoff; they never end the worker process. A store that refuses a
-  write for good (size, quota, a rule) fails the job permanently instead of paying again.
+- The transcript is written to the results store before `complete`; only the fenced complete
+  makes it the result. The worker deletes nothing in the store (the operator collects what no
+  accepted result references).
+- Transient errors (list, watch, claim, renew, complete, the results store) delay work by
+  seconds with bounded backoff; they never end the worker process. A results store that
+  refuses for good (access denied, a missing bucket, a bad URL) fails the job it hit with that
+  reason, before any engine call; then the worker claims nothing more until a probe write to
+  the store succeeds again (every `store_probe_seconds`), so one misconfiguration fails one job
+  per worker, not the whole queue.
 - SIGTERM (`stop()`): no new claims; the current job may finish within `grace_seconds`,
   otherwise its lease is released so the job is Queued again at once.
+- Drain (`recall.worker.drain`): once the worker answered a drain request `drained` it picks,
+  claims and works nothing until the request is removed; it answers so only between jobs.
 """
 
 from __future__ import annotations
@@ -33,16 +39,23 @@ from typing import TypeVar
 from recall.base import log, metrics
 from recall.base.clock import Monotonic, boottime
 from recall.base.settings import WorkerSettings
+from recall.bucket import Bucket
+from recall.bucket import StoreError as BucketError
 from recall.engines.base import Engine
 from recall.kube import PERMANENT_ERRORS, Store, StoreError
 from recall.resources import Phase, TranscriptionJob
 from recall.resources.errors import JobFailure
 from recall.worker.attempt import Stopped, Stopwatch, Transcription
+from recall.worker.drain import Drain
 from recall.worker.holder import Heartbeater, LeaseHolder, LeaseLost
 from recall.worker.queue import JobQueue, OfferQueue, Queue
 from recall.worker.registration import Registration
 
 T = TypeVar("T")
+# Refusals of the results store that no job of this worker can get past: claim nothing more
+# until a probe write succeeds.
+STORE_REFUSALS = ("StorageAccessDenied", "StorageBucketMissing", "StorageUrlInvalid")
+PROBE_KEY = "scratch/.probe"
 
 
 class Worker:
@@ -53,6 +66,7 @@ class Worker:
         engine: Engine,
         *,
         namespace: str,
+        results: Bucket,
         clock: Monotonic = boottime,
         beat: Callable[[], None] = lambda: None,
     ) -> None:
@@ -64,6 +78,7 @@ class Worker:
         self.beat = beat  # called on every turn of the loop (the liveness endpoint)
         self.queue: Queue
         self.registration: Registration | None = None
+        self.drain = Drain(settings.id)
         if settings.dispatch == "offers":
             self.queue = OfferQueue(
                 store,
@@ -79,6 +94,7 @@ class Worker:
                 engine.name,
                 duration=settings.registration_seconds,
                 period=settings.registration_seconds / 3,
+                drain=self.drain,
             )
         else:
             self.queue = JobQueue(
@@ -91,7 +107,10 @@ class Worker:
         self.stopping = threading.Event()
         self._stop_deadline: float | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
-        self.transcription = Transcription(store, engine, self._call, self._check_stop)
+        self.results = results
+        self.transcription = Transcription(results, engine, self._call, self._check_stop)
+        self.store_broken: str | None = None  # why the results store refused, until a probe works
+        self._next_probe = 0.0
         self._api_backoff = 0.0
         self.jobs_done = 0
         self.claims = 0
@@ -147,7 +166,17 @@ class Worker:
         return 0
 
     def run_once(self) -> bool:
-        """Try to claim one job and work it. True if a claim was tried."""
+        """Try to claim one job and work it. True if a claim was tried; a drained worker
+        tries none (the turn is held from the pick to the end of the work)."""
+        with self.drain.turn() as open_:
+            if open_:
+                return self._take_one()
+        self.drain.pause(1.0)  # drained: nothing to do until the request is removed
+        return False
+
+    def _take_one(self) -> bool:
+        if self.store_broken is not None and not self._probe_store():
+            return False  # the results store refuses: claim nothing that would fail too
         job = self.queue.pick()
         if job is None:
             return False
@@ -209,7 +238,7 @@ class Worker:
             self._fail(h, e)
         except PERMANENT_ERRORS as e:
             cancel.set()
-            self._fail(h, JobFailure("TranscriptRefused", e.message, permanent=True))
+            self._fail(h, JobFailure("ApiRefused", e.message, permanent=True))
         except Exception as e:  # a bug or an unexpected error: let the job retry elsewhere
             cancel.set()
             h.log.exception("work_error")
@@ -246,6 +275,21 @@ class Worker:
         except (LeaseLost, StoreError) as e:
             h.log.warning("release_failed", error=str(e)[:200])
 
+    def _probe_store(self) -> bool:
+        """After a refusal of the results store: True once a probe write succeeds again."""
+        now = time.monotonic()
+        if now < self._next_probe:
+            return False
+        self._next_probe = now + self.settings.store_probe_seconds
+        try:
+            self.results.put(PROBE_KEY, self.settings.id.encode(), once=False)
+        except BucketError as e:
+            self.log.warning("store_still_refused", reason=e.reason, error=e.message[:300])
+            return False
+        self.log.info("store_usable_again", after=self.store_broken)
+        self.store_broken = None
+        return True
+
     def _fail(self, h: LeaseHolder, error: JobFailure) -> None:
         try:
             job = h.fail(
@@ -258,6 +302,9 @@ class Worker:
         except (LeaseLost, StoreError) as e:
             h.log.warning("fail_not_recorded", error=str(e)[:200])
             return
+        if error.reason in STORE_REFUSALS:
+            self.store_broken = error.reason
+            self._next_probe = time.monotonic() + self.settings.store_probe_seconds
         requeued = job.status.phase is Phase.QUEUED
         metrics.JOBS_FINISHED.labels(outcome="retry" if requeued else "failed").inc()
         h.log.warning(

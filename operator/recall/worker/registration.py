@@ -5,6 +5,9 @@ A named daemon thread creates the Lease `recall-worker-<id>` (the record of
 deletes it on a clean stop. It is how the operator knows whom to offer work to; it has no part
 in the lease protocol of jobs (a job's lease lives in the job). A failed renewal is logged and
 tried again a period later: the registration only ever delays offers, never stops work.
+
+Each renewal also carries the worker's state and its answer to a drain request found on the
+Lease (`recall.worker.drain`), and keeps the annotations it does not own (the request itself).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import threading
 from recall.base import log
 from recall.base.clock import utcnow
 from recall.kube import Conflict, JobStore, NotFound, RawObject, StoreError
-from recall.protocol.workers import lease_name, registration
+from recall.protocol.workers import lease_name, read, registration
+from recall.worker.drain import Drain
 
 _log = log.get("registration")
 
@@ -32,8 +36,10 @@ class Registration:
         *,
         duration: int = 15,
         period: float = 5.0,
+        drain: Drain | None = None,
     ) -> None:
         self.store = store
+        self.drain = drain
         self.namespace = namespace
         self.worker = worker
         self.engine = engine
@@ -57,6 +63,9 @@ class Registration:
 
     def _body(self, now: dt.datetime, current: RawObject | None) -> RawObject:
         version = None if current is None else current["metadata"]["resourceVersion"]
+        state, answer = None, None
+        if self.drain is not None:
+            state, answer = self.drain.answer(None if current is None else read(current).drain)
         return registration(
             self.namespace,
             self.worker,
@@ -64,6 +73,9 @@ class Registration:
             duration=self.duration,
             now=now,
             resource_version=version,
+            state=state,
+            answer=answer,
+            keep=None if current is None else current["metadata"].get("annotations"),
         )
 
     def renew_once(self) -> None:

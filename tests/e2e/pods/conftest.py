@@ -43,6 +43,11 @@ NAMESPACE = "recall"
 RELEASE = "recall"
 IMAGE_REPOSITORY = "recall.local/recall"
 IMAGE_TAG = "dev"
+# The bundled results store's image, built here from the weed binary (recall_dev.objstore_image).
+STORE_REPOSITORY = "recall.local/seaweedfs"
+STORE_TAG = "e2e"
+STORE_IMAGE = f"{STORE_REPOSITORY}:{STORE_TAG}"
+STORE_UID = 65532  # the store image's user
 
 
 @dataclass
@@ -55,6 +60,7 @@ class PodCluster:
     media_dir: Path
     kill_container: Callable[[str], None]
     env: dict[str, str] = field(default_factory=dict)
+    store_dir: Path | None = None  # the bundled store's data on the node; None: an emptyDir
 
     def run(
         self, tool: str, *args: str, stdin: str | None = None, check: bool = True
@@ -86,9 +92,13 @@ class PodCluster:
 def image_archives() -> list[Path]:
     """The images the pods run, built here, as archives a node imports: every cluster loads
     each one (another image is one more line here)."""
+    from recall_dev import objstore_image
     from recall_dev.image import build_and_save
 
-    return [build_and_save(f"{IMAGE_REPOSITORY}:{IMAGE_TAG}")]
+    return [
+        build_and_save(f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"),
+        objstore_image.build_and_save(STORE_IMAGE),
+    ]
 
 
 def _local_cluster(tmp: Path, failed: Callable[[], bool]) -> Iterator[PodCluster]:
@@ -122,7 +132,14 @@ def _local_cluster(tmp: Path, failed: Callable[[], bool]) -> Iterator[PodCluster
         media = tmp / "media"
         media.mkdir()
         media.chmod(0o755)
-        yield PodCluster("node", cp.kubeconfig, cp.bin_dir, media, kill_container)
+        # The node is this machine: the bundled store keeps its data in a directory here (no
+        # volume provisioner on this node), writable by the store's user only.
+        store = tmp / "store"
+        store.mkdir(mode=0o700)
+        os.chown(store, STORE_UID, STORE_UID)
+        yield PodCluster(
+            "node", cp.kubeconfig, cp.bin_dir, media, kill_container, store_dir=store
+        )
     finally:
         node.stop()
         kept = cp.stop(keep_logs=failed())
@@ -177,6 +194,13 @@ def release_values(cluster: PodCluster) -> list[str]:
     args = ["--values", str(VALUES)]
     media = {"hostPath": {"path": str(cluster.media_dir), "type": "Directory"}}
     args += ["--set-json", f"worker.mediaVolume={json.dumps(media)}"]
+    store: dict[str, Any] = {
+        "image": {"repository": STORE_REPOSITORY, "tag": STORE_TAG, "pullPolicy": "Never"},
+        "persistence": {"enabled": cluster.store_dir is not None},
+    }
+    if cluster.store_dir is not None:
+        store["persistence"]["hostPath"] = str(cluster.store_dir)
+    args += ["--set-json", f"store.bundled={json.dumps(store)}"]
     # The image is built from this checkout: it serves the worker health endpoint only if
     # this checkout's worker settings have it. Without it the probes would restart workers.
     if "health_port" not in WorkerSettings.model_fields:

@@ -357,3 +357,24 @@ def test_helm_uninstall__keeps_the_crds_and_the_jobs(
     assert cluster.kubectl("get", "tj", "-n", NAMESPACE, "-o", "name").split() == jobs
     assert cluster.kubectl("get", "rb", "-n", NAMESPACE, "-o", "name").split() == batches
     assert not cluster.kubectl("get", "deployments", "-n", NAMESPACE, "-o", "name").strip()
+
+
+# The workers' autoscaling on this node: its own release, after the uninstall above (one file,
+# so one node and one pytest-xdist process for every pod test; the tests run in name order).
+from tests.e2e.pods.scaling import (  # noqa: E402
+    scaling,
+    test_scaling_1__turning_builtin_on_mid_work_keeps_the_fleet_then_it_idles_to_zero,
+    test_scaling_2__a_batch_applied_with_zero_workers_starts_them_and_they_finish_it,
+    test_scaling_3__a_second_batch_during_the_scale_down_is_picked_up,
+    test_scaling_4__an_operator_failover_during_scaling_neither_loses_nor_doubles_workers,
+    test_scaling_5__twenty_scale_downs_stop_no_busy_worker,
+)
+
+__all__ = [
+    "scaling",
+    "test_scaling_1__turning_builtin_on_mid_work_keeps_the_fleet_then_it_idles_to_zero",
+    "test_scaling_2__a_batch_applied_with_zero_workers_starts_them_and_they_finish_it",
+    "test_scaling_3__a_second_batch_during_the_scale_down_is_picked_up",
+    "test_scaling_4__an_operator_failover_during_scaling_neither_loses_nor_doubles_workers",
+    "test_scaling_5__twenty_scale_downs_stop_no_busy_worker",
+]

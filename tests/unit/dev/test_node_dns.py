@@ -78,3 +78,39 @@ def test_serve__answers_over_udp_on_loopback() -> None:
             except (TimeoutError, ConnectionRefusedError):
                 continue
         assert rcode_and_answers(reply) == (NOERROR, 1)
+
+
+def test_services__a_service_name_resolves_to_a_ready_pod_and_sticks_to_it() -> None:
+    from recall_dev.node_dns import Services
+
+    ready = {"store": ["10.244.0.7", "10.244.0.9"]}
+    calls: list[tuple[str, str]] = []
+
+    def lookup(namespace: str, service: str) -> list[str]:
+        calls.append((namespace, service))
+        return ready.get(service, [])
+
+    fixed = {"kubernetes.default.svc.cluster.local": "10.0.0.1"}
+    table = Services(lookup, "cluster.local", fixed)
+    assert table["kubernetes.default.svc.cluster.local"] == "10.0.0.1"
+    assert table["store.recall.svc.cluster.local"] == "10.244.0.7"
+    assert "gone.recall.svc.cluster.local" not in table
+    assert "store.recall.svc.recall.svc.cluster.local" not in table  # a search-path try
+    assert calls == [("recall", "store"), ("recall", "gone")]
+
+
+def test_services__an_answer_to_a_query_for_a_service() -> None:
+    from recall_dev.node_dns import Services
+
+    table = Services(lambda ns, svc: ["10.244.0.5"], "cluster.local", {})
+    packet = (
+        bytes.fromhex("abcd01000001000000000000")
+        + b"".join(
+            bytes([len(p)]) + p.encode() for p in ["store", "recall", "svc", "cluster", "local"]
+        )
+        + b"\x00\x00\x01\x00\x01"
+    )
+    query = parse(packet)
+    assert query is not None
+    reply = answer(query, table, "cluster.local")
+    assert reply.endswith(bytes([10, 244, 0, 5]))

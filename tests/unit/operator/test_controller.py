@@ -13,8 +13,16 @@ from recall.kube.memory import Fault, MemoryStore
 from recall.operator.cache import JobRecord
 from recall.operator.leader import Sole
 from recall.operator.projection import CODES, stored_phases
-from recall.resources import ItemPhase, Phase, Result, indexes
-from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, job_manifest
+from recall.resources import ItemPhase, Phase, indexes
+from tests.unit.fakes import (
+    NS,
+    Clock,
+    Operator,
+    batch_manifest,
+    claim,
+    job_manifest,
+    result_of,
+)
 
 
 def setup(keys: list[str], **spec: object) -> tuple[MemoryStore, Clock, Operator]:
@@ -60,7 +68,7 @@ def test_projection__follows_claims_and_completions_as_index_ranges() -> None:
     op.tick()
     batch = store.get_batch(NS, "b")
     assert batch is not None and batch.status.transcribing_indexes == "1"
-    h.complete(Result(config_map="t"))
+    h.complete(result_of(h))
     op.tick()
     assert phases(store) == {"a": "queued", "b": "completed", "c": "queued"}
     batch = store.get_batch(NS, "b")
@@ -208,7 +216,7 @@ def test_missing_job__recreated_as_a_heal_but_not_a_finished_one() -> None:
     store, clock, op = setup(["a", "b"])
     op.tick()
     h = claim(store, clock, "b-a")
-    h.complete(Result(config_map="t"))
+    h.complete(result_of(h))
     op.tick()
     store.delete_job(NS, "b-a")
     store.delete_job(NS, "b-b")
@@ -274,26 +282,24 @@ def test_large_batch__status_stays_small() -> None:
     assert size < 30_000, size
 
 
-def test_cleanup__a_failed_jobs_transcript_configmaps_are_deleted() -> None:
-    from recall.resources import LABEL_JOB
-    from recall.transcripts.layout import LABEL_ATTEMPT, LABEL_KIND, manifest_name
+def test_cleanup__a_failed_jobs_objects_are_deleted_from_the_store() -> None:
+    from recall.media.types import Cutting
+    from recall.transcripts import AttemptWriter
 
     store, clock, op = setup(["a"])
     op.tick()
     h = claim(store, clock, "b-a")
-    job = store.get_job(NS, "b-a")
-    assert job is not None
-    labels = {LABEL_JOB: "b-a", LABEL_ATTEMPT: "1", LABEL_KIND: "manifest"}
-    # What the worker wrote before failing for good (its own delete never came).
-    store.create_config_map(NS, manifest_name("b-a", 1), {"x": "y"}, labels=labels)
-    store.create_config_map(NS, "unrelated", {"x": "y"}, labels={LABEL_JOB: "b-a"})
+    # What the worker wrote before failing for good.
+    writer = AttemptWriter(op.results, h.known, h.attempt, h.token)
+    writer.begin(Cutting(30, 2, 16000, "x"), None)
+    op.results.put("scratch/notes.txt", b"not ours")
     op.tick()
-    assert store.get_config_map(NS, manifest_name("b-a", 1)) is not None  # still leased: kept
+    assert [o.key for o in op.results.list(writer.directory)]  # still leased: kept
     h.fail("SourceNotFound", "gone", permanent=True, backoff_base=1, backoff_cap=1)
     op.tick()
     op.tick()
-    assert store.get_config_map(NS, manifest_name("b-a", 1)) is None
-    assert store.get_config_map(NS, "unrelated") is not None  # not a kind the store writes
+    assert not list(op.results.list(writer.directory))
+    assert op.results.get("scratch/notes.txt") == b"not ours"  # not a key the store writes
 
 
 def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
@@ -303,7 +309,7 @@ def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
     op.tick()
     claim(store, clock, "b-b")
     op.sync()  # the cache saw b's claim: the Batch has a change to project
-    h.complete(Result(config_map="t"))  # a's completion is not in the cache yet
+    h.complete(result_of(h))  # a's completion is not in the cache yet
     cache = op.controller.cache
     read = cache.batch_jobs
 
@@ -327,7 +333,8 @@ def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
 def test_status__a_foreign_write_is_projected_over_at_the_next_tick() -> None:
     store, clock, op = setup(["a"])
     op.tick()
-    claim(store, clock, "b-a").complete(Result(config_map="b-a-a1"))
+    h = claim(store, clock, "b-a")
+    h.complete(result_of(h))
     op.tick()
     assert phases(store)["a"] == "completed"
     # A replica that wrongly believed it led writes its stale projection.

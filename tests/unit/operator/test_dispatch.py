@@ -14,11 +14,11 @@ from recall.engines.simulated import SimulatedEngine
 from recall.kube.memory import MemoryStore
 from recall.operator.cache import JobRecord
 from recall.operator.dispatch import ReadyQueue
-from recall.resources import Phase, Result
+from recall.resources import Phase
 from recall.worker.holder import LeaseHolder
 from recall.worker.loop import Worker
 from recall.worker.registration import Registration
-from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, job_manifest
+from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, job_manifest, result_of
 
 
 def record(
@@ -56,8 +56,10 @@ def record(
         completed_at=None,
         error_reason=None,
         error_message=None,
-        result_config_map=None,
-        checkpoint=None,
+        result=None,
+        parts=(),
+        published=False,
+        output=False,
     )
 
 
@@ -146,7 +148,13 @@ def test_worker__claims_what_it_is_offered(tmp_path: Path) -> None:
         self_serve_seconds=3600,  # only offers
         simulated_record=tmp_path / "r.jsonl",
     )
-    worker = Worker(store, ws, SimulatedEngine(chunks=1, chunk_delay_seconds=0), namespace=NS)
+    worker = Worker(
+        store,
+        ws,
+        SimulatedEngine(chunks=1, chunk_delay_seconds=0),
+        namespace=NS,
+        results=op.results,
+    )
     t = threading.Thread(target=operator_loop)
     t.start()
     try:
@@ -195,9 +203,7 @@ def claim_offer(store: MemoryStore, clock: Clock, worker: str) -> LeaseHolder:
 
 
 def complete(held: LeaseHolder) -> None:
-    held.complete(
-        Result(worker=held.worker, attempt=held.attempt, config_map="cm", token=held.token)
-    )
+    held.complete(result_of(held))
 
 
 @pytest.mark.parametrize(

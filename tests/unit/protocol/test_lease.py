@@ -15,10 +15,12 @@ from recall.kube.rules import job_status_rules
 from recall.protocol import lease
 from recall.protocol.lease import Budget, Refusal, RefusalReason
 from recall.protocol.observer import Observation
-from recall.resources import JobStatus, Lease, Offer, Phase, Progress, Result
+from recall.resources import JobStatus, Lease, Offer, Part, Phase, Progress, Result
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.UTC)
 ME, TOKEN = "worker-a", "a" * 32
+KEY = f"scratch/ns/job/uid/a1-{TOKEN}/transcript.json"
+PARTS = [Part(attempt=1, token=TOKEN, first=0, end=2)]
 OTHER, OTHER_TOKEN = "worker-b", "b" * 32
 MAX = 5
 BUDGET = Budget(max_attempts=MAX, max_releases=2)
@@ -48,7 +50,7 @@ STATES: dict[str, JobStatus] = {
     "succeeded": JobStatus(
         phase=Phase.SUCCEEDED,
         attempts=1,
-        result=Result(config_map="cm", token=TOKEN, attempt=1),
+        result=Result(transcript=KEY, token=TOKEN, attempt=1),
     ),
     "failed": JobStatus(phase=Phase.FAILED, attempts=5),
     "cancelled": JobStatus(phase=Phase.CANCELLED),
@@ -59,7 +61,7 @@ OBSERVED = Observation(token=TOKEN, renew_time=NOW, duration_seconds=10, observe
 ACTIONS: dict[str, Callable[[JobStatus], lease.Decision]] = {
     "claim": lambda s: lease.claim(s, NOW, ME, TOKEN, lease_seconds=10, budget=BUDGET),
     "renew": lambda s: lease.renew(s, NOW, ME, TOKEN, seq=2),
-    "complete": lambda s: lease.complete(s, NOW, ME, TOKEN, seq=2, result=Result(config_map="cm")),
+    "complete": lambda s: lease.complete(s, NOW, ME, TOKEN, seq=2, result=Result(transcript=KEY)),
     "fail-retriable": lambda s: lease.fail(
         s,
         NOW,
@@ -203,10 +205,10 @@ def test_every_write_of_a_lease_presents_its_token_with_a_fresh_suffix() -> None
 
 def test_renew__moves_renew_time_and_records_progress() -> None:
     later = NOW + dt.timedelta(seconds=3)
-    s = lease.renew(leased(), later, ME, TOKEN, seq=2, progress=Progress.of(2, 6, "cm"))
+    s = lease.renew(leased(), later, ME, TOKEN, seq=2, progress=Progress.of(2, 6, PARTS))
     assert isinstance(s, JobStatus) and s.lease is not None
     assert s.lease.renew_time == later and s.lease.acquire_time == NOW
-    assert s.progress == Progress.of(2, 6, "cm")
+    assert s.progress == Progress.of(2, 6, PARTS)
 
 
 def test_renew__rejected_after_reclaim() -> None:
@@ -218,17 +220,17 @@ def test_renew__rejected_after_reclaim() -> None:
 
 def test_complete__records_token_and_attempt_in_the_result() -> None:
     s = lease.complete(
-        leased(attempts=3, progress=Progress.of(4, 6, "cm")),
+        leased(attempts=3, progress=Progress.of(4, 6, PARTS)),
         NOW,
         ME,
         TOKEN,
         seq=7,
-        result=Result(config_map="t"),
+        result=Result(transcript=KEY),
     )
     assert isinstance(s, JobStatus) and s.result is not None
     assert (s.result.token, s.result.attempt, s.fence) == (TOKEN, 3, f"{TOKEN}/7")
     assert s.lease is None and s.completed_at == NOW
-    assert s.progress == Progress.of(6, 6, "cm")
+    assert s.progress == Progress.of(6, 6)  # the transcript holds every chunk now
     assert any(c.type == "Complete" and c.status == "True" for c in s.conditions)
 
 

@@ -13,9 +13,9 @@ from recall.kube.memory import Fault, MemoryStore
 from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.protocol.observer import LeaseObserver
-from recall.resources import Phase, Progress, Result, TranscriptionJob
+from recall.resources import Phase, Progress, TranscriptionJob
 from recall.worker.holder import LeaseHolder, LeaseLost
-from tests.unit.fakes import NS, Clock, job_manifest
+from tests.unit.fakes import NS, PARTS, Clock, job_manifest, result_of
 
 
 def claimed(store: MemoryStore, clock: Clock, name: str = "a") -> LeaseHolder:
@@ -41,9 +41,9 @@ def test_renew__after_an_unrelated_write_retries_and_keeps_the_lease() -> None:
     store, clock = MemoryStore(), Clock()
     h = claimed(store, clock)
     store.patch_job_labels(NS, "a", {"team": "x"})  # someone else changes the job
-    h.renew(Progress.of(1, 2, "cm"))
+    h.renew(Progress.of(1, 2, PARTS))
     job = store.get_job(NS, "a")
-    assert job is not None and job.status.progress == Progress.of(1, 2, "cm")
+    assert job is not None and job.status.progress == Progress.of(1, 2, PARTS)
     assert job.status.lease is not None and job.status.lease.token == h.token
 
 
@@ -63,7 +63,7 @@ def test_renew__refused_after_reclaim_marks_the_lease_lost() -> None:
         h.renew()
     assert lost.value.reason == "NotLeased"
     with pytest.raises(LeaseLost):  # and never reaches the API again
-        h.complete(Result(config_map="t"))
+        h.complete(result_of(h))
 
 
 def test_deadline__counts_from_when_the_renewal_was_sent() -> None:
@@ -121,9 +121,9 @@ def test_lost_answer__settled_by_reading_back(action: str) -> None:
         Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
     )
     if action == "renew":
-        h.renew(Progress.of(1, 2, "cm"))
+        h.renew(Progress.of(1, 2, PARTS))
     elif action == "complete":
-        h.complete(Result(config_map="t"))
+        h.complete(result_of(h))
     elif action == "fail":
         h.fail("X", "m", permanent=True, backoff_base=1, backoff_cap=2)
     else:
@@ -157,5 +157,5 @@ def test_lost_answer__and_the_read_back_fails_too__settled_on_the_next_try() -> 
         Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
     )
     store.inject(Fault("get_job", Unavailable("connection reset"), times=1))
-    done = h.complete(Result(config_map="t"))
+    done = h.complete(result_of(h))
     assert done.status.phase == Phase.SUCCEEDED and not h.lost.is_set()

@@ -1,5 +1,6 @@
-"""The real worker loop on the memory store with the simulated engine: jobs done, a lease lost
-mid-job, a lost answer of complete, a refusing transcript store, a flaky API."""
+"""The real worker loop on the memory store with the simulated engine and a results store in
+memory: jobs done, a lease lost mid-job, a lost answer of complete, a refusing results store, a
+flaky API and a flaky store."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from recall.base.settings import WorkerSettings
+from recall.bucket import Bucket, StoreAccessDenied, StoreUnavailable
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
-from recall.kube import Conflict, Forbidden, Invalid, TooLarge, Unavailable
+from recall.kube import Conflict, Unavailable
 from recall.kube.memory import Fault, MemoryStore
 from recall.media import MediaOptions
 from recall.protocol import lease
@@ -26,29 +28,37 @@ from recall.protocol.lease import Budget
 from recall.protocol.observer import Observation
 from recall.resources import Phase, TranscriptionJob
 from recall.transcripts import (
-    SHARD_BYTES,
-    Manifest,
+    JobView,
     Record,
-    TranscriptStore,
-    job_selector,
-    unreferenced,
+    directory_of,
+    garbage,
+    job_prefix,
+    load_transcript,
+    parse_scratch,
+    read_checkpoint,
 )
-from recall.transcripts.layout import record_key
-from recall.worker.loop import Worker
-from tests.unit.fakes import NS, T0, job_manifest
+from recall.worker.loop import PROBE_KEY, Worker
+from tests.unit.fakes import NS, T0, BucketFault, FaultyBucket, job_manifest, memory_bucket
 
 
-def make_worker(store: MemoryStore, tmp_path: Path, **settings: object) -> Worker:
-    ws = WorkerSettings(
-        id="w1",
-        engine="simulated",
-        idle_exit_seconds=1.0,
-        self_serve_seconds=0.2,
-        retry_base_seconds=0.1,
-        simulated_record=tmp_path / "chunks.jsonl",
-        **settings,  # type: ignore[arg-type]
+def make_worker(
+    store: MemoryStore, tmp_path: Path, results: Bucket | None = None, **settings: object
+) -> Worker:
+    given: dict[str, Any] = {
+        "idle_exit_seconds": 1.0,
+        "self_serve_seconds": 0.2,
+        "retry_base_seconds": 0.1,
+        "simulated_record": tmp_path / "chunks.jsonl",
+        **settings,
+    }
+    ws = WorkerSettings(id="w1", engine="simulated", **given)
+    return Worker(
+        store,
+        ws,
+        SimulatedEngine(chunks=2, chunk_delay_seconds=0),
+        namespace=NS,
+        results=results if results is not None else memory_bucket(),
     )
-    return Worker(store, ws, SimulatedEngine(chunks=2, chunk_delay_seconds=0), namespace=NS)
 
 
 def run(worker: Worker, timeout: float = 20.0) -> None:
@@ -60,15 +70,19 @@ def run(worker: Worker, timeout: float = 20.0) -> None:
 
 def test_worker__does_every_job_once_and_references_its_transcript(tmp_path: Path) -> None:
     store = MemoryStore(watch_seconds=1.0)
+    results = memory_bucket()
     for i in range(3):
         store.create_job(NS, job_manifest(f"j{i}"))
-    run(make_worker(store, tmp_path))
+    run(make_worker(store, tmp_path, results))
     for i in range(3):
         job = store.get_job(NS, f"j{i}")
         assert job is not None and job.status.phase == Phase.SUCCEEDED
         assert job.status.result is not None and job.status.result.attempt == 1
-        text = TranscriptStore(store).load_transcript(NS, job.status.result.config_map)
+        text = load_transcript(results, job.status.result.transcript)
         assert text is not None and f"j{i} chunk 1" in text.text
+        assert job.status.progress is not None and job.status.progress.parts == []
+    # The only API objects it wrote are the jobs' statuses and its registration.
+    assert not store.list_config_maps(NS, "")
     store.close()
 
 
@@ -81,7 +95,8 @@ def test_worker__stops_when_its_lease_is_cancelled_mid_job(tmp_path: Path) -> No
             engine={"name": "simulated", "simulate": {"chunks": 50, "chunkDelaySeconds": 0.1}},
         ),
     )
-    worker = make_worker(store, tmp_path)
+    results = memory_bucket()
+    worker = make_worker(store, tmp_path, results)
     t = threading.Thread(target=worker.run)
     t.start()
     deadline = time.monotonic() + 10
@@ -101,11 +116,11 @@ def test_worker__stops_when_its_lease_is_cancelled_mid_job(tmp_path: Path) -> No
     assert not t.is_alive()
     job = store.get_job(NS, "slow")
     assert job is not None and job.status.phase == Phase.CANCELLED and job.status.result is None
-    # It wrote its checkpoint, never a complete transcript; the cleanup names all of it.
-    listed = store.list_config_maps(NS, job_selector("slow"))
-    manifest = store.get_config_map(NS, "slow-a1")
-    assert manifest is not None and Manifest.from_data(manifest.data).transcript is None
-    assert unreferenced(job, listed) == sorted(cm.name for cm in listed) != []
+    # It wrote chunks, never a transcript; the operator's collection names all of it.
+    keys = [o.key for o in results.list(job_prefix(NS, "slow", job.metadata.uid or ""))]
+    assert keys and not any(k.endswith("transcript.json") for k in keys)
+    view = JobView(NS, "slow", job.metadata.uid or "", job.status.effective_phase, 1)
+    assert garbage(view, keys) == sorted(keys)
     store.close()
 
 
@@ -120,28 +135,49 @@ def test_worker__lost_answer_of_complete_keeps_the_transcript(tmp_path: Path) ->
             when=lambda args: args["patch"].get("phase") == "Succeeded",
         )
     )
-    run(make_worker(store, tmp_path))
+    results = memory_bucket()
+    run(make_worker(store, tmp_path, results))
     job = store.get_job(NS, "a")
     assert job is not None and job.status.phase == Phase.SUCCEEDED and job.status.result
-    assert store.get_config_map(NS, job.status.result.config_map) is not None
+    assert results.get(job.status.result.transcript) is not None
     store.close()
 
 
-def test_worker__a_refusing_transcript_store_fails_the_job_for_good(tmp_path: Path) -> None:
+DENIED = StoreAccessDenied("put s3://recall/scratch/…: access denied (AccessDenied)")
+
+
+def test_worker__a_refusing_results_store_fails_one_job_then_claims_nothing(
+    tmp_path: Path,
+) -> None:
     store = MemoryStore(watch_seconds=1.0)
     store.create_job(NS, job_manifest("a"))
-    store.inject(
-        Fault("create_config_map", Invalid("Too long: must have at most 1048576 bytes"), times=100)
-    )
-    run(make_worker(store, tmp_path))
-    job = store.get_job(NS, "a")
-    assert job is not None and job.status.phase == Phase.FAILED
-    assert job.status.last_error is not None
-    assert (job.status.last_error.reason, job.status.last_error.permanent) == (
-        "TranscriptRefused",
-        True,
-    )
-    assert job.status.attempts == 1
+    store.create_job(NS, job_manifest("b"))
+    results = FaultyBucket()
+    results.inject(BucketFault("put", DENIED, times=100))
+    run(make_worker(store, tmp_path, results))
+    jobs = {n: store.get_job(NS, n) for n in ("a", "b")}
+    failed = [j for j in jobs.values() if j and j.status.phase == Phase.FAILED]
+    assert len(failed) == 1, store.dump()
+    error = failed[0].status.last_error
+    assert error is not None and (error.reason, error.permanent) == ("StorageAccessDenied", True)
+    assert "to store the cutting" in (error.message or "")
+    assert failed[0].status.attempts == 1
+    waiting = [j for j in jobs.values() if j and j.status.phase == Phase.QUEUED]
+    assert len(waiting) == 1 and waiting[0].status.attempts == 0  # not burnt
+    assert not (tmp_path / "chunks.jsonl").exists()  # no engine call was paid for
+    store.close()
+
+
+def test_worker__claims_again_once_a_probe_write_to_the_store_succeeds(tmp_path: Path) -> None:
+    store = MemoryStore(watch_seconds=1.0)
+    store.create_job(NS, job_manifest("a"))
+    store.create_job(NS, job_manifest("b"))
+    results = FaultyBucket()
+    results.inject(BucketFault("put", DENIED, times=1, when=lambda key: key != PROBE_KEY))
+    run(make_worker(store, tmp_path, results, store_probe_seconds=0.2, idle_exit_seconds=2.0))
+    phases = sorted(str(store.get_job(NS, n).status.phase) for n in "ab")  # type: ignore[union-attr]
+    assert phases == ["Failed", "Succeeded"]
+    assert ("put", PROBE_KEY) in results.calls
     store.close()
 
 
@@ -151,8 +187,12 @@ def test_worker__survives_a_flaky_api(tmp_path: Path) -> None:
         store.create_job(NS, job_manifest(f"j{i}"))
     store.inject(Fault("patch_job_status", Unavailable("connection reset"), times=3))
     store.inject(Fault("list_jobs", Unavailable("503 starting"), times=2))
-    store.inject(Fault("create_config_map", Unavailable("503"), times=2))
-    run(make_worker(store, tmp_path), timeout=30)
+    results = FaultyBucket()
+    results.inject(BucketFault("put", StoreUnavailable("503 Slow Down"), times=2))
+    results.inject(
+        BucketFault("put", StoreUnavailable("reset", maybe_applied=True), times=1, applied=True)
+    )
+    run(make_worker(store, tmp_path, results), timeout=30)
     for i in range(2):
         job = store.get_job(NS, f"j{i}")
         assert job is not None and job.status.phase == Phase.SUCCEEDED, store.dump()
@@ -180,7 +220,11 @@ def speech_file(path: Path, seconds: float, seed: int = 0) -> Path:
 
 
 def audio_worker(
-    store: MemoryStore, tmp_path: Path, chunk_seconds: float, *, shard_bytes: int = 1500, **kw: Any
+    store: MemoryStore,
+    tmp_path: Path,
+    chunk_seconds: float,
+    results: Bucket,
+    **kw: Any,
 ) -> Worker:
     """A worker whose simulated engine takes the real audio path (fetch, decode, cut)."""
     ws = WorkerSettings(
@@ -198,10 +242,7 @@ def audio_worker(
         media=MediaOptions(chunk_seconds=chunk_seconds),
         words_per_minute=150,
     )
-    worker = Worker(store, ws, engine, namespace=NS)
-    # a few chunks a shard
-    worker.transcription.transcripts = TranscriptStore(store, shard_bytes=shard_bytes)
-    return worker
+    return Worker(store, ws, engine, namespace=NS, results=results)
 
 
 def audio_job(name: str, url: str, **simulate: Any) -> dict[str, Any]:
@@ -217,16 +258,26 @@ def engine_runs(tmp_path: Path, job: str) -> list[tuple[int, int]]:
     return [(r["attempt"], r["chunk"]) for r in map(json.loads, lines) if r["job"] == job]
 
 
-def cuts(store: MemoryStore, name: str) -> list[tuple[int, int]]:
-    """The sample range of every chunk of the accepted transcript, in order."""
-    manifest = Manifest.from_data(store.get_config_map(NS, name).data)  # type: ignore[union-attr]
-    out = []
-    for ref in manifest.shards:
-        data = store.get_config_map(NS, ref.name).data  # type: ignore[union-attr]
-        assert ref.end is not None
-        records = [Record.decode(data[record_key(i)]) for i in range(ref.first, ref.end)]
-        out += [(r.first, r.end) for r in records]
+def stored(results: Bucket, job: TranscriptionJob) -> dict[int, dict[int, Record]]:
+    """Every chunk record of `job` in the store, by attempt, then chunk index."""
+    out: dict[int, dict[int, Record]] = {}
+    for info in results.list(job_prefix(NS, job.name, job.metadata.uid or "")):
+        key = parse_scratch(info.key)
+        if key is not None and (index := key.chunk()) is not None:
+            raw = results.get(info.key)
+            assert raw is not None
+            out.setdefault(key.attempt, {})[index] = Record.decode(raw)
     return out
+
+
+def cuts(results: Bucket, job: TranscriptionJob) -> list[tuple[int, int]]:
+    """The sample range of every chunk, in order, each from the first attempt that stored it
+    (a resumed attempt carries the earlier chunks, it does not store them again)."""
+    chunks: dict[int, Record] = {}
+    for _, records in sorted(stored(results, job).items()):
+        for index, record in records.items():
+            chunks.setdefault(index, record)
+    return [(chunks[i].first, chunks[i].end) for i in sorted(chunks)]
 
 
 def end_backoff(store: MemoryStore, name: str) -> None:
@@ -243,37 +294,37 @@ def succeeded(store: MemoryStore, name: str) -> TranscriptionJob:
 
 def test_worker__a_resumed_attempt_continues_exactly_after_the_checkpoint(tmp_path: Path) -> None:
     url = speech_file(tmp_path / "talk.wav", 98.0).as_uri()
-    store = MemoryStore(watch_seconds=1.0)
+    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
     store.create_job(
         NS, audio_job("resumed", url, failure="retriable", failAtChunk=4, failAttempts=1)
     )
-    run(audio_worker(store, tmp_path, 10.0, max_jobs=1), timeout=30)  # attempt 1 fails
+    run(audio_worker(store, tmp_path, 10.0, results, max_jobs=1), timeout=30)  # attempt 1 fails
     end_backoff(store, "resumed")
     store.create_job(NS, audio_job("whole", url))
     with capture_logs() as logs:
-        run(audio_worker(store, tmp_path, 10.0), timeout=60)
+        run(audio_worker(store, tmp_path, 10.0, results), timeout=60)
     assert [e["by"] for e in logs if e["event"] == "media_resumed"] == ["seek"]
 
     whole, resumed = succeeded(store, "whole"), succeeded(store, "resumed")
+    n = len(cuts(results, whole))
     assert engine_runs(tmp_path, "resumed") == [(1, 0), (1, 1), (1, 2), (1, 3)] + [
-        (2, i) for i in range(4, len(cuts(store, "whole-a1")))
+        (2, i) for i in range(4, n)
     ]
     assert resumed.status.result.attempt == 2  # type: ignore[union-attr]
     # The same cuts as the uninterrupted run: no gap, no overlap, nothing cut differently.
-    assert cuts(store, "resumed-a2") == cuts(store, "whole-a1")
-    assert cuts(store, "whole-a1")[0][0] == 0
-    whole_cuts = cuts(store, "whole-a1")
+    whole_cuts = cuts(results, whole)
+    assert cuts(results, resumed) == whole_cuts
+    assert whole_cuts[0][0] == 0
     assert all(a[1] == b[0] for a, b in itertools.pairwise(whole_cuts))
-    ts = TranscriptStore(store)
-    a, b = ts.load_transcript(NS, "whole-a1"), ts.load_transcript(NS, "resumed-a2")
+    a = load_transcript(results, whole.status.result.transcript)  # type: ignore[union-attr]
+    b = load_transcript(results, resumed.status.result.transcript)  # type: ignore[union-attr]
     assert a is not None and b is not None and a.segments == b.segments
-    assert whole.status.progress is not None and resumed.status.progress is not None
-    n = len(cuts(store, "whole-a1"))
+    assert resumed.status.progress is not None
     assert (resumed.status.progress.chunks_done, resumed.status.progress.chunks_total) == (n, n)
     assert n > 10  # snapped cuts: more than 95 s / 10 s
-    # Stored once: the second attempt references the first one's shards; its manifest is gone.
-    names = {cm.name for cm in store.list_config_maps(NS, job_selector("resumed"))}
-    assert "resumed-a1" not in names and "resumed-a1-0" in names
+    # Stored once: the second attempt stored only the chunks after the checkpoint.
+    by_attempt = stored(results, resumed)
+    assert sorted(by_attempt[1]) == [0, 1, 2, 3] and min(by_attempt[2]) == 4
     store.close()
 
 
@@ -282,21 +333,22 @@ def test_worker__a_resume_with_other_settings_or_source_starts_over(
     tmp_path: Path, change: str
 ) -> None:
     path = speech_file(tmp_path / "talk.wav", 60.0)
-    store = MemoryStore(watch_seconds=1.0)
+    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
     store.create_job(
         NS, audio_job("j", path.as_uri(), failure="retriable", failAtChunk=3, failAttempts=1)
     )
-    run(audio_worker(store, tmp_path, 10.0, max_jobs=1), timeout=30)
+    run(audio_worker(store, tmp_path, 10.0, results, max_jobs=1), timeout=30)
     job = store.get_job(NS, "j")
     assert job is not None and job.status.phase == Phase.QUEUED
     assert job.status.progress is not None and job.status.progress.chunks_done == 3
+    assert [p.end for p in job.status.progress.parts] == [3]
 
     end_backoff(store, "j")
     if change == "source":
         speech_file(path, 60.0, seed=1)  # rewritten: another mtime and other samples
     seconds = 15.0 if change == "chunk_seconds" else 10.0
     with capture_logs() as logs:
-        run(audio_worker(store, tmp_path, seconds), timeout=30)
+        run(audio_worker(store, tmp_path, seconds, results), timeout=30)
     job = succeeded(store, "j")
     discarded = [e for e in logs if e["event"] == "checkpoint_discarded"]
     expected = "chunk_seconds 10 → 15" if change == "chunk_seconds" else "the source changed"
@@ -304,79 +356,73 @@ def test_worker__a_resume_with_other_settings_or_source_starts_over(
     assert next(c for a, c in engine_runs(tmp_path, "j") if a == 2) == 0  # from the start
     # Nothing of the first attempt is mixed in: every cut is the new cutting's, from sample 0.
     store.create_job(NS, audio_job("fresh", path.as_uri()))
-    run(audio_worker(store, tmp_path, seconds), timeout=30)
-    assert cuts(store, "j-a2") == cuts(store, "fresh-a1")
-    manifest = Manifest.from_data(store.get_config_map(NS, "j-a2").data)  # type: ignore[union-attr]
-    assert all(s.name.startswith("j-a2-") for s in manifest.shards)
+    run(audio_worker(store, tmp_path, seconds, results), timeout=30)
+    second = stored(results, job)[2]
+    fresh = succeeded(store, "fresh")
+    assert [(r.first, r.end) for _, r in sorted(second.items())] == cuts(results, fresh)
     store.close()
 
 
-QUOTA = (
-    'configmaps "j-a1-2" is forbidden: exceeded quota: transcripts, requested: '
-    "count/configmaps=1, used: count/configmaps=3, limited: count/configmaps=3"
-)
-
-
-@pytest.mark.parametrize(
-    ("fault", "phrase"),
-    [
-        (Fault("create_config_map", Forbidden(QUOTA, status=403), name="j-a1-2", times=99), QUOTA),
-        (
-            Fault("patch_config_map", TooLarge("etcdserver: request is too large"), times=99),
-            "request is too large",
-        ),
-    ],
-    ids=["quota", "too-large"],
-)
+@pytest.mark.parametrize("at", [0, 2], ids=["first-chunk", "third-chunk"])
 def test_worker__a_refusing_store_fails_the_job_at_once_without_paying_again(
-    tmp_path: Path, fault: Fault, phrase: str
+    tmp_path: Path, at: int
 ) -> None:
     url = speech_file(tmp_path / "talk.wav", 60.0).as_uri()
     store = MemoryStore(watch_seconds=1.0)
     store.create_job(NS, audio_job("j", url))
-    store.inject(fault)
-    worker = audio_worker(store, tmp_path, 10.0, shard_bytes=SHARD_BYTES)
-    if fault.op == "create_config_map":
-        # a shard per chunk
-        worker.transcription.transcripts = TranscriptStore(store, shard_bytes=400)
-    run(worker, timeout=30)
+    results = FaultyBucket()
+    chunk = f"c{at:06d}.json"
+    results.inject(BucketFault("put", DENIED, times=99, when=lambda key: key.endswith(chunk)))
+    run(audio_worker(store, tmp_path, 10.0, results), timeout=30)
     job = store.get_job(NS, "j")
     assert job is not None and job.status.phase == Phase.FAILED, store.dump()
     error = job.status.last_error
-    assert error is not None and (error.reason, error.permanent) == ("TranscriptRefused", True)
-    assert phrase in (error.message or "")
+    assert error is not None and (error.reason, error.permanent) == ("StorageAccessDenied", True)
+    assert f"to store chunk {at}" in (error.message or "")
     assert "not retried" in (error.message or "")
     assert job.status.attempts == 1
-    runs = engine_runs(tmp_path, "j")
-    if fault.op == "create_config_map":
-        assert "to store chunk 2" in (error.message or "")
-        assert runs == [(1, 0), (1, 1), (1, 2)]  # stopped at the refusal, paid once
-        assert store.calls.count(("create_config_map", "j-a1-2")) == 1  # never repeated
-    else:
-        assert runs == [(1, 0)]
+    assert engine_runs(tmp_path, "j") == [(1, i) for i in range(at + 1)]  # paid once each
+    assert sum(1 for op, key in results.calls if op == "put" and key.endswith(chunk)) == 1
     store.close()
 
 
-def test_worker__a_refused_manifest_fails_before_any_engine_call(tmp_path: Path) -> None:
+def test_worker__a_refused_first_write_fails_before_any_engine_call(tmp_path: Path) -> None:
     url = speech_file(tmp_path / "talk.wav", 20.0).as_uri()
     store = MemoryStore(watch_seconds=1.0)
     store.create_job(NS, audio_job("j", url))
-    store.inject(Fault("create_config_map", Forbidden(QUOTA, status=403), name="j-a1", times=9))
-    run(audio_worker(store, tmp_path, 10.0), timeout=30)
+    results = FaultyBucket()
+    results.inject(BucketFault("put", DENIED, times=9))
+    run(audio_worker(store, tmp_path, 10.0, results), timeout=30)
     job = store.get_job(NS, "j")
     assert job is not None and job.status.phase == Phase.FAILED
     assert job.status.last_error is not None
-    assert "to store the manifest" in (job.status.last_error.message or "")
+    assert "to store the cutting" in (job.status.last_error.message or "")
     assert not (tmp_path / "chunks.jsonl").exists()  # nothing was paid for
     store.close()
 
 
-def test_worker__a_refused_complete_keeps_the_checkpoint_the_next_attempt_needs(
+def test_worker__a_slow_or_down_store_delays_the_job_and_never_ends_the_worker(
     tmp_path: Path,
 ) -> None:
-    """Reclaimed just before its complete: the job's checkpoint is this attempt's manifest,
-    which the next attempt resumes from, so the worker must not delete it."""
     store = MemoryStore(watch_seconds=1.0)
+    store.create_job(NS, job_manifest("a"))
+    results = FaultyBucket()
+    down = StoreUnavailable("connection refused")
+    results.inject(
+        BucketFault("put", down, times=12, when=lambda key: key.endswith("c000001.json"))
+    )
+    run(make_worker(store, tmp_path, results), timeout=40)
+    job = succeeded(store, "a")
+    assert job.status.attempts == 1  # the same attempt rode it out: the lease held
+    store.close()
+
+
+def test_worker__a_refused_complete_leaves_the_checkpoint_the_next_attempt_needs(
+    tmp_path: Path,
+) -> None:
+    """Reclaimed just before its complete: the job's checkpoint names this attempt's chunks,
+    which the next attempt resumes from; the worker deletes nothing in the store."""
+    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
     store.create_job(NS, job_manifest("a"))
     reclaimed: list[str] = []
 
@@ -407,11 +453,14 @@ def test_worker__a_refused_complete_keeps_the_checkpoint_the_next_attempt_needs(
         Fault("patch_job_status", Conflict("the object has been modified"), when=reclaim_first)
     )
     with capture_logs() as logs:
-        run(make_worker(store, tmp_path, max_jobs=1))
+        run(make_worker(store, tmp_path, results, max_jobs=1))
     job = store.get_job(NS, "a")
     assert job is not None and job.status.phase == Phase.QUEUED and reclaimed
-    assert job.status.progress is not None and job.status.progress.checkpoint == "a-a1"
-    assert "complete_refused_transcript_kept" in [e["event"] for e in logs]
-    checkpoint = TranscriptStore(store).read_checkpoint(NS, "a-a1")
-    assert checkpoint.chunks == 2  # everything a next attempt needs is still there
+    assert job.status.progress is not None
+    assert [(p.attempt, p.first, p.end) for p in job.status.progress.parts] == [(1, 0, 2)]
+    assert "complete_refused_transcript_left" in [e["event"] for e in logs]
+    assert read_checkpoint(results, job).chunks == 2  # everything a next attempt needs
+    part = job.status.progress.parts[0]
+    transcript = directory_of(job, part.attempt, part.token) + "transcript.json"
+    assert results.get(transcript) is not None  # left for the operator's collection
     store.close()

@@ -1,15 +1,22 @@
 """Invariants 3 (no job lost: every submitted job ended by the end of the drain) and 7 (attempts
-bounded and each counted once; poison and permanently failing jobs end Failed)."""
+bounded and each counted once; poison and permanently failing jobs end Failed).
+
+When the drain ran out of time (`History.drained` is None), the jobs it left are not counted as
+lost: the verdict says the drain timed out (`DrainTimeout`), with the jobs not ended at its
+deadline and how each looks at the end."""
 
 from __future__ import annotations
 
 from recall.resources import Phase
 from recall_dev.chaos.history import History, JobHistory
-from recall_dev.chaos.invariants.verdict import TERMINAL, Verdict, show
+from recall_dev.chaos.invariants.verdict import TERMINAL, DrainTimeout, Verdict, show
 from recall_dev.chaos.workload import PERMANENT, POISON
 
 
 def check_lost(h: History, verdict: Verdict) -> None:
+    if h.drained is None:
+        _drain_timed_out(h, verdict)
+        return
     lost = 0
     for name in sorted(h.expected):
         final = h.final.jobs.get(name)
@@ -24,6 +31,28 @@ def check_lost(h: History, verdict: Verdict) -> None:
             tail = [show(v, h.started) for v in (job.versions[-3:] if job else [])]
             verdict.add(3, name, f"still {phase} at the end of the drain", *tail)
     verdict.stats["lost"] = lost
+
+
+def _drain_timed_out(h: History, verdict: Verdict) -> None:
+    """The jobs not ended at the drain's deadline (or, in older records, at the end)."""
+    names = h.not_ended or [
+        n
+        for n in sorted(h.expected)
+        if (h.final.jobs.get(n) or {}).get("status", {}).get("phase") not in TERMINAL
+    ]
+    evidence = []
+    for name in names[:10]:
+        final = h.final.jobs.get(name)
+        if final is None:
+            evidence.append(f"{name}: does not exist at the end")
+            continue
+        job = h.jobs.get(name)
+        last = show(job.versions[-1], h.started) if job and job.versions else "never seen"
+        evidence.append(f"{name}: {final['status'].get('phase') or 'Queued'} at the end; {last}")
+    if len(names) > 10:
+        evidence.append(f"... and {len(names) - 10} more")
+    verdict.drain = DrainTimeout(tuple(names), tuple(evidence))
+    verdict.stats["lost"] = None
 
 
 def check_attempts(h: History, job: JobHistory, verdict: Verdict) -> None:

@@ -1,5 +1,7 @@
 """Invariants 1 (one valid lease at a time) and 2 (no accepted write from a non-holder), on
-each job's versions as the recorder saw them, and on the outcomes of the run's stale writes."""
+each job's versions as the recorder saw them, and on the outcomes of the run's stale writes.
+A finished job never changes, but for the one write a Succeeded job takes: the operator's
+publish record (`status.published`), added once, nothing else changed with it."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def check_leases(h: History, job: JobHistory, verdict: Verdict) -> None:
             verdict.add(2, job.name, "an accepted result changed", show(results[0], s), show(v, s))
             break
     for v in job.versions:
-        forged = str((v.result or {}).get("configMap", "")).startswith(FORGED)
+        forged = str((v.result or {}).get("transcript", "")).startswith(FORGED)
         if PROBE in (v.fence or "") or forged or (v.lease or {}).get("holder") == CARELESS:
             verdict.add(
                 2, job.name, "a stale write without resourceVersion was applied", show(v, s)
@@ -93,7 +95,7 @@ def _transition(job: JobHistory, p: Version, v: Version, verdict: Verdict, s: fl
         and (v.attempts != p.attempts + 1 or v.fence != f"{v.token}/1")
     ):
         verdict.add(1, job.name, "a claim that is not one new attempt", show(p, s), show(v, s))
-    if p.phase in TERMINAL and v.status != p.status:
+    if p.phase in TERMINAL and v.status != p.status and not _published(p, v):
         verdict.add(2, job.name, "a finished job changed", show(p, s), show(v, s))
     if v.phase == Phase.SUCCEEDED and p.phase != Phase.SUCCEEDED:
         r = v.result or {}
@@ -105,6 +107,14 @@ def _transition(job: JobHistory, p: Version, v: Version, verdict: Verdict, s: fl
             p.lease["holder"],
         ):
             verdict.add(2, job.name, "the result is not the holder's", show(p, s), show(v, s))
+
+
+def _published(p: Version, v: Version) -> bool:
+    """`v` is `p`, a Succeeded job not published yet, with the publish record and nothing else
+    changed: the one write a finished job takes (DESIGN §4b)."""
+    if p.phase != Phase.SUCCEEDED or "published" in p.status or "published" not in v.status:
+        return False
+    return {k: x for k, x in v.status.items() if k != "published"} == p.status
 
 
 def check_probes(h: History, verdict: Verdict) -> None:

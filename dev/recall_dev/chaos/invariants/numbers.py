@@ -1,5 +1,6 @@
 """The numbers of a run, for its line: jobs by phase, faults by kind, the longest kill ->
-Queued delays, the ConfigMaps left over, and other counts. Measured, not asserted."""
+Queued delays, how long the bucket took to settle after the drain, and other counts.
+Measured, not asserted."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ def count(h: History, verdict: Verdict) -> None:
     s["max_attempts"] = max(
         (int(j["status"].get("attempts") or 0) for j in h.final.jobs.values()), default=0
     )
-    # a worker-crash record is the run noticing a crash point, already counted as one
-    faults = Counter(f.kind for f in h.faults if f.kind != "worker-crash")
+    # a worker-crash or operator-crash record is the run noticing a crash point, already
+    # counted as one
+    faults = Counter(f.kind for f in h.faults if f.kind not in ("worker-crash", "operator-crash"))
     faults += Counter(f.kind for f in h.self_faults)
     s["faults"] = dict(faults)
     up = [k for k in verdict.kills if k.delay is not None and k.recovered is None]
@@ -31,9 +33,8 @@ def count(h: History, verdict: Verdict) -> None:
     s["max_kill_to_queued"] = max(up, key=lambda k: k.delay or 0.0, default=None)
     s["kill_samples_disrupted"] = len(down)
     s["max_kill_to_queued_disrupted"] = max((k.delay or 0.0 for k in down), default=None)
-    referenced = {(j["status"].get("result") or {}).get("configMap") for j in h.final.jobs.values()}
-    s["orphan_transcripts"] = sum(1 for name in h.final.config_maps if name not in referenced)
-    s["chunk_maps_left"] = len(h.final.chunk_maps)
+    s["settle_seconds"] = None if h.settled is None or h.drained is None else h.settled - h.drained
+    s["published"] = sum(1 for j in h.final.jobs.values() if j["status"].get("published"))
     s["tick_errors"] = len(h.events("tick_failed"))
     s["relists"] = len(h.relists)
     s["drain_seconds"] = None if h.drained is None else h.drained - h.faults_ended

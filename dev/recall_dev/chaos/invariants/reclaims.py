@@ -1,6 +1,7 @@
-"""Invariant 5 (a renewed lease is never reclaimed) and the reclaim delay, reported as 10: a
-worker killed while it held a lease, its job Queued again within `lease + 2 ticks` of the kill,
-or of the operator and control plane coming back when they were down meanwhile."""
+"""Invariant 5 (a renewed lease is never reclaimed) and the reclaim delay, reported as 12 (not a
+number of DESIGN §5, whose 10 and 11 the chaos run does not measure this way): a worker killed
+while it held a lease, its job Queued again within `lease + 2 ticks` of the kill, or of the
+operator and control plane coming back when they were down meanwhile."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from recall_dev.chaos.history import Fault, History, JobHistory, Version, epoch
-from recall_dev.chaos.invariants.verdict import KillSample, Verdict, show
+from recall_dev.chaos.invariants.verdict import RECLAIM_DELAY, KillSample, Verdict, show
 
 
 def check_reclaims(h: History, verdict: Verdict) -> None:
@@ -64,15 +65,19 @@ def _renewed_reclaimed(
     )
 
 
+OPERATOR_DOWN = ("operator-kill", "operator-stop", "operator-crash")
+
+
 def disruptions(h: History) -> list[tuple[float, float]]:
-    """When no operator could reclaim: a leading operator killed or stopped (until a leader is
-    elected again, or it is continued), the API server or etcd restarting (until ready)."""
+    """When no operator could reclaim: a leading operator killed, stopped or crashed at a
+    fault point (until a leader is elected again, or it is continued), the API server or etcd
+    restarting (until ready)."""
     out: list[tuple[float, float]] = []
     elected = sorted(e.t for e in h.events("leader_elected"))
     for f in h.faults:
         if f.kind == "control-plane-restart":
             out.append((f.t, float(f.detail.get("ready") or h.faults_ended)))
-        elif f.kind in ("operator-kill", "operator-stop") and f.detail.get("leader"):
+        elif f.kind in OPERATOR_DOWN and f.detail.get("leader"):
             ends = [t for t in elected if t > f.t]
             if f.kind == "operator-stop" and f.detail.get("continued"):
                 ends.append(float(f.detail["continued"]))
@@ -97,7 +102,7 @@ def check_kills(h: History, verdict: Verdict) -> None:
                 continue
             if sample.delay > sample.bound:
                 verdict.add(
-                    10,
+                    RECLAIM_DELAY,
                     sample.job,
                     f"Queued {sample.delay:.2f} s after {sample.worker} was killed "
                     f"(bound {sample.bound:.2f} s, lease {sample.lease:g} s"

@@ -1,14 +1,19 @@
-"""Invariants 4 (one attempt per accepted result, and its transcript whole), 8 (the result's
-ConfigMap kept) and the part of 2 about results: each accepted result's lease was real."""
+"""Invariants 4 (one attempt per accepted result, and its transcript whole), 8 (the accepted
+transcript kept in the bucket) and the part of 2 about results: each accepted result's lease
+was real.
+
+A worker's `completed` event logged after the final state was read says nothing about that
+state (the job may have completed since): it is counted (`completed_after_final_read`), not
+checked. The run reads the final state only after it stopped every process, so there are none
+unless records of an older run are checked again."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter, defaultdict
 from typing import Any
 
-from recall.transcripts import manifest_name
+from recall.transcripts import attempt_dir, transcript_key
 from recall_dev.chaos.history import History, LogEvent
 from recall_dev.chaos.invariants.verdict import Verdict
 
@@ -28,18 +33,30 @@ def check_results(h: History, verdict: Verdict) -> None:
     for r in h.engine:
         runs[r["job"]][(int(r["attempt"]), int(r["chunk"]))] += 1
     verdict.stats["duplicates"] = 0
+    late = 0
     for name, final in h.final.jobs.items():
-        told = completed.get(name, [])
+        told = [e for e in completed.get(name, []) if e.t <= h.final.read_at]
+        late += len(completed.get(name, [])) - len(told)
         _told_once(name, told, verdict)
         result = final["status"].get("result")
         if result is None:
             if told:
-                phase = final["status"].get("phase")
-                verdict.add(4, name, f"completed was logged but the job is {phase}")
+                phase = final["status"].get("phase") or "Queued"
+                verdict.add(
+                    4,
+                    name,
+                    f"completed was logged but the job is {phase}",
+                    *[
+                        f"+{e.t - h.started:.2f}s {e.process} attempt={e.get('attempt')}"
+                        for e in told
+                    ],
+                    f"final state read at +{h.final.read_at - h.started:.2f}s",
+                )
             continue
-        _result(name, result, told, verdict)
+        _result(name, final, result, told, verdict)
         _lease_real(h, name, result, claims, verdict)
         _transcript(h, name, final, result, runs.get(name, Counter()), verdict)
+    verdict.stats["completed_after_final_read"] = late
 
 
 def _claims(h: History, verdict: Verdict) -> Claims:
@@ -66,15 +83,26 @@ def _told_once(name: str, told: list[LogEvent], verdict: Verdict) -> None:
         )
 
 
-def _result(name: str, result: dict[str, Any], told: list[LogEvent], verdict: Verdict) -> None:
+def own_transcript(job: dict[str, Any], attempt: int, token: str) -> str:
+    """The transcript key of `job`'s attempt `attempt` with lease token `token`."""
+    directory = attempt_dir(
+        job.get("namespace") or "", job["name"], job.get("uid") or "-", attempt, token
+    )
+    return transcript_key(directory)
+
+
+def _result(
+    name: str, job: dict[str, Any], result: dict[str, Any], told: list[LogEvent], verdict: Verdict
+) -> None:
     """The result names its attempt's own transcript, and the attempt told is the accepted one."""
     token, attempt, worker = _named(result)
-    if result.get("configMap") != manifest_name(name, int(attempt or 0)):
+    own = own_transcript(job, int(attempt or 0), str(token))
+    if result.get("transcript") != own:
         verdict.add(
             4,
             name,
-            f"the result of attempt {attempt} references {result.get('configMap')}, "
-            f"not that attempt's transcript {manifest_name(name, int(attempt or 0))}",
+            f"the result of attempt {attempt} references {result.get('transcript')}, "
+            f"not that attempt's transcript {own}",
         )
     for e in told:
         if (e.process, e.get("attempt"), e.get("token")) != (worker, attempt, token[:8]):
@@ -120,18 +148,26 @@ def _transcript(
     runs: Counter[tuple[int, int]],
     verdict: Verdict,
 ) -> None:
-    """8: the result's ConfigMap exists; 4: it holds every chunk once, in order, each
-    transcribed by an attempt up to the accepted one, and none twice by the accepted one."""
-    data = h.final.config_maps.get(result.get("configMap", ""))
+    """8: the accepted transcript is in the bucket; 4: it is the accepted attempt's, holds
+    every chunk once, in order, each transcribed by an attempt up to the accepted one, and none
+    twice by the accepted one."""
+    key = str(result.get("transcript") or "")
+    data = h.final.transcripts.get(key)
     if data is None:
-        verdict.add(8, name, f"the result's ConfigMap {result.get('configMap')} is missing")
+        verdict.add(8, name, f"the accepted transcript {key} is not in the bucket")
         return
+    if "error" in data:
+        verdict.add(4, name, f"the accepted transcript {key} cannot be read", str(data["error"]))
+        return
+    token, attempt, _ = _named(result)
+    made_by = (data.get("job"), data.get("uid"), data.get("attempt"), data.get("token"))
+    if made_by != (name, final.get("uid"), attempt, token):
+        verdict.add(4, name, f"the transcript {key} was written by another attempt: {made_by}")
     engine = final["spec"].get("engine") or {}
     chunks = int((engine.get("simulate") or {}).get("chunks") or 0)
     chunk_seconds = float(engine.get("chunkSeconds") or 30)
-    segments = json.loads(data.get("segments.json", "[]"))
     got = []
-    for seg in segments:
+    for seg in data.get("segments") or []:
         m = SEGMENT.match(seg.get("text", ""))
         if not m or m["job"] != name:
             verdict.add(4, name, "a transcript segment of another job", str(seg)[:200])
@@ -140,7 +176,7 @@ def _transcript(
     want = [(i, i * chunk_seconds) for i in range(chunks)]
     if got != want:
         verdict.add(4, name, "the transcript has gaps, overlaps or shifted times", f"chunks {got}")
-    accepted = int(result.get("attempt") or 0)
+    accepted = int(attempt or 0)
     for i in range(chunks):
         if not any(runs[(a, i)] for a in range(1, accepted + 1)):
             verdict.add(4, name, f"chunk {i} was never transcribed by attempt <= {accepted}")

@@ -1,13 +1,22 @@
-"""Transcript output formats: plain text, SubRip (srt), WebVTT (vtt) and JSON. Pure."""
+"""Transcript output formats: plain text, SubRip (srt), WebVTT (vtt) and JSON. Pure.
+
+The worker renders the formats a job's `spec.output` asks for next to its transcript, and the
+operator publishes those bytes; `recall transcript` renders the same way.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Literal
 
-from recall.transcripts import Transcript
+from recall.resources import Format
+from recall.transcripts.layout import Transcript
 
-Format = Literal["txt", "srt", "vtt", "json"]
+CONTENT_TYPES = {
+    "json": "application/json",
+    "srt": "application/x-subrip",
+    "vtt": "text/vtt",
+    "txt": "text/plain; charset=utf-8",
+}
 
 
 def timestamp(seconds: float, separator: str) -> str:
@@ -33,6 +42,7 @@ def render(transcript: Transcript, fmt: Format) -> str:
                     "segments": [s.model_dump() for s in segments],
                 },
                 indent=2,
+                ensure_ascii=False,
             )
             + "\n"
         )

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from recall.cli.formats import render, timestamp
 from recall.media.types import Segment
 from recall.transcripts import Transcript
+from recall.transcripts.formats import render, timestamp
 
 T = Transcript(
     segments=[

@@ -1,0 +1,318 @@
+"""Buckets opened from URLs, through obstore: put once, get, list, delete, copy, presign.
+
+    stores = Stores(settings)                      # one per process
+    results = stores.open(settings.url)            # s3://recall/prod, gs://…, az://…, file:///…
+    results.put("scratch/…/c000001.json", data)    # write once
+    results.copy_to("scratch/…/transcript.srt", stores.open("s3://out/talks"), "monday.srt")
+
+Contract:
+- A `Bucket` is a store and a key prefix. Keys are relative to the prefix, '/'-separated, never
+  starting with '/'. Every call raises only `recall.bucket.errors.StoreError`s.
+- `put(key, data)` is write-once by default (a conditional put, `If-None-Match: *` on S3): an
+  object already there with the same bytes is a repeated write whose answer was lost, and
+  succeeds; with other bytes it raises `StoreConflict`. Safety never rests on the condition
+  alone (some servers race on it): the keys an attempt writes carry its lease token, and the
+  job's fenced status decides what is the result.
+- `get` returns None for a missing object, `delete` ignores one; a missing bucket, refused
+  credentials or a bad URL are errors (`StoreBucketMissing`, `StoreAccessDenied`,
+  `StoreUrlInvalid`).
+- `copy_to` copies server-side when both buckets are in the same store (obstore copies within
+  one store only), else it streams the object through this process.
+- One client per (scheme, bucket, credentials source): buckets under the same bucket share it,
+  so their copies are server-side. Requests time out after `StoreSettings.timeout`; the client
+  retries a transient failure at most twice within that, and the caller decides how long to keep
+  trying after that.
+- Credentials: each store's standard variables, read by obstore (static keys, web identity,
+  instance metadata, workload identity), or for S3 files in `StoreSettings.credentials_dir`
+  (re-read every minute: a rotated Secret is picked up without a restart).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+import obstore
+from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
+
+from recall.base.settings import SCHEMES, StoreSettings
+from recall.bucket.errors import StoreConflict, StoreError, StoreUrlInvalid, classify
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Credential
+
+CREDENTIAL_REFRESH = dt.timedelta(seconds=60)
+DELETE_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str  # relative to the bucket's prefix
+    size: int
+    modified: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A parsed store URL: which store, and the key prefix in it."""
+
+    scheme: str
+    bucket: str  # bucket, container, or "" for file:// and memory://
+    prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> Location:
+        parts = urlsplit(url.strip())
+        scheme = parts.scheme.lower()
+        if scheme not in SCHEMES:
+            raise StoreUrlInvalid(
+                f"{url!r}: unsupported store URL (use s3://bucket/prefix, gs://bucket/prefix, "
+                "az://container/prefix or file:///path)"
+            )
+        if scheme == "file":
+            if parts.netloc not in ("", "localhost"):
+                raise StoreUrlInvalid(f"{url!r}: a file:// URL names a local path (file:///…)")
+            return cls(scheme, "", unquote(parts.path).strip("/"))
+        if not parts.netloc:
+            raise StoreUrlInvalid(f"{url!r}: the URL names no bucket")
+        return cls(scheme, parts.netloc, unquote(parts.path).strip("/"))
+
+    def url(self, key: str = "") -> str:
+        path = "/".join(p for p in (self.prefix, key) if p)
+        if self.scheme == "file":
+            return f"file:///{path}"
+        return f"{self.scheme}://{self.bucket}/{path}"
+
+
+def allow_http() -> bool:
+    """Whether the environment allows a plain-http endpoint (`AWS_ALLOW_HTTP`, or the Google
+    and Azure equivalents), as the store clients read it when given no options."""
+    names = ("AWS_ALLOW_HTTP", "GOOGLE_ALLOW_HTTP", "AZURE_ALLOW_HTTP")
+    return any(os.environ.get(n, "").strip().lower() in ("1", "true", "yes") for n in names)
+
+
+class FileCredentials:
+    """S3 credentials read from files named like their variables (a mounted Secret), handed
+    to obstore with a one-minute expiry so a rotated Secret is read again."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _read(self, name: str) -> str | None:
+        path = self.directory / name
+        try:
+            return path.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def __call__(self) -> S3Credential:
+        key, secret = self._read("AWS_ACCESS_KEY_ID"), self._read("AWS_SECRET_ACCESS_KEY")
+        if not key or not secret:
+            raise StoreError(
+                f"{self.directory}: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY files are needed"
+            )
+        return {
+            "access_key_id": key,
+            "secret_access_key": secret,
+            "token": self._read("AWS_SESSION_TOKEN"),
+            "expires_at": dt.datetime.now(dt.UTC) + CREDENTIAL_REFRESH,
+        }
+
+
+class Stores:
+    """Opens buckets from URLs with one set of settings; one client per store."""
+
+    def __init__(self, settings: StoreSettings | None = None) -> None:
+        self.settings = settings or StoreSettings()
+        self._clients: dict[tuple[str, str], ObjectStore] = {}
+        self._lock = threading.Lock()
+
+    def results(self) -> Bucket:
+        """The results store of `StoreSettings.url`."""
+        if not self.settings.url:
+            raise StoreUrlInvalid(
+                "no results store is configured: set RECALL_STORE_URL (s3://bucket/prefix, "
+                "gs://…, az://… or file:///…)"
+            )
+        return self.open(self.settings.url)
+
+    def open(self, url: str) -> Bucket:
+        location = Location.parse(url)
+        return Bucket(self, self._client(location), location)
+
+    def _client(self, location: Location) -> ObjectStore:
+        key = (location.scheme, location.bucket)
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._make(location)
+                self._clients[key] = client
+            return client
+
+    def _make(self, location: Location) -> ObjectStore:
+        s = self.settings
+        options: ClientConfig = {
+            "timeout": dt.timedelta(seconds=s.timeout),
+            "connect_timeout": dt.timedelta(seconds=s.connect_timeout),
+        }
+        if allow_http():  # given client options, obstore no longer reads this one itself
+            options["allow_http"] = True
+        retry: RetryConfig = {
+            "max_retries": 2,
+            "retry_timeout": dt.timedelta(seconds=s.timeout),
+        }
+        common: dict[str, Any] = {"client_options": options, "retry_config": retry}
+        try:
+            if location.scheme == "s3":
+                if s.credentials_dir is not None:
+                    common["credential_provider"] = FileCredentials(s.credentials_dir)
+                return S3Store(location.bucket, **common)
+            if location.scheme == "gs":
+                return GCSStore(location.bucket, **common)
+            if location.scheme == "az":
+                return AzureStore(location.bucket, **common)
+            if location.scheme == "file":
+                return LocalStore("/", mkdir=True)
+            return MemoryStore()
+        except StoreError:
+            raise
+        except Exception as e:  # obstore raises plain ValueError/BaseError for bad config
+            raise StoreUrlInvalid(f"{location.url()}: cannot open the store: {e}") from None
+
+
+class Bucket:
+    """A store and a key prefix in it; see the module contract."""
+
+    def __init__(self, stores: Stores, client: ObjectStore, location: Location) -> None:
+        self.stores = stores
+        self.client = client
+        self.location = location
+
+    @property
+    def url(self) -> str:
+        return self.location.url()
+
+    def url_of(self, key: str) -> str:
+        return self.location.url(key)
+
+    def sub(self, prefix: str) -> Bucket:
+        """The bucket of the keys under `prefix` here."""
+        joined = "/".join(p for p in (self.location.prefix, prefix.strip("/")) if p)
+        loc = Location(self.location.scheme, self.location.bucket, joined)
+        return Bucket(self.stores, self.client, loc)
+
+    def _path(self, key: str) -> str:
+        key = key.strip("/")
+        return "/".join(p for p in (self.location.prefix, key) if p)
+
+    def _key(self, path: str) -> str:
+        prefix = self.location.prefix
+        return path[len(prefix) + 1 :] if prefix and path.startswith(prefix + "/") else path
+
+    # -- objects ---------------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes, *, once: bool = True) -> None:
+        path = self._path(key)
+        try:
+            obstore.put(self.client, path, data, mode="create" if once else "overwrite")
+        except Exception as e:
+            error = classify(e, f"put {self.url_of(key)}", write=True)
+            if isinstance(error, StoreConflict):
+                if self.get(key) == data:
+                    return  # our own earlier write, whose answer was lost
+                raise StoreConflict(f"{self.url_of(key)} exists already with other bytes") from None
+            raise error from None
+
+    def get(self, key: str) -> bytes | None:
+        path = self._path(key)
+        try:
+            return bytes(obstore.get(self.client, path).bytes())
+        except FileNotFoundError as e:
+            error = classify(e, f"get {self.url_of(key)}")
+            if error.reason == "StorageBucketMissing":
+                raise error from None
+            return None
+        except Exception as e:
+            raise classify(e, f"get {self.url_of(key)}") from None
+
+    def exists(self, key: str) -> bool:
+        try:
+            obstore.head(self.client, self._path(key))
+            return True
+        except FileNotFoundError as e:
+            error = classify(e, f"head {self.url_of(key)}")
+            if error.reason == "StorageBucketMissing":
+                raise error from None
+            return False
+        except Exception as e:
+            raise classify(e, f"head {self.url_of(key)}") from None
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object under `prefix` (a key prefix, relative to the bucket's), page by page."""
+        path = self._path(prefix) if prefix else (self.location.prefix or None)
+        try:
+            for page in obstore.list(self.client, path, chunk_size=1000):
+                for meta in page:
+                    yield ObjectInfo(
+                        key=self._key(str(meta["path"])),
+                        size=int(meta["size"]),
+                        modified=meta["last_modified"],
+                    )
+        except Exception as e:
+            raise classify(e, f"list {self.url_of(prefix)}") from None
+
+    def delete(self, keys: Iterable[str]) -> int:
+        """Delete `keys` (missing ones are fine), in batches; returns how many were asked."""
+        paths = [self._path(k) for k in keys]
+        for i in range(0, len(paths), DELETE_BATCH):
+            batch = paths[i : i + DELETE_BATCH]
+            try:
+                obstore.delete(self.client, batch)
+            except FileNotFoundError:
+                pass
+            except Exception as e:
+                raise classify(e, f"delete {len(batch)} objects under {self.url}") from None
+        return len(paths)
+
+    def copy_to(self, key: str, target: Bucket, target_key: str) -> None:
+        """`key` here to `target_key` in `target`: server-side in one store, else streamed."""
+        src, dst = self._path(key), target._path(target_key)
+        what = f"copy {self.url_of(key)} to {target.url_of(target_key)}"
+        if target.client is self.client:
+            try:
+                obstore.copy(self.client, src, dst, overwrite=True)
+                return
+            except Exception as e:
+                raise classify(e, what, write=True) from None
+        data = self.get(key)
+        if data is None:
+            raise StoreError(f"{what}: the source is missing")
+        target.put(target_key, data, once=False)
+
+    def sign(self, key: str, seconds: int | None = None) -> str:
+        """A presigned GET URL of `key` (s3, gs, az); a file:// URL for a local store."""
+        if self.location.scheme in ("file", "memory"):
+            return self.url_of(key)
+        expires = dt.timedelta(seconds=seconds or self.stores.settings.presign_seconds)
+        client = self.client
+        if not isinstance(client, S3Store | GCSStore | AzureStore):
+            raise StoreError(f"{self.url_of(key)}: this store cannot presign URLs")
+        try:
+            return obstore.sign(client, "GET", self._path(key), expires)
+        except Exception as e:
+            raise classify(e, f"sign {self.url_of(key)}") from None
+
+    def probe(self) -> None:
+        """Raise a `StoreError` unless the bucket answers a list of its prefix."""
+        path = self.location.prefix or None
+        try:
+            for _ in obstore.list(self.client, path, chunk_size=1):
+                break
+        except Exception as e:
+            raise classify(e, f"list {self.url}") from None

@@ -1,0 +1,411 @@
+"""The operator's side of the results store: publish accepted results, collect the garbage.
+
+    results = Results(store, bucket, stores, cache, leading=..., batches=...)
+    results.run_once()          # what one pass does; tests call it directly
+    results.run(stop)           # its own thread: store calls never hold the controller's tick
+
+**Publish** (the second record, DESIGN §4b). For each Succeeded job not yet published: copy its
+accepted transcript into its Batch's results index (`index/<ns>/<batch>/<uid>/<item>.json`,
+server-side within the store), copy each output format the worker rendered beside it to the
+job's `spec.output` URL (server-side within one store, streamed across stores), then record
+`status.published` with one fenced write, the one write a Succeeded job accepts. Every step
+is idempotent: a crash between the copies and the record is healed by doing them again (the
+cache still lists the job as unpublished), so outputs are written for the accepted result only
+and at least once. A store that refuses is tried again with backoff (a refusal every five
+minutes, so a fixed permission is picked up); the Batch shows `StorageFailing` meanwhile.
+
+**Collect** (invariant 8). What no accepted result references is deleted: a job's objects
+once it ended or took another attempt (`transcripts.garbage`, the job as cached, read before
+the listing), everything of a deleted job (its key holds its UID, so a namesake is never hit),
+a deleted Batch's index, and, every `sweep_seconds`, whatever the store holds for jobs and
+Batches that no longer exist (confirmed with a read from the API server first) or that a
+zombie wrote late. Nothing here deletes what the job's status references, nor any output.
+
+Only the leader publishes and collects; a standby keeps nothing but its cache. Errors never
+leave `run_once`: they are counted, logged and retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from recall.base import faults, log, metrics
+from recall.base.clock import Monotonic, boottime, utcnow
+from recall.bucket import Bucket, StoreError, Stores, StoreUnavailable
+from recall.fencing import fenced_write
+from recall.kube import ObjectRef, Store
+from recall.kube import StoreError as ApiError
+from recall.operator.cache import BatchKey, JobCache, JobRecord
+from recall.protocol import lease
+from recall.resources import Batch, Phase, Published, TranscriptionJob
+from recall.transcripts import (
+    JobView,
+    garbage,
+    index_key,
+    job_prefix,
+    output_key,
+    output_url,
+    parse_scratch,
+)
+from recall.transcripts.layout import INDEX, SCRATCH
+
+_log = log.get("results")
+PUBLISH_PER_PASS = 64
+CLEANUP_PER_PASS = 64
+RETRY_TRANSIENT = (1.0, 30.0)  # first and longest backoff of a publish the store delayed
+RETRY_REFUSED = 300.0  # a publish the store refused is tried again this often
+PROBE_KEY = f"{INDEX}/.probe"
+
+
+@dataclass
+class Pass:
+    """What one pass did."""
+
+    published: int = 0
+    publish_errors: int = 0
+    deleted: int = 0
+    swept: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Retry:
+    at: float
+    delay: float
+    reason: str
+
+
+class Results:
+    """Publishes accepted results and deletes what nothing references; see the module doc."""
+
+    def __init__(
+        self,
+        store: Store,
+        bucket: Bucket,
+        stores: Stores,
+        cache: JobCache,
+        *,
+        leading: threading.Event,
+        batches: Callable[[], dict[BatchKey, Batch]],
+        clock: Monotonic = boottime,
+        now: Callable[[], dt.datetime] = utcnow,
+        sweep_seconds: float = 600.0,
+        threads: int = 4,
+    ) -> None:
+        self.store = store
+        self.bucket = bucket
+        self.stores = stores
+        self.cache = cache
+        self.leading = leading
+        self.batches = batches
+        self.clock = clock
+        self.now = now
+        self.sweep_seconds = sweep_seconds
+        self.threads = threads
+        self._retry: dict[tuple[str, str], Retry] = {}
+        self._failing: dict[BatchKey, tuple[str, str]] = {}
+        self._forgotten: set[tuple[str, str, str]] = set()  # Batches deleted: (ns, name, uid)
+        self._last_sweep = float("-inf")
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self.reachable: str | None = None  # why the store cannot be reached, None when it can
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def forget_batch(self, namespace: str, name: str, uid: str) -> None:
+        """A deleted Batch: its results index goes at the next pass (its outputs stay)."""
+        with self._lock:
+            self._forgotten.add((namespace, name, uid))
+        self._wake.set()
+
+    def storage_error(self, batch: BatchKey) -> tuple[str, str] | None:
+        """The store's last refusal of a publish for `batch` (reason, message), if any."""
+        with self._lock:
+            return self._failing.get(batch)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, period: float = 0.5, probe_every: float = 30.0) -> None:
+        last_probe = float("-inf")
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="publish") as pool:
+            while not stop.is_set():
+                try:
+                    due = self.clock() - last_probe >= probe_every
+                    if due and (not self.leading.is_set() or last_probe == float("-inf")):
+                        last_probe = self.clock()
+                        self.probe()  # a standby says whether it could take over
+                    self.run_once(pool)
+                except Exception:
+                    _log.exception("results_pass_failed")
+                self._wake.wait(period)
+                self._wake.clear()
+
+    def probe(self) -> str | None:
+        """Write the operator's probe object (`index/.probe`: the operator may write there, and
+        a store that creates buckets on first write creates the bucket now); returns (and keeps
+        in `reachable`) why it failed, or None."""
+        try:
+            self.bucket.put(PROBE_KEY, b"recall operator", once=False)
+            self.reachable = None
+        except StoreError as e:
+            self.reachable = f"{e.reason}: {e.message}"
+        return self.reachable
+
+    def run_once(self, pool: ThreadPoolExecutor | None = None) -> Pass:
+        """One pass: publish, collect, and sweep when due. Never raises for the store."""
+        done = Pass()
+        if not self.leading.is_set() or not self.cache.synced.is_set():
+            return done
+        mono = self.clock()
+        due = self.cache.take_publish(PUBLISH_PER_PASS, self._waiting(mono))
+        outcomes = list(pool.map(self.publish, due)) if pool else [self.publish(k) for k in due]
+        done.published = sum(1 for o in outcomes if o)
+        done.publish_errors = sum(1 for o in outcomes if not o)
+        try:
+            done.deleted += self.collect()
+            if mono - self._last_sweep >= self.sweep_seconds:
+                done.deleted += self.sweep()
+                self._last_sweep = mono
+                done.swept = True
+            self.reachable = None
+        except StoreError as e:
+            self.reachable = e.message
+            done.errors.append(e.message)
+            _log.warning("collect_failed", reason=e.reason, error=e.message[:300])
+        except ApiError as e:
+            done.errors.append(e.message)
+            _log.warning("collect_failed", error=e.message[:300])
+        return done
+
+    def _waiting(self, mono: float) -> set[tuple[str, str]]:
+        with self._lock:
+            return {k for k, r in self._retry.items() if r.at > mono}
+
+    # -- publish -----------------------------------------------------------------------------
+
+    def publish(self, key: tuple[str, str]) -> bool:
+        """Publish one job's accepted result; True when its record is written (or it needs
+        none any more: gone, not Succeeded, published meanwhile)."""
+        try:
+            job = self.store.get_job(*key)
+            if job is None or job.status.effective_phase is not Phase.SUCCEEDED:
+                return True
+            if job.status.published is not None or job.status.result is None:
+                return True
+            record = self._publish(job)
+        except StoreError as e:
+            self._failed(key, e)
+            return False
+        except ApiError as e:
+            self._later(key, e.message, transient=True)
+            return False
+        with self._lock:
+            self._retry.pop(key, None)
+        if record:
+            metrics.PUBLISHES.labels(outcome="published").inc()
+        self._clear_failing(key)
+        return True
+
+    def _publish(self, job: TranscriptionJob) -> bool:
+        assert job.status.result is not None
+        transcript = job.status.result.transcript
+        directory = transcript.rsplit("/", 1)[0] + "/"
+        index = None
+        spec = job.spec
+        if spec.batch_ref and spec.item:
+            batch = self.batches().get((job.namespace, spec.batch_ref))
+            if batch is None:
+                batch = self.store.get_batch(job.namespace, spec.batch_ref)
+            if batch is not None and batch.metadata.uid:
+                index = index_key(job.namespace, batch.name, batch.metadata.uid, spec.item)
+                self.bucket.copy_to(transcript, self.bucket, index)
+                metrics.STORE_OPERATIONS.labels(operation="copy").inc()
+        formats = list(spec.output.formats) if spec.output else []
+        for fmt in formats:
+            assert spec.output is not None
+            url = output_url(spec.output, fmt, job)
+            parent, _, name = url.rpartition("/")
+            self.bucket.copy_to(output_key(directory, fmt), self.stores.open(parent), name)
+            metrics.STORE_OPERATIONS.labels(operation="copy").inc()
+        faults.hit("operator-after-publish", job=job.name)
+        now = self.now()
+        published = Published(time=now, formats=formats, index=index)
+        result = fenced_write(
+            self.store,
+            job.namespace,
+            job.name,
+            lambda j: lease.publish(j.status, now, published=published),
+            action="publish",
+        )
+        if result.applied:
+            _log.info("published", job=job.name, namespace=job.namespace, formats=formats)
+        return result.applied
+
+    def _failed(self, key: tuple[str, str], error: StoreError) -> None:
+        transient = isinstance(error, StoreUnavailable)
+        metrics.PUBLISHES.labels(outcome=error.reason).inc()
+        self._later(key, error.message, transient=transient, reason=error.reason)
+        if transient:
+            return
+        record = self.cache.get(key)
+        if record is None:
+            return
+        first = False
+        if record.batch_key is not None:
+            with self._lock:
+                first = self._failing.get(record.batch_key, ("", ""))[0] != error.reason
+                self._failing[record.batch_key] = (error.reason, error.message)
+        if first:
+            self._reproject(record)
+            about = ObjectRef("Batch", record.namespace, record.batch or "")
+            self._event(about, error.reason, f"publishing {record.name}: {error.message}")
+        self._event(
+            ObjectRef("TranscriptionJob", record.namespace, record.name, record.uid),
+            error.reason,
+            f"publishing the result: {error.message}",
+        )
+
+    def _later(
+        self, key: tuple[str, str], message: str, *, transient: bool, reason: str = ""
+    ) -> None:
+        mono = self.clock()
+        with self._lock:
+            old = self._retry.get(key)
+            if transient:
+                first, cap = RETRY_TRANSIENT
+                delay = min(cap, old.delay * 2) if old else first
+            else:
+                delay = RETRY_REFUSED
+            self._retry[key] = Retry(mono + delay, delay, reason or "Unavailable")
+        _log.warning("publish_failed", job=key[1], namespace=key[0], retry_in=delay, error=message)
+
+    def _clear_failing(self, key: tuple[str, str]) -> None:
+        record = self.cache.get(key)
+        if record is None or record.batch_key is None:
+            return
+        with self._lock:
+            if record.batch_key not in self._failing:
+                return
+            still = any(
+                (r := self.cache.get(k)) is not None and r.batch_key == record.batch_key
+                for k, retry in self._retry.items()
+                if retry.reason.startswith("Storage") and retry.reason != "StorageUnavailable"
+            )
+            if not still:
+                del self._failing[record.batch_key]
+        self._reproject(record)
+
+    def _reproject(self, record: JobRecord) -> None:
+        """Have the controller project `record`'s Batch again (its StorageFailing changed)."""
+        if record.batch_key is not None and record.index is not None:
+            self.cache.marks.mark(record.batch_key, record.index)
+
+    def _event(self, about: ObjectRef, reason: str, message: str) -> None:
+        with contextlib.suppress(ApiError):
+            self.store.post_event(about, "Warning", reason, message[:1000])
+
+    # -- collect -----------------------------------------------------------------------------
+
+    def collect(self) -> int:
+        """Delete the garbage of the jobs that changed so, of deleted jobs and Batches."""
+        deleted = 0
+        for namespace, name, uid in self.cache.take_removed():
+            deleted += self._delete_prefix(job_prefix(namespace, name, uid))
+        with self._lock:
+            forgotten, self._forgotten = self._forgotten, set()
+        for namespace, name, uid in sorted(forgotten):
+            deleted += self._delete_prefix(f"{INDEX}/{namespace}/{name}/{uid}/")
+        for key in self.cache.take_cleanup(CLEANUP_PER_PASS):
+            record = self.cache.get(key)  # the view first, then the listing
+            if record is None or not record.uid:
+                continue
+            try:
+                deleted += self._collect_job(view_of(record))
+            except StoreError:
+                self.cache.cleanup.add(key)
+                raise
+        return deleted
+
+    def _collect_job(self, view: JobView) -> int:
+        keys = [o.key for o in self.bucket.list(job_prefix(view.namespace, view.name, view.uid))]
+        metrics.STORE_OPERATIONS.labels(operation="list").inc()
+        doomed = garbage(view, keys)
+        if doomed:
+            self.bucket.delete(doomed)
+            metrics.STORE_OPERATIONS.labels(operation="delete").inc(len(doomed))
+            _log.info(
+                "garbage_deleted", job=view.name, namespace=view.namespace, objects=len(doomed)
+            )
+        return len(doomed)
+
+    def _delete_prefix(self, prefix: str) -> int:
+        keys = [o.key for o in self.bucket.list(prefix)]
+        metrics.STORE_OPERATIONS.labels(operation="list").inc()
+        if keys:
+            self.bucket.delete(keys)
+            metrics.STORE_OPERATIONS.labels(operation="delete").inc(len(keys))
+            _log.info("prefix_deleted", prefix=prefix, objects=len(keys))
+        return len(keys)
+
+    def sweep(self) -> int:
+        """Everything the store holds under scratch/ and index/, against the jobs and Batches
+        that exist; see the module doc. Returns the objects deleted."""
+        by_job: defaultdict[tuple[str, str, str], list[str]] = defaultdict(list)
+        for info in self.bucket.list(f"{SCRATCH}/"):
+            key = parse_scratch(info.key)
+            if key is not None:
+                by_job[(key.namespace, key.job, key.uid)].append(info.key)
+        deleted = 0
+        for (namespace, name, uid), keys in sorted(by_job.items()):
+            record = self.cache.get((namespace, name))
+            if record is not None and record.uid == uid:
+                doomed = garbage(view_of(record), keys)
+            elif self._job_gone(namespace, name, uid):
+                doomed = keys
+            else:
+                continue
+            if doomed:
+                self.bucket.delete(doomed)
+                deleted += len(doomed)
+        batches: set[tuple[str, str, str]] = set()
+        for info in self.bucket.list(f"{INDEX}/"):
+            parts = info.key.split("/")
+            if len(parts) == 5:
+                batches.add((parts[1], parts[2], parts[3]))
+        for namespace, name, uid in sorted(batches):
+            known = self.batches().get((namespace, name))
+            if known is not None and known.metadata.uid == uid:
+                continue
+            current = self.store.get_batch(namespace, name)
+            if current is None or current.metadata.uid != uid:
+                deleted += self._delete_prefix(f"{INDEX}/{namespace}/{name}/{uid}/")
+        if deleted:
+            _log.info("swept", objects=deleted)
+        return deleted
+
+    def _job_gone(self, namespace: str, name: str, uid: str) -> bool:
+        """Read from the API server: no job of that name, or one with another UID."""
+        job = self.store.get_job(namespace, name)
+        return job is None or job.metadata.uid != uid
+
+
+def view_of(record: JobRecord) -> JobView:
+    return JobView(
+        namespace=record.namespace,
+        name=record.name,
+        uid=record.uid,
+        phase=record.phase,
+        attempts=record.attempts,
+        token=record.lease.token if record.lease else None,
+        parts=record.parts,
+        result=record.result,
+    )

@@ -1,0 +1,85 @@
+"""The outstanding work of a worker pool: what the autoscalers scale on.
+
+    workload = Workload()
+    cache.listeners.append(workload.update)      # kept current from every job change
+    workload.of("recall", "whisper")             # → Outstanding(queued=12, leased=4)
+
+A pool is the workers of one engine in one namespace (one worker Deployment). Its outstanding
+work is the jobs it could run now plus the jobs it runs: **claimable Queued** jobs (not
+suspended, not in backoff, attempts left — offered or not) and **Leased** ones, of the engines
+the pool takes (`dispatch.pools_for`: jobs that ask for its engine, and, for a real engine,
+jobs that ask for none). Leased jobs count because a worker holds one job at a time: a scaler
+that counted the queue alone would remove busy workers as they empty it.
+
+Kept incrementally as a `JobCache` listener (O(1) per change, whatever the number of jobs), so
+the built-in scaler (`recall.operator.scaling`) and the KEDA endpoint
+(`recall.operator.metrics_api`) read the same quantity without walking 100,000 jobs.
+Not counted: a Batch's items whose jobs are not created yet (fan-out creates them within a
+few ticks), and jobs in backoff until the operator ends it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+
+from recall.operator.cache import JobRecord
+from recall.operator.dispatch import Pool, pools_for
+from recall.resources import Phase
+
+
+@dataclass(frozen=True)
+class Outstanding:
+    """A pool's outstanding work: claimable Queued jobs and Leased ones."""
+
+    queued: int = 0
+    leased: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.queued + self.leased
+
+
+def claimable(r: JobRecord) -> bool:
+    """Queued and claimable now by what the operator sees (offered or not)."""
+    free = min(r.releases, r.max_releases)
+    return (
+        r.phase is Phase.QUEUED
+        and r.backoff_seconds is None
+        and not r.suspended
+        and r.attempts < r.max_attempts + free
+    )
+
+
+class Workload:
+    """Outstanding jobs per (namespace, engine asked for), from the job cache. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queued: defaultdict[Pool, int] = defaultdict(int)
+        self._leased: defaultdict[Pool, int] = defaultdict(int)
+
+    def update(self, old: JobRecord | None, new: JobRecord | None) -> None:
+        """The cache's listener: `old` became `new` (None: created or deleted)."""
+        with self._lock:
+            if old is not None:
+                self._count(old, -1)
+            if new is not None:
+                self._count(new, +1)
+
+    def _count(self, r: JobRecord, delta: int) -> None:
+        pool = (r.namespace, r.engine)
+        if r.phase is Phase.LEASED:
+            self._leased[pool] += delta
+        elif claimable(r):
+            self._queued[pool] += delta
+
+    def of(self, namespace: str, engine: str) -> Outstanding:
+        """The outstanding work of the pool of `engine` workers in `namespace`."""
+        with self._lock:
+            pools = pools_for(namespace, engine)
+            return Outstanding(
+                queued=sum(self._queued.get(p, 0) for p in pools),
+                leased=sum(self._leased.get(p, 0) for p in pools),
+            )

@@ -1,0 +1,93 @@
+"""Which of a job's objects in the results store nothing accepted references any more. Pure.
+
+    keys = [o.key for o in results.list(job_prefix(ns, name, uid))]
+    results.delete(garbage(view, keys))
+
+Rules, by the job's phase as the operator last saw it (`JobView`):
+- Succeeded: everything but the transcript and the output formats of the attempt the result
+  names (its chunk records and cutting go too: the transcript holds every segment).
+- Failed, Cancelled: everything (nothing resumes them, nothing was accepted).
+- Leased with attempt n: everything of the current attempt (n, its token) is kept: its holder
+  writes an object before the renewal that names it. Of the other attempts up to n, only the
+  cutting and the chunk records the checkpoint's parts name are kept.
+- Queued with attempts n: the same, for every attempt up to n (the next claim resumes from the
+  checkpoint).
+- Always kept: objects of attempts newer than the view (a claim the view has not seen yet) and
+  keys this layout does not write.
+
+Safety contract (what makes a deletion never hit something referenced):
+- Take the view FIRST, then list. The view may then be older than the list, never newer: a
+  later attempt's objects carry a higher attempt and are kept, and a later checkpoint names no
+  parts but the ones it carried from the checkpoint it resumed (a subset of what the view
+  names) and its own (a newer attempt).
+- The result never changes once accepted (a rule of the API server), so what a Succeeded view
+  keeps stays kept.
+- A job that no longer exists (or exists with another UID) is decided by the caller, after
+  reading the job from the API server: all of its objects go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from recall.resources import Part, Phase
+from recall.transcripts.layout import CUTTING, OUTPUT, TRANSCRIPT, ScratchKey, parse_scratch
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What garbage collection needs to know of a job, as last seen."""
+
+    namespace: str
+    name: str
+    uid: str
+    phase: Phase
+    attempts: int
+    token: str | None = None  # the current lease's, while Leased
+    parts: tuple[Part, ...] = ()
+    result: str | None = None  # status.result.transcript
+
+
+def _kept_by_parts(key: ScratchKey, parts: tuple[Part, ...]) -> bool:
+    for part in parts:
+        if part.attempt == key.attempt and part.token == key.token:
+            if key.name == CUTTING:
+                return True
+            chunk = key.chunk()
+            if chunk is not None and part.first <= chunk < part.end:
+                return True
+    return False
+
+
+def _is_result(key: ScratchKey, result: str) -> bool:
+    if not result.startswith(key.directory):
+        return False
+    return key.name == TRANSCRIPT or key.name.startswith(f"{OUTPUT}.")
+
+
+def garbage(view: JobView, keys: Iterable[str]) -> list[str]:
+    """The keys of `view`'s job to delete, sorted; see the module contract."""
+    out: list[str] = []
+    for raw in keys:
+        key = parse_scratch(raw)
+        if key is None or (key.namespace, key.job, key.uid) != (
+            view.namespace,
+            view.name,
+            view.uid,
+        ):
+            continue
+        if view.phase in (Phase.FAILED, Phase.CANCELLED):
+            out.append(raw)
+        elif view.phase is Phase.SUCCEEDED:
+            if view.result is not None and not _is_result(key, view.result):
+                out.append(raw)
+        elif key.attempt > view.attempts:
+            continue  # newer than what we know: a claim not seen yet
+        elif (
+            view.phase is Phase.LEASED and key.attempt == view.attempts and key.token == view.token
+        ):
+            continue  # the current holder's
+        elif not _kept_by_parts(key, view.parts):
+            out.append(raw)
+    return sorted(out)

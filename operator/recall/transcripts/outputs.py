@@ -1,0 +1,40 @@
+"""Where a job's outputs are published: `spec.output.url` with its placeholders filled in. Pure.
+
+    s3://media-out/talks/{key}            + srt  →  s3://media-out/talks/monday.srt
+    s3://media-out/{batch}/{key}.{format} + json →  s3://media-out/talks/monday.json
+
+Placeholders: `{key}` (the Batch item's key, or the job's name for a job of its own), `{job}`,
+`{batch}` (empty for a job of its own), `{namespace}` and `{format}`. Without `{format}` the
+format is appended as an extension. Values are DNS labels or names the API server validated,
+so a filled-in URL never escapes its prefix ('..' and '/' cannot come from a placeholder).
+"""
+
+from __future__ import annotations
+
+from recall.resources import Format, Output, TranscriptionJob
+
+PLACEHOLDERS = ("key", "job", "batch", "namespace", "format")
+
+
+class OutputInvalid(ValueError):
+    """The output URL has a placeholder this module does not know."""
+
+
+def output_url(output: Output, fmt: Format, job: TranscriptionJob) -> str:
+    """The URL the `fmt` output of `job` is published to."""
+    values = {
+        "key": job.spec.item or job.name,
+        "job": job.name,
+        "batch": job.spec.batch_ref or "",
+        "namespace": job.namespace,
+        "format": fmt,
+    }
+    url = output.url
+    try:
+        filled = url.format_map(values)
+    except (KeyError, ValueError, IndexError) as e:
+        raise OutputInvalid(
+            f"spec.output.url {url!r}: unknown placeholder {e} (use {{key}}, {{job}}, "
+            "{batch}, {namespace} or {format})"
+        ) from None
+    return filled if "{format}" in url else f"{filled}.{fmt}"

@@ -1,0 +1,85 @@
+"""The worker's side of a drain: the promise behind a scale-down that stops no busy worker.
+
+    drain = Drain()
+    with drain.turn() as open_:        # the loop: one pick → claim → work, or nothing
+        if open_: ...
+    state, said = drain.answer(request)  # the registration, at every renewal
+
+The operator asks an idle worker to drain through its registration Lease
+(`recall.protocol.workers`); the registration thread reads the request at its next renewal
+and calls `answer`. The loop holds the turn lock from the moment it picks a job until the work
+on it ended, so `answer` can promise `drained` only while no job is picked, claimed or worked:
+it takes the lock (waiting at most `wait` seconds), records the request, and from then on every
+turn is closed — no pick, no claim, no self-service — until the request is removed (`answer(None)`
+reopens the turns). A worker that cannot take the lock in time is busy and says so; it is asked
+again at the next renewal if the request is still there.
+
+`draining()` is what `/readyz` reads: a draining worker is not ready, so a ReplicaSet removes
+it before any ready pod. Not guaranteed: that the operator hears the answer soon (it arrives
+with the next renewal write), or that the pod is ever removed (the operator may cancel).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from recall.base import log
+from recall.protocol.workers import BUSY, DRAINING, IDLE, answer
+
+_log = log.get("drain")
+
+
+class Drain:
+    """Whether this worker takes work: the loop's turns and the operator's drain requests."""
+
+    def __init__(self, worker: str = "", *, wait: float = 0.5) -> None:
+        self.worker = worker
+        self.wait = wait
+        self._turn = threading.Lock()  # held for one pick → claim → work
+        self._request: str | None = None  # the request answered `drained`, while it stands
+        self._open = threading.Event()  # set while not draining
+        self._open.set()
+
+    def draining(self) -> bool:
+        return self._request is not None
+
+    def pause(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds) for a drain to be cancelled: the loop's idle turn
+        while it has promised to take nothing."""
+        self._open.wait(timeout)
+
+    @contextmanager
+    def turn(self) -> Iterator[bool]:
+        """One turn of the loop: yields False (take nothing) while draining."""
+        with self._turn:
+            yield self._request is None
+
+    def answer(self, request: str | None) -> tuple[str, str | None]:
+        """The registration found drain `request` (None: none) on the Lease. Returns the state
+        and the answer to write back."""
+        if request is None:
+            if self._request is not None:
+                _log.info("drain_cancelled", worker=self.worker, request=self._request)
+                self._request = None
+                self._open.set()
+            return (IDLE if self._free() else BUSY), None
+        if self._request == request:
+            return DRAINING, answer(request, drained=True)
+        if not self._turn.acquire(timeout=self.wait):
+            _log.info("drain_refused", worker=self.worker, request=request)
+            return BUSY, answer(request, drained=False)
+        try:
+            self._request = request  # from here on no turn opens
+            self._open.clear()
+        finally:
+            self._turn.release()
+        _log.info("drained", worker=self.worker, request=request)
+        return DRAINING, answer(request, drained=True)
+
+    def _free(self) -> bool:
+        if not self._turn.acquire(timeout=self.wait):
+            return False
+        self._turn.release()
+        return True

@@ -1,0 +1,106 @@
+"""Buckets from URLs: parsing, write-once semantics, typed errors, credentials from files."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from recall.base.settings import StoreSettings
+from recall.bucket import Location, StoreConflict, Stores, StoreUrlInvalid
+from recall.bucket.errors import classify
+from recall.bucket.store import FileCredentials, allow_http
+
+
+@pytest.mark.parametrize(
+    ("url", "scheme", "bucket", "prefix"),
+    [
+        ("s3://media/talks/", "s3", "media", "talks"),
+        ("gs://b", "gs", "b", ""),
+        ("az://container/a/b", "az", "container", "a/b"),
+        ("file:///var/results", "file", "", "var/results"),
+        ("memory://t", "memory", "t", ""),
+    ],
+)
+def test_location__parses_every_scheme(url: str, scheme: str, bucket: str, prefix: str) -> None:
+    loc = Location.parse(url)
+    assert (loc.scheme, loc.bucket, loc.prefix) == (scheme, bucket, prefix)
+
+
+@pytest.mark.parametrize("url", ["ftp://x/y", "s3:///no-bucket", "file://host/p", "results"])
+def test_location__refuses_what_no_store_can_be_opened_from(url: str) -> None:
+    with pytest.raises(StoreUrlInvalid) as e:
+        Location.parse(url)
+    assert e.value.reason == "StorageUrlInvalid"
+
+
+def test_settings__refuse_an_unknown_scheme_with_the_ones_that_work() -> None:
+    with pytest.raises(ValueError, match=r"s3://, gs://, az:// or file://"):
+        StoreSettings(url="ftp://example.org/x")
+
+
+def test_put__once_accepts_the_same_bytes_again_and_refuses_others() -> None:
+    bucket = Stores(StoreSettings(url="memory://t/pre")).results()
+    bucket.put("a/b.json", b"one")
+    bucket.put("a/b.json", b"one")  # a repeat after a lost answer
+    with pytest.raises(StoreConflict):
+        bucket.put("a/b.json", b"two")
+    bucket.put("a/b.json", b"two", once=False)
+    assert bucket.get("a/b.json") == b"two"
+    assert bucket.get("missing") is None
+    assert [o.key for o in bucket.list("a/")] == ["a/b.json"]
+    assert bucket.url_of("a/b.json") == "memory://t/pre/a/b.json"
+
+
+def test_copy_to__within_one_store_and_across_stores() -> None:
+    stores = Stores(StoreSettings(url="memory://t"))
+    src, same, other = stores.results(), stores.open("memory://t/out"), stores.open("memory://u")
+    src.put("x", b"data")
+    src.copy_to("x", same, "y")  # server-side: the same client
+    src.copy_to("x", other, "z")  # streamed
+    assert same.get("y") == b"data" and other.get("z") == b"data"
+    assert src.get("out/y") == b"data"  # `same` is the prefix out/ of the same bucket
+
+
+def test_delete__missing_keys_are_fine_and_batches_are_split() -> None:
+    bucket = Stores(StoreSettings(url="memory://t")).results()
+    for i in range(3):
+        bucket.put(f"k{i}", b"x")
+    assert bucket.delete(["k0", "k1", "k2", "never"]) == 4
+    assert list(bucket.list()) == []
+
+
+def test_classify__a_missing_key_is_not_a_missing_bucket() -> None:
+    bucket = Stores(StoreSettings(url="memory://t")).results()
+    import obstore
+
+    with pytest.raises(FileNotFoundError) as missing:
+        obstore.get(bucket.client, "nope")
+    assert classify(missing.value, "get").reason == "StorageObjectMissing"
+    bucket_missing = FileNotFoundError("404 Not Found: <Code>NoSuchBucket</Code>")
+    assert classify(bucket_missing, "put").reason == "StorageBucketMissing"
+    assert classify(TimeoutError("read timed out"), "put", write=True).maybe_applied
+
+
+def test_file_credentials__are_read_again_after_a_rotation(tmp_path: Path) -> None:
+    (tmp_path / "AWS_ACCESS_KEY_ID").write_text("old\n")
+    (tmp_path / "AWS_SECRET_ACCESS_KEY").write_text("s1")
+    provider = FileCredentials(tmp_path)
+    first = provider()
+    assert (first["access_key_id"], first["secret_access_key"], first["token"]) == (
+        "old",
+        "s1",
+        None,
+    )
+    expires = first["expires_at"]
+    assert expires is not None and expires - dt.datetime.now(dt.UTC) <= dt.timedelta(seconds=61)
+    (tmp_path / "AWS_ACCESS_KEY_ID").write_text("new")  # the Secret was rotated
+    assert provider()["access_key_id"] == "new"
+
+
+def test_allow_http__follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ALLOW_HTTP", raising=False)
+    assert not allow_http()
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    assert allow_http()

@@ -1,0 +1,209 @@
+"""The operator's side of the results store, on the memory store and a results store in memory:
+publish once for the accepted result (the second record), heal a crash between the two, the
+Batch complete only once published, the TTL, and the garbage of deleted jobs and Batches."""
+
+from __future__ import annotations
+
+import pytest
+
+from recall.bucket import StoreAccessDenied
+from recall.kube import Unavailable
+from recall.kube.memory import Fault, MemoryStore
+from recall.media.types import Cutting, Segment
+from recall.resources import Phase, is_true
+from recall.transcripts import AttemptWriter, index_key, load_transcript
+from recall.worker.holder import LeaseHolder
+from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, memory_bucket
+
+OUTPUT = {"url": "memory://out/talks/{key}", "formats": ["srt", "txt"]}
+
+
+def setup(keys: list[str], **spec: object) -> tuple[MemoryStore, Clock, Operator]:
+    store, clock = MemoryStore(), Clock()
+    store.create_batch(NS, batch_manifest("b", keys, **spec))
+    op = Operator(store, clock)
+    op.tick()
+    return store, clock, op
+
+
+def work(op: Operator, h: LeaseHolder, text: str = "hello there") -> AttemptWriter:
+    """What a worker writes, then its complete."""
+    w = AttemptWriter(op.results, h.known, h.attempt, h.token)
+    w.begin(Cutting(30, 2, 16000, "x"), None)
+    from recall.media.types import Chunk
+
+    w.add(
+        Chunk(index=0, start=0, duration=30, first=0, end=480_000),
+        [Segment(start=0, end=1, text=text)],
+    )
+    output = h.known.spec.output
+    w.finish(30.0, "simulated", list(output.formats) if output else [])
+    from recall.resources import Result
+
+    h.complete(Result(transcript=w.transcript_key, worker=h.worker, words=2))
+    return w
+
+
+def batch(store: MemoryStore):  # type: ignore[no-untyped-def]
+    found = store.get_batch(NS, "b")
+    assert found is not None
+    return found
+
+
+def test_publish__outputs_and_the_index_for_the_accepted_result_then_one_record() -> None:
+    store, clock, op = setup(["a"], defaults={"engine": {"name": "simulated"}, "output": OUTPUT})
+    w = work(op, claim(store, clock, "b-a"))
+    op.tick()
+    op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.published is not None
+    assert job.status.published.formats == ["srt", "txt"]
+    out = op.results.stores.open("memory://out/talks")
+    assert out.get("a.srt") == op.results.get(w.directory + "out.srt")
+    assert out.get("a.txt") == b"hello there\n"
+    uid = batch(store).metadata.uid or ""
+    entry = load_transcript(op.results, index_key(NS, "b", uid, "a"))
+    assert entry is not None and entry.text == "hello there"
+    # The chunk records and the cutting are gone; the result's transcript and outputs stay.
+    left = sorted(o.key.rsplit("/", 1)[1] for o in op.results.list("scratch/"))
+    assert left == ["out.srt", "out.txt", "transcript.json"]
+    status = batch(store).status
+    assert status.counts is not None and status.counts.published == 1
+    assert status.complete and is_true(status.conditions, "Published")
+    writes = [c for c in store.calls if c == ("patch_job_status", "b-a")]
+    op.tick()
+    assert [c for c in store.calls if c == ("patch_job_status", "b-a")] == writes  # once
+
+
+def test_publish__a_crash_between_the_copies_and_the_record_is_healed() -> None:
+    store, clock, op = setup(["a"], defaults={"engine": {"name": "simulated"}, "output": OUTPUT})
+    work(op, claim(store, clock, "b-a"))
+    # The record's write is lost twice (as a crash after the copies would leave it).
+    store.inject(
+        Fault(
+            "patch_job_status",
+            Unavailable("connection reset"),
+            times=2,
+            when=lambda args: "published" in args["patch"],
+        )
+    )
+    op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.published is None
+    assert not batch(store).status.complete  # not before the publish is recorded
+    assert "Publishing" in {c.reason for c in batch(store).status.conditions}
+    clock.advance(5)
+    for _ in range(6):
+        clock.advance(2)
+        op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.published is not None
+    assert batch(store).status.complete
+    out = op.results.stores.open("memory://out/talks")
+    assert out.get("a.srt") is not None
+
+
+def test_publish__a_refusing_output_store_is_retried_and_the_batch_says_why() -> None:
+    store, clock, op = setup(["a"], defaults={"engine": {"name": "simulated"}, "output": OUTPUT})
+    work(op, claim(store, clock, "b-a"))
+    real = op.results.copy_to
+    refused = {"n": 0}
+
+    def copy_to(key: str, target, target_key: str) -> None:  # type: ignore[no-untyped-def]
+        if target.url.startswith("memory://out") and refused["n"] < 1:
+            refused["n"] += 1
+            raise StoreAccessDenied("put memory://out/talks/a.srt: access denied")
+        real(key, target, target_key)
+
+    op.results.copy_to = copy_to  # type: ignore[method-assign]
+    op.tick()
+    op.tick()
+    cond = next(c for c in batch(store).status.conditions if c.type == "StorageFailing")
+    assert (cond.status, cond.reason) == ("True", "StorageAccessDenied")
+    assert any(e["reason"] == "StorageAccessDenied" for e in store.events)
+    clock.advance(301)  # a refusal is tried again every five minutes
+    op.tick()
+    op.tick()
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.published is not None
+    cond = next(c for c in batch(store).status.conditions if c.type == "StorageFailing")
+    assert cond.status == "False"
+
+
+def test_ttl__deletes_the_finished_jobs_and_the_status_and_index_stay() -> None:
+    store, clock, op = setup(["a", "b"], ttlSecondsAfterFinished=60)
+    for name in ("b-a", "b-b"):
+        work(op, claim(store, clock, name))
+    op.tick()
+    op.tick()
+    before = batch(store).status
+    assert before.complete
+    clock.advance(30)
+    op.tick()
+    assert len(store.list_jobs(NS).items) == 2  # not yet
+    clock.advance(31)
+    op.tick()
+    op.tick()
+    assert store.list_jobs(NS).items == []
+    after = batch(store).status
+    assert after.counts == before.counts and after.completed_indexes == before.completed_indexes
+    assert after.attention == before.attention
+    uid = batch(store).metadata.uid or ""
+    assert load_transcript(op.results, index_key(NS, "b", uid, "a")) is not None
+    # The deleted jobs' objects go; their entries in the index stay with the Batch.
+    assert list(op.results.list("scratch/")) == []
+    assert any(e["reason"] == "JobsDeleted" for e in store.events)
+
+
+def test_a_deleted_batch_takes_its_index_and_leaves_the_outputs() -> None:
+    store, clock, op = setup(["a"], defaults={"engine": {"name": "simulated"}, "output": OUTPUT})
+    work(op, claim(store, clock, "b-a"))
+    op.tick()
+    op.tick()
+    found = batch(store)
+    op.controller.cancel_batch(found)
+    op.tick()
+    op.tick()
+    assert list(op.results.list("index/b")) == []
+    assert list(op.results.list("index/")) == [] or all(
+        o.key == "index/.probe" for o in op.results.list("index/")
+    )
+    assert list(op.results.list("scratch/")) == []
+    assert op.results.stores.open("memory://out/talks").get("a.srt") is not None
+
+
+def test_sweep__removes_what_a_job_that_no_longer_exists_or_a_zombie_left() -> None:
+    store, clock, op = setup(["a"])
+    h = claim(store, clock, "b-a")
+    work(op, h)
+    op.tick()
+    op.tick()
+    # A zombie of attempt 1 writes late, and an object of a job long gone is found.
+    late = AttemptWriter(op.results, h.known, h.attempt, "e" * 32)
+    late.begin(Cutting(30, 2, 16000, "x"), None)
+    op.results.put(f"scratch/{NS}/gone/uid-9/a1-{'d' * 32}/c000000.json", b"{}")
+    op.controller.results.sweep()
+    keys = sorted(o.key for o in op.results.list("scratch/"))
+    assert all("/gone/" not in k and ("e" * 32) not in k for k in keys), keys
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.result is not None
+    assert job.status.result.transcript in keys  # never what the result references
+
+
+@pytest.mark.parametrize("phase", [Phase.FAILED, Phase.CANCELLED])
+def test_an_ended_jobs_objects_go(phase: Phase) -> None:
+    store, clock, op = setup(["a"])
+    h = claim(store, clock, "b-a")
+    w = AttemptWriter(op.results, h.known, h.attempt, h.token)
+    w.begin(Cutting(30, 2, 16000, "x"), None)
+    if phase is Phase.FAILED:
+        h.fail("SourceNotFound", "gone", permanent=True, backoff_base=1, backoff_cap=1)
+    else:
+        op.controller.cancel_batch(batch(store))
+    op.tick()
+    op.tick()
+    assert list(op.results.list(w.directory)) == []
+
+
+def test_results_in_memory_fixture_is_fresh() -> None:
+    assert list(memory_bucket().list()) == []
