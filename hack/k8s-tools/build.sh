@@ -41,6 +41,7 @@ build() {
   local start=$SECONDS log="$logs/$out.log" what=$pkg
   # A wrapper module's own main package: name the module it wraps.
   if [[ $pkg == . ]]; then what=$(sed -n 's/^require \([^ ]*\) .*/\1/p' "$here/$dir/go.mod" | head -n1); fi
+  what=${what:-$(realpath --relative-to="$here/../.." "$here/$dir")}
   if ! (cd "$here/$dir" && go build -v -ldflags "$ldflags $extra" -o "$bin/$out.tmp" "$pkg") \
     >"$log" 2>&1; then
     say "FAILED to build $out ($what) after $((SECONDS - start)) s; full log: $log"
