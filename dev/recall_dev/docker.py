@@ -9,7 +9,9 @@ Contract:
   stopped on exit — also when the caller dies (PR_SET_PDEATHSIG) — with its containerd; the
   empty cgroups its containers left under `docker` (new since it started) are removed.
 - One private daemon per cache at a time: callers serialise on a lock file for the whole
-  `with` block, so two test runs never start two daemons on one data root.
+  `with` block, so two test runs never start two daemons on one data root. Its run directory
+  (exec root, socket, pid file) is the cache's own too, so a daemon for another cache is never
+  taken for a stale one.
 - Two private daemons exist, each with its own data root, exec root, socket and lock:
   `BUILD_DAEMON` (the above: images only) and `KIND_DAEMON` for kind clusters. The kind one
   still adds no iptables rule, masquerades nothing and forwards nothing on the host; it runs
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shlex
 import shutil
@@ -42,7 +45,8 @@ from recall_dev.procs import Proc, spawn, tail, terminate
 
 log = structlog.get_logger("recall_dev.docker")
 
-# Short paths: a unix socket path must fit in 108 bytes, and containerd's live under exec-root.
+# Short paths: a unix socket path must fit in 108 bytes, and containerd's live under exec-root
+# (each gets a digest of the cache appended: PrivateDaemon.run_dir).
 PRIVATE_RUN_DIR = Path("/run/recall-docker")
 KIND_RUN_DIR = Path("/run/recall-kind-docker")
 # No bridge of docker's own, no iptables rules, no masquerading, no forwarding on the host.
@@ -87,9 +91,16 @@ class PrivateDaemon:
     """How a private dockerd is started: its name (log, lock and data root), run dir, flags."""
 
     name: str
-    run_dir: Path
+    run_base: Path
     flags: tuple[str, ...]
     bounded_runtime: bool = False
+
+    @property
+    def run_dir(self) -> Path:
+        """`run_base` plus a digest of the cache: two caches (RECALL_CACHE_DIR) run two
+        daemons side by side, each stopping only its own stale one."""
+        digest = hashlib.sha256(str(cache_root()).encode()).hexdigest()[:8]
+        return Path(f"{self.run_base}-{digest}")
 
     @property
     def runtime(self) -> Path:
