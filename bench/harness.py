@@ -31,10 +31,13 @@ from typing import Any
 
 from kubernetes import client
 
+from recall.base.settings import StoreSettings
+from recall.bucket import Bucket, Stores
 from recall.kube.store import KubeStore, load_api_client
 from recall.resources import API_VERSION, TranscriptionJob
 from recall_dev.cluster import ControlPlane, free_port
 from recall_dev.crds import install_crds
+from recall_dev.objstore import ObjectStore
 
 RequestKey = tuple[str, str, str]  # (verb, resource, subresource)
 _REQUEST = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
@@ -83,7 +86,14 @@ class Env:
     cp: ControlPlane
     workdir: Path
     store: KubeStore
+    objects: ObjectStore
+    results: Bucket
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def store_env(self, worker: bool = False) -> dict[str, str]:
+        """The results store's variables: the operator's identity, or the workers'."""
+        creds = self.objects.worker if worker else self.objects.admin
+        return self.objects.env(creds) | {"RECALL_STORE_URL": self.results.url}
 
     def namespace(self) -> str:
         name = f"b-{uuid.uuid4().hex[:6]}"
@@ -95,7 +105,8 @@ class Env:
     def recall(self, name: str, *args: str, env: dict[str, str] | None = None) -> int:
         """Start `recall <args>` as `name`, logging JSON to workdir/<name>.log; its pid."""
         log = self.workdir / f"{name}.log"
-        full = self.cp.env() | {"RECALL_LOG_FORMAT": "json"} | (env or {})
+        worker = len(args) > 0 and args[0] == "worker"
+        full = self.cp.env() | self.store_env(worker) | {"RECALL_LOG_FORMAT": "json"} | (env or {})
         with log.open("ab") as out:
             p = subprocess.Popen(
                 [sys.executable, "-m", "recall", *args],
@@ -186,15 +197,24 @@ class Env:
 
 @contextlib.contextmanager
 def environment() -> Iterator[Env]:
+    """A control plane and a results store (SeaweedFS, bucket `bench`), both on loopback."""
     with tempfile.TemporaryDirectory(prefix="recall-bench-") as tmp:
         cp = ControlPlane(workdir=Path(tmp) / "cluster")
         cp.start(timeout=180)
-        env = Env(cp, Path(tmp), KubeStore(load_api_client(cp.kubeconfig, pool_size=64)))
+        objects = ObjectStore(Path(tmp) / "objects", buckets=("bench",))
         try:
-            install_crds(str(cp.kubeconfig))
-            yield env
+            objects.start()
+            os.environ.update(objects.env())  # the in-process clients read the same variables
+            results = Stores(StoreSettings(url="s3://bench/")).results()
+            store = KubeStore(load_api_client(cp.kubeconfig, pool_size=64))
+            env = Env(cp, Path(tmp), store, objects, results)
+            try:
+                install_crds(str(cp.kubeconfig))
+                yield env
+            finally:
+                env.stop()
         finally:
-            env.stop()
+            objects.stop()
             cp.stop()
 
 

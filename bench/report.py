@@ -303,6 +303,7 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         from bench.compare import render_markdown
 
         lines += ["## Side by side", "", render_markdown({"recall": mine, **compared}), ""]
+    lines += _etcd(results.get("etcd") or {})
     for name in ("engine", "longfile"):
         section = results.get(name)
         if section and not _error(section):
@@ -313,6 +314,62 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         lines += ["## Sections that failed in this run", ""]
         lines += [f"- {k}: {results[k]['error']}" for k in failed] + [""]
     return "\n".join(lines)
+
+
+def _etcd(section: dict[str, Any]) -> list[str]:
+    """What the work costs etcd: the earlier ConfigMap layout against the results store."""
+    if not section or _error(section):
+        return []
+    lines = [
+        "## What the work costs etcd",
+        "",
+        "One job through a real lease holder (a renewal with the checkpoint after every 30-second "
+        "chunk, ~630 bytes of speech each), its chunks and transcript in the earlier ConfigMap "
+        "layout (re-enacted by `bench/legacy.py`) and in the results store. etcd's own counters: "
+        "WAL bytes written and the growth of its database (`etcd_mvcc_db_total_size_in_bytes`, "
+        "before compaction); API writes from `apiserver_request_total`.",
+        "",
+    ]
+    rows = []
+    for name, r in (section.get("recordings") or {}).items():
+        if _error(r):
+            continue
+        rows.append(
+            [
+                name.replace("_", ", "),
+                r["chunks"],
+                f"{r['etcd_wal_bytes']:,}",
+                f"{r['etcd_db_growth_bytes']:,}",
+                r["api_writes"],
+                r["store_puts"],
+                f"{r['job_bytes']:,}",
+            ]
+        )
+    lines += _table(
+        [
+            "layout, length",
+            "chunks",
+            "etcd WAL bytes",
+            "etcd db growth (bytes)",
+            "API writes",
+            "store puts",
+            "job object (bytes)",
+        ],
+        rows,
+    )
+    hours = section.get("hours") or {}
+    if hours and not _error(hours):
+        lines += [
+            f"A Batch of {hours['items']:,} jobs whose transcripts are the size of an hour of "
+            f"speech ({hours['transcript_bytes_mean']:,} bytes each, "
+            f"{hours['transcript_bytes_total']:,} in all), {hours['workers']} workers, "
+            f"{hours['seconds']} s: etcd's size in use grew by "
+            f"{hours['etcd_in_use_growth_bytes']:,} bytes after compaction, against "
+            f"{hours['ledger_bytes']:,} bytes of ledger (every job and the Batch as the API "
+            "server returns them, metadata included).",
+            "",
+        ]
+    return lines
 
 
 def write(results: dict[str, Any], out: Path, plot_dir: Path) -> None:

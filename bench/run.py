@@ -11,8 +11,9 @@ throughput (1, 4, 16, 64 workers; offers and, for the comparison of designs, the
 fairness, reclaim (among 10,000 jobs), big (a 10,000-item Batch), huge (a 100,000-item Batch:
 about two hours on two cores), versus (recall in the comparison's terms), compare
 (procrastinate and Celery), engine (Whisper's real-time factor), longfile (a 10-hour
-recording). Every section runs even when another fails; the failure is recorded in the
-results.
+recording), etcd (what the work costs etcd: a 1-minute and a 10-hour recording in the earlier
+ConfigMap layout and in the results store, and a Batch of hour-sized transcripts). Every
+section runs even when another fails; the failure is recorded in the results.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ SECTIONS = [
     "compare",
     "engine",
     "longfile",
+    "etcd",
 ]
 
 
@@ -120,6 +122,17 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
                 results,
                 "huge",
                 lambda: {"100k": sizes.big_batch(env, 10_000 if quick else 100_000, workers=16)},
+            )
+        if "etcd" in only:
+            from bench import etcd
+
+            _section(
+                results,
+                "etcd",
+                lambda: {
+                    "recordings": etcd.recordings(env),
+                    "hours": etcd.batch_of_hours(env, 1000 if quick else 10_000, workers=16),
+                },
             )
         if "versus" in only:
             tp = (results.get("throughput") or _saved("throughput")).get("offers") or {}

@@ -16,7 +16,8 @@ Contract:
   except the five gRPC ones weed names itself (/tmp/seaweedfs-<part>-grpc-<port>.sock),
   which `stop()` removes if weed could not.
 - S3 authentication is on: `admin` may do everything; `worker` may read, write and delete
-  only keys under `scratch_prefix` (in any bucket) and list buckets, nothing else. Wrong or
+  only keys under `scratch_prefix` (in any bucket), read sources under `media/`, and list
+  buckets, nothing else. Wrong or
   unknown keys are refused (403). Both key pairs are random per store. A put to a missing
   bucket fails (no auto-creation), as on AWS.
 - `stop()` sends SIGTERM, then SIGKILL after `grace`; waits; removes the work directory
@@ -360,7 +361,9 @@ class ObjectStore:
                 {
                     "name": "worker",
                     "credentials": [asdict_keys(self.worker)],
-                    "actions": [f"Read:{scope}", f"Write:{scope}", "List:*"],
+                    # and read the sources under media/ (as a worker needs read on its
+                    # source buckets: see the README's bucket policies)
+                    "actions": [f"Read:{scope}", f"Write:{scope}", "Read:*/media/*", "List:*"],
                 },
             ]
         }

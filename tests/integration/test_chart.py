@@ -247,6 +247,7 @@ def test_schema__rejects_a_bad_value_naming_it(
             "must be longer than worker.graceSeconds",
         ),
         (["--set-json", "operator.reconcileInterval=0.5"], "at least two ticks"),
+        (["--set", "operator.enabled=false"], "does not bundle a store: set store.url"),
     ],
 )
 def test_template__fails_on_contradicting_values(
@@ -263,8 +264,10 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
         ["ServiceAccount"] * 2
         + ["Role"] * 2
         + ["RoleBinding"] * 2
-        + ["Service"] * 2
-        + ["Deployment"] * 2
+        + ["Service"] * 3  # the two metrics Services and the bundled store's
+        + ["Deployment"] * 3  # the operator, the workers and the bundled store
+        + ["Secret"] * 3  # the store's identities, the operator's and the workers' keys
+        + ["PersistentVolumeClaim"]  # the store's data
     )
     for doc in docs:
         labels = doc["metadata"].get("labels", {})
@@ -275,7 +278,7 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
 
     operator = find(docs, "Deployment", "-operator")
     worker = find(docs, "Deployment", "-worker")
-    for deployment in (operator, worker):
+    for deployment in (operator, worker, find(docs, "Deployment", "-store")):
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -311,7 +314,20 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
     assert "RECALL_WORKER_OPENAI_API_KEY_FILE" not in wk_env
     grace = float(wk_env["RECALL_WORKER_GRACE_SECONDS"])
     assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= grace + 15
-    assert [m["name"] for m in wk["volumeMounts"]] == ["tmp"]  # no media volume by default
+    # No media volume by default; the bundled store's worker identity (scratch/ only).
+    assert [m["name"] for m in wk["volumeMounts"]] == ["tmp", "store-credentials"]
+    assert wk_env["RECALL_STORE_URL"] == "s3://recall/"
+    assert wk_env["RECALL_STORE_CREDENTIALS_DIR"] == "/var/run/secrets/recall/store"
+    assert (
+        wk_env["AWS_ENDPOINT_URL"].startswith("http://")
+        and ".svc:8333" in wk_env["AWS_ENDPOINT_URL"]
+    )
+    store_secret = {
+        v["name"]: v["secret"]["secretName"]
+        for v in worker["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+    }["store-credentials"]
+    assert store_secret.endswith("-store-worker")
 
     sa = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
     assert operator["spec"]["template"]["spec"]["serviceAccountName"] in sa
@@ -325,11 +341,6 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
         },
         {"apiGroups": [GROUP], "resources": ["transcriptionjobs/status"], "verbs": ["patch"]},
         {
-            "apiGroups": [""],
-            "resources": ["configmaps"],
-            "verbs": ["get", "create", "patch", "delete"],
-        },
-        {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "verbs": ["get", "create", "update", "delete"],
@@ -339,7 +350,53 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
     operator_resources = {r for rule in operator_rules for r in rule["resources"]}
     assert "secrets" not in operator_resources
     configmaps = next(r for r in operator_rules if "configmaps" in r["resources"])
-    assert set(configmaps["verbs"]) == {"get", "list", "delete"}  # read lists, remove orphans
+    assert set(configmaps["verbs"]) == {"get"}  # read item lists; the bytes are in the store
+
+
+def test_template_store__bundled_by_default_a_bucket_of_your_own_otherwise(
+    tools: Tools, tmp_path: Path
+) -> None:
+    docs = tools.render(tmp_path)
+    store = find(docs, "Deployment", "-store")
+    args = container(store)["args"]
+    assert args[:2] == ["-logtostderr", "mini"] and "-s3.config=/etc/recall-store/s3.json" in args
+    claim = find(docs, "PersistentVolumeClaim", "-store")
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    identities = json.loads(find(docs, "Secret", "-store-identities")["stringData"]["s3.json"])
+    worker = next(i for i in identities["identities"] if i["name"] == "worker")
+    assert worker["actions"] == ["Read:recall/scratch/*", "Write:recall/scratch/*", "List:recall"]
+    keys = {d["metadata"]["name"]: d["stringData"] for d in docs if d["kind"] == "Secret"}
+    wk = next(v for k, v in keys.items() if k.endswith("-store-worker"))
+    assert wk["AWS_ACCESS_KEY_ID"] == worker["credentials"][0]["accessKey"]
+
+    own = tools.render(
+        tmp_path,
+        {
+            "store": {
+                "url": "s3://prod-results/recall",
+                "bundled": {"enabled": False},
+                "workerSecret": "results-worker",
+                "operatorSecret": "results-operator",
+                "env": [{"name": "AWS_REGION", "value": "eu-west-1"}],
+            }
+        },
+    )
+    assert not [d for d in own if d["metadata"]["name"].endswith(("-store", "-identities"))]
+    for component, secret in (("-worker", "results-worker"), ("-operator", "results-operator")):
+        deployment = find(own, "Deployment", component)
+        env = env_of(container(deployment))
+        assert env["RECALL_STORE_URL"] == "s3://prod-results/recall"
+        assert env["AWS_REGION"] == "eu-west-1" and "AWS_ENDPOINT_URL" not in env
+        volumes = deployment["spec"]["template"]["spec"]["volumes"]
+        assert {
+            "name": "store-credentials",
+            "secret": {"secretName": secret, "defaultMode": 288},
+        } in volumes
+
+    none = tools.run(
+        "helm", "template", RELEASE, str(CHART), "--set", "store.bundled.enabled=false"
+    )
+    assert none.returncode != 0 and "store.url is empty" in none.stderr
 
 
 def test_template_everything__cluster_wide_ha_operator_and_configured_workers(
@@ -421,8 +478,9 @@ def test_template_switches__rbac_service_accounts_and_components(
         binding = find(own_accounts, "RoleBinding", f"-{component}")
         assert binding["subjects"][0]["name"] == account
 
+    shared = {"url": "s3://results/", "bundled": {"enabled": False}, "workerSecret": "w"}
     workers_only = tools.render(
-        tmp_path, {"operator": {"enabled": False}, "crds": {"install": False}}
+        tmp_path, {"operator": {"enabled": False}, "crds": {"install": False}, "store": shared}
     )
     components = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in workers_only}
     assert components == {"worker"}
@@ -635,10 +693,10 @@ WORKER_MATRIX = [
     Check("list", "transcriptionjobs.recall.dev", True),
     Check("watch", "transcriptionjobs.recall.dev", True),
     Check("patch", "transcriptionjobs.recall.dev/status", True),
-    Check("get", "configmaps", True),
-    Check("create", "configmaps", True),
-    Check("patch", "configmaps", True),
-    Check("delete", "configmaps", True),
+    Check("get", "configmaps", False),
+    Check("create", "configmaps", False),
+    Check("patch", "configmaps", False),
+    Check("delete", "configmaps", False),
     Check("patch", "transcriptionjobs.recall.dev", False),
     Check("update", "transcriptionjobs.recall.dev", False),
     Check("update", "transcriptionjobs.recall.dev/status", False),
@@ -674,8 +732,8 @@ OPERATOR_MATRIX = [
     Check("watch", "leases.coordination.k8s.io", True),
     Check("update", "leases.coordination.k8s.io", True),
     Check("get", "configmaps", True),
-    Check("list", "configmaps", True),
-    Check("delete", "configmaps", True),
+    Check("list", "configmaps", False),
+    Check("delete", "configmaps", False),
     Check("create", "batches.recall.dev", False),
     Check("delete", "batches.recall.dev", False),
     Check("get", "secrets", False),

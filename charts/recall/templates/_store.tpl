@@ -12,6 +12,8 @@ single-node store (store.bundled.enabled) for a quick start.
 {{- define "recall.store.url" -}}
 {{- if .Values.store.url -}}
 {{- .Values.store.url -}}
+{{- else if and .Values.store.bundled.enabled (not .Values.operator.enabled) -}}
+{{- fail "a release without the operator does not bundle a store: set store.url (with store.env and store.workerSecret) to the results store of the release that runs the operator" -}}
 {{- else if .Values.store.bundled.enabled -}}
 {{- printf "s3://%s/" .Values.store.bundled.bucket -}}
 {{- else -}}

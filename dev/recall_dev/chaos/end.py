@@ -36,6 +36,10 @@ from recall_dev.chaos.history import Final
 if TYPE_CHECKING:
     from recall_dev.chaos.run import Chaos
 
+# How long an operator may take to exit after SIGTERM before it is killed (and reported in the
+# line as a stop that was not clean); the workers get `Fleet.stop`'s default.
+OPERATOR_GRACE = 5.0
+
 
 def drain(chaos: Chaos, pending: list[Any], say: Callable[[str], None]) -> None:
     """Phase 3; see the module contract."""
@@ -128,6 +132,6 @@ def finish(chaos: Chaos, say: Callable[[str], None]) -> Final:
     fleet.stop("worker")
     if chaos.drained is not None:
         chaos.settled = wait_settled(chaos, chaos.profile.settle_timeout, say)
-    fleet.stop("operator")
+    fleet.stop("operator", grace=OPERATOR_GRACE)
     say(f"every process stopped; reading the final state ({chaos.progress()})")
     return read_final(api, chaos.namespace, chaos.store.bucket)

@@ -172,6 +172,8 @@ class History:
     # after the drain (None: not within `settle_timeout`, or the drain timed out)
     settled: float | None = None
     settle_timeout: float = 0.0
+    # the store's fault proxy: requests forwarded and answers lost, by method
+    store_requests: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def events(self, name: str) -> list[LogEvent]:
         return [e for e in self.logs if e.event == name]
@@ -295,6 +297,7 @@ def save_run(h: History, workdir: Path) -> None:
         "not_ended": h.not_ended,
         "settled": h.settled,
         "settle_timeout": h.settle_timeout,
+        "store_requests": h.store_requests,
     }
     (workdir / RUN_FILE).write_text(json.dumps(run))
     (workdir / "faults.jsonl").write_text(
@@ -343,4 +346,5 @@ def load(workdir: Path) -> History:
         not_ended=run.get("not_ended", []),
         settled=run.get("settled"),
         settle_timeout=run.get("settle_timeout", 0.0),
+        store_requests=run.get("store_requests", {}),
     )

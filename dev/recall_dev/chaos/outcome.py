@@ -62,6 +62,7 @@ def summary_line(h: History, verdict: Verdict) -> str:
         f"reclaims {s.get('reclaims', 0)} (min margin "
         f"{'n/a' if margin is None else f'{margin:+.2f} s'}); "
         f"item lag {_seconds(s.get('item_lag_p99'))} p99, {_seconds(s.get('item_lag_max'))} max; "
+        f"store requests {_requests(h)}; "
         f"bucket: {s.get('objects', 0)} objects, {s.get('published', 0)} published, "
         f"{_count(s.get('objects_left') if h.drained is not None else None)} unreferenced left"
         f"{_settled(h, s.get('settle_seconds'))}; "
@@ -90,6 +91,15 @@ def _kill_text(h: History, verdict: Verdict) -> str:
             f"{2 * h.tick + h.slack:g} s after it was back)"
         )
     return text
+
+
+def _requests(h: History) -> str:
+    """How many store requests went through the fault proxy, and how many answers it lost."""
+    forwarded = h.store_requests.get("forwarded", {})
+    lost = h.store_requests.get("lost", {})
+    text = ", ".join(f"{m} {n}" for m, n in sorted(forwarded.items())) or "none"
+    lost_text = ", ".join(f"{m} {n}" for m, n in sorted(lost.items())) or "none"
+    return f"{sum(forwarded.values())} ({text}; answers lost: {lost_text})"
 
 
 def _count(n: int | None) -> str:

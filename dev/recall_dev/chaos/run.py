@@ -257,8 +257,9 @@ class Chaos:
         copies of one job's publish and its record (a job no operator was armed for yet)."""
         assert self.fleet is not None
         fault = None
-        if not self.draining and self.rng.random() < PUBLISH_CRASH:
-            job = self.rng.choice(sorted(set(self.expected) - self.armed))
+        left = sorted(set(self.expected) - self.armed)
+        if not self.draining and left and self.rng.random() < PUBLISH_CRASH:
+            job = self.rng.choice(left)
             self.armed.add(job)
             fault = f"operator-after-publish:{job}"
         self.slots[slot] = self.fleet.operator(slot, {}, fault)
@@ -345,6 +346,7 @@ class Chaos:
             not_ended=self.not_ended,
             settled=self.settled,
             settle_timeout=self.profile.settle_timeout,
+            store_requests=self.store.stats(),
         )
         save_run(skeleton, self.workdir)
         return load(self.workdir)

@@ -138,6 +138,17 @@ class WorkerSettings(BaseSettings):
     simulated_record: Path | None = Field(
         None, description="Append one JSON line per simulated chunk here (tests)."
     )
+    simulated_words_per_minute: float | None = Field(
+        None,
+        gt=0,
+        description="The simulated engine speaks at this rate (text the size of real speech); "
+        "unset: one short segment per chunk.",
+    )
+    simulated_media: bool = Field(
+        False,
+        description="The simulated engine fetches, decodes and cuts the job's real source "
+        "(tests of the audio path and of sources in buckets); otherwise it reads nothing.",
+    )
     # whisper engine
     whisper_model: str | None = Field(
         None, description="Model name or path for faster-whisper; default: the bundled tiny.en."

@@ -253,6 +253,26 @@ class Bucket:
         except Exception as e:
             raise classify(e, f"head {self.url_of(key)}") from None
 
+    def size(self, key: str) -> int | None:
+        """The object's size in bytes, None when it is missing."""
+        try:
+            return int(obstore.head(self.client, self._path(key))["size"])
+        except FileNotFoundError as e:
+            error = classify(e, f"head {self.url_of(key)}")
+            if error.reason == "StorageBucketMissing":
+                raise error from None
+            return None
+        except Exception as e:
+            raise classify(e, f"head {self.url_of(key)}") from None
+
+    def stream(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        """The object's bytes, a block at a time (memory stays bounded by a block)."""
+        try:
+            for block in obstore.get(self.client, self._path(key)).stream(min_chunk_size=chunk):
+                yield bytes(block)
+        except Exception as e:
+            raise classify(e, f"get {self.url_of(key)}") from None
+
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every object under `prefix` (a key prefix, relative to the bucket's), page by page."""
         path = self._path(prefix) if prefix else (self.location.prefix or None)

@@ -61,11 +61,31 @@ def slug(text: str, limit: int = 63) -> str:
     return s[:limit].rstrip("-") or "item"
 
 
-def collect(inputs: Sequence[str]) -> list[Media]:
-    """Turn files, folders and URLs into media items with unique keys, in a stable order."""
+OBJECT_URL = re.compile(r"^(s3|gs|az)://[^/]+(/.*)?$")
+
+
+def collect(
+    inputs: Sequence[str], list_objects: Callable[[str], Iterable[str]] | None = None
+) -> list[Media]:
+    """Turn files, folders and URLs into media items with unique keys, in a stable order.
+
+    A bucket prefix (`s3://bucket/talks/`, ending in '/') stands for every media object under
+    it, listed with `list_objects` (the object URLs under a prefix, any number of them)."""
     urls: list[tuple[str, str]] = []  # (name for the key, url)
     for raw in inputs:
-        if re.match(r"^(https?|file)://", raw):
+        if OBJECT_URL.match(raw) and raw.endswith("/"):
+            if list_objects is None:
+                raise SubmitError(f"{raw}: listing a bucket needs the store's credentials")
+            found = sorted(
+                u
+                for u in list_objects(raw)
+                if Path(u.split("?", 1)[0]).suffix.lower() in MEDIA_SUFFIXES
+            )
+            if not found:
+                raise SubmitError(f"{raw}: no media objects under this prefix")
+            urls += [(Path(u).stem or "media", u) for u in found]
+            continue
+        if re.match(r"^(https?|file|s3|gs|az)://", raw):
             name = raw.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
             urls.append((Path(name).stem or "media", raw))
             continue
@@ -114,6 +134,9 @@ def submission_for(
     lease_seconds: int | None = None,
     max_attempts: int | None = None,
     priority: int | None = None,
+    output: str | None = None,
+    formats: Sequence[str] = (),
+    ttl_seconds: int | None = None,
 ) -> Submission:
     """One Batch for `media`: inline items when few and small, else lists in ConfigMaps
     (`<name>-items-<n>`, each under `LIST_BYTES`) that the Batch references."""
@@ -128,7 +151,11 @@ def submission_for(
         defaults["maxAttempts"] = max_attempts
     if priority is not None:
         defaults["priority"] = priority
+    if output:
+        defaults["output"] = {"url": output, "formats": list(formats) or ["json"]}
     spec: dict[str, Any] = {"defaults": defaults}
+    if ttl_seconds is not None:
+        spec["ttlSecondsAfterFinished"] = ttl_seconds
     size = sum(len(m.key) + len(m.url) + 40 for m in media)
     lists: dict[str, str] = {}
     if len(media) <= MAX_ITEMS and size <= INLINE_BYTES:

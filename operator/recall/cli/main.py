@@ -99,6 +99,7 @@ def worker(
     from recall.kube.store import current_namespace
     from recall.worker.health import Liveness
     from recall.worker.loop import Worker
+    from recall.worker.sources import object_reader
 
     settings = WorkerSettings(
         **_given(
@@ -118,7 +119,7 @@ def worker(
         results = Stores(StoreSettings()).results()
     except StoreUrlInvalid as e:
         raise CliError(e.message) from e
-    eng = make_engine(settings)
+    eng = make_engine(settings, object_reader(results.stores))
     serve(settings.metrics_port)
     liveness = Liveness(stale_after=max(30.0, settings.relist_seconds))
     liveness.serve(settings.health_port)
@@ -215,6 +216,20 @@ def submit(
     lease: Annotated[int | None, typer.Option(help="Lease duration of each job, seconds.")] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Claims each job may take.")] = None,
     priority: Annotated[int | None, typer.Option(help="Priority of the jobs.")] = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            help="Publish each accepted transcript here: a URL with {key} (the item), e.g. "
+            "s3://media-out/talks/{key}."
+        ),
+    ] = None,
+    formats: Annotated[
+        str, typer.Option(help="Formats to publish with --output: json, srt, vtt, txt.")
+    ] = "json",
+    ttl: Annotated[
+        int | None,
+        typer.Option(help="Delete the finished jobs this many seconds after the Batch ends."),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the manifests, create nothing.")
     ] = False,
@@ -226,6 +241,7 @@ def submit(
 
     import yaml
 
+    from recall.bucket import StoreError as BucketError
     from recall.cli.client import (
         SubmitError,
         collect,
@@ -235,8 +251,15 @@ def submit(
     )
     from recall.kube import StoreError
 
+    def list_objects(prefix: str) -> list[str]:
+        from recall.base.settings import StoreSettings
+        from recall.bucket import Stores
+
+        bucket = Stores(StoreSettings()).open(prefix)
+        return [bucket.url_of(o.key) for o in bucket.list()]
+
     try:
-        media = collect(inputs)
+        media = collect(inputs, list_objects)
         plan = submission_for(
             media,
             name=name or default_batch_name(inputs, dt.datetime.now(dt.UTC)),
@@ -245,9 +268,14 @@ def submit(
             lease_seconds=lease,
             max_attempts=max_attempts,
             priority=priority,
+            output=output,
+            formats=[f.strip() for f in formats.split(",") if f.strip()],
+            ttl_seconds=ttl,
         )
     except SubmitError as e:
         raise CliError(str(e)) from e
+    except BucketError as e:
+        raise CliError(f"listing {e.message}") from e
     if dry_run:
         docs = [
             {

@@ -12,24 +12,31 @@ from __future__ import annotations
 
 from recall.base.settings import WorkerSettings
 from recall.engines.base import Engine
+from recall.media.fetch import ObjectReader
 
 __all__ = ["Engine", "make_engine"]
 
 
-def make_engine(settings: WorkerSettings) -> Engine:
+def make_engine(settings: WorkerSettings, objects: ObjectReader | None = None) -> Engine:
+    """The worker's engine; `objects` reads object-store sources (s3://, gs://, az://)."""
     if settings.engine == "simulated":
         from recall.engines.simulated import SimulatedEngine
+        from recall.media import MediaOptions
 
         return SimulatedEngine(
             chunks=settings.simulated_chunks,
             chunk_delay_seconds=settings.simulated_chunk_delay,
             chunk_seconds=settings.chunk_seconds,
             record_path=settings.simulated_record,
+            words_per_minute=settings.simulated_words_per_minute,
+            media=MediaOptions.from_settings(settings, objects)
+            if settings.simulated_media
+            else None,
         )
     if settings.engine == "openai":
         from recall.engines.openai import OpenAIEngine
 
-        return OpenAIEngine.from_settings(settings)
+        return OpenAIEngine.from_settings(settings, objects)
     from recall.engines.whisper import WhisperEngine
 
-    return WhisperEngine.from_settings(settings)
+    return WhisperEngine.from_settings(settings, objects)

@@ -39,6 +39,7 @@ import httpx
 from recall.base import log
 from recall.engines.base import primary_language
 from recall.media import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
+from recall.media.fetch import ObjectReader
 from recall.media.types import Chunk, Media, Segment
 from recall.resources.errors import JobFailure
 
@@ -178,7 +179,9 @@ class OpenAIEngine:
         self._client = httpx.Client(timeout=httpx.Timeout(timeout))
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> OpenAIEngine:
+    def from_settings(
+        cls, settings: WorkerSettings, objects: ObjectReader | None = None
+    ) -> OpenAIEngine:
         return cls(
             base_url=settings.openai_base_url,
             model=settings.openai_model,
@@ -186,7 +189,7 @@ class OpenAIEngine:
             api_key_file=settings.openai_api_key_file,
             timeout=settings.openai_timeout,
             max_retries=settings.openai_max_retries,
-            media=MediaOptions.from_settings(settings),
+            media=MediaOptions.from_settings(settings, objects),
         )
 
     def close(self) -> None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from recall.base import log
 from recall.engines.base import primary_language
 from recall.media import AudioMedia, MediaOptions, load_job_media
+from recall.media.fetch import ObjectReader
 from recall.media.types import Chunk, Segment
 from recall.resources.errors import JobFailure
 
@@ -132,11 +133,13 @@ class WhisperEngine:
         self.vad_filter = vad_filter
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> WhisperEngine:
+    def from_settings(
+        cls, settings: WorkerSettings, objects: ObjectReader | None = None
+    ) -> WhisperEngine:
         return cls(
             model=settings.whisper_model,
             threads=settings.whisper_threads,
-            media=MediaOptions.from_settings(settings),
+            media=MediaOptions.from_settings(settings, objects),
         )
 
     def label(self) -> str:

@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +40,21 @@ class Fetched:
             self.path.unlink(missing_ok=True)
 
 
-def fetch(url: str, *, max_bytes: int, http_timeout: float, workdir: Path | None = None) -> Fetched:
+# Downloads an object-store source (s3://, gs://, az://) into `workdir` with the worker's store
+# credentials: (url, workdir, max_bytes) -> (path of a new temporary file, its sha256). The
+# worker provides it; media never opens a store itself.
+ObjectReader = Callable[[str, Path | None, int], tuple[Path, str]]
+OBJECT_SCHEMES = ("s3", "gs", "az")
+
+
+def fetch(
+    url: str,
+    *,
+    max_bytes: int,
+    http_timeout: float,
+    workdir: Path | None = None,
+    objects: ObjectReader | None = None,
+) -> Fetched:
     """The source's bytes in a local file, with their fingerprint."""
     scheme = urlsplit(url).scheme.lower()
     if scheme == "file":
@@ -52,9 +67,13 @@ def fetch(url: str, *, max_bytes: int, http_timeout: float, workdir: Path | None
             url, max_bytes=max_bytes, http_timeout=http_timeout, workdir=workdir
         )
         return Fetched(url, path, path.stat().st_size, f"sha256:{digest}", temporary=True)
+    if scheme in OBJECT_SCHEMES and objects is not None:
+        path, digest = objects(url, workdir, max_bytes)
+        return Fetched(url, path, path.stat().st_size, f"sha256:{digest}", temporary=True)
     raise JobFailure(
         "SourceRejected",
-        f"{display_url(url)}: unsupported URL scheme (use file://, http:// or https://)",
+        f"{display_url(url)}: unsupported URL scheme (use file://, http(s)://, or s3://, gs://, "
+        "az:// on a worker with a results store)",
         permanent=True,
     )
 

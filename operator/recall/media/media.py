@@ -49,7 +49,7 @@ from recall.base import log
 from recall.media.common import SAMPLE_RATE, SNAP_SECONDS, Either, ResumeInvalid, Samples
 from recall.media.cut import Cutter
 from recall.media.decode import Decoder, probe, tail_signature
-from recall.media.fetch import Fetched, display_url, fetch
+from recall.media.fetch import Fetched, ObjectReader, display_url, fetch
 from recall.media.types import Chunk, Cutting, Media, Resume
 from recall.resources.errors import JobFailure
 
@@ -71,14 +71,18 @@ class MediaOptions:
     http_timeout: float = 30.0
     max_seconds: float | None = None
     workdir: Path | None = None  # where downloads go; None = the system temp directory
+    objects: ObjectReader | None = None  # reads s3://, gs://, az:// sources (the worker's)
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> MediaOptions:
+    def from_settings(
+        cls, settings: WorkerSettings, objects: ObjectReader | None = None
+    ) -> MediaOptions:
         return cls(
             chunk_seconds=float(settings.chunk_seconds),
             max_bytes=settings.media_max_bytes,
             http_timeout=settings.http_timeout,
             max_seconds=settings.media_max_seconds,
+            objects=objects,
         )
 
     def for_job(self, job: TranscriptionJob) -> MediaOptions:
@@ -98,7 +102,11 @@ def load_media(url: str, options: MediaOptions) -> AudioMedia:
     """Fetch and probe the source at `url`; see the module contract."""
     began = time.monotonic()
     source = fetch(
-        url, max_bytes=options.max_bytes, http_timeout=options.http_timeout, workdir=options.workdir
+        url,
+        max_bytes=options.max_bytes,
+        http_timeout=options.http_timeout,
+        workdir=options.workdir,
+        objects=options.objects,
     )
     try:
         seconds = probe(source.path, url)

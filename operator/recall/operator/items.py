@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from recall.resources import Batch
 
 KEY = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-URL = re.compile(r"^(file:///|https?://)\S+$")
+URL = re.compile(r"^(file:///|https?://|(s3|gs|az)://[^/\s]+/)\S+$")
 MAX_KEY = 63
 MAX_URL = 2048
 MAX_ITEMS = 1_000_000

@@ -137,9 +137,7 @@ def _local_cluster(tmp: Path, failed: Callable[[], bool]) -> Iterator[PodCluster
         store = tmp / "store"
         store.mkdir(mode=0o700)
         os.chown(store, STORE_UID, STORE_UID)
-        yield PodCluster(
-            "node", cp.kubeconfig, cp.bin_dir, media, kill_container, store_dir=store
-        )
+        yield PodCluster("node", cp.kubeconfig, cp.bin_dir, media, kill_container, store_dir=store)
     finally:
         node.stop()
         kept = cp.stop(keep_logs=failed())

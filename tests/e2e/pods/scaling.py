@@ -121,6 +121,7 @@ class Scaling:
     recorder: Recorder
     values: Path
     first_claims: list[float] = field(default_factory=list)  # seconds, from zero workers
+    steps: list[dict[str, float]] = field(default_factory=list)  # where those seconds went
     started: float = field(default_factory=time.monotonic)
 
     def replicas(self) -> int:
@@ -190,7 +191,40 @@ class Scaling:
             return [_epoch(t) for t in times if t]
 
         first = min(wait_for(started, timeout=180, interval=0.2, message=f"{batch} claimed"))
+        self.steps.append(self._steps(applied, first))
         return first - applied
+
+    def _steps(self, applied: float, claimed: float) -> dict[str, float]:
+        """Seconds from the apply to the scale-up Event, the first new worker pod, its
+        container running, and the claim (the API server keeps these times to the second)."""
+        scaled = [
+            _epoch(str(e.get("lastTimestamp") or e.get("eventTime")))
+            for e in self.kube.list_events(NS)
+            if e.get("reason") == "ScaledUp"
+        ]
+        pods = (
+            client.CoreV1Api(self.api)
+            .list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=worker")
+            .items
+        )
+        created = [p.metadata.creation_timestamp.timestamp() for p in pods]
+        running = [
+            c.state.running.started_at.timestamp()
+            for p in pods
+            for c in p.status.container_statuses or []
+            if c.state.running is not None
+        ]
+
+        def first(times: list[float]) -> float:
+            after = [t for t in times if t >= int(applied)]
+            return round(min(after) - applied, 1) if after else float("nan")
+
+        return {
+            "scaled": first(scaled),
+            "pod_created": first(created),
+            "container_running": first(running),
+            "claimed": round(claimed - applied, 1),
+        }
 
     def wait_done(self, batch: str, timeout: float = 300) -> list[dict[str, Any]]:
         def done() -> list[dict[str, Any]] | None:
@@ -370,6 +404,10 @@ def test_scaling_5__twenty_scale_downs_stop_no_busy_worker(scaling: Scaling) -> 
             "min": round(min(scaling.first_claims), 2),
             "median": round(statistics.median(scaling.first_claims), 2),
             "max": round(max(scaling.first_claims), 2),
+        },
+        "first_claim_steps_median_seconds": {
+            key: statistics.median(step[key] for step in scaling.steps)
+            for key in ("scaled", "pod_created", "container_running", "claimed")
         },
         "window_seconds": round(window),
         "busy_worker_seconds": round(busy),

@@ -8,8 +8,6 @@ cores, other test runs beside us).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -18,8 +16,7 @@ import pytest
 
 from recall.kube.store import KubeStore as Kube
 from recall.operator.fanout import job_name
-from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, LABEL_JOB, VERSION, Phase
-from recall.transcripts import LABEL_KIND, MANIFEST
+from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
 from recall_dev import speech
 from tests.e2e.pods.conftest import CHART, NAMESPACE, PodCluster
 from tests.helpers import get_batch, get_job, job_phase, wait_for
@@ -90,15 +87,24 @@ def wait_complete(kube: Kube, name: str, timeout: float = 300) -> Any:
     )
 
 
-def transcript(cluster: PodCluster, job: str) -> str:
-    """The accepted transcript of `job`, as `recall transcript` prints it."""
-    done = subprocess.run(
-        [sys.executable, "-m", "recall", "transcript", job, "--namespace", NAMESPACE,
-         "--kubeconfig", str(cluster.kubeconfig)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, f"recall transcript {job}: {done.stderr}"
+def in_operator(cluster: PodCluster, *command: str) -> str:
+    """`command` run in a ready operator pod: it has the results store's address and keys (the
+    store is a pod of the cluster: nothing outside reaches it)."""
+    pod = next(
+        p["metadata"]["name"]
+        for p in cluster.pods("operator")
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    )
+    done = cluster.run(
+        "kubectl", "exec", "-n", NAMESPACE, pod, "-c", "operator", "--", *command, check=False
+    )
+    assert done.returncode == 0, f"{' '.join(command)} in {pod}: {done.stdout}{done.stderr}"
     return done.stdout
+
+
+def transcript(cluster: PodCluster, job: str) -> str:
+    """The accepted transcript of `job`, as `recall transcript` prints it (in the cluster)."""
+    return in_operator(cluster, "recall", "transcript", job, "--namespace", NAMESPACE)
 
 
 def wer(reference: str, hypothesis: str) -> float:
@@ -119,12 +125,21 @@ def leased_mid_job(kube: Kube, job: str) -> tuple[str, int] | None:
     return None
 
 
-def manifests(kube: Kube, job: str) -> list[str]:
-    """The transcript manifests (one per attempt that stored any) of a job."""
-    items = kube.core.list_namespaced_config_map(
-        NAMESPACE, label_selector=f"{LABEL_JOB}={job},{LABEL_KIND}={MANIFEST}"
-    ).items
-    return sorted(cm.metadata.name for cm in items)
+STORE_KEYS = """
+import sys
+from recall.base.settings import StoreSettings
+from recall.bucket import Stores
+from recall.transcripts import namespace_prefix
+results = Stores(StoreSettings()).results()
+for o in results.list(namespace_prefix(sys.argv[1])):
+    print(o.key)
+"""
+
+
+def store_keys(cluster: PodCluster, job: str) -> list[str]:
+    """The keys the results store holds for `job` (read from an operator pod)."""
+    out = in_operator(cluster, "python3", "-c", STORE_KEYS, NAMESPACE)
+    return sorted(k for k in out.split() if k.split("/")[2:3] == [job])
 
 
 def log_events(cluster: PodCluster, pod: str, event: str) -> list[dict[str, Any]]:
@@ -335,13 +350,13 @@ def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
         assert status.result is not None
 
         # One accepted transcript; whatever an interrupted attempt wrote is removed.
-        def only_accepted(job: str = name, accepted: str = status.result.config_map) -> bool:
-            return manifests(kube, job) == [accepted]
+        def only_accepted(job: str = name, accepted: str = status.result.transcript) -> bool:
+            return store_keys(cluster, job) == [accepted]
 
         wait_for(
             only_accepted,
-            timeout=90, interval=1,
-            message=f"{name}: only the accepted transcript manifest {status.result.config_map}",
+            timeout=90, interval=2,
+            message=f"{name}: only the accepted transcript {status.result.transcript}",
         )  # fmt: skip
 
 
