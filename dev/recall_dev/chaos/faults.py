@@ -66,7 +66,7 @@ FAULTS: dict[str, float] = {
     "operator-stop": 4,
     "stale-write": 12,
     "store-slow": 3,
-    "store-lost-puts": 4,
+    "store-lost-puts": 6,
     "store-down": 1.5,
 }
 # The jobs a stale write goes to, and their weights.
@@ -224,7 +224,7 @@ class Injector:
         """The answers of the next `count` PUTs lost (within `seconds` s)."""
         if self.store.active("lose"):
             return
-        count = self.rng.randint(1, 6)
+        count = self.rng.randint(2, 8)
         how: Literal["reset", "hang"] = "hang" if self.rng.random() < 0.3 else "reset"
         seconds = round(self.rng.uniform(2.0, 6.0), 2)
         self.store.lose_puts(count, how)
