@@ -26,9 +26,10 @@ from pathlib import Path
 
 from recall.kube.store import KubeStore, load_api_client
 from recall.resources import Phase, TranscriptionJob
-from recall_dev import speech
+from recall_dev import objstore_dev, speech
 from recall_dev.cluster import STATE_FILE, ControlPlane, dev_down, dev_up
 from recall_dev.crds import install_crds
+from recall_dev.objstore import ObjectStore
 
 DEMO_SENTENCES = [
     [speech.SENTENCES[0], speech.SENTENCES[1]],
@@ -54,6 +55,7 @@ class Demo:
         self.lease = lease
         self.chunk_seconds = chunk_seconds
         self.cp: ControlPlane | None = None
+        self.objects: ObjectStore | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs = workdir / "logs"
         self.media = workdir / "media"
@@ -70,12 +72,31 @@ class Demo:
         self.cp = cp
         install_crds(str(cp.kubeconfig))
         say(f"API server {cp.server} is ready; CRDs installed")
+        say("starting the results store (SeaweedFS on loopback, bucket recall)")
+        if self.keep:
+            self.objects = objstore_dev.dev_up(
+                self.workdir / "objstore", ("recall",), lambda m: print(f"    {m}", flush=True)
+            )
+        else:
+            self.objects = ObjectStore(self.workdir / "objstore", buckets=("recall",))
+            self.objects.start()
+        say(f"S3 at {self.objects.endpoint}: transcripts and checkpoints go there, not to etcd")
         return cp
+
+    def env(self, worker: bool = False) -> dict[str, str]:
+        """The control plane's and the results store's variables (the workers' own identity)."""
+        assert self.cp is not None and self.objects is not None
+        creds = self.objects.worker if worker else self.objects.admin
+        store = self.objects.env(creds) | {"RECALL_STORE_URL": "s3://recall/"}
+        return self.cp.env() | store
 
     def spawn(self, name: str, *args: str) -> None:
         assert self.cp is not None
         self.logs.mkdir(parents=True, exist_ok=True)
-        env = self.cp.env() | {"RECALL_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1"}
+        env = self.env(worker=args[0] == "worker") | {
+            "RECALL_LOG_FORMAT": "json",
+            "PYTHONUNBUFFERED": "1",
+        }
         with (self.logs / f"{name}.log").open("ab") as out:
             self.procs[name] = subprocess.Popen(
                 recall_cmd(*args),
@@ -121,7 +142,7 @@ class Demo:
                 "--lease",
                 str(self.lease),
             ),
-            env=self.cp.env(),
+            env=self.env(),
             check=True,
         )
 
@@ -153,7 +174,7 @@ class Demo:
         killer.start()
         try:
             return subprocess.run(
-                recall_cmd("watch", "demo", "--timeout", "600"), env=self.cp.env()
+                recall_cmd("watch", "demo", "--timeout", "600"), env=self.env()
             ).returncode
         finally:
             stop.set()
@@ -164,12 +185,12 @@ class Demo:
         store = KubeStore(load_api_client(self.cp.kubeconfig))
         jobs = [TranscriptionJob.from_api(o) for o in store.list_jobs("default").items]
         say("the jobs:  recall get jobs -o wide")
-        subprocess.run(recall_cmd("get", "jobs", "-o", "wide"), env=self.cp.env(), check=False)
+        subprocess.run(recall_cmd("get", "jobs", "-o", "wide"), env=self.env(), check=False)
         for job in sorted(jobs, key=lambda j: j.name):
             if job.status.effective_phase is not Phase.SUCCEEDED:
                 continue
             say(f"transcript of {job.name}:  recall transcript {job.name}")
-            subprocess.run(recall_cmd("transcript", job.name), env=self.cp.env(), check=False)
+            subprocess.run(recall_cmd("transcript", job.name), env=self.env(), check=False)
 
     def stop(self) -> None:
         if self.keep:
@@ -190,6 +211,8 @@ class Demo:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        if self.objects is not None:
+            self.objects.stop()
         if self.cp is not None:
             self.cp.stop()
         say("stopped everything")

@@ -106,6 +106,27 @@ BAD: list[tuple[str, str, dict[str, Any], str]] = [
         "put them in lists named by spec.itemsFrom",
     ),
     (
+        "batch-more-than-1000-inline-items",
+        BATCH_PLURAL,
+        with_spec(BATCH, items=[item(f"i{i}", f"https://m/{i}.wav") for i in range(1500)]),
+        "list the items in ConfigMaps named by spec.itemsFrom",
+    ),
+    (
+        "job-output-with-an-unknown-scheme",
+        JOB_PLURAL,
+        {**JOB, "spec": {**JOB["spec"], "output": {"url": "ftp://media-out/talks/{key}"}}},
+        "spec.output.url",
+    ),
+    (
+        "job-output-with-an-unknown-format",
+        JOB_PLURAL,
+        {
+            **JOB,
+            "spec": {**JOB["spec"], "output": {"url": "s3://out/{key}", "formats": ["docx"]}},
+        },
+        "spec.output.formats[0]",
+    ),
+    (
         "batch-empty-item-list-reference",
         BATCH_PLURAL,
         with_spec(BATCH, itemsFrom=[{"key": "items"}]),

@@ -60,6 +60,13 @@ class StoreSettings(BaseSettings):
     )
     timeout: float = Field(30.0, gt=0, description="Timeout of one store request, seconds.")
     connect_timeout: float = Field(5.0, gt=0, description="Timeout of one connection, seconds.")
+    credentials_refresh_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="How long credentials read from credentials_dir are used before the files "
+        "are read again (a rotated Secret is picked up within this).",
+    )
     presign_seconds: int = Field(
         3600, ge=60, le=7 * 24 * 3600, description="How long a presigned URL is valid."
     )

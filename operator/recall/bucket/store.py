@@ -47,7 +47,6 @@ from recall.bucket.errors import StoreConflict, StoreError, StoreUrlInvalid, cla
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Credential
 
-CREDENTIAL_REFRESH = dt.timedelta(seconds=60)
 DELETE_BATCH = 500
 
 
@@ -99,10 +98,12 @@ def allow_http() -> bool:
 
 class FileCredentials:
     """S3 credentials read from files named like their variables (a mounted Secret), handed
-    to obstore with a one-minute expiry so a rotated Secret is read again."""
+    to obstore with an expiry (`refresh`, a minute by default) so a rotated Secret is read
+    again."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, refresh: float = 60.0) -> None:
         self.directory = directory
+        self.refresh = dt.timedelta(seconds=refresh)
 
     def _read(self, name: str) -> str | None:
         path = self.directory / name
@@ -121,7 +122,7 @@ class FileCredentials:
             "access_key_id": key,
             "secret_access_key": secret,
             "token": self._read("AWS_SESSION_TOKEN"),
-            "expires_at": dt.datetime.now(dt.UTC) + CREDENTIAL_REFRESH,
+            "expires_at": dt.datetime.now(dt.UTC) + self.refresh,
         }
 
 
@@ -171,7 +172,9 @@ class Stores:
         try:
             if location.scheme == "s3":
                 if s.credentials_dir is not None:
-                    common["credential_provider"] = FileCredentials(s.credentials_dir)
+                    common["credential_provider"] = FileCredentials(
+                        s.credentials_dir, s.credentials_refresh_seconds
+                    )
                 return S3Store(location.bucket, **common)
             if location.scheme == "gs":
                 return GCSStore(location.bucket, **common)

@@ -191,12 +191,26 @@ class Scaling:
             return [_epoch(t) for t in times if t]
 
         first = min(wait_for(started, timeout=180, interval=0.2, message=f"{batch} claimed"))
-        self.steps.append(self._steps(applied, first))
+        holder = next(
+            str(((o.get("status") or {}).get("lease") or {}).get("holder") or "")
+            for o in self.jobs_of(batch)
+            if _epoch(str((o.get("status") or {}).get("startedAt") or "1970-01-01")) == first
+        )
+        self.steps.append(self._steps(applied, first, holder))
         return first - applied
 
-    def _steps(self, applied: float, claimed: float) -> dict[str, float]:
+    def _worker_started(self, pod: str) -> float:
+        """When the worker process in `pod` started its loop (its `worker_started` log line)."""
+        out = self.cluster.run("kubectl", "logs", "-n", NS, pod, "-c", "worker", check=False)
+        for line in out.stdout.splitlines():
+            if '"worker_started"' in line:
+                return _epoch(str(json.loads(line)["timestamp"]))
+        return float("nan")
+
+    def _steps(self, applied: float, claimed: float, holder: str) -> dict[str, float]:
         """Seconds from the apply to the scale-up Event, the first new worker pod, its
-        container running, and the claim (the API server keeps these times to the second)."""
+        container running, the worker loop started, and the claim (the API server keeps
+        the first three to the second)."""
         scaled = [
             _epoch(str(e.get("lastTimestamp") or e.get("eventTime")))
             for e in self.kube.list_events(NS)
@@ -223,6 +237,7 @@ class Scaling:
             "scaled": first(scaled),
             "pod_created": first(created),
             "container_running": first(running),
+            "worker_started": round(self._worker_started(holder) - applied, 1) if holder else -1,
             "claimed": round(claimed - applied, 1),
         }
 
@@ -407,7 +422,7 @@ def test_scaling_5__twenty_scale_downs_stop_no_busy_worker(scaling: Scaling) -> 
         },
         "first_claim_steps_median_seconds": {
             key: statistics.median(step[key] for step in scaling.steps)
-            for key in ("scaled", "pod_created", "container_running", "claimed")
+            for key in ("scaled", "pod_created", "container_running", "worker_started", "claimed")
         },
         "window_seconds": round(window),
         "busy_worker_seconds": round(busy),
