@@ -73,6 +73,7 @@ class Controller:
         *,
         results: Bucket,
         stores: Stores | None = None,
+        leading: threading.Event | None = None,
         clock: Monotonic = boottime,
         now: Callable[[], dt.datetime] = utcnow,
     ) -> None:
@@ -84,7 +85,8 @@ class Controller:
         self.ready = ReadyQueue(clock, ahead_seconds=settings.offer_ahead_seconds)
         self.cache.listeners.append(self.ready.update)
         self.registry = Registry(clock, wake=self.wake_dispatch)
-        self.leading = threading.Event()
+        # Set while this replica leads (the elector's event, shared by every loop that acts).
+        self.leading = leading if leading is not None else threading.Event()
         self.results = Results(
             store,
             results,

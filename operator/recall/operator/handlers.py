@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import kopf
@@ -44,15 +45,6 @@ class Runtime:
 
     def __init__(self, store: Store, settings: OperatorSettings, stores: Stores) -> None:
         self.settings = settings
-        self.controller = Controller(store, settings, results=stores.results(), stores=stores)
-        self.informer = Informer(
-            Jobs(store, settings.namespace), self.controller.cache, name="job-informer"
-        )
-        self.registrations = Informer(
-            Leases(store, settings.namespace, SELECTOR),
-            self.controller.registry,
-            name="registrations",
-        )
         self.stop = threading.Event()
         self.elector: LeaderElector | None = None
         if settings.leader_election:
@@ -65,10 +57,23 @@ class Runtime:
                 renew_deadline=settings.renew_deadline,
                 retry_period=settings.retry_period,
             )
-            self.controller.leading = self.elector.leading
+        # One leadership for every loop: the controller's, the results', the autoscaler's.
+        leading = self.elector.leading if self.elector is not None else threading.Event()
+        self.controller = Controller(
+            store, settings, results=stores.results(), stores=stores, leading=leading
+        )
+        if self.elector is not None:
             self.controller.applier.leadership = self.elector
         else:
-            self.controller.leading.set()
+            leading.set()
+        self.informer = Informer(
+            Jobs(store, settings.namespace), self.controller.cache, name="job-informer"
+        )
+        self.registrations = Informer(
+            Leases(store, settings.namespace, SELECTOR),
+            self.controller.registry,
+            name="registrations",
+        )
         self.threads: list[threading.Thread] = []
         self.autoscaling = Autoscaling(
             store, settings, self.controller, jobs=self.informer, registrations=self.registrations
@@ -83,6 +88,7 @@ class Runtime:
         self._spawn("controller", self.controller.run)
         self.autoscaling.start(self._spawn)
         self._spawn("results", self.controller.results.run)
+        self._spawn("leader-gauge", self._gauge)
         readiness.serve(self.settings.health_port, self.ready)
 
     def ready(self) -> str | None:
@@ -92,7 +98,6 @@ class Runtime:
         if self.controller.results.reachable is not None:
             return f"the results store: {self.controller.results.reachable}"
         return None
-        self._spawn("leader-gauge", self._gauge)
 
     def _spawn(self, name: str, target: Any) -> None:
         thread = threading.Thread(target=target, args=(self.stop,), name=name, daemon=True)
@@ -107,8 +112,10 @@ class Runtime:
         self.stop.set()
         self.autoscaling.stop()
         self.controller.wake()
+        self.controller.results.wake()
+        deadline = time.monotonic() + 10  # one deadline for all: a stop takes 10 s at most
         for thread in self.threads:
-            thread.join(timeout=10)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _runtime(memo: Any) -> Runtime:

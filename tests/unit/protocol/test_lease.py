@@ -343,3 +343,24 @@ def test_new_token__random_and_long() -> None:
     tokens = {lease.new_token() for _ in range(1000)}
     assert len(tokens) == 1000
     assert all(len(t) == 32 for t in tokens)
+
+
+def test_publish__once_on_a_succeeded_job_and_nowhere_else() -> None:
+    from recall.resources import Published
+
+    done = lease.complete(leased(), NOW, ME, TOKEN, seq=2, result=Result(transcript=KEY))
+    assert isinstance(done, JobStatus)
+    record = Published(time=NOW, formats=["srt"])
+    published = lease.publish(done, NOW, published=record)
+    assert isinstance(published, JobStatus) and published.published is not None
+    assert published.model_copy(update={"published": None}) == done  # nothing else changed
+    again = lease.publish(published, NOW, published=record)
+    assert isinstance(again, Refusal) and again.reason == R.PUBLISHED
+    queued = lease.publish(JobStatus(), NOW, published=record)
+    assert isinstance(queued, Refusal) and queued.reason == R.NOT_SUCCEEDED
+    # The memory store refuses what the CRD refuses: a second record, or one with more in it.
+    spec = {"maxAttempts": 5, "maxReleases": 10}
+    old, new = done.to_api(), published.to_api()
+    assert job_status_rules(old, new, spec) == []
+    assert job_status_rules(new, {**new, "published": {"time": "2026-01-01T00:00:00Z"}}, spec)
+    assert job_status_rules(old, {**new, "attempts": 9}, spec)
