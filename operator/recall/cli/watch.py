@@ -235,14 +235,15 @@ def _event_style(event: str) -> str:
 
 def summary_line(snap: Snapshot) -> str:
     b, c = snap.batch, snap.batch.status.counts
+    workers = "".join(f"; {line}" for line in snap.workers)
     if c is None:
-        return f"{b.name}: waiting for the operator"
+        return f"{b.name}: waiting for the operator{workers}"
     return (
         f"{b.name}: {c.completed}/{c.total} completed, {c.transcribing} transcribing, "
         f"{c.queued} queued, {c.failed} failed, {c.cancelled} cancelled; "
         f"reclaims {b.status.expired_leases or 0}, heals {b.status.heals or 0}, "
-        f"progress {b.status.progress or '0%'}"
-    ) + "".join(f"; {line}" for line in snap.workers)
+        f"progress {b.status.progress or '0%'}{workers}"
+    )
 
 
 def watch(

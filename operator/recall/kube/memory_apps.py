@@ -30,14 +30,21 @@ class MemoryApps(MemoryCore):
     # -- test controls -----------------------------------------------------------------------
 
     def put_deployment(
-        self, namespace: str, name: str, replicas: int, labels: dict[str, str]
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        labels: dict[str, str],
+        *,
+        own_labels: dict[str, str] | None = None,
     ) -> RawObject:
-        """Create (or replace) a Deployment whose pods carry `labels`."""
+        """Create (or replace) a Deployment whose pods carry `labels` (and it `own_labels`)."""
         deployments, _, _ = self._fleet()
+        meta = {"name": name, "namespace": namespace, "generation": 1, "labels": own_labels or {}}
         obj: RawObject = {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": name, "namespace": namespace, "generation": 1, "labels": {}},
+            "metadata": meta,
             "spec": {"replicas": replicas, "selector": {"matchLabels": dict(labels)}},
             "status": {"observedGeneration": 1, "replicas": replicas, "updatedReplicas": replicas},
         }

@@ -21,254 +21,33 @@ Imported by test_pods.py (one file: one node, one pytest-xdist process), after i
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import json
 import statistics
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 
 from recall.kube.store import KubeStore as Kube
-from recall.resources import API_VERSION, Phase
+from recall.resources import Phase
 from tests.e2e.pods.conftest import CHART, PodCluster, release_values
+from tests.e2e.pods.fleet import (
+    MAX,
+    NS,
+    RELEASE,
+    VALUES,
+    Recorder,
+    Scaling,
+    interrupted,
+    leased_jobs,
+)
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
-
-NS = "recall-scale"
-RELEASE = "scale"
-WORKER = f"{RELEASE}-recall-worker"
-MAX = 4
-COOLDOWN = 8
-VALUES: dict[str, Any] = {
-    "engine": {"name": "simulated"},
-    "operator": {"leaderElection": {"leaseDuration": 6, "renewDeadline": 4, "retryPeriod": 1}},
-    "worker": {
-        "replicas": 2,
-        "graceSeconds": 2,
-        "autoscaling": {
-            "minReplicas": 0,
-            "maxReplicas": MAX,
-            "cooldownSeconds": COOLDOWN,
-            "scaleDownStep": 1,
-            "builtin": {"intervalSeconds": 1},
-        },
-        # A drained worker is out of service within a second; renewals every second.
-        "readinessProbe": {"periodSeconds": 1, "timeoutSeconds": 2, "failureThreshold": 1},
-        "extraEnv": [{"name": "RECALL_WORKER_REGISTRATION_SECONDS", "value": "3"}],
-        "resources": {
-            "requests": {"cpu": "50m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
-            "limits": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "256Mi"},
-        },
-    },
-}
-
-
-@dataclass
-class Sample:
-    at: float  # time.monotonic()
-    replicas: int
-    running: int  # worker pods running and not terminating
-    leased: int  # leased jobs
-
-
-@dataclass
-class Recorder:
-    """Samples the fleet every half second from a thread, for the whole module."""
-
-    api: client.ApiClient
-    kube: Kube
-    samples: list[Sample] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        apps, core = client.AppsV1Api(self.api), client.CoreV1Api(self.api)
-        while not self.stop.wait(0.5):
-            try:
-                replicas = apps.read_namespaced_deployment(WORKER, NS).spec.replicas or 0
-                pods = core.list_namespaced_pod(
-                    NS, label_selector="app.kubernetes.io/component=worker"
-                ).items
-                leased = len(leased_jobs(self.kube))
-            except Exception:  # the API server is busy: the next sample
-                continue
-            running = sum(
-                1 for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp
-            )
-            self.samples.append(Sample(time.monotonic(), replicas, running, leased))
-
-    def since(self, start: float) -> list[Sample]:
-        return [s for s in self.samples if s.at >= start]
-
-
-def leased_jobs(kube: Kube) -> list[dict[str, Any]]:
-    return [o for o in kube.list_jobs(NS).items if (o.get("status") or {}).get("phase") == "Leased"]
-
-
-@dataclass
-class Scaling:
-    cluster: PodCluster
-    kube: Kube
-    api: client.ApiClient
-    recorder: Recorder
-    values: Path
-    first_claims: list[float] = field(default_factory=list)  # seconds, from zero workers
-    steps: list[dict[str, float]] = field(default_factory=list)  # where those seconds went
-    started: float = field(default_factory=time.monotonic)
-
-    def replicas(self) -> int:
-        d = client.AppsV1Api(self.api).read_namespaced_deployment(WORKER, NS)
-        return int(d.spec.replicas or 0)
-
-    def live_pods(self) -> int:
-        pods = (
-            client.CoreV1Api(self.api)
-            .list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=worker")
-            .items
-        )
-        return sum(1 for p in pods if not p.metadata.deletion_timestamp)
-
-    def at_zero(self) -> bool:
-        return self.replicas() == 0 and self.live_pods() == 0
-
-    def wait_zero(self, timeout: float = 180) -> None:
-        wait_for(self.at_zero, timeout=timeout, interval=0.5, message=self.describe)
-
-    def describe(self) -> str:
-        d = client.AppsV1Api(self.api).read_namespaced_deployment(WORKER, NS)
-        return (
-            f"the fleet at zero: {d.spec.replicas} replicas, {self.live_pods()} pods, "
-            f"status {(d.metadata.annotations or {}).get('recall.dev/autoscaler')}"
-        )
-
-    def apply(self, name: str, n: int, seconds: float) -> float:
-        """`kubectl apply` a Batch of `n` simulated jobs of about `seconds` each; returns the
-        wall-clock time just before the apply."""
-        chunks = max(1, round(seconds / 2))
-        batch = {
-            "apiVersion": API_VERSION,
-            "kind": "Batch",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "defaults": {
-                    "leaseDurationSeconds": 30,
-                    "maxAttempts": 3,
-                    "engine": {
-                        "name": "simulated",
-                        "simulate": {"chunks": chunks, "chunkDelaySeconds": seconds / chunks},
-                    },
-                },
-                "items": [
-                    {"key": f"k{k}", "source": {"url": f"file:///media/{name}-{k}.wav"}}
-                    for k in range(n)
-                ],
-            },
-        }
-        before = time.time()
-        self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(batch))
-        return before
-
-    def jobs_of(self, batch: str) -> list[dict[str, Any]]:
-        return [
-            o
-            for o in self.kube.list_jobs(NS).items
-            if (o.get("spec") or {}).get("batchRef") == batch
-        ]
-
-    def first_claim(self, batch: str, applied: float) -> float:
-        """Seconds from the apply to the first claim of the Batch (its jobs' startedAt)."""
-
-        def started() -> list[float]:
-            times = [(o.get("status") or {}).get("startedAt") for o in self.jobs_of(batch)]
-            return [_epoch(t) for t in times if t]
-
-        first = min(wait_for(started, timeout=180, interval=0.2, message=f"{batch} claimed"))
-        holder = next(
-            str(((o.get("status") or {}).get("lease") or {}).get("holder") or "")
-            for o in self.jobs_of(batch)
-            if _epoch(str((o.get("status") or {}).get("startedAt") or "1970-01-01")) == first
-        )
-        self.steps.append(self._steps(applied, first, holder))
-        return first - applied
-
-    def _worker_started(self, pod: str) -> float:
-        """When the worker process in `pod` started its loop (its `worker_started` log line)."""
-        out = self.cluster.run("kubectl", "logs", "-n", NS, pod, "-c", "worker", check=False)
-        for line in out.stdout.splitlines():
-            if '"worker_started"' in line:
-                return _epoch(str(json.loads(line)["timestamp"]))
-        return float("nan")
-
-    def _steps(self, applied: float, claimed: float, holder: str) -> dict[str, float]:
-        """Seconds from the apply to the scale-up Event, the first new worker pod, its
-        container running, the worker loop started, and the claim (the API server keeps
-        the first three to the second)."""
-        scaled = [
-            _epoch(str(e.get("lastTimestamp") or e.get("eventTime")))
-            for e in self.kube.list_events(NS)
-            if e.get("reason") == "ScaledUp"
-        ]
-        pods = (
-            client.CoreV1Api(self.api)
-            .list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=worker")
-            .items
-        )
-        created = [p.metadata.creation_timestamp.timestamp() for p in pods]
-        running = [
-            c.state.running.started_at.timestamp()
-            for p in pods
-            for c in p.status.container_statuses or []
-            if c.state.running is not None
-        ]
-
-        def first(times: list[float]) -> float:
-            after = [t for t in times if t >= int(applied)]
-            return round(min(after) - applied, 1) if after else float("nan")
-
-        return {
-            "scaled": first(scaled),
-            "pod_created": first(created),
-            "container_running": first(running),
-            "worker_started": round(self._worker_started(holder) - applied, 1) if holder else -1,
-            "claimed": round(claimed - applied, 1),
-        }
-
-    def wait_done(self, batch: str, timeout: float = 300) -> list[dict[str, Any]]:
-        def done() -> list[dict[str, Any]] | None:
-            b = self.kube.get_batch(NS, batch)
-            return self.jobs_of(batch) if b is not None and b.status.complete else None
-
-        return wait_for(done, timeout=timeout, interval=1, message=f"Batch {batch} complete")
-
-    def scale_downs(self) -> list[str]:
-        return [
-            str(e.get("message"))
-            for e in self.kube.list_events(NS)
-            if e.get("reason") == "ScaledDown"
-            and (e.get("involvedObject") or {}).get("name") == WORKER
-        ]
-
-
-def _epoch(value: str) -> float:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
-def interrupted(jobs: list[dict[str, Any]]) -> list[str]:
-    """Jobs that were released or reclaimed (what a scale-down must never cause)."""
-    return [
-        o["metadata"]["name"]
-        for o in jobs
-        if int((o.get("status") or {}).get("releases") or 0)
-        or int((o.get("status") or {}).get("expiredLeases") or 0)
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -283,6 +62,9 @@ def scaling(
     cluster.run(
         "helm", "install", RELEASE, str(CHART), "--namespace", NS, "--create-namespace",
         *release_values(cluster), "--values", str(values), "--set", "crds.install=false",
+        # its own results store, in an emptyDir (the main release's data stays its own)
+        "--set", "store.bundled.persistence.enabled=false",
+        "--set", "store.bundled.persistence.hostPath=",
         "--wait", "--timeout", "5m",
     )  # fmt: skip
     recorder = Recorder(api, kube)
