@@ -12,8 +12,8 @@ Contract:
   which makes the line say so instead). Steps that are not builds give their own verb
   ("create" / "created").
 - On failure (any exception) it prints `[<tool>] FAILED to build <what> after <n> s; full log:
-  <path>` and the log's last lines, then re-raises. A failed command raises `BuildError`
-  naming the command and the log.
+  <path>` and the log's last lines, then re-raises. Either line also ends the log. A failed
+  command raises `BuildError` naming the command and the log.
 The same words as hack/k8s-tools/build.sh, whose lines look alike.
 """
 
@@ -105,6 +105,7 @@ def build_step(
         yield step
     except BaseException:
         took = time.monotonic() - start
+        step.write(f"[{tool}] FAILED to {verb} {what} after {took:.0f} s")
         print(
             f"[{tool}] FAILED to {verb} {what} after {took:.0f} s; full log: {log}\n{tail(log)}",
             file=sys.stderr,
@@ -117,4 +118,5 @@ def build_step(
         line = f"[{tool}] {what} is up to date{notes}"
     else:
         line = f"[{tool}] {past} {what}{notes} in {took:.0f} s; log: {log}"
+    step.write(line)
     print(line, file=sys.stderr, flush=True)
