@@ -22,6 +22,7 @@ Steps, each cached under ~/.cache/recall/image so a second build only redoes wha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,7 @@ ABIS = ["cp311", "abi3", "none"]
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_REPOSITORY = "recall.local/python-base"
+ARCHIVE_KEEP_SECONDS = 3600
 
 
 class ImageError(RuntimeError):
@@ -242,12 +245,15 @@ def build(tag: str = DEFAULT_TAG, docker: DockerEngine | None = None) -> str:
 
 
 def save(tag: str, image_id: str, docker: DockerEngine) -> Path:
-    """`docker save` of the image, cached by image ID (older archives are removed)."""
+    """`docker save` of the image, cached by image ID (archives of other images are removed
+    once an hour old: a test run beside this one may still be loading the one it was given)."""
     archive = image_cache() / f"recall-{image_id.removeprefix('sha256:')[:16]}.tar"
     if archive.exists():
         return archive
     for old in image_cache().glob("recall-*.tar"):
-        old.unlink()
+        with contextlib.suppress(OSError):
+            if old.stat().st_mtime < time.time() - ARCHIVE_KEEP_SECONDS:
+                old.unlink()
     partial = archive.with_suffix(".partial")
     docker.run(["save", "--output", str(partial), tag])
     partial.rename(archive)
