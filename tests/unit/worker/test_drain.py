@@ -5,7 +5,6 @@ removing the request; a drained worker picks nothing and is not ready."""
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from recall.base.settings import WorkerSettings
 from recall.engines.simulated import SimulatedEngine
@@ -25,8 +24,7 @@ from recall.worker.drain import Drain
 from recall.worker.health import Liveness
 from recall.worker.loop import Worker
 from recall.worker.registration import Registration
-from tests.unit import fakes
-from tests.unit.fakes import NS, job_manifest
+from tests.unit.fakes import NS, job_manifest, memory_bucket
 
 
 def registered(store: MemoryStore, drain: Drain, worker: str = "w1") -> Registration:
@@ -126,10 +124,9 @@ def test_registration__a_request_written_between_read_and_write_is_answered_next
 def test_worker__drained_picks_nothing_and_is_not_ready() -> None:
     store = MemoryStore()
     settings = WorkerSettings(id="w1", engine="simulated", self_serve_seconds=0.01)
-    # The worker takes a results store once the object-store rework lands (fakes.memory_bucket).
-    bucket = getattr(fakes, "memory_bucket", None)
-    extra: dict[str, Any] = {} if bucket is None else {"results": bucket()}
-    worker = Worker(store, settings, SimulatedEngine(chunks=1), namespace=NS, **extra)
+    worker = Worker(
+        store, settings, SimulatedEngine(chunks=1), namespace=NS, results=memory_bucket()
+    )
     liveness = Liveness()
     liveness.draining = worker.drain.draining
     liveness.beat()
