@@ -66,6 +66,16 @@ class DockerError(RuntimeError):
     """No Docker engine could be reached or started."""
 
 
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read a MiB at a time: how cached builds name and
+    recognise what they made."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def cache_root() -> Path:
     """Where the project keeps what it builds (`RECALL_CACHE_DIR`, else ~/.cache/recall)."""
     override = os.environ.get("RECALL_CACHE_DIR")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import os
 import shutil
 import subprocess
@@ -37,7 +36,7 @@ from typing import Any
 
 from recall_dev.buildlog import BuildError, Step, build_step
 from recall_dev.cluster import repo_root
-from recall_dev.docker import DockerEngine, cache_root, docker_engine
+from recall_dev.docker import DockerEngine, cache_root, docker_engine, file_sha256
 
 DEFAULT_TAG = "recall.local/recall:dev"
 LOCK_FILE = Path("hack/image/requirements.lock")
@@ -65,14 +64,6 @@ def image_cache() -> Path:
     return d
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 # -- 1. wheels ---------------------------------------------------------------------------------
 
 
@@ -87,7 +78,7 @@ def _run(cmd: list[str], step: Step | None, **kw: Any) -> None:
 def download_wheels(root: Path, step: Step | None = None) -> Path:
     """The locked dependencies' wheels for the image's platform, hash-checked; cached per lock."""
     lock = root / LOCK_FILE
-    target = image_cache() / f"wheels-{_sha256(lock)[:16]}"
+    target = image_cache() / f"wheels-{file_sha256(lock)[:16]}"
     if (target / ".complete").exists():
         return target
     partial = Path(tempfile.mkdtemp(prefix="wheels-", dir=image_cache()))
@@ -212,7 +203,7 @@ def ensure_base(root: Path, docker: DockerEngine, step: Step | None = None) -> s
     if docker.image_id(official):
         return official
     tarball = debootstrap_tarball(log_to=step.log if step else None)
-    ref = f"{BASE_REPOSITORY}:{DEBIAN_SUITE}-{_sha256(tarball)[:12]}"
+    ref = f"{BASE_REPOSITORY}:{DEBIAN_SUITE}-{file_sha256(tarball)[:12]}"
     if docker.image_id(ref) is None:
         with tarball.open("rb") as f:
             _run([docker.cli, "import", "-", ref], step, stdin=f, env=docker.env())

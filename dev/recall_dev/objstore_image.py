@@ -22,7 +22,6 @@ Not provided: pushing or pulling, other architectures than the build machine's.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import subprocess
 import tarfile
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import structlog
 
-from recall_dev.docker import DockerEngine, docker_engine
+from recall_dev.docker import DockerEngine, docker_engine, file_sha256
 from recall_dev.image import image_cache
 from recall_dev.objstore import weed_bin_dir
 
@@ -60,14 +59,6 @@ def weed_version(weed: Path) -> str:
 
 def default_tag(weed: Path | None = None) -> str:
     return f"{REPOSITORY}:{weed_version(weed or weed_bin_dir() / 'weed')}"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_rootfs(weed: Path, tarball: Path) -> None:
@@ -103,7 +94,7 @@ def build(tag: str = "", docker: DockerEngine | None = None, weed: Path | None =
     if docker is None:
         with docker_engine() as engine:
             return build(tag, engine, weed)
-    digest = _sha256(weed)
+    digest = file_sha256(weed)
     if docker.image_id(tag) is not None:
         done = docker.run(
             ["image", "inspect", "--format", f'{{{{index .Config.Labels "{HASH_LABEL}"}}}}', tag],

@@ -32,22 +32,29 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import obstore
 from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
 
 from recall.base.settings import SCHEMES, StoreSettings
-from recall.bucket.errors import StoreConflict, StoreError, StoreUrlInvalid, classify
+from recall.bucket.errors import (
+    StoreBucketMissing,
+    StoreConflict,
+    StoreError,
+    StoreUrlInvalid,
+    classify,
+)
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Credential
 
 DELETE_BATCH = 500
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,41 +239,28 @@ class Bucket:
                 raise StoreConflict(f"{self.url_of(key)} exists already with other bytes") from None
             raise error from None
 
-    def get(self, key: str) -> bytes | None:
-        path = self._path(key)
+    def _read(self, verb: str, key: str, fn: Callable[[str], T]) -> T | None:
+        """`fn(path)`, or None when the object is missing (a missing bucket is an error)."""
+        what = f"{verb} {self.url_of(key)}"
         try:
-            return bytes(obstore.get(self.client, path).bytes())
+            return fn(self._path(key))
         except FileNotFoundError as e:
-            error = classify(e, f"get {self.url_of(key)}")
-            if error.reason == "StorageBucketMissing":
+            error = classify(e, what)
+            if isinstance(error, StoreBucketMissing):
                 raise error from None
             return None
         except Exception as e:
-            raise classify(e, f"get {self.url_of(key)}") from None
+            raise classify(e, what) from None
 
-    def exists(self, key: str) -> bool:
-        try:
-            obstore.head(self.client, self._path(key))
-            return True
-        except FileNotFoundError as e:
-            error = classify(e, f"head {self.url_of(key)}")
-            if error.reason == "StorageBucketMissing":
-                raise error from None
-            return False
-        except Exception as e:
-            raise classify(e, f"head {self.url_of(key)}") from None
+    def get(self, key: str) -> bytes | None:
+        return self._read("get", key, lambda path: bytes(obstore.get(self.client, path).bytes()))
 
     def size(self, key: str) -> int | None:
         """The object's size in bytes, None when it is missing."""
-        try:
-            return int(obstore.head(self.client, self._path(key))["size"])
-        except FileNotFoundError as e:
-            error = classify(e, f"head {self.url_of(key)}")
-            if error.reason == "StorageBucketMissing":
-                raise error from None
-            return None
-        except Exception as e:
-            raise classify(e, f"head {self.url_of(key)}") from None
+        return self._read("head", key, lambda path: int(obstore.head(self.client, path)["size"]))
+
+    def exists(self, key: str) -> bool:
+        return self.size(key) is not None
 
     def stream(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         """The object's bytes, a block at a time (memory stays bounded by a block)."""
