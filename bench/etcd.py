@@ -184,12 +184,23 @@ def recordings(env: Env) -> dict[str, Any]:
 
 
 def batch_of_hours(env: Env, items: int, workers: int) -> dict[str, Any]:
-    """A Batch of `items` jobs with hour-sized transcripts; see the module doc."""
+    """The Batch of hour-sized transcripts, and the same Batch with one-line transcripts (the
+    ledger alone): etcd's growth of each, side by side."""
+    return {
+        "hours": batch(env, items, workers, words_per_minute=1400),
+        "ledger": batch(env, items, workers, words_per_minute=None),
+    }
+
+
+def batch(env: Env, items: int, workers: int, *, words_per_minute: float | None) -> dict[str, Any]:
+    """A Batch of `items` jobs, each one 600-second chunk spoken at `words_per_minute` (1,400:
+    ~80 KB, an hour of speech; None: one short line); see the module doc."""
     ns = env.namespace()
     compact(env)
     before = etcd_metrics(env)
     op = f"operator-{ns}"
     env.operator(ns, name=op)
+    speech = {"simulated_words_per_minute": str(words_per_minute)} if words_per_minute else {}
     names = env.workers(
         ns,
         workers,
@@ -197,7 +208,7 @@ def batch_of_hours(env: Env, items: int, workers: int) -> dict[str, Any]:
         idle_exit=3600,
         chunk_seconds="600",
         simulated_chunks="1",
-        simulated_words_per_minute="1400",
+        **speech,
     )
     created = time.time()
     list_batch(env, ns, "hours", items)

@@ -357,7 +357,9 @@ def _etcd(section: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
-    hours = section.get("hours") or {}
+    both = section.get("hours") or {}
+    hours = both.get("hours") or both  # a run before the ledger comparison: one Batch
+    ledger = both.get("ledger") or {}
     if hours and not _error(hours):
         lines += [
             f"A Batch of {hours['items']:,} jobs whose transcripts are the size of an hour of "
@@ -367,6 +369,13 @@ def _etcd(section: dict[str, Any]) -> list[str]:
             f"{hours['etcd_in_use_growth_bytes']:,} bytes after compaction, against "
             f"{hours['ledger_bytes']:,} bytes of ledger (every job and the Batch as the API "
             "server returns them, metadata included).",
+            "",
+        ]
+    if ledger and not _error(ledger):
+        lines += [
+            f"The same Batch with one-line transcripts ({ledger['transcript_bytes_mean']:,} "
+            f"bytes each): etcd grew by {ledger['etcd_in_use_growth_bytes']:,} bytes — the "
+            "ledger alone; the hours of speech add nothing to etcd.",
             "",
         ]
     return lines
