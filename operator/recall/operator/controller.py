@@ -43,6 +43,7 @@ from recall.operator.items import Item, ItemsInvalid, resolve
 from recall.operator.reconcile import plan_batch, plan_jobs
 from recall.operator.registry import Registry
 from recall.operator.results import Results
+from recall.operator.retention import expire_finished
 from recall.protocol.observer import next_expiry
 from recall.resources import LABEL_BATCH, Batch, Phase, label_value
 
@@ -294,33 +295,8 @@ class Controller:
         return written
 
     def expire_finished(self, batches: dict[BatchKey, Batch]) -> int:
-        """Delete the jobs of Batches finished `ttlSecondsAfterFinished` ago (as Kubernetes
-        Jobs): the status stays as it was, the results stay in the store and its index.
-        Returns how many Batches' jobs were deleted."""
-        expired = 0
-        now = self.now()
-        for key, batch in batches.items():
-            ttl = batch.spec.ttl_seconds_after_finished
-            done = batch.status.completed_at
-            if ttl is None or done is None or not batch.status.complete:
-                continue
-            if (now - done).total_seconds() < ttl or not self.cache.batch_jobs(key):
-                continue
-            try:
-                self.store.delete_jobs(batch.namespace, f"{LABEL_BATCH}={label_value(batch.name)}")
-            except StoreError as e:
-                _log.warning("ttl_delete_failed", batch=batch.name, error=e.message[:200])
-                continue
-            expired += 1
-            _log.info("batch_jobs_expired", batch=batch.name, namespace=batch.namespace, ttl=ttl)
-            self.applier.event(
-                ObjectRef("Batch", batch.namespace, batch.name, batch.metadata.uid or ""),
-                "Normal",
-                "JobsDeleted",
-                f"ttlSecondsAfterFinished ({ttl} s) passed: the finished jobs are deleted; "
-                "the results stay in the store (recall transcript BATCH/KEY)",
-            )
-        return expired
+        """Delete the jobs of Batches finished `ttlSecondsAfterFinished` ago (`retention`)."""
+        return expire_finished(self.store, self.cache, self.applier.event, batches, self.now())
 
     def _size_hint(self, batch: Batch) -> float:
         """How many items `batch` has, as far as known without reading its lists."""

@@ -1,4 +1,4 @@
-"""The operator's side of the results store: publish accepted results, collect the garbage.
+"""The operator's side of the results store: publish accepted results; run the collector.
 
     results = Results(store, bucket, stores, cache, leading=..., batches=...)
     results.run_once()          # what one pass does; tests call it directly
@@ -14,12 +14,7 @@ cache still lists the job as unpublished), so outputs are written for the accept
 and at least once. A store that refuses is tried again with backoff (a refusal every five
 minutes, so a fixed permission is picked up); the Batch shows `StorageFailing` meanwhile.
 
-**Collect** (invariant 8). What no accepted result references is deleted: a job's objects
-once it ended or took another attempt (`transcripts.garbage`, the job as cached, read before
-the listing), everything of a deleted job (its key holds its UID, so a namesake is never hit),
-a deleted Batch's index, and, every `sweep_seconds`, whatever the store holds for jobs and
-Batches that no longer exist (confirmed with a read from the API server first) or that a
-zombie wrote late. Nothing here deletes what the job's status references, nor any output.
+**Collect** (invariant 8): `collector.Collector`, on the same thread, after the publishes.
 
 Only the leader publishes and collects; a standby keeps nothing but its cache. Errors never
 leave `run_once`: they are counted, logged and retried.
@@ -30,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import threading
-from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,18 +36,15 @@ from recall.fencing import fenced_write
 from recall.kube import ObjectRef, Store
 from recall.kube import StoreError as ApiError
 from recall.operator.cache import BatchKey, JobCache, JobRecord
+from recall.operator.collector import Collector
 from recall.protocol import lease
 from recall.resources import Batch, Phase, Published, TranscriptionJob
 from recall.transcripts import (
-    JobView,
-    garbage,
     index_key,
-    job_prefix,
     output_key,
     output_url,
-    parse_scratch,
 )
-from recall.transcripts.layout import INDEX, SCRATCH
+from recall.transcripts.layout import INDEX
 
 _log = log.get("results")
 PUBLISH_PER_PASS = 64
@@ -108,9 +99,9 @@ class Results:
         self.now = now
         self.sweep_seconds = sweep_seconds
         self.threads = threads
+        self.collector = Collector(store, bucket, cache, batches=batches)
         self._retry: dict[tuple[str, str], Retry] = {}
         self._failing: dict[BatchKey, tuple[str, str]] = {}
-        self._forgotten: set[tuple[str, str, str]] = set()  # Batches deleted: (ns, name, uid)
         self._last_sweep = float("-inf")
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -123,8 +114,7 @@ class Results:
 
     def forget_batch(self, namespace: str, name: str, uid: str) -> None:
         """A deleted Batch: its results index goes at the next pass (its outputs stay)."""
-        with self._lock:
-            self._forgotten.add((namespace, name, uid))
+        self.collector.forget_batch(namespace, name, uid)
         self._wake.set()
 
     def storage_error(self, batch: BatchKey) -> tuple[str, str] | None:
@@ -171,9 +161,9 @@ class Results:
         done.published = sum(1 for o in outcomes if o)
         done.publish_errors = sum(1 for o in outcomes if not o)
         try:
-            done.deleted += self.collect()
+            done.deleted += self.collector.collect()
             if mono - self._last_sweep >= self.sweep_seconds:
-                done.deleted += self.sweep()
+                done.deleted += self.collector.sweep()
                 self._last_sweep = mono
                 done.swept = True
             self.reachable = None
@@ -312,100 +302,3 @@ class Results:
     def _event(self, about: ObjectRef, reason: str, message: str) -> None:
         with contextlib.suppress(ApiError):
             self.store.post_event(about, "Warning", reason, message[:1000])
-
-    # -- collect -----------------------------------------------------------------------------
-
-    def collect(self) -> int:
-        """Delete the garbage of the jobs that changed so, of deleted jobs and Batches."""
-        deleted = 0
-        for namespace, name, uid in self.cache.take_removed():
-            deleted += self._delete_prefix(job_prefix(namespace, name, uid))
-        with self._lock:
-            forgotten, self._forgotten = self._forgotten, set()
-        for namespace, name, uid in sorted(forgotten):
-            deleted += self._delete_prefix(f"{INDEX}/{namespace}/{name}/{uid}/")
-        for key in self.cache.take_cleanup(CLEANUP_PER_PASS):
-            record = self.cache.get(key)  # the view first, then the listing
-            if record is None or not record.uid:
-                continue
-            try:
-                deleted += self._collect_job(view_of(record))
-            except StoreError:
-                self.cache.cleanup.add(key)
-                raise
-        return deleted
-
-    def _collect_job(self, view: JobView) -> int:
-        keys = [o.key for o in self.bucket.list(job_prefix(view.namespace, view.name, view.uid))]
-        metrics.STORE_OPERATIONS.labels(operation="list").inc()
-        doomed = garbage(view, keys)
-        if doomed:
-            self.bucket.delete(doomed)
-            metrics.STORE_OPERATIONS.labels(operation="delete").inc(len(doomed))
-            _log.info(
-                "garbage_deleted", job=view.name, namespace=view.namespace, objects=len(doomed)
-            )
-        return len(doomed)
-
-    def _delete_prefix(self, prefix: str) -> int:
-        keys = [o.key for o in self.bucket.list(prefix)]
-        metrics.STORE_OPERATIONS.labels(operation="list").inc()
-        if keys:
-            self.bucket.delete(keys)
-            metrics.STORE_OPERATIONS.labels(operation="delete").inc(len(keys))
-            _log.info("prefix_deleted", prefix=prefix, objects=len(keys))
-        return len(keys)
-
-    def sweep(self) -> int:
-        """Everything the store holds under scratch/ and index/, against the jobs and Batches
-        that exist; see the module doc. Returns the objects deleted."""
-        by_job: defaultdict[tuple[str, str, str], list[str]] = defaultdict(list)
-        for info in self.bucket.list(f"{SCRATCH}/"):
-            key = parse_scratch(info.key)
-            if key is not None:
-                by_job[(key.namespace, key.job, key.uid)].append(info.key)
-        deleted = 0
-        for (namespace, name, uid), keys in sorted(by_job.items()):
-            record = self.cache.get((namespace, name))
-            if record is not None and record.uid == uid:
-                doomed = garbage(view_of(record), keys)
-            elif self._job_gone(namespace, name, uid):
-                doomed = keys
-            else:
-                continue
-            if doomed:
-                self.bucket.delete(doomed)
-                deleted += len(doomed)
-        batches: set[tuple[str, str, str]] = set()
-        for info in self.bucket.list(f"{INDEX}/"):
-            parts = info.key.split("/")
-            if len(parts) == 5:
-                batches.add((parts[1], parts[2], parts[3]))
-        for namespace, name, uid in sorted(batches):
-            known = self.batches().get((namespace, name))
-            if known is not None and known.metadata.uid == uid:
-                continue
-            current = self.store.get_batch(namespace, name)
-            if current is None or current.metadata.uid != uid:
-                deleted += self._delete_prefix(f"{INDEX}/{namespace}/{name}/{uid}/")
-        if deleted:
-            _log.info("swept", objects=deleted)
-        return deleted
-
-    def _job_gone(self, namespace: str, name: str, uid: str) -> bool:
-        """Read from the API server: no job of that name, or one with another UID."""
-        job = self.store.get_job(namespace, name)
-        return job is None or job.metadata.uid != uid
-
-
-def view_of(record: JobRecord) -> JobView:
-    return JobView(
-        namespace=record.namespace,
-        name=record.name,
-        uid=record.uid,
-        phase=record.phase,
-        attempts=record.attempts,
-        token=record.lease.token if record.lease else None,
-        parts=record.parts,
-        result=record.result,
-    )

@@ -182,7 +182,7 @@ def test_sweep__removes_what_a_job_that_no_longer_exists_or_a_zombie_left() -> N
     late = AttemptWriter(op.results, h.known, h.attempt, "e" * 32)
     late.begin(Cutting(30, 2, 16000, "x"), None)
     op.results.put(f"scratch/{NS}/gone/uid-9/a1-{'d' * 32}/c000000.json", b"{}")
-    op.controller.results.sweep()
+    op.controller.results.collector.sweep()
     keys = sorted(o.key for o in op.results.list("scratch/"))
     assert all("/gone/" not in k and ("e" * 32) not in k for k in keys), keys
     job = store.get_job(NS, "b-a")

@@ -1,0 +1,61 @@
+"""Retention, as Kubernetes Jobs have it: a finished Batch's jobs deleted after its TTL.
+
+`expire_finished(...)` deletes, with one request per Batch, the jobs of every Batch whose
+`spec.ttlSecondsAfterFinished` has passed since its `status.completedAt` (written by this
+operator when the last completed item was published) and posts a `JobsDeleted` Event. The
+Batch's status is frozen once it is Complete, so it shows the same afterwards; the results stay
+in the store and the Batch's results index (`recall transcript BATCH/KEY`); published outputs
+are never touched. A failed delete is logged and tried again at the next tick.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from recall.base import log
+from recall.kube import ObjectRef, Store, StoreError
+from recall.operator.cache import BatchKey, JobCache
+from recall.resources import LABEL_BATCH, Batch, label_value
+
+_log = log.get("operator")
+Event = Callable[[ObjectRef, str, str, str], None]
+
+
+def expired(batch: Batch, now: dt.datetime) -> bool:
+    """Whether `batch` is Complete and its TTL has passed at `now` (pure)."""
+    ttl = batch.spec.ttl_seconds_after_finished
+    done = batch.status.completed_at
+    if ttl is None or done is None or not batch.status.complete:
+        return False
+    return (now - done).total_seconds() >= ttl
+
+
+def expire_finished(
+    store: Store,
+    cache: JobCache,
+    event: Event,
+    batches: dict[BatchKey, Batch],
+    now: dt.datetime,
+) -> int:
+    """Delete the jobs of every expired Batch that still has some; how many Batches."""
+    count = 0
+    for key, batch in batches.items():
+        if not expired(batch, now) or not cache.has_batch(key):
+            continue
+        try:
+            store.delete_jobs(batch.namespace, f"{LABEL_BATCH}={label_value(batch.name)}")
+        except StoreError as e:
+            _log.warning("ttl_delete_failed", batch=batch.name, error=e.message[:200])
+            continue
+        count += 1
+        ttl = batch.spec.ttl_seconds_after_finished
+        _log.info("batch_jobs_expired", batch=batch.name, namespace=batch.namespace, ttl=ttl)
+        event(
+            ObjectRef("Batch", batch.namespace, batch.name, batch.metadata.uid or ""),
+            "Normal",
+            "JobsDeleted",
+            f"ttlSecondsAfterFinished ({ttl} s) passed: the finished jobs are deleted; the "
+            "results stay in the store (recall transcript BATCH/KEY)",
+        )
+    return count
