@@ -219,6 +219,14 @@ def stage(root: Path, bin_dir: Path, archives: list[Path], refs: dict[str, str])
     shutil.rmtree(context, ignore_errors=True)
     shutil.copytree(root / NODE_FILES / "rootfs", context / "rootfs", symlinks=True)
     shutil.copy2(root / NODE_FILES / "Dockerfile", context / "Dockerfile")
+    (context / "Dockerfile").chmod(0o644)
+    # The node's files get the modes a root filesystem wants, whatever the checkout's umask
+    # (and the inputs' digest does not depend on it).
+    for path in (context / "rootfs").rglob("*"):
+        if path.is_symlink():
+            continue
+        executable = path.is_dir() or path.stat().st_mode & 0o100
+        path.chmod(0o755 if executable else 0o644)
     config = context / "rootfs/etc/containerd/config.toml"
     config.write_text(config.read_text().replace("@SANDBOX_IMAGE@", refs["pause"]))
     (context / "rootfs/kind/version").write_text(f"v{versions()['KUBE_VERSION']}\n")
