@@ -28,13 +28,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-import structlog
-
+from recall_dev.buildlog import build_step
 from recall_dev.docker import DockerEngine, docker_engine, file_sha256
 from recall_dev.image import image_cache
 from recall_dev.objstore import weed_bin_dir
-
-log = structlog.get_logger("recall_dev.objstore_image")
 
 REPOSITORY = "recall.local/seaweedfs"
 HASH_LABEL = "dev.recall.weed-sha256"
@@ -105,8 +102,11 @@ def build(tag: str = "", docker: DockerEngine | None = None, weed: Path | None =
             image_id = docker.image_id(tag)
             assert image_id is not None
             return image_id
-    log.info("objstore_image_build", tag=tag, weed=str(weed))
-    with tempfile.TemporaryDirectory(prefix="seaweedfs-image-", dir=image_cache()) as tmp:
+    with (
+        build_step("seaweedfs-image", tag) as step,
+        tempfile.TemporaryDirectory(prefix="seaweedfs-image-", dir=image_cache()) as tmp,
+    ):
+        step.write(f"weed {weed} (sha256 {digest})")
         rootfs = Path(tmp) / "rootfs.tar"
         write_rootfs(weed, rootfs)
         changes = [
@@ -118,11 +118,11 @@ def build(tag: str = "", docker: DockerEngine | None = None, weed: Path | None =
             "LABEL org.opencontainers.image.licenses=Apache-2.0",
         ]
         args = ["import", *(a for c in changes for a in ("--change", c)), str(rootfs), tag]
-        docker.run(args, capture=True)
-    image_id = docker.image_id(tag)
-    if image_id is None:
-        raise ObjectStoreImageError(f"docker import succeeded but {tag} is not in the daemon")
-    log.info("objstore_image_built", tag=tag, id=image_id[:19])
+        done = docker.run(args, capture=True)
+        step.write(done.stdout or "")
+        image_id = docker.image_id(tag)
+        if image_id is None:
+            raise ObjectStoreImageError(f"docker import succeeded but {tag} is not in the daemon")
     return image_id
 
 
