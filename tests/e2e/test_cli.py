@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from recall.bucket import Bucket
 from recall.kube.store import KubeStore as Kube
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, create_batch, get_batch
@@ -69,7 +70,12 @@ def test_submit__many_inputs_make_one_batch_with_item_lists(
 
 
 def test_submit_watch_get_transcript__whole_flow(
-    control_plane: ControlPlane, kube: Kube, namespace: str, procs: Procs, tmp_path: Path
+    control_plane: ControlPlane,
+    kube: Kube,
+    namespace: str,
+    procs: Procs,
+    results: Bucket,
+    tmp_path: Path,
 ) -> None:
     folder = media_folder(tmp_path, ["alpha.wav", "beta.wav"])
     procs.recall("operator", "operator", "--namespace", namespace)
@@ -99,11 +105,18 @@ def test_submit_watch_get_transcript__whole_flow(
     jobs = run(control_plane, namespace, "get", "jobs", "--batch", "flow").stdout
     assert "flow-alpha" in jobs and "Succeeded" in jobs
 
-    srt = run(control_plane, namespace, "transcript", "flow/alpha", "--format", "srt")
+    # The transcript is read from the results store the workers wrote to: --store names it.
+    unset = run(control_plane, namespace, "transcript", "flow-beta")
+    assert unset.returncode == 1
+    assert unset.stderr.startswith("error: no results store is configured: pass --store")
+    srt = run(
+        control_plane, namespace, "transcript", "flow/alpha", "--format", "srt",
+        "--store", results.url,
+    )  # fmt: skip
     assert srt.returncode == 0, srt.stderr
     assert srt.stdout.startswith("1\n00:00:00,000 --> ")
     assert "flow-alpha chunk 0" in srt.stdout
-    txt = run(control_plane, namespace, "transcript", "flow-beta")
+    txt = run(control_plane, namespace, "transcript", "flow-beta", "--store", results.url)
     assert txt.stdout.startswith("flow-beta chunk 0")
 
 

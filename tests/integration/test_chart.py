@@ -559,6 +559,7 @@ def test_notes__tell_how_to_submit_and_watch_a_batch(
         "recall submit",
         "recall watch",
         "kubectl get batches",
+        f"kubectl exec -n {namespace} deploy/{RELEASE}-recall-operator -- recall transcript",
     ):
         assert text in notes, f"NOTES lack {text!r}:\n{notes}"
     assert f"namespace {namespace}" in notes

@@ -416,11 +416,16 @@ def _dump(objs: list[RawObject], output: str, echo: Callable[..., None], *, sing
     echo(yaml.safe_dump(doc, sort_keys=False) if output == "yaml" else json.dumps(doc, indent=2))
 
 
-def find_transcript(store: Store, results: Bucket, namespace: str, ref: str) -> str:
-    """The results-store key of the accepted transcript of `ref`: a job's name, or BATCH/ITEM.
+def find_transcript(
+    store: Store, open_results: Callable[[], Bucket], namespace: str, ref: str
+) -> tuple[Bucket, str]:
+    """The results store and the key of the accepted transcript of `ref`: a job's name, or
+    BATCH/ITEM.
 
     A Batch item's job is read first; once it is gone (the Batch's TTL deleted it), the Batch's
-    results index has the transcript. Raises LookupError saying what is missing.
+    results index has the transcript. The store is opened (`open_results`) only once the API
+    server has named a transcript, so a job that does not exist is reported as such whatever
+    the store's configuration. Raises LookupError saying what is missing.
     """
     from recall.operator.fanout import job_name
 
@@ -430,15 +435,16 @@ def find_transcript(store: Store, results: Bucket, namespace: str, ref: str) -> 
     if job is not None:
         if job.status.result is None:
             raise LookupError(f"{name} has no transcript yet (phase {job.status.effective_phase})")
-        return job.status.result.transcript
+        return open_results(), job.status.result.transcript
     if not item:
         raise LookupError(f'transcriptionjobs.recall.dev "{name}" not found')
     owner = store.get_batch(namespace, batch)
     if owner is None:
         raise LookupError(f'batches.recall.dev "{batch}" not found (nor its job {name})')
     key = index_key(namespace, batch, owner.metadata.uid or "", item)
+    results = open_results()
     if not results.exists(key):
         raise LookupError(
             f"{ref}: no job and no entry in the Batch's results index ({results.url_of(key)})"
         )
-    return key
+    return results, key

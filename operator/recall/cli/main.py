@@ -358,6 +358,16 @@ def transcript(
         bool,
         typer.Option("--url", help="Print a presigned URL of the transcript instead (json)."),
     ] = False,
+    results_url: Annotated[
+        str,
+        typer.Option(
+            "--store",
+            envvar="RECALL_STORE_URL",
+            show_envvar=True,
+            help="The results store the cluster's workers write to (s3://bucket/prefix, ...); "
+            "its credentials from the store's own variables (AWS_*, GOOGLE_*, AZURE_*).",
+        ),
+    ] = "",
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
@@ -367,8 +377,8 @@ def transcript(
     ttlSecondsAfterFinished), from the Batch's results index.
     """
     from recall.base.settings import StoreSettings
+    from recall.bucket import Bucket, Stores
     from recall.bucket import StoreError as BucketError
-    from recall.bucket import Stores
     from recall.cli.client import find_transcript
     from recall.transcripts import load_transcript, render
 
@@ -376,9 +386,17 @@ def transcript(
         raise CliError(f"unknown format {format!r}: use txt, srt, vtt or json")
     store = _store(kubeconfig)
     ns = _namespace(namespace, kubeconfig)
+
+    def open_results() -> Bucket:
+        if not results_url:
+            raise CliError(
+                "no results store is configured: pass --store or set RECALL_STORE_URL "
+                "(s3://bucket/prefix, gs://…, az://… or file:///…), the URL the workers use"
+            )
+        return Stores(StoreSettings(url=results_url)).results()
+
     try:
-        results = Stores(StoreSettings()).results()
-        key = find_transcript(store, results, ns, job)
+        results, key = find_transcript(store, open_results, ns, job)
         if url:
             typer.echo(results.sign(key))
             return

@@ -144,30 +144,37 @@ class Marks:
     """Per Batch, which items changed since the last projection that was written.
 
     A mark carries a sequence number; `clear(batch, upto)` removes only marks made up to the
-    projection's snapshot, so a change seen while a write is in flight is never dropped.
+    projection's snapshot, so a change seen while a write is in flight is never dropped. A mark
+    also says whether the item's phase may have moved (`moved`: the job's phase or attempt
+    changed, or the job went). Every mark makes its Batch projected again; only a moved item's
+    stored phase may differ from its job's without that being a heal. A change that cannot
+    move the phase (a publish record, counters, a store verdict) leaves the judgement intact.
     """
 
     def __init__(self) -> None:
         self._seq = 0
-        self._marks: defaultdict[BatchKey, dict[int, int]] = defaultdict(dict)
+        self._marks: defaultdict[BatchKey, dict[int, tuple[int, bool]]] = defaultdict(dict)
         self._lock = threading.Lock()
 
-    def mark(self, batch: BatchKey, index: int) -> None:
+    def mark(self, batch: BatchKey, index: int, *, moved: bool = True) -> None:
         with self._lock:
             self._seq += 1
-            self._marks[batch][index] = self._seq
+            _, before = self._marks[batch].get(index, (0, False))
+            self._marks[batch][index] = (self._seq, moved or before)
 
     def snapshot(self, batch: BatchKey) -> tuple[frozenset[int], int]:
-        """The marked items of `batch` and the sequence number to clear them up to."""
+        """The items of `batch` whose phase may have moved, and the sequence number to clear
+        its marks up to."""
         with self._lock:
-            return frozenset(self._marks.get(batch, {})), self._seq
+            marks = self._marks.get(batch, {})
+            return frozenset(i for i, (_, moved) in marks.items() if moved), self._seq
 
     def clear(self, batch: BatchKey, upto: int) -> None:
         with self._lock:
             marks = self._marks.get(batch)
             if marks is None:
                 return
-            for index in [i for i, s in marks.items() if s <= upto]:
+            for index in [i for i, (seq, _) in marks.items() if seq <= upto]:
                 del marks[index]
             if not marks:
                 del self._marks[batch]
@@ -267,15 +274,17 @@ class JobCache:
                 self._watched.discard(record.key)
             # A job seen for the first time is not a change since the last projection: if the
             # status disagrees with it, that is a heal (an operator restart finds them all).
+            moved = old is not None and (
+                old.phase != record.phase or old.attempts != record.attempts
+            )
             changed = old is not None and (
-                old.phase != record.phase
-                or old.attempts != record.attempts
+                moved
                 or old.expired_leases != record.expired_leases
                 or old.failures != record.failures
                 or old.published != record.published
             )
             if changed and record.batch_key and record.index is not None:
-                self.marks.mark(record.batch_key, record.index)
+                self.marks.mark(record.batch_key, record.index, moved=moved)
             if needs_cleanup(old, record):
                 self.cleanup.add(record.key)
             if record.to_publish:

@@ -297,7 +297,7 @@ class Results:
     def _reproject(self, record: JobRecord) -> None:
         """Have the controller project `record`'s Batch again (its StorageFailing changed)."""
         if record.batch_key is not None and record.index is not None:
-            self.cache.marks.mark(record.batch_key, record.index)
+            self.cache.marks.mark(record.batch_key, record.index, moved=False)
 
     def _event(self, about: ObjectRef, reason: str, message: str) -> None:
         with contextlib.suppress(ApiError):

@@ -14,6 +14,7 @@ from recall.operator.cache import JobRecord
 from recall.operator.leader import Sole
 from recall.operator.projection import CODES, stored_phases
 from recall.resources import ItemPhase, Phase, indexes
+from tests.helpers import complete_with_transcript
 from tests.unit.fakes import (
     NS,
     Clock,
@@ -138,6 +139,27 @@ def test_heal__counted_once_with_one_event() -> None:
     batch = store.get_batch(NS, "b")
     assert batch is not None and batch.status.heals == 1
     assert phases(store)["b"] == "queued"
+    assert len(events(store, "Healed")) == 1
+
+
+def test_heal__counted_when_a_restarted_operator_publishes_before_it_projects() -> None:
+    store, clock, op = setup(["a"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    op.tick()
+    assert phases(store)["a"] == "transcribing"
+    # The job completes; its operator dies before projecting it (nor publishes it).
+    complete_with_transcript(h, op.results)
+    op2 = Operator(store, clock, results=op.results)  # a new operator: no marks
+    op2.sync()
+    op2.controller.results.run_once()  # its publish record lands first
+    job = store.get_job(NS, "b-a")
+    assert job is not None and job.status.published is not None
+    op2.sync()  # the publish is a change of the job, not of the item's phase
+    op2.controller.run_once()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.heals == 1
+    assert phases(store)["a"] == "completed"
     assert len(events(store, "Healed")) == 1
 
 
