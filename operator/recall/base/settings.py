@@ -224,6 +224,13 @@ class OperatorSettings(BaseSettings):
         "continues on the next ticks).",
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
+    discovery_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="How long the operator waits at start for the API server to serve the "
+        "recall.dev resources (CRDs missing, or an API server still starting) before it exits "
+        "with the reason (before the chart's liveness probe would restart it), seconds.",
+    )
     sweep_seconds: float = Field(
         600.0,
         gt=0,

@@ -230,3 +230,23 @@ class KubeStore(KubeCore, KubeApps):
             _content_type=MERGE_PATCH,
         )
         return Batch.from_api(obj)
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    def served_plurals(self) -> frozenset[str]:
+        """The resources the API server's discovery serves in recall.dev/v1alpha1 right now.
+
+        Empty while the group is not served: the CRDs are missing, or an API server that has
+        just started has not installed their paths yet.
+        """
+        try:
+            out = self._call(
+                f"discover {GROUP}/{VERSION}",
+                self.custom.get_api_resources,
+                GROUP,
+                VERSION,
+                write=False,
+            )
+        except NotFound:
+            return frozenset()
+        return frozenset(r.name for r in (out.resources or []) if "/" not in r.name)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from recall.base.settings import OperatorSettings
 from recall.kube import Store
@@ -31,7 +31,13 @@ from recall.operator.scaler import Policy
 from recall.operator.scaling import Scaler, Sources, Target
 from recall.operator.workload import Workload
 
-Spawn = Callable[[str, Callable[[threading.Event], Any]], None]
+
+class Spawn(Protocol):
+    """Starts `target(stop)` on a thread; a `reader` is not waited for when the operator stops."""
+
+    def __call__(
+        self, name: str, target: Callable[[threading.Event], Any], *, reader: bool = False
+    ) -> None: ...
 
 
 class Autoscaling:
@@ -82,7 +88,7 @@ class Autoscaling:
     def start(self, spawn: Spawn) -> None:
         if self.scaler is not None:
             if not self.settings.dispatch:  # the registrations are not watched for offers
-                spawn("registrations", self.registrations.run)
+                spawn("registrations", self.registrations.run, reader=True)
             spawn("scaler", self.scaler.run)
         self.server = metrics_api.serve(
             self.workload,

@@ -80,9 +80,9 @@ class Runtime:
         )
 
     def start(self) -> None:
-        self._spawn("job-informer", self.informer.run)
+        self._spawn("job-informer", self.informer.run, reader=True)
         if self.settings.dispatch:
-            self._spawn("registrations", self.registrations.run)
+            self._spawn("registrations", self.registrations.run, reader=True)
         if self.elector is not None:
             self._spawn("leader-elector", self.elector.run)
         self._spawn("controller", self.controller.run)
@@ -99,10 +99,13 @@ class Runtime:
             return f"the results store: {self.controller.results.reachable}"
         return None
 
-    def _spawn(self, name: str, target: Any) -> None:
+    def _spawn(self, name: str, target: Any, *, reader: bool = False) -> None:
+        """Start `target(stop)` on a daemon thread. A stop waits for the writers; a reader
+        (an informer, blocked in a watch until the server ends it) is left to the exit."""
         thread = threading.Thread(target=target, args=(self.stop,), name=name, daemon=True)
         thread.start()
-        self.threads.append(thread)
+        if not reader:
+            self.threads.append(thread)
 
     def _gauge(self, stop: threading.Event) -> None:
         while not stop.wait(1.0):
@@ -113,9 +116,12 @@ class Runtime:
         self.autoscaling.stop()
         self.controller.wake()
         self.controller.results.wake()
-        deadline = time.monotonic() + 10  # one deadline for all: a stop takes 10 s at most
+        deadline = time.monotonic() + 10  # one deadline for the writers: 10 s at most
         for thread in self.threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        late = [t.name for t in self.threads if t.is_alive()]
+        if late:
+            _log.warning("threads_not_stopped", threads=late)
 
 
 def _runtime(memo: Any) -> Runtime:

@@ -3,22 +3,32 @@
 A thin wrapper around `kopf.run`: one registry with the handlers of
 `recall.operator.handlers`, kopf in standalone mode in every replica (replicas elect one
 acting leader through a Lease when `leader_election` is on), kopf's liveness endpoint and our
-metrics on their ports.
+metrics on their ports. kopf starts once discovery serves the resources, and the operator
+exits, with the reason, when kopf resolved them without one (`recall.operator.discovery`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import kopf
+from kopf._cogs.structs.references import Insights  # what kopf resolved; kopf.run takes it
 
 from recall.base import log, metrics
 from recall.base.settings import ApiSettings, OperatorSettings, StoreSettings
 from recall.bucket import StoreError, Stores
 from recall.kube.store import KubeStore, load_api_client
-from recall.operator import handlers
+from recall.operator import discovery, handlers
+from recall.resources import BATCH_PLURAL, JOB_PLURAL
+
+# Served before the operator starts: the Batches, which kopf watches, and the jobs, which the
+# operator's own informer reads.
+NEEDED = (BATCH_PLURAL, JOB_PLURAL)
+KOPF_WATCHES = (BATCH_PLURAL,)
 
 
 def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> None:
@@ -39,6 +49,24 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
     except StoreError as e:
         raise SystemExit(f"recall operator: {e.message}") from None
     handlers.register(registry, settings, store, stores)
+    try:
+        discovery.wait_served(store, NEEDED, settings.discovery_seconds)
+    except discovery.NotServed as e:
+        raise SystemExit(f"recall operator: {e}") from None
+    insights = Insights()
+    stopped = asyncio.Event()  # set in kopf's loop; a threading.Event would hold its exit
+    reasons: list[str] = []
+
+    def stop(reason: str) -> None:
+        reasons.append(reason)
+        stopped.set()
+
+    checks: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(id="resources_check", registry=registry)
+    async def resources_check(**_: Any) -> None:
+        checks.append(asyncio.create_task(discovery.check_insights(insights, KOPF_WATCHES, stop)))
+
     metrics.serve(settings.metrics_port)
     liveness = (
         f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
@@ -56,4 +84,8 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
         namespaces=[settings.namespace] if settings.namespace else (),
         liveness_endpoint=liveness,
         memo=kopf.Memo(),
+        insights=insights,
+        stop_flag=stopped,
     )
+    if reasons:
+        raise SystemExit(f"recall operator: {reasons[0]}")

@@ -1,0 +1,114 @@
+"""The operator serves its resources only once the API server's discovery lists them.
+
+kopf resolves the resources it watches from the API server's discovery once, when it starts.
+With scanning off (one watched namespace) it never looks again, and with scanning on it looks
+again only when a CRD changes. An API server that is still starting answers discovery before
+it has installed the CRDs' paths, and a kopf that asked then serves no Batch for the rest of
+its life while it looks healthy. Two guards close that:
+
+- `wait_served`, before kopf starts: wait until discovery lists every resource the operator
+  needs; after `discovery_seconds` the operator exits with the reason (CRDs not installed).
+- `check_insights`, once kopf has resolved its resources: if a needed one is missing after
+  all (the API server restarted in between), the operator stops, to be started again by its
+  Deployment, and says why. A restart is the one way to make kopf resolve again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Collection, Iterable
+from typing import Protocol
+
+from recall.base import log
+from recall.kube.base import StoreError
+from recall.resources import GROUP, VERSION
+
+_log = log.get("operator")
+
+POLL_SECONDS = 1.0
+LOG_EVERY_SECONDS = 10.0
+
+
+class NotServed(Exception):
+    """The API server does not serve a resource the operator needs."""
+
+
+class Discovery(Protocol):
+    def served_plurals(self) -> frozenset[str]: ...
+
+
+def missing_message(missing: Collection[str], why: str) -> str:
+    names = ", ".join(sorted(missing))
+    return (
+        f"the API server does not serve {GROUP}/{VERSION} {names} ({why}): are the CRDs "
+        f"installed? (helm install installs them; or kubectl apply -f the chart's crds/)"
+    )
+
+
+def wait_served(
+    discovery: Discovery,
+    needed: Collection[str],
+    timeout: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Return once discovery lists every plural in `needed`; raise `NotServed` after `timeout`."""
+    start = clock()
+    logged = start - LOG_EVERY_SECONDS
+    while True:
+        why = "not listed"
+        try:
+            missing = set(needed) - discovery.served_plurals()
+        except StoreError as e:
+            missing, why = set(needed), e.message
+        if not missing:
+            return
+        now = clock()
+        if now - start >= timeout:
+            raise NotServed(missing_message(missing, f"{why}, waited {timeout:.0f} s"))
+        if now - logged >= LOG_EVERY_SECONDS:
+            _log.warning("waiting_for_resources", missing=sorted(missing), reason=why)
+            logged = now
+        sleep(POLL_SECONDS)
+
+
+class Resolved(Protocol):
+    """What kopf resolved: its `Insights` (`watched_resources`, `ready_resources`)."""
+
+    @property
+    def ready_resources(self) -> asyncio.Event: ...
+
+    @property
+    def watched_resources(self) -> Iterable[_Resource]: ...
+
+
+class _Resource(Protocol):
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def plural(self) -> str: ...
+
+
+def unresolved(insights: Resolved, needed: Collection[str]) -> set[str]:
+    watched = {
+        r.plural for r in insights.watched_resources if (r.group, r.version) == (GROUP, VERSION)
+    }
+    return set(needed) - watched
+
+
+async def check_insights(
+    insights: Resolved, needed: Collection[str], stop: Callable[[str], None]
+) -> None:
+    """Once kopf has resolved its resources, `stop` the operator if one of `needed` is missing."""
+    await insights.ready_resources.wait()
+    missing = unresolved(insights, needed)
+    if missing:
+        reason = missing_message(missing, "not served when the operator resolved its resources")
+        _log.error("resources_unresolved", missing=sorted(missing), reason=reason)
+        stop(reason)
