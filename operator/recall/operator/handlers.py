@@ -146,7 +146,6 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     kopf_settings.watching.client_timeout = 330
     kopf_settings.watching.connect_timeout = 10
     kopf_settings.networking.request_timeout = 30
-    kopf_settings.batching.batch_window = 0.05
     if settings.namespace:
         # One namespace and known resources: nothing to discover. Scanning would list
         # namespaces and CRDs cluster-wide, which a namespaced Role rightly forbids.

@@ -67,6 +67,10 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
     async def resources_check(**_: Any) -> None:
         checks.append(asyncio.create_task(discovery.check_insights(insights, KOPF_WATCHES, stop)))
 
+    @kopf.on.cleanup(id="resources_check_end", registry=registry)
+    async def resources_check_end(**_: Any) -> None:
+        stopped.set()  # kopf's exit waits for every task, its waiter on this flag too
+
     metrics.serve(settings.metrics_port)
     liveness = (
         f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
