@@ -38,6 +38,7 @@ from recall.resources import API_VERSION, TranscriptionJob
 from recall_dev.cluster import ControlPlane, free_port
 from recall_dev.crds import install_crds
 from recall_dev.objstore import ObjectStore
+from recall_dev.procs import die_with_parent
 
 RequestKey = tuple[str, str, str]  # (verb, resource, subresource)
 _REQUEST = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
@@ -114,6 +115,7 @@ class Env:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,  # a bench stopped by a signal leaves none behind
             )
         self.procs[name] = p
         return p.pid

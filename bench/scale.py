@@ -23,6 +23,7 @@ from typing import Any
 
 from bench.harness import Env, RequestKey, list_batch, simulated_batch, wait
 from recall.resources import API_VERSION, Phase
+from recall_dev.procs import die_with_parent
 
 MUTATING = ("POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION")
 
@@ -53,6 +54,7 @@ def write_limit(
                 env=env.cp.env(),
                 stdout=subprocess.PIPE,
                 text=True,
+                preexec_fn=die_with_parent,
             )
             for group in names
         ]

@@ -18,6 +18,7 @@ from recall.bucket import Bucket
 from recall.kube.store import KubeStore
 from recall.resources import API_VERSION, GROUP, VERSION, TranscriptionJob
 from recall.worker.holder import LeaseHolder
+from recall_dev.procs import die_with_parent
 
 Kube = KubeStore  # the name the tests use for the store on a real API server
 
@@ -148,6 +149,7 @@ class Procs:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=full_env,
+                preexec_fn=die_with_parent,  # an interrupted pytest leaves none behind
             )
         proc = Proc(name, popen, log)
         self.started.append(proc)
