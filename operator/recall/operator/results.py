@@ -54,6 +54,11 @@ RETRY_REFUSED = 300.0  # a publish the store refused is tried again this often
 PROBE_KEY = f"{INDEX}/.probe"
 
 
+def unreachable(error: StoreError) -> str:
+    """Why the store cannot be reached, as readiness says it: the reason, then the message."""
+    return f"{error.reason}: {error.message}"
+
+
 @dataclass
 class Pass:
     """What one pass did."""
@@ -147,7 +152,7 @@ class Results:
             self.bucket.put(PROBE_KEY, b"recall operator", once=False)
             self.reachable = None
         except StoreError as e:
-            self.reachable = f"{e.reason}: {e.message}"
+            self.reachable = unreachable(e)
         return self.reachable
 
     def run_once(self, pool: ThreadPoolExecutor | None = None) -> Pass:
@@ -168,7 +173,7 @@ class Results:
                 done.swept = True
             self.reachable = None
         except StoreError as e:
-            self.reachable = e.message
+            self.reachable = unreachable(e)
             done.errors.append(e.message)
             _log.warning("collect_failed", reason=e.reason, error=e.message[:300])
         except ApiError as e:

@@ -207,3 +207,18 @@ def test_an_ended_jobs_objects_go(phase: Phase) -> None:
 
 def test_results_in_memory_fixture_is_fresh() -> None:
     assert list(memory_bucket().list()) == []
+
+
+def test_readiness_names_the_reason_whichever_call_found_the_store_refusing() -> None:
+    _, _, op = setup(["a"])
+    results = op.controller.results
+
+    def denied(*_: object, **__: object) -> None:
+        raise StoreAccessDenied("memory://results/: access denied")
+
+    results.bucket.put = denied  # type: ignore[method-assign]
+    assert (results.probe() or "").startswith("StorageAccessDenied: ")
+    results.collector.sweep = denied  # type: ignore[method-assign,assignment]
+    results.sweep_seconds = 0.0
+    assert results.run_once().errors
+    assert (results.reachable or "").startswith("StorageAccessDenied: ")
