@@ -15,10 +15,11 @@ its life while it looks healthy. Two guards close that:
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from typing import Protocol
+
+from kopf._cogs.structs.references import Insights  # what kopf resolved; kopf.run takes it
 
 from recall.base import log
 from recall.kube.base import StoreError
@@ -74,28 +75,7 @@ def wait_served(
         sleep(POLL_SECONDS)
 
 
-class Resolved(Protocol):
-    """What kopf resolved: its `Insights` (`watched_resources`, `ready_resources`)."""
-
-    @property
-    def ready_resources(self) -> asyncio.Event: ...
-
-    @property
-    def watched_resources(self) -> Iterable[_Resource]: ...
-
-
-class _Resource(Protocol):
-    @property
-    def group(self) -> str: ...
-
-    @property
-    def version(self) -> str: ...
-
-    @property
-    def plural(self) -> str: ...
-
-
-def unresolved(insights: Resolved, needed: Collection[str]) -> set[str]:
+def unresolved(insights: Insights, needed: Collection[str]) -> set[str]:
     watched = {
         r.plural for r in insights.watched_resources if (r.group, r.version) == (GROUP, VERSION)
     }
@@ -103,7 +83,7 @@ def unresolved(insights: Resolved, needed: Collection[str]) -> set[str]:
 
 
 async def check_insights(
-    insights: Resolved, needed: Collection[str], stop: Callable[[str], None]
+    insights: Insights, needed: Collection[str], stop: Callable[[str], None]
 ) -> None:
     """Once kopf has resolved its resources, `stop` the operator if one of `needed` is missing."""
     await insights.ready_resources.wait()
