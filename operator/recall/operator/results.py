@@ -48,7 +48,6 @@ from recall.transcripts.layout import INDEX
 
 _log = log.get("results")
 PUBLISH_PER_PASS = 64
-CLEANUP_PER_PASS = 64
 RETRY_TRANSIENT = (1.0, 30.0)  # first and longest backoff of a publish the store delayed
 RETRY_REFUSED = 300.0  # a publish the store refused is tried again this often
 PROBE_KEY = f"{INDEX}/.probe"
