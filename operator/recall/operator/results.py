@@ -18,6 +18,13 @@ minutes, so a fixed permission is picked up); the Batch shows `StorageFailing` m
 
 Only the leader publishes and collects; a standby keeps nothing but its cache. Errors never
 leave `run_once`: they are counted, logged and retried.
+
+**Reachability** (what the operator's readiness reports). `reachable` is None while the store
+answers, else why not. The probe (a write of `index/.probe`) runs at start, again every
+`probe_every` seconds in a standby, and — leader or not — again and again while the store
+cannot be reached, with backoff (`PROBE_RETRY`), so a store that comes up after the operator,
+or comes back on an empty volume, makes the operator ready without a restart. A sweep the
+store refused is tried again with the same backoff, not at every pass.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ PUBLISH_PER_PASS = 64
 RETRY_TRANSIENT = (1.0, 30.0)  # first and longest backoff of a publish the store delayed
 RETRY_REFUSED = 300.0  # a publish the store refused is tried again this often
 PROBE_KEY = f"{INDEX}/.probe"
+PROBE_RETRY = (1.0, 30.0)  # first and longest wait between probes while the store is unreachable
 
 
 def unreachable(error: StoreError) -> str:
@@ -67,6 +75,34 @@ class Pass:
     deleted: int = 0
     swept: bool = False
     errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Probes:
+    """When the operator probes the store: at start; every `every` seconds in a standby (it
+    says whether it could take over); and, leader or not, while the store is unreachable,
+    after 1, 2, 4 ... seconds (PROBE_RETRY), so readiness follows a store that comes up late
+    or comes back empty. A leader whose store answers is not probed: its passes say it."""
+
+    every: float
+    next: float = float("-inf")
+    delay: float = PROBE_RETRY[0]
+    failing: bool = False  # the last probe failed
+
+    def due(self, mono: float, *, leading: bool, reachable: str | None) -> bool:
+        if reachable is not None and not self.failing:
+            return True  # a pass found the store unreachable: probe now, then back off
+        if mono < self.next:
+            return False
+        return self.next == float("-inf") or not leading or reachable is not None
+
+    def done(self, mono: float, failed: str | None) -> None:
+        self.failing = failed is not None
+        if failed is None:
+            self.next, self.delay = mono + self.every, PROBE_RETRY[0]
+        else:
+            self.next = mono + min(self.delay, self.every)
+            self.delay = min(PROBE_RETRY[1], self.delay * 2)
 
 
 @dataclass
@@ -107,6 +143,8 @@ class Results:
         self._retry: dict[tuple[str, str], Retry] = {}
         self._failing: dict[BatchKey, tuple[str, str]] = {}
         self._last_sweep = float("-inf")
+        self._sweep_after = float("-inf")  # a refused sweep waits until then
+        self._sweep_retry = PROBE_RETRY[0]
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self.reachable: str | None = None  # why the store cannot be reached, None when it can
@@ -129,14 +167,13 @@ class Results:
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self, stop: threading.Event, period: float = 0.5, probe_every: float = 30.0) -> None:
-        last_probe = float("-inf")
+        probes = Probes(probe_every)
         with ThreadPoolExecutor(self.threads, thread_name_prefix="publish") as pool:
             while not stop.is_set():
                 try:
-                    due = self.clock() - last_probe >= probe_every
-                    if due and (not self.leading.is_set() or last_probe == float("-inf")):
-                        last_probe = self.clock()
-                        self.probe()  # a standby says whether it could take over
+                    mono = self.clock()
+                    if probes.due(mono, leading=self.leading.is_set(), reachable=self.reachable):
+                        probes.done(mono, self.probe())
                     self.run_once(pool)
                 except Exception:
                     _log.exception("results_pass_failed")
@@ -149,10 +186,15 @@ class Results:
         in `reachable`) why it failed, or None."""
         try:
             self.bucket.put(PROBE_KEY, b"recall operator", once=False)
-            self.reachable = None
         except StoreError as e:
+            if self.reachable is None:
+                _log.warning("store_unreachable", reason=e.reason, error=e.message[:300])
             self.reachable = unreachable(e)
-        return self.reachable
+            return self.reachable
+        if self.reachable is not None:
+            _log.info("store_reachable")
+        self.reachable = None
+        return None
 
     def run_once(self, pool: ThreadPoolExecutor | None = None) -> Pass:
         """One pass: publish, collect, and sweep when due. Never raises for the store."""
@@ -166,14 +208,18 @@ class Results:
         done.publish_errors = sum(1 for o in outcomes if not o)
         try:
             done.deleted += self.collector.collect()
-            if mono - self._last_sweep >= self.sweep_seconds:
+            if mono >= self._sweep_after and mono - self._last_sweep >= self.sweep_seconds:
                 done.deleted += self.collector.sweep()
                 self._last_sweep = mono
                 done.swept = True
-            self.reachable = None
+                self.reachable = None  # the sweep lists the whole bucket: it answers
+                self._sweep_retry = PROBE_RETRY[0]
         except StoreError as e:
             self.reachable = unreachable(e)
             done.errors.append(e.message)
+            # Not at every pass: a store that is still starting is asked again with backoff.
+            self._sweep_after = mono + self._sweep_retry
+            self._sweep_retry = min(PROBE_RETRY[1], self._sweep_retry * 2)
             _log.warning("collect_failed", reason=e.reason, error=e.message[:300])
         except ApiError as e:
             done.errors.append(e.message)

@@ -4,12 +4,17 @@ Batch complete only once published, the TTL, and the garbage of deleted jobs and
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import pytest
 
-from recall.bucket import StoreAccessDenied
+from recall.bucket import StoreAccessDenied, StoreBucketMissing
 from recall.kube import Unavailable
 from recall.kube.memory import Fault, MemoryStore
 from recall.media.types import Cutting, Segment
+from recall.operator.results import Probes
 from recall.resources import Phase, is_true
 from recall.transcripts import AttemptWriter, index_key, load_transcript
 from recall.worker.holder import LeaseHolder
@@ -222,3 +227,79 @@ def test_readiness_names_the_reason_whichever_call_found_the_store_refusing() ->
     results.sweep_seconds = 0.0
     assert results.run_once().errors
     assert (results.reachable or "").startswith("StorageAccessDenied: ")
+
+
+def test_probes__a_leader_whose_first_probe_failed_probes_again_with_backoff() -> None:
+    """The fresh-install hang: a leading operator probed once at start, before the bundled
+    store had its bucket, and never again. It probes until the store answers."""
+    probes = Probes(every=30.0)
+    assert probes.due(0.0, leading=True, reachable=None)  # at start, leader or not
+    probes.done(0.0, "StorageBucketMissing: no bucket")
+    waits: list[float] = []
+    t = 0.0
+    while len(waits) < 7:
+        t += 0.5
+        if probes.due(t, leading=True, reachable="StorageBucketMissing: no bucket"):
+            waits.append(t)
+            probes.done(t, "StorageBucketMissing: no bucket")
+    gaps = [round(b - a, 1) for a, b in zip([0.0, *waits], waits, strict=False)]
+    assert gaps == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    probes.done(t, None)
+    assert not probes.due(t + 3600, leading=True, reachable=None), "a leader's passes say it"
+    assert probes.due(t + 30, leading=False, reachable=None), "a standby probes every 30 s"
+
+
+def test_probes__a_pass_that_found_the_store_unreachable_makes_the_probe_due_at_once() -> None:
+    probes = Probes(every=30.0)
+    probes.done(0.0, None)
+    assert not probes.due(1.0, leading=True, reachable=None)
+    assert probes.due(1.0, leading=True, reachable="StorageUnavailable: refused")
+
+
+def test_readiness__a_leader_started_before_its_store_gets_ready_without_a_restart() -> None:
+    """The results thread itself: the bucket is missing at first (the store is still making
+    it), then appears; readiness follows within the backoff, and the refused sweep is not
+    asked again at every pass meanwhile."""
+    _, clock, op = setup(["a"])
+    results = op.controller.results
+    missing = {"on": True}
+    calls = {"put": 0, "sweep": 0}
+    real_put, real_sweep = results.bucket.put, results.collector.sweep
+
+    def put(*args: Any, **kwargs: Any) -> None:
+        calls["put"] += 1
+        if missing["on"]:
+            raise StoreBucketMissing("memory://results/: no such bucket")
+        real_put(*args, **kwargs)
+
+    def sweep() -> int:
+        calls["sweep"] += 1
+        if missing["on"]:
+            raise StoreBucketMissing("memory://results/: no such bucket")
+        return real_sweep()
+
+    results.bucket.put = put  # type: ignore[method-assign]
+    results.collector.sweep = sweep  # type: ignore[method-assign]
+    stop = threading.Event()
+    thread = threading.Thread(target=results.run, args=(stop, 0.005), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while results.reachable is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (results.reachable or "").startswith("StorageBucketMissing")
+        for _ in range(40):  # 20 s of the operator's clock, in 0.5 s steps
+            clock.advance(0.5)
+            time.sleep(0.01)
+        assert 3 <= calls["put"] <= 8, calls  # probes at 0, 1, 3, 7, 15 s: backoff
+        assert calls["sweep"] <= 8, calls  # not once per pass (there were hundreds)
+        missing["on"] = False
+        deadline = time.monotonic() + 10
+        while results.reachable is not None and time.monotonic() < deadline:
+            clock.advance(0.5)
+            time.sleep(0.01)
+        assert results.reachable is None, "ready once the bucket exists, without a restart"
+    finally:
+        stop.set()
+        results.wake()
+        thread.join(5)
