@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # plane: most tests wait on lease clocks, so two share the two cores well.
 TEST_WORKERS ?= 2
 
-.PHONY: help venv tools system-deps lint typecheck unit test demo bench chaos e2e e2e-kind kind-image image chart-lint dev-up dev-down clean
+.PHONY: help venv tools system-deps lint docs typecheck unit test demo bench chaos e2e e2e-kind kind-image image chart-lint dev-up dev-down clean
 
 help:
 	@grep -E '^#' Makefile | head -5 | sed 's/^# \{0,1\}//'
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml dev/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "[venv] installing the project and its dev dependencies into $(VENV)"
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[dev,bench]' -e dev
+	@$(PY) -m pip install --quiet -e '.[dev,bench,docs]' -e dev
 	@touch $@
 
 venv: $(STAMP)
@@ -34,11 +34,19 @@ tools:
 system-deps:
 	@hack/install-system-deps.sh
 
-# ruff, and the layering of the runtime package (import-linter contracts in pyproject.toml).
+# ruff, the layering of the runtime package (import-linter contracts in pyproject.toml), and
+# the docs: the generated pages are current, and the site builds with mkdocs --strict.
 lint: venv
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check operator dev tests bench
 	@$(VENV)/bin/lint-imports --no-cache
+	@$(PY) -m recall_dev.docs --check
+	@mkdir -p build && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict \
+		--site-dir build/site >build/mkdocs.log 2>&1 || { cat build/mkdocs.log; exit 1; }
+
+# The generated pages: docs/configuration.md and the package table of docs/development.md.
+docs: venv
+	@$(PY) -m recall_dev.docs
 
 typecheck: venv
 	@$(VENV)/bin/mypy

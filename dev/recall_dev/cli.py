@@ -1,7 +1,8 @@
 """`recall dev up|down|status`: a local control plane for development (mounted by `recall`).
 
 `recall dev up` also starts the object store (SeaweedFS on loopback, recall_dev.objstore) with
-the bucket `recall` in `<dir>/objstore` and prints its S3 variables; `--no-objstore` skips it.
+the bucket `recall` in `<dir>/objstore` and prints its S3 variables and `RECALL_STORE_URL` (so
+`recall operator` and `recall worker` find their results store); `--no-objstore` skips it.
 
 `recall dev up --node` adds a node that runs pods (recall_dev.node; needs root), `--image`
 imports the project's image into it; `recall dev down` removes the node first (from its state
@@ -84,6 +85,8 @@ def dev_up(
         say(f"S3 endpoint {store.endpoint}, bucket s3://{DEV_BUCKET}/ (admin credentials below)")
         for name, value in store.env().items():
             typer.echo(f"export {name}={value}")
+        # The results store of `recall operator` and `recall worker` (the admin identity).
+        typer.echo(f"export RECALL_STORE_URL=s3://{DEV_BUCKET}/dev")
 
 
 @dev_app.command("down")

@@ -3,7 +3,7 @@
 The store is the real SeaweedFS of the session, behind `recall_dev.objstore_faults.FaultProxy`
 (the first tests) or killed in place (the last). Each test states what obstore does by itself
 (retries or not, which exception, how long), which is what the runtime's retry and
-settle-by-reading code must add to. docs/object-store.md lists the numbers.
+settle-by-reading code must add to. docs/results-store.md lists the numbers.
 """
 
 from __future__ import annotations

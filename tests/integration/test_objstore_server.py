@@ -1,7 +1,7 @@
 """obstore against the real S3 server of the tests (SeaweedFS `weed mini`, recall_dev.objstore).
 
 Each test states one fact the runtime's object-store code relies on: which call works, which
-exception a refusal raises, what SeaweedFS honours. docs/object-store.md lists them with the
+exception a refusal raises, what SeaweedFS honours. docs/results-store.md lists them with the
 numbers measured here. The fault proxy and restarts are in test_objstore_faults.py.
 """
 
