@@ -22,10 +22,35 @@ from typing import Any, Self
 from recall.resources import Model
 
 
+class Word(Model):
+    """One word of a segment: its times (seconds) and the model's probability for it."""
+
+    start: float
+    end: float
+    text: str  # as the model wrote it: a leading space, punctuation attached ("Hello,")
+    probability: float
+
+    def shifted(self, seconds: float) -> Word:
+        return self.model_copy(update={"start": self.start + seconds, "end": self.end + seconds})
+
+
 class Segment(Model):
+    """A stretch of speech: times in seconds, its text, and optionally the model's confidence
+    in it (0-1) and its words with their own times (`spec.transcript.words`)."""
+
     start: float
     end: float
     text: str
+    confidence: float | None = None
+    words: list[Word] | None = None
+
+    def shifted(self, seconds: float) -> Segment:
+        """The same segment `seconds` later (an engine's chunk-relative times made absolute),
+        its words with it."""
+        update: dict[str, Any] = {"start": self.start + seconds, "end": self.end + seconds}
+        if self.words is not None:
+            update["words"] = [w.shifted(seconds) for w in self.words]
+        return self.model_copy(update=update)
 
 
 @dataclass(frozen=True)

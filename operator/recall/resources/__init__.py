@@ -45,6 +45,8 @@ from recall.resources.common import (
     set_condition,
 )
 from recall.resources.job import (
+    AUTO,
+    FORMATS,
     EngineName,
     EngineSpec,
     Format,
@@ -61,12 +63,16 @@ from recall.resources.job import (
     Result,
     SimulateSpec,
     Source,
+    SubtitleSpec,
     TranscriptionJob,
+    TranscriptSpec,
 )
 
 __all__ = [
     "API_VERSION",
+    "AUTO",
     "BATCH_PLURAL",
+    "FORMATS",
     "GROUP",
     "ITEM_PHASE_OF_JOB",
     "JOB_PLURAL",
@@ -109,6 +115,8 @@ __all__ = [
     "Result",
     "SimulateSpec",
     "Source",
+    "SubtitleSpec",
+    "TranscriptSpec",
     "TranscriptionJob",
     "is_true",
     "label_value",

@@ -9,7 +9,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from recall.resources.common import Condition, Model, Resource, is_true
-from recall.resources.job import EngineSpec, Output, Phase, Source
+from recall.resources.job import EngineSpec, Output, Phase, Source, TranscriptSpec
 
 MAX_INLINE_ITEMS = 1000
 MAX_ATTENTION = 50
@@ -60,6 +60,8 @@ class JobDefaults(Model):
     max_releases: int = 10
     priority: int = 0
     output: Output | None = None
+    transcript: TranscriptSpec | None = None
+    vocabulary: list[str] | None = None
 
 
 class BatchSpec(Model):

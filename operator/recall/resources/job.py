@@ -48,7 +48,27 @@ class EngineSpec(Model):
     simulate: SimulateSpec | None = None
 
 
-Format = Literal["json", "srt", "vtt", "txt"]
+Format = Literal["json", "aws.json", "srt", "vtt", "txt"]
+FORMATS: tuple[Format, ...] = ("json", "aws.json", "srt", "vtt", "txt")
+AUTO = "auto"  # spec.language: detect the language once per file (a multilingual model)
+
+
+class SubtitleSpec(Model):
+    """How SRT and VTT cues are built; empty fields take the usual defaults
+    (`recall.transcripts.subtitles.Rules`)."""
+
+    max_line_characters: int | None = None
+    max_lines: int | None = None
+    max_cue_seconds: float | None = None
+    min_cue_seconds: float | None = None
+    min_gap_seconds: float | None = None
+
+
+class TranscriptSpec(Model):
+    """What the transcript holds besides segments: word timings, and the subtitle rules."""
+
+    words: bool | None = None
+    subtitles: SubtitleSpec | None = None
 
 
 def _json_only() -> list[Format]:
@@ -67,6 +87,8 @@ class JobSpec(Model):
     language: str | None = None
     engine: EngineSpec | None = None
     output: Output | None = None
+    transcript: TranscriptSpec | None = None
+    vocabulary: list[str] | None = None
     batch_ref: str | None = None
     item: str | None = None
     lease_duration_seconds: int = 120
@@ -117,6 +139,10 @@ class Result(Model):
     engine: str | None = None
     words: int | None = None
     duration_seconds: float | None = None
+    model: str | None = None
+    model_digest: str | None = None
+    language: str | None = None
+    language_probability: float | None = None
 
 
 class JobError(Model):

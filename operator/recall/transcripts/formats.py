@@ -1,22 +1,41 @@
-"""Transcript output formats: plain text, SubRip (srt), WebVTT (vtt) and JSON. Pure.
+"""Transcript output formats: plain text, SubRip (srt), WebVTT (vtt), recall's JSON and a JSON in
+the layout of AWS Transcribe (aws.json). Pure.
 
 The worker renders the formats a job's `spec.output` asks for next to its transcript, and the
-operator publishes those bytes; `recall transcript` renders the same way.
+operator publishes those bytes; `recall transcript` renders the same way. Field by field:
+docs/transcripts.md.
+
+- `json`: `text`, `duration`, `engine`, `model`, `modelDigest`, `language`,
+  `languageProbability`, `wordTimings`, and `segments`, each `{start, end, text}` with
+  `confidence` and `words` (`{start, end, word, probability}`) when the transcript has them.
+- `aws.json`: `jobName`, `status` "COMPLETED", `results.transcripts[0].transcript`,
+  `results.items` (`id`, `type` pronunciation or punctuation, `start_time`/`end_time` as
+  decimal strings on pronunciations, `alternatives[{content, confidence}]`) and
+  `results.audio_segments` (each segment with the ids of its items), as AWS writes them, so
+  tools that read AWS Transcribe's output read it. A word's trailing punctuation is an item of
+  its own. Without word timings the words' times are proportional within their segment and
+  their confidence is the segment's (`wordTimings` false in `json` says so).
+- `srt`, `vtt`: cues from `recall.transcripts.subtitles` under the transcript's rules.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from recall.media.types import Segment
 from recall.resources import Format
 from recall.transcripts.layout import Transcript
+from recall.transcripts.subtitles import Rules, cues, tokens, write
 
 CONTENT_TYPES = {
     "json": "application/json",
+    "aws.json": "application/json",
     "srt": "application/x-subrip",
     "vtt": "text/vtt",
     "txt": "text/plain; charset=utf-8",
 }
+PUNCTUATION = ".,?!;:"
 
 
 def timestamp(seconds: float, separator: str) -> str:
@@ -33,29 +52,100 @@ def render(transcript: Transcript, fmt: Format) -> str:
     if fmt == "txt":
         return transcript.text + "\n"
     if fmt == "json":
-        return (
-            json.dumps(
-                {
-                    "text": transcript.text,
-                    "duration": transcript.duration,
-                    "engine": transcript.engine,
-                    "segments": [s.model_dump() for s in segments],
-                },
-                indent=2,
-                ensure_ascii=False,
-            )
-            + "\n"
-        )
-    if fmt == "srt":
-        blocks = [
-            f"{i}\n{timestamp(s.start, ',')} --> {timestamp(s.end, ',')}\n{s.text.strip()}\n"
-            for i, s in enumerate(segments, start=1)
-        ]
-        return "\n".join(blocks)
-    if fmt == "vtt":
-        blocks = [
-            f"{timestamp(s.start, '.')} --> {timestamp(s.end, '.')}\n{s.text.strip()}\n"
-            for s in segments
-        ]
-        return "WEBVTT\n\n" + "\n".join(blocks)
+        return _dump(segment_json(transcript, segments))
+    if fmt == "aws.json":
+        return _dump(aws_json(transcript, segments))
+    if fmt in ("srt", "vtt"):
+        return write(cues(segments, Rules.from_data(transcript.subtitles)), fmt)
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def segment_json(transcript: Transcript, segments: list[Segment]) -> dict[str, Any]:
+    out: list[dict[str, Any]] = []
+    for s in segments:
+        item: dict[str, Any] = {"start": s.start, "end": s.end, "text": s.text}
+        if s.confidence is not None:
+            item["confidence"] = s.confidence
+        if s.words is not None:
+            item["words"] = [
+                {"start": w.start, "end": w.end, "word": w.text, "probability": w.probability}
+                for w in s.words
+            ]
+        out.append(item)
+    return {
+        "text": transcript.text,
+        "duration": transcript.duration,
+        "engine": transcript.engine,
+        "model": transcript.model,
+        "modelDigest": transcript.model_digest,
+        "language": transcript.language,
+        "languageProbability": transcript.language_probability,
+        "wordTimings": transcript.word_timings,
+        "segments": out,
+    }
+
+
+def _decimal(value: float) -> str:
+    """A time or confidence as AWS writes it: a decimal string ("1.09", "0.998")."""
+    text = f"{value:.3f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
+def aws_json(transcript: Transcript, segments: list[Segment]) -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
+    audio_segments: list[dict[str, Any]] = []
+    for s in segments:
+        ids: list[int] = []
+        if s.words is not None:
+            timed = [(w.text.strip(), w.start, w.end, w.probability) for w in s.words]
+        else:  # proportional times, the segment's confidence
+            confidence = s.confidence if s.confidence is not None else 1.0
+            timed = [(t.text, t.start, t.end, confidence) for t in tokens([s])]
+        for text, start, end, probability in timed:
+            word = text.rstrip(PUNCTUATION)
+            marks = text[len(word) :]
+            if word:
+                ids.append(len(items))
+                items.append(
+                    {
+                        "id": len(items),
+                        "type": "pronunciation",
+                        "start_time": _decimal(start),
+                        "end_time": _decimal(end),
+                        "alternatives": [{"content": word, "confidence": _decimal(probability)}],
+                    }
+                )
+            for mark in marks:
+                ids.append(len(items))
+                items.append(
+                    {
+                        "id": len(items),
+                        "type": "punctuation",
+                        "alternatives": [{"content": mark, "confidence": "0.0"}],
+                    }
+                )
+        audio_segments.append(
+            {
+                "id": len(audio_segments),
+                "transcript": s.text.strip(),
+                "start_time": _decimal(s.start),
+                "end_time": _decimal(s.end),
+                "items": ids,
+            }
+        )
+    results: dict[str, Any] = {
+        "transcripts": [{"transcript": transcript.text}],
+        "items": items,
+        "audio_segments": audio_segments,
+    }
+    if transcript.language:
+        results["language_code"] = transcript.language
+    return {
+        "jobName": transcript.job,
+        "status": "COMPLETED",
+        "results": results,
+    }

@@ -10,11 +10,16 @@
   and its lease token, and written once. It is scratch until the fenced `complete` names the
   directory's `transcript.json` (`status.result.transcript`); the API server refuses a result
   whose key does not carry the completing lease's token.
-- A chunk record is `{"cut": [first, end], "tail": "…", "segments": [[start, end, "text"]…]}`:
-  the sample range it covers, the signature of the samples before its end, its segments with
-  absolute times. A resumed attempt reads the chunks the checkpoint's parts name
-  (`status.progress.parts`) and continues exactly after the last.
-- The transcript holds every segment once, with the job, attempt and token that made it.
+- A chunk record is `{"cut": [first, end], "tail": "…", "segments": [segment…]}` and, once the
+  language was detected, `"language": ["fr", 0.97]`: the sample range it covers, the signature
+  of the samples before its end, its segments with absolute times. A segment is
+  `[start, end, "text"]`, or with the model's confidence and its words
+  `[start, end, "text", confidence, [[start, end, "word", probability]…]]` (either may be
+  null). A resumed attempt reads the chunks the checkpoint's parts name
+  (`status.progress.parts`) and continues exactly after the last, in the language they record.
+- The transcript holds every segment once (in the same encoding), with the job, attempt and
+  token that made it, the model and its digest, the language, and the subtitle rules its srt
+  and vtt follow. Format 2; format 1 (segments without words) is still read.
 - The index entry of a Batch's item is a copy of its accepted transcript, written by the
   operator when it publishes: it outlives the job (a Batch's `ttlSecondsAfterFinished`) and goes
   with the Batch.
@@ -27,14 +32,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from recall.media.types import Chunk, Cutting, Segment
+from recall.media.types import Chunk, Cutting, Segment, Word
 
 SCRATCH = "scratch"
 INDEX = "index"
 CUTTING = "cutting.json"
 TRANSCRIPT = "transcript.json"
 OUTPUT = "out"
-FORMAT = 1
+FORMAT = 1  # of the cutting record
+TRANSCRIPT_FORMAT = 2  # 2: segments may carry confidence and words; 1 is still read
 MAX_PARTS = 8  # parts a checkpoint names at most: a job's status stays a few kilobytes
 
 
@@ -118,25 +124,41 @@ def parse_scratch(key: str) -> ScratchKey | None:
 
 @dataclass(frozen=True)
 class Record:
-    """One chunk: its sample range, the signature before its end, its segments."""
+    """One chunk: its sample range, the signature before its end, its segments, and the
+    language detected for the file when it was known."""
 
     first: int
     end: int
     tail: str
     segments: list[Segment]
+    language: str | None = None
+    language_probability: float | None = None
 
     @classmethod
-    def of(cls, chunk: Chunk, segments: list[Segment]) -> Record:
-        return cls(first=chunk.first, end=chunk.end, tail=chunk.tail, segments=segments)
+    def of(
+        cls,
+        chunk: Chunk,
+        segments: list[Segment],
+        language: tuple[str, float] | None = None,
+    ) -> Record:
+        return cls(
+            first=chunk.first,
+            end=chunk.end,
+            tail=chunk.tail,
+            segments=segments,
+            language=language[0] if language else None,
+            language_probability=language[1] if language else None,
+        )
 
     def encode(self) -> bytes:
-        return dumps(
-            {
-                "cut": [self.first, self.end],
-                "tail": self.tail,
-                "segments": [[round(s.start, 3), round(s.end, 3), s.text] for s in self.segments],
-            }
-        )
+        data: dict[str, Any] = {
+            "cut": [self.first, self.end],
+            "tail": self.tail,
+            "segments": [encode_segment(s) for s in self.segments],
+        }
+        if self.language:
+            data["language"] = [self.language, round(self.language_probability or 0.0, 4)]
+        return dumps(data)
 
     @classmethod
     def decode(cls, raw: bytes) -> Record:
@@ -144,8 +166,14 @@ class Record:
         try:
             data = json.loads(raw)
             first, end = (int(v) for v in data["cut"])
+            language, probability = data.get("language") or (None, None)
             return cls(
-                first=first, end=end, tail=str(data.get("tail", "")), segments=segments_of(data)
+                first=first,
+                end=end,
+                tail=str(data.get("tail", "")),
+                segments=segments_of(data),
+                language=str(language) if language else None,
+                language_probability=float(probability) if probability is not None else None,
             )
         except (KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
             raise ValueError(f"not a chunk record: {e}") from None
@@ -154,9 +182,47 @@ class Record:
     def words(self) -> int:
         return sum(len(s.text.split()) for s in self.segments)
 
+    @property
+    def text(self) -> str:
+        return " ".join(s.text.strip() for s in self.segments if s.text.strip())
+
+
+def encode_segment(s: Segment) -> list[Any]:
+    """`[start, end, text]`, with `confidence, words` after it when either is known."""
+    out: list[Any] = [round(s.start, 3), round(s.end, 3), s.text]
+    if s.confidence is not None or s.words is not None:
+        confidence = round(s.confidence, 4) if s.confidence is not None else None
+        words = (
+            [[round(w.start, 3), round(w.end, 3), w.text, round(w.probability, 4)] for w in s.words]
+            if s.words is not None
+            else None
+        )
+        out += [confidence, words]
+    return out
+
+
+def decode_segment(item: list[Any]) -> Segment:
+    start, end, text = item[:3]
+    confidence = item[3] if len(item) > 3 else None
+    words = item[4] if len(item) > 4 else None
+    return Segment(
+        start=float(start),
+        end=float(end),
+        text=str(text),
+        confidence=float(confidence) if confidence is not None else None,
+        words=(
+            [
+                Word(start=float(ws), end=float(we), text=str(wt), probability=float(wp))
+                for ws, we, wt, wp in words
+            ]
+            if words is not None
+            else None
+        ),
+    )
+
 
 def segments_of(data: dict[str, Any]) -> list[Segment]:
-    return [Segment(start=float(s), end=float(e), text=str(t)) for s, e, t in data["segments"]]
+    return [decode_segment(item) for item in data["segments"]]
 
 
 def encode_cutting(cutting: Cutting) -> bytes:
@@ -186,11 +252,21 @@ class Summary:
     engine: str
     words: int
     segments: int
+    model: str | None = None
+    model_digest: str | None = None
+    language: str | None = None
+    language_probability: float | None = None
 
 
 @dataclass(frozen=True)
 class Transcript:
-    """A transcript: its segments in order (the text is derived), and who made it."""
+    """A transcript: its segments in order (the text is derived), and who made it.
+
+    `language` is the language transcribed (asked for or detected; `language_probability` is
+    set when it was detected); `word_timings` says whether the job asked for words;
+    `subtitles` are the rules its srt and vtt renderings follow (the job's, as a mapping of
+    the CRD's field names; None for the defaults).
+    """
 
     segments: list[Segment]
     duration: float
@@ -203,6 +279,11 @@ class Transcript:
     batch: str | None = None
     item: str | None = None
     language: str | None = None
+    language_probability: float | None = None
+    model: str | None = None
+    model_digest: str | None = None
+    word_timings: bool = False
+    subtitles: dict[str, Any] | None = None
 
     @property
     def text(self) -> str:
@@ -215,7 +296,7 @@ class Transcript:
     def encode(self) -> bytes:
         return dumps(
             {
-                "format": FORMAT,
+                "format": TRANSCRIPT_FORMAT,
                 "job": self.job,
                 "namespace": self.namespace,
                 "uid": self.uid,
@@ -224,10 +305,15 @@ class Transcript:
                 "batch": self.batch,
                 "item": self.item,
                 "language": self.language,
+                "languageProbability": self.language_probability,
                 "engine": self.engine,
+                "model": self.model,
+                "modelDigest": self.model_digest,
                 "durationSeconds": self.duration,
                 "words": self.words,
-                "segments": [[round(s.start, 3), round(s.end, 3), s.text] for s in self.segments],
+                "wordTimings": self.word_timings,
+                "subtitles": self.subtitles,
+                "segments": [encode_segment(s) for s in self.segments],
             }
         )
 
@@ -236,8 +322,9 @@ class Transcript:
         """Raises ValueError when `raw` is not a transcript of a known format."""
         try:
             data = json.loads(raw)
-            if data.get("format") != FORMAT:
+            if data.get("format") not in (1, TRANSCRIPT_FORMAT):
                 raise ValueError(f"unknown transcript format {data.get('format')!r}")
+            probability = data.get("languageProbability")
             return cls(
                 segments=segments_of(data),
                 duration=float(data["durationSeconds"]),
@@ -250,6 +337,11 @@ class Transcript:
                 batch=data.get("batch"),
                 item=data.get("item"),
                 language=data.get("language"),
+                language_probability=float(probability) if probability is not None else None,
+                model=data.get("model"),
+                model_digest=data.get("modelDigest"),
+                word_timings=bool(data.get("wordTimings")),
+                subtitles=data.get("subtitles"),
             )
         except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
             raise ValueError(f"malformed transcript: {e}") from None

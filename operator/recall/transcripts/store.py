@@ -18,6 +18,10 @@ Contract (layout: `layout`):
   but never leaves a gap or an overlap.
 - A checkpoint names at most `MAX_PARTS` parts. An attempt that resumes from that many copies
   the chunks it carries into its own directory first, so its checkpoint names one part.
+- The language detected for the file (`spec.language` auto or empty on a multilingual model)
+  is recorded in every chunk record from the chunk it was detected at on, so a resumed attempt
+  goes on in it (`Checkpoint.language`) instead of detecting again; `finish` records it, with
+  the model and its digest, in the transcript.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from recall.transcripts.layout import (
     output_key,
     transcript_key,
 )
+from recall.transcripts.subtitles import Rules
 
 READERS = 8  # chunk records read at once when a resumed attempt reads its checkpoint
 
@@ -67,8 +72,36 @@ class Checkpoint:
     def words(self) -> int:
         return sum(r.words for r in self.records)
 
+    @property
+    def language(self) -> tuple[str, float] | None:
+        """The language detected for the file, with its probability, if it was."""
+        return language_of(self.records)
+
+    @property
+    def context(self) -> str:
+        """The text of the last chunk: what the engine is prompted with next."""
+        return self.records[-1].text if self.records else ""
+
     def describe(self) -> str:
         return ",".join(f"a{p.attempt}:{p.first}-{p.end}" for p in self.parts) or "empty"
+
+
+def language_of(records: list[Record] | tuple[Record, ...]) -> tuple[str, float] | None:
+    for record in records:
+        if record.language:
+            return record.language, record.language_probability or 0.0
+    return None
+
+
+def wants_words(job: TranscriptionJob) -> bool:
+    """Whether `job` asks for word timings (`spec.transcript.words`)."""
+    t = job.spec.transcript
+    return bool(t and t.words)
+
+
+def subtitle_rules(job: TranscriptionJob) -> Rules:
+    t = job.spec.transcript
+    return Rules.of(t.subtitles if t else None)
 
 
 def directory_of(job: TranscriptionJob, attempt: int, token: str) -> str:
@@ -194,19 +227,41 @@ class AttemptWriter:
         self.own_first = 0 if not parts else len(records)
         return self.parts()
 
-    def add(self, chunk: Chunk, segments: list[Segment]) -> list[Part]:
-        """Store the segments of `chunk`, the next chunk in order; returns the parts."""
+    @property
+    def language(self) -> tuple[str, float] | None:
+        """The language detected for the file so far (from the records), if any."""
+        return language_of(self.records)
+
+    def add(
+        self,
+        chunk: Chunk,
+        segments: list[Segment],
+        language: tuple[str, float] | None = None,
+    ) -> list[Part]:
+        """Store the segments of `chunk`, the next chunk in order, and the language detected
+        for the file (`language`, else the one an earlier record has); returns the parts."""
         if chunk.index != self.chunks:
             raise ValueError(f"chunk {chunk.index} out of order: {self.chunks} stored")
-        record = Record.of(chunk, segments)
+        record = Record.of(chunk, segments, language or self.language)
         self.bucket.put(chunk_key(self.directory, chunk.index), record.encode())
         self.records.append(record)
         return self.parts()
 
-    def finish(self, duration: float, engine: str, formats: list[Format]) -> Summary:
-        """Write the transcript, then each output format of `formats` beside it."""
+    def finish(
+        self,
+        duration: float,
+        engine: str,
+        formats: list[Format],
+        *,
+        model: str | None = None,
+        model_digest: str | None = None,
+    ) -> Summary:
+        """Write the transcript, then each output format of `formats` beside it. `model` and
+        `model_digest` name the model that transcribed it, when the engine knows them."""
         segments = [s for r in self.records for s in r.segments]
         spec = self.job.spec
+        detected = self.language
+        rules = subtitle_rules(self.job)
         transcript = Transcript(
             segments=segments,
             duration=round(duration, 3),
@@ -218,7 +273,12 @@ class AttemptWriter:
             token=self.token,
             batch=spec.batch_ref,
             item=spec.item,
-            language=spec.language,
+            language=detected[0] if detected else spec.language,
+            language_probability=round(detected[1], 4) if detected else None,
+            model=model,
+            model_digest=model_digest,
+            word_timings=wants_words(self.job),
+            subtitles=rules.to_data() if rules != Rules() else None,
         )
         self.bucket.put(self.transcript_key, transcript.encode())
         for fmt in formats:
@@ -230,4 +290,8 @@ class AttemptWriter:
             engine=engine,
             words=transcript.words,
             segments=len(segments),
+            model=model,
+            model_digest=model_digest,
+            language=transcript.language,
+            language_probability=transcript.language_probability,
         )

@@ -1,0 +1,321 @@
+"""Subtitle cues cut from a transcript's words under the usual rules, written by pysubs2. Pure.
+
+    rules = Rules.of(job.spec.transcript.subtitles if ... else None)
+    found = cues(transcript.segments, rules)     # [Cue(start, end, lines), ...]
+    text = write(found, "srt")                    # or "vtt"
+    problems = check(found, rules)                # [] when every rule holds
+
+Contract:
+- The words come from the segments' word timings when the transcript has them. A segment
+  without words is split into its words in proportion to their characters over the segment's
+  time (`proportional` says so): cues are then only as precise as the segments.
+- Every cue is at most `max_lines` lines of at most `max_line_characters` characters (a single
+  word longer than a line is the one exception: it stands alone, over-long), is shown at most
+  `max_cue_seconds`, at least `min_cue_seconds` where the next cue leaves room, and starts at
+  least `min_gap_seconds` after the previous one ends. Cues never overlap and are in order.
+- Where to break is chosen over the whole transcript at once (a shortest path over the word
+  boundaries): after a sentence's end first, then after a clause (a comma, a semicolon), then at
+  a pause, a segment's end, and last between any two words (never after an article or a
+  preposition when another break is possible). Fuller cues beat more cues. Lines break the same
+  way inside a cue, as evenly as the breaks allow.
+- `write` formats with pysubs2 (SubRip and WebVTT writers) rather than by hand; times are
+  whole milliseconds. `check` re-states the rules as a test and a benchmark read them back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+import pysubs2
+
+from recall.media.types import Segment
+from recall.resources import SubtitleSpec
+
+SENTENCE_END = (".", "?", "!", "…", '."', '?"', '!"', ".'", "?'", "!'")
+CLAUSE_END = (",", ";", ":", "—", "–", '"', ")")
+# Words a line or a cue should not end with while another break is possible.
+_WEAK = (
+    "a an the of to in on at by for from with and or but that as is was his her its their my "
+    "our your this these those"
+)
+WEAK_ENDS = frozenset(_WEAK.split())
+PAUSE_SECONDS = 0.5  # silence between two words that reads as a pause
+# Costs of a break after a word, by what follows it: lower is better.
+COST_SENTENCE, COST_CLAUSE, COST_PAUSE, COST_SEGMENT, COST_ANY, COST_WEAK = 0, 2, 2, 3, 6, 9
+COST_CUE = 3  # every cue costs this: fuller cues beat more cues
+COST_SHORT = 4  # a cue under a third of a line and a second: a flash on screen
+EPSILON = 0.0015  # tolerance of `check` for times rounded to milliseconds
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The rules cues follow; defaults as broadcasters and streaming services use them."""
+
+    max_line_characters: int = 42
+    max_lines: int = 2
+    max_cue_seconds: float = 7.0
+    min_cue_seconds: float = 1.0
+    min_gap_seconds: float = 0.083  # two frames at 24 fps
+
+    @classmethod
+    def of(cls, spec: SubtitleSpec | None) -> Rules:
+        if spec is None:
+            return cls()
+        given = {k: v for k, v in spec.model_dump().items() if v is not None}
+        return cls(**given)
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "maxLineCharacters": self.max_line_characters,
+            "maxLines": self.max_lines,
+            "maxCueSeconds": self.max_cue_seconds,
+            "minCueSeconds": self.min_cue_seconds,
+            "minGapSeconds": self.min_gap_seconds,
+        }
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any] | None) -> Rules:
+        if not data:
+            return cls()
+        return cls.of(SubtitleSpec.model_validate(data))
+
+
+@dataclass(frozen=True)
+class Token:
+    """One word on its way into a cue: its text (no surrounding spaces) and times."""
+
+    text: str
+    start: float
+    end: float
+    segment_end: bool = False  # the last word of its segment
+
+
+@dataclass(frozen=True)
+class Cue:
+    start: float
+    end: float
+    lines: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def proportional(segments: list[Segment]) -> bool:
+    """True when some segment with text has no word timings: its cues are split in proportion."""
+    return any(s.words is None and s.text.strip() for s in segments)
+
+
+def tokens(segments: list[Segment]) -> list[Token]:
+    """Every word of `segments` in order, with its times (see the module contract)."""
+    out: list[Token] = []
+    for s in segments:
+        words: list[Token] = []
+        if s.words is not None:
+            for w in s.words:
+                if w.text.strip():
+                    words.append(Token(w.text.strip(), w.start, max(w.end, w.start)))
+        else:
+            parts = s.text.split()
+            weights = [len(p) + 1 for p in parts]
+            total, at = sum(weights) or 1, 0
+            span = max(0.0, s.end - s.start)
+            for part, weight in zip(parts, weights, strict=True):
+                begin = s.start + span * at / total
+                at += weight
+                words.append(Token(part, begin, s.start + span * at / total))
+        if words:
+            words[-1] = Token(words[-1].text, words[-1].start, words[-1].end, segment_end=True)
+        out += words
+    return out
+
+
+def _break_cost(words: list[Token], k: int) -> int:
+    """The cost of breaking after word `k` (the last word costs nothing)."""
+    if k == len(words) - 1:
+        return 0
+    word = words[k]
+    text = word.text
+    if text.endswith(SENTENCE_END):
+        return COST_SENTENCE
+    cost = COST_ANY
+    if text.endswith(CLAUSE_END):
+        cost = COST_CLAUSE
+    if words[k + 1].start - word.end >= PAUSE_SECONDS:
+        cost = min(cost, COST_PAUSE)
+    if word.segment_end:
+        cost = min(cost, COST_SEGMENT)
+    if cost == COST_ANY and text.lower().strip("\"'") in WEAK_ENDS:
+        cost = COST_WEAK
+    return cost
+
+
+def _line_cost(words: list[str], k: int) -> int:
+    """The cost of a line break after word `k` of a cue's words."""
+    text = words[k]
+    if text.endswith(SENTENCE_END):
+        return 0
+    if text.endswith(CLAUSE_END):
+        return 1
+    if text.lower() in WEAK_ENDS:
+        return 6
+    return 3
+
+
+def lines(words: list[str], width: int, most: int) -> tuple[str, ...] | None:
+    """`words` in at most `most` lines of at most `width` characters, breaking where it reads
+    best and as evenly as possible; None when they do not fit (a lone over-long word is one
+    line)."""
+    if len(words) == 1:
+        return (words[0],)
+    if len(" ".join(words)) <= width:
+        return (" ".join(words),)
+    n = len(words)
+
+    @cache
+    def best(i: int, left: int) -> tuple[float, tuple[str, ...]] | None:
+        # The best layout of words[i:] in at most `left` lines.
+        if left == 0:
+            return None
+        found: tuple[float, tuple[str, ...]] | None = None
+        length = -1
+        for j in range(i + 1, n + 1):
+            length += len(words[j - 1]) + 1
+            if length > width and j > i + 1:
+                break  # (a lone word longer than a line is a line of its own)
+            if j == n:
+                candidate: tuple[float, tuple[str, ...]] = (0.0, (" ".join(words[i:j]),))
+            else:
+                rest = best(j, left - 1)
+                if rest is None:
+                    continue
+                slack = (width - length) / width
+                cost = rest[0] + _line_cost(words, j - 1) + 4 * slack * slack
+                candidate = (cost, (" ".join(words[i:j]), *rest[1]))
+            if found is None or candidate[0] < found[0]:
+                found = candidate
+        return found
+
+    layout = best(0, most)
+    return layout[1] if layout else None
+
+
+def cues(segments: list[Segment], rules: Rules | None = None) -> list[Cue]:
+    """The cues of `segments` under `rules` (see the module contract)."""
+    rules = rules or Rules()
+    words = tokens(segments)
+    n = len(words)
+    if n == 0:
+        return []
+    width, most = rules.max_line_characters, rules.max_lines
+    # cost[j]: the cheapest way to cut words[:j] into cues; back[j]: where its last cue starts.
+    cost = [math.inf] * (n + 1)
+    back = [0] * (n + 1)
+    cost[0] = 0.0
+    for i in range(n):
+        if cost[i] == math.inf:
+            continue
+        used, line, length = 0, 0, -1  # greedy filling: the fewest lines words[i:j] need
+        for j in range(i + 1, n + 1):
+            size = len(words[j - 1].text)
+            length += size + 1
+            if line and line + 1 + size <= width:
+                line += 1 + size
+            else:  # a new line; a word longer than a line fills one alone
+                used, line = used + 1, max(size, width if size > width else 0) or size
+            if j > i + 1 and (
+                used > most or words[j - 1].end - words[i].start > rules.max_cue_seconds
+            ):
+                break
+            total = cost[i] + COST_CUE + _break_cost(words, j - 1)
+            short = length < width / 3
+            if short and words[j - 1].end - words[i].start < rules.min_cue_seconds:
+                total += COST_SHORT
+            if total < cost[j]:
+                cost[j], back[j] = total, i
+    spans: list[tuple[int, int]] = []
+    j = n
+    while j > 0:
+        spans.append((back[j], j))
+        j = back[j]
+    spans.reverse()
+    raw = []
+    for i, j in spans:
+        text = [w.text for w in words[i:j]]
+        layout = lines(text, width, most) or (" ".join(text),)
+        raw.append((words[i].start, words[j - 1].end, layout))
+    return timed(raw, rules)
+
+
+def timed(raw: list[tuple[float, float, tuple[str, ...]]], rules: Rules) -> list[Cue]:
+    """Cue times that keep the gap, the longest and (where there is room) the shortest time."""
+    out: list[Cue] = []
+    floor = 0.0
+    for k, (first, last, text) in enumerate(raw):
+        start = max(first, floor)
+        end = min(max(last, start + 0.001), start + rules.max_cue_seconds)
+        if k + 1 < len(raw):
+            limit = raw[k + 1][0] - rules.min_gap_seconds
+            if end < start + rules.min_cue_seconds:
+                end = max(end, min(start + rules.min_cue_seconds, limit))
+            if end > limit:
+                end = max(limit, start + 0.001)
+        else:
+            end = max(end, start + rules.min_cue_seconds)
+        out.append(Cue(round(start, 3), round(end, 3), text))
+        floor = end + rules.min_gap_seconds
+    return out
+
+
+def check(found: list[Cue], rules: Rules | None = None) -> list[str]:
+    """What breaks the rules in `found`, one line per broken rule and cue ([] when none)."""
+    rules = rules or Rules()
+    problems: list[str] = []
+    for i, cue in enumerate(found, start=1):
+        words = cue.text.split()
+        if len(cue.lines) > rules.max_lines:
+            problems.append(f"cue {i}: {len(cue.lines)} lines")
+        for line in cue.lines:
+            if len(line) > rules.max_line_characters and len(line.split()) > 1:
+                problems.append(f"cue {i}: a line of {len(line)} characters")
+        if cue.end <= cue.start:
+            problems.append(f"cue {i}: ends at {cue.end:.3f} s, before it starts")
+        if cue.end - cue.start > rules.max_cue_seconds + EPSILON:
+            problems.append(f"cue {i}: {cue.end - cue.start:.2f} s on screen")
+        if i > 1:
+            gap = cue.start - found[i - 2].end
+            if gap < rules.min_gap_seconds - EPSILON:
+                problems.append(f"cue {i}: {gap:.3f} s after the previous cue")
+        if not words:
+            problems.append(f"cue {i}: empty")
+    return problems
+
+
+def write(found: list[Cue], fmt: Literal["srt", "vtt"]) -> str:
+    """`found` as a SubRip or WebVTT file, by pysubs2."""
+    subs = pysubs2.SSAFile()
+    for cue in found:
+        text = cue.text
+        if fmt == "vtt":  # cue text is HTML-like in WebVTT
+            text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        subs.append(
+            pysubs2.SSAEvent(
+                start=round(cue.start * 1000),
+                end=round(cue.end * 1000),
+                text=text.replace("\n", r"\N"),
+            )
+        )
+    out: str = subs.to_string(fmt, apply_styles=False, keep_ssa_tags=True)
+    return out
+
+
+def parse(text: str, fmt: Literal["srt", "vtt"]) -> list[Cue]:
+    """Cues read back from a SubRip or WebVTT file, by pysubs2 (for tests and benchmarks)."""
+    subs = pysubs2.SSAFile.from_string(text, format_=fmt)
+    return [
+        Cue(e.start / 1000, e.end / 1000, tuple(e.text.replace(r"\N", "\n").split("\n")))
+        for e in subs
+    ]
