@@ -26,6 +26,26 @@ HEARTBEAT_LATENCY = Histogram(
     "Time of one renew (heartbeat) write, including conflict retries.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
+LEASE_WRITES = Counter(
+    "recall_worker_lease_writes_total",
+    "Fenced writes of lease holders that reached the API server, by action.",
+    ["action"],
+)
+CHECKPOINTS = Counter(
+    "recall_worker_checkpoints_total", "Renewals that carried new durable progress."
+)
+API_THROTTLED = Counter(
+    "recall_api_throttled_total",
+    "Requests the API server turned away with 429 (API Priority and Fairness), by verb.",
+    ["verb"],
+)
+STAGE_WAIT = Histogram(
+    "recall_worker_stage_wait_seconds",
+    "Time a stage of the worker's pipeline waited for its input or for room downstream, by "
+    "stage (decode, engine, store) and what it waited for.",
+    ["stage", "waited_for"],
+    buckets=(0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 ENGINE_CHUNKS = Counter("recall_engine_chunks_total", "Chunks the engine transcribed.", ["engine"])
 STORE_ERRORS = Counter(
     "recall_store_errors_total",

@@ -109,6 +109,15 @@ class WorkerSettings(BaseSettings):
         ge=0,
         description="On SIGTERM, how long to let the current job finish before releasing it.",
     )
+    checkpoint_seconds: float = Field(
+        10.0,
+        ge=1,
+        le=3600,
+        description="How often, at most, a renewal carries the checkpoint (the chunks whose "
+        "objects are durable), unless the job sets checkpointSeconds: a resumed attempt redoes "
+        "at most this much engine work, and a job makes one API write per interval, whatever "
+        "its number of chunks.",
+    )
     pick_window: int = Field(
         4, ge=1, description="Pick at random among this many jobs at the head of the queue."
     )

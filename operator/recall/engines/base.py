@@ -16,8 +16,10 @@ Contract:
   equal `Cutting` (`Cutting.differences` says why not).
 - `Media.duration` is an estimate from the container until the iteration has ended, then the
   exact decoded length; `Media.chunks_total` turns it into an honest chunk count.
-- `transcribe(chunk, language, cancel)` blocks until the chunk is done and returns segments
-  with times relative to the start of the chunk. It may return early, with anything, once
+- `transcribe(chunk, language, cancel, context)` blocks until the chunk is done and returns
+  segments with times relative to the start of the chunk. `context` is the text of the chunk
+  before it ("" for the first; on a resume, the checkpoint's last chunk): an engine may
+  condition on it across the chunk boundary. It may return early, with anything, once
   `cancel` is set: the caller has lost the lease and discards the result.
 - Engines are created once per worker process and used by one thread at a time.
 """
@@ -55,4 +57,5 @@ class Engine(Protocol):
         cancel: threading.Event,
         job: TranscriptionJob,
         attempt: int,
+        context: str = "",
     ) -> list[Segment]: ...

@@ -222,8 +222,9 @@ class OpenAIEngine:
         cancel: threading.Event,
         job: TranscriptionJob,
         attempt: int,
+        context: str = "",
     ) -> list[Segment]:
-        del attempt
+        del attempt, context
         model = job.spec.engine.model if job.spec.engine and job.spec.engine.model else self.model
         fields = {"model": model, "response_format": "verbose_json"}
         lang = primary_language(language)

@@ -130,8 +130,9 @@ class SimulatedEngine:
         cancel: threading.Event,
         job: TranscriptionJob,
         attempt: int,
+        context: str = "",
     ) -> list[Segment]:
-        del language
+        del language, context
         spec = self._spec(job)
         if chunk.index == 0 and spec.block_seconds:
             # A truly blocking call: it ignores `cancel`, like a C extension would.

@@ -156,8 +156,9 @@ class WhisperEngine:
         cancel: threading.Event,
         job: TranscriptionJob,
         attempt: int,
+        context: str = "",
     ) -> list[Segment]:
-        del attempt
+        del attempt, context  # conditioning across chunks: see the module contract
         if cancel.is_set():
             return []
         wanted = job.spec.engine.model if job.spec.engine and job.spec.engine.model else self.model

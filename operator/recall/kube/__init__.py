@@ -36,6 +36,7 @@ from recall.kube.base import (
     TooLarge,
     Unavailable,
     WatchEvent,
+    retry_pause,
 )
 
 __all__ = [
@@ -61,4 +62,5 @@ __all__ = [
     "TooLarge",
     "Unavailable",
     "WatchEvent",
+    "retry_pause",
 ]

@@ -25,6 +25,7 @@ Contract of every method:
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -66,13 +67,36 @@ class Unavailable(StoreError):
     """The API server could not be reached or did not answer in time; a retry may succeed.
 
     `maybe_applied` is True when a write may have been applied although no answer arrived.
+    `retry_after` is the server's Retry-After in seconds (a 429 from API Priority and Fairness,
+    a 503 of a server that is starting), when it sent one: the soonest a retry is welcome.
     """
 
     def __init__(
-        self, message: str, *, status: int | None = None, maybe_applied: bool = False
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        maybe_applied: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message, status=status)
         self.maybe_applied = maybe_applied
+        self.retry_after = retry_after
+
+    @property
+    def throttled(self) -> bool:
+        """The API server refused the request to protect itself (429): it was not applied."""
+        return self.status == 429
+
+
+def retry_pause(error: StoreError, pause: float, *, rng: random.Random | None = None) -> float:
+    """Seconds to wait before retrying after `error`: the caller's own `pause`, or, when the
+    server sent a Retry-After, at least that, spread over [retry_after, 1.5 × retry_after] so
+    that the clients it turned away do not all come back at once."""
+    after = error.retry_after if isinstance(error, Unavailable) else None
+    if not after:
+        return pause
+    return max(pause, after * (1 + 0.5 * (rng or random).random()))
 
 
 PERMANENT_ERRORS: tuple[type[StoreError], ...] = (Invalid, Forbidden, TooLarge)

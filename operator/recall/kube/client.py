@@ -17,7 +17,7 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from recall.base import faults
+from recall.base import faults, metrics
 from recall.kube.base import (
     Conflict,
     Forbidden,
@@ -88,6 +88,17 @@ def api_message(e: ApiException) -> str:
     return str(body.get("message") or e.reason) if isinstance(body, dict) else str(e.reason)
 
 
+def retry_after_of(e: ApiException) -> float | None:
+    """The Retry-After of an error answer, in seconds (Kubernetes sends whole seconds)."""
+    headers = e.headers or {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
 def translate(e: BaseException, what: str, *, write: bool) -> StoreError:
     """The typed store error for a failed request `what` (e.g. "patch job ns/name")."""
     if isinstance(e, ApiException):
@@ -109,8 +120,14 @@ def translate(e: BaseException, what: str, *, write: bool) -> StoreError:
             return TooLarge(text, status=status)
         if status == 0 and e.reason:  # the client wraps some transport errors this way
             return Unavailable(f"{what}: {e.reason}", maybe_applied=write)
-        # 401 (a rotated token), 429, 5xx: worth retrying. A 5xx may come after the commit.
-        return Unavailable(text, status=status, maybe_applied=write and status >= 500)
+        # 401 (a rotated token), 429, 5xx: worth retrying. A 5xx may come after the commit; a
+        # 429 is API Priority and Fairness turning the request away before it ran.
+        return Unavailable(
+            text,
+            status=status,
+            maybe_applied=write and status >= 500,
+            retry_after=retry_after_of(e),
+        )
     if isinstance(e, NOT_SENT):
         return Unavailable(f"{what}: cannot connect: {e}", maybe_applied=False)
     return Unavailable(f"{what}: {type(e).__name__}: {e}", maybe_applied=write)
@@ -144,7 +161,10 @@ class KubeClient:
         try:
             return fn(*args, _request_timeout=timeout or self.timeout, **kw)
         except (ApiException, *TRANSPORT) as e:
-            raise translate(e, what, write=write) from e
+            error = translate(e, what, write=write)
+            if isinstance(error, Unavailable) and error.throttled:
+                metrics.API_THROTTLED.labels(verb=what.split(" ", 1)[0]).inc()
+            raise error from e
 
     # -- TranscriptionJobs -------------------------------------------------------------------
 

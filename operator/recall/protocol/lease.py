@@ -199,14 +199,26 @@ def renew(
 
 
 def complete(
-    status: JobStatus, now: dt.datetime, worker: str, token: str, *, seq: int, result: Result
+    status: JobStatus,
+    now: dt.datetime,
+    worker: str,
+    token: str,
+    *,
+    seq: int,
+    result: Result,
+    chunks: int | None = None,
 ) -> Decision:
-    """Leased → Succeeded with the result, which records this lease's token and attempt."""
+    """Leased → Succeeded with the result, which records this lease's token and attempt.
+
+    `chunks` is the media's exact chunk count (the last checkpoint may predate the last
+    chunks); without it the last checkpoint's total counts."""
     if refusal := _holder_check(status, worker, token):
         return refusal
     progress = status.progress
-    if progress is not None:  # the transcript holds every chunk now: no checkpoint is left
-        progress = Progress.of(progress.chunks_total, progress.chunks_total)
+    if chunks is None and progress is not None:
+        chunks = progress.chunks_total
+    if chunks is not None:  # the transcript holds every chunk now: no checkpoint is left
+        progress = Progress.of(chunks, chunks)
     accepted = result.model_copy(update={"token": token, "attempt": status.attempts})
     return status.model_copy(
         update={
@@ -242,8 +254,12 @@ def fail(
     jitter: float,
     backoff_base: float = 5.0,
     backoff_cap: float = 300.0,
+    progress: Progress | None = None,
 ) -> Decision:
-    """Leased → Queued with a backoff, or → Failed when permanent or the attempts are spent."""
+    """Leased → Queued with a backoff, or → Failed when permanent or the attempts are spent.
+
+    `progress`, when given, is the checkpoint the next attempt resumes from (the chunks this
+    attempt made durable since its last renewal)."""
     if refusal := _holder_check(status, worker, token):
         return refusal
     error = JobError(
@@ -256,6 +272,8 @@ def fail(
         "failures": failures,
         "last_error": error,
     }
+    if progress is not None:
+        common["progress"] = progress
     if permanent or budget.left(status) <= 0:
         final_reason = reason if permanent else "AttemptsExhausted"
         return status.model_copy(
@@ -272,19 +290,30 @@ def fail(
     return status.model_copy(update=common | {"phase": Phase.QUEUED, "backoff_seconds": delay})
 
 
-def release(status: JobStatus, now: dt.datetime, worker: str, token: str, *, seq: int) -> Decision:
-    """Leased → Queued at once (graceful stop); the attempt is given back (see the budget)."""
+def release(
+    status: JobStatus,
+    now: dt.datetime,
+    worker: str,
+    token: str,
+    *,
+    seq: int,
+    progress: Progress | None = None,
+) -> Decision:
+    """Leased → Queued at once (graceful stop); the attempt is given back (see the budget).
+
+    `progress`, when given, is the checkpoint the next attempt resumes from."""
     del now  # part of the uniform signature; a release has no time-dependent effect
     if refusal := _holder_check(status, worker, token):
         return refusal
-    return status.model_copy(
-        update={
-            "phase": Phase.QUEUED,
-            "lease": None,
-            "fence": fence(token, seq),
-            "releases": status.releases + 1,
-        }
-    )
+    update: dict[str, object] = {
+        "phase": Phase.QUEUED,
+        "lease": None,
+        "fence": fence(token, seq),
+        "releases": status.releases + 1,
+    }
+    if progress is not None:
+        update["progress"] = progress
+    return status.model_copy(update=update)
 
 
 def reclaim(

@@ -56,6 +56,7 @@ class JobDefaults(Model):
     language: str | None = None
     engine: EngineSpec | None = None
     lease_duration_seconds: int = 120
+    checkpoint_seconds: float | None = None
     max_attempts: int = 5
     max_releases: int = 10
     priority: int = 0

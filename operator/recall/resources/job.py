@@ -92,6 +92,7 @@ class JobSpec(Model):
     batch_ref: str | None = None
     item: str | None = None
     lease_duration_seconds: int = 120
+    checkpoint_seconds: float | None = None
     max_attempts: int = 5
     max_releases: int = 10
     priority: int = 0

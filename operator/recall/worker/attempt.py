@@ -1,6 +1,6 @@
-"""One attempt at a leased job: the media opened lazily, each chunk through the engine and
-into the results store, the lease renewed with the checkpoint after each, the transcript
-handed in by `complete`.
+"""One attempt at a leased job: the media opened lazily, its chunks decoded ahead of the engine,
+transcribed, stored behind it, checkpointed on the heartbeat's cadence, and the transcript handed
+in by `complete`.
 
 `Transcription.run(holder, cancel, watch)` returns when the job is complete; it raises
 `LeaseLost` (stop, write nothing more), `Stopped` (the grace period ended: the caller releases),
@@ -11,13 +11,22 @@ good: wrong credentials, a missing bucket, a bad URL).
   call: a store that refuses is found out before anything is paid for.
 - A resume uses the checkpoint only if it was cut the same way from the same source; the
   first chunk then starts at exactly the recorded sample.
-- Per chunk: one object written once under the attempt's own key, then the renewal that names
-  it in `status.progress.parts`, the only API write. The transcript (and the output formats the
-  job asks for) is written before `complete`, whose fenced write alone makes it the result.
-  What an attempt wrote and no accepted result references is deleted by the operator.
+- The engine never waits for the control plane (`recall.worker.pipeline`): the next chunk is
+  decoded while the engine works on this one, and the last one is stored behind it. Each
+  chunk's object is written once under the attempt's own key; once it is durable the holder is
+  given the new checkpoint (`LeaseHolder.checkpoint`), which the heartbeater writes on its
+  cadence (`recall.worker.cadence`): no API write per chunk.
+- The fence holds: no engine call starts unless a write sent within the cadence's `fresh`
+  seconds succeeded (else the call waits for a renewal), and once the lease is lost every
+  stage stops at once and nothing more is written, to the API server or the store.
+- The transcript (and the output formats the job asks for) is written before `complete`, whose
+  fenced write alone makes it the result. What an attempt wrote and no accepted result
+  references is deleted by the operator.
 - Store calls are retried on transient errors while the lease holds (the heartbeater keeps it
   renewed): a store that is down or slow delays the job, never the worker. A refusal (access,
   a missing bucket) is never retried.
+- On `Stopped`, and on a failure of the engine, what the engine already transcribed is stored
+  first (a few chunks at most), so the release or fail carries it as the checkpoint.
 """
 
 from __future__ import annotations
@@ -36,30 +45,18 @@ from recall.media.types import Chunk, Media, Segment
 from recall.resources import Part, Progress, Result
 from recall.resources.errors import JobFailure
 from recall.transcripts import AttemptWriter, Checkpoint, CheckpointUnusable, read_checkpoint
+from recall.worker.cadence import Cadence
 from recall.worker.holder import LeaseHolder, LeaseLost
+from recall.worker.pipeline import Decoder, Stopwatch, Storer, Transcribed
 
 T = TypeVar("T")
+DRAIN_SECONDS = 10.0  # how long a stopping attempt waits for the chunks it already transcribed
+DECODE_DEPTH = 2  # chunks decoded ahead of the engine at most (their audio is in memory)
+STORE_DEPTH = 4  # transcribed chunks waiting for the store at most (then the engine waits)
 
 
 class Stopped(Exception):
     """The worker is stopping and the grace period ended: release the lease."""
-
-
-class Stopwatch:
-    """Where the time of one attempt goes, by part (lease, store, engine, media)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {"lease": 0.0, "store": 0.0, "engine": 0.0, "media": 0.0}
-
-    def timed(self, part: str, fn: Callable[[], T]) -> T:
-        started = time.monotonic()
-        try:
-            return fn()
-        finally:
-            self.seconds[part] += time.monotonic() - started
-
-    def fields(self) -> dict[str, float]:
-        return {f"{k}_seconds": round(v, 3) for k, v in self.seconds.items()}
 
 
 class EngineCall(Protocol):
@@ -78,13 +75,20 @@ class Transcription:
         engine: Engine,
         call: EngineCall,
         check_stop: Callable[[LeaseHolder], None],
+        *,
+        decode_depth: int = DECODE_DEPTH,
+        store_depth: int = STORE_DEPTH,
     ) -> None:
         self.results = results
         self.engine = engine
         self.call = call  # runs a function on the engine thread, stopping with the lease
         self.check_stop = check_stop  # raises LeaseLost or Stopped
+        self.decode_depth = decode_depth
+        self.store_depth = store_depth
 
-    def run(self, h: LeaseHolder, cancel: threading.Event, watch: Stopwatch) -> str:
+    def run(
+        self, h: LeaseHolder, cancel: threading.Event, watch: Stopwatch, cadence: Cadence
+    ) -> str:
         job = h.known
         checkpoint = self._read_checkpoint(h, watch)
         opening = _Opening()
@@ -97,95 +101,27 @@ class Transcription:
             opening.abandon()  # a media opened after we stopped waiting is closed
             raise
         with media:
-            return self._transcribe_media(h, cancel, watch, media, checkpoint)
-
-    def _transcribe_media(
-        self,
-        h: LeaseHolder,
-        cancel: threading.Event,
-        watch: Stopwatch,
-        media: Media,
-        checkpoint: Checkpoint | None,
-    ) -> str:
-        """Cut `media` lazily, transcribe and store each chunk, renew with the checkpoint after
-        each, then write the transcript and complete."""
-        if checkpoint is not None and (changed := media.cutting.differences(checkpoint.cutting)):
-            h.log.warning(
-                "checkpoint_discarded", checkpoint=checkpoint.describe(), reason="; ".join(changed)
-            )
-            checkpoint = None
-        writer = AttemptWriter(self.results, h.known, h.attempt, h.token)
-        self._transcribe_chunks(h, cancel, watch, media, writer, checkpoint)
-        return self._hand_in(h, watch, media, writer)
-
-    def _transcribe_chunks(
-        self,
-        h: LeaseHolder,
-        cancel: threading.Event,
-        watch: Stopwatch,
-        media: Media,
-        writer: AttemptWriter,
-        checkpoint: Checkpoint | None,
-    ) -> None:
-        """Every chunk after the checkpoint through the engine into `writer`, a renewal with
-        the checkpoint after each."""
-        parts = self._store(
-            h, watch, "to store the cutting", lambda: writer.begin(media.cutting, checkpoint)
-        )
-        resume = checkpoint.resume if checkpoint and checkpoint.chunks else None
-        done, position = (resume.chunks, resume.position) if resume else (0, 0)
-        total = media.chunks_total(done, position)
-        if resume is not None and checkpoint is not None:
-            h.log.info(
-                "resumed",
-                chunks_done=done,
-                chunks_total=total,
-                from_checkpoint=checkpoint.describe(),
-            )
-        # The progress so far; a claim made a moment ago already proved the lease is ours, and
-        # the first chunk's renewal records the checkpoint.
-        watch.timed("lease", lambda: h.renew_if_older(1.0, Progress.of(done, total, parts)))
-
-        chunks = media.chunks(resume, cancel)
-        while True:
-            self.check_stop(h)
-            try:
-                chunk = self._next_chunk(h, cancel, watch, chunks)
-            except ResumeInvalid as e:  # raised before any chunk: start over from nothing
-                h.log.warning("checkpoint_discarded", reason=e.message)
-                parts = self._store(
-                    h, watch, "to store the cutting", lambda: writer.begin(media.cutting, None)
+            if checkpoint is not None and (
+                changed := media.cutting.differences(checkpoint.cutting)
+            ):
+                h.log.warning(
+                    "checkpoint_discarded",
+                    checkpoint=checkpoint.describe(),
+                    reason="; ".join(changed),
                 )
-                done, total = 0, media.chunks_total(0, 0)
-                self._renew(h, watch, Progress.of(done, total, parts))
-                chunks = media.chunks(None, cancel)
-                continue
-            if chunk is None:
-                break
-            segments = self._transcribe_chunk(h, cancel, watch, chunk)
-            h.check()
-            parts = self._store(
-                h,
-                watch,
-                f"to store chunk {chunk.index}",
-                functools.partial(writer.add, chunk, segments),
-            )
-            done = chunk.index + 1
-            total = media.chunks_total(done, chunk.end, finished=chunk.last)
-            self._renew(h, watch, Progress.of(done, total, parts))
-            h.log.info("chunk_done", chunk=chunk.index, chunks_done=done, chunks_total=total)
-            faults.hit("worker-after-chunk", chunk=done)
-        if total != done:  # the last chunk was stored by an earlier attempt: say so exactly
-            self._renew(h, watch, Progress.of(done, done, writer.parts()))
+                checkpoint = None
+            writer = AttemptWriter(self.results, h.known, h.attempt, h.token)
+            chunks = _Attempt(self, h, cancel, watch, cadence, media, writer).transcribe(checkpoint)
+            return self._hand_in(h, watch, media, writer, chunks)
 
     def _hand_in(
-        self, h: LeaseHolder, watch: Stopwatch, media: Media, writer: AttemptWriter
+        self, h: LeaseHolder, watch: Stopwatch, media: Media, writer: AttemptWriter, chunks: int
     ) -> str:
         """Write the transcript (and the output formats), then complete with it (fenced)."""
         h.check()
         output = h.known.spec.output
         formats = list(output.formats) if output else []
-        summary = self._store(
+        summary = self.store(
             h,
             watch,
             "to store the transcript",
@@ -200,7 +136,7 @@ class Transcription:
         )
         faults.hit("worker-before-complete")
         try:
-            watch.timed("lease", lambda: h.complete(result_ref))
+            watch.timed("lease", lambda: h.complete(result_ref, chunks=chunks))
         except LeaseLost:
             h.log.warning("complete_refused_transcript_left", transcript=writer.transcript_key)
             raise
@@ -215,38 +151,6 @@ class Transcription:
         )
         return "succeeded"
 
-    def _renew(self, h: LeaseHolder, watch: Stopwatch, progress: Progress) -> None:
-        watch.timed("lease", lambda: h.renew(progress))
-
-    def _next_chunk(
-        self, h: LeaseHolder, cancel: threading.Event, watch: Stopwatch, chunks: Iterator[Chunk]
-    ) -> Chunk | None:
-        """The next chunk, decoded on the engine thread (a lost lease stops the wait)."""
-        return watch.timed("media", lambda: self.call(h, cancel, lambda: next(chunks, None)))
-
-    def _transcribe_chunk(
-        self, h: LeaseHolder, cancel: threading.Event, watch: Stopwatch, chunk: Chunk
-    ) -> list[Segment]:
-        """One engine call (after a renewal, so the lease is fresh before paying), its segments
-        moved to the chunk's place in the media."""
-        job = h.known
-        watch.timed("lease", lambda: h.renew_if_older(1.0))
-        result: list[Segment] = watch.timed(
-            "engine",
-            lambda: self.call(
-                h,
-                cancel,
-                lambda: self.engine.transcribe(
-                    chunk, language=job.spec.language, cancel=cancel, job=job, attempt=h.attempt
-                ),
-            ),
-        )
-        metrics.ENGINE_CHUNKS.labels(engine=self.engine.name).inc()
-        return [
-            s.model_copy(update={"start": s.start + chunk.start, "end": s.end + chunk.start})
-            for s in result
-        ]
-
     def _read_checkpoint(self, h: LeaseHolder, watch: Stopwatch) -> Checkpoint | None:
         """The checkpoint to resume from, or None (there is none, or it cannot be used)."""
         job = h.known
@@ -255,19 +159,28 @@ class Transcription:
         if not parts:
             return None
         try:
-            return self._store(
+            return self.store(
                 h, watch, "to read the checkpoint", lambda: read_checkpoint(self.results, job)
             )
         except CheckpointUnusable as e:
             h.log.warning("checkpoint_discarded", reason=str(e))
             return None
 
-    def _store(self, h: LeaseHolder, watch: Stopwatch, what: str, fn: Callable[[], T]) -> T:
+    def store(
+        self,
+        h: LeaseHolder,
+        watch: Stopwatch,
+        what: str,
+        fn: Callable[[], T],
+        *,
+        aborted: threading.Event | None = None,
+    ) -> T:
         """A results-store call, retried on transient errors while the lease holds.
 
         A refusal (access denied, a missing bucket, a bad URL, an object that exists with other
         bytes) is never retried: it becomes a permanent `JobFailure` with the store's reason
-        (`StorageAccessDenied`, ...), saying what was refused and why.
+        (`StorageAccessDenied`, ...), saying what was refused and why. `aborted` (a pipeline
+        stage's) ends the retries too.
         """
         pause = 0.1
         while True:
@@ -277,8 +190,11 @@ class Transcription:
                 h.log.warning("store_error", error=e.message[:300])
                 metrics.STORE_ERRORS.labels(reason=e.reason).inc()
                 h.check()
-                self.check_stop(h)
-                time.sleep(pause)
+                if aborted is None:
+                    self.check_stop(h)
+                    time.sleep(pause)
+                elif aborted.wait(pause):
+                    raise LeaseLost("Aborted") from None
                 pause = min(pause * 2, 5.0)
             except StoreError as e:
                 metrics.STORE_ERRORS.labels(reason=e.reason).inc()
@@ -287,6 +203,157 @@ class Transcription:
                     f"the results store refused {what} (not retried): {e.message}",
                     permanent=True,
                 ) from None
+
+
+class _Attempt:
+    """The chunks of one attempt through decode → engine → store; see the module contract."""
+
+    def __init__(
+        self,
+        t: Transcription,
+        h: LeaseHolder,
+        cancel: threading.Event,
+        watch: Stopwatch,
+        cadence: Cadence,
+        media: Media,
+        writer: AttemptWriter,
+    ) -> None:
+        self.t, self.h, self.cancel, self.watch = t, h, cancel, watch
+        self.cadence, self.media, self.writer = cadence, media, writer
+
+    def poll(self) -> None:
+        self.t.check_stop(self.h)
+
+    def transcribe(self, checkpoint: Checkpoint | None) -> int:
+        """Every chunk after `checkpoint` through the engine into the store; returns the
+        media's exact chunk count once all of them are durable."""
+        h, media, writer = self.h, self.media, self.writer
+        parts = self.t.store(
+            h,
+            self.watch,
+            "to store the cutting",
+            lambda: writer.begin(media.cutting, checkpoint),
+        )
+        resume = checkpoint.resume if checkpoint and checkpoint.chunks else None
+        if resume is not None and checkpoint is not None:
+            h.log.info(
+                "resumed",
+                chunks_done=resume.chunks,
+                chunks_total=media.chunks_total(resume.chunks, resume.position),
+                from_checkpoint=checkpoint.describe(),
+            )
+        done, position = (resume.chunks, resume.position) if resume else (0, 0)
+        h.checkpoint(Progress.of(done, media.chunks_total(done, position), parts))
+        context = _text_of(checkpoint.records[-1].segments) if checkpoint and resume else ""
+        try:
+            return self._run(media.chunks(resume, self.cancel), context)
+        except ResumeInvalid as e:  # raised before any chunk: start over from nothing
+            h.log.warning("checkpoint_discarded", reason=e.message)
+            parts = self.t.store(
+                h,
+                self.watch,
+                "to store the cutting",
+                lambda: writer.begin(media.cutting, None),
+            )
+            h.checkpoint(Progress.of(0, media.chunks_total(0, 0), parts))
+            return self._run(media.chunks(None, self.cancel), "")
+
+    def _run(self, chunks: Iterator[Chunk], context: str) -> int:
+        name = self.h.name
+        decoder = Decoder(chunks, self.watch, name=f"decode-{name}", depth=self.t.decode_depth)
+        storer = Storer(self._store, self._stored, name=f"store-{name}", depth=self.t.store_depth)
+        self.storer = storer
+        decoder.start()
+        storer.start()
+        handed = 0
+        try:
+            try:
+                while (chunk := self._waited(lambda: decoder.next(self.poll))) is not None:
+                    segments = self._transcribe(chunk, context)
+                    self._waited(functools.partial(storer.put, chunk, segments, self.poll))
+                    handed += 1
+                    context = _text_of(segments) or context
+            except (Stopped, JobFailure) as e:
+                if isinstance(e, ResumeInvalid) and handed == 0:
+                    raise
+                # What the engine made is paid for: store it, so the release or fail that
+                # follows carries it as the checkpoint.
+                decoder.abort()
+                self._drain(storer)
+                raise
+            storer.drain(self.poll)
+            return self.writer.chunks
+        finally:
+            decoder.abort(join=1.0)
+            storer.abort()
+
+    def _waited(self, fn: Callable[[], T]) -> T:
+        """`fn` is the engine's side waiting for a stage: time it as the engine's wait."""
+        return self.watch.timed("engine_waits", fn)
+
+    def _drain(self, storer: Storer) -> None:
+        deadline = time.monotonic() + DRAIN_SECONDS
+
+        def poll() -> None:
+            self.h.check()
+            if time.monotonic() > deadline:
+                raise Stopped()
+
+        try:
+            storer.drain(poll)
+        except (Stopped, JobFailure, StoreError) as e:
+            self.h.log.warning("store_drain_incomplete", error=str(e)[:200])
+
+    def _transcribe(self, chunk: Chunk, context: str) -> list[Segment]:
+        """One engine call, on a lease proven fresh before paying for it; its segments moved to
+        the chunk's place in the media."""
+        h, job, watch = self.h, self.h.known, self.watch
+        watch.timed("lease", lambda: h.renew_if_older(self.cadence.fresh))
+        result: list[Segment] = watch.timed(
+            "engine",
+            lambda: self.t.call(
+                h,
+                self.cancel,
+                lambda: self.t.engine.transcribe(
+                    chunk,
+                    language=job.spec.language,
+                    cancel=self.cancel,
+                    job=job,
+                    attempt=h.attempt,
+                    context=context,
+                ),
+            ),
+        )
+        metrics.ENGINE_CHUNKS.labels(engine=self.t.engine.name).inc()
+        return [
+            s.model_copy(update={"start": s.start + chunk.start, "end": s.end + chunk.start})
+            for s in result
+        ]
+
+    # -- the store stage (its own thread) -----------------------------------------------------
+
+    def _store(self, item: Transcribed) -> None:
+        chunk = item.chunk
+        self.t.store(
+            self.h,
+            self.watch,
+            f"to store chunk {chunk.index}",
+            lambda: self.writer.add(chunk, item.segments),
+            aborted=self.storer.aborted,
+        )
+
+    def _stored(self, item: Transcribed) -> None:
+        """The chunk is durable: the next renewal may name it."""
+        chunk, h = item.chunk, self.h
+        done = chunk.index + 1
+        total = self.media.chunks_total(done, chunk.end, finished=chunk.last)
+        h.checkpoint(Progress.of(done, total, self.writer.parts()))
+        h.log.info("chunk_done", chunk=chunk.index, chunks_done=done, chunks_total=total)
+        faults.hit("worker-after-chunk", chunk=done)
+
+
+def _text_of(segments: list[Segment]) -> str:
+    return " ".join(s.text for s in segments).strip()
 
 
 class _Opening:

@@ -1,23 +1,31 @@
 """The lease holder: one rented job, from the claim to complete, fail or release.
 
     holder = LeaseHolder.claim(store, job, worker)   # None: someone else won
-    with Heartbeater(holder, interval):              # renews while work blocks
-        holder.renew(progress)                       # before each engine call, after each chunk
-        holder.complete(result)                      # or fail(error) / release()
+    with Heartbeater(holder, cadence):               # renews on the cadence, with the checkpoint
+        holder.renew_if_older(cadence.fresh)         # before each engine call
+        holder.checkpoint(progress)                  # chunks made durable: no write of its own
+        holder.complete(result, chunks=n)            # or fail(error) / release()
 
 Guarantees:
 - Every write goes through `recall.fencing` with the job as last written (one PATCH when nothing
   else changed it), one write at a time, each with a fence unique to it (`<token>/<n>`).
+- Every renewal carries the latest checkpoint the holder was given (`checkpoint(progress)`:
+  chunks whose objects are durable), so the status never names a chunk that is not stored;
+  fail and release carry it too, so the next attempt resumes from it. When writes fall due is
+  the heartbeater's cadence (`recall.worker.cadence`), never one write per chunk.
 - The renew deadline (a share of the lease, shorter than it) counts from when the last
   successful write was SENT, on an injected monotonic clock (by default CLOCK_BOOTTIME, which
   keeps counting while the machine is suspended). Once it passes without a successful write,
   the lease counts as lost: the holder stops before the operator's reclaim could give the job to
   someone else. A slow answer therefore never extends the lease in the holder's eyes.
 - Transient API errors are retried until the renew deadline, then reported as a lost lease:
-  the outcome is always known in time. A write whose answer was lost is settled by reading the
-  job back (`fencing`): an applied complete is a success, never a lost lease.
+  the outcome is always known in time. A 429 is retried no sooner than its Retry-After (jittered)
+  and never past the deadline. A write whose answer was lost is settled by reading the job back
+  (`fencing`): an applied complete is a success, never a lost lease.
 - A refusal (the lease was reclaimed, re-issued, cancelled) marks the lease lost; from then on
-  every write raises `LeaseLost` without reaching the API server.
+  every write raises `LeaseLost` without reaching the API server. `lost` is an Event the work's
+  stages wait on, so a lost lease stops all of them at once. `suspect` (the lease watch's hint)
+  reads the job and marks the lease lost when the read shows it is gone: no write needed.
 """
 
 from __future__ import annotations
@@ -31,10 +39,18 @@ from recall.base import faults, log, metrics
 from recall.base.clock import Monotonic, WallClock, boottime, utcnow
 from recall.base.log import short_token
 from recall.fencing import Transition, Unsettled, WriteResult, fenced_write
-from recall.kube import PERMANENT_ERRORS, JobStore, RawObject, Unavailable
+from recall.kube import (
+    PERMANENT_ERRORS,
+    JobStore,
+    RawObject,
+    StoreError,
+    Unavailable,
+    retry_pause,
+)
 from recall.protocol import lease
 from recall.protocol.lease import Budget
-from recall.resources import Progress, Result, TranscriptionJob
+from recall.resources import Phase, Progress, Result, TranscriptionJob
+from recall.worker.cadence import Cadence
 
 
 def budget_of(job: TranscriptionJob) -> Budget:
@@ -78,6 +94,12 @@ class LeaseHolder:
         self.writes = 1  # the claim
         self._seq = 1  # the claim's fence suffix
         self._renewed_at = sent_at  # when the last successful write was sent
+        self._checkpointed_at = sent_at  # ... and the last one that carried a checkpoint
+        self._pending: Progress | None = None  # durable progress no write has carried yet
+        progress = job.status.progress
+        self._checkpoint_chunks = progress.chunks_done if progress else 0  # as last written
+        self.wake = threading.Event()  # set when something for the heartbeater changed
+        self._final = False  # a complete, fail or release was sent: the lease ends by our hand
         self._lock = threading.Lock()
         self.log = log.get("worker").bind(
             job=job.name,
@@ -156,12 +178,50 @@ class LeaseHolder:
     def seconds_since_renewal(self) -> float:
         return self.clock() - self._renewed_at
 
+    def seconds_since_checkpoint(self) -> float:
+        return self.clock() - self._checkpointed_at
+
+    @property
+    def pending(self) -> Progress | None:
+        """The durable progress that no write has carried yet."""
+        return self._pending
+
+    def checkpoint(self, progress: Progress) -> None:
+        """Record progress whose chunks are durable in the store; the next renewal (on the
+        heartbeater's cadence) carries it. No write of its own."""
+        self._pending = progress
+        self.wake.set()
+
     def check(self) -> None:
         """Raise `LeaseLost` if the lease is lost or the renew deadline has passed. Lock-free."""
         if not self.lost.is_set() and self.seconds_since_renewal() > self.renew_deadline:
             self._mark_lost("RenewDeadline", f"no renewal for {self.seconds_since_renewal():.1f} s")
         if self.lost.is_set():
             raise LeaseLost(self.lost_reason)
+
+    def suspect(self, why: str) -> None:
+        """Something suggests the lease is gone (the lease watch, `recall.worker.held`): read
+        the job, and mark the lease lost when the read shows it is not ours. Never writes; a
+        failed read leaves it to the next write and the renew deadline."""
+        if self.lost.is_set() or self._final:
+            return
+        try:
+            job = self.store.get_job(self.known.namespace, self.known.name, timeout=5.0)
+        except StoreError as e:
+            self.log.info("lease_check_failed", why=why, error=e.message[:200])
+            return
+        if job is None:
+            self._mark_lost("Gone", f"{why}: the job was deleted")
+            return
+        status = job.status
+        held = status.lease
+        ours = (
+            status.effective_phase is Phase.LEASED
+            and held is not None
+            and (held.holder, held.token) == (self.worker, self.token)
+        )
+        if not ours and not self._final:
+            self._mark_lost("Taken", f"{why}: the job is {status.effective_phase}")
 
     def _mark_lost(self, reason: str, detail: str, **context: object) -> None:
         if not self.lost.is_set():
@@ -173,32 +233,38 @@ class LeaseHolder:
     # -- the writes --------------------------------------------------------------------------
 
     def renew(self, progress: Progress | None = None) -> None:
-        """The heartbeat; with `progress`, also the checkpoint."""
-        started = time.monotonic()
-        self._write(
-            "renew",
-            lambda seq: (
-                lambda job: lease.renew(
-                    job.status, self.now(), self.worker, self.token, seq=seq, progress=progress
-                )
-            ),
-        )
-        metrics.HEARTBEAT_LATENCY.observe(time.monotonic() - started)
+        """The heartbeat, carrying the pending checkpoint, if any (`progress` first becomes
+        the pending checkpoint when given)."""
+        if progress is not None:
+            self.checkpoint(progress)
+        self._write("renew", self._renewal, carries_checkpoint=True)
 
-    def renew_if_older(self, seconds: float, progress: Progress | None = None) -> None:
-        """Renew unless a renewal succeeded in the last `seconds` (the claim, or the one after
-        the previous chunk, already proved the lease is ours); used before each engine call."""
+    def renew_if_older(self, seconds: float) -> None:
+        """Renew unless a write sent in the last `seconds` succeeded; used before each engine
+        call. A renewal in flight (the heartbeater's) is waited for, and counts if it succeeds."""
+        self.check()
         if self.seconds_since_renewal() >= seconds:
-            self.renew(progress)
-        else:
-            self.check()
+            self._write("renew", self._renewal, carries_checkpoint=True, unless_within=seconds)
 
-    def complete(self, result: Result) -> TranscriptionJob:
+    def _renewal(self, seq: int) -> Transition:
+        progress = self._pending
+        return lambda job: lease.renew(
+            job.status, self.now(), self.worker, self.token, seq=seq, progress=progress
+        )
+
+    def complete(self, result: Result, *, chunks: int | None = None) -> TranscriptionJob:
+        """Succeeded with `result`; `chunks` is the media's exact chunk count."""
         return self._write(
             "complete",
             lambda seq: (
                 lambda job: lease.complete(
-                    job.status, self.now(), self.worker, self.token, seq=seq, result=result
+                    job.status,
+                    self.now(),
+                    self.worker,
+                    self.token,
+                    seq=seq,
+                    result=result,
+                    chunks=chunks,
                 )
             ),
         )
@@ -212,6 +278,7 @@ class LeaseHolder:
         backoff_base: float,
         backoff_cap: float,
     ) -> TranscriptionJob:
+        """Queued with a backoff, or Failed; the pending checkpoint goes with it."""
         jitter = random.random()
         return self._write(
             "fail",
@@ -229,27 +296,61 @@ class LeaseHolder:
                     jitter=jitter,
                     backoff_base=backoff_base,
                     backoff_cap=backoff_cap,
+                    progress=self._pending,
                 )
             ),
         )
 
     def release(self) -> TranscriptionJob:
+        """Queued at once; the pending checkpoint goes with it."""
         return self._write(
             "release",
             lambda seq: (
-                lambda job: lease.release(job.status, self.now(), self.worker, self.token, seq=seq)
+                lambda job: lease.release(
+                    job.status, self.now(), self.worker, self.token, seq=seq, progress=self._pending
+                )
             ),
         )
 
-    def _write(self, action: str, make: Callable[[int], Transition]) -> TranscriptionJob:
-        """One fenced write of the holder, retried on transient errors until the deadline."""
+    def _write(
+        self,
+        action: str,
+        make: Callable[[int], Transition],
+        *,
+        carries_checkpoint: bool = False,
+        unless_within: float | None = None,
+    ) -> TranscriptionJob:
+        """One fenced write of the holder, retried on transient errors until the deadline.
+
+        `make(seq)` builds the transition under the write lock (so it carries what is pending
+        when it is sent). With `unless_within`, nothing is written when a write sent within
+        that many seconds succeeded meanwhile (the one this call waited for)."""
         # Wait for a write in flight (the heartbeater's) only until the deadline.
         while not self._lock.acquire(timeout=0.1):
             self.check()
         try:
-            return self._locked_write(action, make)
+            if unless_within is not None and self.seconds_since_renewal() < unless_within:
+                self.check()
+                return self.known
+            carried = self._pending if carries_checkpoint else None
+            if action != "renew":
+                self._final = True
+            job = self._locked_write(action, make)
+            if carried is not None:
+                self._checkpointed(carried)
+            return job
         finally:
             self._lock.release()
+
+    def _checkpointed(self, carried: Progress) -> None:
+        """`carried` is in the status now (the write that carried it succeeded)."""
+        self._checkpointed_at = self._renewed_at
+        if self._pending is carried:
+            self._pending = None
+        metrics.CHECKPOINTS.inc()
+        for chunks in range(self._checkpoint_chunks + 1, carried.chunks_done + 1):
+            faults.hit("worker-after-checkpoint", chunks=chunks)
+        self._checkpoint_chunks = max(self._checkpoint_chunks, carried.chunks_done)
 
     def _locked_write(self, action: str, make: Callable[[int], Transition]) -> TranscriptionJob:
         self.check()
@@ -257,6 +358,7 @@ class LeaseHolder:
         self._seq += 1
         transition = make(self._seq)
         pending: list[RawObject] = []
+        started = time.monotonic()
         while True:
             sent_at = self.clock()
             remaining = self.renew_deadline - (sent_at - self._renewed_at)
@@ -284,6 +386,9 @@ class LeaseHolder:
                 self._mark_lost("Refused", e.message, action=action)
                 raise LeaseLost("Refused", e.message) from e
         self.writes += 1
+        metrics.LEASE_WRITES.labels(action=action).inc()
+        if action == "renew":
+            metrics.HEARTBEAT_LATENCY.observe(time.monotonic() - started)
         if not result.applied or result.job is None:
             assert result.refusal is not None
             # Logged even when the lease was already known lost (a thread that checked the
@@ -305,26 +410,33 @@ class LeaseHolder:
             self.log.info("write_settled_by_read", action=action)
         self.known = result.job
         self._renewed_at = sent_at
+        self.wake.set()
         return result.job
 
     def _retry_pause(self, action: str, error: Unavailable, remaining: float) -> None:
-        self.log.warning("write_error", action=action, error=error.message[:200])
+        self.log.warning(
+            "write_error", action=action, error=error.message[:200], status=error.status
+        )
         self.check()
-        self.sleep(min(0.5, max(0.05, remaining / 4)))
+        # Never past the renew deadline: a 429's Retry-After longer than what is left ends the
+        # lease at the deadline (check) instead of being waited out.
+        pause = retry_pause(error, min(0.5, max(0.05, remaining / 4)))
+        self.sleep(min(pause, max(0.05, self.renew_deadline - self.seconds_since_renewal())))
 
 
 class Heartbeater:
-    """A named background thread renewing the lease while work blocks.
+    """A named background thread that renews the lease on its cadence while the work goes on.
 
-    It sleeps until `interval` after the last successful write (by anyone), so it adds no
-    writes while the work loop renews after each chunk. After a failed write it tries again
-    every `interval / 4`. It stops on exit of the `with` block, when the lease is lost, or at
-    the renew deadline.
+    It sleeps until the next renewal is due (`Cadence.due`: a heartbeat `heartbeat` seconds
+    after the last successful write by anyone, or the pending checkpoint `checkpoint` seconds
+    after the last one written) and wakes early when a checkpoint or a write changes that. After
+    a failed write it tries again every `heartbeat / 4`. It stops on exit of the `with` block,
+    when the lease is lost, or at the renew deadline.
     """
 
-    def __init__(self, holder: LeaseHolder, interval: float) -> None:
+    def __init__(self, holder: LeaseHolder, cadence: Cadence) -> None:
         self.holder = holder
-        self.interval = interval
+        self.cadence = cadence
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"heartbeat-{holder.name}", daemon=True
@@ -336,19 +448,27 @@ class Heartbeater:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        self.holder.wake.set()
         self._thread.join(timeout=30)
+
+    def due(self) -> float:
+        h = self.holder
+        return self.cadence.due(
+            since_renewal=h.seconds_since_renewal(),
+            since_checkpoint=h.seconds_since_checkpoint(),
+            pending=h.pending is not None,
+        )
 
     def _run(self) -> None:
         h = self.holder
-        wait = self.interval
-        while not self._stop.wait(max(0.0, wait)):
-            due = self.interval - h.seconds_since_renewal()
-            if due > 0.05:
-                wait = due
+        while not self._stop.is_set():
+            h.wake.clear()
+            wait = self.due()
+            if wait > 0.005:
+                h.wake.wait(wait)
                 continue
             try:
                 h.renew()
-                wait = self.interval
             except LeaseLost:
                 return
             except Exception as e:  # a bug or an unexpected error: keep trying until the deadline
@@ -357,4 +477,4 @@ class Heartbeater:
                     h.check()
                 except LeaseLost:
                     return
-                wait = self.interval / 4
+                self._stop.wait(self.cadence.heartbeat / 4)

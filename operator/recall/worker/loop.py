@@ -3,13 +3,17 @@
     run():  until stopped
               pick a claimable job from the queue → claim it (`LeaseHolder.claim`; 409 means
               someone else won) → work(holder):
-                renew before every engine call, renew with the checkpoint after every chunk,
-                a `Heartbeater` renews during long blocking calls;
-                write the transcript → complete
+                a `Heartbeater` renews on the cadence (`recall.worker.cadence`), carrying the
+                checkpoint at most every `checkpointSeconds`; the attempt's pipeline decodes,
+                transcribes and stores (`recall.worker.attempt`), an engine call only on a
+                fresh lease; write the transcript → complete
 
 Guarantees:
 - Every write after the claim goes through the `LeaseHolder`; once the lease is lost the work
-  stops within one check interval (0.1 s) and nothing more is written for that attempt.
+  stops within one check interval (0.1 s) and nothing more is written for that attempt. A
+  lease taken away while the worker works (a cancelled or deleted job, a reclaim) is noticed
+  from a watch of the worker's own leases (`recall.worker.held`) and one read, not at the next
+  renewal.
 - The engine runs on its own thread, so a lost lease or the end of the grace period stops the
   work even while an engine call blocks; its late result is discarded.
 - The transcript is written to the results store before `complete`; only the fenced complete
@@ -45,9 +49,12 @@ from recall.engines.base import Engine
 from recall.kube import PERMANENT_ERRORS, Store, StoreError
 from recall.resources import Phase, TranscriptionJob
 from recall.resources.errors import JobFailure
-from recall.worker.attempt import Stopped, Stopwatch, Transcription
+from recall.worker.attempt import Stopped, Transcription
+from recall.worker.cadence import Cadence
 from recall.worker.drain import Drain
+from recall.worker.held import HeldJobs
 from recall.worker.holder import Heartbeater, LeaseHolder, LeaseLost
+from recall.worker.pipeline import Stopwatch
 from recall.worker.queue import JobQueue, OfferQueue, Queue
 from recall.worker.registration import Registration
 
@@ -104,6 +111,7 @@ class Worker:
                 window=settings.pick_window,
                 relist_seconds=settings.relist_seconds,
             )
+        self.held = HeldJobs(store, namespace, settings.id)
         self.stopping = threading.Event()
         self._stop_deadline: float | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
@@ -130,6 +138,7 @@ class Worker:
     def run(self) -> int:
         """Take jobs until stopped, idle for `idle_exit_seconds`, or `max_jobs` are done."""
         self.queue.start()
+        self.held.start()
         if self.registration is not None:
             self.registration.start()
         self.log.info(
@@ -154,6 +163,7 @@ class Worker:
                 self.queue.wait(timeout=1.0 if idle else 5.0)
         finally:
             self.queue.stop()
+            self.held.stop()
             if self.registration is not None:
                 self.registration.stop()
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -220,12 +230,13 @@ class Worker:
 
     def work(self, h: LeaseHolder) -> None:
         """Transcribe the leased job and hand in the result; never raises for the job's faults."""
-        interval = h.known.spec.lease_duration_seconds * self.settings.heartbeat_fraction
+        cadence = self.cadence(h.known)
         cancel = threading.Event()
         watch = Stopwatch()
+        self.held.hold(h)
         try:
-            with Heartbeater(h, interval):
-                outcome = self.transcription.run(h, cancel, watch)
+            with Heartbeater(h, cadence):
+                outcome = self.transcription.run(h, cancel, watch, cadence)
             metrics.JOBS_FINISHED.labels(outcome=outcome).inc()
         except LeaseLost as e:
             cancel.set()
@@ -243,6 +254,16 @@ class Worker:
             cancel.set()
             h.log.exception("work_error")
             self._fail(h, JobFailure("WorkerError", f"{type(e).__name__}: {e}", permanent=False))
+        finally:
+            self.held.let_go(h)
+
+    def cadence(self, job: TranscriptionJob) -> Cadence:
+        """When the holder of `job` writes: heartbeats at the worker's share of the job's lease,
+        checkpoints at the job's `checkpointSeconds` (else the worker's)."""
+        return Cadence(
+            heartbeat=job.spec.lease_duration_seconds * self.settings.heartbeat_fraction,
+            checkpoint=job.spec.checkpoint_seconds or self.settings.checkpoint_seconds,
+        )
 
     def _call(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T:
         """Run `fn` on the engine thread; return early if the lease is lost or grace ends."""

@@ -1,0 +1,50 @@
+"""When a lease holder writes: the heartbeat and the checkpoint on one wall-time cadence. Pure.
+
+A holder renews its lease at least every `heartbeat` seconds (counted from when its last
+successful write was sent), and every renewal carries the checkpoint it has (the chunks whose
+objects are durable in the results store). New durable progress is written no later than
+`checkpoint` seconds after the last write that carried a checkpoint (the claim counts as one),
+and never sooner, unless a heartbeat falls due first. So:
+
+- a job's API writes are its claim, at most one renewal per `checkpoint` seconds while it makes
+  progress (one per `heartbeat` while it does not), its complete (or fail, or release) and the
+  operator's publish, whatever the number of chunks and the engine's speed;
+- a resumed attempt redoes at most `checkpoint` seconds of engine work, plus the chunks that
+  were still on their way into the store;
+- an engine call starts only on a lease proven within `fresh` seconds (the heartbeat: a
+  healthy heartbeater keeps every lease that fresh without the engine waiting for it).
+
+Not guaranteed: the cadence says when a write is due, not when it lands; a slow API server
+delays it (the renew deadline bounds how long a holder keeps working without one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cadence:
+    heartbeat: float
+    checkpoint: float
+
+    def __post_init__(self) -> None:
+        if self.heartbeat <= 0 or self.checkpoint <= 0:
+            raise ValueError("the heartbeat and checkpoint intervals must be positive")
+
+    @property
+    def fresh(self) -> float:
+        """How recently a write must have been sent for an engine call to start without one."""
+        return self.heartbeat
+
+    def due(self, *, since_renewal: float, since_checkpoint: float, pending: bool) -> float:
+        """Seconds until the next renewal is due; zero or less: now.
+
+        `since_renewal`: since the last successful write was sent; `since_checkpoint`: since
+        the last successful write that carried a checkpoint was sent; `pending`: durable
+        progress exists that no write has carried yet.
+        """
+        wait = self.heartbeat - since_renewal
+        if pending:
+            wait = min(wait, self.checkpoint - since_checkpoint)
+        return wait

@@ -1,0 +1,82 @@
+"""The jobs a worker holds, as the API server sees them: a lost lease is noticed at once.
+
+A worker renews on a cadence of seconds (`recall.worker.cadence`), so its own writes would find
+out late that a lease was taken away while it worked (the job cancelled with its Batch, or
+deleted, or reclaimed). One informer per worker watches the jobs whose `status.lease.holder`
+names it; the API server sends DELETED when a job leaves that selection. Whatever suggests a
+held lease is gone (it left the selection, it shows another token, a relist lacks it) makes the
+holder verify (`LeaseHolder.suspect`): it reads the job, and only that read decides. So:
+
+- a lease taken away is noticed within the watch's delay and one read, and every stage of the
+  attempt stops, without a write (a read costs the API server no etcd write);
+- nothing here can make a worker believe it holds a lease it lost, or lose one it holds: the
+  watch is a hint, the fenced writes and the verifying read are the judges;
+- while the watch is down (the API server restarting) nothing is lost: the cadence's writes
+  still find out, and the renew deadline still stops the holder in time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from recall.kube import JobStore, RawObject, Selector
+from recall.kube.informer import Informer, Jobs
+from recall.worker.holder import LeaseHolder
+
+
+def _key_of(obj: RawObject) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _token_of(obj: RawObject) -> str | None:
+    lease = (obj.get("status") or {}).get("lease") or {}
+    token = lease.get("token")
+    return str(token) if token else None
+
+
+class HeldJobs:
+    """The informer on this worker's leases, and the holders it tells."""
+
+    def __init__(self, store: JobStore, namespace: str | None, worker: str) -> None:
+        self._holders: dict[tuple[str, str], LeaseHolder] = {}
+        self._lock = threading.Lock()
+        source = Jobs(store, namespace, Selector(fields=f"status.lease.holder={worker}"))
+        self.informer = Informer(source, self, name="lease-watch")
+
+    def start(self) -> None:
+        self.informer.start()
+
+    def stop(self) -> None:
+        self.informer.stop(timeout=0)
+
+    def hold(self, h: LeaseHolder) -> None:
+        with self._lock:
+            self._holders[(h.known.namespace, h.known.name)] = h
+
+    def let_go(self, h: LeaseHolder) -> None:
+        with self._lock:
+            key = (h.known.namespace, h.known.name)
+            if self._holders.get(key) is h:
+                del self._holders[key]
+
+    # -- the informer's consumer ---------------------------------------------------------------
+
+    def relisted(self, items: Iterator[RawObject]) -> None:
+        tokens = {_key_of(o): _token_of(o) for o in items}
+        with self._lock:
+            holders = list(self._holders.items())
+        for key, h in holders:
+            if tokens.get(key) != h.token:
+                h.suspect("absent from a relist of the worker's leases")
+
+    def changed(self, type_: str, obj: RawObject) -> None:
+        with self._lock:
+            h = self._holders.get(_key_of(obj))
+        if h is None:
+            return
+        if type_ == "DELETED":
+            h.suspect("the job left the worker's leases")
+        elif _token_of(obj) != h.token:
+            h.suspect("the job shows another lease")

@@ -1,0 +1,234 @@
+"""The stages of one attempt beside the engine: decoding ahead of it, storing behind it.
+
+    decode thread ──[≤ decode_depth chunks]──▶ engine (the caller) ──[≤ store_depth]──▶ store thread
+
+- `Decoder` runs the media's chunk iterator on its own named thread, `decode_depth` chunks
+  ahead of the engine at most (the audio of a chunk is the only large thing in flight, so a
+  worker's memory does not grow with the media's length).
+- `Storer` writes each transcribed chunk to the results store on its own named thread, in the
+  order the engine made them, and reports each chunk once its object is durable (`stored`):
+  only then may a checkpoint name it. At most `store_depth` chunks wait for the store; a slow
+  store blocks the engine's hand-over (back-pressure), it never buffers without bound.
+- Every wait polls `poll` (raising `LeaseLost` or `Stopped`) at least every `POLL` seconds, so a
+  lost lease stops the caller at once; `abort()` stops a stage without waiting for it: the
+  decoder reads nothing more, the storer writes nothing more (a put already sent completes).
+- An error of a stage (a corrupt file, a store that refuses) is raised in the caller at its next
+  hand-over with the stage, unchanged.
+- Each stage records where its time went: the `Stopwatch` parts `media` (decoding) and `store`
+  (writing), and the waits in `recall_worker_stage_wait_seconds`.
+
+Not guaranteed: a stage blocked inside a call (a download read, a put) notices `abort()` only
+when that call returns; its thread is a daemon and its late result is dropped.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
+
+from recall.base import metrics
+from recall.media.types import Chunk, Segment
+
+POLL = 0.05  # seconds between two checks of the lease while a stage waits
+T = TypeVar("T")
+
+
+class Stopwatch:
+    """Where the time of one attempt goes, by part; thread-safe (the stages add to it)."""
+
+    PARTS = ("lease", "store", "engine", "media", "engine_waits")
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = dict.fromkeys(self.PARTS, 0.0)
+        self._lock = threading.Lock()
+
+    def add(self, part: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[part] += seconds
+
+    def timed(self, part: str, fn: Callable[[], T]) -> T:
+        started = time.monotonic()
+        try:
+            return fn()
+        finally:
+            self.add(part, time.monotonic() - started)
+
+    def fields(self) -> dict[str, float]:
+        with self._lock:
+            return {f"{k}_seconds": round(v, 3) for k, v in self.seconds.items()}
+
+
+@dataclass(frozen=True)
+class _End:
+    """The decoder's last item: the iteration ended, or raised `error`."""
+
+    error: BaseException | None = None
+
+
+class _Stage(Generic[T]):
+    """A named daemon thread and the bounded queue it shares with the caller."""
+
+    def __init__(self, name: str, depth: int) -> None:
+        if depth < 1:
+            raise ValueError("a stage's queue holds at least one item")
+        self.name = name
+        self.queue: queue.Queue[T] = queue.Queue(maxsize=depth)
+        self.aborted = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def abort(self, join: float = 0.0) -> None:
+        """Stop the stage: it takes and makes nothing more. Waits `join` seconds for it."""
+        self.aborted.set()
+        if join and self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(join)
+
+    def _put(self, item: T, stage: str) -> bool:
+        """Hand `item` over; False when aborted first. Blocks while the queue is full."""
+        waited = time.monotonic()
+        while not self.aborted.is_set():
+            try:
+                self.queue.put(item, timeout=POLL)
+            except queue.Full:
+                continue
+            _observe(stage, "room", waited)
+            return True
+        return False
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Decoder(_Stage[Chunk | _End]):
+    """Decodes `chunks` ahead of the engine; see the module contract."""
+
+    def __init__(
+        self, chunks: Iterator[Chunk], watch: Stopwatch, *, name: str, depth: int = 2
+    ) -> None:
+        super().__init__(name, depth)
+        self.chunks = chunks
+        self.watch = watch
+
+    def _run(self) -> None:
+        try:
+            while not self.aborted.is_set():
+                started = time.monotonic()
+                chunk = next(self.chunks, None)
+                self.watch.add("media", time.monotonic() - started)
+                if chunk is None:
+                    break
+                if not self._put(chunk, "decode"):
+                    return
+        except BaseException as e:  # handed to the engine's side, which raises it
+            self._put(_End(e), "decode")
+            return
+        self._put(_End(), "decode")
+
+    def next(self, poll: Callable[[], None]) -> Chunk | None:
+        """The next chunk, None after the last; raises what the decoding raised."""
+        waited = time.monotonic()
+        while True:
+            poll()
+            try:
+                item = self.queue.get(timeout=POLL)
+            except queue.Empty:
+                continue
+            _observe("engine", "input", waited)
+            if isinstance(item, _End):
+                if item.error is not None:
+                    raise item.error
+                return None
+            return item
+
+
+@dataclass(frozen=True)
+class Transcribed:
+    """A chunk the engine is done with (its audio dropped), and its segments."""
+
+    chunk: Chunk
+    segments: list[Segment]
+
+
+class Storer(_Stage[Transcribed | None]):
+    """Stores transcribed chunks in order behind the engine; see the module contract.
+
+    `store(item)` writes one chunk (retrying what is transient; raising ends the stage) and
+    `stored(item)` is told once it is durable, on this thread, in order.
+    """
+
+    def __init__(
+        self,
+        store: Callable[[Transcribed], None],
+        stored: Callable[[Transcribed], None],
+        *,
+        name: str,
+        depth: int = 8,
+    ) -> None:
+        super().__init__(name, depth)
+        self.store = store
+        self.stored = stored
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    def _run(self) -> None:
+        try:
+            while not self.aborted.is_set():
+                waited = time.monotonic()
+                try:
+                    item = self.queue.get(timeout=POLL)
+                except queue.Empty:
+                    continue
+                if item is None:
+                    break
+                _observe("store", "input", waited)
+                self.store(item)
+                if self.aborted.is_set():
+                    break
+                self.stored(item)
+        except BaseException as e:  # raised in the caller at its next hand-over
+            self.error = e
+        finally:
+            self._done.set()
+
+    def put(self, chunk: Chunk, segments: list[Segment], poll: Callable[[], None]) -> None:
+        """Hand a transcribed chunk over (its audio is not kept); blocks while the store is
+        behind by `depth` chunks."""
+        item = Transcribed(replace(chunk, audio=None), segments)
+        waited = time.monotonic()
+        while True:
+            self._raise_error()
+            poll()
+            try:
+                self.queue.put(item, timeout=POLL)
+            except queue.Full:
+                continue
+            _observe("engine", "room", waited)
+            return
+
+    def drain(self, poll: Callable[[], None]) -> None:
+        """Wait until every chunk handed over is durable; raises the stage's error."""
+        while True:
+            self._raise_error()
+            poll()
+            try:
+                self.queue.put(None, timeout=POLL)
+                break
+            except queue.Full:
+                continue
+        while not self._done.wait(POLL):
+            poll()
+        self._raise_error()
+
+    def _raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def _observe(stage: str, waited_for: str, since: float) -> None:
+    metrics.STAGE_WAIT.labels(stage=stage, waited_for=waited_for).observe(time.monotonic() - since)
