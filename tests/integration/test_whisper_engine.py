@@ -208,9 +208,12 @@ def test_transcribe__language_the_model_lacks_is_permanent(engine: WhisperEngine
     assert "English-only" in info.value.message
 
 
-def test_model__unloadable_directory_is_retriable(tmp_path: Path) -> None:
+def test_model__unloadable_directory_is_permanent(tmp_path: Path) -> None:
+    """A directory that holds no Whisper model fails the job at its first chunk, for good: no
+    other worker would do better with the same files."""
     broken = tmp_path / "not-a-model"
     broken.mkdir()
+    (broken / "config.json").write_text("{}")
     engine = WhisperEngine(model=str(broken))
     assert engine.label() == "whisper/not-a-model"
     chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
@@ -218,5 +221,39 @@ def test_model__unloadable_directory_is_retriable(tmp_path: Path) -> None:
         engine.transcribe(
             chunk, language="en", cancel=threading.Event(), job=job_for("file:///x.wav"), attempt=1
         )
-    assert (info.value.reason, info.value.permanent) == ("ModelUnavailable", False)
+    assert (info.value.reason, info.value.permanent) == ("ModelInvalid", True)
     assert str(broken) in info.value.message
+
+
+def test_model__a_name_that_is_not_bundled_is_not_downloaded() -> None:
+    engine = WhisperEngine(model="large-v3")
+    chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
+    with pytest.raises(JobFailure) as info:
+        engine.transcribe(
+            chunk, language="en", cancel=threading.Event(), job=job_for("file:///x.wav"), attempt=1
+        )
+    assert (info.value.reason, info.value.permanent) == ("ModelNotFound", True)
+    assert "large-v3" in info.value.message and "internet" in info.value.message
+
+
+def test_language__auto_on_an_english_only_model_names_the_model(engine: WhisperEngine) -> None:
+    job = job_for("file:///x.wav", "auto")
+    chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
+    for call in (
+        lambda: engine.detect_language(chunk, job=job, cancel=threading.Event()),
+        lambda: engine.transcribe(
+            chunk, language="auto", cancel=threading.Event(), job=job, attempt=1
+        ),
+    ):
+        with pytest.raises(JobFailure) as info:
+            call()
+        assert (info.value.reason, info.value.permanent) == ("LanguageDetectionUnsupported", True)
+        assert "tiny.en" in info.value.message and "English-only" in info.value.message
+
+
+def test_language__empty_on_an_english_only_model_is_english(engine: WhisperEngine) -> None:
+    chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
+    found = engine.detect_language(
+        chunk, job=job_for("file:///x.wav", None), cancel=threading.Event()
+    )
+    assert found is not None and (found.language, found.probability) == ("en", 1.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Literal, Self
@@ -170,6 +171,11 @@ class WorkerSettings(BaseSettings):
         None, description="Model name or path for faster-whisper; default: the bundled tiny.en."
     )
     whisper_threads: int = Field(0, ge=0, description="CPU threads for faster-whisper; 0 = all.")
+    model_cache_dir: Path = Field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / "recall-models",
+        description="Where models fetched from a store (s3://, gs://, az://) are kept, checked, "
+        "and shared by the worker processes that mount it (the chart's cache volume).",
+    )
     # OpenAI-compatible engine
     openai_base_url: str = Field("https://api.openai.com/v1", description="API base URL.")
     openai_model: str = Field("whisper-1", description="Model name sent to the API.")

@@ -99,6 +99,7 @@ def worker(
     from recall.kube.store import current_namespace
     from recall.worker.health import Liveness
     from recall.worker.loop import Worker
+    from recall.worker.models import model_store
     from recall.worker.sources import object_reader
 
     settings = WorkerSettings(
@@ -119,7 +120,7 @@ def worker(
         results = Stores(StoreSettings()).results()
     except StoreUrlInvalid as e:
         raise CliError(e.message) from e
-    eng = make_engine(settings, object_reader(results.stores))
+    eng = make_engine(settings, object_reader(results.stores), model_store(results.stores))
     serve(settings.metrics_port)
     liveness = Liveness(stale_after=max(30.0, settings.relist_seconds))
     liveness.serve(settings.health_port)

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 from recall.base.settings import WorkerSettings
 from recall.engines.base import Engine
+from recall.engines.models import OpenStore
 from recall.media.fetch import ObjectReader
 
 __all__ = ["Engine", "make_engine"]
 
 
-def make_engine(settings: WorkerSettings, objects: ObjectReader | None = None) -> Engine:
-    """The worker's engine; `objects` reads object-store sources (s3://, gs://, az://)."""
+def make_engine(
+    settings: WorkerSettings,
+    objects: ObjectReader | None = None,
+    models: OpenStore | None = None,
+) -> Engine:
+    """The worker's engine; `objects` reads object-store sources (s3://, gs://, az://) and
+    `models` opens model directories in stores (`recall.engines.models`)."""
     if settings.engine == "simulated":
         from recall.engines.simulated import SimulatedEngine
         from recall.media import MediaOptions
@@ -39,4 +45,4 @@ def make_engine(settings: WorkerSettings, objects: ObjectReader | None = None) -
         return OpenAIEngine.from_settings(settings, objects)
     from recall.engines.whisper import WhisperEngine
 
-    return WhisperEngine.from_settings(settings, objects)
+    return WhisperEngine.from_settings(settings, objects, models)

@@ -21,12 +21,19 @@ Contract:
   before it ("" for the first; on a resume, the checkpoint's last chunk): an engine may
   condition on it across the chunk boundary. It may return early, with anything, once
   `cancel` is set: the caller has lost the lease and discards the result.
+- `detect_language(chunk, job, cancel)` judges the file's language from one chunk: a
+  `Detected`, or None when the chunk holds no speech to judge (ask again with the next). The
+  worker asks once per file while the job's language is empty or `auto`, records the answer
+  in the chunk records (so a resume goes on in it) and passes it to every `transcribe`. An
+  engine that cannot detect answers None and transcribes without a language. `model_of(job)`
+  names the model and its digest (None when the engine does not know them) for the result.
 - Engines are created once per worker process and used by one thread at a time.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Protocol
 
 from recall.media.types import Chunk, Media, Segment
@@ -38,6 +45,14 @@ def primary_language(language: str | None) -> str | None:
     if not language:
         return None
     return language.replace("_", "-").split("-", 1)[0].strip().lower() or None
+
+
+@dataclass(frozen=True)
+class Detected:
+    """The language detected for a file, with the model's probability for it."""
+
+    language: str
+    probability: float
 
 
 class Engine(Protocol):
@@ -59,3 +74,9 @@ class Engine(Protocol):
         attempt: int,
         context: str = "",
     ) -> list[Segment]: ...
+
+    def detect_language(
+        self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
+    ) -> Detected | None: ...
+
+    def model_of(self, job: TranscriptionJob) -> tuple[str, str] | None: ...

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from recall.base import log
-from recall.engines.base import primary_language
+from recall.engines.base import Detected, primary_language
 from recall.media import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
 from recall.media.fetch import ObjectReader
 from recall.media.types import Chunk, Media, Segment
@@ -200,6 +200,20 @@ class OpenAIEngine:
 
     def load_media(self, job: TranscriptionJob) -> Media:
         return load_job_media(job, self.media)
+
+    def detect_language(
+        self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
+    ) -> Detected | None:
+        """None: the server detects the language of each chunk sent without one."""
+        del chunk, job, cancel
+        return None
+
+    def model_of(self, job: TranscriptionJob) -> tuple[str, str] | None:
+        """The model name sent to the server (its digest is the server's secret)."""
+        return self._model(job), ""
+
+    def _model(self, job: TranscriptionJob) -> str:
+        return job.spec.engine.model if job.spec.engine and job.spec.engine.model else self.model
 
     def api_key(self) -> str | None:
         """The key to send, read now (see the module contract); None when none is configured."""

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from recall.engines.base import Detected
 from recall.media.types import Chunk, Cutting, Media, Resume, Segment
 from recall.resources import SimulateSpec, TranscriptionJob
 from recall.resources.errors import JobFailure
@@ -156,6 +157,17 @@ class SimulatedEngine:
         return [
             Segment(start=0.0, end=chunk.duration, text=f"{job.name} chunk {chunk.index} {text}")
         ]
+
+    def detect_language(
+        self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
+    ) -> Detected | None:
+        """Simulated text has no language to detect: the job goes on without one."""
+        del chunk, job, cancel
+        return None
+
+    def model_of(self, job: TranscriptionJob) -> tuple[str, str] | None:
+        del job
+        return None
 
     def _speech(self, chunk: Chunk, words_per_minute: float) -> list[Segment]:
         """Text at `words_per_minute` over the chunk, the same for the same chunk."""

@@ -50,6 +50,10 @@ def job_for_item(batch: Batch, item: Item) -> dict[str, Any]:
         spec["engine"] = d.engine.to_api()
     if d.output is not None:
         spec["output"] = d.output.to_api()
+    if d.transcript is not None:
+        spec["transcript"] = d.transcript.to_api()
+    if d.vocabulary:
+        spec["vocabulary"] = list(d.vocabulary)
     labels = {
         LABEL_BATCH: label_value(batch.name),
         LABEL_ITEM: item.key,

@@ -182,6 +182,7 @@ class AttemptWriter:
     carried: tuple[Part, ...] = ()
     records: list[Record] = field(default_factory=list)
     own_first: int = 0
+    detected: tuple[str, float] | None = None  # the language detected for the file, if any
 
     @property
     def directory(self) -> str:
@@ -229,8 +230,8 @@ class AttemptWriter:
 
     @property
     def language(self) -> tuple[str, float] | None:
-        """The language detected for the file so far (from the records), if any."""
-        return language_of(self.records)
+        """The language detected for the file: by this attempt, or in the records it carries."""
+        return self.detected or language_of(self.records)
 
     def add(
         self,

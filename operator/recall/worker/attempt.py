@@ -42,7 +42,7 @@ from recall.bucket import Bucket, StoreError, StoreUnavailable
 from recall.engines.base import Engine
 from recall.media import ResumeInvalid
 from recall.media.types import Chunk, Media, Segment
-from recall.resources import Part, Progress, Result
+from recall.resources import AUTO, Part, Progress, Result
 from recall.resources.errors import JobFailure
 from recall.transcripts import AttemptWriter, Checkpoint, CheckpointUnusable, read_checkpoint
 from recall.worker.cadence import Cadence
@@ -121,11 +121,18 @@ class Transcription:
         h.check()
         output = h.known.spec.output
         formats = list(output.formats) if output else []
+        model, digest = self.engine.model_of(h.known) or (None, None)
         summary = self.store(
             h,
             watch,
             "to store the transcript",
-            lambda: writer.finish(media.duration, self.engine.label(), formats),
+            lambda: writer.finish(
+                media.duration,
+                self.engine.label(),
+                formats,
+                model=model,
+                model_digest=digest or None,
+            ),
         )
         result_ref = Result(
             transcript=writer.transcript_key,
@@ -133,6 +140,10 @@ class Transcription:
             engine=summary.engine,
             words=summary.words,
             duration_seconds=summary.duration,
+            model=summary.model,
+            model_digest=summary.model_digest,
+            language=summary.language,
+            language_probability=summary.language_probability,
         )
         faults.hit("worker-before-complete")
         try:
@@ -316,7 +327,7 @@ class _Attempt:
                 self.cancel,
                 lambda: self.t.engine.transcribe(
                     chunk,
-                    language=job.spec.language,
+                    language=self._language(chunk),
                     cancel=self.cancel,
                     job=job,
                     attempt=h.attempt,
@@ -325,10 +336,27 @@ class _Attempt:
             ),
         )
         metrics.ENGINE_CHUNKS.labels(engine=self.t.engine.name).inc()
-        return [
-            s.model_copy(update={"start": s.start + chunk.start, "end": s.end + chunk.start})
-            for s in result
-        ]
+        return [s.shifted(chunk.start) for s in result]  # words move with their segment
+
+    def _language(self, chunk: Chunk) -> str | None:
+        """The language to transcribe `chunk` in: the job's, else the one detected for the file
+        (once, at the first chunk with speech; a resume has it from the checkpoint). Runs on
+        the engine thread."""
+        job = self.h.known
+        if job.spec.language not in (None, AUTO):
+            return job.spec.language
+        if self.writer.language is None:
+            found = self.t.engine.detect_language(chunk, job=job, cancel=self.cancel)
+            if found is not None:
+                self.writer.detected = (found.language, found.probability)
+                self.h.log.info(
+                    "language_detected",
+                    language=found.language,
+                    probability=round(found.probability, 3),
+                    chunk=chunk.index,
+                )
+        known = self.writer.language
+        return known[0] if known else job.spec.language
 
     # -- the store stage (its own thread) -----------------------------------------------------
 

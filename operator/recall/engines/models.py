@@ -1,0 +1,325 @@
+"""Models from the team's own store: fetched once per node, digest-checked, cached, shared.
+
+    cache = ModelCache(Path("/var/cache/recall/models"), open_store)
+    model = cache.resolve("s3://models/faster-whisper-small/")   # LocalModel(path, digest, ...)
+
+A model is a directory of files (faster-whisper's: model.bin, config.json, tokenizer.json,
+vocabulary.*) with a `SHA256SUMS` beside them, as `sha256sum * > SHA256SUMS` writes it: one
+line per file, its sha256 and its name. `manifest(dir)` writes one.
+
+Contract:
+- The digest of a model is `sha256:` and the sha256 of its manifest in canonical form (one
+  `<sha256>  <name>` line per file, sorted by name): the same files give the same digest
+  wherever they are kept (the bundled copy, a volume, any bucket).
+- `resolve(url)` reads the manifest (at most once a minute per URL and process; a store that
+  does not answer meanwhile is not asked again), and returns the cached copy
+  `<cache>/sha256-<hex>/` when it exists. Otherwise it takes the digest's lock file
+  (`<cache>/sha256-<hex>.lock`, an exclusive `flock` shared by every worker process on the
+  volume), looks again (another process may have just finished), downloads every file into a
+  directory of its own, checks each file's sha256 against the manifest, and renames the
+  directory into place: a copy is either complete and checked or absent, whatever crashes.
+  Leftovers of a crashed download of the same digest are removed under the lock.
+- A model without a manifest, or without a file the manifest names, fails with
+  `ModelNotFound`; a file whose bytes do not match `ModelCorrupt` (remembered for five minutes
+  per URL and digest, so a Batch does not download a broken model once per job); a manifest
+  that is not one `ModelInvalid`; all permanent: retrying cannot help until someone fixes the
+  store. A store that refuses the credentials fails with `ModelAccessDenied` (permanent), one
+  that does not answer with `ModelUnavailable` (retriable). The store adapter
+  (`recall.worker.models`) raises these; this module never sees a store's own errors.
+- A local directory (`/models/small`, `file:///models/small/`) is used in place: checked
+  against its own `SHA256SUMS` when it has one (once per process), else its digest is computed
+  from its files. Nothing else is loaded: a name that is neither the bundled model, a store URL
+  nor a directory fails with `ModelNotFound` (workers download nothing from the internet).
+- What is not done: old copies are not evicted (the chart's cache volume is an emptyDir by
+  default; a hostPath cache is the node's to prune).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import unquote, urlsplit
+
+from recall.resources.errors import JobFailure
+
+MANIFEST = "SHA256SUMS"
+STORE_SCHEMES = ("s3", "gs", "az")
+RECHECK_SECONDS = 60.0  # how long a store's manifest is trusted by this process
+CORRUPT_SECONDS = 300.0  # how long a corrupt model is remembered as corrupt
+LOCK_POLL = 0.2
+_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+
+
+class ModelStore(Protocol):
+    """One model directory in a store. Raises `JobFailure` (ModelNotFound, ModelAccessDenied,
+    ModelUnavailable) for the store's answers; see the module contract."""
+
+    url: str
+
+    def read(self, name: str) -> bytes | None:
+        """A small object's bytes, None when it is missing."""
+        ...
+
+    def download(self, name: str, into: Path) -> str:
+        """Stream `name` into the file `into`; its sha256 (hex)."""
+        ...
+
+
+OpenStore = Callable[[str], ModelStore]
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A model ready to load: its directory, where it came from, and its digest."""
+
+    path: Path
+    source: str  # the URL or directory it was named by
+    digest: str  # sha256:<hex>
+
+
+def is_store_url(name: str) -> bool:
+    return urlsplit(name).scheme.lower() in STORE_SCHEMES
+
+
+def local_directory(name: str) -> Path | None:
+    """The directory a model name means on this machine (a path, or a file:// URL)."""
+    if name.startswith("file://"):
+        return Path(unquote(urlsplit(name).path))
+    if name.startswith("/") or name.startswith("."):
+        return Path(name)
+    return None
+
+
+# --- manifests (pure but for hashing files) -------------------------------------------------
+
+
+def parse_manifest(raw: bytes, where: str) -> dict[str, str]:
+    """name -> sha256 of a `SHA256SUMS`; raises `ModelInvalid` for anything else."""
+    entries: dict[str, str] = {}
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        text = ""
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        match = _LINE.match(line.strip())
+        name = match.group(2).strip() if match else ""
+        if match is None or "/" in name or name in (".", "..", MANIFEST) or name.startswith("."):
+            raise JobFailure(
+                "ModelInvalid",
+                f"{where}: {MANIFEST} line {line[:80]!r} is not '<sha256>  <file name>'",
+                permanent=True,
+            )
+        entries[name] = match.group(1).lower()
+    if not entries:
+        raise JobFailure("ModelInvalid", f"{where}: {MANIFEST} names no file", permanent=True)
+    return entries
+
+
+def canonical(entries: dict[str, str]) -> bytes:
+    return "".join(f"{entries[n]}  {n}\n" for n in sorted(entries)).encode()
+
+
+def digest_of(entries: dict[str, str]) -> str:
+    return "sha256:" + hashlib.sha256(canonical(entries)).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def manifest(directory: Path) -> bytes:
+    """The canonical `SHA256SUMS` of the regular files of `directory` (not hidden ones)."""
+    entries = {
+        p.name: file_sha256(p)
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
+    }
+    return canonical(entries)
+
+
+def verify(directory: Path, entries: dict[str, str], where: str) -> None:
+    """Every file `entries` names is in `directory` with its sha256, else `ModelCorrupt` or
+    `ModelNotFound`."""
+    for name, expected in sorted(entries.items()):
+        path = directory / name
+        if not path.is_file():
+            raise JobFailure(
+                "ModelNotFound", f"{where}: {name} (named in {MANIFEST}) is missing", permanent=True
+            )
+        got = file_sha256(path)
+        if got != expected:
+            raise corrupt(where, name, expected, got)
+
+
+def corrupt(where: str, name: str, expected: str, got: str) -> JobFailure:
+    return JobFailure(
+        "ModelCorrupt",
+        f"{where}: {name} has sha256 {got[:16]}…, {MANIFEST} says {expected[:16]}…",
+        permanent=True,
+    )
+
+
+# --- the cache ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Known:
+    entries: dict[str, str]
+    digest: str
+    at: float
+
+
+class ModelCache:
+    """Store models cached in `directory`; see the module contract. Thread-safe."""
+
+    def __init__(
+        self,
+        directory: Path,
+        open_store: OpenStore | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = directory
+        self.open_store = open_store
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._known: dict[str, _Known] = {}  # url -> its manifest, as last read
+        self._corrupt: dict[tuple[str, str], tuple[float, JobFailure]] = {}
+        self._checked: dict[Path, str] = {}  # local directories checked: their digests
+
+    # -- local directories -------------------------------------------------------------------
+
+    def local(self, directory: Path, source: str) -> LocalModel:
+        """A model in a directory of this machine, checked once per process."""
+        with self._lock:
+            digest = self._checked.get(directory)
+        if digest is None:
+            if not directory.is_dir():
+                raise JobFailure(
+                    "ModelNotFound", f"model directory {directory} does not exist", permanent=True
+                )
+            raw = directory / MANIFEST
+            if raw.is_file():
+                entries = parse_manifest(raw.read_bytes(), str(directory))
+                verify(directory, entries, str(directory))
+                digest = digest_of(entries)
+            else:
+                digest = "sha256:" + hashlib.sha256(manifest(directory)).hexdigest()
+            with self._lock:
+                self._checked[directory] = digest
+        return LocalModel(directory, source, digest)
+
+    # -- store models ------------------------------------------------------------------------
+
+    def resolve(self, url: str, cancel: threading.Event | None = None) -> LocalModel:
+        """The local copy of the model at `url`, fetched and checked first if needed."""
+        if self.open_store is None:
+            raise JobFailure(
+                "ModelUnavailable",
+                f"{url}: this worker has no store to read models from",
+                permanent=True,
+            )
+        known = self._manifest(url)
+        with self._lock:
+            failed = self._corrupt.get((url, known.digest))
+        if failed is not None and self.clock() - failed[0] < CORRUPT_SECONDS:
+            raise failed[1]
+        final = self.directory / known.digest.replace(":", "-")
+        if final.is_dir():
+            return LocalModel(final, url, known.digest)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with self._locked(final.with_suffix(".lock"), cancel):
+            if not final.is_dir():  # another process may have fetched it meanwhile
+                try:
+                    self._fetch(url, known, final)
+                except JobFailure as e:
+                    if e.reason == "ModelCorrupt":
+                        with self._lock:
+                            self._corrupt[(url, known.digest)] = (self.clock(), e)
+                    raise
+        return LocalModel(final, url, known.digest)
+
+    def _manifest(self, url: str) -> _Known:
+        now = self.clock()
+        with self._lock:
+            known = self._known.get(url)
+        if known is not None and now - known.at < RECHECK_SECONDS:
+            return known
+        assert self.open_store is not None
+        try:
+            raw = self.open_store(url).read(MANIFEST)
+        except JobFailure as e:
+            if e.reason == "ModelUnavailable" and known is not None:
+                return known  # the store does not answer: the copy we know still stands
+            raise
+        if raw is None:
+            raise JobFailure(
+                "ModelNotFound",
+                f"{url.rstrip('/')}/{MANIFEST} is missing: a model in a store needs its "
+                f"{MANIFEST} beside its files (sha256sum * > {MANIFEST})",
+                permanent=True,
+            )
+        entries = parse_manifest(raw, url)
+        known = _Known(entries, digest_of(entries), now)
+        with self._lock:
+            self._known[url] = known
+        return known
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path, cancel: threading.Event | None) -> Iterator[None]:
+        """An exclusive flock on `path`, waited for while `cancel` is not set."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if cancel is not None and cancel.wait(LOCK_POLL):
+                        raise JobFailure(
+                            "ModelUnavailable", "stopped while waiting for a model", permanent=False
+                        ) from None
+                    if cancel is None:
+                        time.sleep(LOCK_POLL)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _fetch(self, url: str, known: _Known, final: Path) -> None:
+        prefix = f".partial-{final.name}-"
+        for stale in self.directory.glob(prefix + "*"):  # a crashed fetch of this digest
+            shutil.rmtree(stale, ignore_errors=True)
+        partial = Path(tempfile.mkdtemp(prefix=prefix, dir=self.directory))
+        try:
+            store = self.open_store(url) if self.open_store else None
+            assert store is not None
+            for name, expected in sorted(known.entries.items()):
+                got = store.download(name, partial / name)
+                if got != expected:
+                    raise corrupt(url, name, expected, got)
+            (partial / MANIFEST).write_bytes(canonical(known.entries))
+            for path in partial.iterdir():
+                with path.open("rb") as f:
+                    os.fsync(f.fileno())
+            partial.chmod(0o755)
+            os.rename(partial, final)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise

@@ -1,0 +1,29 @@
+"""A Batch item's job takes the Batch's defaults: transcript options and vocabulary too."""
+
+from __future__ import annotations
+
+from recall.operator.fanout import job_for_item
+from recall.operator.items import Item
+from recall.resources import Batch, TranscriptionJob
+
+
+def test_job_for_item__carries_transcript_and_vocabulary_defaults() -> None:
+    batch = Batch.from_api(
+        {
+            "metadata": {"name": "talks", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "defaults": {
+                    "language": "auto",
+                    "transcript": {"words": True, "subtitles": {"maxLines": 1}},
+                    "vocabulary": ["Zarvethia", "Quonbril Station"],
+                }
+            },
+        }
+    )
+    item = Item(index=0, key="monday", url="file:///media/monday.wav")
+    job = TranscriptionJob.from_api(job_for_item(batch, item))
+    assert job.spec.language == "auto"
+    assert job.spec.transcript is not None and job.spec.transcript.words is True
+    assert job.spec.transcript.subtitles is not None
+    assert job.spec.transcript.subtitles.max_lines == 1
+    assert job.spec.vocabulary == ["Zarvethia", "Quonbril Station"]
