@@ -1,7 +1,8 @@
 """The operator's readiness: `GET /readyz` on `RECALL_OPERATOR_HEALTH_PORT`.
 
 200 once the job cache is synced and the results store answered its last call (a standby
-probes it every 30 s); 503 otherwise, with the reason in the body: a store the operator cannot
+probes it every 30 s, and every replica probes it again with backoff while it does not answer:
+`results.Probes`); 503 otherwise, with the reason in the body: a store the operator cannot
 reach (a wrong endpoint, refused credentials, a missing bucket) shows here, in the pod's
 readiness, instead of only in the logs. Liveness stays kopf's (`/healthz` on the liveness
 port): a store outage must not restart the operator, only say it. Port 0 = off. Served from a

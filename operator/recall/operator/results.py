@@ -21,7 +21,7 @@ leave `run_once`: they are counted, logged and retried.
 
 **Reachability** (what the operator's readiness reports). `reachable` is None while the store
 answers, else why not. The probe (a write of `index/.probe`) runs at start, again every
-`probe_every` seconds in a standby, and — leader or not — again and again while the store
+`probe_every` seconds (leader or standby), and again and again while the store
 cannot be reached, with backoff (`PROBE_RETRY`), so a store that comes up after the operator,
 or comes back on an empty volume, makes the operator ready without a restart. A sweep the
 store refused is tried again with the same backoff, not at every pass.
@@ -79,22 +79,21 @@ class Pass:
 
 @dataclass
 class Probes:
-    """When the operator probes the store: at start; every `every` seconds in a standby (it
-    says whether it could take over); and, leader or not, while the store is unreachable,
-    after 1, 2, 4 ... seconds (PROBE_RETRY), so readiness follows a store that comes up late
-    or comes back empty. A leader whose store answers is not probed: its passes say it."""
+    """When the operator probes the store: at start, then every `every` seconds (a standby
+    says whether it could take over, an idle leader whether its store still answers); while
+    the store is unreachable, after 1, 2, 4 ... seconds (PROBE_RETRY), so readiness follows a
+    store that comes up late or comes back empty; and at once when a pass found it
+    unreachable."""
 
     every: float
     next: float = float("-inf")
     delay: float = PROBE_RETRY[0]
     failing: bool = False  # the last probe failed
 
-    def due(self, mono: float, *, leading: bool, reachable: str | None) -> bool:
+    def due(self, mono: float, *, reachable: str | None) -> bool:
         if reachable is not None and not self.failing:
             return True  # a pass found the store unreachable: probe now, then back off
-        if mono < self.next:
-            return False
-        return self.next == float("-inf") or not leading or reachable is not None
+        return mono >= self.next
 
     def done(self, mono: float, failed: str | None) -> None:
         self.failing = failed is not None
@@ -172,7 +171,7 @@ class Results:
             while not stop.is_set():
                 try:
                     mono = self.clock()
-                    if probes.due(mono, leading=self.leading.is_set(), reachable=self.reachable):
+                    if probes.due(mono, reachable=self.reachable):
                         probes.done(mono, self.probe())
                     self.run_once(pool)
                 except Exception:

@@ -233,27 +233,27 @@ def test_probes__a_leader_whose_first_probe_failed_probes_again_with_backoff() -
     """The fresh-install hang: a leading operator probed once at start, before the bundled
     store had its bucket, and never again. It probes until the store answers."""
     probes = Probes(every=30.0)
-    assert probes.due(0.0, leading=True, reachable=None)  # at start, leader or not
+    assert probes.due(0.0, reachable=None)  # at start
     probes.done(0.0, "StorageBucketMissing: no bucket")
     waits: list[float] = []
     t = 0.0
     while len(waits) < 7:
         t += 0.5
-        if probes.due(t, leading=True, reachable="StorageBucketMissing: no bucket"):
+        if probes.due(t, reachable="StorageBucketMissing: no bucket"):
             waits.append(t)
             probes.done(t, "StorageBucketMissing: no bucket")
     gaps = [round(b - a, 1) for a, b in zip([0.0, *waits], waits, strict=False)]
     assert gaps == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     probes.done(t, None)
-    assert not probes.due(t + 3600, leading=True, reachable=None), "a leader's passes say it"
-    assert probes.due(t + 30, leading=False, reachable=None), "a standby probes every 30 s"
+    assert not probes.due(t + 29, reachable=None)
+    assert probes.due(t + 30, reachable=None), "then every 30 s, leader or standby"
 
 
 def test_probes__a_pass_that_found_the_store_unreachable_makes_the_probe_due_at_once() -> None:
     probes = Probes(every=30.0)
     probes.done(0.0, None)
-    assert not probes.due(1.0, leading=True, reachable=None)
-    assert probes.due(1.0, leading=True, reachable="StorageUnavailable: refused")
+    assert not probes.due(1.0, reachable=None)
+    assert probes.due(1.0, reachable="StorageUnavailable: refused")
 
 
 def test_readiness__a_leader_started_before_its_store_gets_ready_without_a_restart() -> None:
