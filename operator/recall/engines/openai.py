@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import random
 import threading
@@ -38,9 +39,11 @@ import httpx
 
 from recall.base import log
 from recall.engines.base import Detected, primary_language
+from recall.engines.prompt import hotwords, prompt_of
 from recall.media import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
 from recall.media.fetch import ObjectReader
-from recall.media.types import Chunk, Media, Segment
+from recall.media.types import Chunk, Media, Segment, Word
+from recall.resources import AUTO
 from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:
@@ -133,8 +136,11 @@ def error_message(body: bytes, fallback: str) -> str:
     return flat if len(flat) <= 300 else flat[:299] + "…"
 
 
-def parse_segments(data: Any, duration: float) -> list[Segment]:
-    """Segments of a `verbose_json` transcription, clamped to [0, duration]."""
+def parse_segments(data: Any, duration: float, *, words: bool = False) -> list[Segment]:
+    """Segments of a `verbose_json` transcription, clamped to [0, duration]; with `words`,
+    the response's words (`timestamp_granularities[]=word`) each in the segment its middle
+    falls in (or the nearest), carrying the segment's confidence as its probability (the API
+    gives words no probability of their own)."""
     if not isinstance(data, dict):
         raise ValueError("the response is not a JSON object")
     segments: list[Segment] = []
@@ -144,11 +150,52 @@ def parse_segments(data: Any, duration: float) -> list[Segment]:
             continue
         start = min(max(float(item.get("start", 0.0)), 0.0), duration)
         end = min(max(float(item.get("end", duration)), start), duration)
-        segments.append(Segment(start=start, end=end, text=text))
-    if segments or data.get("segments"):
-        return segments
-    text = str(data.get("text") or "").strip()
-    return [Segment(start=0.0, end=duration, text=text)] if text else []
+        logprob = item.get("avg_logprob")
+        confidence = round(min(1.0, math.exp(float(logprob))), 4) if logprob is not None else None
+        segments.append(Segment(start=start, end=end, text=text, confidence=confidence))
+    if not segments and not data.get("segments"):
+        text = str(data.get("text") or "").strip()
+        segments = [Segment(start=0.0, end=duration, text=text)] if text else []
+    if words:
+        segments = _with_words(segments, data.get("words") or [], duration)
+    return segments
+
+
+def _with_words(segments: list[Segment], raw: list[Any], duration: float) -> list[Segment]:
+    found: list[list[Word]] = [[] for _ in segments]
+    for item in raw:
+        if not isinstance(item, dict) or not str(item.get("word", "")).strip() or not segments:
+            continue
+        start = min(max(float(item.get("start", 0.0)), 0.0), duration)
+        end = min(max(float(item.get("end", start)), start), duration)
+        middle = (start + end) / 2
+        k = min(
+            range(len(segments)),
+            key=lambda i: max(segments[i].start - middle, 0.0, middle - segments[i].end),
+        )
+        s = segments[k]
+        text = " " + str(item["word"]).strip()
+        probability = s.confidence if s.confidence is not None else 1.0
+        found[k].append(
+            Word(
+                start=max(start, s.start),
+                end=min(max(end, start), s.end),
+                text=text,
+                probability=probability,
+            )
+        )
+    out = []
+    for s, ws in zip(segments, found, strict=True):
+        floor = s.start
+        tidy = []
+        for w in sorted(ws, key=lambda w: w.start):
+            w = w.model_copy(
+                update={"start": max(w.start, floor), "end": max(w.end, w.start, floor)}
+            )
+            tidy.append(w)
+            floor = w.end
+        out.append(s.model_copy(update={"words": tidy}))
+    return out
 
 
 # --- the engine -----------------------------------------------------------------------------
@@ -238,19 +285,27 @@ class OpenAIEngine:
         attempt: int,
         context: str = "",
     ) -> list[Segment]:
-        del attempt, context
-        model = job.spec.engine.model if job.spec.engine and job.spec.engine.model else self.model
-        fields = {"model": model, "response_format": "verbose_json"}
+        del attempt
+        fields: dict[str, str | list[str]] = {
+            "model": self._model(job),
+            "response_format": "verbose_json",
+        }
+        words = bool(job.spec.transcript and job.spec.transcript.words)
+        if words:
+            fields["timestamp_granularities[]"] = ["word", "segment"]
         lang = primary_language(language)
-        if lang:
+        if lang and lang != AUTO:
             fields["language"] = lang
+        prompt = " ".join(p for p in (hotwords(job.spec.vocabulary), prompt_of(context)) if p)
+        if prompt:
+            fields["prompt"] = prompt
         wav = encode_wav(chunk.audio, SAMPLE_RATE)
         filename = f"chunk-{chunk.index:05d}.wav"
         retries = 0
         while not cancel.is_set():
             answer = self._post(fields, filename, wav)
             if isinstance(answer, httpx.Response):
-                return self._segments(answer, chunk)
+                return self._segments(answer, chunk, words=words)
             status, problem, response_headers = answer
             delay = retry_delay(
                 status,
@@ -282,7 +337,7 @@ class OpenAIEngine:
         return []
 
     def _post(
-        self, fields: dict[str, str], filename: str, wav: bytes
+        self, fields: dict[str, str | list[str]], filename: str, wav: bytes
     ) -> httpx.Response | tuple[int | None, str, dict[str, str]]:
         """One request: the successful response, or (status, problem, headers) of a failure
         worth retrying (status None: no answer). Raises `JobFailure` for a permanent one."""
@@ -307,9 +362,9 @@ class OpenAIEngine:
             raise JobFailure("EngineRejected", f"{status}: {problem}", permanent=True)
         return status, problem, dict(response.headers)
 
-    def _segments(self, response: httpx.Response, chunk: Chunk) -> list[Segment]:
+    def _segments(self, response: httpx.Response, chunk: Chunk, *, words: bool) -> list[Segment]:
         try:
-            return parse_segments(response.json(), chunk.duration)
+            return parse_segments(response.json(), chunk.duration, words=words)
         except (ValueError, TypeError, AttributeError) as e:
             raise JobFailure(
                 "EngineBadResponse",

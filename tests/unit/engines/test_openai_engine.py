@@ -71,6 +71,7 @@ class Call:
     filename: str | None
     content_type: str | None
     file: bytes
+    values: dict[str, list[str]] = field(default_factory=dict)  # every value of each field
 
 
 class Stub:
@@ -109,6 +110,7 @@ class Stub:
                 filename=getattr(upload, "filename", None),
                 content_type=getattr(upload, "content_type", None),
                 file=upload.file.read() if isinstance(upload, web.FileField) else b"",
+                values={k: [str(v) for v in form.getall(k)] for k in set(form.keys())},
             )
         )
         reply = self.script.pop(0) if self.script else Reply()
@@ -212,6 +214,55 @@ def test_success__job_model_overrides_and_no_language_is_not_sent(
 ) -> None:
     run(engine, language=None, job=job(language=None, model="large-v3"))
     assert stub.calls[0].fields == {"model": "large-v3", "response_format": "verbose_json"}
+
+
+def test_words__asked_for_with_the_vocabulary_and_context_as_prompt(stub: Stub) -> None:
+    stub.script = [
+        Reply(
+            body={
+                "text": "Hello Zarvethia. Bye.",
+                "segments": [
+                    {"start": 0.0, "end": 1.2, "text": " Hello Zarvethia.", "avg_logprob": -0.1},
+                    {"start": 1.3, "end": 1.9, "text": " Bye.", "avg_logprob": -0.5},
+                ],
+                "words": [
+                    {"word": "Hello", "start": 0.1, "end": 0.5},
+                    {"word": "Zarvethia", "start": 0.6, "end": 1.3},
+                    {"word": "Bye", "start": 1.4, "end": 1.8},
+                ],
+            }
+        )
+    ]
+    e = make_engine(stub)
+    try:
+        spec: dict[str, Any] = {
+            "source": {"url": "file:///a.wav"},
+            "transcript": {"words": True},
+            "vocabulary": ["Zarvethia", "Quonbril"],
+        }
+        j = TranscriptionJob.from_api({"metadata": {"name": "j1"}, "spec": spec})
+        segments = e.transcribe(
+            chunk(),
+            language="auto",
+            cancel=threading.Event(),
+            job=j,
+            attempt=1,
+            context="Earlier we spoke of the north.",
+        )
+    finally:
+        e.close()
+    [call] = stub.calls
+    assert call.values["timestamp_granularities[]"] == ["word", "segment"]
+    assert call.fields["prompt"] == "Zarvethia, Quonbril Earlier we spoke of the north."
+    assert "language" not in call.fields  # auto: the server detects it
+    first, second = segments
+    assert first.confidence == pytest.approx(0.9048, abs=1e-4)
+    assert [(w.text, w.start, w.end) for w in first.words or []] == [
+        (" Hello", 0.1, 0.5),
+        (" Zarvethia", 0.6, 1.2),  # kept inside its segment
+    ]
+    assert [w.probability for w in first.words or []] == [first.confidence] * 2
+    assert [w.text for w in second.words or []] == [" Bye"]
 
 
 def test_success__text_without_segments_spans_the_chunk(engine: OpenAIEngine, stub: Stub) -> None:
