@@ -34,6 +34,18 @@ from recall.resources import (
     set_condition,
 )
 
+# Failures that come from what a Batch's jobs share (the model, the language asked for): the
+# Batch says so once, in its ModelFailing condition.
+MODEL_REASONS = frozenset(
+    {
+        "ModelNotFound",
+        "ModelCorrupt",
+        "ModelInvalid",
+        "ModelAccessDenied",
+        "LanguageDetectionUnsupported",
+        "UnsupportedLanguage",
+    }
+)
 # One byte per item: its phase, in this order (0 = queued, the default).
 CODES = list(ItemPhase)
 CODE = {p: i for i, p in enumerate(CODES)}
@@ -146,6 +158,7 @@ class Tally:
     heals: list[Heal]
     published: int = 0
     storage: tuple[str, str] | None = None  # a job failed because the results store refused
+    model: tuple[str, str] | None = None  # a job failed for its model or language (shared)
     expired: int = 0
     failures: int = 0
     first_start: dt.datetime | None = None
@@ -179,6 +192,8 @@ def tally(
         reason = record.error_reason or ""
         if record.phase is Phase.FAILED and reason.startswith("Storage") and t.storage is None:
             t.storage = (reason, record.error_message or reason)
+        if record.phase is Phase.FAILED and reason in MODEL_REASONS and t.model is None:
+            t.model = (reason, record.error_message or reason)
         t.expired += record.expired_leases
         t.failures += record.failures
         if record.started_at and (t.first_start is None or record.started_at < t.first_start):
@@ -239,6 +254,7 @@ def project(
     finished = final and counts.published >= counts.completed
     conds = conditions(stored.conditions, batch, counts, final, invalid, now)
     conds = storage_conditions(conds, counts, t.storage or storage, now)
+    conds = model_conditions(conds, t.model, now)
     if total > 0 and not fanned_out(stored) and len(jobs.keys() & set(range(total))) == total:
         text = f"one TranscriptionJob per item ({total})"
         conds = set_condition(conds, "JobsCreated", "True", "FannedOut", text, now)
@@ -286,6 +302,21 @@ def storage_conditions(
     elif any(c.type == "StorageFailing" for c in out):
         out = set_condition(out, "StorageFailing", "False", "StorageOk", "the store answers", now)
     return out
+
+
+def model_conditions(
+    current: list[Condition], model: tuple[str, str] | None, now: dt.datetime
+) -> list[Condition]:
+    """ModelFailing: a job failed for a reason every job of the Batch shares (its model is
+    missing, corrupt or cannot be loaded, or cannot do the language asked for), said once for
+    the Batch with the first such job's message; each job keeps its own lastError."""
+    if model is not None:
+        return set_condition(current, "ModelFailing", "True", model[0], model[1][:1000], now)
+    if any(c.type == "ModelFailing" for c in current):
+        return set_condition(
+            current, "ModelFailing", "False", "ModelOk", "no job failed for its model", now
+        )
+    return current
 
 
 def conditions(
