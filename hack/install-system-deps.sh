@@ -2,6 +2,10 @@
 # Install the Debian packages the tests and benchmarks need, if they are missing.
 #
 #   espeak-ng     synthesizes the known English speech the Whisper accuracy test transcribes.
+#   pocketsphinx-testdata
+#                 five LibriVox clips (Sense and Sensibility, public domain) with their
+#                 transcription: the real speech the transcript tests and make bench compare
+#                 recall with faster-whisper on.
 #   redis-server  the Redis that `make bench` starts on a loopback port to measure Celery
 #                 (bench/compare); the benchmark starts and stops its own server, the package's
 #                 service is not used.
@@ -16,7 +20,7 @@
 # Uses sudo only when not running as root.
 set -euo pipefail
 
-packages=(espeak-ng redis-server docker.io debootstrap containerd runc
+packages=(espeak-ng pocketsphinx-testdata redis-server docker.io debootstrap containerd runc
   containernetworking-plugins iptables iproute2)
 
 missing=()
