@@ -21,7 +21,7 @@ from recall.bucket import Bucket, Stores
 from recall.engines.models import MANIFEST, ModelCache, manifest
 from recall.engines.whisper import bundled_path
 from recall.kube.store import KubeStore as Kube
-from recall.resources import API_VERSION, Phase
+from recall.resources import API_VERSION, Condition, Phase
 from recall.resources.errors import JobFailure
 from recall.transcripts import Transcript, load_transcript
 from recall.transcripts.subtitles import check, parse
@@ -267,13 +267,14 @@ def test_batch__auto_on_an_english_only_model_says_so_once(
     with ControllerThread(kube, namespace, results):
         procs.worker("w1", "--namespace", namespace, env=whisper_env(tmp_path))
 
-        def said_once() -> object:
+        def said_once() -> list[Condition] | None:
             b = kube.get_batch(namespace, "talks")
             counts = b.status.counts if b else None
             found = [c for c in (b.status.conditions if b else []) if c.type == "ModelFailing"]
-            return counts is not None and counts.failed == 3 and found
+            return found if counts is not None and counts.failed == 3 else None
 
-        [condition] = wait_for(said_once, timeout=300, message=procs.dump)  # type: ignore[misc]
+        found: list[Condition] = wait_for(said_once, timeout=300, message=procs.dump)
+        [condition] = found
     assert (condition.status, condition.reason) == ("True", "LanguageDetectionUnsupported")
     assert "tiny.en" in (condition.message or "") and "English-only" in (condition.message or "")
     for k in keys:
