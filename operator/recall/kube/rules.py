@@ -121,7 +121,10 @@ def result(c: Change) -> Iterator[str]:
     if new is not None and not str(new.get("transcript") or "").endswith(
         f"-{new.get('token')}/transcript.json"
     ):
-        yield "status.result.transcript must be the transcript the completing lease wrote"
+        yield (
+            "status.result.transcript must be the transcript the completing lease wrote: its "
+            "key must end with -<result.token>/transcript.json"
+        )
     if c.phase == "Succeeded" and c.old_phase != "Succeeded":
         lease = c.old_lease
         if (
