@@ -54,6 +54,7 @@ def job_manifest(
     simulate: dict[str, Any] | None = None,
     engine: str | None = "simulated",
     labels: dict[str, str] | None = None,
+    checkpoint: float | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "source": {"url": url},
@@ -61,6 +62,8 @@ def job_manifest(
         "maxAttempts": max_attempts,
         "priority": priority,
     }
+    if checkpoint is not None:
+        spec["checkpointSeconds"] = checkpoint
     if engine or simulate:
         spec["engine"] = {k: v for k, v in {"name": engine, "simulate": simulate}.items() if v}
     return {

@@ -339,7 +339,11 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
             "resources": ["transcriptionjobs"],
             "verbs": ["get", "list", "watch"],
         },
-        {"apiGroups": [GROUP], "resources": ["transcriptionjobs/status"], "verbs": ["patch"]},
+        {
+            "apiGroups": [GROUP],
+            "resources": ["transcriptionjobs/status"],
+            "verbs": ["patch", "update"],
+        },
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],

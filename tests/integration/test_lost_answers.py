@@ -25,7 +25,15 @@ def settled(events: list[dict[str, object]], action: str) -> bool:
 def test_lost_answer__settled_by_reading_back(
     kube: Kube, namespace: str, procs: Procs, results: Bucket, action: str
 ) -> None:
-    create_job(kube, namespace, "j", lease=6, simulate={"chunks": 2, "chunkDelaySeconds": 0.1})
+    # Two seconds of work with a checkpoint every second: one renewal at least.
+    create_job(
+        kube,
+        namespace,
+        "j",
+        lease=6,
+        checkpoint=1,
+        simulate={"chunks": 4, "chunkDelaySeconds": 0.5},
+    )
     w = procs.worker(
         "w",
         "--engine",

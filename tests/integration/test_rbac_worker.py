@@ -1,5 +1,5 @@
 """A worker identity with least privilege can do its whole job and nothing more: read jobs,
-patch their status, nothing on ConfigMaps (the work's bytes are in the object store, where
+write their status (a claim updates it, the other lease writes patch it), nothing on ConfigMaps (the work's bytes are in the object store, where
 the worker's own identity reaches only the scratch prefix)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.rbac import service_account_client, service_account_token, token_kube
 
 WORKER_RULES = [
     {"apiGroups": [GROUP], "resources": [JOB_PLURAL], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [GROUP], "resources": [f"{JOB_PLURAL}/status"], "verbs": ["patch"]},
+    {"apiGroups": [GROUP], "resources": [f"{JOB_PLURAL}/status"], "verbs": ["patch", "update"]},
 ]
 
 

@@ -36,7 +36,15 @@ def events_named(events: list[dict[str, object]], name: str) -> list[dict[str, o
 def test_zombie__write_rejected_after_reclaim_and_new_claim(
     kube: Kube, namespace: str, procs: Procs, results: Bucket, frozen_at: str
 ) -> None:
-    create_job(kube, namespace, "z", lease=LEASE, simulate={"chunks": 2, "chunkDelaySeconds": 0.2})
+    # 2.4 s of work, a checkpoint every second: a renewal comes before the complete.
+    create_job(
+        kube,
+        namespace,
+        "z",
+        lease=LEASE,
+        checkpoint=1,
+        simulate={"chunks": 6, "chunkDelaySeconds": 0.4},
+    )
     zombie = procs.worker(
         "a",
         "--engine",

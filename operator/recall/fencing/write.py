@@ -100,8 +100,11 @@ def fenced_write(
     sleep: Callable[[float], None] = time.sleep,
     maybe_applied: list[RawObject] | None = None,
     timeout: float | None = None,
+    replace: bool = False,
 ) -> WriteResult:
-    """Apply `transition`'s status with a PATCH guarded by the version it was decided on.
+    """Apply `transition`'s status with a PATCH guarded by the version it was decided on
+    (with `replace`, a PUT of the whole status at that version: the claim's verb, so that API
+    Priority and Fairness can tell claims from the writes that keep a lease).
 
     With `retry_on_conflict=False` a 409 ends the write as a refusal (a claim: someone else
     won), unless reading back shows the write applied. Raises `Unavailable` for a transient
@@ -129,9 +132,14 @@ def fenced_write(
             return WriteResult(job, None, conflicts)
         sent.append(patch)
         try:
-            written = store.patch_job_status(
-                namespace, name, job.resource_version, patch, timeout=timeout
-            )
+            if replace and job.resource_version is not None:
+                written = store.replace_job_status(
+                    namespace, name, job.resource_version, decision.to_api(), timeout=timeout
+                )
+            else:
+                written = store.patch_job_status(
+                    namespace, name, job.resource_version, patch, timeout=timeout
+                )
             if faults.answer_lost(action):
                 raise Unavailable(f"{action}: the answer was lost (injected)", maybe_applied=True)
             return WriteResult(written, None, conflicts)

@@ -196,6 +196,21 @@ class JobStore(Protocol):
         timeout: float | None = None,
     ) -> TranscriptionJob: ...
 
+    def replace_job_status(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        status: RawObject,
+        *,
+        timeout: float | None = None,
+    ) -> TranscriptionJob:
+        """PUT the whole status, applied only at `resource_version` (a compare-and-swap).
+
+        A claim is written this way and every other lease write as a merge patch, so that the
+        API server's priority and fairness can tell them apart by verb (update and patch)."""
+        ...
+
     def patch_job_labels(
         self, namespace: str, name: str, labels: dict[str, str | None]
     ) -> TranscriptionJob: ...

@@ -3,8 +3,9 @@
 It keeps what the API server guarantees and the code relies on:
 - resourceVersion: every change bumps a global counter; a write that names a stale version gets
   `Conflict`, a write that names none is applied to what is stored;
-- the status subresource split: `patch_job_status` changes only status, `patch_job_labels` only
-  labels, and a created job starts with the CRD's defaults and `status: {phase: Queued}`;
+- the status subresource split: `patch_job_status` and `replace_job_status` change only status,
+  `patch_job_labels` only labels, and a created job starts with the CRD's defaults and
+  `status: {phase: Queued}`;
 - the CRD's transition rules that Python can express (`recall.kube.rules`): a refused write
   raises `Invalid` naming the rule and changes nothing;
 - lists and watches with field and label selectors; a watch sends DELETED for an object that
@@ -28,7 +29,7 @@ from collections.abc import Iterator
 from recall.kube.base import EVERYTHING, Invalid, Page, RawObject, Selector, WatchEvent
 from recall.kube.memory_apps import MemoryApps
 from recall.kube.memory_core import CONFIG_MAP_LIMIT, JOB_SPEC_DEFAULTS, Fault, _Kind
-from recall.kube.patch import apply_merge_patch, matches_labels
+from recall.kube.patch import apply_merge_patch, matches_labels, merge_patch
 from recall.kube.rules import batch_status_rules, job_status_rules
 from recall.resources import Batch, TranscriptionJob
 
@@ -101,6 +102,36 @@ class MemoryStore(MemoryApps):
                 )
             new = {**obj, "status": status}
             stored = self._replace(self._jobs, namespace, name, new)
+            if fault is not None:
+                raise fault.error
+            return TranscriptionJob.from_api(stored)
+
+    def replace_job_status(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        status: RawObject,
+        *,
+        timeout: float | None = None,
+    ) -> TranscriptionJob:
+        # A replace meets the faults of patch_job_status: both write the status subresource,
+        # and a test's fault (a lost answer, a reset) is about that write, whatever its verb.
+        with self._cond:
+            current = self._jobs.objects.get((namespace, name)) or {}
+            patch = merge_patch(current.get("status") or {}, status)
+            fault = self._fault("patch_job_status", name, patch=patch)
+            if fault is not None and not fault.applied:
+                raise fault.error
+            obj = self._get(self._jobs, namespace, name, resource_version)
+            old = obj.get("status") or {}
+            broken = job_status_rules(old, status, obj["spec"])
+            if broken:
+                raise Invalid(
+                    f"TranscriptionJob.recall.dev {name!r} is invalid: status: {'; '.join(broken)}",
+                    status=422,
+                )
+            stored = self._replace(self._jobs, namespace, name, {**obj, "status": status})
             if fault is not None:
                 raise fault.error
             return TranscriptionJob.from_api(stored)

@@ -125,6 +125,36 @@ class KubeStore(KubeCore, KubeApps):
         )
         return TranscriptionJob.from_api(obj)
 
+    def replace_job_status(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        status: RawObject,
+        *,
+        timeout: float | None = None,
+    ) -> TranscriptionJob:
+        # The status subresource takes a whole object and keeps all but its status.
+        body: RawObject = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TranscriptionJob",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": resource_version},
+            "status": status,
+        }
+        obj = self._call(
+            f"update status of job {namespace}/{name}",
+            self.custom.replace_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            JOB_PLURAL,
+            name,
+            body,
+            write=True,
+            timeout=timeout,
+        )
+        return TranscriptionJob.from_api(obj)
+
     def patch_job_labels(
         self, namespace: str, name: str, labels: dict[str, str | None]
     ) -> TranscriptionJob:

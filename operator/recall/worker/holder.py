@@ -146,6 +146,7 @@ class LeaseHolder:
             action="claim",
             known=job,
             retry_on_conflict=False,
+            replace=True,  # the claim's verb is update: API Priority and Fairness sets it apart
         )
         if not result.applied or result.job is None:
             return result
