@@ -8,7 +8,9 @@ presigned URLs and error codes are the server's own.
 Contract:
 - `start()` returns only when a signed ListBuckets answers 200 and the requested buckets
   exist, or raises `ObjectStoreError` with the tail of weed's log; on failure nothing is left
-  running.
+  running. `startup_buckets` are made by weed itself at every start (`weed mini -bucket`, as
+  the chart's bundled store makes its bucket), after its S3 port opens: `start()` does not
+  wait for them (`has_bucket()` says when they are there).
 - Every port weed opens (master, volume, filer, S3, admin; each with its gRPC port: ten TCP
   ports) is set by flag to a loopback port free at start, and every one binds 127.0.0.1
   only. The optional parts (WebDAV, the Admin UI, the Iceberg and Lance endpoints, the
@@ -19,7 +21,7 @@ Contract:
   only keys under `scratch_prefix` (in any bucket), read sources under `media/`, and list
   buckets, nothing else. Wrong or
   unknown keys are refused (403). Both key pairs are random per store. A put to a missing
-  bucket fails (no auto-creation), as on AWS.
+  bucket fails (no auto-creation), as on AWS, unless `auto_create_buckets`.
 - `stop()` sends SIGTERM, then SIGKILL after `grace`; waits; removes the work directory
   unless asked to keep it. It is idempotent. With `die_with_parent`, weed receives SIGKILL
   when the thread that started it dies (PR_SET_PDEATHSIG).
@@ -111,6 +113,8 @@ class ObjectStore:
     workdir: Path | None = None
     bin_dir: Path | None = None
     buckets: tuple[str, ...] = ()
+    startup_buckets: tuple[str, ...] = ()  # made by weed itself at each start (-bucket)
+    auto_create_buckets: bool = False  # a put to a missing bucket makes it (not S3's way)
     scratch_prefix: str = "scratch/"
     die_with_parent: bool = True
     keep_workdir: bool = False
@@ -269,6 +273,13 @@ class ObjectStore:
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(name)
 
+    def has_bucket(self, name: str) -> bool:
+        """Whether bucket `name` exists (a signed HEAD of it answers 200)."""
+        try:
+            return self.client().request("HEAD", f"/{name}").status == 200
+        except OSError:
+            return False
+
     def delete_bucket(self, name: str) -> bool:
         """Delete bucket `name` and every object in it; False if there was no such bucket."""
         return self.client().delete_bucket(name, force=True)
@@ -334,7 +345,8 @@ class ObjectStore:
             f"-filer.localSocket={self.workdir / 'filer.sock'}",
             f"-s3.localSocket={self.workdir / 's3.sock'}",
             f"-s3.config={self.workdir / 's3-identities.json'}",
-            "-s3.autoCreateBucket=false",
+            f"-s3.autoCreateBucket={str(self.auto_create_buckets).lower()}",
+            *([f"-bucket={','.join(self.startup_buckets)}"] if self.startup_buckets else []),
             # One volume per bucket is created on its first write; small volumes and a fixed
             # count keep many short-lived test buckets from running out of them on any disk.
             "-master.volumeSizeLimitMB=64",
