@@ -105,6 +105,9 @@ class ControlPlane:
     etcd_port: int = 0
     etcd_peer_port: int = 0
     apiserver_port: int = 0
+    # More kube-apiserver flags (for example lower --max-requests-inflight, so that API
+    # Priority and Fairness, which is on as in any cluster, turns a flood away sooner).
+    apiserver_args: list[str] = field(default_factory=list)
     procs: list[Proc] = field(default_factory=list)
     _owns_workdir: bool = False
 
@@ -300,9 +303,9 @@ class ControlPlane:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
-            "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none",
             "--v=1",
+            *self.apiserver_args,
         ]
 
     def _kcm_args(self, bin_dir: Path, pki: Pki) -> list[str]:
@@ -311,7 +314,7 @@ class ControlPlane:
             f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}",
             f"--authorization-kubeconfig={self.kubeconfig}",
-            "--controllers=garbagecollector,namespace,serviceaccount",
+            "--controllers=garbagecollector,namespace,serviceaccount,clusterrole-aggregation",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={free_port()}",
