@@ -1,34 +1,40 @@
-"""`recall dev up|down|status`: a local control plane for development (mounted by `recall`).
+"""`recall dev up|down|status`: a cluster for development (mounted by `recall`).
 
-`recall dev up` also starts the object store (SeaweedFS on loopback, recall_dev.objstore) with
-the bucket `recall` in `<dir>/objstore` and prints its S3 variables and `RECALL_STORE_URL` (so
-`recall operator` and `recall worker` find their results store); `--no-objstore` skips it.
+`recall dev up` starts a local control plane (etcd and kube-apiserver on loopback, the CRDs
+installed) and the object store (SeaweedFS on loopback, recall_dev.objstore) with the bucket
+`recall` in `<dir>/objstore`, and prints their variables; `--no-objstore` skips the store.
+Operators and workers then run as local processes.
 
-`recall dev up --node` adds a node that runs pods (recall_dev.node; needs root), `--image`
-imports the project's image into it; `recall dev down` removes the node first (from its state
-file, whatever state it is in), then the control plane.
+`recall dev up --kind` starts a kind cluster instead (recall_dev.kind: a control plane and
+`--workers` worker nodes, on a private dockerd that outlives the command), with every image the
+chart's default values name built here and loaded (recall_dev.release.chart_images), and no
+CRDs: the chart installs them, so `helm install recall charts/recall` works on it as written.
+`recall dev down` removes whichever runs (the kind cluster with its network and its daemon).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any
 
 import typer
 
-if TYPE_CHECKING:
-    from recall_dev.cluster import ControlPlane
-
 DEFAULT_DEV_DIR = Path(".recall-dev")
 OBJSTORE_DIR = "objstore"
+KIND_DIR = "kind"
+KIND_STATE = "state.json"
+KIND_CLUSTER = "recall-dev"
 DEV_BUCKET = "recall"
 
 dev_app = typer.Typer(
-    help="A local control plane (etcd + kube-apiserver, and a node with --node) for development.",
+    help="A cluster for development: a local control plane (etcd + kube-apiserver), or kind.",
     no_args_is_help=True,
 )
+
+
+def _say(message: str) -> None:
+    typer.echo(f"  {message}", err=True)
 
 
 @dev_app.command("up")
@@ -36,22 +42,23 @@ def dev_up(
     dir: Annotated[
         Path, typer.Option("--dir", help="Where state, logs and the kubeconfig go.")
     ] = DEFAULT_DEV_DIR,
-    crds: Annotated[bool, typer.Option("--crds/--no-crds", help="Install the recall CRDs.")] = True,
-    node: Annotated[
+    crds: Annotated[
+        bool, typer.Option("--crds/--no-crds", help="Install the recall CRDs (not with --kind).")
+    ] = True,
+    kind: Annotated[
         bool,
         typer.Option(
-            "--node/--no-node",
-            help="Also run a node (containerd, kubelet, scheduler; needs root) that runs pods.",
+            "--kind/--no-kind",
+            help="A kind cluster that runs pods, with the chart's default images loaded, "
+            "instead of the local control plane.",
         ),
     ] = False,
-    image: Annotated[
-        bool,
+    workers: Annotated[
+        int,
         typer.Option(
-            "--image/--no-image",
-            help="With --node: build the project's image and import it into the node "
-            "(recall.local/recall:dev).",
+            "--workers", min=0, help="With --kind: worker nodes beside the control plane."
         ),
-    ] = False,
+    ] = 2,
     objstore: Annotated[
         bool,
         typer.Option(
@@ -60,102 +67,72 @@ def dev_up(
         ),
     ] = True,
 ) -> None:
-    """Start etcd and kube-apiserver (and the S3 server) on loopback ports; print the export
-    lines that reach them."""
+    """Start the development cluster; print the export lines that reach it."""
+    if kind:
+        _kind_up(dir.resolve(), workers)
+        return
     from recall_dev import cluster, objstore_dev
-
-    def say(message: str) -> None:
-        typer.echo(f"  {message}", err=True)
 
     store_dir = dir.resolve() / OBJSTORE_DIR
     if not _control_plane_ready(dir.resolve()):
         objstore_dev.dev_down(store_dir)  # cluster.dev_up is about to empty the directory
-    cp = cluster.dev_up(dir.resolve(), progress=say)
-    store = objstore_dev.dev_up(store_dir, (DEV_BUCKET,), progress=say) if objstore else None
+    cp = cluster.dev_up(dir.resolve(), progress=_say)
+    store = objstore_dev.dev_up(store_dir, (DEV_BUCKET,), progress=_say) if objstore else None
     if crds:
         from recall_dev.crds import install_crds
 
         install_crds(str(cp.kubeconfig))
-        say("CRDs installed")
-    if node:
-        _node_up(cp, dir.resolve() / "node", image, say)
+        _say("CRDs installed")
     typer.echo(f"export KUBECONFIG={cp.kubeconfig}")
     typer.echo(f"export PATH={cp.bin_dir}:$PATH")
     if store is not None:
-        say(f"S3 endpoint {store.endpoint}, bucket s3://{DEV_BUCKET}/ (admin credentials below)")
+        _say(f"S3 endpoint {store.endpoint}, bucket s3://{DEV_BUCKET}/ (admin credentials below)")
         for name, value in store.env().items():
             typer.echo(f"export {name}={value}")
-        # The results store of `recall operator` and `recall worker` (the admin identity).
-        typer.echo(f"export RECALL_STORE_URL=s3://{DEV_BUCKET}/dev")
 
 
 @dev_app.command("down")
 def dev_down(
     dir: Annotated[Path, typer.Option("--dir")] = DEFAULT_DEV_DIR,
 ) -> None:
-    """Stop the local control plane, its node and what a `--keep` demo left running; remove
-    its directory."""
+    """Stop the development cluster and what a `--keep` demo left running; remove its
+    directory."""
     from recall_dev import cluster, objstore_dev
     from recall_dev.demo import stop_extra
-    from recall_dev.node_state import read_state
-    from recall_dev.node_teardown import teardown
 
-    stop_extra(dir.resolve())
-    # The node first, while the API server can still tell the kubelet to stop the pods; its
-    # teardown works from /run/recall-node alone when the API server is gone already.
-    failed = ""
-    state = read_state()
-    # Only this control plane's node: the machine's one node may belong to another (a test's).
-    node_dir = Path(str((state or {}).get("workdir", "")))
-    if state is not None and node_dir.is_relative_to(dir.resolve()):
-        kubeconfig, bin_dir = None, None
-        if (dir.resolve() / cluster.STATE_FILE).exists():
-            cp = cluster.ControlPlane.attach(dir.resolve())
-            kubeconfig, bin_dir = cp.kubeconfig, cp.bin_dir
-        try:
-            removed = teardown(graceful_kubeconfig=kubeconfig, bin_dir=bin_dir)
-            typer.echo(f"node stopped ({len(removed)} things removed)", err=True)
-        except OSError as e:
-            failed = f"the node could not be removed: {e}"  # the control plane goes anyway
-    if objstore_dev.dev_down(dir.resolve() / OBJSTORE_DIR):
+    workdir = dir.resolve()
+    if _kind_down(workdir):
+        typer.echo("kind cluster deleted", err=True)
+    stop_extra(workdir)
+    if objstore_dev.dev_down(workdir / OBJSTORE_DIR):
         typer.echo("object store stopped", err=True)
-    if cluster.dev_down(dir.resolve()):
+    if cluster.dev_down(workdir):
         typer.echo("control plane stopped", err=True)
-    else:
+    elif not (workdir / KIND_DIR).exists():
         typer.echo("no control plane was running", err=True)
-    if failed:
-        typer.echo(f"error: {failed}", err=True)
-        raise typer.Exit(1)
 
 
 @dev_app.command("status")
 def dev_status(
     dir: Annotated[Path, typer.Option("--dir")] = DEFAULT_DEV_DIR,
 ) -> None:
-    """Show whether the local control plane (and its node) is up, and where."""
-    from recall_dev import cluster
+    """Show whether the development cluster is up, and where."""
+    workdir = dir.resolve()
+    state = _kind_state(workdir)
+    if state is not None:
+        status = _kind_status(state)
+        typer.echo(json.dumps(status, indent=2))
+        if not status["ready"]:
+            raise typer.Exit(1)
+        return
+    from recall_dev import cluster, objstore, objstore_dev
 
     try:
-        status = cluster.dev_status(dir.resolve())
+        status = cluster.dev_status(workdir)
     except cluster.ControlPlaneError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
-    from recall_dev.node_state import read_state
-    from recall_dev.procs import pid_alive
-
-    node_state = read_state()
-    if node_state is not None:
-        procs = node_state.get("processes", {})
-        status["node"] = {
-            "workdir": node_state.get("workdir"),
-            "processes": {
-                name: {"pid": pid, "alive": pid_alive(int(pid))}
-                for name, pid in (procs.items() if isinstance(procs, dict) else [])
-            },
-        }
-    from recall_dev import objstore, objstore_dev
-
-    store_dir = dir.resolve() / OBJSTORE_DIR
+    store_dir = workdir / OBJSTORE_DIR
     if (store_dir / objstore.STATE_FILE).exists():
         status["objstore"] = objstore_dev.dev_status(store_dir)
     typer.echo(json.dumps(status, indent=2))
@@ -172,19 +149,104 @@ def _control_plane_ready(workdir: Path) -> bool:
     return cluster.ControlPlane.attach(workdir).ready()
 
 
-def _node_up(cp: ControlPlane, workdir: Path, image: bool, say: Callable[[str], None]) -> None:
-    """Start the node of `recall dev up --node` (detached), unless it runs already."""
-    from recall_dev import node
-    from recall_dev.node_state import read_state
+# -- kind ----------------------------------------------------------------------------------------
 
-    state = read_state()
-    if state is not None and state.get("workdir") == str(workdir):
-        say("node already up")
+
+def _kind_state(workdir: Path) -> dict[str, Any] | None:
+    path = workdir / KIND_DIR / KIND_STATE
+    if not path.exists():
+        return None
+    state: dict[str, Any] = json.loads(path.read_text())
+    return state
+
+
+def _kind_up(workdir: Path, workers: int) -> None:
+    """Make the kind cluster (unless it runs) with the chart's default images loaded."""
+    from recall_dev import kind, kind_image
+    from recall_dev.docker import detached_daemon
+    from recall_dev.release import chart_default_images, chart_images
+
+    state = _kind_state(workdir)
+    if state is not None and _kind_status(state)["ready"]:
+        _say(f"kind cluster {state['name']} already up")
     else:
-        node.Node(cp, workdir, die_with_parent=False).start(progress=say)
-    if image:
-        from recall_dev.image import DEFAULT_TAG, build_and_save
-        from recall_dev.node_images import import_archive
+        if state is not None:
+            _kind_down(workdir)
+        kind_dir = workdir / KIND_DIR
+        bin_dir = kind_image.kind_tools()
+        archives = chart_images()
+        docker = detached_daemon()
+        volumes = kind.dangling_volumes(docker)
+        state = {
+            "name": KIND_CLUSTER,
+            "kubeconfig": str(kind_dir / "kubeconfig"),
+            "bin_dir": str(bin_dir),
+            "docker_host": docker.host,
+            "workers": workers,
+            "volumes_before": sorted(volumes),
+            "modules_made": not kind.HOST_MODULES.exists(),
+        }
+        kind_dir.mkdir(parents=True, exist_ok=True)
+        (kind_dir / KIND_STATE).write_text(json.dumps(state, indent=2))
+        try:
+            kind.create(
+                docker, KIND_CLUSTER, kind_dir, bin_dir=bin_dir, workers=workers, archives=archives
+            )
+        except BaseException:
+            _kind_down(workdir)
+            raise
+        for ref in chart_default_images(_root()):
+            _say(f"image {ref} loaded into every node")
+    typer.echo(f"export KUBECONFIG={state['kubeconfig']}")
+    typer.echo(f"export PATH={state['bin_dir']}:$PATH")
 
-        import_archive(workdir / "containerd" / "containerd.sock", build_and_save(DEFAULT_TAG))
-        say(f"image {DEFAULT_TAG} imported into the node")
+
+def _root() -> Path:
+    from recall_dev.cluster import repo_root
+
+    return repo_root()
+
+
+def _kind_status(state: dict[str, Any]) -> dict[str, Any]:
+    from recall_dev.docker import DockerEngine
+
+    docker = DockerEngine(host=str(state["docker_host"]))
+    nodes: dict[str, str] = {}
+    if docker.answers():
+        from recall_dev.kind import node_names
+
+        for node in node_names(str(state["name"]), int(state["workers"])):
+            done = docker.run(
+                ["inspect", "--format", "{{.State.Status}}", node], capture=True, check=False
+            )
+            nodes[node] = done.stdout.strip() or "missing"
+    ready = bool(nodes) and all(s == "running" for s in nodes.values())
+    return {
+        "kind": state["name"],
+        "kubeconfig": state["kubeconfig"],
+        "nodes": nodes,
+        "ready": ready,
+    }
+
+
+def _kind_down(workdir: Path) -> bool:
+    """Delete the kind cluster, its network and its daemon; False if there was none."""
+    import shutil
+
+    from recall_dev import kind
+    from recall_dev.docker import KIND_DEV_DAEMON, DockerEngine, stop_detached
+
+    state = _kind_state(workdir)
+    if state is None:
+        return False
+    docker = DockerEngine(host=str(state["docker_host"]))
+    if docker.answers():
+        kind.delete(
+            docker, Path(str(state["bin_dir"])), str(state["name"]),
+            modules_made=bool(state["modules_made"]),
+            volumes_before=set(state["volumes_before"]),
+        )  # fmt: skip
+    if docker.host.endswith(str(KIND_DEV_DAEMON.socket)):
+        stop_detached(KIND_DEV_DAEMON)
+    shutil.rmtree(workdir / KIND_DIR, ignore_errors=True)
+    return True

@@ -12,8 +12,10 @@ Contract:
   `with` block, so two test runs never start two daemons on one data root. Its run directory
   (exec root, socket, pid file) is the cache's own too, so a daemon for another cache is never
   taken for a stale one.
-- Two private daemons exist, each with its own data root, exec root, socket and lock:
-  `BUILD_DAEMON` (the above: images only) and `KIND_DAEMON` for kind clusters. The kind one
+- Three private daemons exist, each with its own data root, exec root, socket and lock:
+  `BUILD_DAEMON` (the above: images only), `KIND_DAEMON` for the tests' kind clusters and
+  `KIND_DEV_DAEMON` for `recall dev up --kind`, which `detached_daemon()` starts to outlive
+  the command (no lock, no parent death signal) and `stop_detached()` stops. The kind ones
   still adds no iptables rule, masquerades nothing and forwards nothing on the host; it runs
   docker-proxy (the userland proxy), which is what publishes a node's API server port on
   127.0.0.1. Networks on it are bridges the caller creates; the host routes nothing out of
@@ -49,6 +51,7 @@ log = structlog.get_logger("recall_dev.docker")
 # (each gets a digest of the cache appended: PrivateDaemon.run_dir).
 PRIVATE_RUN_DIR = Path("/run/recall-docker")
 KIND_RUN_DIR = Path("/run/recall-kind-docker")
+KIND_DEV_RUN_DIR = Path("/run/recall-kind-dev-docker")
 # No bridge of docker's own, no iptables rules, no masquerading, no forwarding on the host.
 _ISOLATED = (
     "--bridge=none",
@@ -131,6 +134,10 @@ BUILD_DAEMON = PrivateDaemon("docker", PRIVATE_RUN_DIR, (*_ISOLATED, "--userland
 KIND_DAEMON = PrivateDaemon(
     "docker-kind", KIND_RUN_DIR, (*_ISOLATED, "--userland-proxy=true"), bounded_runtime=True
 )
+KIND_DEV_DAEMON = PrivateDaemon(
+    "docker-kind-dev", KIND_DEV_RUN_DIR, (*_ISOLATED, "--userland-proxy=true"),
+    bounded_runtime=True,
+)  # fmt: skip
 
 
 @dataclass
@@ -203,7 +210,30 @@ def docker_engine(
             _remove_new_cgroups(cgroups_before)
 
 
-def _start_private_daemon(progress: bool, daemon: PrivateDaemon) -> Proc:
+def detached_daemon(daemon: PrivateDaemon = KIND_DEV_DAEMON) -> DockerEngine:
+    """The default daemon when one answers; else `daemon`, started unless it answers already,
+    left running when this process ends (stop it with `stop_detached`)."""
+    default = DockerEngine(host=os.environ.get("DOCKER_HOST", ""))
+    if default.answers():
+        return default
+    engine = DockerEngine(host=f"unix://{daemon.socket}")
+    if engine.answers():
+        return engine
+    if shutil.which("dockerd") is None:
+        raise DockerError("no Docker daemon answers and dockerd is not installed")
+    _start_private_daemon(False, daemon, owned=False)
+    return engine
+
+
+def stop_detached(daemon: PrivateDaemon = KIND_DEV_DAEMON) -> bool:
+    """Stop a daemon `detached_daemon` started (from its pid file); False if none ran."""
+    running = (daemon.run_dir / "dockerd.pid").exists()
+    _stop_stale_daemon(daemon)
+    shutil.rmtree(daemon.run_dir, ignore_errors=True)
+    return running
+
+
+def _start_private_daemon(progress: bool, daemon: PrivateDaemon, *, owned: bool = True) -> Proc:
     data_root = daemon.data_root
     data_root.mkdir(parents=True, exist_ok=True)
     _stop_stale_daemon(daemon)
@@ -224,7 +254,7 @@ def _start_private_daemon(progress: bool, daemon: PrivateDaemon) -> Proc:
         args += [f"--add-runtime=recall-runc={daemon.runtime}", "--default-runtime=recall-runc"]
     if progress:
         log.info("dockerd_start", data_root=str(data_root))
-    proc = spawn(daemon.name.replace("docker", "dockerd", 1), args, cache_root(), None, owned=True)
+    proc = spawn(daemon.name.replace("docker", "dockerd", 1), args, cache_root(), None, owned=owned)
     engine = DockerEngine(host=f"unix://{daemon.socket}")
     deadline = time.monotonic() + 60
     while not engine.answers():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import shutil
 import subprocess
@@ -101,14 +102,18 @@ def download_wheels(root: Path, step: Step | None = None) -> Path:
     return target
 
 
-def build_project_wheel(root: Path, dist: Path, step: Step | None = None) -> Path:
-    """The project's wheel, built from the checkout into `dist` (emptied first)."""
+def build_project_wheel(root: Path, dist: Path, step: Step | None = None, epoch: str = "") -> Path:
+    """The project's wheel, built from the checkout into `dist` (emptied first); its file
+    times are `epoch` (seconds), else the checkout's last commit's."""
     shutil.rmtree(dist, ignore_errors=True)
     dist.mkdir(parents=True)
     env = dict(os.environ)
-    commit_time = subprocess.run(
-        ["git", "log", "-1", "--format=%ct"], cwd=root, text=True, capture_output=True
-    ).stdout.strip()
+    commit_time = (
+        epoch
+        or subprocess.run(
+            ["git", "log", "-1", "--format=%ct"], cwd=root, text=True, capture_output=True
+        ).stdout.strip()
+    )
     if commit_time:
         env["SOURCE_DATE_EPOCH"] = commit_time
     _run(
@@ -122,7 +127,7 @@ def build_project_wheel(root: Path, dist: Path, step: Step | None = None) -> Pat
     return wheels[0]
 
 
-def stage(root: Path, step: Step | None = None) -> Path:
+def stage(root: Path, step: Step | None = None, epoch: str = "") -> Path:
     """Fill build/image/ (wheels/ and dist/) in the checkout: the build context's offline inputs."""
     staging = root / STAGE_DIR
     wheels = download_wheels(root, step)
@@ -134,7 +139,7 @@ def stage(root: Path, step: Step | None = None) -> Path:
             os.link(wheel, staged / wheel.name)
         except OSError:
             shutil.copy2(wheel, staged / wheel.name)
-    build_project_wheel(root, staging / "dist", step)
+    build_project_wheel(root, staging / "dist", step, epoch)
     return staging
 
 
@@ -213,15 +218,22 @@ def ensure_base(root: Path, docker: DockerEngine, step: Step | None = None) -> s
 # -- 3. build ----------------------------------------------------------------------------------
 
 
-def build(tag: str = DEFAULT_TAG, docker: DockerEngine | None = None) -> str:
-    """Build the image from the checkout's Dockerfile; returns its image ID. Says one line
-    (recall_dev.buildlog); pip's, debootstrap's and docker's output go to its log."""
+def build(
+    tag: str = DEFAULT_TAG,
+    docker: DockerEngine | None = None,
+    *,
+    root: Path | None = None,
+    epoch: str = "",
+) -> str:
+    """Build the image from the Dockerfile of `root` (the checkout by default; a release's
+    tree for recall_dev.release); returns its image ID. Says one line (recall_dev.buildlog);
+    pip's, debootstrap's and docker's output go to its log."""
     if docker is None:
         with docker_engine(progress=False) as engine:
-            return build(tag, engine)
-    root = repo_root()
+            return build(tag, engine, root=root, epoch=epoch)
+    root = root or repo_root()
     with build_step("image", tag) as step:
-        stage(root, step)
+        stage(root, step, epoch)
         base = ensure_base(root, docker, step)
         step.run(
             [docker.cli, "build", "--network=none", "--build-arg", f"BASE_IMAGE={base}",
@@ -238,7 +250,9 @@ def build(tag: str = DEFAULT_TAG, docker: DockerEngine | None = None) -> str:
 def save(tag: str, image_id: str, docker: DockerEngine) -> Path:
     """`docker save` of the image, cached by image ID (archives of other images are removed
     once an hour old: a test run beside this one may still be loading the one it was given)."""
-    archive = image_cache() / f"recall-{image_id.removeprefix('sha256:')[:16]}.tar"
+    # By image and tag: one image saved under two tags is two archives, each naming its own.
+    tag_digest = hashlib.sha256(tag.encode()).hexdigest()[:8]
+    archive = image_cache() / f"recall-{image_id.removeprefix('sha256:')[:16]}-{tag_digest}.tar"
     if archive.exists():
         return archive
     for old in image_cache().glob("recall-*.tar"):

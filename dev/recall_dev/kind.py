@@ -1,31 +1,46 @@
-"""A kind cluster for the pod tests: made, checked and removed without a trace, offline.
+"""kind clusters of several nodes, offline: made, checked, drilled and removed without a trace.
 
-    with kind_cluster("recall-e2e", workdir, archives=[...], mounts=[media]) as cluster:
-        cluster.kubeconfig      # https://127.0.0.1:<port>, the only way in from the host
+    with kind_cluster("recall-e2e", workdir, workers=2, archives=[...], mounts=[media]) as c:
+        c.kubeconfig          # https://127.0.0.1:<port>, the only way in from the host
+        c.kill_node(c.workers[0]); c.start_node(c.workers[0])     # drills
+        c.cut(c.workers[1]); c.heal(c.workers[1])
 
 Contract:
 - The daemon is recall_dev.docker's KIND_DAEMON (a private dockerd: no iptables rules, no
   NAT, no forwarding on the host, docker-proxy publishing 127.0.0.1 ports), or the default
-  daemon where one answers. kind itself is built from sigs.k8s.io/kind (build.sh --with-kind).
+  daemon where one answers; `recall dev up --kind` runs its cluster on KIND_DEV_DAEMON, which
+  outlives the command (`create` and `delete` are the two halves of `kind_cluster`). kind is
+  built from sigs.k8s.io/kind (build.sh --with-kind).
 - The node image is recall.local/kind-node:v<kube> (recall_dev.kind_image, built when its
   inputs changed), or `KIND_NODE_IMAGE` (e.g. the upstream kindest/node where a registry is
   reachable; it is pulled by kind when missing).
 - The cluster runs on a docker network this module creates for it (KIND_EXPERIMENTAL_DOCKER_
   NETWORK): a bridge without masquerading, labelled, removed afterwards (kind's own `kind`
-  network would outlive `kind delete`). One node; the media directories are mounted read-only
-  at the same path; the kubelet allows cgroup v1 (kubelet 1.37 refuses it by default).
+  network would outlive `kind delete`). One control-plane node and `workers` worker nodes
+  (kind names them `<name>-control-plane`, `<name>-worker`, `<name>-worker2`, ...); the
+  control plane takes pods too (its taint is removed). The nodes find each other by name
+  through Docker's resolver; each routes the others' pods (the node image's pod network). The
+  media directories are mounted read-only at the same path in every node; the kubelet allows
+  cgroup v1 (kubelet 1.37 refuses it by default).
 - PersistentVolumeClaims: kind's fallback StorageClass `standard` (kubernetes.io/host-path),
   provisioned by kube-controller-manager's built-in hostPath provisioner, which kind's
-  kubeadm config enables; volumes are directories of the node under /tmp/hostpath_pv. (The
-  upstream image brings its local-path provisioner instead.)
-- Before it yields: the node is Ready, CoreDNS is available, `archives` (image archives, as
-  `docker save` or OCI) are loaded with `kind load image-archive`, and the node's egress guard
-  is checked (`check_guard`, which reads rules and sends nothing).
+  kubeadm config enables; volumes are directories of the node the pod runs on, under
+  /tmp/hostpath_pv (a pod that moves to another node finds another, empty, directory: pin a
+  volume's pod to a node). The upstream image brings its local-path provisioner instead.
+- Before it yields: every node is Ready, CoreDNS is available, `archives` (image archives, as
+  `docker save` or OCI) are loaded into every node with `kind load image-archive`, and every
+  node's egress guard is checked (`check_guard`, which reads rules and sends nothing).
+- Drills act inside the docker network and the nodes' own namespaces only, never on the
+  host's routes: `kill_node` is `docker kill` (every process of the node dies at once, its
+  pods still shown Running until the node controller notices); `start_node` boots it again
+  and waits until it is Ready with its guard in place; `cut` makes the node's own iptables
+  drop every packet to and from the other nodes and their pods (its processes live on,
+  talking to no one; the host's published port is not the node's), `heal` removes exactly
+  that.
 - Afterwards, whatever happened: the cluster is deleted (its containers and their volumes),
   the network removed, a /lib/modules that docker made on the host for kind's mount removed,
   and `leftovers()` must come back empty (no container or network of it, no volume left
-  dangling that was not before), else it raises. There is no "keep": on the private daemon a
-  cluster cannot outlive the block that runs the daemon.
+  dangling that was not before), else it raises.
 Each step says one line (recall_dev.buildlog); kind's output is in the log.
 """
 
@@ -50,6 +65,8 @@ from recall_dev.docker import KIND_DAEMON, DockerEngine, docker_engine
 NETWORK_LABEL = "dev.recall.kind-network"
 CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # what kind labels its node containers with
 HOST_MODULES = Path("/lib/modules")  # kind mounts it into every node; docker makes it if absent
+CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane:NoSchedule-"
+DRILL_CHAIN = "RECALL-DRILL"
 # The only filter rules that may accept a packet in the node: kube-proxy's, for traffic it
 # DNATed (marked 0x4000) or replies. Anything else would open a way out past the guard.
 ALLOWED_ACCEPTS = (
@@ -61,7 +78,14 @@ ALLOWED_ACCEPTS = (
 
 
 class KindError(RuntimeError):
-    """The kind cluster could not be made, checked or removed cleanly."""
+    """The kind cluster could not be made, checked, drilled or removed cleanly."""
+
+
+def node_names(cluster: str, workers: int) -> list[str]:
+    """The node (and container) names kind gives: control-plane, worker, worker2, ..."""
+    names = [f"{cluster}-control-plane"]
+    names += [f"{cluster}-worker{i + 1 if i else ''}" for i in range(workers)]
+    return names
 
 
 @dataclass
@@ -73,19 +97,37 @@ class KindCluster:
     bin_dir: Path
     docker: DockerEngine
     node_image: str
+    workers_count: int = 0
 
     @property
-    def node(self) -> str:
-        """The node container (one node: the control plane)."""
-        return f"{self.name}-control-plane"
+    def nodes(self) -> list[str]:
+        return node_names(self.name, self.workers_count)
 
-    def exec(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run a command in the node container."""
-        return self.docker.run(["exec", self.node, *args], capture=True, check=check)
+    @property
+    def control_plane(self) -> str:
+        return self.nodes[0]
+
+    @property
+    def workers(self) -> list[str]:
+        return self.nodes[1:]
+
+    def exec(
+        self, *args: str, node: str = "", check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command in a node container (the control plane's by default)."""
+        node = node or self.control_plane
+        return self.docker.run(["exec", node, *args], capture=True, check=check)
 
     def kill_container(self, container_id: str) -> None:
-        """SIGKILL a container of a pod, through the node's containerd."""
-        self.exec("ctr", "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", container_id)
+        """SIGKILL a container of a pod, through the containerd of the node that runs it."""
+        for node in self.nodes:
+            done = self.exec(
+                "ctr", "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", container_id,
+                node=node, check=False,
+            )  # fmt: skip
+            if done.returncode == 0:
+                return
+        raise KindError(f"no node runs container {container_id}")
 
     def kubectl(self, *args: str) -> str:
         done = subprocess.run(
@@ -96,20 +138,78 @@ class KindCluster:
             raise KindError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
 
+    def node_ip(self, node: str) -> str:
+        """The node's address on the cluster's docker network."""
+        out = self.docker.run(
+            ["inspect", "--format", "{{json .NetworkSettings.Networks}}", node], capture=True
+        ).stdout
+        networks = json.loads(out)
+        return str(networks[network_name(self.name)]["IPAddress"])
 
-def cluster_config(mounts: Sequence[Path]) -> dict[str, object]:
-    """kind's Cluster config: one node, the mounts read-only at the same path, cgroup v1 ok."""
-    node: dict[str, object] = {"role": "control-plane"}
-    if mounts:
-        node["extraMounts"] = [
-            {"hostPath": str(m), "containerPath": str(m), "readOnly": True} for m in mounts
-        ]
+    # -- drills ------------------------------------------------------------------------------
+
+    def kill_node(self, node: str) -> None:
+        """The node dies at once (`docker kill`: SIGKILL to its init, every process gone)."""
+        self.docker.run(["kill", "--signal", "KILL", node], capture=True)
+
+    def start_node(self, node: str, timeout: float = 240) -> None:
+        """Boot a killed node again; returns once it is Ready with its egress guard in place."""
+        self.docker.run(["start", node], capture=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                check_guard(self, node)
+                self.kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=10s")
+                return
+            except (KindError, subprocess.CalledProcessError) as e:
+                if time.monotonic() > deadline:
+                    raise KindError(f"node {node} not Ready {timeout:.0f} s after its start") from e
+                time.sleep(1)
+
+    def cut(self, node: str) -> None:
+        """The node's own iptables drop every packet to and from the other nodes and their
+        pods (INPUT, OUTPUT and FORWARD jump to RECALL-DRILL first): its processes live on,
+        cut off from the API server and from everything else of the cluster."""
+        others = [self.node_ip(n) for n in self.nodes if n != node]
+        pods = [_pod_subnet(ip) for ip in others]
+        rules: list[tuple[str, ...]] = [("-N", DRILL_CHAIN)]
+        for peer in [*others, *pods]:
+            rules += [("-A", DRILL_CHAIN, "-d", peer, "-j", "DROP")]
+            rules += [("-A", DRILL_CHAIN, "-s", peer, "-j", "DROP")]
+        rules += [("-I", hook, "1", "-j", DRILL_CHAIN) for hook in ("INPUT", "OUTPUT", "FORWARD")]
+        for rule in rules:
+            self.exec("iptables", "-w", *rule, node=node)
+
+    def heal(self, node: str) -> None:
+        """Remove what `cut` added, and nothing else."""
+        for hook in ("INPUT", "OUTPUT", "FORWARD"):
+            self.exec("iptables", "-w", "-D", hook, "-j", DRILL_CHAIN, node=node, check=False)
+        self.exec("iptables", "-w", "-F", DRILL_CHAIN, node=node, check=False)
+        self.exec("iptables", "-w", "-X", DRILL_CHAIN, node=node, check=False)
+
+
+def _pod_subnet(node_ip: str) -> str:
+    """The pods of the node at a.b.0.N: 10.244.N.0/24 (hack/kind/node's recall-pod-network)."""
+    return f"10.244.{node_ip.rsplit('.', 1)[1]}.0/24"
+
+
+def cluster_config(mounts: Sequence[Path], workers: int = 0) -> dict[str, object]:
+    """kind's Cluster config: a control plane and `workers` workers, each with the mounts
+    read-only at the same path; cgroup v1 allowed."""
+    nodes: list[dict[str, object]] = []
+    for role in ["control-plane", *["worker"] * workers]:
+        node: dict[str, object] = {"role": role}
+        if mounts:
+            node["extraMounts"] = [
+                {"hostPath": str(m), "containerPath": str(m), "readOnly": True} for m in mounts
+            ]
+        nodes.append(node)
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
         "networking": {"apiServerAddress": "127.0.0.1"},
         "kubeadmConfigPatches": ["kind: KubeletConfiguration\nfailCgroupV1: false\n"],
-        "nodes": [node],
+        "nodes": nodes,
     }
 
 
@@ -141,12 +241,12 @@ def create_network(docker: DockerEngine, cluster: str, step: Step) -> str:
     return network
 
 
-def check_guard(cluster: KindCluster) -> None:
+def check_guard(cluster: KindCluster, node: str = "") -> None:
     """The node's egress guard holds: RECALL-GUARD ends in REJECT and is jumped to from OUTPUT
     and FORWARD, and no filter rule accepts anything but kube-proxy's DNATed or replied
     traffic. Reads rules only: nothing is sent."""
     for tool in ("iptables", "ip6tables"):
-        rules = cluster.exec(tool, "-w", "-S").stdout.splitlines()
+        rules = cluster.exec(tool, "-w", "-S", node=node).stdout.splitlines()
         chain = [r for r in rules if r.startswith("-A RECALL-GUARD ")]
         if not chain or not chain[-1].startswith("-A RECALL-GUARD -j REJECT"):
             raise KindError(f"{tool}: the node's RECALL-GUARD chain does not end in REJECT")
@@ -162,6 +262,7 @@ def _wait_ready(cluster: KindCluster, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
+            cluster.kubectl("wait", "--for=condition=Ready", "nodes", "--all", "--timeout=10s")
             cluster.kubectl(
                 "-n", "kube-system", "wait", "--for=condition=Available", "deployment/coredns",
                 "--timeout=10s",
@@ -176,6 +277,10 @@ def _ids(docker: DockerEngine, *args: str) -> list[str]:
     return docker.run([*args, "-q"], capture=True).stdout.split()
 
 
+def dangling_volumes(docker: DockerEngine) -> set[str]:
+    return set(_ids(docker, "volume", "ls", "--filter", "dangling=true"))
+
+
 def leftovers(docker: DockerEngine, cluster: str, volumes_before: set[str]) -> list[str]:
     """What of this cluster still exists: containers, the network, volumes left dangling."""
     found = [
@@ -186,8 +291,7 @@ def leftovers(docker: DockerEngine, cluster: str, volumes_before: set[str]) -> l
         f"network {n}"
         for n in _ids(docker, "network", "ls", "--filter", f"label={NETWORK_LABEL}={cluster}")
     ]
-    dangling = set(_ids(docker, "volume", "ls", "--filter", "dangling=true"))
-    found += [f"volume {v}" for v in sorted(dangling - volumes_before)]
+    found += [f"volume {v}" for v in sorted(dangling_volumes(docker) - volumes_before)]
     return found
 
 
@@ -222,52 +326,67 @@ def kind_cluster(
     name: str,
     workdir: Path,
     *,
+    workers: int = 0,
     archives: Sequence[Path] = (),
     mounts: Sequence[Path] = (),
-    timeout: float = 240,
+    timeout: float = 300,
 ) -> Iterator[KindCluster]:
     """A kind cluster for the duration of the block (see the module contract)."""
-    workdir.mkdir(parents=True, exist_ok=True)
     bin_dir = kind_image.kind_tools()
     with docker_engine(progress=False, daemon=KIND_DAEMON) as docker:
-        volumes_before = set(_ids(docker, "volume", "ls", "--filter", "dangling=true"))
+        volumes_before = dangling_volumes(docker)
         if leftovers(docker, name, volumes_before):  # a killed run's
             delete(docker, bin_dir, name, modules_made=False, volumes_before=volumes_before)
-        node_image = os.environ.get("KIND_NODE_IMAGE") or kind_image.build(docker)
         modules_made = not HOST_MODULES.exists()
-        cluster = KindCluster(name, workdir / "kubeconfig", bin_dir, docker, node_image)
         try:
-            _create(cluster, archives, mounts, timeout)
-            yield cluster
+            yield create(
+                docker, name, workdir, bin_dir=bin_dir, workers=workers, archives=archives,
+                mounts=mounts, timeout=timeout,
+            )  # fmt: skip
         finally:
             delete(docker, bin_dir, name, modules_made=modules_made, volumes_before=volumes_before)
 
 
-def _create(
-    cluster: KindCluster, archives: Sequence[Path], mounts: Sequence[Path], timeout: float
-) -> None:
-    docker = cluster.docker
-    with build_step(
-        "kind", f"cluster {cluster.name} ({cluster.node_image})", verb="create", past="created"
-    ) as step:
-        network = create_network(docker, cluster.name, step)
-        config = cluster.kubeconfig.parent / "kind.yaml"
-        config.write_text(yaml.safe_dump(cluster_config(mounts), sort_keys=False))
-        kind = str(cluster.bin_dir / "kind")
+def create(
+    docker: DockerEngine,
+    name: str,
+    workdir: Path,
+    *,
+    bin_dir: Path,
+    workers: int = 0,
+    archives: Sequence[Path] = (),
+    mounts: Sequence[Path] = (),
+    timeout: float = 300,
+) -> KindCluster:
+    """Make the cluster on `docker` and check it (see the module contract); the caller
+    deletes it (`delete`), also when this raises."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    node_image = os.environ.get("KIND_NODE_IMAGE") or kind_image.build(docker)
+    cluster = KindCluster(name, workdir / "kubeconfig", bin_dir, docker, node_image, workers)
+    what = f"cluster {name} ({len(cluster.nodes)} nodes, {node_image})"
+    with build_step("kind", what, verb="create", past="created") as step:
+        network = create_network(docker, name, step)
+        config = workdir / "kind.yaml"
+        config.write_text(yaml.safe_dump(cluster_config(mounts, workers), sort_keys=False))
+        kind = str(bin_dir / "kind")
         env = _kind_env(docker, network)
         step.run(
-            [kind, "create", "cluster", "--name", cluster.name, "--image", cluster.node_image,
+            [kind, "create", "cluster", "--name", name, "--image", node_image,
              "--config", str(config), "--kubeconfig", str(cluster.kubeconfig),
              "--wait", f"{int(timeout)}s"],
             env=env,
         )  # fmt: skip
+        if workers:  # kind keeps the control plane to itself when it has workers
+            cluster.kubectl("taint", "nodes", cluster.control_plane, CONTROL_PLANE_TAINT)
         for archive in archives:
-            step.run([kind, "load", "image-archive", str(archive), "--name", cluster.name], env=env)
+            step.run([kind, "load", "image-archive", str(archive), "--name", name], env=env)
         _wait_ready(cluster, timeout)
         if not os.environ.get("KIND_NODE_IMAGE"):
-            check_guard(cluster)
+            for node in cluster.nodes:
+                check_guard(cluster, node)
         server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
         if not str(server).startswith("https://127.0.0.1:"):
             raise KindError(f"the API server is not published on loopback: {server}")
         step.write(json.dumps({"server": server, "network": network}))
         step.note(f"{len(archives)} images loaded, API server {server}")
+    return cluster

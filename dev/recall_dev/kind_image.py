@@ -11,15 +11,17 @@ image `recall.local/kind-node:v<kube>` (NODE_TAG) is built on the kind daemon
 2. **The images kubeadm needs**, named exactly as `kubeadm config images list` names them,
    written as OCI archives by recall_dev.oci: the control plane's and etcd's static binaries
    FROM scratch (plus /etc/passwd, /etc/group, /tmp), CoreDNS as /coredns, kube-proxy on a
-   debootstrapped bookworm with iptables and conntrack (it runs them), the pause image
-   (recall_dev.node_images). Cached by their inputs' digests under ~/.cache/recall/kind-image.
+   debootstrapped bookworm with iptables and conntrack (it runs them), the pause image (the
+   static binary of hack/kind/pause alone, user 65535). Cached by their inputs' digests under
+   ~/.cache/recall/kind-image.
 3. **The base**: Debian bookworm by debootstrap with systemd, containerd and runc (Debian's
    1.6 and 1.1: kubelet 1.37 still takes its cgroup driver from its own config for a
    containerd without RuntimeConfig), the CNI plugins, iptables, conntrack, iproute2, procps,
    CA certificates, pigz; `docker import`ed as recall.local/kind-base:bookworm-<digest>.
 4. **hack/kind/node/**: its Dockerfile and rootfs/ (entrypoint, systemd units, the egress
-   guard, containerd's config with the sandbox image kubeadm names, the CNI conflist,
-   /kind/manifests/default-cni.yaml), staged with the above in build/kind-node/ and built with
+   guard, the node's share of the pod network, containerd's config with the sandbox image
+   kubeadm names, /kind/manifests/default-cni.yaml), staged with the above in build/kind-node/
+   and built with
    `docker build --network=none`. The images are imported into containerd's store at build
    time (the Dockerfile says how), so a node starts with them.
 
@@ -44,7 +46,6 @@ from recall_dev.buildlog import Step, build_step
 from recall_dev.cluster import repo_root
 from recall_dev.docker import KIND_DAEMON, DockerEngine, cache_root, docker_engine
 from recall_dev.image import debootstrap_tarball
-from recall_dev.node_images import pause_archive
 
 NODE_REPOSITORY = "recall.local/kind-node"
 BASE_REPOSITORY = "recall.local/kind-base"
@@ -56,6 +57,10 @@ NODE_PACKAGES = (
     "iptables", "conntrack", "iproute2", "procps", "ca-certificates", "pigz",
 )  # fmt: skip
 PROXY_PACKAGES = ("iptables", "conntrack")
+# The default StorageClass's two images (/kind/manifests/default-storage.yaml): not kubeadm's,
+# named here. The helper runs `mkdir`/`rm` in a claim's directory: kube-proxy's Debian base.
+LOCAL_PATH_IMAGE = "recall.local/local-path-provisioner:v{version}"
+LOCAL_PATH_HELPER_IMAGE = "recall.local/kind-helper:bookworm"
 # Bump when the archives' layout changes, so cached ones are made again.
 ARCHIVE_FORMAT = "1"
 
@@ -120,10 +125,11 @@ class ImageSpec:
     """One image kubeadm needs: what it is made of (binary, base rootfs) and how it starts."""
 
     ref: str
-    binary: Path
+    binary: Path | None  # None: the base alone
     path: str
     base: Path | None = None
     entrypoint: tuple[str, ...] = ()
+    user: str = ""
 
 
 def image_specs(bin_dir: Path, refs: dict[str, str], proxy_base: Path) -> list[ImageSpec]:
@@ -149,13 +155,29 @@ def image_specs(bin_dir: Path, refs: dict[str, str], proxy_base: Path) -> list[I
         ImageSpec(proxy.ref, proxy.binary, proxy.path, base=proxy_base),
         ImageSpec(refs["etcd"], etcd, "usr/local/bin/etcd"),
         ImageSpec(refs["coredns"], coredns, "coredns", entrypoint=("/coredns",)),
+        ImageSpec(
+            refs["pause"], bin_dir / "pause", "pause", entrypoint=("/pause",), user="65535:65535"
+        ),
+    ]
+    local_path = f"local-path-provisioner-v{v['KIND_LOCAL_PATH_VERSION']}"
+    specs += [
+        ImageSpec(storage_images()[0], bin_dir / local_path, "local-path-provisioner"),
+        ImageSpec(storage_images()[1], None, "", base=proxy_base),  # the base's shell
     ]
     return specs
 
 
+def storage_images() -> tuple[str, str]:
+    """The default StorageClass's provisioner and helper images."""
+    version = versions()["KIND_LOCAL_PATH_VERSION"]
+    return LOCAL_PATH_IMAGE.format(version=version), LOCAL_PATH_HELPER_IMAGE
+
+
 def image_archive(spec: ImageSpec, cache: Path) -> Path:
     """The OCI archive of one image, made once per set of inputs."""
-    inputs: list[str | Path] = [ARCHIVE_FORMAT, spec.ref, spec.path, *spec.entrypoint, spec.binary]
+    inputs: list[str | Path] = [ARCHIVE_FORMAT, spec.ref, spec.path, *spec.entrypoint, spec.user]
+    if spec.binary is not None:
+        inputs.append(spec.binary)
     if spec.base is not None:
         inputs.append(spec.base)
     name = spec.ref.rsplit("/", 1)[1].replace(":", "-")
@@ -168,11 +190,12 @@ def image_archive(spec: ImageSpec, cache: Path) -> Path:
         layers = []
         if spec.base is not None:
             layers.append(oci.tarball_layer(spec.base, Path(tmp) / "base.tar.gz"))
-        files = [oci.File(spec.path, source=spec.binary, mode=0o755)]
-        if spec.base is None:
-            files += oci.scratch_files()
-        layers.append(oci.files_layer(files, Path(tmp) / "binary.tar.gz"))
-        oci.write_archive(archive, spec.ref, layers, entrypoint=spec.entrypoint)
+        if spec.binary is not None:
+            files = [oci.File(spec.path, source=spec.binary, mode=0o755)]
+            if spec.base is None:
+                files += oci.scratch_files()
+            layers.append(oci.files_layer(files, Path(tmp) / "binary.tar.gz"))
+        oci.write_archive(archive, spec.ref, layers, entrypoint=spec.entrypoint, user=spec.user)
     return archive
 
 
@@ -180,14 +203,7 @@ def image_archives(bin_dir: Path, refs: dict[str, str], step: Step) -> list[Path
     cache = cache_root() / "kind-image"
     cache.mkdir(parents=True, exist_ok=True)
     proxy_base = debootstrap_tarball(PROXY_PACKAGES, "iptables", log_to=step.log)
-    archives = [image_archive(spec, cache) for spec in image_specs(bin_dir, refs, proxy_base)]
-    pause = cache / f"pause-{_digest(ARCHIVE_FORMAT, refs['pause'], bin_dir / 'pause')[:16]}.tar"
-    if not pause.exists():
-        for old in cache.glob("pause-*.tar"):
-            old.unlink()
-        pause_archive(bin_dir / "pause", pause.with_suffix(".partial"), refs["pause"])
-        pause.with_suffix(".partial").rename(pause)
-    return [*archives, pause]
+    return [image_archive(spec, cache) for spec in image_specs(bin_dir, refs, proxy_base)]
 
 
 # -- base, context, build ----------------------------------------------------------------------
@@ -229,6 +245,13 @@ def stage(root: Path, bin_dir: Path, archives: list[Path], refs: dict[str, str])
         path.chmod(0o755 if executable else 0o644)
     config = context / "rootfs/etc/containerd/config.toml"
     config.write_text(config.read_text().replace("@SANDBOX_IMAGE@", refs["pause"]))
+    storage = context / "rootfs/kind/manifests/default-storage.yaml"
+    provisioner, helper = storage_images()
+    storage.write_text(
+        storage.read_text()
+        .replace("@LOCAL_PATH_IMAGE@", provisioner)
+        .replace("@LOCAL_PATH_HELPER_IMAGE@", helper)
+    )
     (context / "rootfs/kind/version").write_text(f"v{versions()['KUBE_VERSION']}\n")
     for tool in ("kubeadm", "kubelet", "kubectl"):
         _link(bin_dir / tool, context / "bin" / tool)

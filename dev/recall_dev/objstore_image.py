@@ -22,6 +22,7 @@ Not provided: pushing or pulling, other architectures than the build machine's.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import subprocess
 import tarfile
@@ -128,10 +129,13 @@ def build(tag: str = "", docker: DockerEngine | None = None, weed: Path | None =
 
 def save(tag: str, image_id: str, docker: DockerEngine) -> Path:
     """`docker save` of the image, cached by image ID (older archives are removed)."""
-    archive = image_cache() / f"seaweedfs-{image_id.removeprefix('sha256:')[:16]}.tar"
+    # By image and tag (archives of the same image under another tag stay: a test run beside
+    # this one may be loading it).
+    tag_digest = hashlib.sha256(tag.encode()).hexdigest()[:8]
+    archive = image_cache() / f"seaweedfs-{image_id.removeprefix('sha256:')[:16]}-{tag_digest}.tar"
     if archive.exists():
         return archive
-    for old in image_cache().glob("seaweedfs-*.tar"):
+    for old in image_cache().glob(f"seaweedfs-*-{tag_digest}.tar"):
         old.unlink()
     partial = archive.with_suffix(".partial")
     docker.run(["save", "--output", str(partial), tag])

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, etcd, helm,
-# kube-score and the node's pause binary from Go modules and caches them outside the
-# repository. Prints the bin directory on stdout when done.
+# Builds kube-apiserver, kube-controller-manager, kubectl, etcd, helm and kube-score from Go
+# modules and caches them outside the repository. Prints the bin directory on stdout when done.
 #
 #   hack/k8s-tools/build.sh              build what is missing, print the bin directory
 #   hack/k8s-tools/build.sh --print      print the bin directory only (no build)
-#   hack/k8s-tools/build.sh --with-kind  also kind, kubeadm, kube-proxy, and the CoreDNS and
-#                                        etcd of the kind node image (`make e2e-kind`, and the
-#                                        short kind test of `make test`)
+#   hack/k8s-tools/build.sh --with-kind  also kind and what its node image holds: kubeadm,
+#                                        kubelet, kube-scheduler, kube-proxy, the pause binary,
+#                                        CoreDNS, etcd and local-path-provisioner (`make
+#                                        e2e-kind`, `recall dev up --kind`, and the short kind
+#                                        test of `make test`)
 #
 # Cache: ${RECALL_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/recall}/k8s-v<kube>-etcd-v<etcd>-helm-v<helm>/bin
 # A binary is rebuilt only when it is missing; VERSIONS in the bin directory records what
@@ -72,10 +73,6 @@ build etcd . etcd
 build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_ldflags"
 build kube k8s.io/kubernetes/cmd/kubectl kubectl "$kube_ldflags"
 build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kube_ldflags"
-# The node of `recall dev up --node` (dev/recall_dev/node.py).
-build kube k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler "$kube_ldflags"
-build kube k8s.io/kubernetes/cmd/kubelet kubelet "$kube_ldflags"
-build ../node/pause . pause
 # The chart linter of `make chart-lint` (kube-linter and Polaris are not served by the Go
 # module proxy this project can reach; see hack/chart-lint.sh).
 build kube-score github.com/zegl/kube-score/cmd/kube-score kube-score "-X main.version=v$KUBE_SCORE_VERSION"
@@ -83,13 +80,21 @@ if [[ "${1:-}" == "--with-kind" ]]; then
   requires kind sigs.k8s.io/kind "$KIND_VERSION"
   requires coredns github.com/coredns/coredns "$KIND_COREDNS_VERSION"
   requires etcd-kind go.etcd.io/etcd/server/v3 "$KIND_ETCD_VERSION"
+  requires local-path github.com/rancher/local-path-provisioner "$KIND_LOCAL_PATH_VERSION"
   build kind sigs.k8s.io/kind kind
-  # The kind node image (dev/recall_dev/kind_image.py): kubeadm, kube-proxy and the images'
-  # CoreDNS and etcd, all with the version kubeadm checks and names.
+  # The kind node image (dev/recall_dev/kind_image.py): kubeadm, the kubelet, the scheduler,
+  # kube-proxy, the sandbox's pause and the images' CoreDNS and etcd, all with the version
+  # kubeadm checks and names.
   build kube k8s.io/kubernetes/cmd/kubeadm kubeadm "$kube_ldflags"
+  build kube k8s.io/kubernetes/cmd/kubelet kubelet "$kube_ldflags"
+  build kube k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler "$kube_ldflags"
+  build ../kind/pause . pause
   build kube k8s.io/kubernetes/cmd/kube-proxy kube-proxy "$kube_ldflags"
   build coredns . "coredns-v$KIND_COREDNS_VERSION"
   build etcd-kind . "etcd-v$KIND_ETCD_VERSION"
+  # The node image's StorageClass `standard`, as upstream kind's: a directory per claim, made
+  # writable for any user, on the node the claim's pod runs on.
+  build local-path github.com/rancher/local-path-provisioner "local-path-provisioner-v$KIND_LOCAL_PATH_VERSION"
 fi
 build helm helm.sh/helm/v3/cmd/helm helm "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
 

@@ -1,3 +1,3 @@
-module recall.dev/hack/node/pause
+module recall.dev/hack/kind/pause
 
 go 1.22

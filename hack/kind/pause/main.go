@@ -1,4 +1,4 @@
-// Command pause is the sandbox process of the local node's pods (`recall dev up --node`).
+// Command pause is the sandbox process of the kind node image's pods (recall_dev.kind_image).
 //
 // It holds the pod's namespaces open and does nothing else: it waits for SIGTERM or SIGINT
 // and exits 0, and reaps children it inherits when the pod shares one PID namespace.

@@ -3,7 +3,10 @@
 - runc_bounds drops exactly the capabilities the host's bounding set lacks, and only those;
 - an OCI archive from recall_dev.oci is reproducible and names its image as containerd
   expects;
-- kind's cluster config allows cgroup v1 and mounts the media read-only at the same path;
+- kind's cluster config has the workers asked for, allows cgroup v1 and mounts the media
+  read-only at the same path in every node;
+- the node image's pod network gives the node at a.b.0.N the pods 10.244.N.0/24 and routes
+  the other nodes' pods through their addresses;
 - the guard check refuses a node whose rules would let a packet out.
 """
 
@@ -69,17 +72,65 @@ def test_oci_archive__is_reproducible_and_names_its_image(tmp_path: Path) -> Non
     assert "oci-layout" in names
 
 
-def test_cluster_config__one_node_media_read_only_and_cgroup_v1_allowed() -> None:
-    config = kind.cluster_config([Path("/tmp/media")])
+def test_cluster_config__a_control_plane_and_workers_media_read_only_cgroup_v1_allowed() -> None:
+    config = kind.cluster_config([Path("/tmp/media")], workers=2)
     nodes = config["nodes"]
-    assert isinstance(nodes, list) and len(nodes) == 1
-    assert nodes[0]["extraMounts"] == [
-        {"hostPath": "/tmp/media", "containerPath": "/tmp/media", "readOnly": True}
-    ]
+    assert isinstance(nodes, list)
+    assert [n["role"] for n in nodes] == ["control-plane", "worker", "worker"]
+    for node in nodes:
+        assert node["extraMounts"] == [
+            {"hostPath": "/tmp/media", "containerPath": "/tmp/media", "readOnly": True}
+        ]
     patches = config["kubeadmConfigPatches"]
     assert isinstance(patches, list)
     assert any("failCgroupV1: false" in patch for patch in patches)
     assert config["networking"] == {"apiServerAddress": "127.0.0.1"}
+
+
+def test_node_names__as_kind_names_its_containers() -> None:
+    assert kind.node_names("c", 0) == ["c-control-plane"]
+    assert kind.node_names("c", 3) == ["c-control-plane", "c-worker", "c-worker2", "c-worker3"]
+
+
+POD_NETWORK = (
+    Path(__file__).resolve().parents[3] / "hack/kind/node/rootfs/kind/bin/recall-pod-network"
+)
+
+
+def test_pod_network__the_node_at_n_gets_pods_n_and_routes_to_every_other_node(
+    tmp_path: Path,
+) -> None:
+    """hack/kind/node's recall-pod-network, run with a fake `ip` in a directory of its own: the
+    CNI configuration for 10.244.3.0/24 (no default route, no masquerading) and one route per
+    other possible node, through that node's address."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "ip-calls"
+    (bin_dir / "ip").write_text(
+        "#!/bin/bash\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$*" in\n'
+        '  "-4 route show default") echo "default via 172.18.0.1 dev eth0" ;;\n'
+        '  "-4 -o addr show dev eth0 scope global") '
+        'echo "7: eth0    inet 172.18.0.3/16 brd 172.18.255.255 scope global eth0" ;;\n'
+        '  "-batch -") cat >> ' + str(calls) + " ;;\n"
+        "esac\n"
+    )
+    (bin_dir / "ip").chmod(0o755)
+    script = POD_NETWORK.read_text().replace("/etc/cni/net.d/", f"{tmp_path}/net.d/")
+    (tmp_path / "pod-network").write_text(script)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    subprocess.run(["bash", str(tmp_path / "pod-network")], check=True, env=env)
+    conf = json.loads((tmp_path / "net.d/10-recall.conflist").read_text())
+    (plugin,) = conf["plugins"]
+    assert plugin["ipMasq"] is False and plugin["isDefaultGateway"] is False
+    assert plugin["ipam"]["ranges"] == [[{"subnet": "10.244.3.0/24", "gateway": "10.244.3.1"}]]
+    assert {r["dst"] for r in plugin["ipam"]["routes"]} == {"10.244.0.0/16", "10.96.0.0/12"}
+    routes = [line for line in calls.read_text().splitlines() if line.startswith("route ")]
+    assert "route replace 10.244.2.0/24 via 172.18.0.2 dev eth0" in routes
+    assert "route replace 10.244.254.0/24 via 172.18.0.254 dev eth0" in routes
+    assert not [r for r in routes if r.startswith("route replace 10.244.3.0/24")]
+    assert len(routes) == 252
 
 
 GUARDED = [
@@ -100,7 +151,9 @@ class FakeNode:
     def __init__(self, rules: list[str]) -> None:
         self.rules = rules
 
-    def exec(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def exec(
+        self, *args: str, node: str = "", check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(list(args), 0, "\n".join(self.rules) + "\n", "")
 
 

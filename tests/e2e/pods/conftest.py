@@ -1,22 +1,18 @@
-"""The chart installed with Helm on a real node, for the pod end-to-end tests (`make e2e`).
+"""The chart installed with Helm on a kind cluster of several nodes (`make e2e-kind`).
 
-Two kinds of cluster run these tests unchanged:
-- **node** (the default): the image is built from the Dockerfile (recall_dev.image), a control
-  plane and a node start here (recall_dev.cluster, recall_dev.node: containerd, kubelet,
-  scheduler, an isolated pod network whose guard must pass first), the image is imported into
-  the node's containerd, and the speech files live in a directory the workers mount with
-  hostPath. Needs root (containerd, iptables, cgroups): without it the tests fail, they do not
-  skip.
-- **kind** (`RECALL_E2E_CLUSTER=kind`, `make e2e-kind`): a kind cluster (recall_dev.kind) on
-  the node image built here (or `KIND_NODE_IMAGE`), named `RECALL_KIND_CLUSTER` (default
-  recall-e2e), the media directory mounted at the same path in its node, deleted at the end
-  with its docker network.
-Both load every image of `image_archives()`.
+The cluster (recall_dev.kind, named `RECALL_KIND_CLUSTER`, default recall-e2e) has a control
+plane and two worker nodes, all three taking pods; it runs on the node image built here (or
+`KIND_NODE_IMAGE`), has the media directory mounted at the same path in every node, and is
+deleted at the end with its docker network. Every image the chart's default values name is
+built here and loaded into every node under that name (`recall_dev.release.chart_images`:
+`recall:<version>` and the bundled store's SeaweedFS), so the releases use the chart's own
+image settings, with `pullPolicy: Never` so that nothing is ever pulled.
 
-The release is installed once per package (`helm install --wait`) and shared by the tests in
-test_pods.py, which run in file order; the last one uninstalls it. Everything this file starts
-is stopped at the end of the package, whatever happened: the node's teardown removes
-containers, mounts, cgroups, the bridge and NAT rules.
+The modules run in MODULES order (the first installs the CRDs with its release; the others
+install theirs without them, and the upgrade test last takes them over). Each module installs
+its own release in a namespace of its own and uninstalls it at the end. The bundled store of
+every release runs on the control-plane node (its volume is a directory of that node, and the
+drills never take that node away).
 """
 
 from __future__ import annotations
@@ -24,8 +20,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,37 +31,42 @@ from kubernetes import client
 from recall.base.settings import WorkerSettings
 from recall.kube.store import KubeStore as Kube
 from recall.kube.store import load_api_client
+from recall_dev.kind import KindCluster
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "recall"
 VALUES = Path(__file__).with_name("values.yaml")
 NAMESPACE = "recall"
 RELEASE = "recall"
-IMAGE_REPOSITORY = "recall.local/recall"
-IMAGE_TAG = "dev"
-# The bundled results store's image, built here from the weed binary (recall_dev.objstore_image).
-STORE_REPOSITORY = "recall.local/seaweedfs"
-STORE_TAG = "e2e"
-STORE_IMAGE = f"{STORE_REPOSITORY}:{STORE_TAG}"
-STORE_UID = 65532  # the store image's user
+WORKER_NODES = 2
+# One pytest process runs them, in this order (pytest_collection_modifyitems below).
+MODULES = (
+    "test_pods.py", "test_scaling.py", "test_install.py", "test_drills.py", "test_upgrade.py"
+)  # fmt: skip
 
 
 @dataclass
 class PodCluster:
-    """A cluster with one or more nodes that run the project's image, and its tools."""
+    """A kind cluster that runs the project's images, and its tools."""
 
-    flavour: str
-    kubeconfig: Path
-    bin_dir: Path
+    kind: KindCluster
     media_dir: Path
-    kill_container: Callable[[str], None]
-    env: dict[str, str] = field(default_factory=dict)
-    store_dir: Path | None = None  # the bundled store's data on the node; None: an emptyDir
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.kind.kubeconfig
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.kind.bin_dir
+
+    def kill_container(self, container_id: str) -> None:
+        self.kind.kill_container(container_id)
 
     def run(
         self, tool: str, *args: str, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig)}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         done = subprocess.run(
             [str(self.bin_dir / tool), *args], input=stdin, capture_output=True, text=True, env=env
         )
@@ -76,13 +77,13 @@ class PodCluster:
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         return self.run("kubectl", *args, stdin=stdin).stdout
 
-    def helm(self, *args: str) -> str:
-        return self.run("helm", *args, "--namespace", NAMESPACE).stdout
+    def helm(self, *args: str, namespace: str = NAMESPACE) -> str:
+        return self.run("helm", *args, "--namespace", namespace).stdout
 
-    def pods(self, component: str) -> list[dict[str, Any]]:
-        """The pods of one chart component (operator or worker), running or not."""
+    def pods(self, component: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+        """The pods of one chart component (operator, worker, store), running or not."""
         out = self.kubectl(
-            "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/component={component}",
+            "get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/component={component}",
             "-o", "json",
         )  # fmt: skip
         items: list[dict[str, Any]] = json.loads(out)["items"]
@@ -90,73 +91,33 @@ class PodCluster:
 
 
 def image_archives() -> list[Path]:
-    """The images the pods run, built here, as archives a node imports: every cluster loads
-    each one (another image is one more line here)."""
-    from recall_dev import objstore_image
-    from recall_dev.image import build_and_save
+    """The images the chart's defaults name, built here, as archives every node loads."""
+    from recall_dev.release import chart_images
 
-    return [
-        build_and_save(f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"),
-        objstore_image.build_and_save(STORE_IMAGE),
-    ]
+    return chart_images()
 
 
-def _local_cluster(tmp: Path, failed: Callable[[], bool]) -> Iterator[PodCluster]:
-    from recall_dev.cluster import ControlPlane
-    from recall_dev.node import Node
-    from recall_dev.node_images import import_archive
-
-    if os.geteuid() != 0:
-        pytest.fail("the pod end-to-end tests start containerd and a kubelet: run them as root")
-    archives = image_archives()
-    # Under pytest's temporary directory: even a killed run leaves nothing elsewhere (the
-    # node's reaper removes what the node made outside it).
-    cp = ControlPlane(workdir=tmp / "control-plane")
-    cp.start(timeout=180)
-    node = Node(cp, tmp / "node")
-    try:
-        # Another test run's node may hold the machine: take turns (one run takes minutes).
-        node.start(wait_for_machine=900)
-        for archive in archives:
-            import_archive(node.containerd_socket, archive)
-        assert cp.bin_dir is not None
-        socket = node.containerd_socket
-
-        def kill_container(container_id: str) -> None:
-            subprocess.run(
-                ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "kill",
-                 "--signal", "SIGKILL", container_id],
-                check=True, capture_output=True,
-            )  # fmt: skip
-
-        media = tmp / "media"
-        media.mkdir()
-        media.chmod(0o755)
-        # The node is this machine: the bundled store keeps its data in a directory here (no
-        # volume provisioner on this node), writable by the store's user only.
-        store = tmp / "store"
-        store.mkdir(mode=0o700)
-        os.chown(store, STORE_UID, STORE_UID)
-        yield PodCluster("node", cp.kubeconfig, cp.bin_dir, media, kill_container, store_dir=store)
-    finally:
-        node.stop()
-        kept = cp.stop(keep_logs=failed())
-        if kept:
-            print(f"\ncontrol plane logs of the failed pod tests kept in {kept}")
-
-
-def _kind_cluster(tmp: Path, name: str = "") -> Iterator[PodCluster]:
+def kind_cluster(tmp: Path, name: str, workers: int) -> Iterator[PodCluster]:
     from recall_dev.kind import kind_cluster
 
     media = tmp / "media"
     media.mkdir()
     media.chmod(0o755)
-    name = name or os.environ.get("RECALL_KIND_CLUSTER", "recall-e2e")
-    with kind_cluster(name, tmp / "kind", archives=image_archives(), mounts=[media]) as kind:
-        yield PodCluster("kind", kind.kubeconfig, kind.bin_dir, media, kind.kill_container)
+    with kind_cluster(
+        name, tmp / "kind", workers=workers, archives=image_archives(), mounts=[media]
+    ) as kind:
+        yield PodCluster(kind, media)
 
 
 _failures: list[str] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        return MODULES.index(name) if name in MODULES else len(MODULES)
+
+    items.sort(key=rank)  # stable: the order within a module is kept
 
 
 @pytest.hookimpl(wrapper=True)
@@ -169,12 +130,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodCluster]:
-    # A short path: containerd's sockets live under it (108 bytes at most).
     tmp = tmp_path_factory.mktemp("pods", numbered=True)
-    if os.environ.get("RECALL_E2E_CLUSTER", "node") == "kind":
-        yield from _kind_cluster(tmp)
-    else:
-        yield from _local_cluster(tmp, lambda: bool(_failures))
+    name = os.environ.get("RECALL_KIND_CLUSTER", "recall-e2e")
+    yield from kind_cluster(tmp, name, WORKER_NODES)
 
 
 @pytest.fixture(scope="package")
@@ -187,18 +145,21 @@ def api(cluster: PodCluster) -> client.ApiClient:
     return load_api_client(cluster.kubeconfig)
 
 
+def ensure_crds(cluster: PodCluster) -> None:
+    """The CRDs, for a release installed without them (another release's, kept, or new)."""
+    from recall_dev.crds import install_crds
+
+    install_crds(str(cluster.kubeconfig))
+
+
 def release_values(cluster: PodCluster) -> list[str]:
-    """helm arguments: values.yaml, the media directory, and what this runtime supports."""
+    """helm arguments: values.yaml, the media directory, the store on the control plane, and
+    what this runtime supports."""
     args = ["--values", str(VALUES)]
     media = {"hostPath": {"path": str(cluster.media_dir), "type": "Directory"}}
     args += ["--set-json", f"worker.mediaVolume={json.dumps(media)}"]
-    store: dict[str, Any] = {
-        "image": {"repository": STORE_REPOSITORY, "tag": STORE_TAG, "pullPolicy": "Never"},
-        "persistence": {"enabled": cluster.store_dir is not None},
-    }
-    if cluster.store_dir is not None:
-        store["persistence"]["hostPath"] = str(cluster.store_dir)
-    args += ["--set-json", f"store.bundled={json.dumps(store)}"]
+    placement = {"kubernetes.io/hostname": cluster.kind.control_plane}
+    args += ["--set-json", f"store.bundled.nodeSelector={json.dumps(placement)}"]
     # The image is built from this checkout: it serves the worker health endpoint only if
     # this checkout's worker settings have it. Without it the probes would restart workers.
     if "health_port" not in WorkerSettings.model_fields:
@@ -206,27 +167,51 @@ def release_values(cluster: PodCluster) -> list[str]:
     return args
 
 
-@pytest.fixture(scope="package")
-def release(cluster: PodCluster) -> Iterator[str]:
-    """The chart installed (and ready) in the namespace `recall`; uninstalled at the end."""
-    cluster.helm(
-        "install", RELEASE, str(CHART), "--create-namespace", *release_values(cluster),
-        "--wait", "--timeout", "5m",
+def install(
+    cluster: PodCluster,
+    release: str,
+    namespace: str,
+    *args: str,
+    chart: Path | str = CHART,
+    crds: bool = False,
+    wait: bool = True,
+) -> None:
+    """`helm install` a release of the chart with the pod tests' values (then `args`)."""
+    if not crds:
+        ensure_crds(cluster)
+    cluster.run(
+        "helm", "install", release, str(chart), "--namespace", namespace, "--create-namespace",
+        *release_values(cluster), "--set", f"crds.install={str(crds).lower()}", *args,
+        *(["--wait", "--timeout", "5m"] if wait else []),
     )  # fmt: skip
+
+
+def uninstall(cluster: PodCluster, release: str, namespace: str) -> None:
+    if _failures:
+        diagnostics(cluster, namespace)
+    cluster.run("helm", "uninstall", release, "--namespace", namespace, "--wait", check=False)
+    if namespace != NAMESPACE:
+        cluster.run("kubectl", "delete", "namespace", namespace, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def release(cluster: PodCluster) -> Iterator[str]:
+    """The chart (and its CRDs) installed and ready in the namespace `recall`; uninstalled at
+    the end of the module (its last test checks the uninstall itself)."""
+    install(cluster, RELEASE, NAMESPACE, crds=True)
     try:
         yield RELEASE
     finally:
-        if _failures:
-            diagnostics(cluster)
-        cluster.run("helm", "uninstall", RELEASE, "--namespace", NAMESPACE, check=False)
+        uninstall(cluster, RELEASE, NAMESPACE)
 
 
-def diagnostics(cluster: PodCluster) -> None:
-    """Print what helps to understand a failure: pods, jobs, events, logs."""
+def diagnostics(cluster: PodCluster, namespace: str = NAMESPACE) -> None:
+    """Print what helps to understand a failure: nodes, pods, jobs, events, logs."""
     for args in (
-        ("get", "pods,batches,transcriptionjobs", "-n", NAMESPACE, "-o", "wide"),
-        ("get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp"),
-        ("logs", "-n", NAMESPACE, "-l", "app.kubernetes.io/part-of=recall", "--prefix",
+        ("get", "nodes", "-o", "wide"),
+        ("get", "pods,batches,transcriptionjobs", "-n", namespace, "-o", "wide"),
+        ("get", "events", "-n", namespace, "--sort-by=.lastTimestamp"),
+        ("logs", "-n", namespace, "-l", "app.kubernetes.io/part-of=recall", "--prefix",
          "--tail=60", "--all-containers"),
     ):  # fmt: skip
         done = cluster.run("kubectl", *args, check=False)

@@ -1,4 +1,5 @@
-"""The chart on a real node: Whisper workers in pods, signals, crashes, failover, upgrade.
+"""The chart on a kind cluster of three nodes: Whisper workers in pods, signals, crashes,
+failover, upgrade, the spread over the nodes.
 
 The tests share one release and run in file order (each submits its own Batch; the last one
 uninstalls). What each shows is in its name; the timing bounds are generous on purpose (two
@@ -21,9 +22,7 @@ from recall_dev import speech
 from tests.e2e.pods.conftest import CHART, NAMESPACE, PodCluster
 from tests.helpers import get_batch, get_job, job_phase, wait_for
 
-# The first test also waits for the image build and the node (and for another run's node).
-# One node per machine: `make test` distributes tests by file (pytest-xdist's loadfile), so
-# every pod test runs in the same worker process, in this order.
+# The first test also waits for the image builds and the cluster.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 MAX_WER = 0.3
@@ -209,11 +208,23 @@ def test_worker_pod__non_root_read_only_root_isolated_network_threads_from_cpu_l
     assert out[1] == "ro 30", "the root filesystem is read-only (EROFS)"
     assert out[2].startswith("model ") and "/" in out[2], "the bundled model is inside"
     routes = json.loads(out[3].removeprefix("routes ").replace("'", '"'))
-    if cluster.flavour == "node":
-        assert "00000000" not in routes, "a pod of the local node must have no default route"
-        assert service_host == cluster.kubectl(
-            "get", "svc", "kubernetes", "-n", "default", "-o", "jsonpath={.spec.clusterIP}"
-        )
+    assert "00000000" not in routes, "a pod must have no default route"
+    assert service_host == cluster.kubectl(
+        "get", "svc", "kubernetes", "-n", "default", "-o", "jsonpath={.spec.clusterIP}"
+    )
+
+
+def test_topology_spread__the_workers_and_the_operators_each_on_nodes_of_their_own(
+    cluster: PodCluster, up: dict[str, str]
+) -> None:
+    """The chart's spread (one ScheduleAnyway constraint over kubernetes.io/hostname): two
+    workers and two operators on three nodes, no two of a kind on one node; the store where
+    the values put it."""
+    for component in ("worker", "operator"):
+        nodes = [p["spec"].get("nodeName") for p in cluster.pods(component)]
+        assert len(nodes) == 2 and len(set(nodes)) == 2, f"{component}s on {nodes}"
+    (store,) = cluster.pods("store")
+    assert store["spec"]["nodeName"] == cluster.kind.control_plane
 
 
 def test_batch_of_speech__completes_through_whisper_pods_with_right_transcripts(
@@ -372,24 +383,3 @@ def test_helm_uninstall__keeps_the_crds_and_the_jobs(
     assert cluster.kubectl("get", "tj", "-n", NAMESPACE, "-o", "name").split() == jobs
     assert cluster.kubectl("get", "rb", "-n", NAMESPACE, "-o", "name").split() == batches
     assert not cluster.kubectl("get", "deployments", "-n", NAMESPACE, "-o", "name").strip()
-
-
-# The workers' autoscaling on this node: its own release, after the uninstall above (one file,
-# so one node and one pytest-xdist process for every pod test; the tests run in name order).
-from tests.e2e.pods.scaling import (  # noqa: E402
-    scaling,
-    test_scaling_1__turning_builtin_on_mid_work_keeps_the_fleet_then_it_idles_to_zero,
-    test_scaling_2__a_batch_applied_with_zero_workers_starts_them_and_they_finish_it,
-    test_scaling_3__a_second_batch_during_the_scale_down_is_picked_up,
-    test_scaling_4__an_operator_failover_during_scaling_neither_loses_nor_doubles_workers,
-    test_scaling_5__twenty_scale_downs_stop_no_busy_worker,
-)
-
-__all__ = [
-    "scaling",
-    "test_scaling_1__turning_builtin_on_mid_work_keeps_the_fleet_then_it_idles_to_zero",
-    "test_scaling_2__a_batch_applied_with_zero_workers_starts_them_and_they_finish_it",
-    "test_scaling_3__a_second_batch_during_the_scale_down_is_picked_up",
-    "test_scaling_4__an_operator_failover_during_scaling_neither_loses_nor_doubles_workers",
-    "test_scaling_5__twenty_scale_downs_stop_no_busy_worker",
-]

@@ -1,10 +1,10 @@
-"""Workers that scale with the work, on the real node: the chart's built-in autoscaler with real
-pods, a real ReplicaSet and kubelet (`make e2e`).
+"""Workers that scale with the work, on kind: the chart's built-in autoscaler with real pods, a
+real ReplicaSet and kubelets (`make e2e-kind`).
 
 Its own release (`scale`, namespace `recall-scale`: simulated engine, two operators, at most
-four workers, a short cooldown, one worker per scale-down step), after the main release of
-test_pods.py is gone. The tests run in order and share what a recorder samples every half
-second: the Deployment's count, the running worker pods, the leased jobs.
+four workers, a short cooldown, one worker per scale-down step). The tests run in order and
+share what a recorder samples every half second: the Deployment's count, the running worker
+pods, the leased jobs.
 
 - `helm upgrade` turning autoscaling on keeps the fleet; with nothing to do it goes to zero;
 - a Batch applied with zero workers starts them, they finish it, and the fleet goes back to
@@ -15,8 +15,6 @@ second: the Deployment's count, the running worker pods, the leased jobs.
 - over at least 20 scale-downs, no job is released or reclaimed: no scale-down stops a busy
   worker (DESIGN §5, invariant 11). The idle worker-seconds are compared with a fixed fleet of
   the same maximum over the same time, for the same work.
-
-Imported by test_pods.py (one file: one node, one pytest-xdist process), after its tests.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from kubernetes import client
 
 from recall.kube.store import KubeStore as Kube
 from recall.resources import Phase
-from tests.e2e.pods.conftest import CHART, PodCluster, release_values
+from tests.e2e.pods.conftest import CHART, PodCluster, install, uninstall
 from tests.e2e.pods.fleet import (
     MAX,
     NS,
@@ -54,18 +52,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 def scaling(
     cluster: PodCluster, kube: Kube, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Scaling]:
-    from recall_dev.crds import install_crds
-
-    install_crds(str(cluster.kubeconfig))  # kept by the main release's uninstall, or new
     values = tmp_path_factory.mktemp("scaling") / "values.yaml"
     values.write_text(yaml.safe_dump(VALUES))
-    cluster.run(
-        "helm", "install", RELEASE, str(CHART), "--namespace", NS, "--create-namespace",
-        *release_values(cluster), "--values", str(values), "--set", "crds.install=false",
-        # its own results store, in an emptyDir (the main release's data stays its own)
+    # its own results store, in an emptyDir (the main release's data stays its own)
+    install(
+        cluster, RELEASE, NS, "--values", str(values),
         "--set", "store.bundled.persistence.enabled=false",
-        "--set", "store.bundled.persistence.hostPath=",
-        "--wait", "--timeout", "5m",
     )  # fmt: skip
     recorder = Recorder(api, kube)
     thread = threading.Thread(target=recorder.run, name="fleet-recorder", daemon=True)
@@ -75,8 +67,7 @@ def scaling(
     finally:
         recorder.stop.set()
         thread.join(5)
-        cluster.run("helm", "uninstall", RELEASE, "--namespace", NS, "--wait", check=False)
-        cluster.run("kubectl", "delete", "namespace", NS, "--wait=false", check=False)
+        uninstall(cluster, RELEASE, NS)
 
 
 # -- the tests, in order -----------------------------------------------------------------------
