@@ -1,13 +1,17 @@
 """The API client under `KubeStore`: loading a kubeconfig, typed errors, one request.
 
 Every request carries a timeout; every failure becomes one of the typed errors of
-`recall.kube.base`, so no caller looks at HTTP statuses.
+`recall.kube.base`, so no caller looks at HTTP statuses. A 429 (API Priority and Fairness
+turning the request away before it ran) is sent again after its Retry-After, jittered, for as
+long as the request's own timeout allows; then the caller gets `Unavailable` with
+`retry_after`, and backs off on its own terms.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,10 +33,12 @@ from recall.kube.base import (
     TooLarge,
     Unavailable,
     WatchEvent,
+    retry_pause,
 )
 from recall.resources import GROUP, VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
+THROTTLE_PAUSE = 0.25  # first pause after a 429 without a Retry-After; doubles, up to 5 s
 T = TypeVar("T")
 
 # Transport failures that happen before the request is sent: a write cannot have been applied.
@@ -158,13 +164,26 @@ class KubeClient:
     ) -> T:
         if self.latency:
             time.sleep(self.latency)
-        try:
-            return fn(*args, _request_timeout=timeout or self.timeout, **kw)
-        except (ApiException, *TRANSPORT) as e:
-            error = translate(e, what, write=write)
-            if isinstance(error, Unavailable) and error.throttled:
+        budget = timeout or self.timeout
+        deadline = time.monotonic() + budget
+        pause = THROTTLE_PAUSE
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return fn(*args, _request_timeout=max(0.05, left), **kw)
+            except (ApiException, *TRANSPORT) as e:
+                error = translate(e, what, write=write)
+                if not (isinstance(error, Unavailable) and error.throttled):
+                    raise error from e
+                # A 429 of API Priority and Fairness: turned away before it ran, so any verb
+                # may be sent again, no sooner than its Retry-After (jittered), within this
+                # request's own time.
                 metrics.API_THROTTLED.labels(verb=what.split(" ", 1)[0]).inc()
-            raise error from e
+                wait = retry_pause(error, pause * random.uniform(0.5, 1.0))
+                if time.monotonic() + wait >= deadline:
+                    raise error from e
+                time.sleep(wait)
+                pause = min(pause * 2, 5.0)
 
     # -- TranscriptionJobs -------------------------------------------------------------------
 

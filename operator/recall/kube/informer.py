@@ -4,7 +4,8 @@
 from the list's resourceVersion and hands over every change. It lists again when the watch's
 resourceVersion is too old (410), after `relist_seconds` at the latest, and after an error,
 with jittered backoff up to `max_backoff` (one second by default: the API server may be
-restarting, and the view must come back within a tick or two once it answers). It never
+restarting, and the view must come back within a tick or two once it answers), and no sooner
+than a 429's Retry-After. It never
 raises: transient API errors delay the view by seconds, they never end it (DESIGN §5, 9).
 
 Not guaranteed: the consumer's view may lag the API server by one event; decisions that matter
@@ -23,7 +24,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from recall.base import log
-from recall.kube import EVERYTHING, Conflict, JobStore, Page, RawObject, Selector, WatchEvent
+from recall.kube import (
+    EVERYTHING,
+    Conflict,
+    JobStore,
+    Page,
+    RawObject,
+    Selector,
+    StoreError,
+    WatchEvent,
+    retry_pause,
+)
 
 _log = log.get("informer")
 
@@ -141,7 +152,10 @@ class Informer:
             except Exception as e:  # the API server may be unreachable for a while
                 self._failed = True
                 _log.warning("informer_error", informer=self.name, error=str(e)[:200])
-                stop.wait(backoff * random.uniform(0.5, 1.0))
+                pause = backoff * random.uniform(0.5, 1.0)
+                if isinstance(e, StoreError):  # a 429: no sooner than its Retry-After
+                    pause = retry_pause(e, pause)
+                stop.wait(pause)
                 backoff = min(backoff * 2, self.max_backoff)
 
     def _pages(self, first: list[RawObject], next_page: str | None) -> Iterator[RawObject]:

@@ -46,7 +46,7 @@ from recall.base.settings import WorkerSettings
 from recall.bucket import Bucket
 from recall.bucket import StoreError as BucketError
 from recall.engines.base import Engine
-from recall.kube import PERMANENT_ERRORS, Store, StoreError
+from recall.kube import PERMANENT_ERRORS, Store, StoreError, retry_pause
 from recall.resources import Phase, TranscriptionJob
 from recall.resources.errors import JobFailure
 from recall.worker.attempt import Stopped, Transcription
@@ -208,10 +208,10 @@ class Worker:
                 renew_deadline_fraction=self.settings.renew_deadline_fraction,
                 clock=self.clock,
             )
-        except StoreError as e:  # the API server is restarting, say: back off, stay alive
+        except StoreError as e:  # the API server is restarting, or busy (429): back off
             self._api_backoff = min(max(0.2, self._api_backoff * 2), 5.0)
-            self.log.warning("claim_error", job=job.name, error=e.message[:200])
-            self.stopping.wait(self._api_backoff * random.uniform(0.5, 1.0))
+            self.log.warning("claim_error", job=job.name, error=e.message[:200], status=e.status)
+            self.stopping.wait(retry_pause(e, self._api_backoff * random.uniform(0.5, 1.0)))
             return None
         self._api_backoff = 0.0
         if isinstance(result, LeaseHolder):
