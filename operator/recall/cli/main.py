@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from recall.base import log
+from recall.cli.doctor import doctor
 
 app = typer.Typer(
     name="recall",
@@ -174,6 +175,9 @@ def operator_cmd(
 
 
 # --- user commands -------------------------------------------------------------------------
+
+# `recall doctor`: checks an install and says how to fix what it finds.
+app.command()(doctor)
 
 
 def _given(**options: Any) -> dict[str, Any]:

@@ -1,0 +1,429 @@
+"""The checks of `recall doctor`, one function each, each returning one `Check`.
+
+Each reads what it needs through `recall.kube.install.InstallReader` (or the results store)
+and decides from what it read; none writes anything to the API server, and the store check
+writes only its own probe objects (`.doctor/<random>`), deleting them again. Liveness is
+judged as the operator judges it (DESIGN §3): a Lease counts as renewed when its renewTime is
+seen to change, on the doctor's own monotonic clock (`renewed`), never by comparing its
+timestamp with this machine's clock. Only `check_engines` compares a recorded time with this
+clock, to leave out failures older than an hour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from recall.bucket import Bucket, StoreError
+    from recall.kube.install import InstallReader
+
+OK, FAIL, SKIP = "ok", "FAIL", "skip"
+CRDS = ("transcriptionjobs.recall.dev", "batches.recall.dev")
+# The reasons a job records when its engine or model, not its source, failed it.
+ENGINE_REASONS = {
+    "ModelNotFound": "engine.whisper.model names a model the workers cannot find",
+    "ModelUnavailable": "the model's store did not answer the workers",
+    "ModelInvalid": "the model's files are not a faster-whisper model",
+    "ModelAccessDenied": "give the workers' store identity read access to the model",
+    "EngineUnauthorized": "engine.openai.apiKeySecret must hold a key the API accepts",
+    "EngineRejected": "the OpenAI-compatible API refuses the requests: check engine.openai.*",
+}
+ENGINE_WINDOW = dt.timedelta(hours=1)
+# What a namespace's users need: submit, cancel and read work, and read transcripts (the
+# chart's notes read them in the operator's pod).
+USER_NEEDS = (
+    ("create", "recall.dev", "batches", ""),
+    ("delete", "recall.dev", "batches", ""),
+    ("list", "recall.dev", "batches", ""),
+    ("create", "recall.dev", "transcriptionjobs", ""),
+    ("delete", "recall.dev", "transcriptionjobs", ""),
+    ("list", "recall.dev", "transcriptionjobs", ""),
+    ("create", "", "pods", "exec"),
+)
+POLICIES = "docs/results-store.md, Bucket policies"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: the check's name, its outcome, what was found, how to fix it."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{self.status:<4}  {self.name:<9} {self.detail}"
+        return f"{text} — fix: {self.fix}" if self.status == FAIL and self.fix else text
+
+
+def ok(name: str, detail: str) -> Check:
+    return Check(name, OK, detail)
+
+
+def fail(name: str, detail: str, fix: str) -> Check:
+    return Check(name, FAIL, detail, fix)
+
+
+@dataclass(frozen=True)
+class Install:
+    """Where the chart put things: the release namespace and the chart's name prefix."""
+
+    namespace: str
+    fullname: str
+
+    @property
+    def operator(self) -> str:
+        return f"{self.fullname}-operator"
+
+    @property
+    def worker(self) -> str:
+        return f"{self.fullname}-worker"
+
+
+def fullname(release: str, override: str | None = None) -> str:
+    """The chart's `recall.fullname`: the override, else the release name when it contains
+    the chart's name, else `<release>-recall`."""
+    name = override or (release if "recall" in release else f"{release}-recall")
+    return name[:63].rstrip("-")
+
+
+# --- what was read -----------------------------------------------------------------------
+
+
+def renewed(
+    read: Callable[[], dict[str, str]],
+    seconds: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    every: float = 0.5,
+) -> set[str]:
+    """Read `{name: renewTime}` until every name first read was seen to change, or `seconds`
+    passed on `clock`; return the names seen renewed."""
+    first = read()
+    moved: set[str] = set()
+    deadline = clock() + seconds
+    while first and moved != set(first) and clock() < deadline:
+        sleep(every)
+        moved |= {n for n, at in read().items() if n in first and at != first[n]}
+    return moved
+
+
+def renew_times(leases: Iterable[dict[str, Any]]) -> dict[str, str]:
+    out = {}
+    for lease in leases:
+        spec = lease.get("spec") or {}
+        out[lease["metadata"]["name"]] = str(spec.get("renewTime") or spec.get("acquireTime"))
+    return out
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def env_of(deployment: dict[str, Any] | None) -> dict[str, str]:
+    """The plain `value` variables of a Deployment's first container."""
+    if deployment is None:
+        return {}
+    containers = deployment["spec"]["template"]["spec"].get("containers") or [{}]
+    return {e["name"]: e["value"] for e in containers[0].get("env") or [] if "value" in e}
+
+
+def selector_of(deployment: dict[str, Any]) -> str:
+    labels = (deployment["spec"].get("selector") or {}).get("matchLabels") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes")
+
+
+# --- crds ----------------------------------------------------------------------------------
+
+
+def field_paths(schema: dict[str, Any], defs: dict[str, Any], path: str = "") -> Iterator[str]:
+    """Every property path of a JSON schema (pydantic's, or a CRD's OpenAPI v3 schema)."""
+    if "$ref" in schema:
+        yield from field_paths(defs[schema["$ref"].split("/")[-1]], defs, path)
+        return
+    for option in schema.get("anyOf", []):
+        yield from field_paths(option, defs, path)
+    for name, sub in (schema.get("properties") or {}).items():
+        yield f"{path}.{name}"
+        yield from field_paths(sub, defs, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from field_paths(schema["items"], defs, f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from field_paths(schema["additionalProperties"], defs, f"{path}{{}}")
+
+
+def _spec_and_status(paths: Iterable[str]) -> set[str]:
+    return {p for p in paths if p.startswith((".spec", ".status"))}
+
+
+def _some(paths: list[str]) -> str:
+    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
+def crd_problem(crd: dict[str, Any], model: type[Any], version: str) -> tuple[str, str] | None:
+    """What keeps this CLI from working with an installed CRD, and the fix; None if nothing."""
+    conditions = {c.get("type"): c for c in (crd.get("status") or {}).get("conditions") or []}
+    established = conditions.get("Established") or {}
+    if established.get("status") != "True":
+        why = established.get("message") or "no condition yet"
+        return f"is not Established ({why})", f"kubectl describe crd {crd['metadata']['name']}"
+    served = {v["name"]: v for v in crd["spec"]["versions"] if v.get("served")}
+    if version not in served:
+        names = ", ".join(sorted(served)) or "nothing"
+        return f"serves {names}, not {version}", "install the CRDs of this recall's release"
+    installed = _spec_and_status(field_paths(served[version]["schema"]["openAPIV3Schema"], {}))
+    schema = model.model_json_schema(by_alias=True)
+    mine = _spec_and_status(field_paths(schema, schema.get("$defs", {})))
+    if older := sorted(mine - installed):
+        return f"lacks {_some(older)}: older than this CLI", (
+            "upgrade the CRDs to this release (helm upgrade, or kubectl apply -f crds/)"
+        )
+    if newer := sorted(installed - mine):
+        return f"has {_some(newer)}: newer than this CLI", (
+            "use the recall CLI and image of the release that installed the CRDs"
+        )
+    return None
+
+
+def check_crds(reader: InstallReader) -> Check:
+    from recall.resources import VERSION, Batch, TranscriptionJob
+
+    models = dict(zip(CRDS, (TranscriptionJob, Batch), strict=True))
+    for name in CRDS:
+        crd = reader.crd(name)
+        if crd is None:
+            fix = "helm upgrade --install with crds.install=true, or kubectl apply -f crds/"
+            return fail("crds", f"CRD {name} is not installed", fix)
+        problem = crd_problem(crd, models[name], VERSION)
+        if problem is not None:
+            return fail("crds", f"CRD {name} {problem[0]}", problem[1])
+    return ok("crds", f"{' and '.join(CRDS)} established, serving {VERSION} with this CLI's fields")
+
+
+# --- operator ------------------------------------------------------------------------------
+
+
+def check_operator(reader: InstallReader, install: Install, wait: float) -> Check:
+    ns, name = install.namespace, install.operator
+    deployment = reader.deployment(ns, name)
+    if deployment is None:
+        fix = "install the chart here, or pass the --release and --namespace that run it"
+        return fail("operator", f"no Deployment {name} in {ns}", fix)
+    selector = selector_of(deployment)
+    pods = reader.pods(ns, selector)
+    live = sorted(p["metadata"]["name"] for p in pods if ready(p))
+    logs = f"kubectl -n {ns} logs -l {selector}"
+    if not live:
+        fix = f"kubectl -n {ns} describe pods -l {selector}: its /readyz says why"
+        return fail("operator", f"none of the {len(pods)} pods of {name} is ready", fix)
+    env = env_of(deployment)
+    if not _flag(env.get("RECALL_OPERATOR_LEADER_ELECTION")):
+        if len(live) > 1:
+            fix = "set operator.leaderElection.enabled=true"
+            return fail("operator", f"{len(live)} ready replicas without leader election", fix)
+        return ok("operator", f"{live[0]} is ready and leads (one replica, no election)")
+    lease_name = env.get("RECALL_OPERATOR_LEADER_ELECTION_NAME", "recall-operator")
+    lease_ns = (
+        env.get("RECALL_OPERATOR_LEADER_ELECTION_NAMESPACE")
+        or env.get("RECALL_OPERATOR_NAMESPACE")
+        or ns
+    )
+    where = f"{lease_ns}/{lease_name}"
+    lease = reader.lease(lease_ns, lease_name)
+    if lease is None:
+        return fail("operator", f"no leader Lease {where}: no replica has led", logs)
+    spec = lease.get("spec") or {}
+    seconds = min(wait, float(spec.get("leaseDurationSeconds") or 15))
+    moved = renewed(
+        lambda: renew_times(filter(None, [reader.lease(lease_ns, lease_name)])), seconds
+    )
+    holder = str(spec.get("holderIdentity") or "")
+    if lease_name not in moved:
+        detail = (
+            f"the leader Lease {where} ({holder or 'no holder'}) was not renewed in {seconds:.0f} s"
+        )
+        return fail("operator", f"{detail}: no operator leads", logs)
+    pod = holder.rsplit("_", 1)[0]  # a replica's identity is its pod's name and a suffix
+    if pod not in live:
+        fix = f"kubectl -n {ns} get pods -l {selector}"
+        return fail("operator", f"the leader {holder} is not a ready pod of {name}", fix)
+    return ok("operator", f"{pod} leads (Lease {where} renewing); {len(live)} of {len(pods)} ready")
+
+
+# --- store ---------------------------------------------------------------------------------
+
+
+def _store_fix(error: StoreError, who: str) -> str:
+    from recall.bucket import StoreAccessDenied, StoreBucketMissing, StoreUnavailable
+
+    if isinstance(error, StoreAccessDenied):
+        return f"give the {who}' identity its bucket policy ({POLICIES})"
+    if isinstance(error, StoreBucketMissing):
+        return "create the bucket, or set store.url to one that exists"
+    if isinstance(error, StoreUnavailable):
+        return "check the endpoint (AWS_ENDPOINT_URL, store.env) and networkPolicy.storeEgress"
+    return "set store.url to s3://bucket/prefix, gs://…, az://… or file:///…"
+
+
+def open_bucket(url: str, credentials: Path | None) -> Bucket:
+    from recall.base.settings import StoreSettings
+    from recall.bucket import Stores
+
+    return Stores(StoreSettings(url=url, credentials_dir=credentials)).results()
+
+
+def check_store(url: str, operator_dir: Path | None, worker_dir: Path | None) -> Check:
+    """The operator's identity writes, reads and deletes under index/ and lists scratch/; the
+    workers' writes and reads under scratch/ and is refused at index/ and the top level."""
+    from recall.bucket import StoreAccessDenied, StoreError
+
+    if not url:
+        fix = "pass --store, or install the chart here (its operator names the store)"
+        return fail("store", "no results store URL", fix)
+    probe = f".doctor/{uuid.uuid4().hex}"
+    try:
+        operator = open_bucket(url, operator_dir)
+        operator.put(f"index/{probe}", b"doctor")
+        if operator.get(f"index/{probe}") != b"doctor":
+            return fail("store", f"{url} gave other bytes back", "check the store's endpoint")
+        operator.delete([f"index/{probe}"])
+        next(iter(operator.list("scratch/")), None)
+    except StoreError as e:
+        detail = f"{url} refuses the operator's identity: {e.reason}: {e.message}"
+        return fail("store", detail, _store_fix(e, "operator"))
+    if worker_dir is None:
+        return ok("store", f"{url} answers the operator (the workers' identity: no credentials)")
+    try:
+        worker = open_bucket(url, worker_dir)
+        worker.put(f"scratch/{probe}", b"doctor")
+        if worker.get(f"scratch/{probe}") != b"doctor":
+            return fail("store", f"{url} gave other bytes back", "check the store's endpoint")
+    except StoreError as e:
+        detail = f"{url} refuses the workers' identity under scratch/: {e.reason}: {e.message}"
+        return fail("store", detail, _store_fix(e, "workers"))
+    finally:
+        with contextlib.suppress(StoreError):  # else the operator's sweep collects it
+            operator.delete([f"scratch/{probe}"])
+    reached = []
+    for where, key in (("index/", f"index/{probe}"), ("the prefix's top level", probe)):
+        try:
+            worker.put(key, b"doctor")
+        except StoreAccessDenied:
+            continue
+        except StoreError as e:
+            detail = f"{url}: the workers' identity outside scratch/: {e.reason}: {e.message}"
+            return fail("store", detail, _store_fix(e, "workers"))
+        reached.append(where)
+        operator.delete([key])
+    if reached:
+        detail = f"{url}: the workers' identity reaches {' and '.join(reached)}, not only scratch/"
+        return fail("store", detail, f"narrow it to <prefix>/scratch/* ({POLICIES})")
+    return ok("store", f"{url} answers the operator; the workers reach scratch/ and nothing more")
+
+
+# --- workers and engines -------------------------------------------------------------------
+
+
+def check_workers(reader: InstallReader, install: Install, wait: float) -> Check:
+    from recall.protocol import workers
+
+    ns, name = install.namespace, install.worker
+    deployment = reader.deployment(ns, name)
+    engine = env_of(deployment).get("RECALL_WORKER_ENGINE", "whisper") if deployment else ""
+    look = f"kubectl -n {ns} logs -l {selector_of(deployment)}" if deployment else "the logs"
+    leases = {x["metadata"]["name"]: x for x in reader.leases(ns, workers.SELECTOR)}
+    if not leases:
+        if deployment is not None and deployment["spec"].get("replicas") == 0:
+            return ok("workers", f"{name} is scaled to 0: no worker to check")
+        return fail("workers", f"no worker has registered in {ns}", look)
+    durations = [
+        float((x.get("spec") or {}).get("leaseDurationSeconds") or 15) for x in leases.values()
+    ]
+    # A worker renews every third of its registration's duration.
+    moved = renewed(
+        lambda: renew_times(reader.leases(ns, workers.SELECTOR)), min(wait, max(durations) / 3 + 2)
+    )
+    alive = [workers.read(leases[n]) for n in sorted(moved)]
+    if not alive:
+        detail = f"none of the {len(leases)} worker registrations in {ns} is being renewed"
+        return fail("workers", detail, look)
+    engines = Counter(r.engine for r in alive)
+    counts = ", ".join(f"{n} {e}" for e, n in sorted(engines.items()))
+    if engine and engine not in engines:
+        fix = f"kubectl -n {ns} rollout status deploy/{name}"
+        return fail("workers", f"the live workers run {counts}: none runs {engine}", fix)
+    return ok("workers", f"{len(alive)} live of {len(leases)} registered ({counts})")
+
+
+def check_engines(reader: InstallReader, install: Install, now: dt.datetime) -> Check:
+    from recall.resources import TranscriptionJob
+
+    failed = []
+    for raw in reader.jobs(install.namespace, "status.phase!=Succeeded"):
+        error = TranscriptionJob.model_validate(raw).status.last_error
+        if error is None or error.reason not in ENGINE_REASONS:
+            continue
+        if error.time is not None and now - error.time > ENGINE_WINDOW:
+            continue
+        failed.append((error.time or now, raw["metadata"]["name"], error))
+    if not failed:
+        return ok("engines", "no job failed on its engine or model in the last hour")
+    _, job, error = max(failed, key=lambda f: f[0])
+    detail = f"{len(failed)} jobs failed on their engine or model in the last hour; the latest"
+    return fail(
+        "engines", f"{detail}, {job}: {error.reason}: {error.message}", ENGINE_REASONS[error.reason]
+    )
+
+
+# --- API fairness and access ---------------------------------------------------------------
+
+
+def check_apf(reader: InstallReader, install: Install) -> Check:
+    names = [f"{install.fullname}-leases", f"{install.fullname}-work"]
+    upgrade = "helm upgrade the release with apf.enabled=true (the default)"
+    for name in names:
+        if reader.priority_level(name) is None:
+            return fail("apf", f"no PriorityLevelConfiguration {name}", upgrade)
+        schema = reader.flow_schema(name)
+        if schema is None:
+            return fail("apf", f"no FlowSchema {name}", upgrade)
+        target = ((schema.get("spec") or {}).get("priorityLevelConfiguration") or {}).get("name")
+        conditions = (schema.get("status") or {}).get("conditions") or []
+        dangling = any(
+            c.get("type") == "Dangling" and c.get("status") == "True" for c in conditions
+        )
+        if target != name or dangling:
+            detail = f"FlowSchema {name} points at {target!r}, not at its priority level {name}"
+            return fail("apf", detail + (" (dangling)" if dangling else ""), upgrade)
+    return ok("apf", f"FlowSchemas and priority levels {' and '.join(names)} in place")
+
+
+def check_access(reader: InstallReader, install: Install) -> Check:
+    ns = install.namespace
+    denied = [
+        f"{verb} {resource}" + (f"/{sub}" if sub else "")
+        for verb, group, resource, sub in USER_NEEDS
+        if not reader.may(ns, verb, group, resource, sub)[0]
+    ]
+    user = reader.whoami() or "you"
+    if denied:
+        fix = f"kubectl create rolebinding recall-users -n {ns} --clusterrole=edit --user={user}"
+        return fail("access", f"{user} may not {', '.join(denied)} in {ns}", fix)
+    return ok("access", f"{user} may submit, cancel and read work in {ns}, and read transcripts")
