@@ -52,6 +52,12 @@ STORE_ERRORS = Counter(
     "Results-store calls that failed, by reason (StorageUnavailable is retried).",
     ["reason"],
 )
+STORE_SECONDS = Histogram(
+    "recall_store_request_seconds",
+    "Time of one results-store request (put, get, head, delete, copy), failed ones too.",
+    ["operation"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 STORE_OPERATIONS = Counter(
     "recall_store_operations_total",
     "Results-store operations of the operator (delete, copy, put, list).",

@@ -41,6 +41,7 @@ from urllib.parse import unquote, urlsplit
 import obstore
 from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
 
+from recall.base import metrics
 from recall.base.settings import SCHEMES, StoreSettings
 from recall.bucket.errors import (
     StoreBucketMissing,
@@ -230,7 +231,8 @@ class Bucket:
     def put(self, key: str, data: bytes, *, once: bool = True) -> None:
         path = self._path(key)
         try:
-            obstore.put(self.client, path, data, mode="create" if once else "overwrite")
+            with metrics.STORE_SECONDS.labels(operation="put").time():
+                obstore.put(self.client, path, data, mode="create" if once else "overwrite")
         except Exception as e:
             error = classify(e, f"put {self.url_of(key)}", write=True)
             if isinstance(error, StoreConflict):
@@ -243,7 +245,8 @@ class Bucket:
         """`fn(path)`, or None when the object is missing (a missing bucket is an error)."""
         what = f"{verb} {self.url_of(key)}"
         try:
-            return fn(self._path(key))
+            with metrics.STORE_SECONDS.labels(operation=verb).time():
+                return fn(self._path(key))
         except FileNotFoundError as e:
             error = classify(e, what)
             if isinstance(error, StoreBucketMissing):
@@ -290,7 +293,8 @@ class Bucket:
         for i in range(0, len(paths), DELETE_BATCH):
             batch = paths[i : i + DELETE_BATCH]
             try:
-                obstore.delete(self.client, batch)
+                with metrics.STORE_SECONDS.labels(operation="delete").time():
+                    obstore.delete(self.client, batch)
             except FileNotFoundError:
                 pass
             except Exception as e:
@@ -303,7 +307,8 @@ class Bucket:
         what = f"copy {self.url_of(key)} to {target.url_of(target_key)}"
         if target.client is self.client:
             try:
-                obstore.copy(self.client, src, dst, overwrite=True)
+                with metrics.STORE_SECONDS.labels(operation="copy").time():
+                    obstore.copy(self.client, src, dst, overwrite=True)
                 return
             except Exception as e:
                 raise classify(e, what, write=True) from None
