@@ -25,6 +25,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -114,27 +115,76 @@ func (l *linter) lintFile() {
 		return
 	}
 	var d dashboard.Dashboard
-	if err := d.UnmarshalJSONStrict(raw); err != nil {
-		l.report("dashboard", "schema", "%v", err)
+	if l.schema(d.UnmarshalJSONStrict(raw)) {
 		return
 	}
-	if err := d.Validate(); err != nil {
-		l.report("dashboard", "schema", "%v", err)
-	}
+	l.schema(d.Validate())
 	if d.Uid == nil || *d.Uid == "" || d.Title == nil || *d.Title == "" {
 		l.report("dashboard", "uid-rule", "the dashboard needs a uid and a title")
 	}
 	variables := l.lintTemplating(d.Templating)
-	for _, item := range d.Panels {
-		switch {
-		case item.Panel != nil:
-			l.lintPanel(*item.Panel, variables)
-		case item.RowPanel != nil:
-			for _, p := range item.RowPanel.Panels {
-				l.lintPanel(p, variables)
-			}
+	// The SDK (v0.0.22) returns an empty error list as an error from every strict decoding,
+	// and a panel whose decoding "failed" so is left out of d.Panels: decode each panel here.
+	var top struct {
+		Panels []json.RawMessage `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &top); err != nil {
+		l.report("dashboard", "schema", "%v", err)
+		return
+	}
+	for _, item := range top.Panels {
+		var head struct {
+			Type   string            `json:"type"`
+			Panels []json.RawMessage `json:"panels"`
+		}
+		if err := json.Unmarshal(item, &head); err != nil {
+			l.report("panels", "schema", "%v", err)
+			continue
+		}
+		if head.Type != "row" {
+			l.decodePanel(item, variables)
+			continue
+		}
+		for _, sub := range head.Panels {
+			l.decodePanel(sub, variables)
 		}
 	}
+}
+
+// decodePanel decodes a panel, and its queries as Prometheus queries (the SDK, for the same
+// reason, leaves every query out of Panel.Targets), then lints them.
+func (l *linter) decodePanel(raw json.RawMessage, variables map[string]bool) {
+	var p dashboard.Panel
+	if l.schema(p.UnmarshalJSONStrict(raw)) {
+		return
+	}
+	var head struct {
+		Targets []json.RawMessage `json:"targets"`
+	}
+	_ = json.Unmarshal(raw, &head) // decoded once already
+	queries := make([]prometheus.Dataquery, len(head.Targets))
+	for i, target := range head.Targets {
+		if l.schema(queries[i].UnmarshalJSONStrict(target)) {
+			return
+		}
+	}
+	l.lintPanel(p, queries, variables)
+}
+
+// schema reports each error of the SDK's decoding or validation (it returns an empty error
+// list, not nil, when there is none) and says whether there was one.
+func (l *linter) schema(err error) bool {
+	if err == nil {
+		return false
+	}
+	found := false
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if strings.TrimSpace(line) != "" {
+			l.report("dashboard", "schema", "%s", line)
+			found = true
+		}
+	}
+	return found
 }
 
 // lintTemplating checks the datasource variable and returns every variable's name.
@@ -165,7 +215,7 @@ func usesDatasourceVar(ref *common.DataSourceRef) bool {
 	return ref != nil && ref.Uid != nil && *ref.Uid == datasourceVar
 }
 
-func (l *linter) lintPanel(p dashboard.Panel, variables map[string]bool) {
+func (l *linter) lintPanel(p dashboard.Panel, queries []prometheus.Dataquery, variables map[string]bool) {
 	title := ""
 	if p.Title != nil {
 		title = *p.Title
@@ -183,15 +233,10 @@ func (l *linter) lintPanel(p dashboard.Panel, variables map[string]bool) {
 	if unitPanels[p.Type] && (p.FieldConfig == nil || p.FieldConfig.Defaults.Unit == nil || *p.FieldConfig.Defaults.Unit == "") {
 		l.report(where, "panel-units-rule", "a %s panel needs fieldConfig.defaults.unit", p.Type)
 	}
-	if len(p.Targets) == 0 {
+	if len(queries) == 0 {
 		l.report(where, "target-promql-rule", "the panel has no query")
 	}
-	for i, target := range p.Targets {
-		q, ok := target.(*prometheus.Dataquery)
-		if !ok {
-			l.report(where, "target-promql-rule", "target %d is not a Prometheus query", i)
-			continue
-		}
+	for i, q := range queries {
 		if q.Datasource != nil && !usesDatasourceVar(q.Datasource) {
 			l.report(where, "target-datasource-rule", "target %d's datasource must be %s", i, datasourceVar)
 		}
@@ -229,4 +274,3 @@ func (l *linter) lintExpr(where, expr string, variables map[string]bool) {
 		return nil
 	})
 }
-
