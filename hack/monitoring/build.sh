@@ -7,9 +7,10 @@
 #
 # Cache: ${RECALL_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/recall}/monitoring-prometheus-<v>-sdk-<v>/bin
 # The versions are the ones go.mod beside this script requires; changing one changes the cache
-# directory. A binary is rebuilt only when missing; VERSIONS in the bin directory records what
-# was built with which Go. Each build prints one line on stderr (what, how long); go's output
-# stays in logs/<binary>.log beside bin/, and a failure prints that path and the log's end.
+# directory. A binary is rebuilt only when missing (dashboardlint also when its source changed);
+# VERSIONS in the bin directory records what was built with which Go. Each build prints one
+# line on stderr (what, how long); go's output stays in logs/<binary>.log beside bin/, and a
+# failure prints that path and the log's end.
 # A first build takes about 10 CPU-minutes (promtool; 15 min on the shared 2-core machine).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -51,5 +52,9 @@ build() {
 # promtool reports the module's version (v0.3xx.y is Prometheus 3.xx.y).
 build "$prometheus/cmd/promtool" promtool "$prometheus@$prom_version" \
   "-X github.com/prometheus/common/version.Version=$prom_version"
+# This module's own linter is rebuilt when its source changes (its digest is kept beside it).
+digest=$(cat "$here/dashboardlint/main.go" "$here/go.sum" | sha256sum | cut -c1-16)
+if [[ "$(cat "$bin/dashboardlint.digest" 2>/dev/null)" != "$digest" ]]; then rm -f "$bin/dashboardlint"; fi
 build ./dashboardlint dashboardlint "$sdk@$sdk_version, $prometheus@$prom_version"
+echo "$digest" > "$bin/dashboardlint.digest"
 echo "$bin"

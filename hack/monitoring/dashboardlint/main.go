@@ -115,10 +115,9 @@ func (l *linter) lintFile() {
 		return
 	}
 	var d dashboard.Dashboard
-	if l.schema(d.UnmarshalJSONStrict(raw)) {
-		return
-	}
-	l.schema(d.Validate())
+	// The panels' errors are reported when each panel is decoded below.
+	l.schema(d.UnmarshalJSONStrict(raw), "panels[")
+	l.schema(d.Validate(), "panels[")
 	if d.Uid == nil || *d.Uid == "" || d.Title == nil || *d.Title == "" {
 		l.report("dashboard", "uid-rule", "the dashboard needs a uid and a title")
 	}
@@ -173,13 +172,13 @@ func (l *linter) decodePanel(raw json.RawMessage, variables map[string]bool) {
 
 // schema reports each error of the SDK's decoding or validation (it returns an empty error
 // list, not nil, when there is none) and says whether there was one.
-func (l *linter) schema(err error) bool {
+func (l *linter) schema(err error, skip ...string) bool {
 	if err == nil {
 		return false
 	}
 	found := false
 	for _, line := range strings.Split(err.Error(), "\n") {
-		if strings.TrimSpace(line) != "" {
+		if strings.TrimSpace(line) != "" && !(len(skip) > 0 && strings.HasPrefix(line, skip[0])) {
 			l.report("dashboard", "schema", "%s", line)
 			found = true
 		}
