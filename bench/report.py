@@ -304,7 +304,7 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
 
         lines += ["## Side by side", "", render_markdown({"recall": mine, **compared}), ""]
     lines += _etcd(results.get("etcd") or {})
-    for name in ("engine", "longfile"):
+    for name in ("engine", "longfile", "transcripts"):
         section = results.get(name)
         if section and not _error(section):
             lines += [f"## {name}", ""]

@@ -12,7 +12,9 @@ fairness, reclaim (among 10,000 jobs), big (a 10,000-item Batch), huge (a 100,00
 about two hours on two cores), versus (recall in the comparison's terms), compare
 (procrastinate and Celery), engine (Whisper's real-time factor), longfile (a 10-hour
 recording), etcd (what the work costs etcd: a 1-minute and a 10-hour recording in the earlier
-ConfigMap layout and in the results store, and a Batch of hour-sized transcripts). Every
+ConfigMap layout and in the results store, and a Batch of hour-sized transcripts),
+transcripts (recall against bare faster-whisper on LibriVox speech, word timing error, the
+subtitle rules, the vocabulary). Every
 section runs even when another fails; the failure is recorded in the results.
 """
 
@@ -47,6 +49,7 @@ SECTIONS = [
     "engine",
     "longfile",
     "etcd",
+    "transcripts",
 ]
 
 
@@ -150,6 +153,10 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
         from bench import engine_rtf
 
         _section(results, "engine", lambda: engine_rtf.measure(120.0, threads=1))
+    if "transcripts" in only:
+        from bench import transcripts
+
+        _section(results, "transcripts", lambda: transcripts.measure(3 if quick else 6))
     if "longfile" in only:
 
         def longfile() -> Any:

@@ -13,14 +13,23 @@ finds the onset of the word is right to within the rise of its first phoneme.
 from __future__ import annotations
 
 import random
+import re
 import subprocess
+import threading
 import wave
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import jiwer
 import numpy as np
 
-from recall_dev.speech import espeak
+from recall.media.types import Segment
+from recall.resources import TranscriptionJob
+from recall_dev.speech import espeak, normalise
+
+if TYPE_CHECKING:
+    from recall.engines.whisper import WhisperEngine
 
 SILENCE = 0.01  # of full scale: quieter samples at a word's ends are cut
 
@@ -98,3 +107,78 @@ def passage(seed: int = 0, low: float = 0.12, high: float = 0.6) -> tuple[list[s
     words = PASSAGE.split()
     pick = random.Random(seed)
     return words, [round(pick.uniform(low, high), 3) for _ in words]
+
+
+# --- measuring -----------------------------------------------------------------------------
+
+
+def errors_of(truth: list[TimedWord], segments: list[Segment]) -> list[float]:
+    """Start errors (seconds) of the words the model wrote as they were said: the words a
+    word error rate's alignment (jiwer's, the fewest edits) counts as right."""
+    words = [w for s in segments for w in s.words or []]
+    heard = [normalise(w.text) or "-" for w in words]
+    said = [t.text for t in truth]
+    out = []
+    aligned = jiwer.process_words(" ".join(said), " ".join(heard))
+    for chunk in aligned.alignments[0]:
+        if chunk.type == "equal":
+            for k in range(chunk.ref_end_idx - chunk.ref_start_idx):
+                hyp, ref = chunk.hyp_start_idx + k, chunk.ref_start_idx + k
+                out.append(words[hyp].start - truth[ref].start)
+    return out
+
+
+def transcribed_with_a_resume(engine: WhisperEngine, path: Path) -> list[Segment]:
+    """`path` as two attempts would transcribe it: its first chunk, then the rest from a
+    resume (a new media seeking to the checkpointed cut) with the first chunk's text as the
+    context; segments with absolute times."""
+    job = TranscriptionJob.from_api(
+        {
+            "metadata": {"name": "timed"},
+            "spec": {
+                "source": {"url": path.as_uri()},
+                "language": "en",
+                "transcript": {"words": True},
+            },
+        }
+    )
+    cancel = threading.Event()
+    segments: list[Segment] = []
+    with engine.load_media(job) as media:
+        first = next(media.chunks())
+        segments += [
+            s.shifted(first.start)
+            for s in engine.transcribe(first, language="en", cancel=cancel, job=job, attempt=1)
+        ]
+    with engine.load_media(job) as media:
+        rest = list(media.chunks(first.resume()))
+    assert len(rest) >= 1 and rest[0].first == first.end
+    context = " ".join(s.text for s in segments)
+    for chunk in rest:
+        found = engine.transcribe(
+            chunk, language="en", cancel=cancel, job=job, attempt=2, context=context
+        )
+        segments += [s.shifted(chunk.start) for s in found]
+        context = " ".join(s.text for s in found) or context
+    assert any(w.start > rest[0].start for s in segments for w in s.words or [])  # absolute
+    return segments
+
+
+# --- invented names, for the vocabulary ------------------------------------------------------
+
+NAMES = ["Zarvethia", "Quonbril", "Tesmarine", "Oberlatz", "Vintrosk", "Kelumbra"]
+NAME_SENTENCES = [
+    "Yesterday Zarvethia flew to Quonbril to meet the mayor.",
+    "The engineers from Tesmarine built a bridge near Oberlatz.",
+    "Vintrosk and Kelumbra signed the agreement on Friday.",
+    "Everyone in Quonbril remembers the storm that hit Tesmarine.",
+    "Kelumbra sent a letter to Zarvethia about the harvest in Oberlatz.",
+    "The train from Vintrosk arrives at noon.",
+]
+
+
+def name_errors(text: str) -> float:
+    """The share of the invented names said that the text does not have, spelled right."""
+    said = sum(s.count(n) for s in NAME_SENTENCES for n in NAMES)
+    written = sum(len(re.findall(rf"\b{n}\b", text)) for n in NAMES)
+    return 1 - min(written, said) / said

@@ -15,17 +15,14 @@ tests fail rather than skip. No cluster is needed.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jiwer
 import pytest
 
 from recall.engines.whisper import WhisperEngine
-from recall.media.types import Segment
 from recall.resources import TranscriptionJob
 from recall_dev import speech, timed_speech
 
@@ -33,15 +30,6 @@ pytestmark = pytest.mark.slow
 
 WITHIN = 0.25  # seconds
 SHARE = 0.90  # of the words the model got right
-NAMES = ["Zarvethia", "Quonbril", "Tesmarine", "Oberlatz", "Vintrosk", "Kelumbra"]
-SENTENCES = [
-    "Yesterday Zarvethia flew to Quonbril to meet the mayor.",
-    "The engineers from Tesmarine built a bridge near Oberlatz.",
-    "Vintrosk and Kelumbra signed the agreement on Friday.",
-    "Everyone in Quonbril remembers the storm that hit Tesmarine.",
-    "Kelumbra sent a letter to Zarvethia about the harvest in Oberlatz.",
-    "The train from Vintrosk arrives at noon.",
-]
 
 
 def job_for(path: Path, **spec: Any) -> TranscriptionJob:
@@ -56,49 +44,6 @@ def job_for(path: Path, **spec: Any) -> TranscriptionJob:
 @pytest.fixture(scope="module")
 def engine() -> WhisperEngine:
     return WhisperEngine()
-
-
-def errors_of(truth: list[timed_speech.TimedWord], segments: list[Segment]) -> list[float]:
-    """Start errors (seconds) of the words the model wrote as they were said: the words a
-    word error rate's alignment (jiwer's, the fewest edits) counts as right."""
-    words = [w for s in segments for w in s.words or []]
-    heard = [speech.normalise(w.text) or "-" for w in words]
-    said = [t.text for t in truth]
-    out = []
-    aligned = jiwer.process_words(" ".join(said), " ".join(heard))
-    for chunk in aligned.alignments[0]:
-        if chunk.type == "equal":
-            for k in range(chunk.ref_end_idx - chunk.ref_start_idx):
-                hyp, ref = chunk.hyp_start_idx + k, chunk.ref_start_idx + k
-                out.append(words[hyp].start - truth[ref].start)
-    return out
-
-
-def transcribed_with_a_resume(engine: WhisperEngine, path: Path) -> list[Segment]:
-    """`path` as two attempts would transcribe it: its first chunk, then the rest from a
-    resume (a new media seeking to the checkpointed cut) with the first chunk's text as the
-    context; segments with absolute times."""
-    job = job_for(path, transcript={"words": True})
-    cancel = threading.Event()
-    segments: list[Segment] = []
-    with engine.load_media(job) as media:
-        first = next(media.chunks())
-        segments += [
-            s.shifted(first.start)
-            for s in engine.transcribe(first, language="en", cancel=cancel, job=job, attempt=1)
-        ]
-    with engine.load_media(job) as media:
-        rest = list(media.chunks(first.resume()))
-    assert len(rest) >= 1 and rest[0].first == first.end
-    context = " ".join(s.text for s in segments)
-    for chunk in rest:
-        found = engine.transcribe(
-            chunk, language="en", cancel=cancel, job=job, attempt=2, context=context
-        )
-        segments += [s.shifted(chunk.start) for s in found]
-        context = " ".join(s.text for s in found) or context
-    assert any(w.start > rest[0].start for s in segments for w in s.words or [])  # absolute
-    return segments
 
 
 def test_words__within_a_quarter_second_across_chunks_and_a_resume(
@@ -116,14 +61,14 @@ def test_words__within_a_quarter_second_across_chunks_and_a_resume(
             truth = timed_speech.speak(words, path, gaps=gaps)
         except speech.SpeechUnavailable as e:
             pytest.fail(str(e))
-        segments = transcribed_with_a_resume(engine, path)
+        segments = timed_speech.transcribed_with_a_resume(engine, path)
         starts = [w.start for s in segments for w in s.words or []]
         assert starts == sorted(starts), "word times go back"
         for s in segments:
             assert s.words, f"a segment without words: {s.text!r}"
             assert all(s.start <= w.start <= w.end <= s.end for w in s.words)
             assert s.confidence is not None and 0 < s.confidence <= 1
-        found = errors_of(truth, segments)
+        found = timed_speech.errors_of(truth, segments)
         assert len(found) >= 0.6 * len(truth), "too few words recognised to judge their times"
         errors += found
         spoken += len(truth)
@@ -134,23 +79,16 @@ def test_words__within_a_quarter_second_across_chunks_and_a_resume(
     assert within >= SHARE, f"{within:.1%} of word starts within {WITHIN} s: {sorted(errors)}"
 
 
-def name_errors(text: str) -> float:
-    """The share of the invented names said that the text does not have, spelled right."""
-    said = sum(s.count(n) for s in SENTENCES for n in NAMES)
-    written = sum(len(re.findall(rf"\b{n}\b", text)) for n in NAMES)
-    return 1 - min(written, said) / said
-
-
 def test_vocabulary__lowers_the_error_rate_on_invented_names(
     engine: WhisperEngine, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     wav = tmp_path / "names.wav"
     try:
-        speech.synthesize(SENTENCES, wav)
+        speech.synthesize(timed_speech.NAME_SENTENCES, wav)
     except speech.SpeechUnavailable as e:
         pytest.fail(str(e))
     rates = {}
-    for name, vocabulary in (("without", None), ("with", NAMES)):
+    for name, vocabulary in (("without", None), ("with", timed_speech.NAMES)):
         job = job_for(wav, vocabulary=vocabulary) if vocabulary else job_for(wav)
         text = []
         with engine.load_media(job) as media:
@@ -159,7 +97,7 @@ def test_vocabulary__lowers_the_error_rate_on_invented_names(
                     chunk, language="en", cancel=threading.Event(), job=job, attempt=1
                 )
                 text += [s.text for s in found]
-        rates[name] = name_errors(" ".join(text))
+        rates[name] = timed_speech.name_errors(" ".join(text))
     record_property("name_error_rate_without_vocabulary", round(rates["without"], 3))
     record_property("name_error_rate_with_vocabulary", round(rates["with"], 3))
     print(f"\nname error rate: {rates['without']:.0%} without, {rates['with']:.0%} with vocabulary")
