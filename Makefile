@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # plane: most tests wait on lease clocks, so two share the two cores well.
 TEST_WORKERS ?= 2
 
-.PHONY: help venv tools system-deps lint docs typecheck unit test demo bench chaos e2e e2e-kind kind-image image chart-lint dev-up dev-down clean
+.PHONY: help venv tools system-deps lint docs typecheck unit test demo bench chaos e2e e2e-kind release kind-image image chart-lint dev-up dev-down clean
 
 help:
 	@grep -E '^#' Makefile | head -5 | sed 's/^# \{0,1\}//'
@@ -57,10 +57,12 @@ typecheck: venv
 unit: venv
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
-# tests/ includes tests/e2e/pods (the image built here, on a local node; needs root) and the
-# chart linters (tests/integration/test_chart.py runs hack/chart-lint.sh).
+# tests/ includes the short kind test (tests/e2e/kind: two nodes, the chart, one node killed)
+# and the chart linters (tests/integration/test_chart.py runs hack/chart-lint.sh); the pod tests
+# and drills of tests/e2e/pods are `make e2e-kind`'s.
 test: venv tools system-deps lint typecheck
-	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests $(PYTEST_ARGS)
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--ignore=tests/e2e/pods tests $(PYTEST_ARGS)
 
 demo: venv tools system-deps
 	@$(PY) -m recall_dev.demo $(DEMO_ARGS)
@@ -74,15 +76,19 @@ chaos: venv tools
 	@RECALL_CHAOS_PROFILE=long RECALL_CHAOS_SEEDS=$(CHAOS_SEEDS) \
 		$(PY) -m pytest -q -p no:cacheprovider tests/chaos/test_chaos.py $(PYTEST_ARGS)
 
-# The chart installed with Helm on a local node (containerd + kubelet), the image built here.
-e2e: venv tools system-deps
+# The pod tests, the start orders, the drills and the upgrade test (tests/e2e/pods) on a kind
+# cluster of three nodes (kind built from its Go module), on the node image built here offline
+# (KIND_NODE_IMAGE=kindest/node:... takes the upstream one where a registry is reachable); the
+# cluster and its docker network are removed afterwards. The drills' figures: build/drills/.
+e2e-kind: venv tools system-deps
 	@$(PY) -m pytest tests/e2e/pods $(PYTEST_ARGS)
 
-# The same pod tests on a kind cluster (kind built from its Go module), on the node image built
-# here offline (KIND_NODE_IMAGE=kindest/node:... takes the upstream one where a registry is
-# reachable); the cluster and its docker network are removed afterwards (tests/e2e/kind/).
-e2e-kind: venv tools system-deps
-	@RECALL_E2E_CLUSTER=kind $(PY) -m pytest tests/e2e/pods $(PYTEST_ARGS)
+e2e: e2e-kind
+
+# A release of HEAD (never the working tree): the chart package, the image archive and the CRD
+# manifests with their SHA256SUMS in build/release/<version>/ (recall_dev.release).
+release: venv tools system-deps
+	@$(PY) -m recall_dev.release build
 
 # kind's node image recall.local/kind-node:v<kube>, offline (rebuilt when an input changes).
 kind-image: venv system-deps

@@ -11,17 +11,17 @@
 #                 service is not used.
 #   docker.io, debootstrap
 #                 build the project's image (a private dockerd when none runs; a Debian base
-#                 made with debootstrap where the official one cannot be pulled).
-#   containerd, runc, containernetworking-plugins, iptables, iproute2
-#                 the local node of the pod end-to-end tests (recall_dev.node).
+#                 made with debootstrap where the official one cannot be pulled) and run the
+#                 kind clusters (another private dockerd: recall_dev.docker, recall_dev.kind).
+#   iptables, iproute2
+#                 what dockerd runs in a kind node's namespace for Docker's resolver.
 #
 # Audio is decoded with PyAV (bundled FFmpeg libraries), so ffmpeg itself is not needed.
 # Idempotent: prints nothing and changes nothing when everything is already installed.
 # Uses sudo only when not running as root.
 set -euo pipefail
 
-packages=(espeak-ng pocketsphinx-testdata redis-server docker.io debootstrap containerd runc
-  containernetworking-plugins iptables iproute2)
+packages=(espeak-ng pocketsphinx-testdata redis-server docker.io debootstrap iptables iproute2)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -47,6 +47,7 @@ Each step says one line (recall_dev.buildlog); kind's output is in the log.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import json
 import os
@@ -138,6 +139,16 @@ class KindCluster:
             raise KindError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
 
+    def load(self, archive: Path) -> None:
+        """Load an image archive into every node (`kind load image-archive`)."""
+        with build_step("kind", f"{archive.name} into {self.name}", verb="load", past="loaded",
+                        append=True) as step:  # fmt: skip
+            step.run(
+                [str(self.bin_dir / "kind"), "load", "image-archive", str(archive),
+                 "--name", self.name],
+                env=_kind_env(self.docker, network_name(self.name)),
+            )  # fmt: skip
+
     def node_ip(self, node: str) -> str:
         """The node's address on the cluster's docker network."""
         out = self.docker.run(
@@ -153,18 +164,39 @@ class KindCluster:
         self.docker.run(["kill", "--signal", "KILL", node], capture=True)
 
     def start_node(self, node: str, timeout: float = 240) -> None:
-        """Boot a killed node again; returns once it is Ready with its egress guard in place."""
+        """Boot a killed node again; returns once its egress guard is in place, its kubelet
+        renewed its node Lease and its kube-proxy is Ready again, all after this start (the
+        Node may still say Ready from before: the node controller notices a death late)."""
+        started = dt.datetime.now(dt.UTC)
         self.docker.run(["start", node], capture=True)
         deadline = time.monotonic() + timeout
         while True:
             try:
                 check_guard(self, node)
-                self.kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=10s")
-                return
-            except (KindError, subprocess.CalledProcessError) as e:
-                if time.monotonic() > deadline:
-                    raise KindError(f"node {node} not Ready {timeout:.0f} s after its start") from e
-                time.sleep(1)
+                if self._back_since(node, started):
+                    return
+            except (KindError, subprocess.CalledProcessError):
+                pass
+            if time.monotonic() > deadline:
+                raise KindError(f"node {node} not back {timeout:.0f} s after its start")
+            time.sleep(1)
+
+    def _back_since(self, node: str, started: dt.datetime) -> bool:
+        lease = self.kubectl("-n", "kube-node-lease", "get", "lease", node, "-o", "json")
+        if _time(json.loads(lease)["spec"].get("renewTime")) <= started:
+            return False
+        proxies = self.kubectl(
+            "-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-proxy",
+            "--field-selector", f"spec.nodeName={node}", "-o", "json",
+        )  # fmt: skip
+        pods = json.loads(proxies)["items"]
+        return any(
+            c.get("type") == "Ready"
+            and c.get("status") == "True"
+            and _time(c.get("lastTransitionTime")) > started
+            for pod in pods
+            for c in pod.get("status", {}).get("conditions", [])
+        )
 
     def cut(self, node: str) -> None:
         """The node's own iptables drop every packet to and from the other nodes and their
@@ -186,6 +218,13 @@ class KindCluster:
             self.exec("iptables", "-w", "-D", hook, "-j", DRILL_CHAIN, node=node, check=False)
         self.exec("iptables", "-w", "-F", DRILL_CHAIN, node=node, check=False)
         self.exec("iptables", "-w", "-X", DRILL_CHAIN, node=node, check=False)
+
+
+def _time(value: str | None) -> dt.datetime:
+    """An API server timestamp (RFC 3339, to the second or the microsecond) in UTC."""
+    if not value:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def _pod_subnet(node_ip: str) -> str:

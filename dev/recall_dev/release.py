@@ -89,16 +89,26 @@ def carriers(root: Path) -> dict[str, str]:
     return found
 
 
-def changelog_versions(root: Path) -> list[str]:
-    """The versions CHANGELOG.md has an entry for (`## <version>` headings), newest first."""
-    path = root / CHANGELOG
+ENTRY = re.compile(r"^## (\S+)(?: — .*?)?(?:commit ([0-9a-f]{7,40}))?\s*$")
+
+
+def changelog_entries(root: Path | None = None) -> list[tuple[str, str]]:
+    """(version, commit) of each CHANGELOG.md entry, newest first: `## 0.1.0 — <date>, commit
+    <sha>`; the commit is "" for one not released yet (`## 0.2.0 — unreleased`)."""
+    path = (root or repo_root()) / CHANGELOG
     if not path.exists():
         return []
-    return [
-        line[3:].split()[0]
-        for line in path.read_text().splitlines()
-        if line.startswith("## ") and len(line) > 3
-    ]
+    entries = []
+    for line in path.read_text().splitlines():
+        found = ENTRY.match(line)
+        if found:
+            entries.append((found.group(1), found.group(2) or ""))
+    return entries
+
+
+def changelog_versions(root: Path) -> list[str]:
+    """The versions CHANGELOG.md has an entry for, newest first."""
+    return [v for v, _ in changelog_entries(root)]
 
 
 def version(root: Path | None = None) -> str:

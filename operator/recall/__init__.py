@@ -1,3 +1,3 @@
 """recall: a Kubernetes-native control plane for long transcription jobs."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

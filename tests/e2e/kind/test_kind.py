@@ -1,28 +1,34 @@
 """The short kind test of `make test`: kind comes up here, offline, and runs the system.
 
-The cluster comes up on the node image built here (its egress guard checked by
-recall_dev.kind before anything runs); the chart installs (the pod tests' release); one Batch
-completes through the worker pods; and what the node image promises holds: pods have no
-default route, and a PersistentVolumeClaim binds without a provisioner of our own. The full
-pod tests run on kind with `make e2e-kind`.
+The cluster (a control plane and one worker node) comes up on the node image built here
+(every node's egress guard checked by recall_dev.kind before anything runs); the chart
+installs (the pod tests' release); one Batch completes through the worker pods; what the node
+image promises holds: pods have no default route, and a PersistentVolumeClaim binds (its
+local-path provisioner, a directory any user may write); and one drill: the worker node dies
+mid-job and its job finishes on the other node. The full pod tests and the drills run on three
+nodes with `make e2e-kind`.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
 
+from recall.kube.store import KubeStore as Kube
 from recall_dev import speech
 from tests.e2e.pods.conftest import NAMESPACE, PodCluster
+from tests.e2e.pods.drills import Ledger, figures
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 T = TypeVar("T")
 SCRATCH = "kind-smoke"  # a namespace of this test's own, for the volume check
+LEASE = 20
 
 
 def poll(what: str, probe: Callable[[], T | None], timeout: float) -> T:
@@ -105,7 +111,8 @@ def test_kind__pods_have_no_default_route_and_a_claim_binds(
             "metadata": {"name": "writer", "namespace": SCRATCH},
             "spec": {
                 "restartPolicy": "Never",
-                "securityContext": {"runAsUser": 0},
+                # Not root: the claim's directory is writable by any user (local-path).
+                "securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
                 "containers": [
                     {
                         "name": "writer",
@@ -138,3 +145,71 @@ def test_kind__pods_have_no_default_route_and_a_claim_binds(
         assert claim["spec"]["storageClassName"] == "standard"
     finally:
         cluster.kubectl("delete", "namespace", SCRATCH, "--wait=false")
+
+
+def test_kind__a_worker_node_dies_and_its_job_is_reclaimed_and_finishes_on_the_other(
+    cluster: PodCluster, release: str, kube: Kube
+) -> None:
+    """The short drill of `make test`: of the two nodes, the one that is not the control plane
+    is killed while its worker transcribes; the job is reclaimed after its lease and finishes
+    on the other node's worker; no result of the dead node is accepted (the e2e-kind drills do
+    more, on three nodes)."""
+    kind = cluster.kind
+    (node,) = kind.workers
+    for key in ("long-a", "long-b"):
+        wav = cluster.media_dir / f"{key}.wav"
+        speech.speak_for(40, wav)
+        wav.chmod(0o644)
+    placement = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in cluster.pods("worker")}
+    assert set(placement.values()) == set(kind.nodes), f"the workers' spread: {placement}"
+    ledger = Ledger(kube, NAMESPACE)
+    thread = threading.Thread(target=ledger.run, name="smoke-ledger", daemon=True)
+    thread.start()
+    try:
+        batch = {
+            "apiVersion": "recall.dev/v1alpha1",
+            "kind": "Batch",
+            "metadata": {"name": "drill", "namespace": NAMESPACE},
+            "spec": {
+                "defaults": {
+                    "language": "en",
+                    "leaseDurationSeconds": LEASE,
+                    "maxAttempts": 5,
+                    "engine": {"name": "whisper", "chunkSeconds": 10},
+                },
+                "items": [
+                    {"key": k, "source": {"url": f"file:///media/{k}.wav"}}
+                    for k in ("long-a", "long-b")
+                ],
+            },
+        }
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(batch))
+
+        def on_the_node() -> dict[str, str] | None:
+            held = {
+                job: s.holder
+                for job, s in ledger.last("drill").items()
+                if s.phase == "Leased" and s.chunks >= 1 and placement.get(s.holder) == node
+            }
+            return held or None
+
+        held = poll("a job in flight on the worker node", on_the_node, timeout=420)
+        fault = time.monotonic()
+        kind.kill_node(node)
+
+        def completed() -> dict[str, Any] | None:
+            counts = get(cluster, "batch", "drill", "-n", NAMESPACE).get("status", {}).get("counts")
+            return counts if counts and counts.get("completed") == 2 else None
+
+        poll("the Batch to complete on the control plane's worker", completed, timeout=600)
+        found = figures(ledger, "drill", "worker node killed (make test, 2 nodes)", fault, 2)
+    finally:
+        ledger.stop.set()
+        thread.join(5)
+    found.write()
+    assert (found.lost, found.duplicates) == (0, 0), found
+    assert found.reclaimed >= 1 and found.back_seconds >= LEASE * 0.5, found
+    for job in held:
+        status = get(cluster, "tj", job, "-n", NAMESPACE)["status"]
+        assert status["phase"] == "Succeeded"
+        assert placement.get(status["result"]["worker"]) != node, "the dead node's result"
