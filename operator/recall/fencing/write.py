@@ -5,8 +5,9 @@
 1. take the job as read at resourceVersion R (the caller's last copy, or a fresh read);
 2. ask `transition(job)` — a pure function of `recall.protocol.lease` — for the new status; a
    `Refusal` ends the write (for a lease holder it means the lease is lost);
-3. PATCH `/status` with the merge patch from the status at R, carrying `resourceVersion: R`; the
-   API server applies it only if the job is still at R, else answers 409;
+3. PATCH `/status` with the merge patch from the status at R, carrying `resourceVersion: R` (or,
+   for a write that neither keeps nor ends a lease, PUT the whole status at R: `LEASE_WRITES`);
+   the API server applies it only if the job is still at R, else answers 409;
 4. on 409, read the job again and go back to 2: if the lease is still the writer's (someone
    wrote something unrelated), the transition is the same and the write is retried with jittered
    backoff; if not, `transition` refuses.
@@ -36,6 +37,12 @@ from recall.protocol import lease
 from recall.resources import JobStatus, TranscriptionJob
 
 Transition = Callable[[TranscriptionJob], lease.Decision]
+
+# The writes that keep a lease or end it are merge patches of the status; every other status
+# write (claim, offer, withdraw, end-backoff, exhaust, publish) replaces the status at the
+# version read. API Priority and Fairness sees only verbs: the chart's FlowSchema gives the
+# patches a priority level of their own (charts/recall/templates/apf.yaml).
+LEASE_WRITES = frozenset({"renew", "complete", "fail", "release", "reclaim", "cancel"})
 
 
 class Unsettled(Unavailable):
@@ -100,11 +107,9 @@ def fenced_write(
     sleep: Callable[[float], None] = time.sleep,
     maybe_applied: list[RawObject] | None = None,
     timeout: float | None = None,
-    replace: bool = False,
 ) -> WriteResult:
-    """Apply `transition`'s status with a PATCH guarded by the version it was decided on
-    (with `replace`, a PUT of the whole status at that version: the claim's verb, so that API
-    Priority and Fairness can tell claims from the writes that keep a lease).
+    """Apply `transition`'s status with a write guarded by the version it was decided on: a
+    PATCH for the actions of `LEASE_WRITES`, else a PUT of the whole status at that version.
 
     With `retry_on_conflict=False` a 409 ends the write as a refusal (a claim: someone else
     won), unless reading back shows the write applied. Raises `Unavailable` for a transient
@@ -132,7 +137,7 @@ def fenced_write(
             return WriteResult(job, None, conflicts)
         sent.append(patch)
         try:
-            if replace and job.resource_version is not None:
+            if action not in LEASE_WRITES and job.resource_version is not None:
                 written = store.replace_job_status(
                     namespace, name, job.resource_version, decision.to_api(), timeout=timeout
                 )

@@ -146,7 +146,6 @@ class LeaseHolder:
             action="claim",
             known=job,
             retry_on_conflict=False,
-            replace=True,  # the claim's verb is update: API Priority and Fairness sets it apart
         )
         if not result.applied or result.job is None:
             return result
@@ -181,6 +180,11 @@ class LeaseHolder:
 
     def seconds_since_checkpoint(self) -> float:
         return self.clock() - self._checkpointed_at
+
+    @property
+    def final(self) -> bool:
+        """A complete, fail or release was sent: the lease ends by the holder's own hand."""
+        return self._final
 
     @property
     def pending(self) -> Progress | None:
@@ -330,6 +334,8 @@ class LeaseHolder:
         while not self._lock.acquire(timeout=0.1):
             self.check()
         try:
+            if carries_checkpoint and self._final:
+                return self.known  # a complete, fail or release was sent: nothing to keep alive
             if unless_within is not None and self.seconds_since_renewal() < unless_within:
                 self.check()
                 return self.known
@@ -462,7 +468,7 @@ class Heartbeater:
 
     def _run(self) -> None:
         h = self.holder
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not h.final:
             h.wake.clear()
             wait = self.due()
             if wait > 0.005:

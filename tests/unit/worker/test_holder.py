@@ -159,3 +159,16 @@ def test_lost_answer__and_the_read_back_fails_too__settled_on_the_next_try() -> 
     store.inject(Fault("get_job", Unavailable("connection reset"), times=1))
     done = h.complete(result_of(h))
     assert done.status.phase == Phase.SUCCEEDED and not h.lost.is_set()
+
+
+def test_renew__after_a_complete_was_sent_writes_nothing() -> None:
+    """The heartbeater may wake while complete is in flight; it must not renew a job that its
+    own complete ended (the API server would refuse it, and it would read as a lost lease)."""
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)
+    h.complete(result_of(h))
+    writes = h.writes
+    clock.advance(4.0)  # a heartbeat is due (lease 10 s), the renew deadline not yet
+    h.renew()
+    h.renew_if_older(0.0)
+    assert h.writes == writes and not h.lost.is_set()
