@@ -358,7 +358,9 @@ def watch(
 @app.command()
 def transcript(
     job: Annotated[str, typer.Argument(help="The TranscriptionJob (or Batch item as BATCH/ITEM).")],
-    format: Annotated[str, typer.Option("--format", "-f", help="txt, srt, vtt or json.")] = "txt",
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="txt, srt, vtt, json or aws.json.")
+    ] = "txt",
     url: Annotated[
         bool,
         typer.Option("--url", help="Print a presigned URL of the transcript instead (json)."),
@@ -385,10 +387,11 @@ def transcript(
     from recall.bucket import Bucket, Stores
     from recall.bucket import StoreError as BucketError
     from recall.cli.client import find_transcript
+    from recall.resources import FORMATS
     from recall.transcripts import load_transcript, render
 
-    if format not in ("txt", "srt", "vtt", "json"):
-        raise CliError(f"unknown format {format!r}: use txt, srt, vtt or json")
+    if format not in FORMATS:
+        raise CliError(f"unknown format {format!r}: use {', '.join(FORMATS)}")
     store = _store(kubeconfig)
     ns = _namespace(namespace, kubeconfig)
 
