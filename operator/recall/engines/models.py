@@ -116,7 +116,9 @@ def parse_manifest(raw: bytes, where: str) -> dict[str, str]:
             continue
         match = _LINE.match(line.strip())
         name = match.group(2).strip() if match else ""
-        if match is None or "/" in name or name in (".", "..", MANIFEST) or name.startswith("."):
+        if name == MANIFEST:
+            continue  # `sha256sum * > SHA256SUMS` run a second time lists the old one
+        if match is None or "/" in name or name in (".", "..") or name.startswith("."):
             raise JobFailure(
                 "ModelInvalid",
                 f"{where}: {MANIFEST} line {line[:80]!r} is not '<sha256>  <file name>'",
