@@ -89,6 +89,9 @@ def dev_up(
         _say(f"S3 endpoint {store.endpoint}, bucket s3://{DEV_BUCKET}/ (admin credentials below)")
         for name, value in store.env().items():
             typer.echo(f"export {name}={value}")
+        # The results store of `recall operator` and `recall worker` (the admin identity):
+        # without it they refuse to start (tests/integration/test_docs_commands.py).
+        typer.echo(f"export RECALL_STORE_URL=s3://{DEV_BUCKET}/dev")
 
 
 @dev_app.command("down")

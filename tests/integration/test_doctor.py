@@ -425,3 +425,31 @@ def _config(cp: ControlPlane) -> client.Configuration:
     from recall.kube.store import load_api_client
 
     return load_api_client(cp.kubeconfig).configuration
+
+
+def test_helm_test_pod__accepted_by_the_api_server_and_its_args_are_doctor_options(
+    api: client.ApiClient, namespace: str
+) -> None:
+    import typer
+
+    from recall.cli.main import app
+
+    docs = helm_template(namespace, f"{namespace}-recall", "templates/tests/doctor.yaml")
+    (pod,) = [d for d in docs if d["kind"] == "Pod"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    core = client.CoreV1Api(api)
+    core.create_namespaced_service_account(
+        namespace, {"metadata": {"name": f"{namespace}-recall-doctor"}}
+    )
+    core.create_namespaced_pod(namespace, pod, dry_run="All")  # admission and schema, for real
+    (container,) = pod["spec"]["containers"]
+    args = container["args"]
+    assert args[0] == "doctor"
+    doctor = typer.main.get_command(app).commands["doctor"]  # type: ignore[attr-defined]
+    context = doctor.make_context("doctor", list(args[1:]))
+    assert context.params["namespace"] == namespace
+    assert context.params["worker_credentials"] == Path("/var/run/secrets/recall/store-worker")
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["RECALL_STORE_CREDENTIALS_DIR"] == "/var/run/secrets/recall/store"
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/var/run/secrets/recall/store", "/var/run/secrets/recall/store-worker"} <= mounts
