@@ -415,7 +415,7 @@ def transcript(
         raise CliError(str(e)) from e
     if found is None:
         raise CliError(f"the transcript {results.url_of(key)} is missing from the results store")
-    typer.echo(render(found, format), nl=False)  # type: ignore[arg-type]
+    typer.echo(render(found, format), nl=False)
 
 
 _add_dev_commands()
