@@ -316,8 +316,9 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
     assert "RECALL_WORKER_OPENAI_API_KEY_FILE" not in wk_env
     grace = float(wk_env["RECALL_WORKER_GRACE_SECONDS"])
     assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= grace + 15
-    # No media volume by default; the bundled store's worker identity (scratch/ only).
-    assert [m["name"] for m in wk["volumeMounts"]] == ["tmp", "store-credentials"]
+    # No media volume by default; the model cache (test_chart_models.py); the bundled store's
+    # worker identity (scratch/ only).
+    assert [m["name"] for m in wk["volumeMounts"]] == ["tmp", "model-cache", "store-credentials"]
     assert wk_env["RECALL_STORE_URL"] == "s3://recall/"
     assert wk_env["RECALL_STORE_CREDENTIALS_DIR"] == "/var/run/secrets/recall/store"
     assert (
