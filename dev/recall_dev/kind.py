@@ -19,7 +19,9 @@ Contract:
   network would outlive `kind delete`). One control-plane node and `workers` worker nodes
   (kind names them `<name>-control-plane`, `<name>-worker`, `<name>-worker2`, ...); the
   control plane takes pods too (its taint is removed). The nodes find each other by name
-  through Docker's resolver; each routes the others' pods (the node image's pod network). The
+  through Docker's resolver; each routes the others' pods (the node image's pod network);
+  CoreDNS answers the cluster's names and forwards nothing (`forward` removed from its
+  Corefile: the node's resolver, 127.0.0.11, would be CoreDNS itself inside its pod). The
   media directories are mounted read-only at the same path in every node; the kubelet allows
   cgroup v1 (kubelet 1.37 refuses it by default).
 - PersistentVolumeClaims: kind's fallback StorageClass `standard` (kubernetes.io/host-path),
@@ -297,6 +299,37 @@ def check_guard(cluster: KindCluster, node: str = "") -> None:
             raise KindError(f"{tool}: rules that would accept past the guard: {accepts}")
 
 
+def corefile_without_forward(corefile: str) -> str:
+    """CoreDNS's Corefile without its `forward` block (and the loop check that only guards it)."""
+    lines, depth, skipping = [], 0, False
+    for line in corefile.splitlines():
+        word = line.strip().split(" ", 1)[0]
+        if not skipping and word in ("forward", "loop"):
+            skipping = line.rstrip().endswith("{")
+            continue
+        if skipping:
+            depth += line.count("{") - line.count("}")
+            if depth < 0:
+                skipping, depth = False, 0
+            continue
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _coredns_without_forward(cluster: KindCluster) -> None:
+    """Make CoreDNS answer the cluster's names only (see the module contract), restarted."""
+    config = json.loads(
+        cluster.kubectl("-n", "kube-system", "get", "configmap", "coredns", "-o", "json")
+    )
+    config["data"]["Corefile"] = corefile_without_forward(config["data"]["Corefile"])
+    for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+        config["metadata"].pop(key, None)
+    path = cluster.kubeconfig.parent / "coredns.json"
+    path.write_text(json.dumps(config))
+    cluster.kubectl("apply", "-f", str(path))
+    cluster.kubectl("-n", "kube-system", "rollout", "restart", "deployment/coredns")
+
+
 def _wait_ready(cluster: KindCluster, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -417,6 +450,8 @@ def create(
         )  # fmt: skip
         if workers:  # kind keeps the control plane to itself when it has workers
             cluster.kubectl("taint", "nodes", cluster.control_plane, CONTROL_PLANE_TAINT)
+        if not os.environ.get("KIND_NODE_IMAGE"):
+            _coredns_without_forward(cluster)
         for archive in archives:
             step.run([kind, "load", "image-archive", str(archive), "--name", name], env=env)
         _wait_ready(cluster, timeout)

@@ -179,11 +179,16 @@ def install(
     """`helm install` a release of the chart with the pod tests' values (then `args`)."""
     if not crds:
         ensure_crds(cluster)
-    cluster.run(
-        "helm", "install", release, str(chart), "--namespace", namespace, "--create-namespace",
-        *release_values(cluster), "--set", f"crds.install={str(crds).lower()}", *args,
-        *(["--wait", "--timeout", "5m"] if wait else []),
-    )  # fmt: skip
+    try:
+        cluster.run(
+            "helm", "install", release, str(chart), "--namespace", namespace,
+            "--create-namespace", *release_values(cluster),
+            "--set", f"crds.install={str(crds).lower()}", *args,
+            *(["--wait", "--timeout", "5m"] if wait else []),
+        )  # fmt: skip
+    except AssertionError:
+        diagnostics(cluster, namespace)
+        raise
 
 
 def uninstall(cluster: PodCluster, release: str, namespace: str) -> None:
