@@ -2,13 +2,18 @@
 
 Whisper's prompt holds about 220 tokens; both parts are cut to about 100 tokens each (400
 characters): the vocabulary's first phrases (so list the most important first), the context's
-last whole words (what was said just before the chunk).
+last whole words (what was said just before the chunk). A context that repeats itself (a
+compression ratio above `REPETITIVE`, Whisper's own test for a decoding stuck in a loop) is
+left out: prompting with it would carry the loop into the next chunk.
 """
 
 from __future__ import annotations
 
+import zlib
+
 CONTEXT_CHARACTERS = 400
 HOTWORD_CHARACTERS = 400
+REPETITIVE = 2.4  # faster-whisper's compression_ratio_threshold
 
 
 def hotwords(vocabulary: list[str] | None, limit: int = HOTWORD_CHARACTERS) -> str | None:
@@ -26,10 +31,18 @@ def hotwords(vocabulary: list[str] | None, limit: int = HOTWORD_CHARACTERS) -> s
     return ", ".join(out) or None
 
 
+def compression_ratio(text: str) -> float:
+    raw = text.encode()
+    return len(raw) / len(zlib.compress(raw)) if raw else 0.0
+
+
 def prompt_of(context: str, limit: int = CONTEXT_CHARACTERS) -> str | None:
-    """The last whole words of `context` that fit `limit` characters."""
+    """The last whole words of `context` that fit `limit` characters; None when it repeats
+    itself (see the module contract)."""
     text = " ".join(context.split())
     if len(text) > limit:
         text = text[-limit:]
         text = text.split(" ", 1)[1] if " " in text else text
+    if compression_ratio(text) > REPETITIVE:
+        return None
     return text or None
