@@ -124,8 +124,10 @@ def settings_section(module: ModuleType) -> list[str]:
     lines: list[str] = []
     for cls in settings_classes(module):
         prefix = str(cls.model_config.get("env_prefix", ""))
-        summary = (inspect.getdoc(cls) or "").split("\n\n")[0]
-        lines += [f"### `{prefix}*`", "", " ".join(summary.split()), ""]
+        paragraphs = (inspect.getdoc(cls) or "").split("\n\n")
+        lines += [f"### `{prefix}*`", ""]
+        for paragraph in paragraphs:
+            lines += [" ".join(paragraph.split()), ""]
         lines += ["| variable | default | type | meaning |", "| --- | --- | --- | --- |"]
         for name, field in cls.model_fields.items():
             variable = f"`{prefix}{name.upper()}`"
