@@ -26,23 +26,26 @@ ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "roles"  # its own names: the chart tests apply the chart's RBAC as release "rc"
 
 
-def _helm(control_plane: ControlPlane, *args: str) -> str:
+def _helm(control_plane: ControlPlane, home: Path, *args: str) -> str:
     out = subprocess.run(
         [str((control_plane.bin_dir or tools_bin_dir(build=False)) / "helm"), *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
-        env={**control_plane.env(), "HELM_CACHE_HOME": "/tmp/recall-helm-cache"},
+        env={**control_plane.env(), "HELM_CACHE_HOME": str(home), "HELM_CONFIG_HOME": str(home)},
     )
     return out.stdout
 
 
 @pytest.fixture(scope="module")
-def user_roles(api: client.ApiClient, control_plane: ControlPlane) -> Iterator[list[str]]:
+def user_roles(
+    api: client.ApiClient, control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[str]]:
     """The chart's user ClusterRoles, applied; deleted afterwards."""
     rendered = _helm(
         control_plane,
+        tmp_path_factory.mktemp("helm"),
         "template",
         RELEASE,
         str(ROOT / "charts" / "recall"),
