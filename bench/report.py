@@ -74,6 +74,12 @@ def plots(results: dict[str, Any], directory: Path) -> list[str]:
         fig.savefig(directory / "reclaim.png", dpi=100)
         plt.close(fig)
         made.append("reclaim.png")
+    pace = results.get("pace") or {}
+    if pace and not _error(pace):
+        from bench import pace as pace_section
+
+        if pace_section.plot(pace, directory):
+            made.append("pace.png")
     return made
 
 
@@ -216,6 +222,11 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
             )
     if "throughput.png" in plot_names:
         lines += ["![throughput](bench/throughput.png)", ""]
+    pace = results.get("pace") or {}
+    if pace and not _error(pace):
+        from bench import pace as pace_section
+
+        lines += pace_section.markdown(pace, "pace.png" in plot_names)
     fair = results.get("fairness") or {}
     if fair and not _error(fair):
         lines += ["## Fair share", ""]

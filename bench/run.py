@@ -6,7 +6,9 @@
 A run of some sections keeps the other sections' figures of the last run (docs/bench/
 results.json), and the report says from when they are.
 
-Sections: rows (the sizes that broke earlier versions), limit (raw fenced writes/s),
+Sections: pace (the control plane's share of a job at engine speeds of 10× to 600× and none,
+and fleets of fast workers against bare engine calls), rows (the sizes that broke earlier
+versions), limit (raw fenced writes/s),
 throughput (1, 4, 16, 64 workers; offers and, for the comparison of designs, the queue watch),
 fairness, reclaim (among 10,000 jobs), big (a 10,000-item Batch), huge (a 100,000-item Batch:
 about two hours on two cores), versus (recall in the comparison's terms), compare
@@ -37,6 +39,7 @@ DOCS = ROOT / "docs"
 OUT = DOCS / "benchmarks.md"
 PLOTS = DOCS / "bench"
 SECTIONS = [
+    "pace",
     "rows",
     "limit",
     "throughput",
@@ -76,6 +79,10 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
     results: dict[str, Any] = {}
     workers = (1, 4, 16) if quick else (1, 4, 16, 64)
     with environment() as env:
+        if "pace" in only:
+            from bench import pace
+
+            _section(results, "pace", lambda: pace.measure(env, quick))
         if "rows" in only:
             from bench import rows
 

@@ -28,7 +28,8 @@ from recall.kube.store import KubeStore, load_api_client
 from recall.resources import Phase
 from recall_dev.cluster import ControlPlane, tools_bin_dir
 from recall_dev.crds import install_crds
-from tests.helpers import Procs, batch_manifest, die_with_parent, list_jobs, read_events, wait_for
+from recall_dev.procs import die_with_parent
+from tests.helpers import Procs, batch_manifest, list_jobs, read_events, wait_for
 from tests.rbac import service_account_token, token_kubeconfig
 
 RELEASE = "r"

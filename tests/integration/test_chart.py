@@ -270,6 +270,7 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
         + ["Deployment"] * 3  # the operator, the workers and the bundled store
         + ["Secret"] * 3  # the store's identities, the operator's and the workers' keys
         + ["PersistentVolumeClaim"]  # the store's data
+        + ["FlowSchema", "PriorityLevelConfiguration"] * 2  # API Priority and Fairness
     )
     for doc in docs:
         labels = doc["metadata"].get("labels", {})
@@ -497,7 +498,7 @@ def test_template_switches__rbac_service_accounts_and_components(
         tmp_path, {"operator": {"enabled": False}, "crds": {"install": False}, "store": shared}
     )
     components = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in workers_only}
-    assert components == {"worker"}
+    assert components == {"worker", "api-fairness"}  # its workers' lease writes keep their seats
 
     elected = tools.render(tmp_path, {"operator": {"leaderElection": {"enabled": True}}})
     op_env = env_of(container(find(elected, "Deployment", "-operator")))
@@ -869,3 +870,36 @@ def test_template_opt_ins__pdbs_network_policies_and_image_digest(
         assert api["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
     assert find(docs, "PodDisruptionBudget", "-operator")["spec"]["minAvailable"] == 1
     assert find(docs, "PodDisruptionBudget", "-worker")["spec"]["maxUnavailable"] == 1
+
+
+def test_template_apf__lease_writes_have_a_level_of_their_own(tools: Tools, tmp_path: Path) -> None:
+    """The writes that keep a lease (patch of transcriptionjobs/status, and Leases) go to a
+    level that lends nothing; everything else of recall's to a second level; a workers-only
+    release matches only its own workers; apf.enabled=false renders none."""
+    docs = tools.render(tmp_path)
+    levels = {
+        d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PriorityLevelConfiguration"
+    }
+    schemas = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "FlowSchema"}
+    leases, work = f"{RELEASE}-recall-leases", f"{RELEASE}-recall-work"
+    assert set(levels) == set(schemas) == {leases, work}
+    assert levels[leases]["limited"]["lendablePercent"] == 0
+    assert schemas[leases]["matchingPrecedence"] < schemas[work]["matchingPrecedence"] < 9000
+    (rule,) = schemas[leases]["rules"]
+    accounts = {s["serviceAccount"]["name"] for s in rule["subjects"]}
+    assert accounts == {f"{RELEASE}-recall-operator", f"{RELEASE}-recall-worker"}
+    status, coordination = rule["resourceRules"]
+    assert (status["verbs"], status["resources"]) == (["patch"], ["transcriptionjobs/status"])
+    assert coordination["resources"] == ["leases"] and "create" not in coordination["verbs"]
+    assert schemas[work]["rules"][0]["resourceRules"][0]["verbs"] == ["*"]
+
+    store = {"url": "s3://results/", "bundled": {"enabled": False}, "workerSecret": "w"}
+    workers_only = tools.render(
+        tmp_path, {"operator": {"enabled": False}, "crds": {"install": False}, "store": store}
+    )
+    for d in workers_only:
+        if d["kind"] == "FlowSchema":
+            names = {s["serviceAccount"]["name"] for s in d["spec"]["rules"][0]["subjects"]}
+            assert names == {f"{RELEASE}-recall-worker"}
+    off = tools.render(tmp_path, {"apf": {"enabled": False}})
+    assert not [d for d in off if d["kind"] in ("FlowSchema", "PriorityLevelConfiguration")]

@@ -1,6 +1,7 @@
 """A worker identity with least privilege can do its whole job and nothing more: read jobs,
-write their status (a claim updates it, the other lease writes patch it), nothing on ConfigMaps (the work's bytes are in the object store, where
-the worker's own identity reaches only the scratch prefix)."""
+write their status (a claim updates it, the other lease writes patch it), nothing on
+ConfigMaps (the work's bytes are in the object store, where the worker's own identity reaches
+only the scratch prefix)."""
 
 from __future__ import annotations
 
