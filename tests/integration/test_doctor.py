@@ -12,9 +12,11 @@ test` RBAC and user roles, rendered by Helm: the doctor runs as the test's Servi
 from __future__ import annotations
 
 import datetime as dt
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +47,14 @@ def helm_template(namespace: str, fullname: str, *templates: str) -> list[dict[s
     args += ["--namespace", namespace, "--set", f"fullnameOverride={fullname}"]
     for template in templates:
         args += ["--show-only", template]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
+    with tempfile.TemporaryDirectory() as home:  # helm's own caches, not the user's
+        env = {
+            **os.environ,
+            "HELM_CACHE_HOME": home,
+            "HELM_CONFIG_HOME": home,
+            "HELM_DATA_HOME": home,
+        }
+        out = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True, env=env)
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 

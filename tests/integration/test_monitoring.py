@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,16 @@ def render(values: dict[str, Any]) -> list[dict[str, Any]]:
     args += ["--namespace", NS]
     for key, value in values.items():
         args += ["--set", f"{key}={value}"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True).stdout
+    with tempfile.TemporaryDirectory() as home:  # helm's own caches, not the user's
+        env = {
+            **os.environ,
+            "HELM_CACHE_HOME": home,
+            "HELM_CONFIG_HOME": home,
+            "HELM_DATA_HOME": home,
+        }
+        out = subprocess.run(
+            args, capture_output=True, text=True, timeout=60, check=True, env=env
+        ).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
