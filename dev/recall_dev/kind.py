@@ -62,7 +62,7 @@ from pathlib import Path
 import yaml
 
 from recall_dev import kind_image
-from recall_dev.buildlog import Step, build_step
+from recall_dev.buildlog import BuildError, Step, build_step
 from recall_dev.docker import KIND_DAEMON, DockerEngine, docker_engine
 
 NETWORK_LABEL = "dev.recall.kind-network"
@@ -205,9 +205,17 @@ class KindCluster:
         pods (INPUT, OUTPUT and FORWARD jump to RECALL-DRILL first): its processes live on,
         cut off from the API server and from everything else of the cluster."""
         others = [self.node_ip(n) for n in self.nodes if n != node]
-        pods = [_pod_subnet(ip) for ip in others]
+        if os.environ.get("KIND_NODE_IMAGE"):  # another image's CNI follows the Nodes' podCIDR
+            listed = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+            pods = {
+                str(n["spec"]["podCIDR"])
+                for n in listed
+                if n["metadata"]["name"] != node and n["spec"].get("podCIDR")
+            }
+        else:  # this image's: by the node's address
+            pods = {_pod_subnet(ip) for ip in others}
         rules: list[tuple[str, ...]] = [("-N", DRILL_CHAIN)]
-        for peer in [*others, *pods]:
+        for peer in [*others, *sorted(pods)]:
             rules += [("-A", DRILL_CHAIN, "-d", peer, "-j", "DROP")]
             rules += [("-A", DRILL_CHAIN, "-s", peer, "-j", "DROP")]
         rules += [("-I", hook, "1", "-j", DRILL_CHAIN) for hook in ("INPUT", "OUTPUT", "FORWARD")]
@@ -442,12 +450,20 @@ def create(
         config.write_text(yaml.safe_dump(cluster_config(mounts, workers), sort_keys=False))
         kind = str(bin_dir / "kind")
         env = _kind_env(docker, network)
-        step.run(
-            [kind, "create", "cluster", "--name", name, "--image", node_image,
-             "--config", str(config), "--kubeconfig", str(cluster.kubeconfig),
-             "--wait", f"{int(timeout)}s"],
-            env=env,
-        )  # fmt: skip
+        create = [
+            kind, "create", "cluster", "--name", name, "--image", node_image,
+            "--config", str(config), "--kubeconfig", str(cluster.kubeconfig),
+            "--wait", f"{int(timeout)}s",
+        ]  # fmt: skip
+        try:
+            step.run(create, env=env)
+        except BuildError:
+            # kubeadm gives a busy machine's control plane a few deadlines of its own (the
+            # admin's ClusterRoleBinding within seconds of the API server starting): once more.
+            step.write("[kind] kind create failed; deleting the half-made cluster, once more")
+            step.note("made at the second attempt")
+            step.run([kind, "delete", "cluster", "--name", name], env=env)
+            step.run(create, env=env)
         if workers:  # kind keeps the control plane to itself when it has workers
             cluster.kubectl("taint", "nodes", cluster.control_plane, CONTROL_PLANE_TAINT)
         if not os.environ.get("KIND_NODE_IMAGE"):

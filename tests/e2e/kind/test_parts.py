@@ -178,3 +178,25 @@ def test_check_guard__passes_a_guarded_node() -> None:
 def test_check_guard__refuses_a_way_out(rules: list[str]) -> None:
     with pytest.raises(kind.KindError):
         check(rules)
+
+
+COREFILE = """.:53 {
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+       pods insecure
+    }
+    forward . /etc/resolv.conf {
+       max_concurrent 1000
+    }
+    cache 30
+    loop
+    reload
+}
+"""
+
+
+def test_corefile_without_forward__answers_the_cluster_forwards_nothing() -> None:
+    out = kind.corefile_without_forward(COREFILE)
+    assert "forward" not in out and "max_concurrent" not in out and "loop" not in out
+    assert "kubernetes cluster.local" in out and "pods insecure" in out and "cache 30" in out
+    assert out.count("{") == out.count("}") == 2
