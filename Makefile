@@ -62,7 +62,7 @@ unit: venv
 # and drills of tests/e2e/pods are `make e2e-kind`'s.
 test: venv tools system-deps lint typecheck
 	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-		--ignore=tests/e2e/pods tests $(PYTEST_ARGS)
+		--ignore=tests/e2e/pods --ignore=tests/e2e/kind/test_dev_up.py tests $(PYTEST_ARGS)
 
 demo: venv tools system-deps
 	@$(PY) -m recall_dev.demo $(DEMO_ARGS)
@@ -76,12 +76,13 @@ chaos: venv tools
 	@RECALL_CHAOS_PROFILE=long RECALL_CHAOS_SEEDS=$(CHAOS_SEEDS) \
 		$(PY) -m pytest -q -p no:cacheprovider tests/chaos/test_chaos.py $(PYTEST_ARGS)
 
-# The pod tests, the start orders, the drills and the upgrade test (tests/e2e/pods) on a kind
-# cluster of three nodes (kind built from its Go module), on the node image built here offline
+# `recall dev up --kind` and the README's helm install as written, then the pod tests, the
+# start orders, the drills and the upgrade test (tests/e2e/pods) on a kind cluster of three
+# nodes (kind built from its Go module), on the node image built here offline
 # (KIND_NODE_IMAGE=kindest/node:... takes the upstream one where a registry is reachable); the
-# cluster and its docker network are removed afterwards. The drills' figures: build/drills/.
+# clusters and their docker networks are removed afterwards. The drills' figures: build/drills/.
 e2e-kind: venv tools system-deps
-	@$(PY) -m pytest tests/e2e/pods $(PYTEST_ARGS)
+	@$(PY) -m pytest tests/e2e/kind/test_dev_up.py tests/e2e/pods $(PYTEST_ARGS)
 
 e2e: e2e-kind
 
