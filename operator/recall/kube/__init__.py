@@ -8,7 +8,9 @@
 - `memory`, `memory_core`, `memory_apps`, `rules`, `patch`: `MemoryStore` for unit tests
   (resourceVersion and 409, the status subresource, the CRDs' CEL transition rules, the scale
   subresource, fault injection);
-- `informer`: list + watch of a selection, relisted on 410 and after errors.
+- `informer`: list + watch of a selection, relisted on 410 and after errors;
+- `install`: `InstallReader`, the reads of an install `recall doctor` checks (CRDs,
+  Deployments, pods, Leases, API fairness objects, SelfSubjectAccessReviews).
 
 May import `recall.resources` and `recall.base`; never the protocol, a component or the engines.
 """
