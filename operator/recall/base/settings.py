@@ -110,6 +110,36 @@ class WorkerSettings(BaseSettings):
         ge=0,
         description="On SIGTERM, how long to let the current job finish before releasing it.",
     )
+    pool: str = Field(
+        "default",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        description="The pool this worker serves: it claims only jobs whose spec.pool names it "
+        "(a job without one belongs to the pool named default).",
+    )
+    slots: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Leases this worker process holds at once, each with its own token and "
+        "heartbeat, sharing one engine (an accelerator serving several streams).",
+    )
+    batch_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Chunks of a job the engine transcribes in one batched call (faster-whisper's "
+        "batched pipeline on a GPU); 1 = one chunk at a time.",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="Where local Whisper runs: auto takes a CUDA device when one is visible; "
+        "cuda refuses to start without one.",
+    )
+    compute_type: str = Field(
+        "auto",
+        description="CTranslate2 compute type of local Whisper: auto means int8 on a CPU and "
+        "float16 on a GPU; or int8, int8_float16, float16, float32.",
+    )
     checkpoint_seconds: float = Field(
         10.0,
         ge=1,

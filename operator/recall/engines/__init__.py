@@ -35,6 +35,7 @@ def make_engine(
             chunk_seconds=settings.chunk_seconds,
             record_path=settings.simulated_record,
             words_per_minute=settings.simulated_words_per_minute,
+            batch_size=settings.batch_size,
             media=MediaOptions.from_settings(settings, objects)
             if settings.simulated_media
             else None,

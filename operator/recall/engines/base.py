@@ -27,7 +27,13 @@ Contract:
   in the chunk records (so a resume goes on in it) and passes it to every `transcribe`. An
   engine that cannot detect answers None and transcribes without a language. `model_of(job)`
   names the model and its digest (None when the engine does not know them) for the result.
-- Engines are created once per worker process and used by one thread at a time.
+- `transcribe_batch(chunks, ...)` transcribes up to `batch_size` consecutive chunks in one call
+  (an accelerator is filled by a batch, not by one 30-second window); engines that take one
+  chunk at a time answer it with `transcribe_each`. Within a batch, a chunk cannot condition on
+  the text of the chunk before it: `context` is the text before the batch.
+- Engines are created once per worker process. `transcribe` and `transcribe_batch` may be
+  called from several threads at once (a worker's slots); an engine serializes what its
+  backend cannot do in parallel.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ class Detected:
 
 class Engine(Protocol):
     name: str
+    batch_size: int  # chunks `transcribe_batch` takes at once (1: one chunk a call)
 
     def label(self) -> str:
         """Engine and model, as recorded in status.result.engine."""
@@ -75,8 +82,47 @@ class Engine(Protocol):
         context: str = "",
     ) -> list[Segment]: ...
 
+    def transcribe_batch(
+        self,
+        chunks: list[Chunk],
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
+        context: str = "",
+    ) -> list[list[Segment]]:
+        """The segments of each of `chunks` (consecutive chunks of one media, at most
+        `batch_size`), each list relative to its own chunk, in one call that fills the device;
+        `context` is the text before the first of them."""
+        ...
+
     def detect_language(
         self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
     ) -> Detected | None: ...
 
     def model_of(self, job: TranscriptionJob) -> tuple[str, str] | None: ...
+
+
+def transcribe_each(
+    engine: Engine,
+    chunks: list[Chunk],
+    *,
+    language: str | None,
+    cancel: threading.Event,
+    job: TranscriptionJob,
+    attempt: int,
+    context: str = "",
+) -> list[list[Segment]]:
+    """`transcribe_batch` for an engine that takes one chunk a call: each in turn, the text of
+    one the context of the next."""
+    out: list[list[Segment]] = []
+    for chunk in chunks:
+        if cancel.is_set():
+            break
+        segments = engine.transcribe(
+            chunk, language=language, cancel=cancel, job=job, attempt=attempt, context=context
+        )
+        out.append(segments)
+        context = " ".join(s.text for s in segments).strip() or context
+    return out

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from recall.base import log
-from recall.engines.base import Detected, primary_language
+from recall.engines.base import Detected, primary_language, transcribe_each
 from recall.engines.prompt import hotwords, prompt_of
 from recall.media import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
 from recall.media.fetch import ObjectReader
@@ -203,6 +203,7 @@ def _with_words(segments: list[Segment], raw: list[Any], duration: float) -> lis
 
 class OpenAIEngine:
     name = "openai"
+    batch_size = 1
 
     def __init__(
         self,
@@ -247,6 +248,26 @@ class OpenAIEngine:
 
     def load_media(self, job: TranscriptionJob) -> Media:
         return load_job_media(job, self.media)
+
+    def transcribe_batch(
+        self,
+        chunks: list[Chunk],
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
+        context: str = "",
+    ) -> list[list[Segment]]:
+        return transcribe_each(
+            self,
+            chunks,
+            language=language,
+            cancel=cancel,
+            job=job,
+            attempt=attempt,
+            context=context,
+        )
 
     def detect_language(
         self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event

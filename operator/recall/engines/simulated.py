@@ -9,6 +9,10 @@ The engine's own options (not in the CRD):
 - `media`: when set, `load_media` takes the real audio path (`recall.media`: fetch, decode,
   resample, cut) for the job's source instead of `simulate.chunks` placeholder chunks. The
   benchmarks use it to push a long file through everything but a model.
+- `batch_size` and `batch_cost`: `transcribe_batch` takes up to `batch_size` chunks in one
+  call, which costs a chunk's delay for the first and `batch_cost` of it for each further one
+  (a batched GPU engine's shape: faster-whisper's batched pipeline reports 2 to 4 times the
+  throughput of one window at a time).
 - `words_per_minute` and `vocabulary` ("english" or "cyrillic"): when a rate is set, each chunk
   gets text at that speaking rate, one segment per ~`SEGMENT_SECONDS`, drawn deterministically
   from the vocabulary (so a transcript's size is that of real speech in that script). Without
@@ -93,8 +97,12 @@ class SimulatedEngine:
         media: MediaOptions | None = None,
         words_per_minute: float | None = None,
         vocabulary: Vocabulary = "english",
+        batch_size: int = 1,
+        batch_cost: float = 0.25,
     ) -> None:
         self.default = SimulateSpec(chunks=chunks, chunk_delay_seconds=chunk_delay_seconds)
+        self.batch_size = batch_size
+        self.batch_cost = batch_cost
         self.chunk_seconds = chunk_seconds
         self.record_path = record_path
         self.media = media
@@ -140,6 +148,34 @@ class SimulatedEngine:
             time.sleep(spec.block_seconds)
         if spec.chunk_delay_seconds:
             cancel.wait(spec.chunk_delay_seconds)
+        self._fail_if_asked(spec, chunk, attempt)
+        self._record(job, attempt, chunk)
+        return self._segments(job, chunk)
+
+    def transcribe_batch(
+        self,
+        chunks: list[Chunk],
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
+        context: str = "",
+    ) -> list[list[Segment]]:
+        """One call for the batch, as a batched GPU engine makes: the first chunk costs its
+        delay, each further one `batch_cost` of it."""
+        del language, context
+        spec = self._spec(job)
+        if spec.chunk_delay_seconds and chunks:
+            cancel.wait(spec.chunk_delay_seconds * (1 + (len(chunks) - 1) * self.batch_cost))
+        out = []
+        for chunk in chunks:
+            self._fail_if_asked(spec, chunk, attempt)
+            self._record(job, attempt, chunk)
+            out.append(self._segments(job, chunk))
+        return out
+
+    def _fail_if_asked(self, spec: SimulateSpec, chunk: Chunk, attempt: int) -> None:
         failing = spec.failure is not None and (
             not spec.fail_attempts or attempt <= spec.fail_attempts
         )
@@ -150,7 +186,8 @@ class SimulatedEngine:
                 f"simulated {spec.failure} failure at chunk {chunk.index}",
                 permanent=permanent,
             )
-        self._record(job, attempt, chunk)
+
+    def _segments(self, job: TranscriptionJob, chunk: Chunk) -> list[Segment]:
         if self.words_per_minute:
             return self._speech(chunk, self.words_per_minute)
         text = " ".join(WORDS[(chunk.index + i) % len(WORDS)] for i in range(6))

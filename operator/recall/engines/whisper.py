@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recall.base import log
-from recall.engines.base import Detected, primary_language
+from recall.engines.base import Detected, primary_language, transcribe_each
 from recall.engines.models import LocalModel, ModelCache, OpenStore, is_store_url, local_directory
 from recall.engines.prompt import hotwords, prompt_of
 from recall.media import AudioMedia, MediaOptions, load_job_media
@@ -229,6 +229,7 @@ def snap_to_sound(
 
 class WhisperEngine:
     name = "whisper"
+    batch_size = 1
 
     def __init__(
         self,
@@ -309,6 +310,26 @@ class WhisperEngine:
         return model, resolve_model(local.source)[1]
 
     # -- language ----------------------------------------------------------------------------
+
+    def transcribe_batch(
+        self,
+        chunks: list[Chunk],
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
+        context: str = "",
+    ) -> list[list[Segment]]:
+        return transcribe_each(
+            self,
+            chunks,
+            language=language,
+            cancel=cancel,
+            job=job,
+            attempt=attempt,
+            context=context,
+        )
 
     def detect_language(
         self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event

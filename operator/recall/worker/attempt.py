@@ -270,8 +270,13 @@ class _Attempt:
             return self._run(media.chunks(None, self.cancel), "")
 
     def _run(self, chunks: Iterator[Chunk], context: str) -> int:
-        name = self.h.name
-        decoder = Decoder(chunks, self.watch, name=f"decode-{name}", depth=self.t.decode_depth)
+        name, batch = self.h.name, max(1, self.t.engine.batch_size)
+        decoder = Decoder(
+            chunks,
+            self.watch,
+            name=f"decode-{name}",
+            depth=max(self.t.decode_depth, batch),  # the next batch decodes beside this one
+        )
         storer = Storer(self._store, self._stored, name=f"store-{name}", depth=self.t.store_depth)
         self.storer = storer
         decoder.start()
@@ -279,11 +284,12 @@ class _Attempt:
         handed = 0
         try:
             try:
-                while (chunk := self._waited(lambda: decoder.next(self.poll))) is not None:
-                    segments = self._transcribe(chunk, context)
-                    self._waited(functools.partial(storer.put, chunk, segments, self.poll))
-                    handed += 1
-                    context = _text_of(segments) or context
+                for group in self._batches(decoder, batch):
+                    results = self._transcribe(group, context)
+                    for chunk, segments in zip(group, results, strict=True):
+                        self._waited(functools.partial(storer.put, chunk, segments, self.poll))
+                        handed += 1
+                        context = _text_of(segments) or context
             except (Stopped, JobFailure) as e:
                 if isinstance(e, ResumeInvalid) and handed == 0:
                     raise
@@ -297,6 +303,17 @@ class _Attempt:
         finally:
             decoder.abort(join=1.0)
             storer.abort()
+
+    def _batches(self, decoder: Decoder, size: int) -> Iterator[list[Chunk]]:
+        """The decoded chunks in groups of `size` (the last group may be smaller)."""
+        group: list[Chunk] = []
+        while (chunk := self._waited(lambda: decoder.next(self.poll))) is not None:
+            group.append(chunk)
+            if len(group) == size or chunk.last:
+                yield group
+                group = []
+        if group:
+            yield group
 
     def _waited(self, fn: Callable[[], T]) -> T:
         """`fn` is the engine's side waiting for a stage: time it as the engine's wait."""
@@ -315,28 +332,40 @@ class _Attempt:
         except (Stopped, JobFailure, StoreError) as e:
             self.h.log.warning("store_drain_incomplete", error=str(e)[:200])
 
-    def _transcribe(self, chunk: Chunk, context: str) -> list[Segment]:
-        """One engine call, on a lease proven fresh before paying for it; its segments moved to
-        the chunk's place in the media."""
-        h, job, watch = self.h, self.h.known, self.watch
+    def _transcribe(self, chunks: list[Chunk], context: str) -> list[list[Segment]]:
+        """One engine call for `chunks` (one chunk, or a batch of them), on a lease proven fresh
+        before paying for it; the segments moved to each chunk's place in the media."""
+        h, job, watch, engine = self.h, self.h.known, self.watch, self.t.engine
         watch.timed("lease", lambda: h.renew_if_older(self.cadence.fresh))
-        result: list[Segment] = watch.timed(
-            "engine",
-            lambda: self.t.call(
-                h,
-                self.cancel,
-                lambda: self.t.engine.transcribe(
-                    chunk,
-                    language=self._language(chunk),
+
+        def call() -> list[list[Segment]]:
+            language = self._language(chunks[0])
+            if len(chunks) == 1 and engine.batch_size <= 1:
+                one = engine.transcribe(
+                    chunks[0],
+                    language=language,
                     cancel=self.cancel,
                     job=job,
                     attempt=h.attempt,
                     context=context,
-                ),
-            ),
-        )
-        metrics.ENGINE_CHUNKS.labels(engine=self.t.engine.name).inc()
-        return [s.shifted(chunk.start) for s in result]  # words move with their segment
+                )
+                return [one]
+            return engine.transcribe_batch(
+                chunks,
+                language=language,
+                cancel=self.cancel,
+                job=job,
+                attempt=h.attempt,
+                context=context,
+            )
+
+        results = watch.timed("engine", lambda: self.t.call(h, self.cancel, call))
+        if len(results) != len(chunks):  # the call returned early: the lease is lost
+            h.check()
+            raise LeaseLost("EngineCancelled", f"{len(results)} of {len(chunks)} chunks")
+        metrics.ENGINE_CHUNKS.labels(engine=engine.name).inc(len(chunks))
+        # words move with their segment
+        return [[s.shifted(c.start) for s in r] for c, r in zip(chunks, results, strict=True)]
 
     def _language(self, chunk: Chunk) -> str | None:
         """The language to transcribe `chunk` in: the job's, else the one detected for the file

@@ -482,3 +482,51 @@ def test_worker__a_refused_complete_leaves_the_checkpoint_the_next_attempt_needs
     transcript = directory_of(job, part.attempt, part.token) + "transcript.json"
     assert results.get(transcript) is not None  # left for the operator's collection
     store.close()
+
+
+class CountingEngine(SimulatedEngine):
+    """The simulated engine, counting its calls and the chunks each took."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.calls: list[list[int]] = []
+
+    def transcribe_batch(self, chunks: list[Any], **kw: Any) -> Any:
+        self.calls.append([c.index for c in chunks])
+        return super().transcribe_batch(chunks, **kw)
+
+
+def test_worker__a_batched_engine_takes_a_job_s_chunks_in_groups_and_stores_each(
+    tmp_path: Path,
+) -> None:
+    """batch_size 4 over 10 chunks: three calls (4, 4, 2), every chunk stored once, in order,
+    and a checkpoint names the chunks a batch held like any others."""
+    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    store.create_job(
+        NS,
+        job_manifest(
+            "b",
+            checkpointSeconds=1,
+            engine={"name": "simulated", "simulate": {"chunks": 10, "chunkDelaySeconds": 0.2}},
+        ),
+    )
+    ws = WorkerSettings(
+        id="w1",
+        engine="simulated",
+        idle_exit_seconds=1.0,
+        self_serve_seconds=0.2,
+        simulated_record=tmp_path / "chunks.jsonl",
+        batch_size=4,
+    )
+    engine = CountingEngine(
+        chunks=2, chunk_delay_seconds=0, record_path=ws.simulated_record, batch_size=4
+    )
+    run(Worker(store, ws, engine, namespace=NS, results=results), timeout=30)
+    job = succeeded(store, "b")
+    assert engine.calls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert engine_runs(tmp_path, "b") == [(1, i) for i in range(10)]
+    assert job.status.result is not None
+    transcript = load_transcript(results, job.status.result.transcript)
+    assert transcript is not None
+    assert [int(s.text.split()[2]) for s in transcript.segments] == list(range(10))
+    store.close()
