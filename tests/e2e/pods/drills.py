@@ -120,7 +120,8 @@ class Figures:
     def write(self) -> Path:
         out = Path(os.environ.get("RECALL_DRILLS_DIR") or ROOT / "build" / "drills")
         out.mkdir(parents=True, exist_ok=True)
-        path = out / f"{self.drill}.json"
+        slug = "-".join("".join(c if c.isalnum() else " " for c in self.drill.lower()).split())
+        path = out / f"{slug}.json"
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
         print(f"\ndrill figures: {json.dumps(asdict(self))}")
         return path
