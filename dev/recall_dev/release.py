@@ -280,7 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     release = build(args.commit, args.out)
     print(f"release {release.version} of commit {release.commit[:12]} in {release.directory}:")
     print(release.sums.read_text().rstrip())
-    print(f"CHANGELOG.md: ## {release.version} — commit {release.commit[:12]}")
+    day = subprocess.run(
+        ["git", "log", "-1", "--format=%cs", release.commit],
+        cwd=repo_root(), capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    print(f"CHANGELOG.md: ## {release.version} — {day}, commit {release.commit[:12]}")
     return 0
 
 
