@@ -91,12 +91,16 @@ def worker(
         float | None, typer.Option(help="Exit after this many idle seconds.")
     ] = None,
     max_jobs: Annotated[int | None, typer.Option(help="Exit after this many jobs.")] = None,
+    device: Annotated[
+        str | None, typer.Option(help="Where local Whisper runs: auto, cpu or cuda.")
+    ] = None,
 ) -> None:
     """Rent transcription jobs one at a time under a lease and transcribe them."""
     from recall.base.metrics import serve
     from recall.base.settings import ApiSettings, StoreSettings, WorkerSettings
     from recall.bucket import Stores, StoreUrlInvalid
     from recall.engines import make_engine
+    from recall.engines.device import DeviceUnavailable
     from recall.kube.store import current_namespace
     from recall.worker.health import Liveness
     from recall.worker.loop import Worker
@@ -113,15 +117,19 @@ def worker(
             grace_seconds=grace,
             idle_exit_seconds=idle_exit,
             max_jobs=max_jobs,
+            device=device,
         )
     )
-    store = _store(kubeconfig, ApiSettings())
-    ns = settings.namespace or current_namespace(kubeconfig)
     try:
         results = Stores(StoreSettings()).results()
     except StoreUrlInvalid as e:
         raise CliError(e.message) from e
-    eng = make_engine(settings, object_reader(results.stores), model_store(results.stores))
+    try:
+        eng = make_engine(settings, object_reader(results.stores), model_store(results.stores))
+    except DeviceUnavailable as e:  # a GPU worker without its GPU: say so first, do not start
+        raise CliError(str(e)) from e
+    store = _store(kubeconfig, ApiSettings())
+    ns = settings.namespace or current_namespace(kubeconfig)
     serve(settings.metrics_port)
     liveness = Liveness(stale_after=max(30.0, settings.relist_seconds))
     liveness.serve(settings.health_port)

@@ -26,7 +26,9 @@ Contract:
   worker asks once per file while the job's language is empty or `auto`, records the answer
   in the chunk records (so a resume goes on in it) and passes it to every `transcribe`. An
   engine that cannot detect answers None and transcribes without a language. `model_of(job)`
-  names the model and its digest (None when the engine does not know them) for the result.
+  names the model and its digest (None when the engine does not know them) for the result;
+  `device_of(job)` the device and compute type its model ran with (None for an engine that
+  runs no model here: a remote API, the simulated one).
 - `transcribe_batch(chunks, ...)` transcribes up to `batch_size` consecutive chunks in one call
   (an accelerator is filled by a batch, not by one 30-second window); engines that take one
   chunk at a time answer it with `transcribe_each`. Within a batch, a chunk cannot condition on
@@ -102,6 +104,8 @@ class Engine(Protocol):
     ) -> Detected | None: ...
 
     def model_of(self, job: TranscriptionJob) -> tuple[str, str] | None: ...
+
+    def device_of(self, job: TranscriptionJob) -> tuple[str, str] | None: ...
 
 
 def transcribe_each(

@@ -280,6 +280,11 @@ class OpenAIEngine:
         """The model name sent to the server (its digest is the server's secret)."""
         return self._model(job), ""
 
+    def device_of(self, job: TranscriptionJob) -> tuple[str, str] | None:
+        """None: the model runs on the server, on hardware it does not name."""
+        del job
+        return None
+
     def _model(self, job: TranscriptionJob) -> str:
         return job.spec.engine.model if job.spec.engine and job.spec.engine.model else self.model
 

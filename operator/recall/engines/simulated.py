@@ -206,6 +206,10 @@ class SimulatedEngine:
         del job
         return None
 
+    def device_of(self, job: TranscriptionJob) -> tuple[str, str] | None:
+        del job
+        return None
+
     def _speech(self, chunk: Chunk, words_per_minute: float) -> list[Segment]:
         """Text at `words_per_minute` over the chunk, the same for the same chunk."""
         pick = random.Random(chunk.index)

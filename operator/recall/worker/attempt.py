@@ -122,6 +122,7 @@ class Transcription:
         output = h.known.spec.output
         formats = list(output.formats) if output else []
         model, digest = self.engine.model_of(h.known) or (None, None)
+        device, compute_type = self.engine.device_of(h.known) or (None, None)
         summary = self.store(
             h,
             watch,
@@ -144,6 +145,8 @@ class Transcription:
             model_digest=summary.model_digest,
             language=summary.language,
             language_probability=summary.language_probability,
+            device=device,
+            compute_type=compute_type,
         )
         faults.hit("worker-before-complete")
         try:

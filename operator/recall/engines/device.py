@@ -1,0 +1,82 @@
+"""Where local Whisper runs: the device and the CTranslate2 compute type, chosen once per process.
+
+Contract:
+- `place(device, compute_type)` answers a `Placement` before any model is loaded, so a worker
+  that cannot run as configured refuses to start instead of failing every job it claims.
+- `device`: "cuda" when CTranslate2 sees a CUDA device (`ctranslate2.get_cuda_device_count()`
+  above 0) and "auto" was asked, else "cpu"; "cuda" asked with no device visible raises
+  `DeviceUnavailable`, whose one-line message names what to check (the pod's `nvidia.com/gpu`
+  request, the NVIDIA device plugin on its node, the CUDA image). "cpu" is always honoured.
+- `compute_type`: "auto" is int8 on a CPU and float16 on a GPU; any other must be a type
+  CTranslate2 supports on the chosen device (`ctranslate2.get_supported_compute_types`), else
+  `DeviceUnavailable` names the ones it does. CTranslate2 refuses an unsupported type at load
+  time (float16 on a CPU) rather than falling back, which would fail each job at its first chunk.
+- What a job's result records is what the loaded model reports (`ctranslate2.models.Whisper`'s
+  `device` and `compute_type`, e.g. int8 runs as "int8_float32" on a CPU), not the request.
+- Not guaranteed: that a visible GPU has the memory for the model and the batch; that shows
+  at load or at the first batch, as a job failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Device = Literal["cpu", "cuda"]
+AUTO_COMPUTE: dict[Device, str] = {"cpu": "int8", "cuda": "float16"}
+
+
+class DeviceUnavailable(Exception):
+    """The configured device or compute type cannot be used in this process (one line)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the model runs: the device and the compute type to load it with."""
+
+    device: Device
+    compute_type: str
+
+
+def cuda_devices() -> int:
+    """CUDA devices CTranslate2 can use here (0 when its CUDA runtime cannot start)."""
+    import ctranslate2
+
+    try:
+        return int(ctranslate2.get_cuda_device_count())
+    except RuntimeError:  # a CUDA build on a machine without a driver
+        return 0
+
+
+def supported(device: Device) -> set[str]:
+    import ctranslate2
+
+    return set(ctranslate2.get_supported_compute_types(device))
+
+
+def place(device: str = "auto", compute_type: str = "auto") -> Placement:
+    """The placement for the worker's `device` and `compute_type` settings (see the contract)."""
+    chosen: Device
+    if device == "cpu":
+        chosen = "cpu"
+    elif device in ("auto", "cuda"):
+        visible = cuda_devices()
+        if device == "cuda" and visible == 0:
+            raise DeviceUnavailable(
+                "device cuda: no CUDA device is visible to this process; check that the pod "
+                "requests nvidia.com/gpu, that the NVIDIA device plugin runs on its node, and "
+                "that the worker runs the CUDA image (make image-cuda)"
+            )
+        chosen = "cuda" if visible > 0 else "cpu"
+    else:
+        raise DeviceUnavailable(f"device {device!r}: expected auto, cpu or cuda")
+    if compute_type == "auto":
+        return Placement(chosen, AUTO_COMPUTE[chosen])
+    types = supported(chosen)
+    if compute_type not in types:
+        raise DeviceUnavailable(
+            f"compute type {compute_type} is not supported on {chosen} here "
+            f"(CTranslate2 supports {', '.join(sorted(types))}); RECALL_WORKER_COMPUTE_TYPE=auto "
+            f"takes {AUTO_COMPUTE[chosen]} on {chosen}"
+        )
+    return Placement(chosen, compute_type)
