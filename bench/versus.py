@@ -104,6 +104,6 @@ def figures(env: Env, jobs_per_second: dict[int, float], *, wait_s: float = 30.0
         zombie=[zombie],
         zombie_result_accepted=zombie["accepted"],
         settings=settings,
-        sources=["README: How a job is rented"],
+        sources=["docs/concepts.md: How a job is rented"],
         notes=["a graceful stop (SIGTERM) releases the job at once"],
     )

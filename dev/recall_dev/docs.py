@@ -80,6 +80,8 @@ def _literal(value: object) -> str:
 
 def setting_default(field: FieldInfo) -> str:
     """A field's default as a reader needs it: the value, `unset`, or what a factory computes."""
+    if field.default_factory in (list, dict):
+        return "`[]`" if field.default_factory is list else "`{}`"
     if field.default_factory is not None:
         doc = inspect.getdoc(field.default_factory) or ""
         return doc.split("\n\n")[0].replace("\n", " ").rstrip(".") or "computed"

@@ -717,7 +717,7 @@ WORKER_MATRIX = [
     Check("delete", "configmaps", False),
     Check("patch", "transcriptionjobs.recall.dev", False),
     Check("update", "transcriptionjobs.recall.dev", False),
-    Check("update", "transcriptionjobs.recall.dev/status", False),
+    Check("update", "transcriptionjobs.recall.dev/status", True),  # a claim is an update
     Check("create", "transcriptionjobs.recall.dev", False),
     Check("delete", "transcriptionjobs.recall.dev", False),
     Check("get", "batches.recall.dev", False),

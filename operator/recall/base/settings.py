@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -246,6 +246,25 @@ class WorkerSettings(BaseSettings):
         return self
 
 
+class PoolScaling(BaseModel):
+    """One worker pool the built-in autoscaler scales: its Deployment, engine and bounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pool: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    deployment: str
+    engine: str = "whisper"
+    min: int = Field(0, ge=0)
+    max: int = Field(10, ge=1)
+    slots: int = Field(1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min > self.max:
+            raise ValueError(f"pool {self.pool}: min must not exceed max")
+        return self
+
+
 class OperatorSettings(BaseSettings):
     """Settings of `recall operator`."""
 
@@ -336,6 +355,16 @@ class OperatorSettings(BaseSettings):
     autoscale_engine: str = Field(
         "whisper", description="The engine of that Deployment's workers (its pool of jobs)."
     )
+    autoscale_slots: int = Field(
+        1, ge=1, le=64, description="Leases each of that Deployment's workers holds at once."
+    )
+    autoscale_pools: list[PoolScaling] = Field(
+        default_factory=list,
+        description='More worker pools to scale, as JSON: [{"pool": "gpu", '
+        '"deployment": "recall-worker-gpu", "engine": "whisper", "min": 0, '
+        '"max": 4, "slots": 4}]; the Deployment of autoscale_deployment is the pool '
+        "named default.",
+    )
     autoscale_min: int = Field(0, ge=0, description="Fewest workers (0: scale to zero).")
     autoscale_max: int = Field(10, ge=1, description="Most workers.")
     autoscale_cooldown_seconds: float = Field(
@@ -373,4 +402,24 @@ class OperatorSettings(BaseSettings):
             raise ValueError("need retry_period < renew_deadline < lease_duration")
         if self.autoscale_min > self.autoscale_max:
             raise ValueError("autoscale_min must not exceed autoscale_max")
+        pools = [p.pool for p in self.scaled_pools()]
+        if len(pools) != len(set(pools)):
+            raise ValueError(f"each pool is scaled once: {pools}")
         return self
+
+    def scaled_pools(self) -> list[PoolScaling]:
+        """Every pool the built-in autoscaler scales: autoscale_deployment (the default pool),
+        then autoscale_pools."""
+        first = []
+        if self.autoscale_deployment is not None:
+            first.append(
+                PoolScaling(
+                    pool="default",
+                    deployment=self.autoscale_deployment,
+                    engine=self.autoscale_engine,
+                    min=self.autoscale_min,
+                    max=self.autoscale_max,
+                    slots=self.autoscale_slots,
+                )
+            )
+        return first + list(self.autoscale_pools)

@@ -29,7 +29,8 @@ from rich.text import Text
 
 from recall.kube import ObjectRef, RawObject, Selector, Store, StoreError
 from recall.operator.scaling import STATUS_ANNOTATION
-from recall.resources import Batch, ItemPhase, TranscriptionJob
+from recall.protocol.workers import ANNOTATION_SLOTS, LABEL_POOL
+from recall.resources import DEFAULT_POOL, Batch, ItemPhase, TranscriptionJob
 
 WATCHED_REASONS = ("Reclaimed", "Healed", "Failed", "ItemsInvalid", "JobNameConflict")
 SCALING_REASONS = ("ScaledUp", "ScaledDown", "Draining", "ScalingRefused", "ScalingHeld")
@@ -66,19 +67,33 @@ class Snapshot:
 
 
 def fleet_line(deployment: RawObject) -> str:
-    """`workers 3 → 5 (ScaledUp: …)`: an autoscaled worker Deployment as `watch` shows it."""
+    """`workers 3 → 5 (ScaledUp: …)`: an autoscaled worker Deployment as `watch` shows it;
+    a pool's workers of several slots each also show their slots (`× 4 slots = 12`)."""
     meta, spec = deployment.get("metadata") or {}, deployment.get("spec") or {}
     name = meta.get("name") or "?"
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
     try:
-        status = json.loads((meta.get("annotations") or {}).get(STATUS_ANNOTATION) or "{}")
+        status = json.loads(annotations.get(STATUS_ANNOTATION) or "{}")
     except ValueError:
         status = {}
+    try:
+        slots = max(1, int(annotations.get(ANNOTATION_SLOTS) or 1))
+    except ValueError:
+        slots = 1
+    pool = labels.get(LABEL_POOL)
+    title = f"workers {name}" + (f" (pool {pool})" if pool and pool != DEFAULT_POOL else "")
     current = status.get("current", spec.get("replicas", 0))
+
+    def of(workers: object) -> str:
+        if slots == 1 or not str(workers).isdigit():
+            return str(workers)
+        return f"{workers} × {slots} slots = {int(str(workers)) * slots}"
+
     if not status:  # KEDA's, or the operator has not decided yet
-        mode = (meta.get("labels") or {}).get("recall.dev/autoscaling", "?")
-        return f"workers {name}: {current} ({mode})"
+        mode = labels.get("recall.dev/autoscaling", "?")
+        return f"{title}: {of(current)} ({mode})"
     return (
-        f"workers {name}: {current} → {status.get('desired')} desired, "
+        f"{title}: {of(current)} → {of(status.get('desired'))} desired, "
         f"{status.get('draining', 0)} draining ({status.get('reason')}: {status.get('message')})"
     )
 

@@ -7,8 +7,10 @@ scaler of the worker Deployment, and the endpoint KEDA reads.
 
 - `workload` counts the outstanding work of every pool from the job cache (always: the
   endpoint and the metrics read it);
-- the scaler runs when `autoscale_deployment` is set (`worker.autoscaling.mode: builtin`),
-  on its own thread, every `autoscale_interval` seconds; only the leader acts;
+- a scaler per pool (`autoscale_deployment` for the default pool, `autoscale_pools` for the
+  others: `worker.autoscaling.mode: builtin` and the chart's pools), each on its own thread,
+  every `autoscale_interval` seconds, on its pool's outstanding work divided by its slots per
+  worker; only the leader acts;
 - the endpoint (`metrics_api`) runs when `workload_port` is set (`mode: keda`).
 
 Both hold when the views they read are not current (`stale`): the job informer, and the
@@ -56,40 +58,49 @@ class Autoscaling:
         self.workload = Workload()
         controller.cache.listeners.append(self.workload.update)
         self.namespace = settings.autoscale_namespace or settings.namespace or "default"
-        self.scaler: Scaler | None = None
+        self.scalers: list[Scaler] = []
         self.server: ThreadingHTTPServer | None = None
-        if settings.autoscale_deployment is not None:
+        sources = Sources(self.workload, controller.registry, controller.ready.busy, self.stale)
+        for pool in settings.scaled_pools():
             policy = Policy(
-                minimum=settings.autoscale_min,
-                maximum=settings.autoscale_max,
+                minimum=pool.min,
+                maximum=pool.max,
                 cooldown=settings.autoscale_cooldown_seconds,
                 step=settings.autoscale_step,
                 mark_pods=settings.autoscale_mark_pods,
+                slots=pool.slots,
             )
-            sources = Sources(self.workload, controller.registry, controller.ready.busy, self.stale)
-            self.scaler = Scaler(
-                store,
-                Target(self.namespace, settings.autoscale_deployment, settings.autoscale_engine),
-                policy,
-                sources,
-                controller.applier.leadership,
-                identity=settings.identity,
-                interval=settings.autoscale_interval,
+            self.scalers.append(
+                Scaler(
+                    store,
+                    Target(self.namespace, pool.deployment, pool.engine, pool.pool),
+                    policy,
+                    sources,
+                    controller.applier.leadership,
+                    identity=settings.identity,
+                    interval=settings.autoscale_interval,
+                )
             )
+
+    @property
+    def scaler(self) -> Scaler | None:
+        """The scaler of the first pool (the default one), if any."""
+        return self.scalers[0] if self.scalers else None
 
     def stale(self) -> str | None:
         """Why the views the autoscalers read are not current (None: they are)."""
         if not self.jobs.current():
             return "the job informer is not current"
-        if self.scaler is not None and not self.registrations.current():
+        if self.scalers and not self.registrations.current():
             return "the worker registration informer is not current"
         return None
 
     def start(self, spawn: Spawn) -> None:
-        if self.scaler is not None:
+        if self.scalers:
             if not self.settings.dispatch:  # the registrations are not watched for offers
                 spawn("registrations", self.registrations.run, reader=True)
-            spawn("scaler", self.scaler.run)
+            for scaler in self.scalers:
+                spawn(f"scaler-{scaler.target.pool}", scaler.run)
         self.server = metrics_api.serve(
             self.workload,
             self.stale,

@@ -25,7 +25,7 @@ from typing import Any
 from recall.base.clock import Monotonic
 from recall.kube import RawObject
 from recall.protocol.observer import JobKey, LeaseObserver, Observation
-from recall.resources import LABEL_INDEX, LABEL_SUSPENDED, Lease, Part, Phase
+from recall.resources import DEFAULT_POOL, LABEL_INDEX, LABEL_SUSPENDED, Lease, Part, Phase
 
 BatchKey = tuple[str, str]  # (namespace, batch name)
 
@@ -61,6 +61,7 @@ class JobRecord:
     created: dt.datetime | None
     suspended: bool
     engine: str | None
+    pool: str  # the worker pool it belongs to (spec.pool, else the default pool)
     started_at: dt.datetime | None
     completed_at: dt.datetime | None
     error_reason: str | None
@@ -110,6 +111,7 @@ class JobRecord:
             created=_time(meta.get("creationTimestamp")),
             suspended=labels.get(LABEL_SUSPENDED) == "true",
             engine=engine,
+            pool=str(spec.get("pool") or DEFAULT_POOL),
             started_at=_time(status.get("startedAt")),
             completed_at=_time(status.get("completedAt")),
             error_reason=error.get("reason"),

@@ -38,7 +38,7 @@ from recall.bucket import Bucket, Stores
 from recall.kube import ObjectRef, Store, StoreError
 from recall.operator.apply import CREATE_SECONDS, Applier, Report
 from recall.operator.cache import BatchKey, JobCache, JobRecord
-from recall.operator.dispatch import ReadyQueue, idle
+from recall.operator.dispatch import Capacity, ReadyQueue, idle
 from recall.operator.items import Item, ItemsInvalid, resolve
 from recall.operator.reconcile import plan_batch, plan_jobs
 from recall.operator.registry import Registry
@@ -278,19 +278,21 @@ class Controller:
             offered = self.cache.get(stale)
             if offered is not None:
                 self.applier.withdraw(offered)
-        for key in self.ready.ahead_offers():
+        workers = [Capacity((w.namespace, w.worker), w.engine, w.pool, w.slots) for w in alive]
+        slots = {w.key: w.slots for w in workers}
+        for key in self.ready.ahead_offers(slots):
             # An offer ahead waits for its worker: a more urgent job must not wait behind it.
             offered = self.cache.get(key)
-            top = self.ready.top_priority((key[0], offered.engine)) if offered else None
+            lane = (key[0], offered.pool, offered.engine) if offered else None
+            top = self.ready.top_priority(lane) if lane else None
             if offered is not None and top is not None and top > offered.priority:
                 self.applier.withdraw(offered)
         written = 0
-        workers = [((w.namespace, w.worker), w.engine) for w in alive]
-        for worker, engine in idle(workers, self.ready):
-            chosen = self.ready.pick(worker[0], engine)
+        for w in idle(workers, self.ready):
+            chosen = self.ready.pick(w.key[0], w.engine, w.pool)
             record = self.cache.get(chosen) if chosen is not None else None
-            if chosen is not None and record is not None and self.applier.offer(record, worker[1]):
-                self.ready.offered_to(chosen, worker)
+            if chosen is not None and record is not None and self.applier.offer(record, w.key[1]):
+                self.ready.offered_to(chosen, w.key)
                 written += 1
         return written
 

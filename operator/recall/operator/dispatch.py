@@ -7,15 +7,20 @@ worker may claim any Queued job (workers serve themselves when no offer comes, f
 while no operator runs).
 
 `ReadyQueue` keeps, incrementally (as a `JobCache` listener), the claimable jobs — Queued, not
-in backoff, not suspended, attempts left, not offered — grouped by namespace, engine, priority
-and Batch, and who holds or was offered what. `pick(namespace, engine)` chooses the next job for
-a worker: the highest priority first; among the Batches of that priority the one with the
-fewest jobs leased or offered (fair share: a small Batch behind a big one starts at once); the
-lowest index (or oldest job) within it.
+in backoff, not suspended, attempts left, not offered — grouped by lane (namespace, pool,
+engine asked for), priority and Batch, and who holds or was offered what.
+`pick(namespace, engine, pool)` chooses the next job for a worker: the highest priority first;
+among the Batches of that priority the one with the fewest jobs leased or offered (fair share:
+a small Batch behind a big one starts at once); the lowest index (or oldest job) within it.
 
-**Offers ahead** (opt-in: `ahead_seconds` > 0). A worker whose recent jobs each took less than
-`ahead_seconds` is offered its next job while it still holds one, so that it claims the next
-one as soon as it completes, not after a round trip through the operator. Only while its
+**Slots.** A worker with `slots` leases at once (its registration says how many) is offered up
+to as many jobs as it has slots free: slots minus the jobs it holds minus its offers. Workers
+with every slot free come first, then those with some.
+
+**Offers ahead** (opt-in: `ahead_seconds` > 0; workers of one slot). A worker whose recent
+jobs each took less than `ahead_seconds` is offered its next job while it still holds one, so
+that it claims the next one as soon as it completes, not after a round trip through the
+operator. Only while its
 current job is itself younger than `ahead_seconds`: a job that runs long gets at most that one
 offer ahead, which is withdrawn after `offer_seconds` like any other. Jobs of minutes never get
 one. An offer ahead is also withdrawn when a job of higher priority becomes claimable in its
@@ -33,10 +38,10 @@ from dataclasses import dataclass, field
 
 from recall.operator.cache import JobRecord
 from recall.protocol.observer import JobKey
-from recall.resources import Phase
+from recall.resources import DEFAULT_POOL, Phase
 
 WorkerKey = tuple[str, str]  # (namespace, worker id)
-Pool = tuple[str, str | None]  # (namespace, the engine a job asks for, or None for any)
+Lane = tuple[str, str, str | None]  # (namespace, pool, the engine a job asks for or None: any)
 Group = str | None  # the Batch, or None for jobs without one
 SortKey = tuple[int, str]  # (index or 0, creation time + name) — smallest first
 
@@ -53,12 +58,22 @@ def ready(r: JobRecord) -> bool:
     )
 
 
-def pools_for(namespace: str, engine: str) -> list[Pool]:
-    """The pools a worker of `engine` takes from: jobs asking for it, and (real engines only)
-    jobs asking for none."""
-    return (
-        [(namespace, engine)] if engine == "simulated" else [(namespace, engine), (namespace, None)]
-    )
+def lanes_for(namespace: str, engine: str, pool: str = DEFAULT_POOL) -> list[Lane]:
+    """The lanes a worker of `engine` in `pool` takes from: its pool's jobs asking for its
+    engine, and (real engines only) those asking for none."""
+    if engine == "simulated":
+        return [(namespace, pool, engine)]
+    return [(namespace, pool, engine), (namespace, pool, None)]
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """A live worker as dispatch sees it."""
+
+    key: WorkerKey
+    engine: str
+    pool: str = DEFAULT_POOL
+    slots: int = 1
 
 
 @dataclass
@@ -86,15 +101,15 @@ class ReadyQueue:
         self._held_since: dict[WorkerKey, _Hold] = {}
         self._last_hold: dict[WorkerKey, float] = {}
         self._lock = threading.Lock()
-        self._where: dict[JobKey, tuple[Pool, int, Group, SortKey]] = {}
-        self._heaps: defaultdict[Pool, defaultdict[int, dict[Group, _Heap]]] = defaultdict(
+        self._where: dict[JobKey, tuple[Lane, int, Group, SortKey]] = {}
+        self._heaps: defaultdict[Lane, defaultdict[int, dict[Group, _Heap]]] = defaultdict(
             lambda: defaultdict(dict)
         )
         self._active: defaultdict[tuple[str, Group], int] = defaultdict(int)
         self._activity: dict[JobKey, tuple[str, Group]] = {}
-        self.holding: dict[WorkerKey, JobKey] = {}
+        self.holding: defaultdict[WorkerKey, set[JobKey]] = defaultdict(set)
         self.offered: dict[JobKey, WorkerKey] = {}
-        self._offered_by: dict[WorkerKey, JobKey] = {}
+        self._offered_by: defaultdict[WorkerKey, set[JobKey]] = defaultdict(set)
 
     # -- the cache's listener ----------------------------------------------------------------
 
@@ -110,7 +125,7 @@ class ReadyQueue:
     def _hold_ended(self, worker: WorkerKey, key: JobKey) -> None:
         """`worker` held `key`; if it does not any more, remember how long it did."""
         hold = self._held_since.get(worker)
-        if hold is None or hold.job != key or self.holding.get(worker) == key:
+        if hold is None or hold.job != key or key in self.holding.get(worker, ()):
             return
         del self._held_since[worker]
         self._last_hold[worker] = self.clock() - hold.since
@@ -120,22 +135,22 @@ class ReadyQueue:
         group = self._activity.pop(r.key, None)
         if group is not None:
             self._active[group] -= 1
-        if r.lease is not None and self.holding.get((r.namespace, r.lease.holder)) == r.key:
-            del self.holding[(r.namespace, r.lease.holder)]
+        if r.lease is not None:
+            _discard(self.holding, (r.namespace, r.lease.holder), r.key)
         worker = self.offered.pop(r.key, None)
-        if worker is not None and self._offered_by.get(worker) == r.key:
-            del self._offered_by[worker]
+        if worker is not None:
+            _discard(self._offered_by, worker, r.key)
 
     def _add(self, r: JobRecord) -> None:
         if r.phase is Phase.LEASED and r.lease is not None:
             worker = (r.namespace, r.lease.holder)
-            self.holding[worker] = r.key
+            self.holding[worker].add(r.key)
             hold = self._held_since.get(worker)
             if self.ahead_seconds > 0 and (hold is None or hold.job != r.key):
                 self._held_since[worker] = _Hold(r.key, self.clock())
         if r.phase is Phase.QUEUED and r.offer is not None:
             self.offered[r.key] = (r.namespace, r.offer)
-            self._offered_by[(r.namespace, r.offer)] = r.key
+            self._offered_by[(r.namespace, r.offer)].add(r.key)
             self.offered_at.setdefault(r.key, self.clock())
         else:
             self.offered_at.pop(r.key, None)
@@ -144,23 +159,30 @@ class ReadyQueue:
             self._activity[r.key] = group
             self._active[group] += 1
         if ready(r):
-            pool = (r.namespace, r.engine)
+            lane = (r.namespace, r.pool, r.engine)
             created = r.created.isoformat() if r.created else ""
             sort = (r.index if r.index is not None else 0, f"{created}/{r.name}")
-            self._where[r.key] = (pool, r.priority, r.batch, sort)
+            self._where[r.key] = (lane, r.priority, r.batch, sort)
             heapq.heappush(
-                self._heaps[pool][r.priority].setdefault(r.batch, _Heap()).entries, (sort, r.key)
+                self._heaps[lane][r.priority].setdefault(r.batch, _Heap()).entries, (sort, r.key)
             )
 
     # -- the dispatcher's side ---------------------------------------------------------------
 
-    def state(self, worker: WorkerKey) -> str:
-        """`idle` (no job, no offer), `ahead` (holds a job and is due an offer ahead, see the
-        module docstring) or `busy`."""
+    def free(self, worker: WorkerKey, slots: int = 1) -> int:
+        """Slots of `worker` neither holding a job nor offered one."""
         with self._lock:
-            if worker in self._offered_by:
+            return max(
+                0, slots - len(self.holding.get(worker, ())) - len(self._offered_by.get(worker, ()))
+            )
+
+    def state(self, worker: WorkerKey) -> str:
+        """For a worker of one slot: `idle` (no job, no offer), `ahead` (holds a job and is due
+        an offer ahead, see the module docstring) or `busy`."""
+        with self._lock:
+            if self._offered_by.get(worker):
                 return "busy"
-            if worker not in self.holding:
+            if not self.holding.get(worker):
                 return "idle"
             last = self._last_hold.get(worker)
             hold = self._held_since.get(worker)
@@ -176,25 +198,32 @@ class ReadyQueue:
     def busy(self) -> set[WorkerKey]:
         """The workers that hold a job or were offered one (the autoscaler drains neither)."""
         with self._lock:
-            return set(self.holding) | set(self._offered_by)
+            return {w for w, jobs in self.holding.items() if jobs} | {
+                w for w, jobs in self._offered_by.items() if jobs
+            }
 
-    def ahead_offers(self) -> list[JobKey]:
-        """Offers to workers that still hold a job (offers ahead, not yet claimable)."""
+    def ahead_offers(self, slots: dict[WorkerKey, int] | None = None) -> list[JobKey]:
+        """Offers to workers that hold as many jobs as they have slots (offers ahead, not yet
+        claimable); `slots` says how many each has (1 when not named)."""
         with self._lock:
-            return [key for key, worker in self.offered.items() if worker in self.holding]
+            return [
+                key
+                for key, worker in self.offered.items()
+                if len(self.holding.get(worker, ())) >= (slots or {}).get(worker, 1)
+            ]
 
-    def top_priority(self, pool: Pool) -> int | None:
-        """The highest priority of a claimable job in `pool`, or None (stale heap heads are
+    def top_priority(self, lane: Lane) -> int | None:
+        """The highest priority of a claimable job in `lane`, or None (stale heap heads are
         dropped on the way, so the answer is exact)."""
         with self._lock:
-            priorities = self._heaps.get(pool)
+            priorities = self._heaps.get(lane)
             if not priorities:
                 return None
             for priority in sorted(priorities, reverse=True):
                 for group, heap in list(priorities[priority].items()):
                     while heap.entries:
                         sort, key = heap.entries[0]
-                        if self._where.get(key) == (pool, priority, group, sort):
+                        if self._where.get(key) == (lane, priority, group, sort):
                             return priority
                         heapq.heappop(heap.entries)
                     del priorities[priority][group]
@@ -206,35 +235,35 @@ class ReadyQueue:
             for worker in self._last_hold.keys() - alive:
                 del self._last_hold[worker]
 
-    def pick(self, namespace: str, engine: str) -> JobKey | None:
-        """The next job for a worker of `engine` in `namespace` (see the module docstring),
-        taken out of the queue; None when nothing is claimable for it."""
+    def pick(self, namespace: str, engine: str, pool: str = DEFAULT_POOL) -> JobKey | None:
+        """The next job for a worker of `engine` in `pool` of `namespace` (see the module
+        docstring), taken out of the queue; None when nothing is claimable for it."""
         with self._lock:
-            pools = pools_for(namespace, engine)
+            lanes = lanes_for(namespace, engine, pool)
             while True:
-                choice = self._best(pools)
+                choice = self._best(lanes)
                 if choice is None:
                     return None
-                pool, priority, group = choice
-                heap = self._heaps[pool][priority][group].entries
+                lane, priority, group = choice
+                heap = self._heaps[lane][priority][group].entries
                 sort, key = heapq.heappop(heap)
                 if not heap:
-                    del self._heaps[pool][priority][group]
+                    del self._heaps[lane][priority][group]
                 where = self._where.get(key)
-                if where is not None and where == (pool, priority, group, sort):
+                if where is not None and where == (lane, priority, group, sort):
                     del self._where[key]
                     return key
 
-    def _best(self, pools: list[Pool]) -> tuple[Pool, int, Group] | None:
-        best: tuple[int, int, str, Pool, Group] | None = None
-        for pool in pools:
-            for priority, groups in self._heaps[pool].items():
+    def _best(self, lanes: list[Lane]) -> tuple[Lane, int, Group] | None:
+        best: tuple[int, int, str, Lane, Group] | None = None
+        for lane in lanes:
+            for priority, groups in self._heaps[lane].items():
                 for group, heap in groups.items():
                     if not heap.entries:
                         continue
-                    active = self._active.get((pool[0], group), 0)
+                    active = self._active.get((lane[0], group), 0)
                     # highest priority, then fewest active, then a stable order of groups
-                    rank = (-priority, active, group or "", pool, group)
+                    rank = (-priority, active, group or "", lane, group)
                     if best is None or rank[:3] < best[:3]:
                         best = rank
         if best is None:
@@ -245,10 +274,10 @@ class ReadyQueue:
         """Record an offer just written, before the watch brings it back."""
         with self._lock:
             self.offered[key] = worker
-            self._offered_by[worker] = key
+            self._offered_by[worker].add(key)
             self.offered_at[key] = self.clock()
             hold = self._held_since.get(worker)
-            if hold is not None and worker in self.holding:
+            if hold is not None and self.holding.get(worker):
                 hold.offered = True  # one offer ahead per job held, even if it is withdrawn
 
     def stale_offers(self, now_mono: float, seconds: float, alive: set[WorkerKey]) -> list[JobKey]:
@@ -261,9 +290,25 @@ class ReadyQueue:
             ]
 
 
-def idle(alive: list[tuple[WorkerKey, str]], queue: ReadyQueue) -> list[tuple[WorkerKey, str]]:
-    """The live workers (key, engine) to offer a job to, in order: the idle ones (no job, no
-    offer) first, then those due an offer ahead — a job never waits for a busy worker while
-    an idle one could take it."""
-    states = [(queue.state(w), (w, engine)) for w, engine in alive]
-    return [w for s, w in states if s == "idle"] + [w for s, w in states if s == "ahead"]
+def idle(alive: list[Capacity], queue: ReadyQueue) -> list[Capacity]:
+    """The live workers to offer a job to, one entry per job to offer, in order: those with
+    every slot free first, then those with some free, then those of one slot due an offer
+    ahead — a job never waits for a busy worker while an idle one could take it."""
+    whole, some, ahead = [], [], []
+    for w in alive:
+        free = queue.free(w.key, w.slots)
+        if free == w.slots:
+            whole.extend([w] * free)
+        elif free:
+            some.extend([w] * free)
+        elif w.slots == 1 and queue.state(w.key) == "ahead":
+            ahead.append(w)
+    return whole + some + ahead
+
+
+def _discard(index: defaultdict[WorkerKey, set[JobKey]], worker: WorkerKey, key: JobKey) -> None:
+    jobs = index.get(worker)
+    if jobs is not None:
+        jobs.discard(key)
+        if not jobs:
+            del index[worker]

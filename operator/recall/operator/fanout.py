@@ -46,6 +46,8 @@ def job_for_item(batch: Batch, item: Item) -> dict[str, Any]:
         spec["language"] = language
     if d.checkpoint_seconds is not None:
         spec["checkpointSeconds"] = d.checkpoint_seconds
+    if d.pool is not None:
+        spec["pool"] = d.pool
     if d.engine is not None:
         spec["engine"] = d.engine.to_api()
     if d.output is not None:

@@ -1,14 +1,16 @@
 """The outstanding work of a worker pool over HTTP, as JSON: what KEDA's `metrics-api` trigger
 reads (`worker.autoscaling.mode: keda` in the chart).
 
-    GET /workload?namespace=recall&engine=whisper
-    200 {"namespace": "recall", "engine": "whisper", "queued": 12, "leased": 4, "outstanding": 16}
+    GET /workload?namespace=recall&engine=whisper&pool=gpu
+    200 {"namespace": "recall", "engine": "whisper", "pool": "gpu", "queued": 12, "leased": 4,
+         "outstanding": 16}
     503 {"error": "..."}      while the operator's view of the jobs is not current
 
 `outstanding` is the quantity the built-in autoscaler scales on (`recall.operator.workload`):
-claimable Queued jobs plus Leased ones, one worker each (the trigger's `targetValue: "1"`,
-`valueLocation: outstanding`). The query's namespace and engine default to the operator's
-`autoscale_namespace` and `autoscale_engine`.
+claimable Queued jobs plus Leased ones, one slot each (the trigger's `targetValue` is the
+pool's slots per worker, `valueLocation: outstanding`). The query's namespace and engine
+default to the operator's `autoscale_namespace` and `autoscale_engine`, the pool to
+`default`.
 
 A view that is not current answers 503, never a guess: KEDA counts the failure, and after
 `fallback.failureThreshold` of them applies its fallback (`currentReplicasIfHigher` in the
@@ -26,15 +28,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from recall.operator.workload import Workload
+from recall.resources import DEFAULT_POOL
 
 PATH = "/workload"
 
 
-def body(workload: Workload, namespace: str, engine: str) -> dict[str, object]:
-    work = workload.of(namespace, engine)
+def body(
+    workload: Workload, namespace: str, engine: str, pool: str = DEFAULT_POOL
+) -> dict[str, object]:
+    work = workload.of(namespace, engine, pool)
     return {
         "namespace": namespace,
         "engine": engine,
+        "pool": pool,
         "queued": work.queued,
         "leased": work.leased,
         "outstanding": work.total,
@@ -65,7 +71,8 @@ def make_server(
                 return
             ns = (query.get("namespace") or [namespace])[0]
             eng = (query.get("engine") or [engine])[0]
-            self._send(200, body(workload, ns, eng))
+            pool = (query.get("pool") or [DEFAULT_POOL])[0]
+            self._send(200, body(workload, ns, eng, pool))
 
         def _send(self, code: int, payload: dict[str, object]) -> None:
             data = (json.dumps(payload) + "\n").encode()

@@ -29,6 +29,8 @@ class Seen:
     renew_time: str
     duration: float
     observed_at: float
+    pool: str = workers.DEFAULT_POOL
+    slots: int = 1
     state: str | None = None
     drain: str | None = None
     answered: str | None = None
@@ -84,6 +86,8 @@ class Registry:
                     renew_time=record.renew_time,
                     duration=record.duration,
                     observed_at=self.clock(),
+                    pool=record.pool,
+                    slots=record.slots,
                 )
             # A write by someone else (a drain request) is no sign of life, but news.
             self._seen[key] = replace(

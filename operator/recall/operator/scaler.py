@@ -35,6 +35,7 @@ ReplicaSet controller before it chooses (readiness already ranks drained pods fi
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, replace
 
 from recall.operator.workload import Outstanding
@@ -65,6 +66,7 @@ class Policy:
     cooldown: float = 300.0
     step: int = 2
     mark_pods: bool = True
+    slots: int = 1  # leases one worker of the pool holds at once
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,8 @@ class Decision:
 
 
 def desired_count(work: Outstanding, policy: Policy) -> int:
-    return max(policy.minimum, min(policy.maximum, work.total))
+    """Workers for the outstanding jobs, `slots` of them to a worker, within min and max."""
+    return max(policy.minimum, min(policy.maximum, math.ceil(work.total / max(1, policy.slots))))
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from recall.operator.scaler import (
 )
 from recall.operator.workload import Workload
 from recall.protocol.workers import lease_name, read, with_drain
-from recall.resources import label_value
+from recall.resources import DEFAULT_POOL, label_value
 
 _log = log.get("scaler")
 STATUS_ANNOTATION = "recall.dev/autoscaler"
@@ -59,11 +59,12 @@ HELD = (Reason.STALE, Reason.REFUSED, Reason.MISSING)
 
 @dataclass(frozen=True)
 class Target:
-    """The worker Deployment to scale, and the engine of its pool of jobs."""
+    """The worker Deployment to scale: its namespace, its pool and the pool's engine."""
 
     namespace: str
     deployment: str
     engine: str
+    pool: str = DEFAULT_POOL
 
 
 @dataclass
@@ -176,7 +177,7 @@ class Scaler:
     def observe(self) -> tuple[Inputs, RawObject | None]:
         """The inputs of one decision, and the Deployment as read (None if missing)."""
         t = self.target
-        work = self.sources.workload.of(t.namespace, t.engine)
+        work = self.sources.workload.of(t.namespace, t.engine, t.pool)
         stale = self.sources.stale()
         try:
             scale = self.store.get_scale(t.namespace, t.deployment)
@@ -215,7 +216,9 @@ class Scaler:
         seen = [
             s
             for s in self.sources.registry.alive(now)
-            if s.namespace == self.target.namespace and s.engine == engine
+            if s.namespace == self.target.namespace
+            and s.engine == engine
+            and s.pool == self.target.pool
         ]
         asked = {(s.worker, s.drain) for s in seen if s.drain and not s.answered}
         self._asked_at = {k: v for k, v in self._asked_at.items() if k in asked}
@@ -390,7 +393,7 @@ class Scaler:
         current = report.scaled if report.scaled is not None else d.current
         metrics.WORKERS_CURRENT.set(current or 0)
         metrics.WORKERS_DRAINING.set(d.draining)
-        work = self.sources.workload.of(self.target.namespace, self.target.engine)
+        work = self.sources.workload.of(self.target.namespace, self.target.engine, self.target.pool)
         metrics.OUTSTANDING.labels(phase="Queued").set(work.queued)
         metrics.OUTSTANDING.labels(phase="Leased").set(work.leased)
         for reason in Reason:

@@ -2,14 +2,15 @@
 
     workload = Workload()
     cache.listeners.append(workload.update)      # kept current from every job change
-    workload.of("recall", "whisper")             # → Outstanding(queued=12, leased=4)
+    workload.of("recall", "whisper", "gpu")      # → Outstanding(queued=12, leased=4)
 
-A pool is the workers of one engine in one namespace (one worker Deployment). Its outstanding
-work is the jobs it could run now plus the jobs it runs: **claimable Queued** jobs (not
-suspended, not in backoff, attempts left — offered or not) and **Leased** ones, of the engines
-the pool takes (`dispatch.pools_for`: jobs that ask for its engine, and, for a real engine,
-jobs that ask for none). Leased jobs count because a worker holds one job at a time: a scaler
-that counted the queue alone would remove busy workers as they empty it.
+A pool is the workers of one name and one engine in one namespace (one worker Deployment). Its
+outstanding work is the jobs it could run now plus the jobs it runs: **claimable Queued** jobs
+(not suspended, not in backoff, attempts left — offered or not) and **Leased** ones, of the
+pool (`spec.pool`, none: `default`) and the engines it takes (`dispatch.lanes_for`: jobs that
+ask for its engine, and, for a real engine, jobs that ask for none). Leased jobs count because
+a slot holds one job at a time: a scaler that counted the queue alone would remove busy
+workers as they empty it. A scaler divides the count by the pool's slots per worker.
 
 Kept incrementally as a `JobCache` listener (O(1) per change, whatever the number of jobs), so
 the built-in scaler (`recall.operator.scaling`) and the KEDA endpoint
@@ -25,8 +26,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from recall.operator.cache import JobRecord
-from recall.operator.dispatch import Pool, pools_for
-from recall.resources import Phase
+from recall.operator.dispatch import Lane, lanes_for
+from recall.resources import DEFAULT_POOL, Phase
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ class Workload:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queued: defaultdict[Pool, int] = defaultdict(int)
-        self._leased: defaultdict[Pool, int] = defaultdict(int)
+        self._queued: defaultdict[Lane, int] = defaultdict(int)
+        self._leased: defaultdict[Lane, int] = defaultdict(int)
 
     def update(self, old: JobRecord | None, new: JobRecord | None) -> None:
         """The cache's listener: `old` became `new` (None: created or deleted)."""
@@ -69,17 +70,17 @@ class Workload:
                 self._count(new, +1)
 
     def _count(self, r: JobRecord, delta: int) -> None:
-        pool = (r.namespace, r.engine)
+        lane = (r.namespace, r.pool, r.engine)
         if r.phase is Phase.LEASED:
-            self._leased[pool] += delta
+            self._leased[lane] += delta
         elif claimable(r):
-            self._queued[pool] += delta
+            self._queued[lane] += delta
 
-    def of(self, namespace: str, engine: str) -> Outstanding:
-        """The outstanding work of the pool of `engine` workers in `namespace`."""
+    def of(self, namespace: str, engine: str, pool: str = DEFAULT_POOL) -> Outstanding:
+        """The outstanding work of `pool` (its workers run `engine`) in `namespace`."""
         with self._lock:
-            pools = pools_for(namespace, engine)
+            lanes = lanes_for(namespace, engine, pool)
             return Outstanding(
-                queued=sum(self._queued.get(p, 0) for p in pools),
-                leased=sum(self._leased.get(p, 0) for p in pools),
+                queued=sum(self._queued.get(p, 0) for p in lanes),
+                leased=sum(self._leased.get(p, 0) for p in lanes),
             )

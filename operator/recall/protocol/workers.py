@@ -1,7 +1,8 @@
 """The worker registration record: how a worker says it is alive, and how that is read.
 
 Each worker keeps one coordination.k8s.io Lease, `recall-worker-<id>`, in its namespace,
-labelled with the component and its engine, and renews it every third of its duration. The
+labelled with the component, its engine and its pool, annotated with its slots (the leases it
+holds at once), and renews it every third of its duration. The
 worker writes it (`recall.worker.registration`), the operator reads every one of them
 (`recall.operator.registry`): this module is the record both sides agree on, so neither needs
 the other. Pure: no I/O and no clock; a registration's liveness is judged by its reader, on
@@ -34,9 +35,13 @@ import datetime as dt
 from dataclasses import dataclass
 
 from recall.base.clock import micro
-from recall.resources import LABEL_COMPONENT, RawObject, label_value
+from recall.resources import DEFAULT_POOL, LABEL_COMPONENT, RawObject, label_value
+
+__all__ = ["DEFAULT_POOL"]  # re-exported: the registration record's default pool
 
 LABEL_ENGINE = "recall.dev/engine"
+LABEL_POOL = "recall.dev/pool"
+ANNOTATION_SLOTS = "recall.dev/slots"
 SELECTOR = f"{LABEL_COMPONENT}=worker,{LABEL_ENGINE}"
 DEFAULT_DURATION = 15
 ANNOTATION_STATE = "recall.dev/state"
@@ -57,6 +62,8 @@ def registration(
     *,
     duration: int,
     now: dt.datetime,
+    pool: str = DEFAULT_POOL,
+    slots: int = 1,
     resource_version: str | None = None,
     state: str | None = None,
     answer: str | None = None,
@@ -68,11 +75,15 @@ def registration(
     meta: RawObject = {
         "name": lease_name(worker),
         "namespace": namespace,
-        "labels": {LABEL_COMPONENT: "worker", LABEL_ENGINE: label_value(engine)},
+        "labels": {
+            LABEL_COMPONENT: "worker",
+            LABEL_ENGINE: label_value(engine),
+            LABEL_POOL: label_value(pool),
+        },
     }
-    annotations = {
-        k: v for k, v in (keep or {}).items() if k not in (ANNOTATION_STATE, ANNOTATION_ANSWER)
-    }
+    owned = (ANNOTATION_STATE, ANNOTATION_ANSWER, ANNOTATION_SLOTS)
+    annotations = {k: v for k, v in (keep or {}).items() if k not in owned}
+    annotations[ANNOTATION_SLOTS] = str(slots)
     if state is not None:
         annotations[ANNOTATION_STATE] = state
     if answer is not None:
@@ -102,6 +113,8 @@ class Registered:
     engine: str
     renew_time: str
     duration: float
+    pool: str = DEFAULT_POOL
+    slots: int = 1  # leases the worker holds at once
     state: str | None = None
     drain: str | None = None  # the operator's drain request, if any
     answered: str | None = None  # the worker's answer to that request: drained, busy or None
@@ -132,12 +145,19 @@ def read(raw: RawObject) -> Registered:
     annotations = meta.get("annotations") or {}
     drain = annotations.get(ANNOTATION_DRAIN) or None
     request, _, said = str(annotations.get(ANNOTATION_ANSWER) or "").rpartition("=")
+    labels = meta.get("labels") or {}
+    try:
+        slots = max(1, int(annotations.get(ANNOTATION_SLOTS) or 1))
+    except ValueError:
+        slots = 1
     return Registered(
         worker=str(spec.get("holderIdentity") or ""),
         namespace=str(meta.get("namespace") or ""),
-        engine=str((meta.get("labels") or {}).get(LABEL_ENGINE) or ""),
+        engine=str(labels.get(LABEL_ENGINE) or ""),
         renew_time=str(spec.get("renewTime") or ""),
         duration=float(spec.get("leaseDurationSeconds") or DEFAULT_DURATION),
+        pool=str(labels.get(LABEL_POOL) or DEFAULT_POOL),
+        slots=slots,
         state=annotations.get(ANNOTATION_STATE) or None,
         drain=drain,
         answered=said if drain is not None and request == drain else None,

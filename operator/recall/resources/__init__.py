@@ -46,6 +46,7 @@ from recall.resources.common import (
 )
 from recall.resources.job import (
     AUTO,
+    DEFAULT_POOL,
     FORMATS,
     EngineName,
     EngineSpec,
@@ -72,6 +73,7 @@ __all__ = [
     "API_VERSION",
     "AUTO",
     "BATCH_PLURAL",
+    "DEFAULT_POOL",
     "FORMATS",
     "GROUP",
     "ITEM_PHASE_OF_JOB",

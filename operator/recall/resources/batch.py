@@ -55,6 +55,7 @@ class ItemList(Model):
 class JobDefaults(Model):
     language: str | None = None
     engine: EngineSpec | None = None
+    pool: str | None = None
     lease_duration_seconds: int = 120
     checkpoint_seconds: float | None = None
     max_attempts: int = 5

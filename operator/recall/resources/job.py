@@ -10,6 +10,7 @@ from pydantic import Field
 
 from recall.resources.common import LABEL_SUSPENDED, Condition, Model, Resource
 
+DEFAULT_POOL = "default"  # the pool of a job that names none
 
 class Phase(StrEnum):
     """Phase of a TranscriptionJob."""
@@ -91,6 +92,7 @@ class JobSpec(Model):
     vocabulary: list[str] | None = None
     batch_ref: str | None = None
     item: str | None = None
+    pool: str | None = None
     lease_duration_seconds: int = 120
     checkpoint_seconds: float | None = None
     max_attempts: int = 5
@@ -192,6 +194,11 @@ class TranscriptionJob(Resource):
     kind: str = "TranscriptionJob"
     spec: JobSpec
     status: JobStatus = Field(default_factory=JobStatus)
+
+    @property
+    def pool(self) -> str:
+        """The worker pool the job belongs to (`spec.pool`; none: the pool named default)."""
+        return self.spec.pool or DEFAULT_POOL
 
     @property
     def suspended(self) -> bool:

@@ -7,12 +7,12 @@
 
 The operator asks an idle worker to drain through its registration Lease
 (`recall.protocol.workers`); the registration thread reads the request at its next renewal
-and calls `answer`. The loop holds the turn lock from the moment it picks a job until the work
-on it ended, so `answer` can promise `drained` only while no job is picked, claimed or worked:
-it takes the lock (waiting at most `wait` seconds), records the request, and from then on every
-turn is closed — no pick, no claim, no self-service — until the request is removed (`answer(None)`
-reopens the turns). A worker that cannot take the lock in time is busy and says so; it is asked
-again at the next renewal if the request is still there.
+and calls `answer`. Each of the worker's slots holds a turn from the moment it picks a job
+until the work on it ended, so `answer` can promise `drained` only while no job is picked,
+claimed or worked by any slot: it waits (at most `wait` seconds) until no turn is held, records
+the request, and from then on every turn is closed — no pick, no claim, no self-service — until
+the request is removed (`answer(None)` reopens the turns). A worker whose turns do not end in
+time is busy and says so; it is asked again at the next renewal if the request is still there.
 
 `draining()` is what `/readyz` reads: a draining worker is not ready, so a ReplicaSet removes
 it before any ready pod. Not guaranteed: that the operator hears the answer soon (it arrives
@@ -37,7 +37,8 @@ class Drain:
     def __init__(self, worker: str = "", *, wait: float = 0.5) -> None:
         self.worker = worker
         self.wait = wait
-        self._turn = threading.Lock()  # held for one pick → claim → work
+        self._cond = threading.Condition()
+        self._turns = 0  # turns held: one per slot from a pick to the end of its work
         self._request: str | None = None  # the request answered `drained`, while it stands
         self._open = threading.Event()  # set while not draining
         self._open.set()
@@ -52,9 +53,19 @@ class Drain:
 
     @contextmanager
     def turn(self) -> Iterator[bool]:
-        """One turn of the loop: yields False (take nothing) while draining."""
-        with self._turn:
-            yield self._request is None
+        """One turn of a slot's loop: yields False (take nothing) while draining. Several
+        slots hold turns at once; a drain is promised only while none does."""
+        with self._cond:
+            open_ = self._request is None
+            if open_:
+                self._turns += 1
+        try:
+            yield open_
+        finally:
+            if open_:
+                with self._cond:
+                    self._turns -= 1
+                    self._cond.notify_all()
 
     def answer(self, request: str | None) -> tuple[str, str | None]:
         """The registration found drain `request` (None: none) on the Lease. Returns the state
@@ -67,19 +78,15 @@ class Drain:
             return (IDLE if self._free() else BUSY), None
         if self._request == request:
             return DRAINING, answer(request, drained=True)
-        if not self._turn.acquire(timeout=self.wait):
-            _log.info("drain_refused", worker=self.worker, request=request)
-            return BUSY, answer(request, drained=False)
-        try:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._turns == 0, timeout=self.wait):
+                _log.info("drain_refused", worker=self.worker, request=request)
+                return BUSY, answer(request, drained=False)
             self._request = request  # from here on no turn opens
             self._open.clear()
-        finally:
-            self._turn.release()
         _log.info("drained", worker=self.worker, request=request)
         return DRAINING, answer(request, drained=True)
 
     def _free(self) -> bool:
-        if not self._turn.acquire(timeout=self.wait):
-            return False
-        self._turn.release()
-        return True
+        with self._cond:
+            return self._cond.wait_for(lambda: self._turns == 0, timeout=self.wait)

@@ -1,6 +1,6 @@
-"""The worker: rent one job at a time, transcribe it, hand in the result.
+"""The worker: rent one job at a time in each of its slots, transcribe it, hand in the result.
 
-    run():  until stopped
+    run():  in each slot (`settings.slots` of them, 1 by default), until stopped
               pick a claimable job from the queue → claim it (`LeaseHolder.claim`; 409 means
               someone else won) → work(holder):
                 a `Heartbeater` renews on the cadence (`recall.worker.cadence`), carrying the
@@ -93,6 +93,7 @@ class Worker:
                 settings.id,
                 engine.name,
                 self_serve_seconds=settings.self_serve_seconds,
+                pool=settings.pool,
             )
             self.registration = Registration(
                 store,
@@ -102,6 +103,8 @@ class Worker:
                 duration=settings.registration_seconds,
                 period=settings.registration_seconds / 3,
                 drain=self.drain,
+                pool=settings.pool,
+                slots=settings.slots,
             )
         else:
             self.queue = JobQueue(
@@ -110,11 +113,16 @@ class Worker:
                 engine.name,
                 window=settings.pick_window,
                 relist_seconds=settings.relist_seconds,
+                pool=settings.pool,
             )
         self.held = HeldJobs(store, namespace, settings.id)
         self.stopping = threading.Event()
         self._stop_deadline: float | None = None
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
+        self._slot = threading.local()  # each slot's engine thread (its executor)
+        self._executors: list[concurrent.futures.ThreadPoolExecutor] = []
+        self._lock = threading.Lock()  # the slots' shared counts and reservations
+        self._taking: set[tuple[str, str]] = set()  # jobs a slot picked and is claiming or works
+        self._enough = threading.Event()  # max_jobs reached: no slot takes another
         self.results = results
         self.transcription = Transcription(results, engine, self._call, self._check_stop)
         self.store_broken: str | None = None  # why the results store refused, until a probe works
@@ -136,7 +144,8 @@ class Worker:
             self.queue.stop()
 
     def run(self) -> int:
-        """Take jobs until stopped, idle for `idle_exit_seconds`, or `max_jobs` are done."""
+        """Take jobs until stopped, idle for `idle_exit_seconds`, or `max_jobs` are done: one
+        loop per slot (`settings.slots`), each holding at most one lease at a time."""
         self.queue.start()
         self.held.start()
         if self.registration is not None:
@@ -146,27 +155,28 @@ class Worker:
             engine=self.engine.label(),
             namespace=self.namespace,
             dispatch=self.settings.dispatch,
+            pool=self.settings.pool,
+            slots=self.settings.slots,
         )
-        idle_since = time.monotonic()
         try:
-            while not self.stopping.is_set():
-                self.beat()
-                if self.run_once():
-                    idle_since = time.monotonic()
-                    if self.settings.max_jobs and self.jobs_done >= self.settings.max_jobs:
-                        break
-                    continue
-                idle = self.settings.idle_exit_seconds
-                if idle and time.monotonic() - idle_since > idle:
-                    self.log.info("worker_idle_exit", idle_seconds=idle)
-                    break
-                self.queue.wait(timeout=1.0 if idle else 5.0)
+            if self.settings.slots == 1:
+                self._slot_loop()
+            else:
+                slots = [
+                    threading.Thread(target=self._slot_loop, name=f"slot-{i}", daemon=True)
+                    for i in range(self.settings.slots)
+                ]
+                for t in slots:
+                    t.start()
+                for t in slots:
+                    t.join()
         finally:
             self.queue.stop()
             self.held.stop()
             if self.registration is not None:
                 self.registration.stop()
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            for executor in self._executors:
+                executor.shutdown(wait=False, cancel_futures=True)
             self.log.info(
                 "worker_stopped",
                 jobs=self.jobs_done,
@@ -174,6 +184,20 @@ class Worker:
                 claim_conflicts=self.claim_conflicts,
             )
         return 0
+
+    def _slot_loop(self) -> None:
+        """One slot: take a job, work it, and again, until stopped, idle or enough jobs."""
+        idle_since = time.monotonic()
+        while not self.stopping.is_set() and not self._enough.is_set():
+            self.beat()
+            if self.run_once():
+                idle_since = time.monotonic()
+                continue
+            idle = self.settings.idle_exit_seconds
+            if idle and time.monotonic() - idle_since > idle:
+                self.log.info("worker_idle_exit", idle_seconds=idle)
+                return
+            self.queue.wait(timeout=1.0 if idle else 5.0)
 
     def run_once(self) -> bool:
         """Try to claim one job and work it. True if a claim was tried; a drained worker
@@ -187,14 +211,23 @@ class Worker:
     def _take_one(self) -> bool:
         if self.store_broken is not None and not self._probe_store():
             return False  # the results store refuses: claim nothing that would fail too
-        job = self.queue.pick()
-        if job is None:
-            return False
-        holder = self.claim(job)
-        if holder is None:
-            return True  # lost the race (or the API hiccuped); look again at once
-        self.work(holder)
-        self.jobs_done += 1
+        with self._lock:  # two slots never pick the same job
+            job = self.queue.pick(frozenset(self._taking))
+            if job is None:
+                return False
+            self._taking.add(job.key)
+        try:
+            holder = self.claim(job)
+            if holder is None:
+                return True  # lost the race (or the API hiccuped); look again at once
+            self.work(holder)
+        finally:
+            with self._lock:
+                self._taking.discard(job.key)
+        with self._lock:
+            self.jobs_done += 1
+            if self.settings.max_jobs and self.jobs_done >= self.settings.max_jobs:
+                self._enough.set()
         return True
 
     # -- claim -------------------------------------------------------------------------------
@@ -215,12 +248,14 @@ class Worker:
             return None
         self._api_backoff = 0.0
         if isinstance(result, LeaseHolder):
-            self.claims += 1
+            with self._lock:
+                self.claims += 1
             metrics.CLAIMS.inc()
             return result
         self.queue.discard(job)
         if result.conflicts:
-            self.claim_conflicts += 1
+            with self._lock:
+                self.claim_conflicts += 1
             metrics.CLAIM_CONFLICTS.inc()
         reason = result.refusal.reason if result.refusal else "?"
         self.log.debug("claim_refused", job=job.name, reason=reason)
@@ -265,9 +300,23 @@ class Worker:
             checkpoint=job.spec.checkpoint_seconds or self.settings.checkpoint_seconds,
         )
 
+    def _engine_thread(self) -> concurrent.futures.ThreadPoolExecutor:
+        """This slot's engine thread (one per slot: their engine calls run side by side)."""
+        executor: concurrent.futures.ThreadPoolExecutor | None = getattr(
+            self._slot, "executor", None
+        )
+        if executor is None:
+            executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
+            self._slot.executor = executor
+            with self._lock:
+                self._executors.append(executor)
+        return executor
+
     def _call(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T:
-        """Run `fn` on the engine thread; return early if the lease is lost or grace ends."""
-        future = self._executor.submit(fn)
+        """Run `fn` on the slot's engine thread; return early if the lease is lost or grace
+        ends."""
+        executor = self._engine_thread()
+        future = executor.submit(fn)
         while True:
             try:
                 return future.result(timeout=0.1)
@@ -277,10 +326,8 @@ class Worker:
                 except (LeaseLost, Stopped):
                     cancel.set()
                     # The engine thread may still be busy; a new one serves the next job.
-                    self._executor.shutdown(wait=False, cancel_futures=True)
-                    self._executor = concurrent.futures.ThreadPoolExecutor(
-                        1, thread_name_prefix="engine"
-                    )
+                    executor.shutdown(wait=False, cancel_futures=True)
+                    self._slot.executor = None
                     raise
 
     def _check_stop(self, h: LeaseHolder) -> None:

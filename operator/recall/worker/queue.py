@@ -22,7 +22,9 @@ from typing import Protocol
 
 from recall.kube import JobStore, RawObject, Selector, StoreError
 from recall.kube.informer import Informer, Jobs
-from recall.resources import LABEL_SUSPENDED, TranscriptionJob
+from recall.resources import DEFAULT_POOL, LABEL_SUSPENDED, TranscriptionJob
+
+JobKey = tuple[str, str]  # (namespace, name)
 
 SELECTOR = Selector(fields="status.phase=Queued", labels=f"!{LABEL_SUSPENDED}")
 
@@ -33,13 +35,16 @@ def order_key(job: TranscriptionJob) -> tuple[int, dt.datetime, str]:
     return (-job.spec.priority, created, job.name)
 
 
-def claimable(job: TranscriptionJob, engine: str) -> bool:
-    """Could this worker claim `job` now, by what it can see locally?
+def claimable(job: TranscriptionJob, engine: str, pool: str = DEFAULT_POOL) -> bool:
+    """Could a worker of `engine` in `pool` claim `job` now, by what it can see locally?
 
-    A job that names no engine goes to any real engine; the simulated engine takes only jobs
-    that ask for it, so a test worker never "transcribes" real media with made-up text. A job in
-    backoff waits until the operator ends it.
+    A job belongs to the pool it names (`spec.pool`; none: the pool named default). A job that
+    names no engine goes to any real engine; the simulated engine takes only jobs that ask for
+    it, so a test worker never "transcribes" real media with made-up text. A job in backoff
+    waits until the operator ends it.
     """
+    if job.pool != pool:
+        return False
     wanted = job.spec.engine.name if job.spec.engine else None
     if wanted != engine and (wanted is not None or engine == "simulated"):
         return False
@@ -56,7 +61,9 @@ class Queue(Protocol):
 
     def stop(self) -> None: ...
 
-    def pick(self) -> TranscriptionJob | None: ...
+    def pick(self, exclude: frozenset[JobKey] = frozenset()) -> TranscriptionJob | None:
+        """A claimable job, none of `exclude` (those the worker's other slots are taking)."""
+        ...
 
     def discard(self, job: TranscriptionJob) -> None: ...
 
@@ -64,11 +71,15 @@ class Queue(Protocol):
 
 
 def fair_choice(
-    candidates: list[TranscriptionJob], engine: str, rng: random.Random, window: int = 4
+    candidates: list[TranscriptionJob],
+    engine: str,
+    rng: random.Random,
+    window: int = 4,
+    pool: str = DEFAULT_POOL,
 ) -> TranscriptionJob | None:
     """Self-service: the highest priority; among its Batches one at random (a small Batch is as
     likely as a big one); among that Batch's oldest `window` jobs one at random."""
-    ready = [j for j in candidates if claimable(j, engine)]
+    ready = [j for j in candidates if claimable(j, engine, pool)]
     if not ready:
         return None
     top = max(j.spec.priority for j in ready)
@@ -81,10 +92,14 @@ def fair_choice(
 
 
 def choose(
-    candidates: list[TranscriptionJob], engine: str, window: int, rng: random.Random
+    candidates: list[TranscriptionJob],
+    engine: str,
+    window: int,
+    rng: random.Random,
+    pool: str = DEFAULT_POOL,
 ) -> TranscriptionJob | None:
     """The pure part of `pick`: order, filter and choose among the head of the queue."""
-    ready = sorted((j for j in candidates if claimable(j, engine)), key=order_key)
+    ready = sorted((j for j in candidates if claimable(j, engine, pool)), key=order_key)
     if not ready:
         return None
     return rng.choice(ready[:window])
@@ -152,18 +167,20 @@ class JobQueue(WatchedJobs):
         window: int = 4,
         relist_seconds: float = 300.0,
         rng: random.Random | None = None,
+        pool: str = DEFAULT_POOL,
     ) -> None:
         super().__init__(Jobs(store, namespace, SELECTOR), "queue-watch", relist_seconds)
         self.engine = engine
+        self.pool = pool
         self.window = window
         self.rng = rng or random.Random()
 
     # -- the worker's side -----------------------------------------------------------------------
 
-    def pick(self) -> TranscriptionJob | None:
+    def pick(self, exclude: frozenset[JobKey] = frozenset()) -> TranscriptionJob | None:
         with self._cond:
-            candidates = list(self._jobs.values())
-        return choose(candidates, self.engine, self.window, self.rng)
+            candidates = [j for k, j in self._jobs.items() if k not in exclude]
+        return choose(candidates, self.engine, self.window, self.rng, self.pool)
 
     def wait(self, timeout: float) -> None:
         """Block until the queue changes, `timeout` passes, or the queue stops."""
@@ -190,6 +207,7 @@ class OfferQueue(WatchedJobs):
         self_serve_seconds: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        pool: str = DEFAULT_POOL,
     ) -> None:
         super().__init__(
             Jobs(store, namespace, Selector(fields=f"status.offer.worker={worker}")),
@@ -198,30 +216,33 @@ class OfferQueue(WatchedJobs):
         self.store = store
         self.namespace = namespace
         self.engine = engine
+        self.pool = pool
         self.self_serve_seconds = self_serve_seconds
         self.clock = clock
         self.rng = rng or random.Random()
         self._last_work = clock()
 
-    def pick(self) -> TranscriptionJob | None:
+    def pick(self, exclude: frozenset[JobKey] = frozenset()) -> TranscriptionJob | None:
         with self._cond:
-            offered = sorted(self._jobs.values(), key=order_key)
+            offered = sorted((j for k, j in self._jobs.items() if k not in exclude), key=order_key)
         for job in offered:
-            if claimable(job, self.engine):
+            if claimable(job, self.engine, self.pool):
                 self._last_work = self.clock()
                 return job
         if self.clock() - self._last_work < self.self_serve_seconds:
             return None
         self._last_work = self.clock()
-        return self._serve_self()
+        return self._serve_self(exclude)
 
-    def _serve_self(self) -> TranscriptionJob | None:
+    def _serve_self(self, exclude: frozenset[JobKey]) -> TranscriptionJob | None:
         try:
             page = self.store.list_jobs(self.namespace, SELECTOR, limit=SELF_SERVE_PAGE)
         except StoreError:
             return None
         jobs = [TranscriptionJob.from_api(o) for o in page.items]
-        return fair_choice(jobs, self.engine, self.rng)
+        return fair_choice(
+            [j for j in jobs if j.key not in exclude], self.engine, self.rng, pool=self.pool
+        )
 
     def wait(self, timeout: float) -> None:
         """Block until an offer changes, `timeout` passes, or it is time to serve oneself."""

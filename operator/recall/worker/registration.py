@@ -37,8 +37,12 @@ class Registration:
         duration: int = 15,
         period: float = 5.0,
         drain: Drain | None = None,
+        pool: str = "default",
+        slots: int = 1,
     ) -> None:
         self.store = store
+        self.pool = pool
+        self.slots = slots
         self.drain = drain
         self.namespace = namespace
         self.worker = worker
@@ -72,6 +76,8 @@ class Registration:
             self.engine,
             duration=self.duration,
             now=now,
+            pool=self.pool,
+            slots=self.slots,
             resource_version=version,
             state=state,
             answer=answer,

@@ -50,3 +50,19 @@ def test_fleet_line__before_any_decision_or_under_keda() -> None:
         "spec": {"replicas": 2},
     }
     assert fleet_line(deployment) == "workers w: 2 (keda)"
+
+
+def test_fleet_line__a_pool_of_several_slots_a_worker_counts_its_slots() -> None:
+    status = {"desired": 3, "current": 1, "draining": 0, "reason": "ScaledUp", "message": "m"}
+    deployment = {
+        "metadata": {
+            "name": "w-gpu",
+            "labels": {"recall.dev/autoscaling": "builtin", "recall.dev/pool": "gpu"},
+            "annotations": {STATUS_ANNOTATION: json.dumps(status), "recall.dev/slots": "4"},
+        },
+        "spec": {"replicas": 1},
+    }
+    assert fleet_line(deployment) == (
+        "workers w-gpu (pool gpu): 1 × 4 slots = 4 → 3 × 4 slots = 12 desired, "
+        "0 draining (ScaledUp: m)"
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,7 @@ def record(
     priority: int = 0,
     engine: str | None = "simulated",
     phase: Phase = Phase.QUEUED,
+    pool: str = "default",
 ) -> JobRecord:
     return JobRecord(
         namespace=NS,
@@ -52,6 +54,7 @@ def record(
         created=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         suspended=False,
         engine=engine,
+        pool=pool,
         started_at=None,
         completed_at=None,
         error_reason=None,
@@ -92,8 +95,8 @@ def test_ready_queue__engines_and_staleness() -> None:
     assert q.pick(NS, "whisper") is None
 
 
-def register(store: MemoryStore, worker: str, engine: str = "simulated") -> Registration:
-    r = Registration(store, NS, worker, engine, duration=15)
+def register(store: MemoryStore, worker: str, engine: str = "simulated", **kw: Any) -> Registration:
+    r = Registration(store, NS, worker, engine, duration=15, **kw)
     r.renew_once()
     return r
 
@@ -115,6 +118,25 @@ def test_controller__offers_one_job_to_each_idle_worker() -> None:
     assert sorted(offers) == ["b-i0", "b-i1", "b-i2"]
     op.tick()  # nothing new: each worker has its offer
     assert sum(1 for j in store.list_jobs(NS).items if j["status"].get("offer")) == 3
+
+
+def test_controller__offers_a_worker_of_slots_a_job_per_slot_of_its_own_pool() -> None:
+    store, clock = MemoryStore(), Clock()
+    store.create_batch(NS, batch_manifest("b", [f"i{i}" for i in range(5)]))
+    gpu = batch_manifest("g", ["g0", "g1"])
+    gpu["spec"]["defaults"]["pool"] = "gpu"
+    store.create_batch(NS, gpu)
+    op = Operator(store, clock)
+    op.tick()  # fan-out
+    register(store, "wide", slots=3)
+    register(store, "card", pool="gpu", slots=4)
+    op.tick()
+    offers: dict[str, list[str]] = {}
+    for j in store.list_jobs(NS).items:
+        if j["status"].get("offer"):
+            offers.setdefault(j["status"]["offer"]["worker"], []).append(j["metadata"]["name"])
+    assert sorted(offers["wide"]) == ["b-i0", "b-i1", "b-i2"]  # three slots, three offers
+    assert sorted(offers["card"]) == ["g-g0", "g-g1"]  # only its pool's jobs
 
 
 def test_controller__withdraws_offers_not_taken_up_or_to_dead_workers() -> None:
@@ -294,3 +316,26 @@ def test_controller__an_offer_ahead_is_withdrawn_for_a_more_urgent_job() -> None
     complete(working)
     op.tick()
     assert offers(store) == {"urgent": "w"}
+
+
+def test_ready_queue__a_pool_s_jobs_go_only_to_its_workers() -> None:
+    q = ReadyQueue(lambda: 0.0)
+    q.update(None, record("cpu-0"))
+    q.update(None, record("gpu-0", pool="gpu"))
+    q.update(None, record("gpu-1", pool="gpu"))
+    assert q.pick(NS, "simulated", "gpu") == (NS, "gpu-0")
+    assert q.pick(NS, "simulated") == (NS, "cpu-0")
+    assert q.pick(NS, "simulated") is None  # the default pool's workers never see gpu-1
+    assert q.pick(NS, "simulated", "gpu") == (NS, "gpu-1")
+
+
+def test_idle__a_worker_is_offered_one_job_per_free_slot_whole_workers_first() -> None:
+    from recall.operator.dispatch import Capacity, idle
+
+    q = ReadyQueue(lambda: 0.0)
+    wide = Capacity((NS, "wide"), "simulated", slots=4)
+    narrow = Capacity((NS, "narrow"), "simulated", slots=1)
+    q.offered_to((NS, "x"), wide.key)  # one of wide's slots has an offer
+    offers = idle([wide, narrow], q)
+    assert offers == [narrow, wide, wide, wide]
+    assert q.free(wide.key, 4) == 3 and q.busy() == {wide.key}

@@ -115,10 +115,11 @@ def test_endpoint__serves_the_outstanding_work_where_keda_looks_for_it(
     code, body = get(f"{url}/workload")
     assert code == 200
     # KEDA's metrics-api reads `valueLocation: outstanding` (a GJSON path): a number, one
-    # worker per job (targetValue "1").
+    # slot per job (targetValue: the pool's slots per worker).
     assert body == {
         "namespace": NS,
         "engine": "simulated",
+        "pool": "default",
         "queued": 1,
         "leased": 1,
         "outstanding": 2,

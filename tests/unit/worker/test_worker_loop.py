@@ -530,3 +530,38 @@ def test_worker__a_batched_engine_takes_a_job_s_chunks_in_groups_and_stores_each
     assert transcript is not None
     assert [int(s.text.split()[2]) for s in transcript.segments] == list(range(10))
     store.close()
+
+
+def test_worker__slots_hold_several_leases_at_once_each_its_own(tmp_path: Path) -> None:
+    """Three slots, six jobs of 0.6 s: up to three leases held at once by the one worker, each
+    with its own token; every job done once; two slots never claim the same job."""
+    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    for i in range(6):
+        store.create_job(
+            NS,
+            job_manifest(
+                f"s{i}",
+                engine={"name": "simulated", "simulate": {"chunks": 3, "chunkDelaySeconds": 0.2}},
+            ),
+        )
+    worker = make_worker(store, tmp_path, results, slots=3)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    most = 0
+    while t.is_alive():
+        leased = [j for j in store.list_jobs(NS).items if (j.get("status") or {}).get("lease")]
+        most = max(most, len(leased))
+        time.sleep(0.02)
+    t.join()
+    assert most == 3
+    tokens = set()
+    for i in range(6):
+        job = succeeded(store, f"s{i}")
+        assert job.status.attempts == 1 and job.status.result is not None
+        assert job.status.result.worker == "w1"
+        tokens.add(job.status.result.token)
+    assert len(tokens) == 6
+    assert worker.claims == 6 and worker.claim_conflicts == 0
+    runs = engine_runs(tmp_path, "s0") + engine_runs(tmp_path, "s5")
+    assert sorted(runs) == sorted([(1, c) for c in range(3)] * 2)
+    store.close()
