@@ -174,6 +174,7 @@ def test_kind__a_worker_node_dies_and_its_job_is_reclaimed_and_finishes_on_the_o
                 "defaults": {
                     "language": "en",
                     "leaseDurationSeconds": LEASE,
+                    "checkpointSeconds": 1,  # found mid-way by its progress
                     "maxAttempts": 5,
                     "engine": {"name": "whisper", "chunkSeconds": 10},
                 },

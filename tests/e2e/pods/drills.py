@@ -177,6 +177,7 @@ def batch_manifest(
         "spec": {
             "defaults": {
                 "leaseDurationSeconds": lease,
+                "checkpointSeconds": 1,  # progress the ledger sees every second
                 "maxAttempts": 6,
                 "engine": {
                     "name": "simulated",
