@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recall_dev.chaos.workload import Profile
+from recall_dev.procs import die_with_parent
 
 KILLED = "killed"
 TERMINATED = "terminated"
@@ -129,7 +130,8 @@ class Fleet:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=full,
-                start_new_session=True,
+                start_new_session=True,  # a fault signals one process, never the harness
+                preexec_fn=die_with_parent,  # an interrupted run leaves none behind
             )
         proc = Process(name, role, popen, log, time.time(), fault=fault)
         self.procs.append(proc)
