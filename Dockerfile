@@ -3,6 +3,8 @@
 #   make image                      # = python -m recall_dev.image build: stages build/image/, then
 #                                   #   docker build -t recall.local/recall:dev .
 #   docker run --rm recall.local/recall:dev --help
+#   make image-cuda                 # the CUDA variant: --build-arg VARIANT=cuda, tagged
+#                                   #   recall.local/recall:dev-cuda (docs/gpu.md)
 #
 # No index is reached during the build: `make image` stages in build/image/ the wheels of every
 # locked dependency (hack/image/requirements.lock, checked against its sha256 hashes) and the
@@ -10,7 +12,11 @@
 # needs no network (it runs with --network=none) and a CA store inside the image never matters.
 #
 # Layers, from the least to the most often changed: the base, the user, the dependencies (the
-# lock file and the wheels only: a code change does not rebuild them), the CRDs, the project.
+# lock file and the wheels only: a code change does not rebuild them), the variant's libraries,
+# the CRDs, the project. The variants differ only in the libraries stage (`VARIANT`): `cpu`
+# adds nothing; `cuda` adds the NVIDIA libraries CTranslate2 loads on a GPU, as wheels locked
+# in hack/image/requirements-cuda.lock (cuBLAS; hack/image/requirements-cuda.in says why no
+# cuDNN). BuildKit builds only the stages the variant names.
 #
 # Runs as a fixed non-root UID with a read-only root filesystem: nothing writes outside /tmp
 # (an emptyDir in the chart); byte code is compiled at build time. The tiny Whisper model is
@@ -22,8 +28,10 @@
 # (The digest is not checked where it cannot be pulled; refresh it with
 # `docker buildx imagetools inspect python:3.11-slim-bookworm`.)
 ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
+# cpu or cuda.
+ARG VARIANT=cpu
 
-FROM ${BASE_IMAGE} AS runtime
+FROM ${BASE_IMAGE} AS dependencies
 ARG UID=10001
 ENV PATH=/opt/recall/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -46,6 +54,26 @@ RUN --mount=type=bind,source=build/image/wheels,target=/wheels \
     && /opt/recall/bin/pip install --no-index --find-links=/wheels --require-hashes \
         --no-deps --requirement /opt/recall-requirements.lock
 
+FROM dependencies AS libraries-cpu
+
+# The CUDA libraries, exactly the locked wheels. CTranslate2 dlopens libcublas.so.12 by name,
+# so the loader must find the wheel's lib directory: LD_LIBRARY_PATH, as faster-whisper's README
+# says (set for every process, also `kubectl exec`). /usr/local/nvidia/lib64 is where GKE mounts
+# the node's driver (libcuda.so.1); the NVIDIA container runtime elsewhere puts it in the
+# loader's cache itself. The driver capabilities are what the runtime mounts: compute (CUDA)
+# and utility (nvidia-smi). A GPU newer than the kernels CTranslate2 ships compiles their PTX
+# when the model loads: its cache goes to /tmp (the root filesystem is read-only).
+FROM dependencies AS libraries-cuda
+COPY hack/image/requirements-cuda.lock /opt/recall-requirements-cuda.lock
+RUN --mount=type=bind,source=build/image/wheels-cuda,target=/wheels \
+    /opt/recall/bin/pip install --no-index --find-links=/wheels --require-hashes \
+        --no-deps --requirement /opt/recall-requirements-cuda.lock
+ENV LD_LIBRARY_PATH=/opt/recall/lib/python3.11/site-packages/nvidia/cublas/lib:/usr/local/nvidia/lib64 \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    CUDA_CACHE_PATH=/tmp/cuda-cache
+
+FROM libraries-${VARIANT} AS runtime
+ARG UID=10001
 WORKDIR /app
 COPY crds/ /app/crds/
 

@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # plane: most tests wait on lease clocks, so two share the two cores well.
 TEST_WORKERS ?= 2
 
-.PHONY: help venv tools system-deps lint docs typecheck unit test demo bench chaos e2e e2e-kind release kind-image image chart-lint dev-up dev-down clean
+.PHONY: help venv tools system-deps lint docs typecheck unit test demo bench chaos e2e e2e-kind release kind-image image image-cuda chart-lint dev-up dev-down clean
 
 help:
 	@grep -E '^#' Makefile | head -5 | sed 's/^# \{0,1\}//'
@@ -98,6 +98,10 @@ kind-image: venv system-deps
 # The image from the Dockerfile, offline (locked wheels staged in build/image/).
 image: venv system-deps
 	@$(PY) -m recall_dev.image build
+
+# Its CUDA variant recall.local/recall:dev-cuda (cuBLAS from hack/image/requirements-cuda.lock).
+image-cuda: venv system-deps
+	@$(PY) -m recall_dev.image build --variant cuda >/dev/null
 
 # helm lint and kube-score over the rendered chart (hack/chart-lint/ lists the exceptions).
 chart-lint: tools

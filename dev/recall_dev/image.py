@@ -1,6 +1,11 @@
 """Build the project's image from its Dockerfile, offline, and export it for a node.
 
     python -m recall_dev.image build [--tag T] [--save PATH]     (`make image`)
+    python -m recall_dev.image build --variant cuda              (`make image-cuda`)
+
+Two variants from one Dockerfile (its `VARIANT` argument): `cpu`, tagged recall.local/recall:dev,
+and `cuda`, tagged recall.local/recall:dev-cuda, which adds the CUDA libraries CTranslate2
+loads on a GPU (the wheels of hack/image/requirements-cuda.lock, staged as the others are).
 
 Steps, each cached under ~/.cache/recall/image so a second build only redoes what changed:
 1. **Wheels.** Every dependency pinned in hack/image/requirements.lock is downloaded on the host
@@ -8,12 +13,14 @@ Steps, each cached under ~/.cache/recall/image so a second build only redoes wha
    for the image's platform — CPython 3.11, manylinux x86_64 up to glibc 2.36 (bookworm) —
    with pip's `--require-hashes`, into a directory named after the lock's own hash. The
    project's wheel is built from pyproject.toml and operator/ with SOURCE_DATE_EPOCH set to the
-   last commit's time. Both are staged in build/image/ (ignored by git, not by docker).
+   last commit's time. Both are staged in build/image/ (ignored by git, not by docker); the
+   cuda variant's wheels in build/image/wheels-cuda/.
 2. **Base.** `BASE_IMAGE` when set; else the Dockerfile's default (the official Python image,
    by digest) when the daemon already has it; else a Debian bookworm made with
    `debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates` and
    `docker import`, tagged with the hash of its tarball (the tarball is cached).
 3. **Build.** `docker build --network=none`: the Dockerfile installs only from build/image/.
+   An image whose ID did not change is reported as up to date.
 
 `save()` writes the image as a `docker save` archive (cached by image ID) for
 `ctr images import` on the node. Nothing here pushes or pulls an image.
@@ -41,6 +48,12 @@ from recall_dev.docker import DockerEngine, cache_root, docker_engine, file_sha2
 
 DEFAULT_TAG = "recall.local/recall:dev"
 LOCK_FILE = Path("hack/image/requirements.lock")
+CUDA_LOCK_FILE = Path("hack/image/requirements-cuda.lock")
+# Per variant: the staged wheel directories (under build/image/) and the lock each comes from.
+VARIANTS: dict[str, dict[str, Path]] = {
+    "cpu": {"wheels": LOCK_FILE},
+    "cuda": {"wheels": LOCK_FILE, "wheels-cuda": CUDA_LOCK_FILE},
+}
 STAGE_DIR = Path("build/image")
 # The image's interpreter and C library: Debian bookworm's python3 (3.11) and glibc 2.36. pip
 # does not widen an explicit --platform to older glibc versions, so every one is listed.
@@ -76,9 +89,14 @@ def _run(cmd: list[str], step: Step | None, **kw: Any) -> None:
         subprocess.run(cmd, check=True, **kw)
 
 
-def download_wheels(root: Path, step: Step | None = None) -> Path:
+def default_tag(variant: str = "cpu") -> str:
+    """`make image`'s tag, with `-<variant>` after it for a variant other than cpu."""
+    return DEFAULT_TAG if variant == "cpu" else f"{DEFAULT_TAG}-{variant}"
+
+
+def download_wheels(root: Path, step: Step | None = None, lock_file: Path = LOCK_FILE) -> Path:
     """The locked dependencies' wheels for the image's platform, hash-checked; cached per lock."""
-    lock = root / LOCK_FILE
+    lock = root / lock_file
     target = image_cache() / f"wheels-{file_sha256(lock)[:16]}"
     if (target / ".complete").exists():
         return target
@@ -127,18 +145,20 @@ def build_project_wheel(root: Path, dist: Path, step: Step | None = None, epoch:
     return wheels[0]
 
 
-def stage(root: Path, step: Step | None = None, epoch: str = "") -> Path:
-    """Fill build/image/ (wheels/ and dist/) in the checkout: the build context's offline inputs."""
+def stage(root: Path, step: Step | None = None, epoch: str = "", variant: str = "cpu") -> Path:
+    """Fill build/image/ (the variant's wheel directories and dist/) in the checkout: the build
+    context's offline inputs."""
     staging = root / STAGE_DIR
-    wheels = download_wheels(root, step)
-    staged = staging / "wheels"
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.mkdir(parents=True)
-    for wheel in wheels.glob("*.whl"):
-        try:
-            os.link(wheel, staged / wheel.name)
-        except OSError:
-            shutil.copy2(wheel, staged / wheel.name)
+    for directory, lock_file in VARIANTS[variant].items():
+        wheels = download_wheels(root, step, lock_file)
+        staged = staging / directory
+        shutil.rmtree(staged, ignore_errors=True)
+        staged.mkdir(parents=True)
+        for wheel in wheels.glob("*.whl"):
+            try:
+                os.link(wheel, staged / wheel.name)
+            except OSError:
+                shutil.copy2(wheel, staged / wheel.name)
     build_project_wheel(root, staging / "dist", step, epoch)
     return staging
 
@@ -219,30 +239,39 @@ def ensure_base(root: Path, docker: DockerEngine, step: Step | None = None) -> s
 
 
 def build(
-    tag: str = DEFAULT_TAG,
+    tag: str = "",
     docker: DockerEngine | None = None,
     *,
     root: Path | None = None,
     epoch: str = "",
+    variant: str = "cpu",
 ) -> str:
-    """Build the image from the Dockerfile of `root` (the checkout by default; a release's
-    tree for recall_dev.release); returns its image ID. Says one line (recall_dev.buildlog);
-    pip's, debootstrap's and docker's output go to its log."""
+    """Build the image's `variant` from the Dockerfile of `root` (the checkout by default; a
+    release's tree for recall_dev.release) as `tag` (default_tag(variant) when empty); returns
+    its image ID. Says one line (recall_dev.buildlog); pip's, debootstrap's and docker's output
+    go to its log."""
+    if variant not in VARIANTS:
+        raise ImageError(f"no image variant {variant!r}: {', '.join(VARIANTS)}")
+    tag = tag or default_tag(variant)
     if docker is None:
         with docker_engine(progress=False) as engine:
-            return build(tag, engine, root=root, epoch=epoch)
+            return build(tag, engine, root=root, epoch=epoch, variant=variant)
     root = root or repo_root()
-    with build_step("image", tag) as step:
-        stage(root, step, epoch)
+    log_name = "image" if variant == "cpu" else f"image-{variant}"
+    with build_step(log_name, tag) as step:
+        before = docker.image_id(tag)
+        stage(root, step, epoch, variant)
         base = ensure_base(root, docker, step)
         step.run(
             [docker.cli, "build", "--network=none", "--build-arg", f"BASE_IMAGE={base}",
-             "--tag", tag, str(root)],
+             "--build-arg", f"VARIANT={variant}", "--tag", tag, str(root)],
             env=docker.env(),
         )  # fmt: skip
         image_id = docker.image_id(tag)
         if image_id is None:
             raise ImageError(f"docker build succeeded but {tag} is not in the daemon")
+        if image_id == before:
+            step.cached()
         step.note(image_id[:19])
     return image_id
 
@@ -265,10 +294,11 @@ def save(tag: str, image_id: str, docker: DockerEngine) -> Path:
     return archive
 
 
-def build_and_save(tag: str = DEFAULT_TAG) -> Path:
+def build_and_save(tag: str = "", variant: str = "cpu") -> Path:
     """Build the image and export it: the archive a node imports."""
+    tag = tag or default_tag(variant)
     with docker_engine(progress=False) as docker:
-        image_id = build(tag, docker)
+        image_id = build(tag, docker, variant=variant)
         return save(tag, image_id, docker)
 
 
@@ -276,13 +306,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recall_dev.image", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the image (and export it with --save)")
-    b.add_argument("--tag", default=DEFAULT_TAG)
+    b.add_argument("--variant", choices=sorted(VARIANTS), default="cpu")
+    b.add_argument("--tag", default="", help="default: recall.local/recall:dev[-<variant>]")
     b.add_argument("--save", action="store_true", help="also write the docker save archive")
     args = parser.parse_args(argv)
     if args.save:
-        print(build_and_save(args.tag))
+        print(build_and_save(args.tag, args.variant))
     else:
-        print(build(args.tag))
+        print(build(args.tag, variant=args.variant))
     return 0
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates requirements.lock: the image's Python dependencies (pyproject.toml's
-# [project].dependencies, no extras), every version pinned, every file's sha256 listed.
+# [project].dependencies, no extras), every version pinned, every file's sha256 listed; and
+# requirements-cuda.lock: what the CUDA variant adds (requirements-cuda.in), the same way.
 #
 #   hack/image/lock.sh              re-resolve from pyproject.toml, keeping current pins
 #   hack/image/lock.sh --upgrade    take the newest versions allowed
@@ -22,3 +23,6 @@ cd "$root"
 "$tool_venv/bin/pip-compile" --quiet --generate-hashes --strip-extras --no-emit-index-url \
   --no-emit-find-links --resolver=backtracking "$@" \
   --output-file hack/image/requirements.lock pyproject.toml
+"$tool_venv/bin/pip-compile" --quiet --generate-hashes --strip-extras --no-emit-index-url \
+  --no-emit-find-links --resolver=backtracking "$@" \
+  --output-file hack/image/requirements-cuda.lock hack/image/requirements-cuda.in

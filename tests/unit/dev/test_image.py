@@ -1,5 +1,5 @@
 """What can be checked of the image without building it: the Dockerfile, .dockerignore, the
-lock file, the CLI.
+lock files, the CLI.
 
 The pod end-to-end tests (tests/e2e/pods) build and run the image; these fast tests hold the
 Dockerfile to what it depends on: the base is pinned by digest, the dependencies come only
@@ -7,7 +7,10 @@ from the hash-checked lock and are installed before the project (a code change d
 rebuild them), nothing reaches an index, the files it copies or mounts are in the build
 context, its entry point is the console script the project declares, the commands the chart
 runs exist, and the runtime user is not root (and is the user the chart's pod security
-context names).
+context names). Each holds for both variants (`VARIANT=cpu` and `cuda`: the stages each one
+builds); the CUDA variant differs only by its libraries stage, below the project, and the
+loader's path names every NVIDIA wheel it locks. tests/integration/test_cuda_image.py builds
+and runs the CUDA variant.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 CHART = ROOT / "charts" / "recall"
 LOCK = ROOT / "hack" / "image" / "requirements.lock"
+CUDA_LOCK = ROOT / "hack" / "image" / "requirements-cuda.lock"
+VARIANTS = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,38 @@ def instructions() -> list[Instruction]:
 def final_stage(instructions: list[Instruction]) -> list[Instruction]:
     last = max(i.stage for i in instructions)
     return [i for i in instructions if i.stage == last]
+
+
+def variant_stages(instructions: list[Instruction], variant: str) -> list[Instruction]:
+    """The instructions of the stages `docker build --build-arg VARIANT=<variant>` builds, in
+    build order: the final stage and, through each FROM that names a stage, those below it."""
+    names: dict[str, int] = {}
+    parents: dict[int, str] = {}
+    for ins in instructions:
+        if ins.keyword == "FROM":
+            words = ins.args.split()
+            values = {**build_args(instructions, ins.stage), "VARIANT": variant}
+            parents[ins.stage] = expand(words[0], values)
+            if len(words) == 3 and words[1].upper() == "AS":
+                names[words[2]] = ins.stage
+    chain = [max(parents)]
+    while parents[chain[-1]] in names:
+        chain.append(names[parents[chain[-1]]])
+    return [i for stage in reversed(chain) for i in instructions if i.stage == stage]
+
+
+def locked(lock: Path) -> dict[str, str]:
+    """name → version of every requirement of a pip-compile lock; each must carry hashes."""
+    pinned: dict[str, str] = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", lock.read_text()):
+        lines = [line.strip() for line in block.splitlines()]
+        if not lines or lines[0].startswith("#") or not lines[0]:
+            continue
+        name, _, version = lines[0].rstrip("\\ ").partition("==")
+        assert version, f"not pinned: {lines[0]}"
+        assert any(line.startswith("--hash=sha256:") for line in lines), f"{name}: no hash"
+        pinned[canonicalize_name(name)] = version.strip()
+    return pinned
 
 
 def copy_sources(instructions: list[Instruction]) -> list[str]:
@@ -165,43 +202,74 @@ def mounts(instructions: list[Instruction]) -> list[str]:
     return found
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_dockerfile__base_is_official_python_311_pinned_by_digest(
-    instructions: list[Instruction],
+    instructions: list[Instruction], variant: str
 ) -> None:
-    froms = [i for i in instructions if i.keyword == "FROM"]
-    images = {expand(f.args.split()[0], build_args(instructions, f.stage)) for f in froms}
-    assert len(images) == 1
-    image = images.pop()
+    stages = variant_stages(instructions, variant)
+    froms = [i for i in stages if i.keyword == "FROM"]
+    image = expand(froms[0].args.split()[0], build_args(instructions, froms[0].stage))
     assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", image), image
+    assert len(froms) == 3, "the dependencies, the variant's libraries, the runtime"
 
 
+@pytest.mark.parametrize(
+    ("variant", "wheel_dirs"),
+    [("cpu", ["build/image/wheels"]), ("cuda", ["build/image/wheels", "build/image/wheels-cuda"])],
+)
 def test_dockerfile__locked_dependencies_before_the_project_and_no_index(
-    instructions: list[Instruction],
+    instructions: list[Instruction], variant: str, wheel_dirs: list[str]
 ) -> None:
-    runs = [i.args for i in final_stage(instructions) if i.keyword == "RUN"]
-    pip_runs = [r for r in runs if "pip install" in r]
-    assert len(pip_runs) == 2, "the dependencies, then the project"
-    deps, project = pip_runs
-    assert "--require-hashes" in deps and "requirements.lock" in deps and "--no-deps" in deps
+    stages = variant_stages(instructions, variant)
+    pip_runs = [i.args for i in stages if i.keyword == "RUN" and "pip install" in i.args]
+    assert len(pip_runs) == len(wheel_dirs) + 1, "the locked wheels, then the project"
+    *locked_runs, project = pip_runs
+    for run in locked_runs:
+        assert "--require-hashes" in run and "--no-deps" in run
+        assert re.search(r"requirements(-\w+)?\.lock", run), run
     assert "--no-deps" in project and ".whl" in project
     for run in pip_runs:
         assert "--no-index" in run, f"a pip install may reach an index: {run}"
-    copies = [i.args for i in final_stage(instructions) if i.keyword == "COPY"]
+    copies = [i.args for i in stages if i.keyword == "COPY"]
     assert copies[0].split()[0] == "hack/image/requirements.lock", "only the lock before deps"
-    assert mounts(instructions) == ["build/image/wheels", "build/image/dist"]
+    assert mounts(stages) == [*wheel_dirs, "build/image/dist"]
+
+
+def test_dockerfile__cuda_adds_only_its_libraries_below_the_project(
+    instructions: list[Instruction],
+) -> None:
+    cpu, cuda = (variant_stages(instructions, v) for v in VARIANTS)
+    only_cpu = [i for i in cpu if i not in cuda]
+    only_cuda = [i for i in cuda if i not in cpu]
+    assert [i.keyword for i in only_cpu] == ["FROM"], "the cpu variant adds nothing"
+    assert {i.stage for i in only_cuda} == {only_cuda[0].stage}, "one stage of its own"
+    assert [i for i in cpu if i not in only_cpu] == [i for i in cuda if i not in only_cuda]
+    project = next(i for i in cuda if i.keyword == "COPY" and i.args.startswith("crds/"))
+    assert only_cuda[0].stage < project.stage, "a code change does not reinstall the CUDA wheels"
+    copies = [i.args.split()[0] for i in only_cuda if i.keyword == "COPY"]
+    assert copies == ["hack/image/requirements-cuda.lock"]
+
+
+def test_cuda_lock__pinned_with_hashes_and_every_library_on_the_loader_path(
+    instructions: list[Instruction],
+) -> None:
+    """CTranslate2 dlopens the CUDA libraries by name: each NVIDIA wheel's lib directory must be
+    on LD_LIBRARY_PATH (its package nvidia/<name>/lib, as faster-whisper's README sets it)."""
+    pinned = locked(CUDA_LOCK)
+    assert "nvidia-cublas-cu12" in pinned, "cuBLAS for CUDA 12, as CTranslate2 4.x loads it"
+    assert set(pinned).isdisjoint(locked(LOCK)), "nothing the CPU lock already pins"
+    paths = env_of(variant_stages(instructions, "cuda"))["LD_LIBRARY_PATH"].split(":")
+    for name in pinned:
+        found = re.fullmatch(r"nvidia-(\w+)-cu12", name)
+        assert found, f"{name}: only NVIDIA's CUDA 12 wheels belong in the CUDA lock"
+        lib = f"/opt/recall/lib/python3.11/site-packages/nvidia/{found.group(1)}/lib"
+        assert lib in paths, f"{name}: {lib} is not on LD_LIBRARY_PATH"
+    assert "LD_LIBRARY_PATH" not in env_of(variant_stages(instructions, "cpu"))
 
 
 def test_lock__pins_every_runtime_dependency_with_hashes() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pinned: dict[str, str] = {}
-    for block in re.split(r"\n(?=[A-Za-z0-9])", LOCK.read_text()):
-        lines = [line.strip() for line in block.splitlines()]
-        if not lines or lines[0].startswith("#") or not lines[0]:
-            continue
-        name, _, version = lines[0].rstrip("\\ ").partition("==")
-        assert version, f"not pinned: {lines[0]}"
-        assert any(line.startswith("--hash=sha256:") for line in lines), f"{name}: no hash"
-        pinned[canonicalize_name(name)] = version.strip()
+    pinned = locked(LOCK)
     for dependency in project["dependencies"]:
         req = Requirement(dependency)
         name = canonicalize_name(req.name)
@@ -224,11 +292,12 @@ def test_dockerfile__every_copied_path_exists_and_is_in_the_build_context(
         assert not ignored(f"{source}/x.whl", patterns), f".dockerignore excludes {source}"
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_dockerfile__crds_copied_where_recall_crds_dir_points(
-    instructions: list[Instruction],
+    instructions: list[Instruction], variant: str
 ) -> None:
     stage = final_stage(instructions)
-    env = env_of(stage)
+    env = env_of(variant_stages(instructions, variant))
     copies = [shlex.split(i.args) for i in stage if i.keyword == "COPY"]
     crds = [words[-1] for words in copies if words[0].rstrip("/") == "crds"]
     assert crds, "the runtime stage copies crds/"
