@@ -227,6 +227,11 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         from bench import pace as pace_section
 
         lines += pace_section.markdown(pace, "pace.png" in plot_names)
+    slots = results.get("slots") or {}
+    if slots and not _error(slots):
+        from bench import slots as slots_section
+
+        lines += slots_section.markdown(slots)
     fair = results.get("fairness") or {}
     if fair and not _error(fair):
         lines += ["## Fair share", ""]

@@ -7,7 +7,8 @@ A run of some sections keeps the other sections' figures of the last run (docs/b
 results.json), and the report says from when they are.
 
 Sections: pace (the control plane's share of a job at engine speeds of 10× to 600× and none,
-and fleets of fast workers against bare engine calls), rows (the sizes that broke earlier
+and fleets of fast workers against bare engine calls), slots (several leases in one worker
+process against one lease a process), rows (the sizes that broke earlier
 versions), limit (raw fenced writes/s),
 throughput (1, 4, 16, 64 workers; offers and, for the comparison of designs, the queue watch),
 fairness, reclaim (among 10,000 jobs), big (a 10,000-item Batch), huge (a 100,000-item Batch:
@@ -40,6 +41,7 @@ OUT = DOCS / "benchmarks.md"
 PLOTS = DOCS / "bench"
 SECTIONS = [
     "pace",
+    "slots",
     "rows",
     "limit",
     "throughput",
@@ -83,6 +85,10 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
             from bench import pace
 
             _section(results, "pace", lambda: pace.measure(env, quick))
+        if "slots" in only:
+            from bench import slots
+
+            _section(results, "slots", lambda: slots.measure(env, quick))
         if "rows" in only:
             from bench import rows
 
