@@ -83,7 +83,7 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
         "whisper",
         "--namespace",
         namespace,
-        env={"RECALL_FAULT": "worker-after-checkpoint:3"},  # killed once 3 chunks are named
+        env={"RECALL_FAULT": "worker-after-chunk:3"},  # killed once 3 chunks are checkpointed
     )
     assert first.wait(timeout=180) < 0, "the fault should have killed the first worker"
     job = get_job(kube, namespace, "talk-six")

@@ -1,11 +1,11 @@
 """Fault injection: crash the process at a named point, for the crash-consistency tests.
 
 `RECALL_FAULT` lists points, comma-separated, each optionally with a value that the point's
-context must match: `worker-after-chunk:3` kills the worker once its third chunk is stored,
-`worker-after-checkpoint:3` once a renewal names three chunks or more in the checkpoint;
+context must match: `worker-after-chunk:3` kills the worker once its third chunk is
+checkpointed (a renewal that names three chunks or more landed);
 `operator-after-reclaim-write` kills the operator between a job's reclaim write and the batch
-item write. The process dies by SIGKILL, like an OOM kill or a node loss:
-no `finally`, no cleanup. Unset in production; reading it costs one dict lookup.
+item write. The process dies by SIGKILL, like an OOM kill or a node loss: no `finally`, no
+cleanup. Unset in production; reading it costs one dict lookup.
 """
 
 from __future__ import annotations

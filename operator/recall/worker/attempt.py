@@ -409,7 +409,6 @@ class _Attempt:
         total = self.media.chunks_total(done, chunk.end, finished=chunk.last)
         h.checkpoint(Progress.of(done, total, self.writer.parts()))
         h.log.info("chunk_done", chunk=chunk.index, chunks_done=done, chunks_total=total)
-        faults.hit("worker-after-chunk", chunk=done)
 
 
 def _text_of(segments: list[Segment]) -> str:

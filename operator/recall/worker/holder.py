@@ -356,7 +356,7 @@ class LeaseHolder:
             self._pending = None
         metrics.CHECKPOINTS.inc()
         for chunks in range(self._checkpoint_chunks + 1, carried.chunks_done + 1):
-            faults.hit("worker-after-checkpoint", chunks=chunks)
+            faults.hit("worker-after-chunk", chunk=chunks)
         self._checkpoint_chunks = max(self._checkpoint_chunks, carried.chunks_done)
 
     def _locked_write(self, action: str, make: Callable[[int], Transition]) -> TranscriptionJob:
