@@ -232,6 +232,11 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         from bench import slots as slots_section
 
         lines += slots_section.markdown(slots)
+    batching = results.get("batching") or {}
+    if batching and not _error(batching):
+        from bench import batching as batching_section
+
+        lines += batching_section.markdown(batching)
     fair = results.get("fairness") or {}
     if fair and not _error(fair):
         lines += ["## Fair share", ""]

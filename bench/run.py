@@ -17,7 +17,8 @@ about two hours on two cores), versus (recall in the comparison's terms), compar
 recording), etcd (what the work costs etcd: a 1-minute and a 10-hour recording in the earlier
 ConfigMap layout and in the results store, and a Batch of hour-sized transcripts),
 transcripts (recall against bare faster-whisper on LibriVox speech, word timing error, the
-subtitle rules, the vocabulary). Every
+subtitle rules, the vocabulary), batching (the Whisper engine batching 1, 4 and 8 chunks a
+call against one chunk a call, on this CPU). Every
 section runs even when another fails; the failure is recorded in the results.
 """
 
@@ -55,6 +56,7 @@ SECTIONS = [
     "longfile",
     "etcd",
     "transcripts",
+    "batching",
 ]
 
 
@@ -170,6 +172,10 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
         from bench import transcripts
 
         _section(results, "transcripts", lambda: transcripts.measure(3 if quick else 6))
+    if "batching" in only:
+        from bench import batching
+
+        _section(results, "batching", lambda: batching.measure(4 if quick else 8))
     if "longfile" in only:
 
         def longfile() -> Any:
