@@ -101,8 +101,9 @@ def test_pod_network__the_node_at_n_gets_pods_n_and_routes_to_every_other_node(
     tmp_path: Path,
 ) -> None:
     """hack/kind/node's recall-pod-network, run with a fake `ip` in a directory of its own: the
-    CNI configuration for 10.244.3.0/24 (no default route, no masquerading) and one route per
-    other possible node, through that node's address."""
+    CNI configuration for 10.244.3.0/24 (no default route, no masquerading), the bridge with the
+    pods' gateway, and one route per other possible node, through that node's address, from
+    the gateway."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "ip-calls"
@@ -127,10 +128,14 @@ def test_pod_network__the_node_at_n_gets_pods_n_and_routes_to_every_other_node(
     assert plugin["ipam"]["ranges"] == [[{"subnet": "10.244.3.0/24", "gateway": "10.244.3.1"}]]
     assert {r["dst"] for r in plugin["ipam"]["routes"]} == {"10.244.0.0/16", "10.96.0.0/12"}
     routes = [line for line in calls.read_text().splitlines() if line.startswith("route ")]
-    assert "route replace 10.244.2.0/24 via 172.18.0.2 dev eth0" in routes
-    assert "route replace 10.244.254.0/24 via 172.18.0.254 dev eth0" in routes
+    assert "route replace 10.244.2.0/24 via 172.18.0.2 dev eth0 src 10.244.3.1" in routes
+    assert "route replace 10.244.254.0/24 via 172.18.0.254 dev eth0 src 10.244.3.1" in routes
     assert not [r for r in routes if r.startswith("route replace 10.244.3.0/24")]
     assert len(routes) == 252
+    # The bridge exists with the gateway before the routes name it as their source.
+    lines = calls.read_text().splitlines()
+    assert "addr replace 10.244.3.1/24 dev kindbr0" in lines
+    assert lines.index("addr replace 10.244.3.1/24 dev kindbr0") < lines.index(routes[0])
 
 
 GUARDED = [
