@@ -348,6 +348,9 @@ def segment_of(
     if sounds is not None:
         timed = [w.shifted(shift) for w in words_of(raw.words, start - shift, end - shift)]
         said = snap_to_sound(timed, sounds, floor=floor)
+        if said:  # the segment spans its words, which snapping may have moved past its edges
+            start = min(start, said[0].start)
+            end = min(max(end, said[-1].end), duration)
     return Segment(
         start=start,
         end=end,

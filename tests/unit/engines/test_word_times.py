@@ -49,3 +49,26 @@ def test_snap__words_within_one_stretch_keep_their_times_in_order() -> None:
     snapped = snap_to_sound(aligned, sound)
     assert [(w.start, w.end) for w in snapped] == [(0.0, 0.9), (0.9, 1.8), (1.8, 2.9)]
     assert snap_to_sound(aligned, [], floor=0.5)[0].start == 0.5  # no sound found: kept, floored
+
+
+def test_segment_of__spans_its_words_after_they_moved_to_the_sound() -> None:
+    """Whisper's segment starts at 1.2 s, its first word's sound at 1.0 s: snapped, the word
+    starts at 1.0 s, and so does the segment (words stay inside their segment)."""
+    from types import SimpleNamespace
+
+    from recall.engines.whisper import segment_of
+
+    sound = islands(audio([(1.0, 2.0)], 3.0))
+    raw = SimpleNamespace(
+        start=1.2,
+        end=1.8,
+        text=" hello there",
+        avg_logprob=-0.1,
+        words=[
+            SimpleNamespace(word=" hello", start=1.2, end=1.5, probability=0.9),
+            SimpleNamespace(word=" there", start=1.5, end=1.8, probability=0.8),
+        ],
+    )
+    seg = segment_of(raw, 3.0, sound)
+    assert seg.words is not None and seg.words[0].start == 1.0
+    assert seg.start <= seg.words[0].start and seg.words[-1].end <= seg.end <= 3.0
