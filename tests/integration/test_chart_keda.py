@@ -31,14 +31,24 @@ from kubernetes import client
 from recall.kube.store import KubeStore as Kube
 from recall_dev.cluster import ControlPlane, free_port
 from recall_dev.keda import KedaUnavailable, scaledobject_crd
-from tests.helpers import Procs, create_job, wait_for
-from tests.integration.test_chart import CHART, RELEASE, Tools, container, env_of, find, tools
+from tests.helpers import Procs, create_job, job_manifest, wait_for
+from tests.integration.test_chart import (
+    CHART,
+    RELEASE,
+    Tools,
+    container,
+    env_of,
+    find,
+    merged,
+    tools,
+)
 
 pytestmark = pytest.mark.integration
 __all__ = ["tools"]  # the fixture, shared with test_chart.py
 
 KEDA = {"worker": {"autoscaling": {"mode": "keda", "cooldownSeconds": 120}}}
 SCALED_OBJECTS = "scaledobjects.keda.sh"
+KEDA_API = ("--api-versions", "keda.sh/v1alpha1")
 
 
 def render(tools: Tools, tmp: Path, values: dict[str, Any], *extra: str) -> Any:
@@ -70,7 +80,7 @@ def keda_crd(tools: Tools, control_plane: ControlPlane) -> Iterator[Path]:
 
 
 def scaled_object(tools: Tools, tmp: Path, values: dict[str, Any] = KEDA) -> dict[str, Any]:
-    out = render(tools, tmp, values, "--api-versions", "keda.sh/v1alpha1")
+    out = render(tools, tmp, values, *KEDA_API)
     assert out.returncode == 0, out.stderr
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     found: dict[str, Any] = find(docs, "ScaledObject", "-worker")
@@ -193,11 +203,28 @@ def test_endpoint__the_real_operator_serves_what_the_trigger_reads(
         {
             "namespace": namespace,
             "engine": "simulated",
+            "pool": "default",
             "queued": 4,
             "leased": 0,
             "outstanding": 4,
         },
     )
     assert isinstance(outstanding(), int), "a number where KEDA looks"
+    # A pool's trigger reads its own work only: jobs that name the pool.
+    pools = merged(KEDA, {"engine": {"name": "simulated"}, "pools": [{"name": "gpu"}]})
+    gpu = find(
+        [d for d in yaml.safe_load_all(render(tools, tmp_path, pools, *KEDA_API).stdout) if d],
+        "ScaledObject", "-worker-gpu",
+    )["spec"]["triggers"][0]["metadata"]  # fmt: skip
+    gpu_query = urllib.parse.urlsplit(gpu["url"]).query.replace("=recall", f"={namespace}")
+    gpu_url = f"http://127.0.0.1:{port}/workload?{gpu_query}"
+    for k in range(3):
+        manifest = job_manifest(f"gpu{k}")
+        manifest["spec"]["pool"] = "gpu"
+        kube.create_job(namespace, manifest)
+    wait_for(lambda: get(gpu_url)[1].get("outstanding") == 3, timeout=60, interval=0.2,
+             message=gpu_url)  # fmt: skip
+    assert get(gpu_url)[1]["pool"] == "gpu"
+    assert outstanding() == 4, "the default pool's work is its own"
     kube.delete_jobs(namespace, "")
     wait_for(lambda: outstanding() == 0, timeout=60, interval=0.2, message=url)

@@ -54,11 +54,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* The image reference: repository@digest when a digest is given, else repository:tag. */}}
 {{- define "recall.image" -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
-{{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
-{{- end -}}
+{{- include "recall.imageRef" (dict "image" .Values.image "ctx" .) -}}
 {{- end -}}
 
 {{/*
@@ -75,23 +71,6 @@ topologySpreadConstraints:
     labelSelector:
       matchLabels:
         {{- include "recall.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 8 }}
-{{- end }}
-{{- end -}}
-
-{{/*
-The worker's Whisper threads: the explicit value, else the container's CPU limit (or request
-without a limit), read through the downward API and rounded up to whole CPUs.
-*/}}
-{{- define "recall.worker.whisperThreadsEnv" -}}
-- name: RECALL_WORKER_WHISPER_THREADS
-{{- if .Values.engine.whisper.threads }}
-  value: {{ .Values.engine.whisper.threads | quote }}
-{{- else }}
-  valueFrom:
-    resourceFieldRef:
-      containerName: worker
-      resource: {{ if (.Values.worker.resources.limits | default dict).cpu }}limits.cpu{{ else }}requests.cpu{{ end }}
-      divisor: "1"
 {{- end }}
 {{- end -}}
 
@@ -121,33 +100,6 @@ true
 {{/* The name of the leader election Lease. */}}
 {{- define "recall.operator.leaseName" -}}
 {{- default (printf "%s-operator" (include "recall.fullname" .)) .Values.operator.leaderElection.leaseName -}}
-{{- end -}}
-
-{{/* The worker's pod grace: the explicit value, else the worker's grace + 20 s for the release. */}}
-{{- define "recall.worker.terminationGracePeriodSeconds" -}}
-{{- if kindIs "invalid" .Values.worker.terminationGracePeriodSeconds -}}
-{{- add (ceil .Values.worker.graceSeconds | int) 20 -}}
-{{- else -}}
-{{- .Values.worker.terminationGracePeriodSeconds | int -}}
-{{- end -}}
-{{- end -}}
-
-{{/*
-The worker Deployment's replicas. Fixed: worker.replicas. Autoscaled: the autoscaler owns the
-count. A fresh install sets none; an upgrade writes back the count found in the cluster, so the
-patch Helm computes leaves it as it is. Leaving the field out of an upgrade would not do: a
-field present in the previous release's manifest and absent from the new one is removed by
-Helm's three-way merge, and the API server then defaults it to 1 (helm/helm#7090, #12650).
-*/}}
-{{- define "recall.worker.replicas" -}}
-{{- if eq .Values.worker.autoscaling.mode "fixed" -}}
-replicas: {{ .Values.worker.replicas }}
-{{- else -}}
-{{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (printf "%s-worker" (include "recall.fullname" .)) -}}
-{{- if and $live $live.spec (hasKey $live.spec "replicas") -}}
-replicas: {{ $live.spec.replicas }}
-{{- end -}}
-{{- end -}}
 {{- end -}}
 
 {{/* The port of the operator's /workload endpoint (KEDA mode), or nothing. */}}
@@ -181,16 +133,18 @@ replicas: {{ $live.spec.replicas }}
   value: {{ $as.builtin.intervalSeconds | quote }}
 - name: RECALL_OPERATOR_AUTOSCALE_MARK_PODS
   value: {{ $as.builtin.markPods | quote }}
+- name: RECALL_OPERATOR_AUTOSCALE_SLOTS
+  value: {{ .Values.worker.slots | quote }}
+{{- if .Values.pools }}
+# The other pools: recall.base.settings.PoolScaling, one per Deployment of `pools`.
+- name: RECALL_OPERATOR_AUTOSCALE_POOLS
+  value: {{ include "recall.operator.autoscalePools" . | quote }}
+{{- end }}
 {{- end }}
 {{- with include "recall.operator.workloadPort" . }}
 - name: RECALL_OPERATOR_WORKLOAD_PORT
   value: {{ . | quote }}
 {{- end }}
-{{- end -}}
-
-{{/* The URL of the operator's /workload endpoint for this release's pool of workers. */}}
-{{- define "recall.workloadUrl" -}}
-{{- printf "http://%s-operator-workload.%s.svc:%v/workload?namespace=%s&engine=%s" (include "recall.fullname" .) .Release.Namespace .Values.worker.autoscaling.keda.port .Release.Namespace .Values.engine.name -}}
 {{- end -}}
 
 {{/* Where the OpenAI API key Secret is mounted in the workers. */}}
@@ -259,6 +213,7 @@ replicas: {{ $live.spec.replicas }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- include "recall.validatePools" . -}}
 {{- if and (eq $as.mode "keda") (not $as.keda.port) -}}
 {{- fail "worker.autoscaling.mode=keda needs worker.autoscaling.keda.port: KEDA reads the outstanding work from the operator there" -}}
 {{- end -}}
