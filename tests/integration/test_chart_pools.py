@@ -423,7 +423,8 @@ def test_install__the_real_operator_scales_each_pool_on_its_own_work(
                                     "builtin": {"intervalSeconds": 0.5}}}},
     )  # fmt: skip
     path = values_file(tmp_path, values)
-    helm(tools, control_plane, namespace, "install", "--values", str(path))
+    notes = helm(tools, control_plane, namespace, "install", "--values", str(path))
+    assert f"pool gpu: {GPU} (0 to 3 replica(s) of 3 slot(s), engine simulated)" in notes, notes
     apps = client.AppsV1Api(api)
     live = {d.metadata.name: d for d in apps.list_namespaced_deployment(namespace).items}
     assert {WORKER, GPU} <= set(live)
