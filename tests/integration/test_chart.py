@@ -888,8 +888,9 @@ def test_template_apf__lease_writes_have_a_level_of_their_own(tools: Tools, tmp_
     (rule,) = schemas[leases]["rules"]
     accounts = {s["serviceAccount"]["name"] for s in rule["subjects"]}
     assert accounts == {f"{RELEASE}-recall-operator", f"{RELEASE}-recall-worker"}
-    status, coordination = rule["resourceRules"]
+    status, read, coordination = rule["resourceRules"]
     assert (status["verbs"], status["resources"]) == (["patch"], ["transcriptionjobs/status"])
+    assert (read["verbs"], read["resources"]) == (["get"], ["transcriptionjobs"])
     assert coordination["resources"] == ["leases"] and "create" not in coordination["verbs"]
     assert schemas[work]["rules"][0]["resourceRules"][0]["verbs"] == ["*"]
 

@@ -97,21 +97,27 @@ LEADER = Gauge("recall_operator_leader", "1 while this operator replica leads, e
 
 # The built-in autoscaler of the worker Deployment (recall.operator.scaling).
 WORKERS_DESIRED = Gauge(
-    "recall_workers_desired", "Workers wanted: the outstanding jobs, within min and max."
+    "recall_workers_desired",
+    "Workers a pool wants: its outstanding jobs over its slots a worker, within min and max.",
+    ["pool"],
 )
 WORKERS_CURRENT = Gauge(
-    "recall_workers_current", "Workers the worker Deployment asks for (spec.replicas)."
+    "recall_workers_current", "Workers a pool's Deployment asks for (spec.replicas).", ["pool"]
 )
 WORKERS_DRAINING = Gauge(
-    "recall_workers_draining", "Workers asked to drain before a scale-down removes them."
+    "recall_workers_draining",
+    "Workers of a pool asked to drain before a scale-down removes them.",
+    ["pool"],
 )
 OUTSTANDING = Gauge(
     "recall_outstanding_jobs",
-    "The worker pool's outstanding jobs: claimable Queued ones and Leased ones.",
-    ["phase"],
+    "A worker pool's outstanding jobs: claimable Queued ones and Leased ones.",
+    ["pool", "phase"],
 )
 SCALING_REASON = Gauge(
-    "recall_scaling_reason", "1 for the reason of the autoscaler's last decision.", ["reason"]
+    "recall_scaling_reason",
+    "1 for the reason of a pool's autoscaler's last decision.",
+    ["pool", "reason"],
 )
 SCALINGS = Counter("recall_scalings_total", "Scale writes to the worker Deployment.", ["direction"])
 DRAINS = Counter("recall_drains_total", "Drain requests to idle workers, by outcome.", ["outcome"])

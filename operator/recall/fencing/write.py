@@ -38,10 +38,12 @@ from recall.resources import JobStatus, TranscriptionJob
 
 Transition = Callable[[TranscriptionJob], lease.Decision]
 
-# The writes that keep a lease or end it are merge patches of the status; every other status
-# write (claim, offer, withdraw, end-backoff, exhaust, publish) replaces the status at the
-# version read. API Priority and Fairness sees only verbs: the chart's FlowSchema gives the
-# patches a priority level of their own (charts/recall/templates/apf.yaml).
+# The writes that keep a lease or end it are merge patches of the status; the other fenced
+# status writes (claim, end-backoff, exhaust, publish) replace the status at the version read.
+# API Priority and Fairness sees only verbs: the chart's FlowSchema gives the patches a priority
+# level of their own (charts/recall/templates/apf.yaml). The operator's offers and withdrawals,
+# one small patch per job written at the cache's resourceVersion without a read, share that
+# level (recall.operator.apply).
 LEASE_WRITES = frozenset({"renew", "complete", "fail", "release", "reclaim", "cancel"})
 
 
@@ -138,8 +140,11 @@ def fenced_write(
         sent.append(patch)
         try:
             if action not in LEASE_WRITES and job.resource_version is not None:
+                # the status as read, with the change: fields this version does not know stay
+                whole = apply_merge_patch(job.raw_status or job.status.to_api(), patch)
+                assert isinstance(whole, dict)
                 written = store.replace_job_status(
-                    namespace, name, job.resource_version, decision.to_api(), timeout=timeout
+                    namespace, name, job.resource_version, whole, timeout=timeout
                 )
             else:
                 written = store.patch_job_status(

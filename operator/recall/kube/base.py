@@ -207,8 +207,9 @@ class JobStore(Protocol):
     ) -> TranscriptionJob:
         """PUT the whole status, applied only at `resource_version` (a compare-and-swap).
 
-        A claim is written this way and every other lease write as a merge patch, so that the
-        API server's priority and fairness can tell them apart by verb (update and patch)."""
+        Claims, publish records and the operator's other fenced status writes are written this
+        way, and the writes that keep a lease or end it as merge patches, so that the API
+        server's priority and fairness can tell them apart by verb (update and patch)."""
         ...
 
     def patch_job_labels(

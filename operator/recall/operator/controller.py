@@ -38,7 +38,7 @@ from recall.bucket import Bucket, Stores
 from recall.kube import ObjectRef, Store, StoreError
 from recall.operator.apply import CREATE_SECONDS, Applier, Report
 from recall.operator.cache import BatchKey, JobCache, JobRecord
-from recall.operator.dispatch import Capacity, ReadyQueue, idle
+from recall.operator.dispatch import Capacity, ReadyQueue, free_slots
 from recall.operator.items import Item, ItemsInvalid, resolve
 from recall.operator.reconcile import plan_batch, plan_jobs
 from recall.operator.registry import Registry
@@ -288,7 +288,7 @@ class Controller:
             if offered is not None and top is not None and top > offered.priority:
                 self.applier.withdraw(offered)
         written = 0
-        for w in idle(workers, self.ready):
+        for w in free_slots(workers, self.ready):
             chosen = self.ready.pick(w.key[0], w.engine, w.pool)
             record = self.cache.get(chosen) if chosen is not None else None
             if chosen is not None and record is not None and self.applier.offer(record, w.key[1]):

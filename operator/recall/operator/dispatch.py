@@ -15,7 +15,8 @@ a small Batch behind a big one starts at once); the lowest index (or oldest job)
 
 **Slots.** A worker with `slots` leases at once (its registration says how many) is offered up
 to as many jobs as it has slots free: slots minus the jobs it holds minus its offers. Workers
-with every slot free come first, then those with some.
+that hold jobs and have room come first (the fleet packs, so whole workers empty and can be
+drained by a scale-down), then idle ones.
 
 **Offers ahead** (opt-in: `ahead_seconds` > 0; workers of one slot). A worker whose recent
 jobs each took less than `ahead_seconds` is offered its next job while it still holds one, so
@@ -290,20 +291,25 @@ class ReadyQueue:
             ]
 
 
-def idle(alive: list[Capacity], queue: ReadyQueue) -> list[Capacity]:
-    """The live workers to offer a job to, one entry per job to offer, in order: those with
-    every slot free first, then those with some free, then those of one slot due an offer
-    ahead — a job never waits for a busy worker while an idle one could take it."""
-    whole, some, ahead = [], [], []
+def free_slots(alive: list[Capacity], queue: ReadyQueue) -> list[Capacity]:
+    """The live workers to offer a job to, one entry per free slot, in order: workers that
+    already hold jobs and have room first (packing: a fleet of several slots a worker then
+    empties whole workers, which a scale-down can drain), then idle ones, then those of one
+    slot due an offer ahead. A job never waits for a busy worker while one with room could
+    take it."""
+    partial: list[tuple[int, Capacity]] = []
+    whole: list[Capacity] = []
+    ahead: list[Capacity] = []
     for w in alive:
         free = queue.free(w.key, w.slots)
         if free == w.slots:
             whole.extend([w] * free)
         elif free:
-            some.extend([w] * free)
+            partial.append((free, w))
         elif w.slots == 1 and queue.state(w.key) == "ahead":
             ahead.append(w)
-    return whole + some + ahead
+    packed = [w for free, w in sorted(partial, key=lambda p: p[0]) for _ in range(free)]
+    return packed + whole + ahead
 
 
 def _discard(index: defaultdict[WorkerKey, set[JobKey]], worker: WorkerKey, key: JobKey) -> None:

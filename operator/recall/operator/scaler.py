@@ -5,7 +5,8 @@
 The rules, in the order they are tried:
 
 1. **Desired** is the pool's outstanding work — claimable Queued jobs plus Leased ones
-   (`recall.operator.workload`) — within `[minimum, maximum]`: one job per worker.
+   (`recall.operator.workload`) — over the pool's slots a worker (`Policy.slots`), within
+   `[minimum, maximum]`: one job per slot.
 2. **Refused** when a HorizontalPodAutoscaler or a KEDA ScaledObject targets the Deployment:
    nothing is written, drains are cancelled; the Event and the condition say why.
 3. **Stale inputs hold** (the job view or the registrations not current, a read that failed):

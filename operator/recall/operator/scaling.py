@@ -389,12 +389,15 @@ class Scaler:
             _log.warning("event_failed", reason=reason, error=e.message[:200])
 
     def _publish(self, d: Decision, report: Report) -> None:
-        metrics.WORKERS_DESIRED.set(d.desired)
+        pool = self.target.pool
+        metrics.WORKERS_DESIRED.labels(pool=pool).set(d.desired)
         current = report.scaled if report.scaled is not None else d.current
-        metrics.WORKERS_CURRENT.set(current or 0)
-        metrics.WORKERS_DRAINING.set(d.draining)
-        work = self.sources.workload.of(self.target.namespace, self.target.engine, self.target.pool)
-        metrics.OUTSTANDING.labels(phase="Queued").set(work.queued)
-        metrics.OUTSTANDING.labels(phase="Leased").set(work.leased)
+        metrics.WORKERS_CURRENT.labels(pool=pool).set(current or 0)
+        metrics.WORKERS_DRAINING.labels(pool=pool).set(d.draining)
+        work = self.sources.workload.of(self.target.namespace, self.target.engine, pool)
+        metrics.OUTSTANDING.labels(pool=pool, phase="Queued").set(work.queued)
+        metrics.OUTSTANDING.labels(pool=pool, phase="Leased").set(work.leased)
         for reason in Reason:
-            metrics.SCALING_REASON.labels(reason=str(reason)).set(1 if reason is d.reason else 0)
+            metrics.SCALING_REASON.labels(pool=pool, reason=str(reason)).set(
+                1 if reason is d.reason else 0
+            )

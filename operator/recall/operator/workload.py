@@ -54,7 +54,8 @@ def claimable(r: JobRecord) -> bool:
 
 
 class Workload:
-    """Outstanding jobs per (namespace, engine asked for), from the job cache. Thread-safe."""
+    """Outstanding jobs per lane (namespace, pool, engine asked for), from the job cache.
+    Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -9,11 +9,12 @@ read from the API server, ignoring metadata it does not model.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import hashlib
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
 GROUP = "recall.dev"
@@ -113,10 +114,20 @@ class Resource(Model):
     api_version: str = API_VERSION
     kind: str
     metadata: ObjectMeta
+    # The status as the API server sent it, fields this version does not know included: a
+    # write that replaces the whole status starts from it and drops nothing it did not change.
+    _raw_status: dict[str, Any] | None = PrivateAttr(default=None)
 
     @classmethod
     def from_api(cls, obj: dict[str, Any]) -> Self:
-        return cls.model_validate(obj)
+        resource = cls.model_validate(obj)
+        status = obj.get("status")
+        resource._raw_status = copy.deepcopy(status) if isinstance(status, dict) else None
+        return resource
+
+    @property
+    def raw_status(self) -> dict[str, Any] | None:
+        return self._raw_status
 
     @property
     def name(self) -> str:

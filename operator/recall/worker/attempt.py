@@ -25,8 +25,9 @@ good: wrong credentials, a missing bucket, a bad URL).
 - Store calls are retried on transient errors while the lease holds (the heartbeater keeps it
   renewed): a store that is down or slow delays the job, never the worker. A refusal (access,
   a missing bucket) is never retried.
-- On `Stopped`, and on a failure of the engine, what the engine already transcribed is stored
-  first (a few chunks at most), so the release or fail carries it as the checkpoint.
+- On `Stopped`, and on a failure of the engine or the store (or a bug), what the engine already
+  transcribed is stored first (a batch or two at most, within `DRAIN_SECONDS`), so the release
+  or fail carries it as the checkpoint. A lost lease stores nothing more.
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ class Transcription:
                     self.check_stop(h)
                     time.sleep(pause)
                 elif aborted.wait(pause):
-                    raise LeaseLost("Aborted") from None
+                    raise _Aborted() from None
                 pause = min(pause * 2, 5.0)
             except StoreError as e:
                 metrics.STORE_ERRORS.labels(reason=e.reason).inc()
@@ -280,28 +281,34 @@ class _Attempt:
             name=f"decode-{name}",
             depth=max(self.t.decode_depth, batch),  # the next batch decodes beside this one
         )
-        storer = Storer(self._store, self._stored, name=f"store-{name}", depth=self.t.store_depth)
+        # A whole batch is handed over at once: room for two, so the engine does not wait.
+        depth = max(self.t.store_depth, 2 * batch)
+        storer = Storer(self._store, self._stored, name=f"store-{name}", depth=depth)
         self.storer = storer
         decoder.start()
         storer.start()
-        handed = 0
+        made: list[tuple[Chunk, list[Segment]]] = []  # transcribed, not yet handed to the store
         try:
             try:
                 for group in self._batches(decoder, batch):
-                    results = self._transcribe(group, context)
-                    for chunk, segments in zip(group, results, strict=True):
+                    made = list(zip(group, self._transcribe(group, context), strict=True))
+                    while made:
+                        chunk, segments = made[0]
                         self._waited(functools.partial(storer.put, chunk, segments, self.poll))
-                        handed += 1
+                        made.pop(0)
                         context = _text_of(segments) or context
-            except (Stopped, JobFailure) as e:
-                if isinstance(e, ResumeInvalid) and handed == 0:
-                    raise
-                # What the engine made is paid for: store it, so the release or fail that
-                # follows carries it as the checkpoint.
+                storer.drain(self.poll)
+            except LeaseLost:
+                raise  # nothing more is written: the finally aborts both stages
+            except Exception as e:
+                if isinstance(e, ResumeInvalid):
+                    raise  # raised before any chunk: nothing to store
+                # Stopped, a failure of the engine or the store, or a bug: what the engine made
+                # is paid for; store it, so the release or fail that follows carries it as the
+                # checkpoint.
                 decoder.abort()
-                self._drain(storer)
+                self._drain(storer, made)
                 raise
-            storer.drain(self.poll)
             return self.writer.chunks
         finally:
             decoder.abort(join=1.0)
@@ -322,7 +329,9 @@ class _Attempt:
         """`fn` is the engine's side waiting for a stage: time it as the engine's wait."""
         return self.watch.timed("engine_waits", fn)
 
-    def _drain(self, storer: Storer) -> None:
+    def _drain(self, storer: Storer, made: list[tuple[Chunk, list[Segment]]]) -> None:
+        """Store what the engine made (handed over, and `made`, not yet), within
+        `DRAIN_SECONDS`; a store that refuses or a lease lost meanwhile ends it."""
         deadline = time.monotonic() + DRAIN_SECONDS
 
         def poll() -> None:
@@ -331,8 +340,10 @@ class _Attempt:
                 raise Stopped()
 
         try:
+            for chunk, segments in made:
+                storer.put(chunk, segments, poll)
             storer.drain(poll)
-        except (Stopped, JobFailure, StoreError) as e:
+        except (Stopped, LeaseLost, JobFailure, StoreError) as e:
             self.h.log.warning("store_drain_incomplete", error=str(e)[:200])
 
     def _transcribe(self, chunks: list[Chunk], context: str) -> list[list[Segment]]:
@@ -363,9 +374,13 @@ class _Attempt:
             )
 
         results = watch.timed("engine", lambda: self.t.call(h, self.cancel, call))
-        if len(results) != len(chunks):  # the call returned early: the lease is lost
-            h.check()
-            raise LeaseLost("EngineCancelled", f"{len(results)} of {len(chunks)} chunks")
+        if len(results) != len(chunks):
+            h.check()  # the call returned early because the lease was lost, or:
+            raise JobFailure(
+                "WorkerError",
+                f"the engine answered {len(results)} of {len(chunks)} chunks",
+                permanent=False,
+            )
         metrics.ENGINE_CHUNKS.labels(engine=engine.name).inc(len(chunks))
         # words move with their segment
         return [[s.shifted(c.start) for s in r] for c, r in zip(chunks, results, strict=True)]
@@ -394,6 +409,7 @@ class _Attempt:
 
     def _store(self, item: Transcribed) -> None:
         chunk = item.chunk
+        self.h.check()  # a lost lease writes nothing more, to the store either
         self.t.store(
             self.h,
             self.watch,
@@ -413,6 +429,10 @@ class _Attempt:
 
 def _text_of(segments: list[Segment]) -> str:
     return " ".join(s.text for s in segments).strip()
+
+
+class _Aborted(Exception):
+    """The store stage was aborted while it retried: it ends without writing."""
 
 
 class _Opening:

@@ -5,7 +5,7 @@ out late that a lease was taken away while it worked (the job cancelled with its
 deleted, or reclaimed). One informer per worker watches the jobs whose `status.lease.holder`
 names it; the API server sends DELETED when a job leaves that selection. Whatever suggests a
 held lease is gone (it left the selection, it shows another token, a relist lacks it) makes the
-holder verify (`LeaseHolder.suspect`): it reads the job, and only that read decides. So:
+holder verify (`LeaseHolder.verify`): it reads the job, and only that read decides. So:
 
 - a lease taken away is noticed within the watch's delay and one read, and every stage of the
   attempt stops, without a write (a read costs the API server no etcd write);
@@ -69,7 +69,7 @@ class HeldJobs:
             holders = list(self._holders.items())
         for key, h in holders:
             if tokens.get(key) != h.token:
-                h.suspect("absent from a relist of the worker's leases")
+                h.verify("absent from a relist of the worker's leases")
 
     def changed(self, type_: str, obj: RawObject) -> None:
         with self._lock:
@@ -77,6 +77,6 @@ class HeldJobs:
         if h is None:
             return
         if type_ == "DELETED":
-            h.suspect("the job left the worker's leases")
+            h.verify("the job left the worker's leases")
         elif _token_of(obj) != h.token:
-            h.suspect("the job shows another lease")
+            h.verify("the job shows another lease")

@@ -7,8 +7,9 @@
         holder.complete(result, chunks=n)            # or fail(error) / release()
 
 Guarantees:
-- Every write goes through `recall.fencing` with the job as last written (one PATCH when nothing
-  else changed it), one write at a time, each with a fence unique to it (`<token>/<n>`).
+- Every write goes through `recall.fencing` with the job as last written (one request when
+  nothing else changed it: the claim an update of the status, every later write a merge patch),
+  one write at a time, each with a fence unique to it (`<token>/<n>`).
 - Every renewal carries the latest checkpoint the holder was given (`checkpoint(progress)`:
   chunks whose objects are durable), so the status never names a chunk that is not stored;
   fail and release carry it too, so the next attempt resumes from it. When writes fall due is
@@ -24,7 +25,7 @@ Guarantees:
   (`fencing`): an applied complete is a success, never a lost lease.
 - A refusal (the lease was reclaimed, re-issued, cancelled) marks the lease lost; from then on
   every write raises `LeaseLost` without reaching the API server. `lost` is an Event the work's
-  stages wait on, so a lost lease stops all of them at once. `suspect` (the lease watch's hint)
+  stages wait on, so a lost lease stops all of them at once. `verify` (on the lease watch's hint)
   reads the job and marks the lease lost when the read shows it is gone: no write needed.
 """
 
@@ -101,6 +102,7 @@ class LeaseHolder:
         self.wake = threading.Event()  # set when something for the heartbeater changed
         self._final = False  # a complete, fail or release was sent: the lease ends by our hand
         self._lock = threading.Lock()
+        self._lost_lock = threading.Lock()
         self.log = log.get("worker").bind(
             job=job.name,
             namespace=job.namespace,
@@ -146,6 +148,8 @@ class LeaseHolder:
             action="claim",
             known=job,
             retry_on_conflict=False,
+            # a claim that lands later would hold a lease already near its renew deadline
+            timeout=job.spec.lease_duration_seconds * renew_deadline_fraction / 2,
         )
         if not result.applied or result.job is None:
             return result
@@ -204,7 +208,7 @@ class LeaseHolder:
         if self.lost.is_set():
             raise LeaseLost(self.lost_reason)
 
-    def suspect(self, why: str) -> None:
+    def verify(self, why: str) -> None:
         """Something suggests the lease is gone (the lease watch, `recall.worker.held`): read
         the job, and mark the lease lost when the read shows it is not ours. Never writes; a
         failed read leaves it to the next write and the renew deadline."""
@@ -229,11 +233,13 @@ class LeaseHolder:
             self._mark_lost("Taken", f"{why}: the job is {status.effective_phase}")
 
     def _mark_lost(self, reason: str, detail: str, **context: object) -> None:
-        if not self.lost.is_set():
+        with self._lost_lock:  # several threads check the deadline: one loss, counted once
+            if self.lost.is_set():
+                return
             self.lost_reason = reason
             self.lost.set()
-            metrics.LEASES_LOST.labels(reason=reason).inc()
-            self.log.warning("lease_lost", reason=reason, detail=detail, **context)
+        metrics.LEASES_LOST.labels(reason=reason).inc()
+        self.log.warning("lease_lost", reason=reason, detail=detail, **context)
 
     # -- the writes --------------------------------------------------------------------------
 
@@ -246,33 +252,33 @@ class LeaseHolder:
 
     def renew_if_older(self, seconds: float) -> None:
         """Renew unless a write sent in the last `seconds` succeeded; used before each engine
-        call. A renewal in flight (the heartbeater's) is waited for, and counts if it succeeds."""
+        call. A renewal in flight (the heartbeater's) is waited for, and counts if it succeeds.
+        Returns only on a lease known to be ours (raises `LeaseLost` otherwise)."""
         self.check()
         if self.seconds_since_renewal() >= seconds:
             self._write("renew", self._renewal, carries_checkpoint=True, unless_within=seconds)
+        self.check()
 
-    def _renewal(self, seq: int) -> Transition:
-        progress = self._pending
+    def _renewal(self, seq: int, progress: Progress | None) -> Transition:
         return lambda job: lease.renew(
             job.status, self.now(), self.worker, self.token, seq=seq, progress=progress
         )
 
     def complete(self, result: Result, *, chunks: int | None = None) -> TranscriptionJob:
         """Succeeded with `result`; `chunks` is the media's exact chunk count."""
-        return self._write(
-            "complete",
-            lambda seq: (
-                lambda job: lease.complete(
-                    job.status,
-                    self.now(),
-                    self.worker,
-                    self.token,
-                    seq=seq,
-                    result=result,
-                    chunks=chunks,
-                )
-            ),
-        )
+
+        def make(seq: int, carried: Progress | None) -> Transition:
+            return lambda job: lease.complete(
+                job.status,
+                self.now(),
+                self.worker,
+                self.token,
+                seq=seq,
+                result=result,
+                chunks=chunks,
+            )
+
+        return self._write("complete", make)
 
     def fail(
         self,
@@ -285,56 +291,55 @@ class LeaseHolder:
     ) -> TranscriptionJob:
         """Queued with a backoff, or Failed; the pending checkpoint goes with it."""
         jitter = random.random()
-        return self._write(
-            "fail",
-            lambda seq: (
-                lambda job: lease.fail(
-                    job.status,
-                    self.now(),
-                    self.worker,
-                    self.token,
-                    seq=seq,
-                    reason=reason,
-                    message=message,
-                    permanent=permanent,
-                    budget=budget_of(job),
-                    jitter=jitter,
-                    backoff_base=backoff_base,
-                    backoff_cap=backoff_cap,
-                    progress=self._pending,
-                )
-            ),
-        )
+
+        def make(seq: int, carried: Progress | None) -> Transition:
+            return lambda job: lease.fail(
+                job.status,
+                self.now(),
+                self.worker,
+                self.token,
+                seq=seq,
+                reason=reason,
+                message=message,
+                permanent=permanent,
+                budget=budget_of(job),
+                jitter=jitter,
+                backoff_base=backoff_base,
+                backoff_cap=backoff_cap,
+                progress=carried,
+            )
+
+        return self._write("fail", make, carries_checkpoint=True)
 
     def release(self) -> TranscriptionJob:
         """Queued at once; the pending checkpoint goes with it."""
-        return self._write(
-            "release",
-            lambda seq: (
-                lambda job: lease.release(
-                    job.status, self.now(), self.worker, self.token, seq=seq, progress=self._pending
-                )
-            ),
-        )
+
+        def make(seq: int, carried: Progress | None) -> Transition:
+            return lambda job: lease.release(
+                job.status, self.now(), self.worker, self.token, seq=seq, progress=carried
+            )
+
+        return self._write("release", make, carries_checkpoint=True)
 
     def _write(
         self,
         action: str,
-        make: Callable[[int], Transition],
+        make: Callable[[int, Progress | None], Transition],
         *,
         carries_checkpoint: bool = False,
         unless_within: float | None = None,
     ) -> TranscriptionJob:
         """One fenced write of the holder, retried on transient errors until the deadline.
 
-        `make(seq)` builds the transition under the write lock (so it carries what is pending
-        when it is sent). With `unless_within`, nothing is written when a write sent within
-        that many seconds succeeded meanwhile (the one this call waited for)."""
+        `make(seq, carried)` builds the transition under the write lock; `carried` is the
+        pending checkpoint as read once there (with `carries_checkpoint`), so what is written
+        is what is recorded as written. With `unless_within`, nothing is written when a write
+        sent within that many seconds succeeded meanwhile (the one this call waited for)."""
         # Wait for a write in flight (the heartbeater's) only until the deadline.
         while not self._lock.acquire(timeout=0.1):
             self.check()
         try:
-            if carries_checkpoint and self._final:
+            if action == "renew" and self._final:
                 return self.known  # a complete, fail or release was sent: nothing to keep alive
             if unless_within is not None and self.seconds_since_renewal() < unless_within:
                 self.check()
@@ -342,7 +347,7 @@ class LeaseHolder:
             carried = self._pending if carries_checkpoint else None
             if action != "renew":
                 self._final = True
-            job = self._locked_write(action, make)
+            job = self._locked_write(action, lambda seq: make(seq, carried))
             if carried is not None:
                 self._checkpointed(carried)
             return job
@@ -367,6 +372,7 @@ class LeaseHolder:
         pending: list[RawObject] = []
         started = time.monotonic()
         while True:
+            self.check()  # never send past the renew deadline, also after a retry's pause
             sent_at = self.clock()
             remaining = self.renew_deadline - (sent_at - self._renewed_at)
             try:
@@ -418,6 +424,10 @@ class LeaseHolder:
         self.known = result.job
         self._renewed_at = sent_at
         self.wake.set()
+        if action == "renew" and self.lost.is_set():
+            # Another thread passed the renew deadline while this write was in flight: the
+            # lease stays lost (a loss is final), and the work stops.
+            raise LeaseLost(self.lost_reason)
         return result.job
 
     def _retry_pause(self, action: str, error: Unavailable, remaining: float) -> None:

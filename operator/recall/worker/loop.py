@@ -24,7 +24,7 @@ Guarantees:
   refuses for good (access denied, a missing bucket, a bad URL) fails the job it hit with that
   reason, before any engine call; then the worker claims nothing more until a probe write to
   the store succeeds again (every `store_probe_seconds`), so one misconfiguration fails one job
-  per worker, not the whole queue.
+  per slot, not the whole queue.
 - SIGTERM (`stop()`): no new claims; the current job may finish within `grace_seconds`,
   otherwise its lease is released so the job is Queued again at once.
 - Drain (`recall.worker.drain`): once the worker answered a drain request `drained` it picks,
@@ -190,6 +190,7 @@ class Worker:
         idle_since = time.monotonic()
         while not self.stopping.is_set() and not self._enough.is_set():
             self.beat()
+            seen = self.queue.changes()  # before the pick: an offer after it wakes the wait
             if self.run_once():
                 idle_since = time.monotonic()
                 continue
@@ -197,7 +198,7 @@ class Worker:
             if idle and time.monotonic() - idle_since > idle:
                 self.log.info("worker_idle_exit", idle_seconds=idle)
                 return
-            self.queue.wait(timeout=1.0 if idle else 5.0)
+            self.queue.wait(timeout=1.0 if idle else 5.0, since=seen)
 
     def run_once(self) -> bool:
         """Try to claim one job and work it. True if a claim was tried; a drained worker
@@ -211,11 +212,16 @@ class Worker:
     def _take_one(self) -> bool:
         if self.store_broken is not None and not self._probe_store():
             return False  # the results store refuses: claim nothing that would fail too
-        with self._lock:  # two slots never pick the same job
-            job = self.queue.pick(frozenset(self._taking))
+        while True:  # two slots never take the same job; the pick (maybe a list) is unlocked
+            with self._lock:
+                taken = frozenset(self._taking)
+            job = self.queue.pick(taken)
             if job is None:
                 return False
-            self._taking.add(job.key)
+            with self._lock:
+                if job.key not in self._taking:
+                    self._taking.add(job.key)
+                    break
         try:
             holder = self.claim(job)
             if holder is None:
@@ -315,6 +321,7 @@ class Worker:
     def _call(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T:
         """Run `fn` on the slot's engine thread; return early if the lease is lost or grace
         ends."""
+        self._check_stop(h)  # nothing starts on a lease known lost
         executor = self._engine_thread()
         future = executor.submit(fn)
         while True:
@@ -328,6 +335,8 @@ class Worker:
                     # The engine thread may still be busy; a new one serves the next job.
                     executor.shutdown(wait=False, cancel_futures=True)
                     self._slot.executor = None
+                    with self._lock:
+                        self._executors.remove(executor)
                     raise
 
     def _check_stop(self, h: LeaseHolder) -> None:

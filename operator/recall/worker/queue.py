@@ -67,7 +67,11 @@ class Queue(Protocol):
 
     def discard(self, job: TranscriptionJob) -> None: ...
 
-    def wait(self, timeout: float) -> None: ...
+    def changes(self) -> int:
+        """A count of the view's changes; `wait(since=...)` returns at once if it moved."""
+        ...
+
+    def wait(self, timeout: float, since: int | None = None) -> None: ...
 
 
 def fair_choice(
@@ -149,9 +153,15 @@ class WatchedJobs:
             if current is not None and current.resource_version == job.resource_version:
                 del self._jobs[job.key]
 
-    def _wait(self, timeout: float) -> None:
+    def changes(self) -> int:
         with self._cond:
-            seen = self._changes
+            return self._changes
+
+    def _wait(self, timeout: float, since: int | None = None) -> None:
+        """Until the view changes after `since` (taken before a pick that found nothing: an
+        offer arriving in between is not slept through), `timeout` passes, or it stops."""
+        with self._cond:
+            seen = self._changes if since is None else since
             self._cond.wait_for(lambda: self._changes != seen or self.informer.stopping, timeout)
 
 
@@ -182,9 +192,9 @@ class JobQueue(WatchedJobs):
             candidates = [j for k, j in self._jobs.items() if k not in exclude]
         return choose(candidates, self.engine, self.window, self.rng, self.pool)
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float, since: int | None = None) -> None:
         """Block until the queue changes, `timeout` passes, or the queue stops."""
-        self._wait(timeout)
+        self._wait(timeout, since)
 
 
 class OfferQueue(WatchedJobs):
@@ -244,7 +254,7 @@ class OfferQueue(WatchedJobs):
             [j for j in jobs if j.key not in exclude], self.engine, self.rng, pool=self.pool
         )
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float, since: int | None = None) -> None:
         """Block until an offer changes, `timeout` passes, or it is time to serve oneself."""
         left = self.self_serve_seconds - (self.clock() - self._last_work)
-        self._wait(max(0.05, min(timeout, left)))
+        self._wait(max(0.05, min(timeout, left)), since)

@@ -329,13 +329,13 @@ def test_ready_queue__a_pool_s_jobs_go_only_to_its_workers() -> None:
     assert q.pick(NS, "simulated", "gpu") == (NS, "gpu-1")
 
 
-def test_idle__a_worker_is_offered_one_job_per_free_slot_whole_workers_first() -> None:
-    from recall.operator.dispatch import Capacity, idle
+def test_free_slots__one_offer_per_free_slot_workers_with_jobs_first() -> None:
+    from recall.operator.dispatch import Capacity, free_slots
 
     q = ReadyQueue(lambda: 0.0)
     wide = Capacity((NS, "wide"), "simulated", slots=4)
     narrow = Capacity((NS, "narrow"), "simulated", slots=1)
     q.offered_to((NS, "x"), wide.key)  # one of wide's slots has an offer
-    offers = idle([wide, narrow], q)
-    assert offers == [narrow, wide, wide, wide]
+    offers = free_slots([narrow, wide], q)
+    assert offers == [wide, wide, wide, narrow]  # packing: the worker with jobs fills first
     assert q.free(wide.key, 4) == 3 and q.busy() == {wide.key}

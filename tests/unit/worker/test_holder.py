@@ -172,3 +172,19 @@ def test_renew__after_a_complete_was_sent_writes_nothing() -> None:
     h.renew()
     h.renew_if_older(0.0)
     assert h.writes == writes and not h.lost.is_set()
+
+
+def test_claim__a_whole_status_write_keeps_fields_this_version_does_not_know() -> None:
+    """A claim replaces the status (an update): a field a newer version wrote survives it."""
+    store, clock = MemoryStore(), Clock()
+    store.create_job(NS, job_manifest("a"))
+    store.patch_job_status(NS, "a", None, {"futureField": {"kept": True}})
+    job = store.get_job(NS, "a")
+    assert job is not None and job.raw_status is not None
+    holder = LeaseHolder.claim(
+        store, job, "w1", renew_deadline_fraction=2 / 3, clock=clock, now=clock.wall
+    )
+    assert isinstance(holder, LeaseHolder)
+    raw = next(j for j in store.list_jobs(NS).items if j["metadata"]["name"] == "a")
+    assert raw["status"]["futureField"] == {"kept": True}
+    assert raw["status"]["phase"] == "Leased"
