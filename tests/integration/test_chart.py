@@ -881,7 +881,7 @@ def test_template_apf__lease_writes_have_a_level_of_their_own(tools: Tools, tmp_
         d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PriorityLevelConfiguration"
     }
     schemas = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "FlowSchema"}
-    leases, work = f"{RELEASE}-recall-leases", f"{RELEASE}-recall-work"
+    leases, work = f"recall-{RELEASE}-recall-leases", f"recall-{RELEASE}-recall-work"
     assert set(levels) == set(schemas) == {leases, work}
     assert levels[leases]["limited"]["lendablePercent"] == 0
     assert schemas[leases]["matchingPrecedence"] < schemas[work]["matchingPrecedence"] < 9000

@@ -78,6 +78,11 @@ class Install:
     worker: Proc
     operator_pod: str
 
+    @property
+    def apf(self) -> str:
+        """The prefix the chart gives its (cluster-scoped) API Priority and Fairness objects."""
+        return f"{self.namespace}-{self.fullname}"
+
     def doctor(self, *extra: str, **override: str) -> dict[str, str]:
         """Run `recall doctor`; its lines by check name (asserting one line per check)."""
         options = {
@@ -228,7 +233,7 @@ def install(
             rbac.create_namespaced_role(namespace, doc)
         elif kind == "RoleBinding":
             rbac.create_namespaced_role_binding(namespace, doc)
-    for plural, obj in fairness(fullname):
+    for plural, obj in fairness(f"{namespace}-{fullname}"):
         custom.create_cluster_custom_object(*FLOWCONTROL, plural, obj)
         made.append((plural, obj["metadata"]["name"]))
     token = service_account_token(api, namespace, f"{fullname}-doctor")
@@ -359,15 +364,15 @@ def test_doctor__healthy_install_passes_then_each_broken_part_fails_its_own_chec
     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, JOB_PLURAL, "talk")
 
     # A FlowSchema missing, then pointing elsewhere.
-    work = f"{install.fullname}-work"
+    work = f"{install.apf}-work"
     schema = custom.get_cluster_custom_object(*FLOWCONTROL, "flowschemas", work)
     custom.delete_cluster_custom_object(*FLOWCONTROL, "flowschemas", work)
     install.expect("apf", f"no FlowSchema {work}", "apf.enabled=true")
     schema = {"apiVersion": schema["apiVersion"], "kind": schema["kind"], "spec": schema["spec"]}
     schema["metadata"] = {"name": work}
-    schema["spec"]["priorityLevelConfiguration"] = {"name": f"{install.fullname}-leases"}
+    schema["spec"]["priorityLevelConfiguration"] = {"name": f"{install.apf}-leases"}
     custom.create_cluster_custom_object(*FLOWCONTROL, "flowschemas", schema)
-    install.expect("apf", f"points at '{install.fullname}-leases'")
+    install.expect("apf", f"points at '{install.apf}-leases'")
     custom.delete_cluster_custom_object(*FLOWCONTROL, "flowschemas", work)
     schema["spec"]["priorityLevelConfiguration"] = {"name": work}
     custom.create_cluster_custom_object(*FLOWCONTROL, "flowschemas", schema)

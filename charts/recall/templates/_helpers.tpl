@@ -25,6 +25,14 @@ release name when it already contains the chart name. 52 characters leave room f
 {{- end -}}
 {{- end -}}
 
+{{/*
+The prefix of the API Priority and Fairness objects, which are cluster-scoped:
+<release namespace>-<fullname>.
+*/}}
+{{- define "recall.apfName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "recall.fullname" .) | trunc 200 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "recall.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

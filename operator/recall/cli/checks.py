@@ -88,6 +88,11 @@ class Install:
     def worker(self) -> str:
         return f"{self.fullname}-worker"
 
+    @property
+    def apf(self) -> str:
+        """The prefix of the chart's (cluster-scoped) API Priority and Fairness objects."""
+        return f"{self.namespace}-{self.fullname}"
+
 
 def fullname(release: str, override: str | None = None) -> str:
     """The chart's `recall.fullname`: the override, else the release name when it contains
@@ -396,7 +401,7 @@ def check_engines(reader: InstallReader, install: Install, now: dt.datetime) -> 
 
 
 def check_apf(reader: InstallReader, install: Install) -> Check:
-    names = [f"{install.fullname}-leases", f"{install.fullname}-work"]
+    names = [f"{install.apf}-leases", f"{install.apf}-work"]
     upgrade = "helm upgrade the release with apf.enabled=true (the default)"
     for name in names:
         if reader.priority_level(name) is None:

@@ -117,6 +117,12 @@ def retry_backoff(failures: int, jitter: float, base: float = 5.0, cap: float = 
     return round(delay / 2 + (delay / 2) * jitter, 3)
 
 
+def holder_refusal(status: JobStatus, worker: str, token: str) -> Refusal | None:
+    """Why `worker` with `token` does not hold the lease on a job in `status` (None: it does):
+    the refusal its renew, complete, fail or release would meet."""
+    return _holder_check(status, worker, token)
+
+
 def _holder_check(status: JobStatus, worker: str, token: str) -> Refusal | None:
     phase = status.effective_phase
     if phase.terminal:

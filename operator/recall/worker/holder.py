@@ -50,7 +50,7 @@ from recall.kube import (
 )
 from recall.protocol import lease
 from recall.protocol.lease import Budget
-from recall.resources import Phase, Progress, Result, TranscriptionJob
+from recall.resources import Progress, Result, TranscriptionJob
 from recall.worker.cadence import Cadence
 
 
@@ -222,15 +222,10 @@ class LeaseHolder:
         if job is None:
             self._mark_lost("Gone", f"{why}: the job was deleted")
             return
-        status = job.status
-        held = status.lease
-        ours = (
-            status.effective_phase is Phase.LEASED
-            and held is not None
-            and (held.holder, held.token) == (self.worker, self.token)
-        )
-        if not ours and not self._final:
-            self._mark_lost("Taken", f"{why}: the job is {status.effective_phase}")
+        refusal = lease.holder_refusal(job.status, self.worker, self.token)
+        if refusal is not None and not self._final:
+            # the reason the next write would be refused with (Terminal, NotLeased, ...)
+            self._mark_lost(refusal.reason, f"{why}: {refusal.detail}")
 
     def _mark_lost(self, reason: str, detail: str, **context: object) -> None:
         with self._lost_lock:  # several threads check the deadline: one loss, counted once
@@ -365,14 +360,15 @@ class LeaseHolder:
         self._checkpoint_chunks = max(self._checkpoint_chunks, carried.chunks_done)
 
     def _locked_write(self, action: str, make: Callable[[int], Transition]) -> TranscriptionJob:
-        self.check()
-        faults.pause("worker-pause-before-write", action=action)
         self._seq += 1
         transition = make(self._seq)
         pending: list[RawObject] = []
         started = time.monotonic()
         while True:
             self.check()  # never send past the renew deadline, also after a retry's pause
+            # (A process frozen here, past its last check, is what the API server's fence is
+            # for: its write arrives late and is refused.)
+            faults.pause("worker-pause-before-write", action=action)
             sent_at = self.clock()
             remaining = self.renew_deadline - (sent_at - self._renewed_at)
             try:
