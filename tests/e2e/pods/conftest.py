@@ -215,6 +215,10 @@ def diagnostics(cluster: PodCluster, namespace: str = NAMESPACE) -> None:
     for args in (
         ("get", "nodes", "-o", "wide"),
         ("get", "pods,batches,transcriptionjobs", "-n", namespace, "-o", "wide"),
+        ("get", "transcriptionjobs", "-n", namespace, "-o",
+         "custom-columns=JOB:.metadata.name,PHASE:.status.phase,HOLDER:.status.lease.holder,"
+         "ATTEMPTS:.status.attempts,RECLAIMED:.status.expiredLeases,DONE:.status.progress."
+         "chunksDone,ERROR:.status.lastError.message"),
         ("get", "events", "-n", namespace, "--sort-by=.lastTimestamp"),
         ("logs", "-n", namespace, "-l", "app.kubernetes.io/part-of=recall", "--prefix",
          "--tail=60", "--all-containers"),

@@ -32,7 +32,14 @@ import yaml
 
 from recall.kube.store import KubeStore as Kube
 from recall_dev.release import Release
-from tests.e2e.pods.conftest import CHART, NAMESPACE, PodCluster, ensure_crds, release_values
+from tests.e2e.pods.conftest import (
+    CHART,
+    NAMESPACE,
+    PodCluster,
+    ensure_crds,
+    release_values,
+    uninstall,
+)
 from tests.e2e.pods.drills import Ledger, batch_manifest, figures
 from tests.helpers import wait_for
 
@@ -133,7 +140,7 @@ def upgrade(
     finally:
         ledger.stop.set()
         thread.join(5)
-        cluster.run("helm", "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", check=False)
+        uninstall(cluster, RELEASE, NAMESPACE)  # with the diagnostics of a failure
 
 
 def test_upgrade_1__the_previous_release_installs(upgrade: Upgrade) -> None:
