@@ -202,18 +202,51 @@ COLUMNS = (
     ("duplicates", "duplicates"),
     ("lost", "lost"),
 )
+# The order of docs/drills.md; drills not named here come after, by name.
+ORDER = (
+    "api-server-restart", "store-pod-deleted", "worker-node-cut-off", "worker-node-killed",
+    "active-operator-s-node-killed", "node-drained", "worker-node-killed-make-test-2-nodes",
+    "helm-upgrade", "helm-rollback",
+)  # fmt: skip
+
+
+def also(notes: dict[str, Any]) -> str:
+    """A drill's own figures, in words."""
+    said = []
+    if "unavailable" in notes:
+        said.append(f"API server away {notes['unavailable']:.1f} s")
+    if "objects_lost" in notes:
+        said.append(f"{notes['objects_before']} objects before, {notes['objects_lost']} lost")
+    if "stopped_after_seconds" in notes:
+        said.append(
+            f"cut workers stopped {notes['stopped_after_seconds']:.1f} s after the cut "
+            f"(renew deadline {notes['renew_deadline_seconds']:.0f} s)"
+        )
+    if "pods_still_shown_running" in notes:
+        said.append(f"{notes['pods_still_shown_running']} dead pods still shown Running at the end")
+    if "leader_after_seconds" in notes:
+        said.append(
+            f"standby led after {notes['leader_after_seconds']} s "
+            f"(its Lease: {notes['operator_lease_seconds']} s)"
+        )
+    if "drain_seconds" in notes:
+        said.append(f"the drain took {notes['drain_seconds']:.0f} s")
+    return "; ".join(said)
 
 
 def table(directory: Path | None = None) -> str:
     """The Markdown table of every drill's figures written so far."""
     d = directory or Path(os.environ.get("RECALL_DRILLS_DIR") or ROOT / "build" / "drills")
-    rows = [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))]
+    found = {p.stem: json.loads(p.read_text()) for p in d.glob("*.json")}
+    names = [n for n in ORDER if n in found] + sorted(n for n in found if n not in ORDER)
     lines = [
-        "| " + " | ".join(title for _, title in COLUMNS) + " |",
-        "| " + " | ".join("---" for _ in COLUMNS) + " |",
+        "| " + " | ".join(title for _, title in COLUMNS) + " | also |",
+        "| " + " | ".join("---" for _ in range(len(COLUMNS) + 1)) + " |",
     ]
-    for row in rows:
-        lines.append("| " + " | ".join(str(row[key]) for key, _ in COLUMNS) + " |")
+    for name in names:
+        row = found[name]
+        cells = [str(row[key]) for key, _ in COLUMNS] + [also(row.get("notes") or {})]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
