@@ -167,17 +167,25 @@ def _moved(then: Seen, now: Seen) -> bool:
 
 
 def batch_manifest(
-    name: str, namespace: str, n: int, *, chunks: int, seconds: float, lease: int
+    name: str,
+    namespace: str,
+    n: int,
+    *,
+    chunks: int,
+    seconds: float,
+    lease: int,
+    checkpoint: float | None = 1,
 ) -> dict[str, Any]:
-    """A Batch of `n` simulated jobs of `chunks` chunks, `seconds` each, under `lease`."""
-    return {
+    """A Batch of `n` simulated jobs of `chunks` chunks, `seconds` each, under `lease`; a
+    checkpoint every `checkpoint` seconds (None: the field left out, for the CRDs of a release
+    from before it)."""
+    manifest: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "Batch",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "defaults": {
                 "leaseDurationSeconds": lease,
-                "checkpointSeconds": 1,  # progress the ledger sees every second
                 "maxAttempts": 6,
                 "engine": {
                     "name": "simulated",
@@ -190,6 +198,9 @@ def batch_manifest(
             ],
         },
     }
+    if checkpoint is not None:  # progress the ledger sees that often
+        manifest["spec"]["defaults"]["checkpointSeconds"] = checkpoint
+    return manifest
 
 
 COLUMNS = (
