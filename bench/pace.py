@@ -30,7 +30,7 @@ from collections import Counter
 from typing import Any
 
 from bench.harness import Env, simulated_batch, wait
-from bench.scale import MUTATING, _complete, _stamp
+from bench.scale import MUTATING, _complete, _stamp, _writes
 from recall_dev.procs import die_with_parent
 
 CHUNK_SECONDS = 30.0
@@ -90,7 +90,8 @@ def single(env: Env, *, jobs: int = 3, seconds_per_job: float = 15.0) -> dict[st
         walls = [_stamp(e) - claimed[e["job"]] for e in done]
         engine = [float(e["engine_seconds"]) for e in done]
         lease_writes = [int(e["lease_writes"]) for e in done]
-        writes = sum(n for (verb, _r, _s), n in (after - before).items() if verb in MUTATING)
+        kinds = _writes(before, after)
+        writes = sum(kinds.values())
         wall = sum(walls)
         out[_label(speed)] = {
             "speed": speed,
@@ -106,6 +107,7 @@ def single(env: Env, *, jobs: int = 3, seconds_per_job: float = 15.0) -> dict[st
             "api_writes_per_job": round(writes / len(done), 2),
             "api_writes_per_worker_second": round(writes / wall, 3) if wall else None,
             "lease_writes_per_worker_second": round(sum(lease_writes) / wall, 3) if wall else None,
+            "writes_by_kind_per_job": {k: round(v / len(done), 2) for k, v in kinds.most_common()},
             "stopwatch_per_job": {
                 k: round(sum(float(e.get(f"{k}_seconds", 0)) for e in done) / len(done), 3)
                 for k in ("lease", "store", "engine", "media", "engine_waits")
@@ -277,6 +279,17 @@ def markdown(section: dict[str, Any], plotted: bool) -> list[str]:
                 "API writes per worker-second",
             ],
             rows,
+        )
+    at_600 = single_runs.get("600×") or {}
+    if at_600.get("writes_by_kind_per_job"):
+        lines += [
+            "API writes per job by kind at 600× (the Batch's own writes — its creation, kopf's "
+            "and the operator's status writes — are shared by its jobs; the workers' "
+            "registration Leases are renewed every 5 s whatever they do):",
+            "",
+        ]
+        lines += _table(
+            ["request", "per job"], [[k, v] for k, v in at_600["writes_by_kind_per_job"].items()]
         )
     fleet_runs = section.get("fleet") or {}
     if fleet_runs:
