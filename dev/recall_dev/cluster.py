@@ -14,8 +14,8 @@ Contract:
   dies, so an interrupted test run leaves no orphans (Linux `PR_SET_PDEATHSIG`).
 - Ports are free loopback ports chosen at start; nothing listens beyond 127.0.0.1.
 
-Not provided here: a scheduler and kubelets (`recall_dev.node` adds them), and the controller
-manager runs only the garbage collector, namespace and service-account controllers.
+Not provided here: a scheduler and kubelets (pods run on kind: recall_dev.kind), and the
+controller manager runs only the garbage collector, namespace and service-account controllers.
 """
 
 from __future__ import annotations
