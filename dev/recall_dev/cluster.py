@@ -15,7 +15,8 @@ Contract:
 - Ports are free loopback ports chosen at start; nothing listens beyond 127.0.0.1.
 
 Not provided here: a scheduler and kubelets (pods run on kind: recall_dev.kind), and the
-controller manager runs only the garbage collector, namespace and service-account controllers.
+controller manager runs only the garbage collector, namespace, service-account and
+ClusterRole aggregation controllers.
 """
 
 from __future__ import annotations
