@@ -67,7 +67,10 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/*
 One topologySpreadConstraint over `key` for a component's pods, ScheduleAnyway (a one-node
-cluster still schedules every replica); nothing when the key is empty.
+cluster still schedules every replica); nothing when the key is empty. The skew counts the
+pods of one revision (matchLabelKeys: pod-template-hash), so a rolling update spreads the new
+pods among themselves instead of filling the nodes the old ones are leaving; nodes whose
+taints the pods do not tolerate are not counted as places to spread to.
 Call with (dict "ctx" $ "component" "worker" "key" .Values.worker.topologySpreadKey).
 */}}
 {{- define "recall.topologySpread" -}}
@@ -76,9 +79,12 @@ topologySpreadConstraints:
   - maxSkew: 1
     topologyKey: {{ .key }}
     whenUnsatisfiable: ScheduleAnyway
+    nodeTaintsPolicy: Honor
     labelSelector:
       matchLabels:
         {{- include "recall.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 8 }}
+    matchLabelKeys:
+      - pod-template-hash
 {{- end }}
 {{- end -}}
 
