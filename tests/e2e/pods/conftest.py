@@ -41,7 +41,8 @@ RELEASE = "recall"
 WORKER_NODES = 2
 # One pytest process runs them, in this order (pytest_collection_modifyitems below).
 MODULES = (
-    "test_pods.py", "test_scaling.py", "test_install.py", "test_drills.py", "test_upgrade.py"
+    "test_pods.py", "test_scaling.py", "test_gpu_pools.py", "test_install.py", "test_drills.py",
+    "test_upgrade.py",
 )  # fmt: skip
 
 
