@@ -12,6 +12,7 @@ from recall.resources.common import LABEL_SUSPENDED, Condition, Model, Resource
 
 DEFAULT_POOL = "default"  # the pool of a job that names none
 
+
 class Phase(StrEnum):
     """Phase of a TranscriptionJob."""
 
