@@ -118,8 +118,22 @@ def setting_type(field: FieldInfo) -> str:
     return " ".join([name, ", ".join(text)]).strip()
 
 
+_CODE = re.compile(r"(`+)(.+?)\1")
+_HTML = str.maketrans({"&": "&amp;", "<": "&lt;"})
+
+
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """One table cell on one line: `|` escaped, and `<` and `&` outside code spans as HTML
+    entities (Markdown passes `<prefix>` through as a tag, which the browser hides; a lone `>`
+    is text); a code span shows its text as written."""
+    text = " ".join(text.split())
+    out: list[str] = []
+    at = 0
+    for m in _CODE.finditer(text):
+        out += [text[at : m.start()].translate(_HTML), m[0]]
+        at = m.end()
+    out.append(text[at:].translate(_HTML))
+    return "".join(out).replace("|", "\\|")
 
 
 def settings_section(module: ModuleType) -> list[str]:

@@ -80,6 +80,26 @@ def test_chart_values__each_has_a_comment_on_itself_or_a_parent() -> None:
     assert docs.undocumented_values((ROOT / docs.VALUES).read_text()) == []
 
 
+def test_cell__escapes_html_outside_code_spans() -> None:
+    cell = docs._cell("reads <volume>/a.wav & more,\n `<fullname>-worker` > 0 | `a|b`")
+    assert cell == "reads &lt;volume>/a.wav &amp; more, `<fullname>-worker` > 0 \\| `a\\|b`"
+
+
+def test_cell__what_a_value_says_in_angle_brackets_shows_on_the_site() -> None:
+    markdown = pytest.importorskip("markdown")
+    row = "| " + " | ".join(docs._cell(c) for c in ("`a`", "under <prefix>/scratch/ only")) + " |"
+    html = markdown.markdown(f"| value | meaning |\n| --- | --- |\n{row}\n", extensions=["tables"])
+    assert "under &lt;prefix&gt;/scratch/ only" in html  # Markdown writes the > out itself
+    assert "<prefix>" not in html
+
+
+def test_configuration_reference__no_bare_tag_in_a_table_cell() -> None:
+    page = (ROOT / docs.CONFIGURATION).read_text()
+    rows = [line for line in page.splitlines() if line.startswith("|")]
+    bare = [r for r in rows if re.search(r"<[A-Za-z/!]", re.sub(r"(`+).+?\1", "", r))]
+    assert bare == []
+
+
 def test_documented_values__a_comment_covers_its_mapping_and_runs_to_its_key() -> None:
     text = """\
 # A plain comment documents nothing.
