@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import yaml
@@ -28,6 +30,14 @@ def run(
         timeout=timeout,
         check=False,
     )
+
+
+def _read_lines(proc: subprocess.Popen[str], into: queue.Queue[str | None]) -> None:
+    """Put each line the process prints into `into`, then None at its end."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        into.put(line.rstrip("\n"))
+    into.put(None)
 
 
 def media_folder(tmp_path: Path, names: list[str]) -> Path:
@@ -83,21 +93,28 @@ def test_submit_watch_get_transcript__whole_flow(
         control_plane, namespace, "submit", str(folder), "--name", "flow", "--engine", "simulated"
     )
     assert out.returncode == 0, out.stderr
-    # Follow from the start; the worker comes later, so there is progress to show.
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "recall", "watch", "flow", "--timeout", "60", "-n", namespace],
-        env=control_plane.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # Follow from the start: the worker starts once the watch has shown the Batch unfinished,
+    # so there is progress to show whatever the two processes' start-up times.
+    stderr = tmp_path / "watch.err"
+    with stderr.open("w") as err:
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "recall", "watch", "flow", "--timeout", "60", "-n", namespace],
+            env=control_plane.env(),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    lines: queue.Queue[str | None] = queue.Queue()
+    reader = threading.Thread(target=_read_lines, args=(watcher, lines), daemon=True)
+    reader.start()
+    first = lines.get(timeout=60)
+    assert first is not None and "2/2 completed" not in first, stderr.read_text()
     procs.worker("w", "--engine", "simulated", "--namespace", namespace)
-    stdout, stderr = watcher.communicate(timeout=90)
-    watched = subprocess.CompletedProcess(watcher.args, watcher.returncode, stdout, stderr)
-    assert watched.returncode == 0, watched.stdout + watched.stderr
-    lines = watched.stdout.splitlines()
-    assert lines[-1].startswith("flow: 2/2 completed")
-    assert len(lines) >= 2, "watch should print progress as it changes"
+    assert watcher.wait(timeout=90) == 0, stderr.read_text()
+    reader.join(timeout=10)
+    rest = list(iter(lines.get_nowait, None))
+    assert rest, "watch should print progress as it changes"
+    assert rest[-1].startswith("flow: 2/2 completed")
 
     table = run(control_plane, namespace, "get", "batches").stdout.splitlines()
     assert table[0].split() == ["NAME", "ITEMS", "COMPLETED", "FAILED", "PROGRESS", "ETA", "AGE"]
