@@ -11,8 +11,11 @@ and never sooner, unless a heartbeat falls due first. So:
   operator's publish, whatever the number of chunks and the engine's speed;
 - a resumed attempt redoes at most `checkpoint` seconds of engine work, plus the chunks that
   were still on their way into the store;
-- an engine call starts only on a lease proven within `fresh` seconds (the heartbeat: a
-  healthy heartbeater keeps every lease that fresh without the engine waiting for it).
+- an engine call starts only on a lease proven within `fresh` seconds: one and a half heartbeats,
+  so a healthy heartbeater keeps every lease that fresh and the engine never waits for its
+  write (at exactly one heartbeat the engine would meet the heartbeater's write in flight once
+  an interval); still well inside the renew deadline, which a holder's settings keep above one
+  and a half heartbeats.
 
 Not guaranteed: the cadence says when a write is due, not when it lands; a slow API server
 delays it (the renew deadline bounds how long a holder keeps working without one).
@@ -21,6 +24,8 @@ delays it (the renew deadline bounds how long a holder keeps working without one
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+FRESH_HEARTBEATS = 1.5  # an engine call needs a write sent within this many heartbeats
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,7 @@ class Cadence:
     @property
     def fresh(self) -> float:
         """How recently a write must have been sent for an engine call to start without one."""
-        return self.heartbeat
+        return FRESH_HEARTBEATS * self.heartbeat
 
     def due(self, *, since_renewal: float, since_checkpoint: float, pending: bool) -> float:
         """Seconds until the next renewal is due; zero or less: now.

@@ -46,7 +46,9 @@ def test_writes_per_job__bounded_by_wall_time_not_by_chunks() -> None:
     assert renewals == 30  # one per checkpoint interval, for 6,000 chunks
 
 
-def test_fresh__is_the_heartbeat_interval() -> None:
-    assert C.fresh == 40.0
+def test_fresh__leaves_the_heartbeater_half_an_interval_to_land_its_write() -> None:
+    # An engine call needs a write within `fresh`; the heartbeater sends one every `heartbeat`.
+    # Were they equal, the engine would meet the heartbeater's write in flight once an interval.
+    assert C.fresh == 60.0 > C.heartbeat
     with pytest.raises(ValueError, match="positive"):
         Cadence(heartbeat=0, checkpoint=10)
