@@ -101,7 +101,8 @@ class LeaseHolder:
         self._checkpoint_chunks = progress.chunks_done if progress else 0  # as last written
         self.wake = threading.Event()  # set when something for the heartbeater changed
         self._final = False  # a complete, fail or release was sent: the lease ends by our hand
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one write at a time
+        self._pending_lock = threading.Lock()  # the pending checkpoint (the store stage sets it)
         self._lost_lock = threading.Lock()
         self.log = log.get("worker").bind(
             job=job.name,
@@ -197,8 +198,9 @@ class LeaseHolder:
 
     def checkpoint(self, progress: Progress) -> None:
         """Record progress whose chunks are durable in the store; the next renewal (on the
-        heartbeater's cadence) carries it. No write of its own."""
-        self._pending = progress
+        heartbeater's cadence) carries it. No write of its own, and never waits for one."""
+        with self._pending_lock:
+            self._pending = progress
         self.wake.set()
 
     def check(self) -> None:
@@ -352,8 +354,9 @@ class LeaseHolder:
     def _checkpointed(self, carried: Progress) -> None:
         """`carried` is in the status now (the write that carried it succeeded)."""
         self._checkpointed_at = self._renewed_at
-        if self._pending is carried:
-            self._pending = None
+        with self._pending_lock:  # a newer checkpoint given meanwhile stays pending
+            if self._pending is carried:
+                self._pending = None
         metrics.CHECKPOINTS.inc()
         for chunks in range(self._checkpoint_chunks + 1, carried.chunks_done + 1):
             faults.hit("worker-after-chunk", chunk=chunks)

@@ -188,3 +188,30 @@ def test_claim__a_whole_status_write_keeps_fields_this_version_does_not_know() -
     raw = next(j for j in store.list_jobs(NS).items if j["metadata"]["name"] == "a")
     assert raw["status"]["futureField"] == {"kept": True}
     assert raw["status"]["phase"] == "Leased"
+
+
+def test_checkpoint__given_while_a_renewal_is_in_flight_is_carried_by_the_next() -> None:
+    class Slow(MemoryStore):
+        """The store stage makes chunk 2 durable while the renewal carrying chunk 1 is sent."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.during: list[Progress] = []
+
+        def patch_job_status(self, *args: Any, **kwargs: Any) -> TranscriptionJob:
+            while self.during:
+                h.checkpoint(self.during.pop())
+            return super().patch_job_status(*args, **kwargs)
+
+    store, clock = Slow(), Clock()
+    h = claimed(store, clock)
+    h.checkpoint(Progress.of(1, 4, PARTS))
+    store.during.append(Progress.of(2, 4, PARTS))
+    h.renew()
+    job = store.get_job(NS, "a")
+    assert job is not None and job.status.progress == Progress.of(1, 4, PARTS)
+    assert h.pending == Progress.of(2, 4, PARTS)  # not dropped with the one the renewal carried
+    h.renew()
+    job = store.get_job(NS, "a")
+    assert job is not None and job.status.progress == Progress.of(2, 4, PARTS)
+    assert h.pending is None
