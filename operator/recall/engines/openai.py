@@ -6,7 +6,8 @@ Contract:
   job sets one (its primary subtag: "en-US" → "en") and `response_format=verbose_json`. The
   response's segments come back relative to the chunk, clamped to [0, chunk.duration]; a
   response without segments becomes one segment spanning the chunk (none if the text is
-  empty).
+  empty). When the job asks for words they come from the response's `words`, punctuated as the
+  segment's text writes them; a segment that gets none has `words` None (`parse_segments`).
 - The API key is read for every request, from `openai_api_key_file` (a mounted Secret, so a
   rotated key is picked up) or else from the variable named by `openai_api_key_env`, and sent
   as a Bearer token. Without either, requests carry no Authorization (a local server).
@@ -140,7 +141,10 @@ def parse_segments(data: Any, duration: float, *, words: bool = False) -> list[S
     """Segments of a `verbose_json` transcription, clamped to [0, duration]; with `words`,
     the response's words (`timestamp_granularities[]=word`) each in the segment its middle
     falls in (or the nearest), carrying the segment's confidence as its probability (the API
-    gives words no probability of their own)."""
+    gives words no probability of their own) and the punctuation the segment's text writes
+    around it (the API's words have none: `punctuated`). A segment no word fell in has `words`
+    None, as has every segment of a response without `words`: no word timings, never an
+    empty list."""
     if not isinstance(data, dict):
         raise ValueError("the response is not a JSON object")
     segments: list[Segment] = []
@@ -194,7 +198,39 @@ def _with_words(segments: list[Segment], raw: list[Any], duration: float) -> lis
             )
             tidy.append(w)
             floor = w.end
-        out.append(s.model_copy(update={"words": tidy}))
+        out.append(s.model_copy(update={"words": punctuated(tidy, s.text) or None}))
+    return out
+
+
+LOOKAHEAD = 3  # tokens of the text a word may skip to find itself (a dash, a word it lacks)
+
+
+def _bare(text: str) -> str:
+    return "".join(c for c in text.casefold() if c.isalnum())
+
+
+def punctuated(words: list[Word], text: str) -> list[Word]:
+    """`words` written as `text` writes them: each word matched, in order, to the next token of
+    `text` (split at spaces) that is the same word once case and punctuation are set aside
+    ("hello" to "Hello,"), and takes that token. A word with no such token within
+    `LOOKAHEAD` tokens keeps its own text. Pure."""
+    tokens = text.split()
+    at = 0
+    out = []
+    for w in words:
+        bare = _bare(w.text)
+        match = next(
+            (
+                k
+                for k in range(at, min(at + LOOKAHEAD, len(tokens)))
+                if bare and _bare(tokens[k]) == bare
+            ),
+            None,
+        )
+        if match is not None:
+            w = w.model_copy(update={"text": " " + tokens[match]})
+            at = match + 1
+        out.append(w)
     return out
 
 

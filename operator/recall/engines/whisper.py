@@ -26,9 +26,10 @@ Contract:
   clamped to [0, chunk.duration], each with its confidence (the geometric mean of its tokens'
   probabilities, `exp(avg_logprob)`) and, when the job asks for them
   (`spec.transcript.words`), its words: inside the segment, in order, each starting no
-  earlier than the previous one ends. It checks `cancel` before starting and between segments
-  and returns what it has once `cancel` is set; the model call for one 30 s window is not
-  interruptible.
+  earlier than the previous one ends. A segment the alignment gave no word has `words` None
+  (never an empty list): its subtitles and aws.json items are split in proportion. It
+  checks `cancel` before starting and between segments and returns what it has once `cancel`
+  is set; the model call for one 30 s window is not interruptible.
 - Word times: faster-whisper's alignment (cross-attention), then each word's start moved to
   its first sound and its end to its last within its own span (`snap_to_sound`): the alignment
   alone starts a word where the silence before it starts.
@@ -356,7 +357,7 @@ def segment_of(
         end=end,
         text=raw.text.strip(),
         confidence=confidence(raw.avg_logprob),
-        words=said,
+        words=said or None,  # no word aligned: no word timings, not an empty list
     )
 
 
@@ -374,8 +375,8 @@ def window_segments(
     whole = segment_of(raw, duration, sounds, shift=shift, floor=floor)
     if not whole.text:
         return []
-    if not whole.words:  # text the alignment gave no word to: the window, whole
-        return [whole.model_copy(update={"words": [] if keep_words else None})]
+    if not whole.words:  # text the alignment gave no word to: the window, whole, without words
+        return [whole]
     out = []
     for group in split_words(whole.words):
         text = "".join(w.text for w in group).strip()

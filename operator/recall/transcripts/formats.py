@@ -7,14 +7,18 @@ docs/transcripts.md.
 
 - `json`: `text`, `duration`, `engine`, `model`, `modelDigest`, `language`,
   `languageProbability`, `wordTimings`, and `segments`, each `{start, end, text}` with
-  `confidence` and `words` (`{start, end, word, probability}`) when the transcript has them.
+  `confidence` when known and `words` (`{start, end, word, probability}`) when the segment has
+  word timings. `wordTimings` is what the segments hold, not what the job asked: true when every
+  segment has its words (an empty transcript: when the job asked for them), false when some
+  segment has none (the engine aligned no word, or the job did not ask).
 - `aws.json`: `jobName`, `status` "COMPLETED", `results.transcripts[0].transcript`,
   `results.items` (`id`, `type` pronunciation or punctuation, `start_time`/`end_time` as
   decimal strings on pronunciations, `alternatives[{content, confidence}]`) and
   `results.audio_segments` (each segment with the ids of its items), as AWS writes them, so
   tools that read AWS Transcribe's output read it. A word's trailing punctuation is an item of
-  its own. Without word timings the words' times are proportional within their segment and
-  their confidence is the segment's (`wordTimings` false in `json` says so).
+  its own. A segment without word timings is split into its text's words, their times in
+  proportion within the segment and their confidence the segment's (`wordTimings` false in
+  `json`, and that segment without `words`, say so).
 - `srt`, `vtt`: cues from `recall.transcripts.subtitles` under the transcript's rules.
 """
 
@@ -26,7 +30,7 @@ from typing import Any
 from recall.media.types import Segment
 from recall.resources import Format
 from recall.transcripts.layout import Transcript
-from recall.transcripts.subtitles import Rules, cues, tokens, write
+from recall.transcripts.subtitles import Rules, cues, split, timed_words, write
 
 CONTENT_TYPES = {
     "json": "application/json",
@@ -70,10 +74,11 @@ def segment_json(transcript: Transcript, segments: list[Segment]) -> dict[str, A
         item: dict[str, Any] = {"start": s.start, "end": s.end, "text": s.text}
         if s.confidence is not None:
             item["confidence"] = s.confidence
-        if s.words is not None:
+        if timed_words(s):
             item["words"] = [
                 {"start": w.start, "end": w.end, "word": w.text, "probability": w.probability}
-                for w in s.words
+                for w in s.words or []
+                if w.text.strip()
             ]
         out.append(item)
     return {
@@ -84,9 +89,16 @@ def segment_json(transcript: Transcript, segments: list[Segment]) -> dict[str, A
         "modelDigest": transcript.model_digest,
         "language": transcript.language,
         "languageProbability": transcript.language_probability,
-        "wordTimings": transcript.word_timings,
+        "wordTimings": word_timings(transcript, segments),
         "segments": out,
     }
+
+
+def word_timings(transcript: Transcript, segments: list[Segment]) -> bool:
+    """Whether every one of `segments` has word timings (none: whether the job asked)."""
+    if not segments:
+        return transcript.word_timings
+    return all(timed_words(s) for s in segments)
 
 
 def _decimal(value: float) -> str:
@@ -100,11 +112,11 @@ def aws_json(transcript: Transcript, segments: list[Segment]) -> dict[str, Any]:
     audio_segments: list[dict[str, Any]] = []
     for s in segments:
         ids: list[int] = []
-        if s.words is not None:
-            timed = [(w.text.strip(), w.start, w.end, w.probability) for w in s.words]
+        if timed_words(s):
+            timed = [(w.text.strip(), w.start, w.end, w.probability) for w in s.words or []]
         else:  # proportional times, the segment's confidence
             confidence = s.confidence if s.confidence is not None else 1.0
-            timed = [(t.text, t.start, t.end, confidence) for t in tokens([s])]
+            timed = [(t.text, t.start, t.end, confidence) for t in split(s)]
         for text, start, end, probability in timed:
             word = text.rstrip(PUNCTUATION)
             marks = text[len(word) :]

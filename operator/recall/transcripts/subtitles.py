@@ -7,8 +7,9 @@
 
 Contract:
 - The words come from the segments' word timings when the transcript has them. A segment
-  without words is split into its words in proportion to their characters over the segment's
-  time (`proportional` says so): cues are then only as precise as the segments.
+  without word timings (`words` None or empty: the job did not ask, or the engine aligned no
+  word) is split into its words in proportion to their characters over the segment's time
+  (`proportional` says so): its cues are then only as precise as the segment.
 - Every cue is at most `max_lines` lines of at most `max_line_characters` characters (a single
   word longer than a line is the one exception: it stands alone, over-long), is shown at most
   `max_cue_seconds`, at least `min_cue_seconds` where the next cue leaves room, and starts at
@@ -104,9 +105,29 @@ class Cue:
         return "\n".join(self.lines)
 
 
+def timed_words(segment: Segment) -> bool:
+    """Whether `segment` has word timings of its own (`words` None, empty or blank: not)."""
+    return any(w.text.strip() for w in segment.words or [])
+
+
 def proportional(segments: list[Segment]) -> bool:
     """True when some segment with text has no word timings: its cues are split in proportion."""
-    return any(s.words is None and s.text.strip() for s in segments)
+    return any(not timed_words(s) and s.text.strip() for s in segments)
+
+
+def split(segment: Segment) -> list[Token]:
+    """The words of `segment`'s text with times in proportion to their characters over the
+    segment's time: for a segment without word timings."""
+    parts = segment.text.split()
+    weights = [len(p) + 1 for p in parts]
+    total, at = sum(weights) or 1, 0
+    span = max(0.0, segment.end - segment.start)
+    out = []
+    for part, weight in zip(parts, weights, strict=True):
+        begin = segment.start + span * at / total
+        at += weight
+        out.append(Token(part, begin, segment.start + span * at / total))
+    return out
 
 
 def tokens(segments: list[Segment]) -> list[Token]:
@@ -114,19 +135,12 @@ def tokens(segments: list[Segment]) -> list[Token]:
     out: list[Token] = []
     for s in segments:
         words: list[Token] = []
-        if s.words is not None:
-            for w in s.words:
+        if timed_words(s):
+            for w in s.words or []:
                 if w.text.strip():
                     words.append(Token(w.text.strip(), w.start, max(w.end, w.start)))
-        else:
-            parts = s.text.split()
-            weights = [len(p) + 1 for p in parts]
-            total, at = sum(weights) or 1, 0
-            span = max(0.0, s.end - s.start)
-            for part, weight in zip(parts, weights, strict=True):
-                begin = s.start + span * at / total
-                at += weight
-                words.append(Token(part, begin, s.start + span * at / total))
+        else:  # no word timings: in proportion
+            words = split(s)
         if words:
             words[-1] = Token(words[-1].text, words[-1].start, words[-1].end, segment_end=True)
         out += words

@@ -126,3 +126,12 @@ def test_window_segments__cut_at_words_and_moved_into_the_chunk() -> None:
     bare = window_segments(raw, 30.0, sounds, shift=shift, floor=0.0, keep_words=False)
     assert [s.text for s in bare] == [s.text for s in kept]
     assert all(s.words is None for s in bare)
+
+
+def test_window_segments__text_without_aligned_words_has_no_word_timings() -> None:
+    """A window whose text the alignment gave no word to is one segment with `words` None
+    (not []), so its subtitles and aws.json items are split in proportion."""
+    raw = SimpleNamespace(text=" Mm hm.", start=0.0, end=1.0, avg_logprob=-0.2, words=[])
+    for keep in (True, False):
+        [whole] = window_segments(raw, 30.0, [(0.0, 1.0)], shift=0.0, floor=0.0, keep_words=keep)
+        assert whole.text == "Mm hm." and whole.words is None

@@ -32,9 +32,10 @@ from recall.engines.openai import (
     error_message,
     parse_retry_after,
     parse_segments,
+    punctuated,
     retry_delay,
 )
-from recall.media.types import Chunk, Segment
+from recall.media.types import Chunk, Segment, Word
 from recall.resources import TranscriptionJob
 from recall.resources.errors import JobFailure
 
@@ -259,10 +260,10 @@ def test_words__asked_for_with_the_vocabulary_and_context_as_prompt(stub: Stub) 
     assert first.confidence == pytest.approx(0.9048, abs=1e-4)
     assert [(w.text, w.start, w.end) for w in first.words or []] == [
         (" Hello", 0.1, 0.5),
-        (" Zarvethia", 0.6, 1.2),  # kept inside its segment
+        (" Zarvethia.", 0.6, 1.2),  # kept inside its segment, punctuated as its text
     ]
     assert [w.probability for w in first.words or []] == [first.confidence] * 2
-    assert [w.text for w in second.words or []] == [" Bye"]
+    assert [w.text for w in second.words or []] == [" Bye."]
 
 
 def test_success__text_without_segments_spans_the_chunk(engine: OpenAIEngine, stub: Stub) -> None:
@@ -517,3 +518,36 @@ def test_api_language() -> None:
         None,
         None,
     ]
+
+
+def test_parse_segments__words_asked_but_none_returned_means_no_word_timings() -> None:
+    """A server that answers segments without `words`: every segment has `words` None (not
+    []), so the job's srt, vtt and aws.json split them in proportion instead of dropping them;
+    a segment no word fell in is the same."""
+    data = {
+        "segments": [
+            {"start": 0.0, "end": 1.0, "text": " One."},
+            {"start": 1.0, "end": 2.0, "text": " Two."},
+        ]
+    }
+    assert [s.words for s in parse_segments(data, 5.0, words=True)] == [None, None]
+    data["words"] = [{"word": "One", "start": 0.1, "end": 0.6}]
+    first, second = parse_segments(data, 5.0, words=True)
+    assert [w.text for w in first.words or []] == [" One."] and second.words is None
+
+
+def test_punctuated__words_take_their_text_from_the_segment() -> None:
+    def w(text: str) -> Word:
+        return Word(start=0.0, end=0.1, text=f" {text}", probability=0.9)
+
+    words = [w("well"), w("Mr"), w("Smith"), w("its"), w("3"), w("late")]
+    text = '"Well," said — Mr. Smith; it\'s three, late!'
+    assert [x.text for x in punctuated(words, text)] == [
+        ' "Well,"',
+        " Mr.",
+        " Smith;",
+        " it's",  # the same word once the apostrophe is set aside
+        " 3",  # no token of the text is "3": its own text
+        " late!",
+    ]
+    assert punctuated([], "Hello.") == [] and [x.text for x in punctuated([w("a")], "")] == [" a"]

@@ -72,3 +72,18 @@ def test_segment_of__spans_its_words_after_they_moved_to_the_sound() -> None:
     seg = segment_of(raw, 3.0, sound)
     assert seg.words is not None and seg.words[0].start == 1.0
     assert seg.start <= seg.words[0].start and seg.words[-1].end <= seg.end <= 3.0
+
+
+def test_segment_of__no_aligned_word_means_no_word_timings() -> None:
+    """Words asked for (`sounds` given) but none aligned: `words` is None, never []."""
+    from types import SimpleNamespace
+
+    from recall.engines.whisper import segment_of
+
+    sound = islands(audio([(1.0, 2.0)], 3.0))
+    raw = SimpleNamespace(start=1.0, end=2.0, text=" hm", avg_logprob=-0.1, words=[])
+    assert segment_of(raw, 3.0, sound).words is None
+    blank = SimpleNamespace(word=" ", start=1.0, end=1.1, probability=0.5)
+    assert (
+        segment_of(SimpleNamespace(**{**raw.__dict__, "words": [blank]}), 3.0, sound).words is None
+    )

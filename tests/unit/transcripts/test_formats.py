@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -93,7 +94,8 @@ def test_render__json_shows_words_and_confidence() -> None:
         "probability": 0.42,
     }
     assert data["modelDigest"] == WORDS.model_digest and data["language"] == "en"
-    assert data["wordTimings"] is True
+    assert "words" not in data["segments"][1]  # " Yes." has none: split in proportion
+    assert data["wordTimings"] is False  # so not every segment has its words
 
 
 def test_render__aws_json_layout() -> None:
@@ -130,3 +132,46 @@ def test_transcript__round_trips_words_and_reads_format_1() -> None:
     legacy = Transcript.decode(old)
     assert legacy.segments == [Segment(start=0, end=1.0, text="hi")]
     assert legacy.segments[0].words is None and not legacy.word_timings
+
+
+# The job asked for words; the engine aligned none for the second segment (`words=[]`, as an
+# OpenAI-compatible server without word timestamps answers) and none for the third (None).
+PARTIAL = Transcript(
+    segments=[
+        WORDS.segments[0],
+        Segment(start=2.5, end=4.5, text=" Quite so.", confidence=0.7, words=[]),
+        Segment(start=5.0, end=6.0, text=" Yes.", confidence=0.9),
+    ],
+    duration=6.5,
+    engine="openai/whisper-1",
+    job="talk",
+    word_timings=True,
+)
+
+
+def test_render__json_says_which_segments_have_words() -> None:
+    """`wordTimings` is what the segments hold, not what the job asked: a segment without
+    word timings has no `words`, and one such segment makes `wordTimings` false."""
+    data = json.loads(render(PARTIAL, "json"))
+    assert [("words" in s) for s in data["segments"]] == [True, False, False]
+    assert data["wordTimings"] is False
+    timed = dataclasses.replace(WORDS, segments=WORDS.segments[:1])
+    assert json.loads(render(timed, "json"))["wordTimings"] is True
+    empty = Transcript(segments=[], duration=1.0, engine="x", word_timings=True)
+    assert json.loads(render(empty, "json"))["wordTimings"] is True  # as asked: nothing to time
+
+
+def test_render__aws_json_and_subtitles_keep_segments_with_empty_words() -> None:
+    """A segment with text and `words=[]` is split in proportion, as one with None: its
+    words are in aws.json (with the segment's confidence), srt and vtt."""
+    results = json.loads(render(PARTIAL, "aws.json"))["results"]
+    words = [
+        i["alternatives"][0]["content"] for i in results["items"] if i["type"] == "pronunciation"
+    ]
+    assert words == ["Hello", "Zarvethia", "Quite", "so", "Yes"]
+    quite = next(i for i in results["items"] if i["alternatives"][0]["content"] == "Quite")
+    assert (quite["start_time"], quite["alternatives"][0]["confidence"]) == ("2.5", "0.7")
+    assert [len(s["items"]) for s in results["audio_segments"]] == [4, 3, 2]
+    for fmt in ("srt", "vtt"):
+        text = " ".join(c.text.replace("\n", " ") for c in parse(render(PARTIAL, fmt), fmt))
+        assert text == "Hello, Zarvethia! Quite so. Yes."

@@ -164,3 +164,34 @@ def test_write__vtt_and_srt_read_back() -> None:
     for fmt in ("srt", "vtt"):
         again = parse(write(found, fmt), fmt)
         assert [c.lines for c in again] == [c.lines for c in found]
+
+
+def test_tokens__a_segment_with_empty_words_is_split_in_proportion() -> None:
+    """`words=[]` (an engine that aligned no word) is a segment without word timings, as
+    `words=None` is: its text is split in proportion, never dropped."""
+    bare = Segment(start=2.0, end=4.0, text=" Two words.", words=[])
+    none = bare.model_copy(update={"words": None})
+    assert proportional([bare]) and proportional([none])
+    assert tokens([bare]) == tokens([none])
+    # by characters (and the space after each): 4 of 11 for "Two", 7 for "words."
+    assert [(t.text, t.start, t.end) for t in tokens([bare])] == [
+        ("Two", 2.0, pytest.approx(2.0 + 2.0 * 4 / 11)),
+        ("words.", pytest.approx(2.0 + 2.0 * 4 / 11), 4.0),
+    ]
+    assert not proportional([timed("with words")])
+
+
+@pytest.mark.parametrize("fmt", ["srt", "vtt"])
+def test_cues__segments_without_word_timings_are_kept(fmt: Literal["srt", "vtt"]) -> None:
+    """A transcript mixing segments with words and segments with `words=[]` keeps every
+    word in its srt and vtt."""
+    segments = [
+        timed("First with its words."),
+        Segment(start=3.0, end=5.0, text=" Then none were aligned.", words=[]),
+        Segment(start=6.0, end=7.0, text=" And none asked.", words=None),
+    ]
+    found = parse(write(cues(segments), fmt), fmt)
+    assert " ".join(c.text.replace("\n", " ") for c in found) == (
+        "First with its words. Then none were aligned. And none asked."
+    )
+    assert check(found) == []
