@@ -17,10 +17,12 @@ Contract:
 - `Media.duration` is an estimate from the container until the iteration has ended, then the
   exact decoded length; `Media.chunks_total` turns it into an honest chunk count.
 - `transcribe(chunk, language, cancel, context)` blocks until the chunk is done and returns
-  segments with times relative to the start of the chunk. `context` is the text of the chunk
-  before it ("" for the first; on a resume, the checkpoint's last chunk): an engine may
-  condition on it across the chunk boundary. It may return early, with anything, once
-  `cancel` is set: the caller has lost the lease and discards the result.
+  segments with times relative to the start of the chunk. `context` is the text of the last
+  chunk before it that has text ("" for the first; a silent chunk does not clear it; on a
+  resume, the checkpoint's last chunk with text, so a resumed attempt gives the engine what
+  an uninterrupted one would): an engine may condition on it across the chunk boundary. It
+  may return early, with anything, once `cancel` is set: the caller has lost the lease and
+  discards the result.
 - `detect_language(chunk, job, cancel)` judges the file's language from one chunk: a
   `Detected`, or None when the chunk holds no speech to judge (ask again with the next). The
   worker asks once per file while the job's language is empty or `auto`, records the answer
@@ -44,7 +46,7 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
-from recall.media.types import Chunk, Media, Segment
+from recall.media.types import Chunk, Media, Segment, text_of
 from recall.resources import TranscriptionJob
 
 
@@ -128,5 +130,5 @@ def transcribe_each(
             chunk, language=language, cancel=cancel, job=job, attempt=attempt, context=context
         )
         out.append(segments)
-        context = " ".join(s.text for s in segments).strip() or context
+        context = text_of(segments) or context
     return out

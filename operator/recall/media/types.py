@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -51,6 +51,12 @@ class Segment(Model):
         if self.words is not None:
             update["words"] = [w.shifted(seconds) for w in self.words]
         return self.model_copy(update=update)
+
+
+def text_of(segments: Iterable[Segment]) -> str:
+    """The text of `segments`, each stripped, joined by one space (blank ones left out): what
+    a transcript reads, and the context the engine is given for the chunk after them."""
+    return " ".join(s.text.strip() for s in segments if s.text.strip())
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from recall.media.types import Chunk, Cutting, Segment, Word
+from recall.media.types import Chunk, Cutting, Segment, Word, text_of
 
 SCRATCH = "scratch"
 INDEX = "index"
@@ -184,7 +184,7 @@ class Record:
 
     @property
     def text(self) -> str:
-        return " ".join(s.text.strip() for s in self.segments if s.text.strip())
+        return text_of(self.segments)
 
 
 def encode_segment(s: Segment) -> list[Any]:
@@ -287,7 +287,7 @@ class Transcript:
 
     @property
     def text(self) -> str:
-        return " ".join(s.text.strip() for s in self.segments if s.text.strip())
+        return text_of(self.segments)
 
     @property
     def words(self) -> int:

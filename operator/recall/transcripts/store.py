@@ -79,8 +79,9 @@ class Checkpoint:
 
     @property
     def context(self) -> str:
-        """The text of the last chunk: what the engine is prompted with next."""
-        return self.records[-1].text if self.records else ""
+        """What the engine is prompted with next: the text of the last chunk that has text, as
+        a running attempt keeps it (a silent chunk does not clear it)."""
+        return next((r.text for r in reversed(self.records) if r.text), "")
 
     def describe(self) -> str:
         return ",".join(f"a{p.attempt}:{p.first}-{p.end}" for p in self.parts) or "empty"

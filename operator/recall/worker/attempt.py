@@ -42,7 +42,7 @@ from recall.base import faults, metrics
 from recall.bucket import Bucket, StoreError, StoreUnavailable
 from recall.engines.base import Engine
 from recall.media import ResumeInvalid
-from recall.media.types import Chunk, Media, Segment
+from recall.media.types import Chunk, Media, Segment, text_of
 from recall.resources import AUTO, Part, Progress, Result
 from recall.resources.errors import JobFailure
 from recall.transcripts import AttemptWriter, Checkpoint, CheckpointUnusable, read_checkpoint
@@ -259,7 +259,9 @@ class _Attempt:
             )
         done, position = (resume.chunks, resume.position) if resume else (0, 0)
         h.checkpoint(Progress.of(done, media.chunks_total(done, position), parts))
-        context = _text_of(checkpoint.records[-1].segments) if checkpoint and resume else ""
+        # The text before the first chunk: the checkpoint's last chunk with text, as `_run`
+        # keeps it from chunk to chunk.
+        context = checkpoint.context if checkpoint and resume else ""
         try:
             return self._run(media.chunks(resume, self.cancel), context)
         except ResumeInvalid as e:  # raised before any chunk: start over from nothing
@@ -296,7 +298,7 @@ class _Attempt:
                         chunk, segments = made[0]
                         self._waited(functools.partial(storer.put, chunk, segments, self.poll))
                         made.pop(0)
-                        context = _text_of(segments) or context
+                        context = text_of(segments) or context  # a silent chunk keeps it
                 storer.drain(self.poll)
             except LeaseLost:
                 raise  # nothing more is written: the finally aborts both stages
@@ -425,10 +427,6 @@ class _Attempt:
         total = self.media.chunks_total(done, chunk.end, finished=chunk.last)
         h.checkpoint(Progress.of(done, total, self.writer.parts()))
         h.log.info("chunk_done", chunk=chunk.index, chunks_done=done, chunks_total=total)
-
-
-def _text_of(segments: list[Segment]) -> str:
-    return " ".join(s.text for s in segments).strip()
 
 
 class _Aborted(Exception):

@@ -1,0 +1,109 @@
+"""The context (the text before a chunk) across a resume: the engine is given, for the first
+chunk after a resume, what an uninterrupted attempt gives it. The real worker loop on the
+memory store, with an engine double that records every `context`."""
+
+from __future__ import annotations
+
+import threading
+
+from recall.base.settings import WorkerSettings
+from recall.bucket import Bucket
+from recall.engines.simulated import SimulatedEngine
+from recall.fencing import fenced_write
+from recall.kube.memory import MemoryStore
+from recall.media.types import Chunk, Segment
+from recall.protocol import lease
+from recall.resources import Phase, TranscriptionJob
+from recall.worker.loop import Worker
+from tests.unit.fakes import NS, job_manifest, memory_bucket
+
+CHUNKS = 6
+SILENT = {1, 2, 4}  # chunks without speech: no segment
+
+
+class Recording(SimulatedEngine):
+    """Text for chunks 0 and 3 and 5 (the same whatever the job), none for the silent ones;
+    remembers the context of each call as (attempt, chunk, context)."""
+
+    def __init__(self) -> None:
+        super().__init__(chunks=CHUNKS, chunk_delay_seconds=0)
+        self.contexts: list[tuple[int, int, str]] = []
+
+    def transcribe(
+        self,
+        chunk: Chunk,
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
+        context: str = "",
+    ) -> list[Segment]:
+        self.contexts.append((attempt, chunk.index, context))
+        return super().transcribe(
+            chunk, language=language, cancel=cancel, job=job, attempt=attempt, context=context
+        )
+
+    def _segments(self, job: TranscriptionJob, chunk: Chunk) -> list[Segment]:
+        if chunk.index in SILENT:
+            return []
+        return [
+            Segment(start=0.0, end=1.0, text=f" Chunk {chunk.index} speaks."),
+            Segment(start=1.0, end=2.0, text=" "),
+            Segment(start=2.0, end=3.0, text=f"It ends {chunk.index}. "),
+        ]
+
+
+def run(store: MemoryStore, engine: Recording, results: Bucket) -> None:
+    settings = WorkerSettings(
+        id="w1", engine="simulated", idle_exit_seconds=1.0, self_serve_seconds=0.2, max_jobs=1
+    )
+    worker = Worker(store, settings, engine, namespace=NS, results=results)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "the worker did not finish"
+
+
+def transcribe(simulate: dict[str, object], attempts: int) -> list[tuple[int, int, str]]:
+    """The contexts the engine was given for one job run `attempts` times."""
+    store, results, engine = MemoryStore(watch_seconds=1.0), memory_bucket(), Recording()
+    store.create_job(
+        NS,
+        job_manifest(
+            "talk", engine={"name": "simulated", "simulate": {"chunks": CHUNKS, **simulate}}
+        ),
+    )
+    try:
+        for k in range(attempts):
+            if k:
+                fenced_write(
+                    store, NS, "talk", lambda j: lease.end_backoff(j.status), action="end_backoff"
+                )
+            run(store, engine, results)
+        job = store.get_job(NS, "talk")
+        assert job is not None and job.status.phase == Phase.SUCCEEDED, store.dump()
+        assert job.status.result is not None and job.status.result.attempt == attempts
+    finally:
+        store.close()
+    return engine.contexts
+
+
+def test_context__the_first_chunk_after_a_resume_gets_what_an_uninterrupted_attempt_gives() -> None:
+    """Chunks 0 and 3 speak, 1, 2 and 4 are silent; attempt 1 fails at chunk 3 after storing
+    chunks 0-2. Resumed at chunk 3, the engine gets chunk 0's text (the last chunk with text),
+    as the uninterrupted attempt gave it, not the silent chunk 2's nothing."""
+    whole = transcribe({}, attempts=1)
+    assert [(c, context) for _, c, context in whole] == [
+        (0, ""),
+        (1, "Chunk 0 speaks. It ends 0."),
+        (2, "Chunk 0 speaks. It ends 0."),  # silence passes the text before on
+        (3, "Chunk 0 speaks. It ends 0."),
+        (4, "Chunk 3 speaks. It ends 3."),
+        (5, "Chunk 3 speaks. It ends 3."),
+    ]
+    failing = {"failure": "retriable", "failAtChunk": 3, "failAttempts": 1}
+    resumed = transcribe(failing, attempts=2)
+    second = [(c, context) for a, c, context in resumed if a == 2]
+    assert [c for c, _ in second] == [3, 4, 5]  # resumed at chunk 3, chunks 0-2 not redone
+    assert second == [(c, context) for _, c, context in whole if c >= 3]
