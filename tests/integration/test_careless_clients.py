@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +62,11 @@ BACKOFF_SET_BY_FAIL = "status.backoffSeconds is set only by the write that ends 
 EXHAUST_ONLY_WHEN_SPENT = "a Queued job becomes Failed only when its attempts are spent"
 BUDGET = "status.attempts cannot exceed spec.maxAttempts plus the attempts given back"
 FENCE_NAMES_LEASE = "status.fence names its lease"
-RESULT_OWN_KEY = "status.result.transcript must be the transcript the completing lease wrote"
+# The whole message: it says what the rule checks (the key's end, not its attempt part).
+RESULT_OWN_KEY = (
+    "status.result.transcript must be the transcript the completing lease wrote: "
+    "its key must end with -<result.token>/transcript.json"
+)
 PUBLISHED_ONLY = "status.published exists only on a Succeeded job"
 PUBLISH_ONLY_WRITE = "the publish record is the only write a Succeeded job takes"
 
@@ -105,14 +110,15 @@ def step(kube: Kube, namespace: str, name: str, action: Step, *, guarded: bool) 
 
 
 def refusal(kube: Kube, namespace: str, name: str, status: Patch) -> str:
-    """Send `status` without a resourceVersion; assert 422 and an untouched object. The message."""
+    """Send `status` without a resourceVersion; assert 422 and an untouched object. The message
+    of the refusal (decoded: the API server's JSON writes `<` as `\\u003c`)."""
     before = read(kube, namespace, name)
     with pytest.raises(ApiException) as e:
         write(kube, namespace, name, status)
     assert e.value.status == 422, e.value.body
     assert read(kube, namespace, name) == before
-    body = e.value.body
-    return body.decode() if isinstance(body, bytes) else str(body)
+    message: str = json.loads(e.value.body)["message"]
+    return message
 
 
 # -- what careful writers send -------------------------------------------------------------
