@@ -93,6 +93,52 @@ def test_desired__outstanding_work_within_min_and_max(
     assert d.reason is Reason.STEADY and d.replicas is None
 
 
+SLOTS = replace(POLICY, maximum=5, slots=3)  # three leases a worker
+
+
+@pytest.mark.parametrize(
+    ("queued", "leased", "desired"),
+    [
+        (7, 0, 3),  # ceil(7 / 3): one job a slot, and max 5 not reached
+        (4, 2, 2),  # leased jobs take slots as queued ones do
+        (1, 0, 1),  # one job still needs a worker
+        (6, 0, 2),  # every slot full
+        (0, 0, 0),
+        (30, 0, 5),  # within max
+    ],
+)
+def test_desired__a_worker_of_slots_takes_that_many_outstanding_jobs(
+    queued: int, leased: int, desired: int
+) -> None:
+    d = decide(inputs(desired, queued, leased, policy=SLOTS), NOW)
+    assert d.desired == desired
+    assert d.reason is Reason.STEADY and d.replicas is None
+
+
+def test_up__with_slots_to_the_workers_the_jobs_fill_not_one_a_job() -> None:
+    d = decide(inputs(1, queued=7, policy=SLOTS), NOW)
+    assert (d.reason, d.replicas) == (Reason.SCALED_UP, 3)
+    assert "1 → 3 workers: 7 outstanding jobs (7 queued, 0 leased)" in d.message
+    assert decide(inputs(3, queued=7, policy=SLOTS), NOW).reason is Reason.STEADY
+
+
+def test_down__with_slots_workers_whose_jobs_fit_in_fewer_slots_are_drained_then_removed() -> None:
+    # Four workers for four leased jobs: one a job would keep them all; two workers of three
+    # slots hold them.
+    busy = {"w0", "w1"}
+    first = decide(inputs(4, leased=4, busy=busy, policy=SLOTS), NOW)
+    assert (first.reason, first.desired) == (Reason.COOLDOWN, 2)
+    assert "4 workers, 2 wanted (4 outstanding jobs" in first.message
+    due = decide(inputs(4, leased=4, busy=busy, below_since=NOW, policy=SLOTS), NOW + 60)
+    assert due.reason is Reason.DRAINING and due.drain == ("w2", "w3")
+    drained = inputs(4, leased=4, busy=busy, drained={"w2", "w3"}, below_since=0.0, policy=SLOTS)
+    d = decide(drained, NOW)
+    assert (d.reason, d.replicas, d.removed) == (Reason.SCALED_DOWN, 2, ("w2", "w3"))
+    # One job more than two workers' slots: three workers stay, one of the drained two goes.
+    d = decide(replace(drained, work=Outstanding(1, 6)), NOW)
+    assert (d.desired, d.replicas, d.removed) == (3, 3, ("w2",))
+
+
 def test_from_zero__a_job_arriving_scales_up_at_once() -> None:
     d = decide(inputs(0, queued=1), NOW)
     assert (d.reason, d.replicas) == (Reason.SCALED_UP, 1)
@@ -260,7 +306,7 @@ def _random_inputs(rng: random.Random) -> Inputs:
             )
         )
     return Inputs(
-        replace(POLICY, step=rng.randint(1, 4), minimum=rng.randint(0, 2)),
+        replace(POLICY, step=rng.randint(1, 4), minimum=rng.randint(0, 2), slots=rng.randint(1, 3)),
         Outstanding(rng.randint(0, 4), len(busy)),
         replicas,
         pods=tuple(pods),

@@ -167,6 +167,19 @@ def test_scale_up__from_zero_through_the_scale_subresource_with_an_event_and_the
     ]
 
 
+def test_scale_up__a_pool_of_slots_gets_a_worker_per_slots_outstanding_jobs() -> None:
+    sim = Sim.make(policy=Policy(minimum=0, maximum=5, cooldown=5.0, step=2, slots=3))
+    sim.submit("a", 7, random.Random(1))
+    sim.sync()
+    sim.scaler.run_once()  # the term's status annotation
+    report = sim.scaler.run_once()
+    assert report.scaled == 3 and sim.rs.replicas() == 3, "ceil(7 / 3), not 7 capped at 5"
+    assert events(sim.store, "ScaledUp") == [
+        "0 → 3 workers: 7 outstanding jobs (7 queued, 0 leased)"
+    ]
+    assert (status(sim.store)["desired"], status(sim.store)["current"]) == (3, 3)
+
+
 def test_fence__a_deposed_leaders_scale_write_read_before_the_takeover_is_refused() -> None:
     sim = Sim.make(replicas=3)
     sim.sync()
