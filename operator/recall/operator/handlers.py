@@ -19,8 +19,10 @@ kopf runs in every replica (standalone); only the elected leader's controller ac
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -129,6 +131,24 @@ def _runtime(memo: Any) -> Runtime:
     return runtime
 
 
+KOPF_BACKOFFS = (1.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0)  # kopf's own, before the jitter
+
+
+class JitteredBackoffs:
+    """kopf's error backoffs, each stretched by a fresh random 0-50 % at every use: a retry
+    is never sooner than the listed backoff (nor than a 429's Retry-After, which kopf takes
+    when longer), and processes turned away together do not come back together."""
+
+    def __init__(self, base: tuple[float, ...], spread: float = 0.5) -> None:
+        self.base, self.spread = base, spread
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __iter__(self) -> Iterator[float]:
+        return (b * (1 + self.spread * random.random()) for b in self.base)
+
+
 def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSettings) -> None:
     """kopf's own settings: our finalizer and annotations, and a diff-base without the items."""
     kopf_settings.persistence.finalizer = "recall.dev/operator"
@@ -146,6 +166,9 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     kopf_settings.watching.client_timeout = 330
     kopf_settings.watching.connect_timeout = 10
     kopf_settings.networking.request_timeout = 30
+    # kopf waits max(its backoff, the server's Retry-After) before a retry; jittered backoffs
+    # of at least a second (APF's Retry-After) spread the operators' retries after a 429.
+    kopf_settings.networking.error_backoffs = JitteredBackoffs(KOPF_BACKOFFS)
     if settings.namespace:
         # One namespace and known resources: nothing to discover. Scanning would list
         # namespaces and CRDs cluster-wide, which a namespaced Role rightly forbids.
