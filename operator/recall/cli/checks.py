@@ -275,11 +275,11 @@ def check_operator(reader: InstallReader, install: Install, wait: float) -> Chec
 # --- store ---------------------------------------------------------------------------------
 
 
-def _store_fix(error: StoreError, who: str) -> str:
+def _store_fix(error: StoreError, whose: str) -> str:
     from recall.bucket import StoreAccessDenied, StoreBucketMissing, StoreUnavailable
 
     if isinstance(error, StoreAccessDenied):
-        return f"give the {who}' identity its bucket policy ({POLICIES})"
+        return f"give the {whose} identity its bucket policy ({POLICIES})"
     if isinstance(error, StoreBucketMissing):
         return "create the bucket, or set store.url to one that exists"
     if isinstance(error, StoreUnavailable):
@@ -312,7 +312,7 @@ def check_store(url: str, operator_dir: Path | None, worker_dir: Path | None) ->
         next(iter(operator.list("scratch/")), None)
     except StoreError as e:
         detail = f"{url} refuses the operator's identity: {e.reason}: {e.message}"
-        return fail("store", detail, _store_fix(e, "operator"))
+        return fail("store", detail, _store_fix(e, "operator's"))
     if worker_dir is None:
         return ok("store", f"{url} answers the operator (the workers' identity: no credentials)")
     try:
@@ -322,7 +322,7 @@ def check_store(url: str, operator_dir: Path | None, worker_dir: Path | None) ->
             return fail("store", f"{url} gave other bytes back", "check the store's endpoint")
     except StoreError as e:
         detail = f"{url} refuses the workers' identity under scratch/: {e.reason}: {e.message}"
-        return fail("store", detail, _store_fix(e, "workers"))
+        return fail("store", detail, _store_fix(e, "workers'"))
     finally:
         with contextlib.suppress(StoreError):  # else the operator's sweep collects it
             operator.delete([f"scratch/{probe}"])
@@ -334,7 +334,7 @@ def check_store(url: str, operator_dir: Path | None, worker_dir: Path | None) ->
             continue
         except StoreError as e:
             detail = f"{url}: the workers' identity outside scratch/: {e.reason}: {e.message}"
-            return fail("store", detail, _store_fix(e, "workers"))
+            return fail("store", detail, _store_fix(e, "workers'"))
         reached.append(where)
         operator.delete([key])
     if reached:
