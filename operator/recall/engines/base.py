@@ -24,10 +24,11 @@ Contract:
   may return early, with anything, once `cancel` is set: the caller has lost the lease and
   discards the result.
 - `detect_language(chunk, job, cancel)` judges the file's language from one chunk: a
-  `Detected`, or None when the chunk holds no speech to judge (ask again with the next). The
-  worker asks once per file while the job's language is empty or `auto`, records the answer
-  in the chunk records (so a resume goes on in it) and passes it to every `transcribe`. An
-  engine that cannot detect answers None and transcribes without a language. `model_of(job)`
+  `Detected` (its probability None when there is none to give), or None when the chunk holds
+  no speech to judge (ask again with the next). The worker asks once per file while the job's
+  language is empty or `auto`, records the answer in the chunk records (so a resume goes on in
+  it) and passes it to every `transcribe`. An engine that cannot detect answers None and
+  transcribes without a language; the result then records no language. `model_of(job)`
   names the model and its digest (None when the engine does not know them) for the result;
   `device_of(job)` the device and compute type its model ran with (None for an engine that
   runs no model here: a remote API, the simulated one).
@@ -59,10 +60,12 @@ def primary_language(language: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Detected:
-    """The language detected for a file, with the model's probability for it."""
+    """The language of a file, with the model's probability for it when it was detected: None
+    when nothing was detected (an English-only model's own language) or the engine reports no
+    probability (an OpenAI-compatible server)."""
 
     language: str
-    probability: float
+    probability: float | None
 
 
 class Engine(Protocol):

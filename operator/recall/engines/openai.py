@@ -21,6 +21,16 @@ Contract:
   than `RETRY_AFTER_MAX`, or an unreadable 2xx body → `EngineUnavailable` /
   `EngineBadResponse`, retriable: the job is retried later by the lease protocol's backoff,
   and the worker is free meanwhile.
+- Language: for a job whose `spec.language` is `auto` or empty, the worker asks
+  `detect_language` once per file, at the first chunk with text. It sends that chunk as its
+  transcription is sent, without a language, and takes the language the server reports
+  (`verbose_json`'s `language`: OpenAI writes a name, "english", other servers a code; both
+  become the ISO 639-1 code, `recall.engines.languages`), without a probability: the API gives
+  none. The answer is kept and is that chunk's transcription (its `transcribe` sends nothing),
+  so detecting costs no request of its own; every later chunk is sent with the language, as
+  local Whisper transcribes a file in the language detected once. A chunk without text
+  detects nothing (the next is asked); a server that answers text without a language is not
+  asked again by this process, and its jobs record no language.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import httpx
 
 from recall.base import log
 from recall.engines.base import Detected, primary_language, transcribe_each
+from recall.engines.languages import language_code
 from recall.engines.prompt import hotwords, prompt_of
 from recall.media import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
 from recall.media.fetch import ObjectReader
@@ -54,6 +65,7 @@ if TYPE_CHECKING:
 BACKOFF_BASE = 1.0  # seconds before the first retry (before jitter)
 BACKOFF_CAP = 30.0  # longest computed backoff
 RETRY_AFTER_MAX = 120.0  # a server asking for a longer pause is treated as unavailable
+KEPT_ANSWERS = 64  # answers kept from detection for the chunk's transcription at most
 
 _log = log.get("engine")
 
@@ -234,6 +246,14 @@ def punctuated(words: list[Word], text: str) -> list[Word]:
     return out
 
 
+def _has_text(data: dict[str, Any]) -> bool:
+    """Whether a `verbose_json` answer holds any text."""
+    segments = data.get("segments") or []
+    return bool(str(data.get("text") or "").strip()) or any(
+        isinstance(s, dict) and str(s.get("text") or "").strip() for s in segments
+    )
+
+
 # --- the engine -----------------------------------------------------------------------------
 
 
@@ -261,6 +281,10 @@ class OpenAIEngine:
         self.backoff_base = backoff_base
         self.media = media or MediaOptions()
         self._client = httpx.Client(timeout=httpx.Timeout(timeout))
+        self._lock = threading.Lock()
+        # (job, chunk) -> the answer detection got, until the chunk's `transcribe` takes it
+        self._kept: dict[tuple[str, int], dict[str, Any]] = {}
+        self._unreported = False  # the server answered text without a language
 
     @classmethod
     def from_settings(
@@ -308,9 +332,24 @@ class OpenAIEngine:
     def detect_language(
         self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
     ) -> Detected | None:
-        """None: the server detects the language of each chunk sent without one."""
-        del chunk, job, cancel
-        return None
+        """The language the server reports for `chunk` (see the module contract's "Language"),
+        without a probability (the API gives none); None when the chunk has no text (ask again
+        with the next), or once the server has answered text without a language."""
+        if self._unreported:
+            return None
+        fields = self._fields(job, None, "")
+        data = self._request(chunk, fields, cancel)
+        if data is None:
+            return None  # cancelled: the caller discards what follows
+        self._keep(job, chunk, data)
+        if not _has_text(data):
+            return None  # nothing said: ask again with the next chunk
+        code = language_code(data.get("language"))
+        if code is None:
+            self._unreported = True  # text without a language: do not ask it again
+            _log.info("engine_reports_no_language", engine=self.name, url=self.url)
+            return None
+        return Detected(code, None)
 
     def model_of(self, job: TranscriptionJob) -> tuple[str, str] | None:
         """The model name sent to the server (its digest is the server's secret)."""
@@ -348,12 +387,22 @@ class OpenAIEngine:
         context: str = "",
     ) -> list[Segment]:
         del attempt
+        words = bool(job.spec.transcript and job.spec.transcript.words)
+        kept = self._take(job, chunk)
+        if kept is not None and not context:  # asked when the language was detected
+            return self._segments(kept, chunk, words=words)
+        data = self._request(chunk, self._fields(job, language, context), cancel)
+        return [] if data is None else self._segments(data, chunk, words=words)
+
+    def _fields(
+        self, job: TranscriptionJob, language: str | None, context: str
+    ) -> dict[str, str | list[str]]:
+        """The form of a chunk's request, but for the file."""
         fields: dict[str, str | list[str]] = {
             "model": self._model(job),
             "response_format": "verbose_json",
         }
-        words = bool(job.spec.transcript and job.spec.transcript.words)
-        if words:
+        if job.spec.transcript and job.spec.transcript.words:
             fields["timestamp_granularities[]"] = ["word", "segment"]
         lang = primary_language(language)
         if lang and lang != AUTO:
@@ -361,13 +410,20 @@ class OpenAIEngine:
         prompt = " ".join(p for p in (hotwords(job.spec.vocabulary), prompt_of(context)) if p)
         if prompt:
             fields["prompt"] = prompt
+        return fields
+
+    def _request(
+        self, chunk: Chunk, fields: dict[str, str | list[str]], cancel: threading.Event
+    ) -> dict[str, Any] | None:
+        """The server's JSON answer for `chunk`, retried as the module contract says; None once
+        `cancel` is set."""
         wav = encode_wav(chunk.audio, SAMPLE_RATE)
         filename = f"chunk-{chunk.index:05d}.wav"
         retries = 0
         while not cancel.is_set():
             answer = self._post(fields, filename, wav)
             if isinstance(answer, httpx.Response):
-                return self._segments(answer, chunk, words=words)
+                return self._json(answer)
             status, problem, response_headers = answer
             delay = retry_delay(
                 status,
@@ -396,7 +452,18 @@ class OpenAIEngine:
             )
             retries += 1
             cancel.wait(delay)
-        return []
+        return None
+
+    def _keep(self, job: TranscriptionJob, chunk: Chunk, data: dict[str, Any]) -> None:
+        """Keep the answer detection got for `chunk`, for its `transcribe`."""
+        with self._lock:
+            self._kept[(job.metadata.uid or job.name, chunk.index)] = data
+            while len(self._kept) > KEPT_ANSWERS:  # a lease lost between the two: forget
+                self._kept.pop(next(iter(self._kept)))
+
+    def _take(self, job: TranscriptionJob, chunk: Chunk) -> dict[str, Any] | None:
+        with self._lock:
+            return self._kept.pop((job.metadata.uid or job.name, chunk.index), None)
 
     def _post(
         self, fields: dict[str, str | list[str]], filename: str, wav: bytes
@@ -424,12 +491,24 @@ class OpenAIEngine:
             raise JobFailure("EngineRejected", f"{status}: {problem}", permanent=True)
         return status, problem, dict(response.headers)
 
-    def _segments(self, response: httpx.Response, chunk: Chunk, *, words: bool) -> list[Segment]:
+    def _json(self, response: httpx.Response) -> dict[str, Any]:
         try:
-            return parse_segments(response.json(), chunk.duration, words=words)
+            data = response.json()
+        except ValueError as e:
+            raise self._unreadable(e) from None
+        if not isinstance(data, dict):
+            raise self._unreadable(ValueError("the response is not a JSON object"))
+        return data
+
+    def _segments(self, data: dict[str, Any], chunk: Chunk, *, words: bool) -> list[Segment]:
+        try:
+            return parse_segments(data, chunk.duration, words=words)
         except (ValueError, TypeError, AttributeError) as e:
-            raise JobFailure(
-                "EngineBadResponse",
-                f"{self.url}: unreadable transcription response ({' '.join(str(e).split())[:200]})",
-                permanent=False,
-            ) from None
+            raise self._unreadable(e) from None
+
+    def _unreadable(self, e: Exception) -> JobFailure:
+        return JobFailure(
+            "EngineBadResponse",
+            f"{self.url}: unreadable transcription response ({' '.join(str(e).split())[:200]})",
+            permanent=False,
+        )

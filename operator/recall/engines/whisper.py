@@ -20,7 +20,8 @@ Contract:
 - Language: a language the model cannot transcribe raises `UnsupportedLanguage` (permanent:
   an English-only model does not silently transcribe French as English). `detect_language`
   detects the language of a chunk with speech (on a multilingual model; `auto` on an
-  English-only model raises `LanguageDetectionUnsupported`, naming the model); the worker asks
+  English-only model raises `LanguageDetectionUnsupported`, naming the model, and an empty
+  language on one answers English without a probability: nothing was detected); the worker asks
   once per file, at the first chunk with speech, and passes the answer to every `transcribe`.
 - `transcribe` returns the chunk's non-empty segments with times relative to the chunk,
   clamped to [0, chunk.duration], each with its confidence (the geometric mean of its tokens'
@@ -513,7 +514,7 @@ class WhisperEngine:
         """The language spoken in `chunk`, or None when it holds no speech (see the contract)."""
         model, label = self._loaded(job, cancel)
         if not model.model.is_multilingual and job.spec.language != AUTO:
-            return Detected("en", 1.0)  # the model's own language: the job asked for none
+            return Detected("en", None)  # the model's own language, not detected: no probability
         if not model.model.is_multilingual:
             raise JobFailure(
                 "LanguageDetectionUnsupported",

@@ -11,9 +11,10 @@
   directory's `transcript.json` (`status.result.transcript`); the API server refuses a result
   whose key does not carry the completing lease's token.
 - A chunk record is `{"cut": [first, end], "tail": "…", "segments": [segment…]}` and, once the
-  language was detected, `"language": ["fr", 0.97]`: the sample range it covers, the signature
-  of the samples before its end, its segments with absolute times. A segment is
-  `[start, end, "text"]`, or with the model's confidence and its words
+  language was detected, `"language": ["fr", 0.97]` (`["en", null]` without a probability:
+  an English-only model's own language, a server that gives none): the sample range it
+  covers, the signature of the samples before its end, its segments with absolute times. A
+  segment is `[start, end, "text"]`, or with the model's confidence and its words
   `[start, end, "text", confidence, [[start, end, "word", probability]…]]` (either may be
   null). A resumed attempt reads the chunks the checkpoint's parts name
   (`status.progress.parts`) and continues exactly after the last, in the language they record.
@@ -139,7 +140,7 @@ class Record:
         cls,
         chunk: Chunk,
         segments: list[Segment],
-        language: tuple[str, float] | None = None,
+        language: tuple[str, float | None] | None = None,
     ) -> Record:
         return cls(
             first=chunk.first,
@@ -157,7 +158,8 @@ class Record:
             "segments": [encode_segment(s) for s in self.segments],
         }
         if self.language:
-            data["language"] = [self.language, round(self.language_probability or 0.0, 4)]
+            p = self.language_probability
+            data["language"] = [self.language, round(p, 4) if p is not None else None]
         return dumps(data)
 
     @classmethod
@@ -262,8 +264,9 @@ class Summary:
 class Transcript:
     """A transcript: its segments in order (the text is derived), and who made it.
 
-    `language` is the language transcribed (asked for or detected; `language_probability` is
-    set when it was detected); `word_timings` says whether the job asked for words;
+    `language` is the language transcribed (asked for or detected; None when neither: `auto`
+    on an engine that reported none); `language_probability` is set when it was detected with
+    a probability; `word_timings` says whether the job asked for words;
     `subtitles` are the rules its srt and vtt renderings follow (the job's, as a mapping of
     the CRD's field names; None for the defaults).
     """

@@ -21,7 +21,8 @@ Contract (layout: `layout`):
 - The language detected for the file (`spec.language` auto or empty on a multilingual model)
   is recorded in every chunk record from the chunk it was detected at on, so a resumed attempt
   goes on in it (`Checkpoint.language`) instead of detecting again; `finish` records it, with
-  the model and its digest, in the transcript.
+  the model and its digest, in the transcript: with its probability only when the engine gave
+  one, and no language at all for `auto` when nothing was detected (never "auto").
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 
 from recall.bucket import Bucket
 from recall.media.types import Chunk, Cutting, Resume, Segment
-from recall.resources import Format, Part, TranscriptionJob
+from recall.resources import AUTO, Format, Part, TranscriptionJob
 from recall.transcripts.formats import render
 from recall.transcripts.layout import (
     CUTTING,
@@ -73,8 +74,8 @@ class Checkpoint:
         return sum(r.words for r in self.records)
 
     @property
-    def language(self) -> tuple[str, float] | None:
-        """The language detected for the file, with its probability, if it was."""
+    def language(self) -> tuple[str, float | None] | None:
+        """The language detected for the file, with its probability (if any), if it was."""
         return language_of(self.records)
 
     @property
@@ -87,10 +88,12 @@ class Checkpoint:
         return ",".join(f"a{p.attempt}:{p.first}-{p.end}" for p in self.parts) or "empty"
 
 
-def language_of(records: list[Record] | tuple[Record, ...]) -> tuple[str, float] | None:
+def language_of(
+    records: list[Record] | tuple[Record, ...],
+) -> tuple[str, float | None] | None:
     for record in records:
         if record.language:
-            return record.language, record.language_probability or 0.0
+            return record.language, record.language_probability
     return None
 
 
@@ -98,6 +101,12 @@ def wants_words(job: TranscriptionJob) -> bool:
     """Whether `job` asks for word timings (`spec.transcript.words`)."""
     t = job.spec.transcript
     return bool(t and t.words)
+
+
+def asked_language(job: TranscriptionJob) -> str | None:
+    """The language `job` names (`spec.language`); None for `auto` or none."""
+    language = (job.spec.language or "").strip()
+    return language if language and language != AUTO else None
 
 
 def subtitle_rules(job: TranscriptionJob) -> Rules:
@@ -183,7 +192,7 @@ class AttemptWriter:
     carried: tuple[Part, ...] = ()
     records: list[Record] = field(default_factory=list)
     own_first: int = 0
-    detected: tuple[str, float] | None = None  # the language detected for the file, if any
+    detected: tuple[str, float | None] | None = None  # the file's language detected, if any
 
     @property
     def directory(self) -> str:
@@ -230,7 +239,7 @@ class AttemptWriter:
         return self.parts()
 
     @property
-    def language(self) -> tuple[str, float] | None:
+    def language(self) -> tuple[str, float | None] | None:
         """The language detected for the file: by this attempt, or in the records it carries."""
         return self.detected or language_of(self.records)
 
@@ -238,7 +247,7 @@ class AttemptWriter:
         self,
         chunk: Chunk,
         segments: list[Segment],
-        language: tuple[str, float] | None = None,
+        language: tuple[str, float | None] | None = None,
     ) -> list[Part]:
         """Store the segments of `chunk`, the next chunk in order, and the language detected
         for the file (`language`, else the one an earlier record has); returns the parts."""
@@ -275,8 +284,10 @@ class AttemptWriter:
             token=self.token,
             batch=spec.batch_ref,
             item=spec.item,
-            language=detected[0] if detected else spec.language,
-            language_probability=round(detected[1], 4) if detected else None,
+            language=detected[0] if detected else asked_language(self.job),
+            language_probability=(
+                round(detected[1], 4) if detected and detected[1] is not None else None
+            ),
             model=model,
             model_digest=model_digest,
             word_timings=wants_words(self.job),

@@ -401,7 +401,9 @@ class _Attempt:
                 self.h.log.info(
                     "language_detected",
                     language=found.language,
-                    probability=round(found.probability, 3),
+                    probability=(
+                        round(found.probability, 3) if found.probability is not None else None
+                    ),
                     chunk=chunk.index,
                 )
         known = self.writer.language

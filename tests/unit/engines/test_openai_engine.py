@@ -26,6 +26,7 @@ import pytest
 from aiohttp import web
 
 from recall.engines.base import primary_language
+from recall.engines.languages import language_code
 from recall.engines.openai import (
     RETRY_AFTER_MAX,
     OpenAIEngine,
@@ -551,3 +552,66 @@ def test_punctuated__words_take_their_text_from_the_segment() -> None:
         " late!",
     ]
     assert punctuated([], "Hello.") == [] and [x.text for x in punctuated([w("a")], "")] == [" a"]
+
+
+def auto_job(words: bool = False) -> TranscriptionJob:
+    spec: dict[str, Any] = {"source": {"url": "file:///a.wav"}, "language": "auto"}
+    if words:
+        spec["transcript"] = {"words": True}
+    return TranscriptionJob.from_api({"metadata": {"name": "j1", "uid": "u-1"}, "spec": spec})
+
+
+def test_detect_language__what_the_server_reports_and_its_answer_is_the_chunks_transcription(
+    engine: OpenAIEngine, stub: Stub
+) -> None:
+    """`auto`: the first chunk with text is sent without a language; the server's `language`
+    (OpenAI writes a name) is the file's, with no probability; that answer is the chunk's
+    transcription (no second request), and later chunks are sent in the language."""
+    stub.script = [
+        Reply(body={"text": "", "language": "english", "segments": []}),  # silence: no text
+        Reply(body={**VERBOSE, "language": "english"}),
+        Reply(body=VERBOSE),
+    ]
+    j, cancel = auto_job(), threading.Event()
+    silent, spoken, later = chunk(index=0), chunk(index=1), chunk(index=2)
+    assert engine.detect_language(silent, job=j, cancel=cancel) is None  # ask the next chunk
+    assert engine.transcribe(silent, language="auto", cancel=cancel, job=j, attempt=1) == []
+    found = engine.detect_language(spoken, job=j, cancel=cancel)
+    assert found is not None and (found.language, found.probability) == ("en", None)
+    segments = engine.transcribe(spoken, language="en", cancel=cancel, job=j, attempt=1)
+    assert [s.text for s in segments] == ["Hello there.", "General Kenobi."]
+    assert len(stub.calls) == 2  # detection cost no request of its own
+    assert all("language" not in c.fields for c in stub.calls)
+    engine.transcribe(later, language="en", cancel=cancel, job=j, attempt=1, context="x")
+    assert stub.calls[-1].fields["language"] == "en"
+
+
+def test_detect_language__a_server_that_reports_none_is_not_asked_again(
+    engine: OpenAIEngine, stub: Stub
+) -> None:
+    stub.script = [Reply(body=VERBOSE), Reply(body=VERBOSE)]
+    j, cancel = auto_job(), threading.Event()
+    assert engine.detect_language(chunk(index=0), job=j, cancel=cancel) is None
+    engine.transcribe(chunk(index=0), language="auto", cancel=cancel, job=j, attempt=1)
+    assert engine.detect_language(chunk(index=1), job=j, cancel=cancel) is None
+    assert len(stub.calls) == 1  # no request for the second detection
+
+
+@pytest.mark.parametrize(
+    ("reported", "code"),
+    [
+        ("english", "en"),
+        ("English", "en"),
+        ("en", "en"),
+        ("pt-BR", "pt"),
+        ("haitian creole", "ht"),
+        ("mandarin", "zh"),
+        ("yue", "yue"),
+        ("klingon", None),
+        ("", None),
+        (None, None),
+        (7, None),
+    ],
+)
+def test_language_code(reported: object, code: str | None) -> None:
+    assert language_code(reported) == code

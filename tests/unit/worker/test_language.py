@@ -3,6 +3,7 @@ on the memory store, with a simulated engine that detects a language."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -14,7 +15,14 @@ from recall.kube.memory import MemoryStore
 from recall.media.types import Chunk, Segment
 from recall.protocol import lease
 from recall.resources import Phase, TranscriptionJob
-from recall.transcripts import Record, job_prefix, load_transcript, parse_scratch
+from recall.transcripts import (
+    Record,
+    Transcript,
+    job_prefix,
+    load_transcript,
+    parse_scratch,
+    render,
+)
 from recall.worker.loop import Worker
 from tests.unit.fakes import NS, job_manifest, memory_bucket
 
@@ -49,7 +57,7 @@ class Detecting(SimulatedEngine):
         )
 
 
-def run(store: MemoryStore, engine: Detecting, results: object) -> None:
+def run(store: MemoryStore, engine: SimulatedEngine, results: object) -> None:
     settings = WorkerSettings(
         id="w1", engine="simulated", idle_exit_seconds=1.0, self_serve_seconds=0.2, max_jobs=1
     )
@@ -99,3 +107,58 @@ def test_language__detected_once_at_the_first_speech_and_kept_across_a_resume(
     record = Record.decode(results.get(chunk_1) or b"")
     assert (record.language, record.language_probability) == ("fr", 0.93)  # in the checkpoint
     store.close()
+
+
+class OwnLanguage(SimulatedEngine):
+    """An English-only model's answer to a job without a language: its own, not detected."""
+
+    def detect_language(
+        self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
+    ) -> Detected | None:
+        return Detected("en", None)
+
+
+def transcribed(
+    engine: SimulatedEngine, **spec: object
+) -> tuple[TranscriptionJob, Transcript, Record]:
+    """One job through the worker loop: the job, its transcript, and its chunk 0's record."""
+    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    store.create_job(NS, job_manifest("talk", **spec))
+    try:
+        run(store, engine, results)
+        job = store.get_job(NS, "talk")
+        assert job is not None and job.status.phase == Phase.SUCCEEDED, store.dump()
+        assert job.status.result is not None
+        transcript = load_transcript(results, job.status.result.transcript)
+        assert transcript is not None
+        keys = [o.key for o in results.list(job_prefix(NS, "talk", job.metadata.uid or ""))]
+        chunk_0 = next(k for k in keys if (sk := parse_scratch(k)) and sk.chunk() == 0)
+        return job, transcript, Record.decode(results.get(chunk_0) or b"")
+    finally:
+        store.close()
+
+
+def test_language__a_models_own_language_is_recorded_without_a_probability() -> None:
+    """No language asked, an English-only model: English, with no probability (nothing was
+    detected), in the result, the chunk records and the transcript."""
+    job, transcript, record = transcribed(OwnLanguage(chunks=2, chunk_delay_seconds=0))
+    result = job.status.result
+    assert result is not None
+    assert (result.language, result.language_probability) == ("en", None)
+    assert (record.language, record.language_probability) == ("en", None)
+    assert json.loads(record.encode())["language"] == ["en", None]
+    data = json.loads(render(transcript, "json"))
+    assert (data["language"], data["languageProbability"]) == ("en", None)
+
+
+def test_language__auto_without_a_detection_records_no_language() -> None:
+    """`auto` on an engine that detects nothing: the result and the outputs name no language
+    (never "auto"), and no probability."""
+    engine = SimulatedEngine(chunks=2, chunk_delay_seconds=0)
+    job, transcript, record = transcribed(engine, language="auto")
+    result = job.status.result
+    assert result is not None
+    assert (result.language, result.language_probability) == (None, None)
+    assert record.language is None and transcript.language is None
+    assert json.loads(render(transcript, "json"))["language"] is None
+    assert "language_code" not in json.loads(render(transcript, "aws.json"))["results"]
