@@ -26,12 +26,13 @@ import pytest
 import yaml
 from kubernetes import client
 
+import recall
 from recall.bucket import Bucket
 from recall.kube.store import KubeStore as Kube
 from recall.protocol.workers import lease_name
 from recall.resources import GROUP, JOB_PLURAL, VERSION
 from recall_dev.cluster import ControlPlane, tools_bin_dir
-from recall_dev.crds import install_crds
+from recall_dev.crds import install_crds, load_crds
 from recall_dev.objstore import ObjectStore
 from tests.helpers import Proc, Procs, create_job, wait_for
 from tests.rbac import service_account_token, token_kubeconfig
@@ -401,7 +402,7 @@ def test_doctor__healthy_install_passes_then_each_broken_part_fails_its_own_chec
     install.operator.signal(signal.SIGCONT)
 
 
-def test_doctor__missing_and_older_crds_fail_the_crds_check() -> None:
+def test_doctor__missing_unestablished_newer_and_older_crds_fail_the_crds_check() -> None:
     """On a control plane of its own, where the CRDs can be removed and changed."""
     cp = ControlPlane()
     cp.start(timeout=180)
@@ -419,10 +420,31 @@ def test_doctor__missing_and_older_crds_fail_the_crds_check() -> None:
         line = crds_line()
         assert line.startswith("FAIL  crds      CRD transcriptionjobs.recall.dev is not installed")
         assert "— fix: helm upgrade --install with crds.install=true" in line
-        install_crds(str(cp.kubeconfig))
+        # Not Established: another CRD of the group took its short name first.
+        ext = client.ApiextensionsV1Api(client.ApiClient(_config(cp)))
+        ext.create_custom_resource_definition(_decoy_crd())
+        for crd in load_crds():
+            ext.create_custom_resource_definition(crd)
+        line = crds_line()
+        assert line.startswith("FAIL  crds      CRD transcriptionjobs.recall.dev is not Establish")
+        assert "— fix: kubectl describe crd transcriptionjobs.recall.dev" in line
+        ext.delete_custom_resource_definition("decoys.recall.dev")
+        install_crds(str(cp.kubeconfig))  # waits until the names are accepted again
+        line = crds_line()
+        assert line.startswith("ok    crds") and f"of release {recall.__version__}" in line
+        # A newer release's CRD (its version label), even with the fields this CLI knows.
+        ext.patch_custom_resource_definition(
+            "transcriptionjobs.recall.dev",
+            {"metadata": {"labels": {"app.kubernetes.io/version": "99.0.0"}}},
+        )
+        line = crds_line()
+        assert line.startswith(
+            "FAIL  crds      CRD transcriptionjobs.recall.dev is of release 99.0.0, this CLI of "
+            f"{recall.__version__}: the CLI is older — fix: upgrade the recall CLI to 99.0.0"
+        ), line
+        install_crds(str(cp.kubeconfig))  # back to this release's label
         assert crds_line().startswith("ok    crds")
         # An older CRD: a field this CLI writes is missing from its schema.
-        ext = client.ApiextensionsV1Api(client.ApiClient(_config(cp)))
         crd = ext.read_custom_resource_definition("transcriptionjobs.recall.dev")
         spec = crd.spec.versions[0].schema.open_apiv3_schema.properties["spec"]
         del spec.properties["language"]
@@ -433,6 +455,34 @@ def test_doctor__missing_and_older_crds_fail_the_crds_check() -> None:
         assert "— fix: upgrade the CRDs to this release" in line
     finally:
         cp.stop()
+
+
+def _decoy_crd() -> dict[str, Any]:
+    """A CRD of the recall.dev group whose short name is the TranscriptionJob CRD's (`tj`)."""
+    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "decoys.recall.dev"},
+        "spec": {
+            "group": "recall.dev",
+            "scope": "Namespaced",
+            "names": {
+                "kind": "Decoy",
+                "plural": "decoys",
+                "singular": "decoy",
+                "shortNames": ["tj"],
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
 
 
 def _config(cp: ControlPlane) -> client.Configuration:

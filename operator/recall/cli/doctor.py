@@ -3,8 +3,10 @@
 One line per check — `ok`, `FAIL` with the fix, or `skip` with why — and exit code 1 when any
 check failed (`recall.cli.checks` has each one). In order:
 
-- `crds`: both CRDs exist, are Established, serve this CLI's version, and have exactly the
-  fields this CLI's models have (an older CRD lacks some, a newer one has more);
+- `crds`: both CRDs exist, are Established, serve this CLI's API version, carry this CLI's
+  release in their `app.kubernetes.io/version` label (the line says which is newer, and
+  whether to upgrade the chart or the CLI), and have exactly the fields this CLI's models have
+  (an older CRD lacks some, a newer one has more);
 - `operator`: a ready pod of the operator Deployment leads — the one replica without leader
   election, else the holder of the leader Lease, seen renewing;
 - `store`: the results store answers the operator's identity; with the workers' credentials,
