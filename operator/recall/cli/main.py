@@ -101,6 +101,7 @@ def worker(
     from recall.bucket import Stores, StoreUrlInvalid
     from recall.engines import make_engine
     from recall.engines.device import DeviceUnavailable
+    from recall.engines.models import ModelStoreMissing
     from recall.kube.store import current_namespace
     from recall.worker.health import Liveness
     from recall.worker.loop import Worker
@@ -126,8 +127,8 @@ def worker(
         raise CliError(e.message) from e
     try:
         eng = make_engine(settings, object_reader(results.stores), model_store(results.stores))
-    except DeviceUnavailable as e:  # a GPU worker without its GPU: say so first, do not start
-        raise CliError(str(e)) from e
+    except (DeviceUnavailable, ModelStoreMissing) as e:  # the pool's own misconfiguration:
+        raise CliError(str(e)) from e  # say so first, and do not start
     store = _store(kubeconfig, ApiSettings())
     ns = settings.namespace or current_namespace(kubeconfig)
     serve(settings.metrics_port)

@@ -26,6 +26,10 @@ Contract:
   store. A store that refuses the credentials fails with `ModelAccessDenied` (permanent), one
   that does not answer with `ModelUnavailable` (retriable). The store adapter
   (`recall.worker.models`) raises these; this module never sees a store's own errors.
+- A cache without a store (`open_store` None) cannot fetch: a job naming a store URL fails
+  with `ModelUnavailable`, retriable (the job is not at fault, and a worker with a store can
+  take it). A worker whose own model is a store URL and has no store refuses to start
+  (`ModelStoreMissing`, raised when its engine is built), as a pool-level misconfiguration.
 - A local directory (`/models/small`, `file:///models/small/`) is used in place: checked
   against its own `SHA256SUMS` when it has one (once per process), else its digest is computed
   from its files. Nothing else is loaded: a name that is neither the bundled model, a store URL
@@ -59,6 +63,11 @@ RECHECK_SECONDS = 60.0  # how long a store's manifest is trusted by this process
 CORRUPT_SECONDS = 300.0  # how long a corrupt model is remembered as corrupt
 LOCK_POLL = 0.2
 _LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+
+
+class ModelStoreMissing(Exception):
+    """A worker's model is in a store, and the worker has no store to read it from (one line):
+    it refuses to start."""
 
 
 class ModelStore(Protocol):
@@ -232,11 +241,12 @@ class ModelCache:
 
     def resolve(self, url: str, cancel: threading.Event | None = None) -> LocalModel:
         """The local copy of the model at `url`, fetched and checked first if needed."""
-        if self.open_store is None:
+        if self.open_store is None:  # a worker's own store model is refused at its start
             raise JobFailure(
                 "ModelUnavailable",
-                f"{url}: this worker has no store to read models from",
-                permanent=True,
+                f"{url}: this worker was started without a store to read models from; a "
+                "worker with one can take the job",
+                permanent=False,
             )
         known = self._manifest(url)
         with self._lock:

@@ -16,7 +16,10 @@ Contract:
   the internet: any other name fails the job with `ModelNotFound`.
 - A model that is missing, corrupt or cannot be loaded fails the job permanently at its first
   chunk (`ModelNotFound`, `ModelCorrupt`, `ModelInvalid`; `ModelUnavailable` is retried: a
-  store that does not answer). `model_of(job)` names the model and its digest for the result.
+  store that does not answer, or a job's store model on an engine built without a store).
+  An engine whose own model is a store URL and that has no store is not built
+  (`ModelStoreMissing`: the worker refuses to start). `model_of(job)` names the model and its
+  digest for the result.
 - Language: a language the model cannot transcribe raises `UnsupportedLanguage` (permanent:
   an English-only model does not silently transcribe French as English). `detect_language`
   detects the language of a chunk with speech (on a multilingual model; `auto` on an
@@ -84,7 +87,14 @@ from typing import TYPE_CHECKING, Any
 from recall.base import log
 from recall.engines.base import Detected, primary_language
 from recall.engines.device import Placement, place
-from recall.engines.models import LocalModel, ModelCache, OpenStore, is_store_url, local_directory
+from recall.engines.models import (
+    LocalModel,
+    ModelCache,
+    ModelStoreMissing,
+    OpenStore,
+    is_store_url,
+    local_directory,
+)
 from recall.engines.prompt import REPETITIVE, compression_ratio, hotwords, prompt_of
 from recall.media import AudioMedia, MediaOptions, load_job_media
 from recall.media.fetch import ObjectReader
@@ -433,6 +443,12 @@ class WhisperEngine:
         self.beam_size = beam_size
         self.vad_filter = vad_filter
         self.models = models or ModelCache(Path(os.environ.get("TMPDIR", "/tmp")), None)
+        if model and is_store_url(model) and self.models.open_store is None:
+            raise ModelStoreMissing(
+                f"the worker's model {model} is in a store, but this worker has no store to "
+                "read models from: recall worker reads models with the results store's "
+                "settings and credentials (RECALL_STORE_*)"
+            )
         self.batch_size = max(1, batch_size)
         self.placement = place(device, compute_type)  # raises DeviceUnavailable: see the contract
         self._used: dict[str, LocalModel] = {}  # model name -> the copy last loaded for it

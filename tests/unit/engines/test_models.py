@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recall.engines.models import MANIFEST, ModelCache, manifest, parse_manifest
+from recall.engines.models import MANIFEST, ModelCache, ModelStoreMissing, manifest, parse_manifest
 from recall.resources.errors import JobFailure
 
 
@@ -115,3 +115,30 @@ def test_local__a_directory_checked_against_its_manifest(tmp_path: Path) -> None
     with pytest.raises(JobFailure) as missing:
         ModelCache(tmp_path / "cache", None).local(tmp_path / "nowhere", "nowhere")
     assert missing.value.reason == "ModelNotFound"
+
+
+def test_resolve__without_a_store_a_jobs_store_model_is_retried_not_failed(
+    tmp_path: Path,
+) -> None:
+    """A job naming a store URL on an engine built without a store: `ModelUnavailable`,
+    retriable (the job is not at fault; a worker with a store can take it), as documented."""
+    with pytest.raises(JobFailure) as info:
+        ModelCache(tmp_path / "cache", None).resolve("s3://models/small/")
+    assert (info.value.reason, info.value.permanent) == ("ModelUnavailable", False)
+    assert "without a store" in info.value.message
+
+
+def test_engine__a_workers_own_store_model_without_a_store_refuses_to_start(
+    tmp_path: Path,
+) -> None:
+    """The pool's misconfiguration is found when the worker's engine is built, not by
+    failing its jobs one by one."""
+    from recall.engines.whisper import WhisperEngine
+
+    with pytest.raises(ModelStoreMissing, match=r"s3://models/small/.*no store"):
+        WhisperEngine(model="s3://models/small/", device="cpu")
+    with pytest.raises(ModelStoreMissing):
+        WhisperEngine(model="s3://models/small/", models=ModelCache(tmp_path, None), device="cpu")
+    store = DirStore(model_dir(tmp_path))
+    WhisperEngine(model="s3://models/small/", models=ModelCache(tmp_path, lambda u: store))
+    WhisperEngine(model=None, device="cpu")  # the bundled model needs no store
