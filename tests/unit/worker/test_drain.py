@@ -1,10 +1,12 @@
 """The worker's side of a drain (`recall.worker.drain`) with its registration Lease on the memory
-store: answered drained only between jobs, answered busy while a job is held, cancelled by
-removing the request; a drained worker picks nothing and is not ready."""
+store: answered drained only between jobs, answered busy while a job is held (in any of a
+worker's slots), cancelled by removing the request; a drained worker picks nothing and is not
+ready."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 from recall.base.settings import WorkerSettings
 from recall.engines.simulated import SimulatedEngine
@@ -24,6 +26,7 @@ from recall.worker.drain import Drain
 from recall.worker.health import Liveness
 from recall.worker.loop import Worker
 from recall.worker.registration import Registration
+from tests.helpers import wait_for
 from tests.unit.fakes import NS, job_manifest, memory_bucket
 
 
@@ -146,3 +149,75 @@ def test_worker__drained_picks_nothing_and_is_not_ready() -> None:
     assert liveness.ready()
     with worker.drain.turn() as open_:
         assert open_
+
+
+def test_worker_of_slots__busy_while_any_slot_holds_a_lease_drained_once_every_slot_is_free() -> (
+    None
+):
+    """The real loop with two slots, a short job and a long one: asked while both are leased,
+    then while only the long one is, the worker answers busy and stays ready; once both are
+    done it answers drained, is not ready, and claims nothing until the request is removed."""
+    store = MemoryStore(watch_seconds=1.0)
+    settings = WorkerSettings(id="w1", engine="simulated", self_serve_seconds=0.05, slots=2)
+    liveness = Liveness()
+    worker = Worker(
+        store, settings, SimulatedEngine(), namespace=NS, results=memory_bucket(),
+        beat=liveness.beat,
+    )  # fmt: skip
+    liveness.draining = worker.drain.draining
+    registration = worker.registration
+    assert registration is not None
+
+    def job(name: str, chunks: int) -> dict[str, object]:
+        simulate = {"chunks": chunks, "chunkDelaySeconds": 0.1}
+        return job_manifest(name, engine={"name": "simulated", "simulate": simulate})
+
+    def phase(name: str) -> Phase | None:
+        found = store.get_job(NS, name)
+        assert found is not None
+        return found.status.phase
+
+    store.create_job(NS, job("short", 4))  # about 0.4 s
+    store.create_job(NS, job("long", 30))  # about 3 s
+    t = threading.Thread(target=worker.run)
+    t.start()
+    try:
+        wait_for(lambda: phase("short") == phase("long") == Phase.LEASED, timeout=10)
+        ask(store, "r1")
+        registration.renew_once()
+        seen = record(store)
+        assert (seen.state, seen.answered, seen.refused) == (BUSY, BUSY, True)
+        assert liveness.ready() and not worker.drain.draining()
+
+        wait_for(lambda: phase("short") == Phase.SUCCEEDED, timeout=10)
+        registration.renew_once()  # one slot free, the other holds the long job's lease
+        seen = record(store)
+        assert phase("long") == Phase.LEASED, "the long job ended too soon for this test"
+        assert (seen.state, seen.refused, seen.drained) == (BUSY, True, False)
+        assert liveness.ready() and not worker.drain.draining()
+
+        wait_for(lambda: phase("long") == Phase.SUCCEEDED, timeout=10)
+
+        def answered_drained() -> bool:
+            registration.renew_once()
+            return record(store).drained
+
+        wait_for(answered_drained, timeout=5)
+        assert record(store).state == DRAINING
+        assert not liveness.ready(), "/readyz answers 503 once every slot is free and drained"
+        store.create_job(NS, job("later", 1))
+        time.sleep(1.0)  # twenty self-serve intervals: neither slot claims it
+        later = store.get_job(NS, "later")
+        assert later is not None and later.status.phase == Phase.QUEUED
+        assert later.status.attempts == 0
+
+        ask(store, None)
+        registration.renew_once()
+        assert liveness.ready()
+        wait_for(lambda: phase("later") == Phase.SUCCEEDED, timeout=10)
+    finally:
+        worker.stop()
+        t.join(10)
+        store.close()
+    assert not t.is_alive()
+    assert worker.claims == 3
