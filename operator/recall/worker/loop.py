@@ -122,6 +122,7 @@ class Worker:
         self._executors: list[concurrent.futures.ThreadPoolExecutor] = []
         self._lock = threading.Lock()  # the slots' shared counts and reservations
         self._taking: set[tuple[str, str]] = set()  # jobs a slot picked and is claiming or works
+        self._reserved = 0  # slots between a pick and the end of a claim or its work
         self._enough = threading.Event()  # max_jobs reached: no slot takes another
         self.results = results
         self.transcription = Transcription(results, engine, self._call, self._check_stop)
@@ -145,7 +146,8 @@ class Worker:
 
     def run(self) -> int:
         """Take jobs until stopped, idle for `idle_exit_seconds`, or `max_jobs` are done: one
-        loop per slot (`settings.slots`), each holding at most one lease at a time."""
+        loop per slot (`settings.slots`), each holding at most one lease at a time. The slots
+        together claim at most `max_jobs` jobs (a claim lost to another worker counts none)."""
         self.queue.start()
         self.held.start()
         if self.registration is not None:
@@ -194,6 +196,8 @@ class Worker:
             if self.run_once():
                 idle_since = time.monotonic()
                 continue
+            if self._spoken_for():
+                return  # every job left to max_jobs is another slot's, which goes on
             idle = self.settings.idle_exit_seconds
             if idle and time.monotonic() - idle_since > idle:
                 self.log.info("worker_idle_exit", idle_seconds=idle)
@@ -212,29 +216,62 @@ class Worker:
     def _take_one(self) -> bool:
         if self.store_broken is not None and not self._probe_store():
             return False  # the results store refuses: claim nothing that would fail too
-        while True:  # two slots never take the same job; the pick (maybe a list) is unlocked
+        if not self._reserve():
+            return False  # the jobs left to max_jobs are other slots' to take
+        worked = False
+        try:
+            job = self._pick()
+            if job is None:
+                return False
+            try:
+                holder = self.claim(job)
+                if holder is None:
+                    return True  # lost the race (or the API hiccuped); look again at once
+                self.work(holder)
+                worked = True
+            finally:
+                with self._lock:
+                    self._taking.discard(job.key)
+        finally:
+            with self._lock:
+                self._reserved -= 1
+                if worked:
+                    self.jobs_done += 1
+                    if self.settings.max_jobs and self.jobs_done >= self.settings.max_jobs:
+                        self._enough.set()
+        return True
+
+    def _reserve(self) -> bool:
+        """A place for one more job within `max_jobs`, counting the jobs done and those other
+        slots picked, claim or work: so slots together claim at most `max_jobs`. Given back at
+        the end of `_take_one` (a job done, or no claim made)."""
+        with self._lock:
+            if self._spoken_for_locked():
+                return False
+            self._reserved += 1
+            return True
+
+    def _spoken_for(self) -> bool:
+        """Every job left to `max_jobs` is done or in another slot's hands."""
+        with self._lock:
+            return self._spoken_for_locked()
+
+    def _spoken_for_locked(self) -> bool:
+        most = self.settings.max_jobs
+        return most is not None and self.jobs_done + self._reserved >= most
+
+    def _pick(self) -> TranscriptionJob | None:
+        """A claimable job no other slot took (the pick, maybe a list, runs unlocked)."""
+        while True:
             with self._lock:
                 taken = frozenset(self._taking)
             job = self.queue.pick(taken)
             if job is None:
-                return False
+                return None
             with self._lock:
                 if job.key not in self._taking:
                     self._taking.add(job.key)
-                    break
-        try:
-            holder = self.claim(job)
-            if holder is None:
-                return True  # lost the race (or the API hiccuped); look again at once
-            self.work(holder)
-        finally:
-            with self._lock:
-                self._taking.discard(job.key)
-        with self._lock:
-            self.jobs_done += 1
-            if self.settings.max_jobs and self.jobs_done >= self.settings.max_jobs:
-                self._enough.set()
-        return True
+                    return job
 
     # -- claim -------------------------------------------------------------------------------
 

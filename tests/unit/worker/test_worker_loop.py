@@ -565,3 +565,33 @@ def test_worker__slots_hold_several_leases_at_once_each_its_own(tmp_path: Path) 
     runs = engine_runs(tmp_path, "s0") + engine_runs(tmp_path, "s5")
     assert sorted(runs) == sorted([(1, c) for c in range(3)] * 2)
     store.close()
+
+
+@pytest.mark.parametrize("max_jobs", [1, 2])
+def test_worker__max_jobs_bounds_the_claims_of_all_its_slots_together(
+    tmp_path: Path, max_jobs: int
+) -> None:
+    """Three slots, five jobs of 0.6 s: a worker of `max_jobs` claims that many jobs in all,
+    not one a slot, does them, and exits; the others stay Queued, never attempted."""
+    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    names = [f"m{i}" for i in range(5)]
+    for name in names:
+        store.create_job(
+            NS,
+            job_manifest(
+                name,
+                engine={"name": "simulated", "simulate": {"chunks": 3, "chunkDelaySeconds": 0.2}},
+            ),
+        )
+    worker = make_worker(store, tmp_path, results, slots=3, max_jobs=max_jobs)
+    run(worker)
+    jobs = [store.get_job(NS, name) for name in names]
+    done = [j for j in jobs if j is not None and j.status.phase == Phase.SUCCEEDED]
+    untouched = [
+        j
+        for j in jobs
+        if j is not None and j.status.phase == Phase.QUEUED and not j.status.attempts
+    ]
+    assert (len(done), len(untouched)) == (max_jobs, 5 - max_jobs), store.dump()
+    assert (worker.claims, worker.jobs_done) == (max_jobs, max_jobs)
+    store.close()
