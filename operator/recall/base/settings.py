@@ -172,7 +172,9 @@ class WorkerSettings(BaseSettings):
     idle_exit_seconds: float | None = Field(
         None, gt=0, description="Exit after this long without work (benchmarks, demos)."
     )
-    max_jobs: int | None = Field(None, ge=1, description="Exit after this many jobs.")
+    max_jobs: int | None = Field(
+        None, ge=1, description="Exit after this many jobs, claimed by all slots together."
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
     retry_base_seconds: float = Field(
         5.0, gt=0, description="Backoff before the first retry of a failed job; doubles each time."

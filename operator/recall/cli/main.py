@@ -85,17 +85,20 @@ def worker(
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
     health_port: Annotated[int | None, typer.Option(help="Serve /healthz on this port.")] = None,
     grace: Annotated[
-        float | None, typer.Option(help="Seconds to finish the current job on SIGTERM.")
+        float | None, typer.Option(help="Seconds to finish the current jobs on SIGTERM.")
     ] = None,
     idle_exit: Annotated[
         float | None, typer.Option(help="Exit after this many idle seconds.")
     ] = None,
-    max_jobs: Annotated[int | None, typer.Option(help="Exit after this many jobs.")] = None,
+    max_jobs: Annotated[
+        int | None, typer.Option(help="Exit after this many jobs (all slots together).")
+    ] = None,
     device: Annotated[
         str | None, typer.Option(help="Where local Whisper runs: auto, cpu or cuda.")
     ] = None,
 ) -> None:
-    """Rent transcription jobs one at a time under a lease and transcribe them."""
+    """Rent transcription jobs under leases and transcribe them: one job at a time in each of
+    the worker's slots (RECALL_WORKER_SLOTS), each lease with its own token and heartbeat."""
     from recall.base.metrics import serve
     from recall.base.settings import ApiSettings, StoreSettings, WorkerSettings
     from recall.bucket import Stores, StoreUrlInvalid
