@@ -97,8 +97,8 @@ class Tools:
     def render(
         self, tmp: Path, values: dict[str, Any] | None = None, namespace: str = "recall"
     ) -> list[dict[str, Any]]:
-        """The chart's manifests, as `helm template` renders them (without `helm test`'s hooks,
-        which test_chart_doctor.py checks)."""
+        """The chart's manifests, as `helm template` renders them (without `helm test`'s pod,
+        which test_doctor.py checks)."""
         args = ["template", RELEASE, str(CHART), "--namespace", namespace, "--skip-tests"]
         if values is not None:
             args += ["--values", str(values_file(tmp, values))]
@@ -262,10 +262,11 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
     docs = tools.render(tmp_path)
     kinds = sorted(d["kind"] for d in docs if d["kind"] != "CustomResourceDefinition")
     assert kinds == sorted(
-        ["ServiceAccount"] * 2
-        + ["ClusterRole"] * 2  # the user roles, aggregated to view, edit and admin
-        + ["Role"] * 2
-        + ["RoleBinding"] * 2
+        ["ServiceAccount"] * 3  # the operator's, the workers', `helm test`'s doctor's
+        + ["ClusterRole"] * 3  # the user roles (aggregated to view, edit, admin), the doctor's
+        + ["ClusterRoleBinding"]  # the doctor's: it reads the CRDs and API fairness objects
+        + ["Role"] * 3
+        + ["RoleBinding"] * 4  # the doctor's own, and tests.doctor.userRole's
         + ["Service"] * 3  # the two metrics Services and the bundled store's
         + ["Deployment"] * 3  # the operator, the workers and the bundled store
         + ["Secret"] * 3  # the store's identities, the operator's and the workers' keys
@@ -486,7 +487,9 @@ def test_template_switches__rbac_service_accounts_and_components(
             "worker": {"serviceAccount": {"create": False, "name": "transcriber"}},
         },
     )
-    assert not [d for d in own_accounts if d["kind"] == "ServiceAccount"]
+    assert [d["metadata"]["name"] for d in own_accounts if d["kind"] == "ServiceAccount"] == [
+        f"{RELEASE}-recall-doctor"  # `helm test`'s: tests.doctor.enabled=false leaves it out
+    ]
     for component, account in (("operator", "ops"), ("worker", "transcriber")):
         pod = find(own_accounts, "Deployment", f"-{component}")["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == account
@@ -498,7 +501,8 @@ def test_template_switches__rbac_service_accounts_and_components(
         tmp_path, {"operator": {"enabled": False}, "crds": {"install": False}, "store": shared}
     )
     components = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in workers_only}
-    assert components == {"worker", "api-fairness"}  # its workers' lease writes keep their seats
+    # its workers' lease writes keep their seats; `helm test`'s doctor checks it
+    assert components == {"worker", "api-fairness", "doctor"}
 
     elected = tools.render(tmp_path, {"operator": {"leaderElection": {"enabled": True}}})
     op_env = env_of(container(find(elected, "Deployment", "-operator")))
@@ -526,7 +530,7 @@ def test_dry_run_server__rendered_chart_and_examples_are_accepted(
             namespace,
             "--values",
             str(values_file(tmp_path, values)),
-            # helm test's hooks: test_doctor.py sends its pod to the API server on its own.
+            # helm test's pod: test_doctor.py sends it to the API server on its own.
             "--skip-tests",
         )
         out = tools.ok(

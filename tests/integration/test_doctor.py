@@ -43,20 +43,35 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECKS = ["crds", "operator", "store", "workers", "engines", "apf", "access"]
 
 
-def helm_template(namespace: str, fullname: str, *templates: str) -> list[dict[str, Any]]:
-    args = [str(tools_bin_dir(build=False) / "helm"), "template", "rc", str(ROOT / "charts/recall")]
-    args += ["--namespace", namespace, "--set", f"fullnameOverride={fullname}"]
-    for template in templates:
-        args += ["--show-only", template]
+def helm(*args: str, kubeconfig: Path | None = None, timeout: float = 60) -> str:
+    """Run helm (from hack/k8s-tools) with caches of its own; its output."""
     with tempfile.TemporaryDirectory() as home:  # helm's own caches, not the user's
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
             "HELM_CACHE_HOME": home,
             "HELM_CONFIG_HOME": home,
             "HELM_DATA_HOME": home,
         }
-        out = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True, env=env)
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
+        out = subprocess.run(
+            [str(tools_bin_dir(build=False) / "helm"), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=env,
+        )
+    assert out.returncode == 0, f"helm {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def helm_template(namespace: str, fullname: str, *templates: str) -> list[dict[str, Any]]:
+    args = ["template", "rc", str(ROOT / "charts/recall")]
+    args += ["--namespace", namespace, "--set", f"fullnameOverride={fullname}"]
+    for template in templates:
+        args += ["--show-only", template]
+    return [d for d in yaml.safe_load_all(helm(*args)) if d]
 
 
 def credentials_dir(path: Path, env: dict[str, str]) -> Path:
@@ -219,9 +234,9 @@ def install(
     custom, rbac = client.CustomObjectsApi(api), client.RbacAuthorizationV1Api(api)
     fullname = f"{namespace}-recall"
     made: list[tuple[str, str]] = []  # cluster-scoped objects to delete afterwards
-    # The chart's helm-test RBAC and user roles, as Helm renders them.
+    # The doctor's ServiceAccount and RBAC and the user roles, as Helm renders them.
     for doc in helm_template(
-        namespace, fullname, "templates/tests/doctor.yaml", "templates/user-roles.yaml"
+        namespace, fullname, "templates/doctor-access.yaml", "templates/user-roles.yaml"
     ):
         kind, name = doc["kind"], doc["metadata"]["name"]
         if kind == "ClusterRole":
@@ -234,6 +249,8 @@ def install(
             rbac.create_namespaced_role(namespace, doc)
         elif kind == "RoleBinding":
             rbac.create_namespaced_role_binding(namespace, doc)
+        elif kind == "ServiceAccount":
+            core.create_namespaced_service_account(namespace, doc)
     for plural, obj in fairness(f"{namespace}-{fullname}"):
         custom.create_cluster_custom_object(*FLOWCONTROL, plural, obj)
         made.append((plural, obj["metadata"]["name"]))
@@ -499,8 +516,8 @@ def test_helm_test_pod__accepted_by_the_api_server_and_its_args_are_doctor_optio
     from recall.cli.main import app
 
     docs = helm_template(namespace, f"{namespace}-recall", "templates/tests/doctor.yaml")
-    (pod,) = [d for d in docs if d["kind"] == "Pod"]
-    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (pod,) = docs  # the test's only hook: its account and roles are the release's (uninstalled)
+    assert pod["kind"] == "Pod" and pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     core = client.CoreV1Api(api)
     core.create_namespaced_service_account(
         namespace, {"metadata": {"name": f"{namespace}-recall-doctor"}}
@@ -517,3 +534,73 @@ def test_helm_test_pod__accepted_by_the_api_server_and_its_args_are_doctor_optio
     assert env["RECALL_STORE_CREDENTIALS_DIR"] == "/var/run/secrets/recall/store"
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/var/run/secrets/recall/store", "/var/run/secrets/recall/store-worker"} <= mounts
+
+
+def _cluster_scoped(api: client.ApiClient, release: str) -> set[tuple[str, str, str]]:
+    """(kind, name, uid) of every cluster-scoped object a release of this name labels its own."""
+    selector = f"app.kubernetes.io/instance={release}"
+    rbac, custom = client.RbacAuthorizationV1Api(api), client.CustomObjectsApi(api)
+    found = {
+        ("ClusterRole", o.metadata.name, o.metadata.uid)
+        for o in rbac.list_cluster_role(label_selector=selector).items
+    }
+    found |= {
+        ("ClusterRoleBinding", o.metadata.name, o.metadata.uid)
+        for o in rbac.list_cluster_role_binding(label_selector=selector).items
+    }
+    for plural in ("flowschemas", "prioritylevelconfigurations"):
+        listed = custom.list_cluster_custom_object(*FLOWCONTROL, plural, label_selector=selector)
+        found |= {(plural, o["metadata"]["name"], o["metadata"]["uid"]) for o in listed["items"]}
+    return found
+
+
+def test_helm_test__only_its_pod_is_a_hook_and_uninstall_leaves_nothing_cluster_scoped(
+    api: client.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """`helm install`, `helm test` (its pod reported Succeeded here, as a kubelet would) and
+    `helm uninstall` on the real API server: the doctor's roles come and go with the release;
+    only its pod, a namespaced hook kept for its logs, stays."""
+    release, kubeconfig = "rc", control_plane.kubeconfig
+    core = client.CoreV1Api(api)
+    before = _cluster_scoped(api, release)  # other namespaces' releases of this name
+    chart = ["--namespace", namespace, "--set", "crds.install=false"]  # the session's CRDs
+    helm("install", release, str(ROOT / "charts/recall"), *chart, kubeconfig=kubeconfig)
+    installed = {(kind, name) for kind, name, _ in _cluster_scoped(api, release) - before}
+    doctor = f"{namespace}-{release}-recall-doctor"
+    assert {("ClusterRole", doctor), ("ClusterRoleBinding", doctor)} <= installed
+
+    with subprocess.Popen(
+        [str(tools_bin_dir(build=False) / "helm"), "test", release, "-n", namespace],
+        env={
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            **{f"HELM_{d}_HOME": str(tmp_path / "helm") for d in ("CACHE", "CONFIG", "DATA")},
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as test:
+        pod = f"{release}-recall-doctor"
+        wait_for(
+            lambda: pod in {p.metadata.name for p in core.list_namespaced_pod(namespace).items},
+            timeout=60,
+            message="helm test's pod",
+        )
+        core.patch_namespaced_pod_status(pod, namespace, {"status": {"phase": "Succeeded"}})
+        out, _ = test.communicate(timeout=120)
+    assert test.returncode == 0, out
+    assert f"TEST SUITE:     {pod}" in out and "Succeeded" in out, out
+
+    helm("uninstall", release, "--namespace", namespace, "--wait", kubeconfig=kubeconfig)
+    assert _cluster_scoped(api, release) == before
+    left = {
+        f"{kind} {o.metadata.name}"
+        for kind, listed in (
+            ("ServiceAccount", core.list_namespaced_service_account),
+            ("Pod", core.list_namespaced_pod),
+            ("Role", client.RbacAuthorizationV1Api(api).list_namespaced_role),
+            ("RoleBinding", client.RbacAuthorizationV1Api(api).list_namespaced_role_binding),
+        )
+        for o in listed(namespace, label_selector="app.kubernetes.io/component=doctor").items
+    }
+    assert left == {f"Pod {pod}"}
