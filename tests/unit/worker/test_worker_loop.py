@@ -532,6 +532,121 @@ def test_worker__a_batched_engine_takes_a_job_s_chunks_in_groups_and_stores_each
     store.close()
 
 
+class GatedEngine(CountingEngine):
+    """A batched engine whose second call of attempt 1 blocks until the call is cancelled (the
+    lease lost, the grace over): the attempt ends in the middle of that batch."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.entered = threading.Event()
+
+    def transcribe_batch(self, chunks: list[Any], **kw: Any) -> Any:
+        if kw["attempt"] == 1 and len(self.calls) == 1:
+            self.calls.append([c.index for c in chunks])
+            self.entered.set()
+            kw["cancel"].wait(30)
+            return []  # too late: the worker stopped waiting for this call
+        return super().transcribe_batch(chunks, **kw)
+
+
+def reclaim_now(store: MemoryStore, name: str) -> None:
+    """The operator's reclaim, as if it had seen the lease it reads expire."""
+
+    def expired(job: TranscriptionJob) -> lease.Decision:
+        held = job.status.lease
+        assert held is not None
+        seen = Observation(
+            token=held.token,
+            renew_time=held.renew_time,
+            duration_seconds=held.duration_seconds,
+            observed_at=0.0,
+        )
+        return lease.reclaim(
+            job.status, T0, 1e9, seen, budget=Budget(max_attempts=5, max_releases=10)
+        )
+
+    assert fenced_write(store, NS, name, expired, action="reclaim").applied
+
+
+@pytest.mark.parametrize("end", ["lease_lost", "stopped"])
+def test_worker__batched_attempt_ended_mid_batch_resumes_exactly_after_the_stored_batches(
+    tmp_path: Path, end: str
+) -> None:
+    """batch_size 4 over 12 chunks: attempt 1 transcribes and stores the batch 0-3, then loses
+    its lease (a reclaim) or is stopped (grace 0, a release) in the middle of the batch 4-7.
+    The checkpoint names chunks 0-3, the chunks the batches it stored hold; attempt 2 starts
+    its first call at chunk 4 with a whole batch: no chunk redone, none skipped, each stored
+    once."""
+    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    simulate = {"chunks": 12, "chunkDelaySeconds": 0.05}
+    store.create_job(
+        NS,
+        job_manifest("b", checkpointSeconds=1, engine={"name": "simulated", "simulate": simulate}),
+    )
+
+    def worker(engine: CountingEngine, **kw: Any) -> Worker:
+        ws = WorkerSettings(
+            id="w1",
+            engine="simulated",
+            idle_exit_seconds=1.0,
+            self_serve_seconds=0.2,
+            simulated_record=tmp_path / "chunks.jsonl",
+            batch_size=4,
+            **kw,
+        )
+        return Worker(store, ws, engine, namespace=NS, results=results)
+
+    def engine(cls: type[CountingEngine]) -> CountingEngine:
+        record = tmp_path / "chunks.jsonl"
+        return cls(chunks=2, chunk_delay_seconds=0, record_path=record, batch_size=4)
+
+    def checkpointed() -> int:
+        job = store.get_job(NS, "b")
+        progress = job.status.progress if job is not None else None
+        return progress.chunks_done if progress is not None else 0
+
+    gated = engine(GatedEngine)
+    assert isinstance(gated, GatedEngine)
+    first = worker(gated, grace_seconds=0.0)
+    t = threading.Thread(target=first.run)
+    with capture_logs() as logs:
+        t.start()
+        assert gated.entered.wait(10), "the second batch never started"
+        if end == "lease_lost":
+            deadline = time.monotonic() + 10
+            while checkpointed() < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)  # the heartbeater carries the checkpoint within ~1 s
+            assert checkpointed() == 4
+            reclaim_now(store, "b")  # the same worker takes the job again: attempt 2
+            again: CountingEngine = gated
+        else:
+            first.stop()  # grace 0: the call in flight is abandoned, the lease released
+            t.join(10)
+            again = engine(CountingEngine)
+            worker(again).run()
+        t.join(20)
+    assert not t.is_alive()
+
+    job = succeeded(store, "b")
+    assert job.status.result is not None and job.status.result.attempt == 2
+    if end == "lease_lost":
+        assert (job.status.expired_leases, job.status.releases) == (1, 0)
+    else:
+        assert (job.status.expired_leases, job.status.releases) == (0, 1)
+    assert [e["chunks_done"] for e in logs if e["event"] == "resumed"] == [4]
+    assert gated.calls[:2] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # the second, cut short
+    assert again.calls[-2:] == [[4, 5, 6, 7], [8, 9, 10, 11]]  # attempt 2: whole batches
+    # Paid once a chunk (the abandoned call made no record) and stored once: attempt 1 the
+    # chunks of its stored batch, attempt 2 every other.
+    assert engine_runs(tmp_path, "b") == [(1, i) for i in range(4)] + [(2, i) for i in range(4, 12)]
+    by_attempt = stored(results, job)
+    assert (sorted(by_attempt[1]), sorted(by_attempt[2])) == (list(range(4)), list(range(4, 12)))
+    transcript = load_transcript(results, job.status.result.transcript)
+    assert transcript is not None
+    assert [int(s.text.split()[2]) for s in transcript.segments] == list(range(12))
+    store.close()
+
+
 def test_worker__slots_hold_several_leases_at_once_each_its_own(tmp_path: Path) -> None:
     """Three slots, six jobs of 0.6 s: up to three leases held at once by the one worker, each
     with its own token; every job done once; two slots never claim the same job."""
