@@ -1,11 +1,13 @@
 """Batched inference through the whole system: a worker whose engine takes 4 chunks a call
 (`RECALL_WORKER_BATCH_SIZE=4`, faster-whisper's batched pipeline) transcribes real read speech
 (the LibriVox clips, `recall_dev.librivox`) on the real API server and object store, with the
-words a worker taking one chunk at a time finds, every chunk stored and checkpointed as its own
-and the device and compute type in the result."""
+words a worker taking one chunk at a time finds, in fewer engine calls (one a batch, as the
+worker's `completed` line counts them), every chunk stored and checkpointed as its own, and the
+device and compute type in the result."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import jiwer
@@ -86,8 +88,13 @@ def transcribe(
     for s in transcript.segments:
         assert s.words, f"words asked for, none given: {s}"
         assert [w.start for w in s.words] == sorted(w.start for w in s.words)
-    stored = [e["chunk"] for e in worker.events() if e.get("event") == "chunk_done"]
+    events = worker.events()
+    stored = [e["chunk"] for e in events if e.get("event") == "chunk_done"]
     assert stored == list(range(progress.chunks_total)), "a chunk stored twice, or none"
+    # The engine calls the worker made (its `completed` line): a batch is one call, so
+    # RECALL_WORKER_BATCH_SIZE taken means ceil(chunks / batch_size) of them.
+    calls = [e["engine_calls"] for e in events if e.get("event") == "completed"]
+    assert calls == [math.ceil(progress.chunks_total / batch_size)], calls
     return transcript.text, stored
 
 

@@ -15,7 +15,8 @@
 - An error of a stage (a corrupt file, a store that refuses) is raised in the caller at its next
   hand-over with the stage, unchanged.
 - Each stage records where its time went: the `Stopwatch` parts `media` (decoding) and `store`
-  (writing), and the waits in `recall_worker_stage_wait_seconds`.
+  (writing), and the waits in `recall_worker_stage_wait_seconds`; the `Stopwatch` also counts
+  the engine calls (a batch is one).
 
 Not guaranteed: a stage blocked inside a call (a download read, a put) notices `abort()` only
 when that call returns; its thread is a daemon and its late result is dropped.
@@ -38,19 +39,24 @@ T = TypeVar("T")
 
 
 class Stopwatch:
-    """Where the time of one attempt goes, by part; thread-safe (the stages add to it)."""
+    """Where the time of one attempt goes, by part, and how many engine calls it made (with
+    batches, fewer than its chunks); thread-safe (the stages add to it)."""
 
     PARTS = ("lease", "store", "engine", "media", "engine_waits")
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = dict.fromkeys(self.PARTS, 0.0)
+        self.engine_calls = 0
         self._lock = threading.Lock()
 
     def add(self, part: str, seconds: float) -> None:
         with self._lock:
             self.seconds[part] += seconds
+            if part == "engine":
+                self.engine_calls += 1
 
     def timed(self, part: str, fn: Callable[[], T]) -> T:
+        """`fn()`, its time added to `part` (one call of the engine for part `engine`)."""
         started = time.monotonic()
         try:
             return fn()
@@ -58,8 +64,11 @@ class Stopwatch:
             self.add(part, time.monotonic() - started)
 
     def fields(self) -> dict[str, float]:
+        """The log fields: `<part>_seconds` of every part, and `engine_calls`."""
         with self._lock:
-            return {f"{k}_seconds": round(v, 3) for k, v in self.seconds.items()}
+            out = {f"{k}_seconds": round(v, 3) for k, v in self.seconds.items()}
+            out["engine_calls"] = self.engine_calls
+            return out
 
 
 @dataclass(frozen=True)

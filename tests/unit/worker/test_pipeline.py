@@ -159,3 +159,15 @@ def test_storer__abort_writes_nothing_more() -> None:
     s.abort(join=2.0)
     assert not s.thread.is_alive()
     assert stored == [0] and reported == []  # the put in flight ends; nothing after it
+
+
+def test_stopwatch__counts_the_engine_calls_and_times_every_part() -> None:
+    watch = Stopwatch()
+    for _ in range(3):
+        watch.timed("engine", lambda: None)
+    watch.timed("store", lambda: None)
+    watch.add("media", 0.25)
+    fields = watch.fields()
+    assert fields["engine_calls"] == 3, "one a call, whatever the chunks in it"
+    assert fields["media_seconds"] == 0.25
+    assert set(fields) == {f"{p}_seconds" for p in Stopwatch.PARTS} | {"engine_calls"}

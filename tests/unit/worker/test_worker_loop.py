@@ -521,9 +521,14 @@ def test_worker__a_batched_engine_takes_a_job_s_chunks_in_groups_and_stores_each
     engine = CountingEngine(
         chunks=2, chunk_delay_seconds=0, record_path=ws.simulated_record, batch_size=4
     )
-    run(Worker(store, ws, engine, namespace=NS, results=results), timeout=30)
+    with capture_logs() as logs:
+        run(Worker(store, ws, engine, namespace=NS, results=results), timeout=30)
     job = succeeded(store, "b")
     assert engine.calls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    # what the job's `completed` line says (tests/e2e/test_batched_transcription.py reads it)
+    assert [(e["engine_calls"], e["chunks"]) for e in logs if e["event"] == "completed"] == [
+        (3, 10)
+    ]
     assert engine_runs(tmp_path, "b") == [(1, i) for i in range(10)]
     assert job.status.result is not None
     transcript = load_transcript(results, job.status.result.transcript)
