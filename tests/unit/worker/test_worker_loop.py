@@ -652,6 +652,41 @@ def test_worker__batched_attempt_ended_mid_batch_resumes_exactly_after_the_store
     store.close()
 
 
+@pytest.mark.parametrize(("batch", "decode", "store"), [(1, 2, 4), (3, 3, 6), (8, 8, 16)])
+def test_worker__pipeline_depths_follow_the_batch_as_docs_pace_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int, decode: int, store: int
+) -> None:
+    """The decode stage holds max(2, batch) chunks, the store stage max(4, 2 × batch): what
+    docs/pace.md and docs/gpu.md give as the worker's memory bound."""
+    from recall.worker import pipeline
+
+    depths: dict[str, int] = {}
+
+    class Decoder(pipeline.Decoder):
+        def __init__(self, *a: Any, depth: int, **kw: Any) -> None:
+            depths["decode"] = depth
+            super().__init__(*a, depth=depth, **kw)
+
+    class Storer(pipeline.Storer):
+        def __init__(self, *a: Any, depth: int, **kw: Any) -> None:
+            depths["store"] = depth
+            super().__init__(*a, depth=depth, **kw)
+
+    monkeypatch.setattr("recall.worker.attempt.Decoder", Decoder)
+    monkeypatch.setattr("recall.worker.attempt.Storer", Storer)
+    memory = MemoryStore(watch_seconds=1.0)
+    memory.create_job(NS, job_manifest("d"))
+    engine = CountingEngine(chunks=2, chunk_delay_seconds=0, batch_size=batch)
+    ws = WorkerSettings(
+        id="w1", engine="simulated", idle_exit_seconds=0.5, self_serve_seconds=0.1,
+        batch_size=batch,
+    )  # fmt: skip
+    run(Worker(memory, ws, engine, namespace=NS, results=memory_bucket()))
+    succeeded(memory, "d")
+    assert depths == {"decode": decode, "store": store}
+    memory.close()
+
+
 def test_worker__slots_hold_several_leases_at_once_each_its_own(tmp_path: Path) -> None:
     """Three slots, six jobs of 0.6 s: up to three leases held at once by the one worker, each
     with its own token; every job done once; two slots never claim the same job."""
