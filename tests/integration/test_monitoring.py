@@ -91,29 +91,48 @@ def series(name: str, values: str, **labels: str) -> dict[str, str]:
 
 
 # Each alert: the case it fires in (with the labels it then carries), and a quiet one beside it.
+# Two workers of two slots each, two jobs leased: one lease a worker, two slots free.
 WORKERS_IDLE = [
     series("recall_jobs", "5x60", phase="Queued", component="operator"),
-    series("recall_jobs", "0x60", phase="Leased", component="operator"),
+    series("recall_jobs", "2x60", phase="Leased", component="operator"),
     series("recall_claims_total", "3x60", component="worker", pod="w1"),
     series("recall_claims_total", "4x60", component="worker", pod="w2"),
+    series("recall_worker_slots", "2x60", component="worker", pod="w1"),
+    series("recall_worker_slots", "2x60", component="worker", pod="w2"),
 ]
+
+
+def batch_items(batch: str, queued: str, done: str) -> list[dict[str, str]]:
+    """A Batch's queued and completed items, as the leading operator exports them."""
+    return [
+        series("recall_batch_items", queued, batch=batch, phase="queued", component="operator"),
+        series("recall_batch_items", done, batch=batch, phase="completed", component="operator"),
+    ]
+
+
 CASES: dict[str, list[tuple[str, list[dict[str, str]], str, dict[str, str] | None]]] = {
     "RecallWorkWaitingWorkersIdle": [
-        ("queued jobs, idle workers, no claim", WORKERS_IDLE, "40m", {"severity": "warning"}),
+        (
+            "queued jobs, free slots (each worker holds one lease of two), no claim",
+            WORKERS_IDLE,
+            "40m",
+            {"severity": "warning"},
+        ),
         (
             "the workers claim",
             [
                 *WORKERS_IDLE[:2],
                 series("recall_claims_total", "0+1x60", component="worker", pod="w1"),
+                *WORKERS_IDLE[4:],
             ],
             "40m",
             None,
         ),
         (
-            "every worker busy",
+            "every slot busy",
             [
                 WORKERS_IDLE[0],
-                series("recall_jobs", "2x60", phase="Leased", component="operator"),
+                series("recall_jobs", "4x60", phase="Leased", component="operator"),
                 *WORKERS_IDLE[2:],
             ],
             "40m",
@@ -225,6 +244,54 @@ CASES: dict[str, list[tuple[str, list[dict[str, str]], str, dict[str, str] | Non
         ),
         ("nothing outstanding", [series("recall_jobs", "0x120", phase="Queued")], "100m", None),
     ],
+    "RecallBatchNoProgress": [
+        (
+            "one Batch stuck for an hour, one finished, one finishing items",
+            [
+                *batch_items("media/stuck", "3x120", "5x120"),
+                *batch_items("media/moving", "30-1x30 0x90", "0+1x30 30x90"),
+                *batch_items("media/busy", "40x120", "0+1x120"),
+            ],
+            "100m",
+            {"severity": "warning", "batch": "media/stuck"},
+        ),
+        (
+            "its items finish",
+            batch_items("media/busy", "40x120", "0+1x120"),
+            "100m",
+            None,
+        ),
+        (
+            "its last item failed: nothing outstanding",
+            [
+                *batch_items("media/ended", "0x120", "4x120"),
+                series(
+                    "recall_batch_items",
+                    "1x120",
+                    batch="media/ended",
+                    phase="failed",
+                    component="operator",
+                ),
+            ],
+            "100m",
+            None,
+        ),
+        (
+            "suspended",
+            [
+                *batch_items("media/held", "3x120", "5x120"),
+                series("recall_batch_suspended", "1x120", batch="media/held", component="operator"),
+            ],
+            "100m",
+            None,
+        ),
+        (
+            "younger than an hour",
+            batch_items("media/new", "_x69 3x50", "_x69 0x50"),
+            "100m",
+            None,
+        ),
+    ],
     "RecallApiThrottled": [
         (
             "one 429 a second",
@@ -235,6 +302,14 @@ CASES: dict[str, list[tuple[str, list[dict[str, str]], str, dict[str, str] | Non
         ("a few", [series("recall_api_throttled_total", "0+6x40", verb="patch")], "30m", None),
     ],
 }
+
+
+def expand(rule: dict[str, Any], labels: dict[str, str]) -> dict[str, str]:
+    """The rule's annotations as Prometheus fills them in for an alert of these labels."""
+    return {
+        k: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m[1]], v)
+        for k, v in rule["annotations"].items()
+    }
 
 
 def test_alerts__each_fires_in_its_case_and_stays_quiet_beside_it(
@@ -249,7 +324,7 @@ def test_alerts__each_fires_in_its_case_and_stays_quiet_beside_it(
             expected = (
                 []
                 if labels is None
-                else [{"exp_labels": labels, "exp_annotations": alerts[name]["annotations"]}]
+                else [{"exp_labels": labels, "exp_annotations": expand(alerts[name], labels)}]
             )
             tests.append(
                 {

@@ -69,6 +69,9 @@ PUBLISHES = Counter(
 JOBS_FINISHED = Counter(
     "recall_worker_jobs_total", "Jobs this worker finished, by outcome.", ["outcome"]
 )
+WORKER_SLOTS = Gauge(
+    "recall_worker_slots", "Leases this worker holds at once at most (RECALL_WORKER_SLOTS)."
+)
 
 RECLAIMS = Counter("recall_reclaims_total", "Expired leases reclaimed by the operator.")
 RECLAIM_DELAY = Histogram(
@@ -78,6 +81,18 @@ RECLAIM_DELAY = Histogram(
 )
 HEALS = Counter("recall_heals_total", "Batch items the reconciler healed.", ["kind"])
 JOBS = Gauge("recall_jobs", "TranscriptionJobs seen by the operator, by phase.", ["phase"])
+# One series per Batch and item phase (Batches are few): exported by the leading replica only.
+BATCH_ITEMS = Gauge(
+    "recall_batch_items",
+    "A Batch's items by phase (queued, transcribing, completed, failed, cancelled), as its "
+    "status counts them; batch is <namespace>/<name>. Exported by the leading operator only.",
+    ["batch", "phase"],
+)
+BATCH_SUSPENDED = Gauge(
+    "recall_batch_suspended",
+    "1 while a Batch is suspended (spec.suspend), else 0; batch is <namespace>/<name>.",
+    ["batch"],
+)
 BATCH_WRITES = Counter("recall_batch_status_writes_total", "Batch status writes by the operator.")
 AMBIGUOUS_WRITES = Counter(
     "recall_ambiguous_writes_total",

@@ -99,6 +99,7 @@ def worker(
 ) -> None:
     """Rent transcription jobs under leases and transcribe them: one job at a time in each of
     the worker's slots (RECALL_WORKER_SLOTS), each lease with its own token and heartbeat."""
+    from recall.base import metrics
     from recall.base.metrics import serve
     from recall.base.settings import ApiSettings, StoreSettings, WorkerSettings
     from recall.bucket import Stores, StoreUrlInvalid
@@ -135,6 +136,7 @@ def worker(
     store = _store(kubeconfig, ApiSettings())
     ns = settings.namespace or current_namespace(kubeconfig)
     serve(settings.metrics_port)
+    metrics.WORKER_SLOTS.set(settings.slots)  # free slots = these - leased jobs (the alerts)
     liveness = Liveness(stale_after=max(30.0, settings.relist_seconds))
     liveness.serve(settings.health_port)
     w = Worker(store, settings, eng, namespace=ns, results=results, beat=liveness.beat)

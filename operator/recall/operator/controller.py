@@ -19,16 +19,19 @@ completed item's result to be published, so nothing it shows changes.
 Reclaim timing: the loop wakes at the earliest observed expiry (and at least every tick), so a
 lease is reclaimed within one tick of its expiry on the operator's clock. Nothing here raises
 out of the loop: an error is logged and the next tick tries again (DESIGN §5, invariant 9).
-Only the leader acts (`leading`); a standby keeps its cache and observations warm.
+Only the leader acts (`leading`); a standby keeps its cache and observations warm. Only the
+leader exports the per-Batch gauges (`recall_batch_items`, `recall_batch_suspended`): a standby
+removes its series, so a stale replica's figures never stand beside the leader's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from recall.base import log, metrics
@@ -45,7 +48,7 @@ from recall.operator.registry import Registry
 from recall.operator.results import Results
 from recall.operator.retention import expire_finished
 from recall.protocol.observer import next_expiry
-from recall.resources import LABEL_BATCH, Batch, Phase, label_value
+from recall.resources import LABEL_BATCH, Batch, Counts, ItemPhase, Phase, label_value
 
 _log = log.get("operator")
 
@@ -113,6 +116,7 @@ class Controller:
         self._ticks = 0
         # Batches the create budget left with jobs to create, and the tick it first did
         self._short: dict[BatchKey, int] = {}
+        self._exported: set[str] = set()  # the Batches recall_batch_items has series of
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -192,6 +196,7 @@ class Controller:
             self.ready.keep_workers({(w.namespace, w.worker) for w in alive})
         if not self.leading.is_set() or not self.cache.synced.is_set():
             self._was_leading = False
+            self.export_batches({})  # only the leader's figures are current
             return []
         if not self._was_leading:
             # A new term: another replica may have written meanwhile; start from the server's.
@@ -259,8 +264,30 @@ class Controller:
             self._log(report)
         for phase, n in self.cache.phase_counts.items():
             metrics.JOBS.labels(phase=phase).set(n)
+        self.export_batches(self.batches())
         metrics.TICK_SECONDS.observe(time.monotonic() - started)
         return reports
+
+    def export_batches(self, batches: Mapping[BatchKey, Batch]) -> None:
+        """`recall_batch_items` and `recall_batch_suspended` of each Batch of `batches` as its
+        status last seen counts them; the series of a Batch not among them (deleted, or every
+        one on a replica that does not lead) are removed."""
+        names = set()
+        for batch in batches.values():
+            name = f"{batch.namespace}/{batch.name}"
+            names.add(name)
+            counts = batch.status.counts or Counts()
+            for phase in ItemPhase:
+                metrics.BATCH_ITEMS.labels(batch=name, phase=phase.value).set(
+                    getattr(counts, phase.value)
+                )
+            metrics.BATCH_SUSPENDED.labels(batch=name).set(1 if batch.spec.suspend else 0)
+        for name in self._exported - names:
+            with contextlib.suppress(KeyError):  # another controller of the process (tests)
+                for phase in ItemPhase:
+                    metrics.BATCH_ITEMS.remove(name, phase.value)
+                metrics.BATCH_SUSPENDED.remove(name)
+        self._exported = names
 
     def dispatch_once(self, now_mono: float | None = None) -> int:
         """Withdraw stale offers, then offer a claimable job to every idle worker. Returns the

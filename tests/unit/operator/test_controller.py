@@ -497,3 +497,54 @@ def test_term__an_idle_leader_writes_no_status() -> None:
         op.controller._last_full.clear()  # full reconciles, nothing changed
         op.tick()
     assert version() == before
+
+
+def _batch_gauges(name: str) -> dict[str, float | None]:
+    from prometheus_client import REGISTRY
+
+    out = {
+        phase.value: REGISTRY.get_sample_value(
+            "recall_batch_items", {"batch": name, "phase": phase.value}
+        )
+        for phase in ItemPhase
+    }
+    out["suspended"] = REGISTRY.get_sample_value("recall_batch_suspended", {"batch": name})
+    return out
+
+
+def test_batch_gauges__the_leader_exports_each_batchs_items_by_phase() -> None:
+    store, clock, op = setup(["a", "b", "c"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    h.complete(result_of(h))
+    claim(store, clock, "b-b")
+    op.tick()
+    op.tick()  # the status written in a tick is what the next one exports
+    assert _batch_gauges(f"{NS}/b") == {
+        "queued": 1,
+        "transcribing": 1,
+        "completed": 1,
+        "failed": 0,
+        "cancelled": 0,
+        "suspended": 0,
+    }
+    _, _, suspended = setup(["a"], suspend=True)
+    suspended.tick()
+    assert _batch_gauges(f"{NS}/b")["suspended"] == 1
+
+
+def test_batch_gauges__gone_with_the_batch_and_on_a_replica_that_does_not_lead() -> None:
+    store, _, op = setup(["a"])
+    op.tick()
+    op.tick()
+    assert _batch_gauges(f"{NS}/b")["queued"] == 1
+    op.controller.leading.clear()
+    op.tick()
+    assert set(_batch_gauges(f"{NS}/b").values()) == {None}
+    op.controller.leading.set()
+    op.tick()
+    assert _batch_gauges(f"{NS}/b")["queued"] == 1
+    op.controller.forget_batch((NS, "b"))
+    store.delete_batch(NS, "b")
+    op.tick()
+    assert set(_batch_gauges(f"{NS}/b").values()) == {None}
