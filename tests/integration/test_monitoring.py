@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import pytest
 import yaml
@@ -397,9 +398,23 @@ def test_alerts__name_only_exported_metrics_and_link_to_their_runbook(
         used = set(re.findall(r"\brecall_[a-z_]+", rule["expr"]))
         assert used and used <= names, (rule["alert"], used - names)
         url = rule["annotations"]["runbook_url"]
-        assert url == f"docs/operations.md#{rule['alert'].lower()}"
+        assert url == f"{operations_page()}#{rule['alert'].lower()}"
         assert rule["alert"].lower() in anchors, rule["alert"]
         assert rule["labels"]["severity"] in ("warning", "critical")
+
+
+def operations_page() -> str:
+    """Where the docs site (`site_url` of mkdocs.yml) serves docs/operations.md."""
+    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"]
+    assert re.match(r"https://[^/]+/", site), site
+    return urljoin(site, "operations/")
+
+
+def test_alerts__a_relative_runbook_url_is_refused() -> None:
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        render({"metrics.prometheusRule.enabled": "true",
+                "metrics.prometheusRule.runbookUrl": "docs/operations.md"})  # fmt: skip
+    assert "runbookUrl" in e.value.stderr
 
 
 def test_alerts__runbook_base_and_alert_labels_from_values() -> None:
