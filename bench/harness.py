@@ -120,8 +120,35 @@ class Env:
         self.procs[name] = p
         return p.pid
 
-    def operator(self, namespace: str, name: str = "operator", **env: str) -> int:
-        """The operator of `namespace`; returns its metrics port."""
+    def service_accounts(self, namespace: str, release: str = "bench") -> dict[str, Path]:
+        """Kubeconfigs of the chart's operator and worker ServiceAccounts in `namespace`, by
+        component, and the chart's API Priority and Fairness objects that match them: recall's
+        requests as a cluster sees them (an admin is exempt from APF). Both are bound to
+        cluster-admin: RBAC is not what a benchmark measures."""
+        from recall_dev import identities
+
+        api = self.store.api
+        out: dict[str, Path] = {}
+        for component in ("operator", "worker"):
+            sa = f"{release}-recall-{component}"
+            path = self.workdir / f"{namespace}-{component}.kubeconfig"
+            out[component] = identities.service_account_kubeconfig(
+                api, self.cp, namespace, sa, path
+            )
+            identities.bind_cluster_role(api, namespace, sa, "cluster-admin")
+        identities.install_apf(api, identities.chart_apf(release, namespace))
+        return out
+
+    def operator(
+        self,
+        namespace: str,
+        name: str = "operator",
+        *,
+        kubeconfig: Path | str | None = None,
+        **env: str,
+    ) -> int:
+        """The operator of `namespace` (as `kubeconfig`'s identity, else the admin); returns
+        its metrics port."""
         port = free_port()
         self.recall(
             name,
@@ -130,12 +157,19 @@ class Env:
             namespace,
             "--metrics-port",
             str(port),
-            env={f"RECALL_OPERATOR_{k.upper()}": v for k, v in env.items()},
+            env={f"RECALL_OPERATOR_{k.upper()}": v for k, v in env.items()} | _identity(kubeconfig),
         )
         return port
 
     def workers(
-        self, namespace: str, n: int, *, prefix: str = "w", idle_exit: float = 5, **env: str
+        self,
+        namespace: str,
+        n: int,
+        *,
+        prefix: str = "w",
+        idle_exit: float = 5,
+        kubeconfig: Path | str | None = None,
+        **env: str,
     ) -> list[str]:
         names = [f"{prefix}{i}" for i in range(n)]
         for name in names:
@@ -150,7 +184,8 @@ class Env:
                 namespace,
                 "--idle-exit",
                 str(idle_exit),
-                env={f"RECALL_WORKER_{k.upper()}": v for k, v in env.items()},
+                env={f"RECALL_WORKER_{k.upper()}": v for k, v in env.items()}
+                | _identity(kubeconfig),
             )
         return names
 
@@ -195,6 +230,10 @@ class Env:
             page = self.store.list_jobs(namespace, limit=1000, continue_from=page.next)
             out += [TranscriptionJob.from_api(o) for o in page.items]
         return out
+
+
+def _identity(kubeconfig: Path | str | None) -> dict[str, str]:
+    return {} if kubeconfig is None else {"KUBECONFIG": str(kubeconfig)}
 
 
 @contextlib.contextmanager
