@@ -1,9 +1,10 @@
 """Real transcription through the whole system: the local Whisper engine in worker processes,
-checkpoints on the renewals' cadence, resume after a crash, and media errors that fail at
-once."""
+checkpoints on the renewals' cadence, resume after a crash (with the words' times), and media
+errors that fail at once."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import jiwer
@@ -40,13 +41,16 @@ def whisper_batch(
     chunk_seconds: int = 10,
     max_attempts: int = 5,
     checkpoint_seconds: float | None = None,
+    words: bool = False,
 ) -> None:
-    defaults = {
+    defaults: dict[str, object] = {
         "language": "en",
         "leaseDurationSeconds": lease,
         "maxAttempts": max_attempts,
         "engine": {"name": "whisper", "chunkSeconds": chunk_seconds},
     }
+    if words:
+        defaults["transcript"] = {"words": True}
     if checkpoint_seconds is not None:
         defaults["checkpointSeconds"] = checkpoint_seconds
     kube.custom.create_namespaced_custom_object(
@@ -76,7 +80,7 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     path, reference = spoken
     procs.recall("operator", "operator", "--namespace", namespace)
     # A checkpoint every second: each few chunks are named by a renewal as they are stored.
-    whisper_batch(kube, namespace, "talk", {"six": path.as_uri()}, checkpoint_seconds=1)
+    whisper_batch(kube, namespace, "talk", {"six": path.as_uri()}, checkpoint_seconds=1, words=True)
     first = procs.worker(
         "first",
         "--engine",
@@ -119,6 +123,15 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     assert transcript.segments[-1].end > 45, "the transcript does not reach the end"
     wer = jiwer.wer(speech.normalise(reference), speech.normalise(transcript.text))
     assert wer <= 0.25, f"WER {wer:.2f}: {transcript.text}"
+    # The words survive the resume: absolute, in order, inside their segments, on both sides
+    # of the checkpoint (chunks of 10 s: the second attempt's start at `done` * 10 s).
+    words = [w for s in transcript.segments for w in s.words or []]
+    assert all(s.words for s in transcript.segments), "a segment without words"
+    assert all(
+        s.start <= w.start <= w.end <= s.end for s in transcript.segments for w in s.words or []
+    )
+    assert all(a.end <= b.start for a, b in itertools.pairwise(words)), "word times go back"
+    assert any(w.start < done * 10 for w in words) and any(w.start > done * 10 for w in words)
     # The accepted transcript is all that stays: both attempts' chunks and cuttings go once it
     # is accepted (the operator collects them), and nothing is in a ConfigMap.
     accepted = job.status.result.transcript

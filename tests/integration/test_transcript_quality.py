@@ -6,6 +6,10 @@
   the first chunk from a resume (a new media seeking to the checkpointed cut, as a second
   attempt would): word times are absolute, in order, inside their segments, and 90 % of the
   words the model got right (a word error rate's alignment) start within 0.25 s of the truth.
+- Word timing across a real resume: one passage through the real worker loop (an API server
+  and a results store in memory), once uninterrupted and once failing after its first chunk
+  was stored, so the second attempt resumes from the checkpoint the store holds: its words and
+  their absolute times are the uninterrupted run's, and as accurate.
 - Vocabulary: sentences with six invented names; with the names as the job's vocabulary the
   model writes far more of them right.
 
@@ -22,8 +26,17 @@ from typing import Any
 
 import pytest
 
+from recall.base.settings import StoreSettings, WorkerSettings
+from recall.bucket import Stores
 from recall.engines.whisper import WhisperEngine
-from recall.resources import TranscriptionJob
+from recall.fencing import fenced_write
+from recall.kube.memory import MemoryStore
+from recall.media.types import Chunk, Segment
+from recall.protocol import lease
+from recall.resources import API_VERSION, Phase, TranscriptionJob
+from recall.resources.errors import JobFailure
+from recall.transcripts import load_transcript
+from recall.worker.loop import Worker
 from recall_dev import speech, timed_speech
 
 pytestmark = pytest.mark.slow
@@ -103,3 +116,116 @@ def test_vocabulary__lowers_the_error_rate_on_invented_names(
     print(f"\nname error rate: {rates['without']:.0%} without, {rates['with']:.0%} with vocabulary")
     assert rates["with"] <= rates["without"] / 2, rates
     assert rates["with"] <= 0.4, rates
+
+
+class InterruptedOnce(WhisperEngine):
+    """Local Whisper whose first attempt at a job named "resumed…" fails at chunk `at` (a
+    retriable failure, after the chunks before it were stored): the second attempt resumes
+    from the checkpoint."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+        self.calls: list[tuple[str, int, int]] = []  # (job, attempt, chunk) of each transcribe
+
+    def transcribe(
+        self,
+        chunk: Chunk,
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
+        context: str = "",
+    ) -> list[Segment]:
+        self.calls.append((job.name, attempt, chunk.index))
+        if attempt == 1 and chunk.index == self.at and job.name.startswith("resumed"):
+            raise JobFailure("Interrupted", f"interrupted at chunk {chunk.index}", permanent=False)
+        return super().transcribe(
+            chunk, language=language, cancel=cancel, job=job, attempt=attempt, context=context
+        )
+
+
+def through_the_worker(engine: WhisperEngine, path: Path, name: str) -> tuple[int, list[Segment]]:
+    """`path` transcribed with words as job `name` by the real worker loop (a memory API
+    server and results store), attempt after attempt until it succeeds: the attempt that
+    completed and the transcript's segments."""
+    store, results = (
+        MemoryStore(watch_seconds=1.0),
+        Stores(StoreSettings(url="memory://r")).results(),
+    )
+    store.create_job(
+        "default",
+        {
+            "apiVersion": API_VERSION,
+            "kind": "TranscriptionJob",
+            "metadata": {"name": name},
+            "spec": {
+                "source": {"url": path.as_uri()},
+                "language": "en",
+                "transcript": {"words": True},
+                "engine": {"name": "whisper", "chunkSeconds": 20},
+                "leaseDurationSeconds": 30,
+            },
+        },
+    )
+    settings = WorkerSettings(
+        id="w1", engine="whisper", idle_exit_seconds=1.0, self_serve_seconds=0.2, max_jobs=1
+    )
+    try:
+        for attempt in (1, 2):
+            Worker(store, settings, engine, namespace="default", results=results).run()
+            job = store.get_job("default", name)
+            assert job is not None
+            if attempt == 1 and job.status.phase == Phase.QUEUED:  # failed: retried at once
+                fenced_write(
+                    store,
+                    "default",
+                    name,
+                    lambda j: lease.end_backoff(j.status),
+                    action="end_backoff",
+                )
+                continue
+            result = job.status.result
+            assert job.status.phase == Phase.SUCCEEDED and result, store.dump()
+            transcript = load_transcript(results, result.transcript)
+            assert transcript is not None
+            return result.attempt or 0, transcript.segments
+        raise AssertionError(f"{name} did not succeed in two attempts: {store.dump()}")
+    finally:
+        store.close()
+
+
+def test_words__survive_a_checkpoint_resume_through_the_worker(tmp_path: Path) -> None:
+    """One passage (~55 s, three 20 s chunks) through the real worker loop twice: once
+    uninterrupted, once failing at chunk 1 of its first attempt so the second resumes from the
+    checkpoint in the store (chunk 0 read back, the media cut again from the recorded sample,
+    the context from the checkpoint). The words and their absolute times are those of the
+    uninterrupted run, in order, inside their segments, and as accurate."""
+    words, gaps = timed_speech.passage(seed=1)
+    path = tmp_path / "words.wav"
+    try:
+        truth = timed_speech.speak(words, path, gaps=gaps)
+    except speech.SpeechUnavailable as e:
+        pytest.fail(str(e))
+    engine = InterruptedOnce(at=1)
+    whole_attempt, whole = through_the_worker(engine, path, "whole")
+    resumed_attempt, resumed = through_the_worker(engine, path, "resumed")
+    assert (whole_attempt, resumed_attempt) == (1, 2)
+    second = [c for job, a, c in engine.calls if job == "resumed" and a == 2]
+    assert second[0] == 1 and len(second) >= 2, engine.calls  # resumed at chunk 1
+
+    def timed(segments: list[Segment]) -> list[tuple[str, float, float]]:
+        return [(w.text, w.start, w.end) for s in segments for w in s.words or []]
+
+    assert timed(resumed) == timed(whole)
+    starts = [start for _, start, _ in timed(resumed)]
+    assert starts == sorted(starts), "word times go back"
+    assert any(start > 40.0 for start in starts)  # absolute, in the chunks after the resume
+    for s in resumed:
+        assert s.words and all(s.start <= w.start <= w.end <= s.end for w in s.words)
+    found = timed_speech.errors_of(truth, resumed)
+    assert len(found) >= 0.6 * len(truth), "too few words recognised to judge their times"
+    within = sum(abs(e) <= WITHIN for e in found) / len(found)
+    print(f"\nresumed through the worker: {within:.1%} of word starts within {WITHIN} s")
+    assert within >= SHARE, f"{within:.1%} of word starts within {WITHIN} s: {sorted(found)}"
