@@ -1,11 +1,16 @@
 """Real transcription through the whole system: the local Whisper engine in worker processes,
-checkpoints on the renewals' cadence, resume after a crash (with the words' times), and media
-errors that fail at once."""
+checkpoints on the renewals' cadence, resume after a crash (with the words' times), media
+errors that fail at once, and the words a job asked for in `recall transcript`'s json and
+aws.json."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import jiwer
 import pytest
@@ -167,3 +172,64 @@ def test_bad_media__fails_at_once_with_a_clear_reason(
     assert str(missing) in (gone.last_error.message or "")
     assert (text.last_error.reason, text.attempts) == ("UndecodableMedia", 1)
     assert gone.last_error.permanent and text.last_error.permanent
+
+
+def test_transcript__json_and_aws_json_show_the_words_the_job_asked_for(
+    kube: Kube, namespace: str, procs: Procs, spoken: tuple[Path, str]
+) -> None:
+    """A Batch that asks for words (`defaults.transcript.words`): `recall transcript
+    BATCH/ITEM --format json` shows every segment's words with their times and probability,
+    and `--format aws.json` an item per word with its times and confidence, in order."""
+    path, _ = spoken
+    procs.recall("operator", "operator", "--namespace", namespace)
+    whisper_batch(kube, namespace, "talk", {"six": path.as_uri()}, lease=30, words=True)
+    procs.worker("w", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "5")
+    wait_for(
+        lambda: job_phase(kube, namespace, "talk-six") == Phase.SUCCEEDED,
+        timeout=180,
+        message=procs.dump,
+    )
+
+    def transcript(fmt: str) -> dict[str, Any]:
+        args = ["transcript", "talk/six", "--format", fmt, "--namespace", namespace]
+        done = subprocess.run(
+            [sys.executable, "-m", "recall", *args],
+            env=procs.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        data: dict[str, Any] = json.loads(done.stdout)
+        return data
+
+    data = transcript("json")
+    assert data["wordTimings"] is True and data["segments"]
+    for s in data["segments"]:
+        assert s["words"] and 0 < s["confidence"] <= 1
+        assert all(s["start"] <= w["start"] <= w["end"] <= s["end"] for w in s["words"])
+        assert all(0 < w["probability"] <= 1 and w["word"].strip() for w in s["words"])
+    words = [w for s in data["segments"] for w in s["words"]]
+    starts = [w["start"] for w in words]
+    assert starts == sorted(starts) and starts[-1] > 40  # absolute, across the chunks
+    said = [w for w in words if speech.normalise(w["word"])]  # not a lone mark
+    text = " ".join(speech.normalise(w["word"]) for w in said)
+    assert text == speech.normalise(data["text"])
+
+    aws = transcript("aws.json")["results"]
+    assert aws["transcripts"][0]["transcript"] == data["text"]
+    items = [
+        i
+        for i in aws["items"]
+        if i["type"] == "pronunciation" and speech.normalise(i["alternatives"][0]["content"])
+    ]
+    assert [speech.normalise(i["alternatives"][0]["content"]) for i in items] == [
+        speech.normalise(w["word"]) for w in said
+    ]
+    for item, word in zip(items, said, strict=True):
+        assert float(item["start_time"]) == pytest.approx(word["start"], abs=0.001)
+        assert float(item["end_time"]) == pytest.approx(word["end"], abs=0.001)
+        confidence = float(item["alternatives"][0]["confidence"])
+        assert confidence == pytest.approx(word["probability"], abs=0.001)
+    assert len(aws["audio_segments"]) == len(data["segments"])
