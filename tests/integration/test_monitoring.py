@@ -405,7 +405,7 @@ def test_alerts__name_only_exported_metrics_and_link_to_their_runbook(
 
 def operations_page() -> str:
     """Where the docs site (`site_url` of mkdocs.yml) serves docs/operations.md."""
-    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"]
+    site = str(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"])
     assert re.match(r"https://[^/]+/", site), site
     return urljoin(site, "operations/")
 
