@@ -36,6 +36,7 @@ ENGINE_REASONS = {
     "ModelNotFound": "engine.whisper.model names a model the workers cannot find",
     "ModelUnavailable": "the model's store did not answer the workers",
     "ModelInvalid": "the model's files are not a faster-whisper model",
+    "ModelCorrupt": "the model's files do not match its SHA256SUMS: upload the model again",
     "ModelAccessDenied": "give the workers' store identity read access to the model",
     "EngineUnauthorized": "engine.openai.apiKeySecret must hold a key the API accepts",
     "EngineRejected": "the OpenAI-compatible API refuses the requests: check engine.openai.*",
@@ -385,7 +386,10 @@ def check_store(url: str, operator_dir: Path | None, worker_dir: Path | None) ->
 
 
 def check_workers(reader: InstallReader, install: Install, wait: float) -> Check:
+    """Registrations seen renewing, for the chart's engine, whose engine and model loaded
+    (`recall.dev/engine-state`); a worker still loading, or too old to say, passes."""
     from recall.protocol import workers
+    from recall.protocol.workers import FAILED, LOADED
 
     ns, name = install.namespace, install.worker
     deployment = reader.deployment(ns, name)
@@ -412,7 +416,33 @@ def check_workers(reader: InstallReader, install: Install, wait: float) -> Check
     if engine and engine not in engines:
         fix = f"kubectl -n {ns} rollout status deploy/{name}"
         return fail("workers", f"the live workers run {counts}: none runs {engine}", fix)
-    return ok("workers", f"{len(alive)} live of {len(leases)} registered ({counts})")
+    failed = [
+        (r, r.engine_state) for r in alive if r.engine_state and r.engine_state.state == FAILED
+    ]
+    if failed:
+        first, state = failed[0]
+        detail = (
+            f"{len(failed)} of {len(alive)} live workers could not load their engine and model; "
+            f"{first.worker} ({first.engine}): {state.error}"
+        )
+        fix = ENGINE_REASONS.get(state.reason) or f"kubectl -n {ns} logs {first.worker}"
+        return fail("workers", detail, fix)
+    line = f"{len(alive)} live of {len(leases)} registered ({counts})"
+    models = sorted(
+        {_short(r.engine_state.model) for r in alive if r.engine_state and r.engine_state.model}
+    )
+    if models:
+        line += f", loaded {', '.join(models)}"
+    waiting = [r for r in alive if r.engine_state is None or r.engine_state.state != LOADED]
+    if waiting:
+        line += f"; {len(waiting)} not loaded yet (still loading, or of an older release)"
+    return ok("workers", line)
+
+
+def _short(model: str) -> str:
+    """`<model>@sha256:<64 hex>` with the digest cut to 12 hex digits, as images are shown."""
+    name, at, digest = model.rpartition("@")
+    return f"{name}@{digest[:19]}" if at and digest.startswith("sha256:") else model
 
 
 def check_engines(reader: InstallReader, install: Install, now: dt.datetime) -> Check:

@@ -11,7 +11,9 @@ check failed (`recall.cli.checks` has each one). In order:
   election, else the holder of the leader Lease, seen renewing;
 - `store`: the results store answers the operator's identity; with the workers' credentials,
   that identity writes and reads under `scratch/` and is refused elsewhere;
-- `workers`: worker registrations are seen renewing, for the chart's engine;
+- `workers`: worker registrations are seen renewing, for the chart's engine, and none says its
+  engine and model failed to load (`recall.dev/engine-state`, written by each worker after it
+  loaded its own model at start-up; one still loading passes with a note);
 - `engines`: no job failed on its engine or model in the last hour;
 - `apf`: the chart's FlowSchemas and PriorityLevelConfigurations exist and belong together;
 - `access`: the current user may submit, cancel and read Batches and jobs in the namespace,

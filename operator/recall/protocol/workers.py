@@ -23,6 +23,20 @@ annotations ride on the Lease:
   worker claims nothing, takes no offer and answers 503 on `/readyz`, until the request is
   removed. `busy` means it held a job when the request came; the operator cancels it.
 
+**Engine state** (read by `recall doctor`). Three more annotations, written by the worker at its
+renewals (no write of their own):
+
+- `recall.dev/engine-state`: `loading` until the worker has loaded its own engine and model
+  (`settings.whisper_model`, fetched and checked as a job's would be), then `loaded`, or
+  `failed` when that load failed; absent on a worker of an older release;
+- `recall.dev/engine-model`: what was loaded, `<model>@<digest>` (the engine's label for an
+  engine that loads no model here);
+- `recall.dev/engine-error`: while `failed`, the failure as a job would record it,
+  `<Reason>: <message>` (at most `MAX_ENGINE_ERROR` characters).
+
+A job that names another model than its worker's loads it when it runs; its failures are the
+job's (`status.lastError`), not the registration's.
+
 The worker renews with a full replace at the resourceVersion it read, keeping every annotation
 it does not own, so a request written between its read and its write makes its write fail
 (409) and the request is answered at the next renewal. Only a worker whose answer to the
@@ -49,6 +63,35 @@ ANNOTATION_DRAIN = "recall.dev/drain"
 ANNOTATION_ANSWER = "recall.dev/drain-answer"
 IDLE, BUSY, DRAINING = "idle", "busy", "draining"
 DRAINED = "drained"  # the answer that lets a scale-down remove the worker
+ANNOTATION_ENGINE_STATE = "recall.dev/engine-state"
+ANNOTATION_ENGINE_MODEL = "recall.dev/engine-model"
+ANNOTATION_ENGINE_ERROR = "recall.dev/engine-error"
+LOADING, LOADED, FAILED = "loading", "loaded", "failed"
+MAX_ENGINE_ERROR = 512
+ENGINE_ANNOTATIONS = (ANNOTATION_ENGINE_STATE, ANNOTATION_ENGINE_MODEL, ANNOTATION_ENGINE_ERROR)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """Whether a worker's engine and model loaded: `state` LOADING, LOADED or FAILED, the model
+    loaded (`<model>@<digest>`), and the failure (`<Reason>: <message>`)."""
+
+    state: str
+    model: str = ""
+    error: str = ""
+
+    @property
+    def reason(self) -> str:
+        """The failure's reason (`ModelNotFound`), empty when there is none."""
+        return self.error.split(":", 1)[0].strip() if self.error else ""
+
+    def annotations(self) -> dict[str, str]:
+        out = {ANNOTATION_ENGINE_STATE: self.state}
+        if self.model:
+            out[ANNOTATION_ENGINE_MODEL] = self.model
+        if self.error:
+            out[ANNOTATION_ENGINE_ERROR] = self.error[:MAX_ENGINE_ERROR]
+        return out
 
 
 def lease_name(worker: str) -> str:
@@ -68,10 +111,12 @@ def registration(
     state: str | None = None,
     answer: str | None = None,
     keep: dict[str, str] | None = None,
+    engine_state: EngineState | None = None,
 ) -> RawObject:
     """The registration Lease of `worker` as renewed at `now` (replacing the version
-    `resource_version` when given), saying `state` and `answer` (`answer(...)`; None removes
-    it), keeping the annotations of `keep` it does not own (the operator's drain request)."""
+    `resource_version` when given), saying `state`, `answer` (`answer(...)`; None removes
+    it) and `engine_state` (None removes it), keeping the annotations of `keep` it does not
+    own (the operator's drain request)."""
     meta: RawObject = {
         "name": lease_name(worker),
         "namespace": namespace,
@@ -81,9 +126,11 @@ def registration(
             LABEL_POOL: label_value(pool),
         },
     }
-    owned = (ANNOTATION_STATE, ANNOTATION_ANSWER, ANNOTATION_SLOTS)
+    owned = (ANNOTATION_STATE, ANNOTATION_ANSWER, ANNOTATION_SLOTS, *ENGINE_ANNOTATIONS)
     annotations = {k: v for k, v in (keep or {}).items() if k not in owned}
     annotations[ANNOTATION_SLOTS] = str(slots)
+    if engine_state is not None:
+        annotations.update(engine_state.annotations())
     if state is not None:
         annotations[ANNOTATION_STATE] = state
     if answer is not None:
@@ -118,6 +165,7 @@ class Registered:
     state: str | None = None
     drain: str | None = None  # the operator's drain request, if any
     answered: str | None = None  # the worker's answer to that request: drained, busy or None
+    engine_state: EngineState | None = None  # None: the worker does not say (an older one)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -161,6 +209,18 @@ def read(raw: RawObject) -> Registered:
         state=annotations.get(ANNOTATION_STATE) or None,
         drain=drain,
         answered=said if drain is not None and request == drain else None,
+        engine_state=_engine_state(annotations),
+    )
+
+
+def _engine_state(annotations: dict[str, str]) -> EngineState | None:
+    state = annotations.get(ANNOTATION_ENGINE_STATE)
+    if not state:
+        return None
+    return EngineState(
+        str(state),
+        str(annotations.get(ANNOTATION_ENGINE_MODEL) or ""),
+        str(annotations.get(ANNOTATION_ENGINE_ERROR) or ""),
     )
 
 

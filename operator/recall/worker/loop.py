@@ -55,6 +55,7 @@ from recall.worker.drain import Drain
 from recall.worker.held import HeldJobs
 from recall.worker.holder import Heartbeater, LeaseHolder, LeaseLost
 from recall.worker.pipeline import Stopwatch
+from recall.worker.preload import Preload
 from recall.worker.queue import JobQueue, OfferQueue, Queue
 from recall.worker.registration import Registration
 
@@ -86,6 +87,7 @@ class Worker:
         self.queue: Queue
         self.registration: Registration | None = None
         self.drain = Drain(settings.id)
+        self.preload = Preload(engine)  # its outcome rides on the registration's renewals
         if settings.dispatch == "offers":
             self.queue = OfferQueue(
                 store,
@@ -105,6 +107,7 @@ class Worker:
                 drain=self.drain,
                 pool=settings.pool,
                 slots=settings.slots,
+                engine_state=self.preload.state,
             )
         else:
             self.queue = JobQueue(
@@ -151,6 +154,7 @@ class Worker:
         self.queue.start()
         self.held.start()
         if self.registration is not None:
+            self.preload.start()
             self.registration.start()
         self.log.info(
             "worker_started",
@@ -175,6 +179,7 @@ class Worker:
         finally:
             self.queue.stop()
             self.held.stop()
+            self.preload.stop()
             if self.registration is not None:
                 self.registration.stop()
             for executor in self._executors:

@@ -7,18 +7,21 @@ in the lease protocol of jobs (a job's lease lives in the job). A failed renewal
 tried again a period later: the registration only ever delays offers, never stops work.
 
 Each renewal also carries the worker's state and its answer to a drain request found on the
-Lease (`recall.worker.drain`), and keeps the annotations it does not own (the request itself).
+Lease (`recall.worker.drain`), whether its engine and model loaded (`engine_state`, from
+`recall.worker.preload`: no write of its own, the next renewal says it), and keeps the
+annotations it does not own (the request itself).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable
 
 from recall.base import log
 from recall.base.clock import utcnow
 from recall.kube import Conflict, JobStore, NotFound, RawObject, StoreError
-from recall.protocol.workers import lease_name, read, registration
+from recall.protocol.workers import EngineState, lease_name, read, registration
 from recall.worker.drain import Drain
 
 _log = log.get("registration")
@@ -39,8 +42,10 @@ class Registration:
         drain: Drain | None = None,
         pool: str = "default",
         slots: int = 1,
+        engine_state: Callable[[], EngineState] | None = None,
     ) -> None:
         self.store = store
+        self.engine_state = engine_state
         self.pool = pool
         self.slots = slots
         self.drain = drain
@@ -82,6 +87,7 @@ class Registration:
             state=state,
             answer=answer,
             keep=None if current is None else current["metadata"].get("annotations"),
+            engine_state=None if self.engine_state is None else self.engine_state(),
         )
 
     def renew_once(self) -> None:

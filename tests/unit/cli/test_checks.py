@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,19 @@ import yaml
 
 from recall import __version__
 from recall.bucket import StoreAccessDenied, StoreBucketMissing
-from recall.cli.checks import RELEASE_LABEL, _store_fix, crd_problem, release_key, release_problem
-from recall.resources import VERSION, TranscriptionJob
+from recall.cli.checks import (
+    ENGINE_REASONS,
+    RELEASE_LABEL,
+    Check,
+    Install,
+    _store_fix,
+    check_workers,
+    crd_problem,
+    release_key,
+    release_problem,
+)
+from recall.protocol.workers import FAILED, LOADED, LOADING, EngineState, registration
+from recall.resources import VERSION, RawObject, TranscriptionJob
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -103,3 +115,51 @@ def test_store_fix__names_whose_identity_needs_its_policy(whose: str, said: str)
     fix = _store_fix(StoreAccessDenied("no"), whose)
     assert fix.startswith(f"give {said} its bucket policy")
     assert _store_fix(StoreBucketMissing("no"), whose).startswith("create the bucket")
+
+
+class Fleet:
+    """What `check_workers` reads: no Deployment, and registrations renewed at every read."""
+
+    def __init__(self, *states: EngineState | None) -> None:
+        self.states = states
+        self.reads = 0
+
+    def deployment(self, namespace: str, name: str) -> None:
+        return None
+
+    def leases(self, namespace: str, selector: str) -> list[RawObject]:
+        self.reads += 1
+        now = dt.datetime(2025, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=self.reads)
+        return [
+            registration("ns", f"w{i}", "whisper", duration=15, now=now, engine_state=state)
+            for i, state in enumerate(self.states, 1)
+        ]
+
+
+def workers_line(*states: EngineState | None) -> Check:
+    return check_workers(Fleet(*states), Install("ns", "recall"), wait=5)  # type: ignore[arg-type]
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def test_check_workers__loaded_models_shown_with_short_digests() -> None:
+    check = workers_line(EngineState(LOADED, f"tiny.en@{DIGEST}"), EngineState(LOADING))
+    assert check.status == "ok"
+    assert check.detail == (
+        "2 live of 2 registered (2 whisper), loaded tiny.en@sha256:0123456789ab; "
+        "1 not loaded yet (still loading, or of an older release)"
+    )
+    assert workers_line(None).status == "ok"  # a worker of an older release says nothing
+
+
+def test_check_workers__a_worker_whose_model_failed_fails_with_its_reason_and_fix() -> None:
+    error = "ModelNotFound: model directory /models/large does not exist"
+    check = workers_line(EngineState(LOADED, f"tiny.en@{DIGEST}"), EngineState(FAILED, error=error))
+    assert check.status == "FAIL"
+    assert check.detail == (
+        "1 of 2 live workers could not load their engine and model; w2 (whisper): " + error
+    )
+    assert check.fix == ENGINE_REASONS["ModelNotFound"]
+    other = workers_line(EngineState(FAILED, error="EngineError: RuntimeError: boom"))
+    assert other.fix == "kubectl -n ns logs w1"

@@ -1,0 +1,80 @@
+"""The worker's own engine and model, loaded at start-up, and what its registration says of it.
+
+A named daemon thread ("engine-preload") loads the worker's engine and its own model at once —
+for local Whisper `settings.whisper_model`, fetched and digest-checked as a job's first chunk
+would, and shared with the jobs afterwards (one load per process) — rather than at the first
+job, so a model that cannot load shows before any job fails on it. `state()` is what the
+registration's next renewal writes (`recall.protocol.workers.EngineState`): `loading`, then
+`loaded` with `<model>@<digest>`, or `failed` with `<Reason>: <message>` as a job would record
+it. After a failure the load is tried again every `retry_seconds` (a model uploaded later, a
+store that answers again), until it loads or the worker stops.
+
+An engine that loads nothing in this process (the simulated one, an OpenAI-compatible API: no
+`preload` method) is `loaded` at once, its label for the model. Not guaranteed: a job that names
+another model than the worker's loads it when it runs, and its failure is the job's.
+
+Nothing here writes to the API server, nor holds up a claim: a job that comes while the model
+loads waits for the same load (the engine's own lock).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from recall.base import log
+from recall.engines.base import Engine
+from recall.protocol.workers import FAILED, LOADED, LOADING, EngineState
+from recall.resources.errors import JobFailure
+
+_log = log.get("preload")
+
+
+class Preload:
+    """Loads `engine`'s own model on a thread of its own; `state()` says how far it got."""
+
+    def __init__(self, engine: Engine, *, retry_seconds: float = 60.0) -> None:
+        self.engine = engine
+        self.retry_seconds = retry_seconds
+        self._state = EngineState(LOADING)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-preload", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """No more tries (a load under way is not interrupted: the thread is a daemon)."""
+        self._stop.set()
+
+    def state(self) -> EngineState:
+        with self._lock:
+            return self._state
+
+    def load_once(self) -> EngineState:
+        """Load the engine's own model now; the state it leaves (also `state()`)."""
+        load: Callable[[], tuple[str, str]] | None = getattr(self.engine, "preload", None)
+        try:
+            if load is None:
+                state = EngineState(LOADED, self.engine.label())
+            else:
+                model, digest = load()
+                state = EngineState(LOADED, f"{model}@{digest}" if digest else model)
+        except JobFailure as e:
+            state = EngineState(FAILED, error=f"{e.reason}: {e.message}")
+        except Exception as e:  # a bug, or an engine's own error: say it, never stop the worker
+            state = EngineState(FAILED, error=f"EngineError: {type(e).__name__}: {e}")
+        with self._lock:
+            self._state = state
+        if state.state == LOADED:
+            _log.info("engine_loaded", engine=self.engine.name, model=state.model)
+        else:
+            _log.warning("engine_load_failed", engine=self.engine.name, error=state.error[:300])
+        return state
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.load_once().state == LOADED:
+                return
+            self._stop.wait(self.retry_seconds)
