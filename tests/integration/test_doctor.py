@@ -14,10 +14,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,24 +94,38 @@ class Install:
     operator: Proc
     worker: Proc
     operator_pod: str
+    procs: Procs
 
     @property
     def apf(self) -> str:
         """The prefix the chart gives its (cluster-scoped) API Priority and Fairness objects."""
         return f"{self.namespace}-{self.fullname}"
 
-    def doctor(self, *extra: str, **override: str) -> dict[str, str]:
-        """Run `recall doctor`; its lines by check name (asserting one line per check)."""
-        options = {
+    def doctor(
+        self,
+        *extra: str,
+        options: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        """Run `recall doctor` (with `env` over this process's environment); its lines by check
+        name (asserting one line per check)."""
+        given = {
             "--store": self.store,
             "--operator-credentials": str(self.operator_dir),
             "--worker-credentials": str(self.worker_dir),
-            **override,
+            **(options or {}),
         }
         args = [sys.executable, "-m", "recall", "doctor", "-n", self.namespace]
         args += ["--fullname", self.fullname, "--wait", "10", "--kubeconfig", str(self.kubeconfig)]
-        args += [f"{k}={v}" for k, v in options.items()] + list(extra)
-        out = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+        args += [f"{k}={v}" for k, v in given.items()] + list(extra)
+        out = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, **(env or {})},
+        )
         lines = out.stdout.splitlines()
         by_name = {line.split()[1]: line for line in lines if len(line.split()) > 1}
         assert list(by_name) == CHECKS, out.stdout + out.stderr
@@ -118,9 +133,15 @@ class Install:
         assert out.returncode == (1 if failed else 0), out.stdout + out.stderr
         return by_name
 
-    def expect(self, failing: str, *words: str, **override: str) -> str:
+    def expect(
+        self,
+        failing: str,
+        *words: str,
+        options: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> str:
         """Run the doctor; only `failing` fails (or none), its line holds `words`."""
-        lines = self.doctor(**override)
+        lines = self.doctor(options=options, env=env)
         statuses = {name: line.split()[0] for name, line in lines.items()}
         wanted = {name: ("FAIL" if name == failing else "ok") for name in CHECKS}
         assert statuses == wanted, "\n".join(lines.values())
@@ -312,6 +333,7 @@ def install(
             operator,
             worker,
             pod,
+            procs,
         )
     finally:
         procs.kill_all()
@@ -336,6 +358,14 @@ def _lease_exists(api: client.ApiClient, namespace: str, name: str) -> bool:
     return bool(_holder(api, namespace, name))
 
 
+def _engine_state(api: client.ApiClient, namespace: str, name: str) -> str:
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(name, namespace)
+    except client.exceptions.ApiException:
+        return ""
+    return str((lease.metadata.annotations or {}).get("recall.dev/engine-state") or "")
+
+
 def test_doctor__healthy_install_passes_then_each_broken_part_fails_its_own_check(
     install: Install, kube: Kube, object_store: ObjectStore, tmp_path: Path
 ) -> None:
@@ -347,25 +377,31 @@ def test_doctor__healthy_install_passes_then_each_broken_part_fails_its_own_chec
     assert all(line.startswith("ok") for line in lines.values()), "\n".join(lines.values())
     assert "leads" in lines["operator"] and install.operator_pod in lines["operator"]
     assert "scratch/ and nothing more" in lines["store"]
-    assert "1 simulated" in lines["workers"]
+    assert "(1 simulated), loaded simulated" in lines["workers"]  # its engine loads nothing
 
     # The results store: the operator's identity refused, the workers' reaching too far, no bucket.
     install.expect(
         "store",
         "refuses the operator's identity",
         "StorageAccessDenied",
-        **{"--operator-credentials": str(install.worker_dir)},
+        options={"--operator-credentials": str(install.worker_dir)},
     )
     install.expect(
         "store",
         "reaches index/ and the prefix's top level",
-        **{"--worker-credentials": str(install.operator_dir)},
+        options={"--worker-credentials": str(install.operator_dir)},
     )
     install.expect(
         "store",
         "StorageBucketMissing",
         "create the bucket",
-        **{"--store": "s3://no-such-bucket-here/"},
+        options={"--store": "s3://no-such-bucket-here/"},
+    )
+    with socket.socket() as closed:  # a port nothing listens on: the store does not answer
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    install.expect(
+        "store", "StorageUnavailable", "check the endpoint", env={"AWS_ENDPOINT_URL": endpoint}
     )
 
     # A job failed on its model within the hour.
@@ -394,6 +430,13 @@ def test_doctor__healthy_install_passes_then_each_broken_part_fails_its_own_chec
     custom.delete_cluster_custom_object(*FLOWCONTROL, "flowschemas", work)
     schema["spec"]["priorityLevelConfiguration"] = {"name": work}
     custom.create_cluster_custom_object(*FLOWCONTROL, "flowschemas", schema)
+    # A PriorityLevelConfiguration missing.
+    leases = f"{install.apf}-leases"
+    level = custom.get_cluster_custom_object(*FLOWCONTROL, "prioritylevelconfigurations", leases)
+    custom.delete_cluster_custom_object(*FLOWCONTROL, "prioritylevelconfigurations", leases)
+    install.expect("apf", f"no PriorityLevelConfiguration {leases}", "apf.enabled=true")
+    level = {k: level[k] for k in ("apiVersion", "kind", "spec")} | {"metadata": {"name": leases}}
+    custom.create_cluster_custom_object(*FLOWCONTROL, "prioritylevelconfigurations", level)
     install.expect("")
 
     # The user the doctor runs as, without the edit role.
@@ -404,19 +447,60 @@ def test_doctor__healthy_install_passes_then_each_broken_part_fails_its_own_chec
     again["metadata"] = {"name": binding.metadata.name}
     rbac.create_namespaced_role_binding(ns, again)
 
+    # A worker whose own model does not load: its registration says why.
+    bad = install.procs.worker(
+        "w2",
+        "--engine",
+        "whisper",
+        "--namespace",
+        ns,
+        env={
+            "RECALL_WORKER_REGISTRATION_SECONDS": "3",
+            "RECALL_WORKER_WHISPER_MODEL": str(tmp_path / "no-such-model"),
+        },
+    )
+    wait_for(
+        lambda: _engine_state(api, ns, lease_name("w2")) == "failed",
+        timeout=60,
+        message=lambda: f"w2's registration saying its model failed\n{install.procs.dump()}",
+    )
+    install.expect(
+        "workers",
+        "1 of 2 live workers could not load their engine and model; w2 (whisper): ModelNotFound",
+        "no-such-model",
+        "engine.whisper.model names a model the workers cannot find",
+    )
+    bad.signal(signal.SIGTERM)  # a clean stop deletes its registration
+    bad.wait(30)
+    wait_for(lambda: not _lease_exists(api, ns, lease_name("w2")), timeout=30)
+
     # The worker frozen: its registration stops moving.
     install.worker.signal(signal.SIGSTOP)
     install.expect("workers", "none of the 1 worker registrations", "is being renewed")
     install.worker.signal(signal.SIGCONT)
 
-    # The operator's pod unready, then the operator frozen: nobody renews the leader Lease.
+    # The operator's pod unready; then the leader's pod unready while another is ready.
     pod = install.operator_pod
     set_ready(core, ns, pod, False)
     install.expect("operator", "none of the 1 pods", "describe pods")
+    labels = {"app.kubernetes.io/instance": "rc", "app.kubernetes.io/component": "operator"}
+    ready_pod(core, ns, f"{install.fullname}-operator-7d9f-standby", labels)
+    install.expect("operator", f"the leader {pod}", "is not a ready pod", "get pods")
     set_ready(core, ns, pod, True)
+
+    # The operator frozen: nobody renews the leader Lease; then no Lease at all.
     install.operator.signal(signal.SIGSTOP)
     install.expect("operator", "was not renewed", "no operator leads")
+    election = f"{install.fullname}-operator"
+    client.CoordinationV1Api(api).delete_namespaced_lease(election, ns)
+    install.expect("operator", f"no leader Lease {ns}/{election}: no replica has led", "logs")
     install.operator.signal(signal.SIGCONT)
+    wait_for(lambda: _holder(api, ns, election).startswith(pod), timeout=60)  # it leads again
+
+    # No worker at all: the last one stopped cleanly and deleted its registration.
+    install.worker.signal(signal.SIGTERM)
+    install.worker.wait(30)
+    install.expect("workers", f"no worker has registered in {ns}", "kubectl -n")
 
 
 def test_doctor__missing_unestablished_newer_and_older_crds_fail_the_crds_check() -> None:
