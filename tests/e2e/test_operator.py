@@ -536,6 +536,16 @@ def test_observability__metrics_and_liveness_endpoints(
     assert metric(wport, "recall_worker_lease_writes_total") == 1  # the complete (the claim
     # is counted by recall_claims_total)
     assert metric(wport, "recall_heartbeat_latency_seconds_count") == 0
+    assert metric(wport, "recall_worker_slots") == 1  # the free-slot alert counts these
+    # The per-Batch gauges of the leading operator (RecallBatchNoProgress, the dashboard).
+    done = f'recall_batch_items{{batch="{namespace}/obs",phase="completed"}} 1.0'
+
+    def batch_gauge() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+            return done in r.read().decode()
+
+    wait_for(batch_gauge, timeout=15, message="the operator's recall_batch_items of obs")
+    assert metric(metrics_port, "recall_batch_suspended") == 0
 
 
 def test_fan_out__after_a_partial_one_creates_only_the_missing_jobs(
