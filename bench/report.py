@@ -237,6 +237,11 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         from bench import batching as batching_section
 
         lines += batching_section.markdown(batching)
+    pools = results.get("pools") or {}
+    if pools and not _error(pools):
+        from bench import pools as pools_section
+
+        lines += pools_section.markdown(pools)
     fair = results.get("fairness") or {}
     if fair and not _error(fair):
         lines += ["## Fair share", ""]

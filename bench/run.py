@@ -18,7 +18,8 @@ recording), etcd (what the work costs etcd: a 1-minute and a 10-hour recording i
 ConfigMap layout and in the results store, and a Batch of hour-sized transcripts),
 transcripts (recall against bare faster-whisper on LibriVox speech, word timing error, the
 subtitle rules, the vocabulary), batching (the Whisper engine batching 1, 4 and 8 chunks a
-call against one chunk a call, on this CPU). Every
+call against one chunk a call, on this CPU), pools (a GPU pool's autoscaling from zero on a
+kind node that advertises nvidia.com/gpu: the pod test, several minutes). Every
 section runs even when another fails; the failure is recorded in the results.
 """
 
@@ -57,6 +58,7 @@ SECTIONS = [
     "etcd",
     "transcripts",
     "batching",
+    "pools",
 ]
 
 
@@ -176,6 +178,10 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
         from bench import batching
 
         _section(results, "batching", lambda: batching.measure(4 if quick else 8))
+    if "pools" in only:
+        from bench import pools
+
+        _section(results, "pools", pools.measure)
     if "longfile" in only:
 
         def longfile() -> Any:
