@@ -24,11 +24,12 @@ Contract:
   Corefile: the node's resolver, 127.0.0.11, would be CoreDNS itself inside its pod). The
   media directories are mounted read-only at the same path in every node; the kubelet allows
   cgroup v1 (kubelet 1.37 refuses it by default).
-- PersistentVolumeClaims: kind's fallback StorageClass `standard` (kubernetes.io/host-path),
-  provisioned by kube-controller-manager's built-in hostPath provisioner, which kind's
-  kubeadm config enables; volumes are directories of the node the pod runs on, under
-  /tmp/hostpath_pv (a pod that moves to another node finds another, empty, directory: pin a
-  volume's pod to a node). The upstream image brings its local-path provisioner instead.
+- PersistentVolumeClaims: the default StorageClass `standard`, provisioned by
+  local-path-provisioner (rancher.io/local-path, WaitForFirstConsumer), as in upstream kind's
+  node image (hack/kind/node/rootfs/kind/manifests/default-storage.yaml): a claim is a
+  directory of the node its first pod runs on (/var/local-path-provisioner/<pv>, mode 0777),
+  and its PersistentVolume is pinned to that node (a volume's pod cannot move to another node:
+  pin it where the drills never take a node away). The upstream image brings the same.
 - Before it yields: every node is Ready, CoreDNS is available, `archives` (image archives, as
   `docker save` or OCI) are loaded into every node with `kind load image-archive`, and every
   node's egress guard is checked (`check_guard`, which reads rules and sends nothing).
@@ -38,7 +39,9 @@ Contract:
   and waits until it is Ready with its guard in place; `cut` makes the node's own iptables
   drop every packet to and from the other nodes and their pods (its processes live on,
   talking to no one; the host's published port is not the node's), `heal` removes exactly
-  that.
+  that. `drill_leftovers` says what a drill left in the running cluster: a node not running,
+  a container, network or dangling volume that was not there before, a RECALL-DRILL chain, a
+  node cordoned.
 - Afterwards, whatever happened: the cluster is deleted (its containers and their volumes),
   the network removed, a /lib/modules that docker made on the host for kind's mount removed,
   and `leftovers()` must come back empty (no container or network of it, no volume left
@@ -203,7 +206,10 @@ class KindCluster:
     def cut(self, node: str) -> None:
         """The node's own iptables drop every packet to and from the other nodes and their
         pods (INPUT, OUTPUT and FORWARD jump to RECALL-DRILL first): its processes live on,
-        cut off from the API server and from everything else of the cluster."""
+        cut off from the API server and from everything else of the cluster. The chain is
+        filled first and the three jumps come last, one `docker exec` each: nothing is dropped
+        before the INPUT jump, and the cut is complete when this returns (time a drill's fault
+        from then)."""
         others = [self.node_ip(n) for n in self.nodes if n != node]
         if os.environ.get("KIND_NODE_IMAGE"):  # another image's CNI follows the Nodes' podCIDR
             listed = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
@@ -228,6 +234,35 @@ class KindCluster:
             self.exec("iptables", "-w", "-D", hook, "-j", DRILL_CHAIN, node=node, check=False)
         self.exec("iptables", "-w", "-F", DRILL_CHAIN, node=node, check=False)
         self.exec("iptables", "-w", "-X", DRILL_CHAIN, node=node, check=False)
+
+    def drill_leftovers(self, volumes_before: set[str]) -> list[str]:
+        """What a drill left behind in the running cluster, each said in a few words: a node
+        container missing or not running, a container or docker network of the cluster's labels
+        that is not one of its own, a dangling volume that `volumes_before` (`dangling_volumes`
+        before the drill) does not name, a node with a RECALL-DRILL chain, a node cordoned.
+        Empty when the drill was undone."""
+        label = f"label={CLUSTER_LABEL}={self.name}"
+        containers = set(_names(self.docker, "ps", "-a", "--filter", label))
+        running = set(_names(self.docker, "ps", "--filter", label, "--filter", "status=running"))
+        found = [f"node {n} not running" for n in self.nodes if n in containers - running]
+        found += [f"node {n} missing" for n in self.nodes if n not in containers]
+        found += [f"container {c}" for c in sorted(containers - set(self.nodes))]
+        networks = _names(
+            self.docker, "network", "ls", "--filter", f"label={NETWORK_LABEL}={self.name}"
+        )
+        found += [f"network {n}" for n in networks if n != network_name(self.name)]
+        found += [f"volume {v}" for v in sorted(dangling_volumes(self.docker) - volumes_before)]
+        for node in sorted(running & set(self.nodes)):
+            rules = self.exec("iptables", "-w", "-S", node=node).stdout.splitlines()
+            if any(DRILL_CHAIN in rule for rule in rules):
+                found.append(f"node {node}: iptables chain {DRILL_CHAIN}")
+        listed = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+        found += [
+            f"node {n['metadata']['name']} cordoned"
+            for n in listed
+            if (n.get("spec") or {}).get("unschedulable")
+        ]
+        return found
 
 
 def _time(value: str | None) -> dt.datetime:
@@ -355,6 +390,12 @@ def _wait_ready(cluster: KindCluster, timeout: float) -> None:
 
 def _ids(docker: DockerEngine, *args: str) -> list[str]:
     return docker.run([*args, "-q"], capture=True).stdout.split()
+
+
+def _names(docker: DockerEngine, *args: str) -> list[str]:
+    """The names `docker ps ...` (`.Names`) or `docker network ls ...` (`.Name`) lists."""
+    field = "{{.Names}}" if args[0] == "ps" else "{{.Name}}"
+    return docker.run([*args, "--format", field], capture=True).stdout.split()
 
 
 def dangling_volumes(docker: DockerEngine) -> set[str]:

@@ -7,7 +7,9 @@
   read-only at the same path in every node;
 - the node image's pod network gives the node at a.b.0.N the pods 10.244.N.0/24 and routes
   the other nodes' pods through their addresses;
-- the guard check refuses a node whose rules would let a packet out.
+- the guard check refuses a node whose rules would let a packet out;
+- what a drill may leave (a node down, a stray container, network or volume, a cut not
+  healed, a node cordoned) is found by `KindCluster.drill_leftovers`.
 """
 
 from __future__ import annotations
@@ -205,3 +207,78 @@ def test_corefile_without_forward__answers_the_cluster_forwards_nothing() -> Non
     assert "forward" not in out and "max_concurrent" not in out and "loop" not in out
     assert "kubernetes cluster.local" in out and "pods insecure" in out and "cache 30" in out
     assert out.count("{") == out.count("}") == 2
+
+
+class FakeDocker:
+    """Answers the listings `KindCluster.drill_leftovers` asks the daemon for."""
+
+    def __init__(
+        self,
+        containers: list[str],
+        running: list[str],
+        networks: list[str],
+        volumes: list[str],
+        rules: dict[str, list[str]],
+    ) -> None:
+        self.containers, self.running, self.networks = containers, running, networks
+        self.volumes, self.rules = volumes, rules
+
+    def run(self, args: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        if args[:2] == ["ps", "-a"]:
+            out = self.containers
+        elif args[0] == "ps":
+            out = self.running
+        elif args[:2] == ["network", "ls"]:
+            out = self.networks
+        elif args[:2] == ["volume", "ls"]:
+            out = self.volumes
+        else:
+            assert args[0] == "exec" and args[2:] == ["iptables", "-w", "-S"], args
+            out = self.rules[args[1]]
+        return subprocess.CompletedProcess(args, 0, "\n".join(out) + "\n", "")
+
+
+class FakeCluster(kind.KindCluster):
+    cordoned: tuple[str, ...] = ()
+
+    def kubectl(self, *args: str) -> str:
+        assert args == ("get", "nodes", "-o", "json")
+        items = [
+            {"metadata": {"name": n}, "spec": {"unschedulable": True} if n in self.cordoned else {}}
+            for n in self.nodes
+        ]
+        return json.dumps({"items": items})
+
+
+def drilled(docker: FakeDocker, cordoned: tuple[str, ...] = ()) -> FakeCluster:
+    fake: Any = docker
+    cluster = FakeCluster("c", Path("kubeconfig"), Path("bin"), fake, "image", workers_count=2)
+    cluster.cordoned = cordoned
+    return cluster
+
+
+NODES = kind.node_names("c", 2)
+
+
+def test_drill_leftovers__none_when_every_drill_was_undone() -> None:
+    docker = FakeDocker(NODES, NODES, ["recall-kind-c"], ["v1"], dict.fromkeys(NODES, GUARDED))
+    assert drilled(docker).drill_leftovers({"v1"}) == []
+
+
+def test_drill_leftovers__a_node_down_a_stray_container_network_or_volume_a_cut_a_cordon() -> None:
+    cut = [*GUARDED, "-N RECALL-DRILL", "-A INPUT -j RECALL-DRILL"]
+    docker = FakeDocker(
+        [*NODES, "c-extra"],
+        [NODES[0], NODES[1]],
+        ["recall-kind-c", "recall-kind-c-2"],
+        ["v1", "v2"],
+        {NODES[0]: GUARDED, NODES[1]: cut},
+    )
+    assert drilled(docker, cordoned=(NODES[1],)).drill_leftovers({"v1"}) == [
+        "node c-worker2 not running",
+        "container c-extra",
+        "network recall-kind-c-2",
+        "volume v2",
+        "node c-worker: iptables chain RECALL-DRILL",
+        "node c-worker cordoned",
+    ]
