@@ -59,6 +59,7 @@ VALUES: dict[str, Any] = {
     },
 }
 JOBS = 6
+LEASE = 20
 CRD_NAMES = ("transcriptionjobs.recall.dev", "batches.recall.dev")
 
 
@@ -87,7 +88,7 @@ class Upgrade:
     def apply(self, name: str) -> None:
         # Valid for both releases' CRDs: checkpointSeconds is newer than the previous one.
         batch = batch_manifest(
-            name, NAMESPACE, JOBS, chunks=10, seconds=2.0, lease=20, checkpoint=None
+            name, NAMESPACE, JOBS, chunks=10, seconds=2.0, lease=LEASE, checkpoint=None
         )
         self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(batch))
 
@@ -175,8 +176,11 @@ def test_upgrade_2__helm_upgrade_while_a_batch_runs_loses_and_doubles_nothing(
         "upgrade", RELEASE, str(CHART), *release_values(upgrade.cluster),
         "--values", str(upgrade.values), "--set", "crds.install=true",
     )  # fmt: skip
+    ended = time.monotonic()
     upgrade.done("before-upgrade")
-    found = figures(upgrade.ledger, "before-upgrade", "helm upgrade", fault, JOBS)
+    found = figures(
+        upgrade.ledger, "before-upgrade", "helm upgrade", fault, JOBS, lease=LEASE, ended_at=ended
+    )
     found.write()
     assert (found.lost, found.duplicates) == (0, 0), found
     from recall_dev.release import version
@@ -205,8 +209,12 @@ def test_upgrade_3__helm_rollback_while_a_batch_runs_loses_and_doubles_nothing(
         int(r["revision"]) for r in history if r["chart"] == f"recall-{upgrade.previous.version}"
     )
     upgrade.helm("rollback", RELEASE, str(previous))
+    ended = time.monotonic()
     upgrade.done("before-rollback")
-    found = figures(upgrade.ledger, "before-rollback", "helm rollback", fault, JOBS)
+    found = figures(
+        upgrade.ledger, "before-rollback", "helm rollback", fault, JOBS, lease=LEASE,
+        ended_at=ended,
+    )  # fmt: skip
     found.write()
     assert (found.lost, found.duplicates) == (0, 0), found
     # The previous release's CRDs carry no version label; what it installed is back.
