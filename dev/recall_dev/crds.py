@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,25 @@ def load_crds(directory: Path | None = None) -> list[dict[str, Any]]:
     return [
         doc for p in sorted(d.glob("*.yaml")) for doc in yaml.safe_load_all(p.read_text()) if doc
     ]
+
+
+def schema_fields(crd: Mapping[str, Any]) -> set[str]:
+    """Every property a CRD's schemas declare, as `<version>.<dotted path>` (an array's items
+    `[]`, a map's values `{}`): `v1alpha1.spec.checkpointSeconds`. Two releases' CRDs compare
+    by it, and so does a CRD as the API server serves it."""
+    found: set[str] = set()
+
+    def walk(schema: Mapping[str, Any], path: str) -> None:
+        for name, sub in (schema.get("properties") or {}).items():
+            found.add(f"{path}.{name}")
+            walk(sub, f"{path}.{name}")
+        for key, mark in (("items", "[]"), ("additionalProperties", "{}")):
+            if isinstance(schema.get(key), Mapping):
+                walk(schema[key], path + mark)
+
+    for version in crd["spec"]["versions"]:
+        walk((version.get("schema") or {}).get("openAPIV3Schema") or {}, str(version["name"]))
+    return found
 
 
 def install_crds(

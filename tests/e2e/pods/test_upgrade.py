@@ -12,10 +12,18 @@ its claim on the control-plane node.
    release's operator could hang on a store that started with it, the bug this one fixes).
 2. A Batch runs; `helm upgrade` to this chart: the operators, the workers and the store roll
    (the store's pod is replaced on its volume), the CRDs are upgraded by the chart's templates.
-   Every job finishes, none lost or duplicated; the CRDs are this release's.
-3. Another Batch runs; `helm rollback` to the previous release: everything rolls back,
-   the CRDs too (the chart documents it: within v1alpha1 only additive changes, so the older
-   schema still reads every object), and every job of both Batches is Succeeded once.
+   Every job finishes, none lost or duplicated; the CRDs are this release's: their version
+   label, and the schema the API server serves has exactly this release's fields, among them
+   those the previous release lacks (`spec.checkpointSeconds` and others).
+3. Another Batch runs; `helm rollback` to the previous release: everything rolls back, the CRDs
+   too, because the chart ships them as templates (Helm's crds/ directory would be installed
+   once and never changed): the API server serves exactly the previous release's schema again,
+   without this release's fields, as docs/releases.md says (within v1alpha1 only additive
+   changes, so the older schema still reads every object); every job of both Batches is
+   Succeeded once.
+
+The figures (tests/e2e/pods/drills.py): a 20 s lease; "back after" from the helm command's
+return until every job in flight when it began made progress.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import pytest
 import yaml
 
 from recall.kube.store import KubeStore as Kube
+from recall_dev.crds import load_crds, schema_fields
 from recall_dev.release import Release
 from tests.e2e.pods.conftest import (
     CHART,
@@ -61,6 +70,9 @@ VALUES: dict[str, Any] = {
 JOBS = 6
 LEASE = 20
 CRD_NAMES = ("transcriptionjobs.recall.dev", "batches.recall.dev")
+# A field this release's CRDs have and the previous release's lack (checked below, with all
+# the others the schemas differ by).
+NEW_FIELD = ("transcriptionjobs.recall.dev", "v1alpha1.spec.checkpointSeconds")
 
 
 def previous_commit() -> tuple[str, str]:
@@ -114,6 +126,25 @@ class Upgrade:
             found[name] = (crd["metadata"].get("labels") or {}).get("app.kubernetes.io/version", "")
         return found
 
+    def served_fields(self) -> dict[str, set[str]]:
+        """Per CRD: the fields of the schema the API server serves now."""
+        return {
+            name: schema_fields(json.loads(self.cluster.kubectl("get", "crd", name, "-o", "json")))
+            for name in CRD_NAMES
+        }
+
+    def previous_fields(self) -> dict[str, set[str]]:
+        """Per CRD: the fields of the previous release's schema (its recall-crds file)."""
+        docs = yaml.safe_load_all(self.previous.crds.read_text())
+        found = {d["metadata"]["name"]: schema_fields(d) for d in docs if d}
+        return {name: found[name] for name in CRD_NAMES}
+
+
+def current_fields() -> dict[str, set[str]]:
+    """Per CRD: the fields of this release's schema (crds/, which the chart's copy is)."""
+    found = {d["metadata"]["name"]: schema_fields(d) for d in load_crds()}
+    return {name: found[name] for name in CRD_NAMES}
+
 
 @pytest.fixture(scope="module")
 def upgrade(
@@ -162,6 +193,7 @@ def test_upgrade_1__the_previous_release_installs(upgrade: Upgrade) -> None:
         for c in p["spec"]["containers"]
     }
     assert images == {f"recall:{upgrade.previous.version}"}
+    assert upgrade.served_fields() == upgrade.previous_fields(), "not the previous CRDs"
 
 
 def test_upgrade_2__helm_upgrade_while_a_batch_runs_loses_and_doubles_nothing(
@@ -186,6 +218,10 @@ def test_upgrade_2__helm_upgrade_while_a_batch_runs_loses_and_doubles_nothing(
     from recall_dev.release import version
 
     assert upgrade.crd_versions() == dict.fromkeys(CRD_NAMES, version())
+    current, previous = current_fields(), upgrade.previous_fields()
+    crd, field = NEW_FIELD
+    assert field in current[crd] and field not in previous[crd], f"{field} is not new"
+    assert upgrade.served_fields() == current, "the upgrade did not bring this release's schema"
     images = {
         c["image"]
         for component in ("operator", "worker")
@@ -217,8 +253,14 @@ def test_upgrade_3__helm_rollback_while_a_batch_runs_loses_and_doubles_nothing(
     )  # fmt: skip
     found.write()
     assert (found.lost, found.duplicates) == (0, 0), found
-    # The previous release's CRDs carry no version label; what it installed is back.
+    # The chart's CRDs are templates: the rollback applies the previous release's, as
+    # docs/releases.md says. They carry no version label, and their schema is served again,
+    # without this release's fields.
     assert upgrade.crd_versions() == dict.fromkeys(CRD_NAMES, "")
+    served = upgrade.served_fields()
+    assert served == upgrade.previous_fields(), "the rollback did not bring the previous schema"
+    crd, field = NEW_FIELD
+    assert field not in served[crd]
     for batch in ("before-upgrade", "before-rollback"):
         jobs = [s for s in upgrade.ledger.last(batch).values()]
         assert len(jobs) == JOBS and all(s.phase == "Succeeded" for s in jobs), batch
