@@ -1,6 +1,7 @@
 """Releases: one semantic version for the chart, the image and the CRDs (`make release`).
 
     python -m recall_dev.release build [--commit C] [--out DIR]
+    python -m recall_dev.release verify DIR
     python -m recall_dev.release version
 
 Contract:
@@ -19,6 +20,10 @@ Contract:
                               crds.install=false)
     SHA256SUMS                the three files' SHA-256 (`sha256sum -c SHA256SUMS`)
     release.json              version, commit, image ID, files
+  and ends by checking the directory against its SHA256SUMS (`verify`).
+- `verify(directory)` checks a release directory: every file in it but SHA256SUMS and
+  release.json is listed there, and every listed file is present with that digest; anything
+  else raises `ReleaseError` naming the file.
   CHANGELOG.md records each release's version and commit (tags may not travel with the
   repository): `make release` prints the line to record for the commit it built.
 - `chart_images(root)` builds the images the chart's default values name, under those names:
@@ -53,6 +58,9 @@ CHART = Path("charts/recall")
 CRD_DIRS = (Path("crds"), CHART / "files" / "crds")
 VERSION_LABEL = "app.kubernetes.io/version"
 CHANGELOG = Path("CHANGELOG.md")
+SUMS = "SHA256SUMS"
+MANIFEST = "release.json"
+SUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")  # as sha256sum writes it (text or binary)
 
 
 class ReleaseError(RuntimeError):
@@ -253,17 +261,43 @@ def build(commit: str = "HEAD", out: Path | None = None, *, checked: bool = True
         image_archive = target / f"recall-image-{v}.tar"
         shutil.copyfile(saved, image_archive)
         crds = _crds_file(tree, target / f"recall-crds-{v}.yaml")
-    files = [chart, image_archive, crds]
-    sums = target / "SHA256SUMS"
-    sums.write_text("".join(f"{file_sha256(f)}  {f.name}\n" for f in files))
+    digests = {f.name: file_sha256(f) for f in (chart, image_archive, crds)}
+    sums = target / SUMS
+    sums.write_text("".join(f"{digest}  {name}\n" for name, digest in digests.items()))
     manifest = {
         "version": v,
         "commit": full,
         "image": {"tag": tag, "id": image_id},
-        "files": {f.name: file_sha256(f) for f in files},
+        "files": digests,
     }
-    (target / "release.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (target / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    verify(target)
     return Release(v, full, target, chart, image_archive, crds, sums)
+
+
+def verify(directory: Path) -> dict[str, str]:
+    """Check a release directory against its SHA256SUMS (see the module contract); returns
+    each listed file's digest."""
+    sums = directory / SUMS
+    if not sums.exists():
+        raise ReleaseError(f"{directory} has no {SUMS}")
+    listed: dict[str, str] = {}
+    for n, line in enumerate(sums.read_text().splitlines(), 1):
+        found = SUM_LINE.match(line)
+        if not found:
+            raise ReleaseError(f"{SUMS} line {n} is not `<sha256>  <file>`: {line!r}")
+        listed[found.group(2)] = found.group(1)
+    present = {p.name for p in directory.iterdir() if p.is_file()} - {SUMS, MANIFEST}
+    unlisted = sorted(present - set(listed))
+    if unlisted:
+        raise ReleaseError(f"not listed in {SUMS}: {', '.join(unlisted)}")
+    for name, digest in listed.items():
+        path = directory / name
+        if not path.is_file():
+            raise ReleaseError(f"{name}, listed in {SUMS}, is missing")
+        if file_sha256(path) != digest:
+            raise ReleaseError(f"{name} does not match its SHA-256 in {SUMS}")
+    return listed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,10 +306,20 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="build a release's artifacts from a commit")
     b.add_argument("--commit", default="HEAD")
     b.add_argument("--out", type=Path, default=None, help="default: build/release/")
+    c = sub.add_parser("verify", help="check a release directory against its SHA256SUMS")
+    c.add_argument("directory", type=Path)
     sub.add_parser("version", help="print the release's version (after checking it)")
     args = parser.parse_args(argv)
     if args.command == "version":
         print(version())
+        return 0
+    if args.command == "verify":
+        try:
+            checked = verify(args.directory)
+        except ReleaseError as e:
+            print(f"verify: {e}")
+            return 1
+        print("\n".join(f"{name}: OK" for name in checked))
         return 0
     release = build(args.commit, args.out)
     print(f"release {release.version} of commit {release.commit[:12]} in {release.directory}:")
