@@ -218,17 +218,60 @@ def test_worker_pod__non_root_read_only_root_isolated_network_threads_from_cpu_l
     )
 
 
-def test_topology_spread__the_workers_and_the_operators_each_on_nodes_of_their_own(
+def test_topology_spread__more_workers_than_nodes_land_within_a_skew_of_one(
     cluster: PodCluster, up: dict[str, str]
 ) -> None:
-    """The chart's spread (one ScheduleAnyway constraint over kubernetes.io/hostname): two
-    workers and two operators on three nodes, no two of a kind on one node; the store where
-    the values put it."""
+    """The chart's spread, as the Deployments in the cluster carry it (one ScheduleAnyway
+    constraint over kubernetes.io/hostname, maxSkew 1, counted per revision, on nodes whose
+    taints the pods tolerate), and what it makes the scheduler do: the workers scaled to five
+    on three nodes land two, two and one (the scheduler's own default spreading, maxSkew 3,
+    allows three, one and one); the two operators on two nodes; the store where the values put
+    it. The workers go back to two afterwards."""
+    deployments = json.loads(cluster.kubectl("get", "deployments", "-n", NAMESPACE, "-o", "json"))
     for component in ("worker", "operator"):
-        nodes = [p["spec"].get("nodeName") for p in cluster.pods(component)]
-        assert len(nodes) == 2 and len(set(nodes)) == 2, f"{component}s on {nodes}"
+        (deployment,) = [
+            d
+            for d in deployments["items"]
+            if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
+            == component
+        ]
+        template = deployment["spec"]["template"]
+        (spread,) = template["spec"]["topologySpreadConstraints"]
+        assert (spread["maxSkew"], spread["topologyKey"], spread["whenUnsatisfiable"]) == (
+            1,
+            "kubernetes.io/hostname",
+            "ScheduleAnyway",
+        )
+        assert spread["matchLabelKeys"] == ["pod-template-hash"]
+        assert spread["nodeTaintsPolicy"] == "Honor"
+        assert (
+            spread["labelSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+        )
+    operators = [p["spec"].get("nodeName") for p in cluster.pods("operator")]
+    assert len(operators) == 2 and len(set(operators)) == 2, f"operators on {operators}"
     (store,) = cluster.pods("store")
     assert store["spec"]["nodeName"] == cluster.kind.control_plane
+
+    replicas = 2 * len(cluster.kind.nodes) - 1
+    scale = ("scale", "deployment/recall-worker", "-n", NAMESPACE)
+    cluster.kubectl(*scale, f"--replicas={replicas}")
+    try:
+
+        def scheduled() -> list[str] | None:
+            pods = [p for p in cluster.pods("worker") if not p["metadata"].get("deletionTimestamp")]
+            nodes = [str(p["spec"].get("nodeName") or "") for p in pods]
+            return nodes if len(nodes) == replicas and all(nodes) else None
+
+        nodes = wait_for(
+            scheduled, timeout=120, interval=0.5, message=f"{replicas} workers scheduled"
+        )
+    finally:
+        cluster.kubectl(*scale, "--replicas=2")
+        cluster.kubectl(
+            "rollout", "status", "deployment/recall-worker", "-n", NAMESPACE, "--timeout=300s"
+        )
+    per_node = {node: nodes.count(node) for node in cluster.kind.nodes}
+    assert max(per_node.values()) - min(per_node.values()) <= 1, f"workers per node: {per_node}"
 
 
 def test_batch_of_speech__completes_through_whisper_pods_with_right_transcripts(
