@@ -229,8 +229,8 @@ class WorkerSettings(BaseSettings):
     store_probe_seconds: float = Field(
         30.0,
         gt=0,
-        description="After the results store refused (access, a missing bucket), probe it this "
-        "often before claiming again.",
+        description="After the results store refused (access, a missing bucket), or the model "
+        "cache could not be written, probe it this often before claiming again.",
     )
 
     @field_validator("namespace")

@@ -38,6 +38,8 @@ ENGINE_REASONS = {
     "ModelInvalid": "the model's files are not a faster-whisper model",
     "ModelCorrupt": "the model's files do not match its SHA256SUMS: upload the model again",
     "ModelAccessDenied": "give the workers' store identity read access to the model",
+    "ModelCacheUnwritable": "make worker.modelCache writable by the workers' UID (10001): "
+    "keep worker.modelCache.hostPathInit.enabled for a hostPath cache, or use the emptyDir",
     "EngineUnauthorized": "engine.openai.apiKeySecret must hold a key the API accepts",
     "EngineRejected": "the OpenAI-compatible API refuses the requests: check engine.openai.*",
 }

@@ -26,6 +26,15 @@ Contract:
   store. A store that refuses the credentials fails with `ModelAccessDenied` (permanent), one
   that does not answer with `ModelUnavailable` (retriable). The store adapter
   (`recall.worker.models`) raises these; this module never sees a store's own errors.
+- A cache this process cannot write (a directory owned by another user, as the kubelet makes
+  a missing hostPath one; a read-only or full volume) fails with `ModelCacheUnwritable`,
+  retriable, naming the directory, the process's UID and GID and the fix. It is the worker's
+  fault, not the job's: `recall.worker.loop` gives the job back without spending an attempt
+  and claims nothing until `probe_cache` passes. A copy already in place is still used (a
+  read-only cache that holds the model works).
+- Each process logs `model_fetched` when it downloaded a model into the cache, and
+  `model_cached` the first time it finds one there (fetched by another process or pod, or
+  before it started): one `model_fetched` per model and cache, however many processes share it.
 - A cache without a store (`open_store` None) cannot fetch: a job naming a store URL fails
   with `ModelUnavailable`, retriable (the job is not at fault, and a worker with a store can
   take it). A worker whose own model is a store URL and has no store refuses to start
@@ -41,6 +50,7 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -55,6 +65,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
+from recall.base import log
 from recall.resources.errors import JobFailure
 
 MANIFEST = "SHA256SUMS"
@@ -63,11 +74,66 @@ RECHECK_SECONDS = 60.0  # how long a store's manifest is trusted by this process
 CORRUPT_SECONDS = 300.0  # how long a corrupt model is remembered as corrupt
 LOCK_POLL = 0.2
 _LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+# The errors of the cache's own files that say this process cannot write there.
+UNWRITABLE = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR}
+)
+_log = log.get("models")
 
 
 class ModelStoreMissing(Exception):
     """A worker's model is in a store, and the worker has no store to read it from (one line):
     it refuses to start."""
+
+
+class ModelCacheUnwritable(JobFailure):
+    """This process cannot write the model cache `directory` (`error` says why): the worker's
+    fault, not the job's. Retriable; the message names the directory, the UID and GID and the
+    fix."""
+
+    REASON = "ModelCacheUnwritable"
+
+    def __init__(self, directory: Path, error: OSError) -> None:
+        super().__init__(self.REASON, _unwritable(directory, error), permanent=False)
+        self.directory = directory
+        self.errno = error.errno
+
+
+def _unwritable(directory: Path, error: OSError) -> str:
+    uid, gid = os.getuid(), os.getgid()
+    what = error.strerror or type(error).__name__
+    if error.filename and str(error.filename) != str(directory):
+        what += f" ({error.filename})"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = (
+            "free space on its volume (the node's disk, for a hostPath cache), or give an "
+            "emptyDir cache a larger worker.modelCache.sizeLimit"
+        )
+    elif error.errno == errno.EROFS:
+        fix = "mount the cache volume read-write"
+    else:
+        fix = (
+            f"make it writable by uid {uid}: the chart's hostPath cache is given to the "
+            "workers' UID by its init container model-cache-owner "
+            "(worker.modelCache.hostPathInit.enabled); a directory prepared otherwise must be "
+            f"owned by uid {uid}"
+        )
+    return (
+        f"the model cache {directory} cannot be written by this worker (uid {uid}, gid {gid}): "
+        f"{what}; the worker claims no job until it can: {fix}"
+    )
+
+
+def probe_cache(directory: Path) -> None:
+    """Create `directory` if needed and a file in it, as a fetch does (then remove the file);
+    `ModelCacheUnwritable` when this process cannot."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=".probe-", dir=directory)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as e:
+        raise ModelCacheUnwritable(directory, e) from e
 
 
 class ModelStore(Protocol):
@@ -214,6 +280,7 @@ class ModelCache:
         self._known: dict[str, _Known] = {}  # url -> its manifest, as last read
         self._corrupt: dict[tuple[str, str], tuple[float, JobFailure]] = {}
         self._checked: dict[Path, str] = {}  # local directories checked: their digests
+        self._seen: set[str] = set()  # digests this process found or fetched in the cache
 
     # -- local directories -------------------------------------------------------------------
 
@@ -254,19 +321,43 @@ class ModelCache:
         if failed is not None and self.clock() - failed[0] < CORRUPT_SECONDS:
             raise failed[1]
         final = self.directory / known.digest.replace(":", "-")
-        if final.is_dir():
-            return LocalModel(final, url, known.digest)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with self._locked(final.with_suffix(".lock"), cancel):
-            if not final.is_dir():  # another process may have fetched it meanwhile
-                try:
-                    self._fetch(url, known, final)
-                except JobFailure as e:
-                    if e.reason == "ModelCorrupt":
-                        with self._lock:
-                            self._corrupt[(url, known.digest)] = (self.clock(), e)
-                    raise
+        try:
+            if not final.is_dir():
+                self.directory.mkdir(parents=True, exist_ok=True)
+                with self._locked(final.with_suffix(".lock"), cancel):
+                    if not final.is_dir():  # another process may have fetched it meanwhile
+                        self._fetch_checked(url, known, final)
+        except OSError as e:
+            if e.errno in UNWRITABLE:
+                raise ModelCacheUnwritable(self.directory, e) from e
+            raise
+        with self._lock:
+            first = known.digest not in self._seen
+            self._seen.add(known.digest)
+        if first:
+            _log.info("model_cached", url=url, digest=known.digest, path=str(final))
         return LocalModel(final, url, known.digest)
+
+    def _fetch_checked(self, url: str, known: _Known, final: Path) -> None:
+        started = time.monotonic()
+        try:
+            size = self._fetch(url, known, final)
+        except JobFailure as e:
+            if e.reason == "ModelCorrupt":
+                with self._lock:
+                    self._corrupt[(url, known.digest)] = (self.clock(), e)
+            raise
+        with self._lock:
+            self._seen.add(known.digest)
+        _log.info(
+            "model_fetched",
+            url=url,
+            digest=known.digest,
+            path=str(final),
+            files=len(known.entries),
+            bytes=size,
+            seconds=round(time.monotonic() - started, 3),
+        )
 
     def _manifest(self, url: str) -> _Known:
         now = self.clock()
@@ -314,7 +405,8 @@ class ModelCache:
         finally:
             os.close(fd)  # releases the lock
 
-    def _fetch(self, url: str, known: _Known, final: Path) -> None:
+    def _fetch(self, url: str, known: _Known, final: Path) -> int:
+        """Download, check and rename into place; the bytes downloaded."""
         prefix = f".partial-{final.name}-"
         for stale in self.directory.glob(prefix + "*"):  # a crashed fetch of this digest
             shutil.rmtree(stale, ignore_errors=True)
@@ -331,7 +423,9 @@ class ModelCache:
                 with path.open("rb") as f:
                     os.fsync(f.fileno())
             partial.chmod(0o755)
+            size = sum((partial / name).stat().st_size for name in known.entries)
             os.rename(partial, final)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
+        return size

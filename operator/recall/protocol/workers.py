@@ -35,7 +35,9 @@ renewals (no write of their own):
   `<Reason>: <message>` (at most `MAX_ENGINE_ERROR` characters).
 
 A job that names another model than its worker's loads it when it runs; its failures are the
-job's (`status.lastError`), not the registration's.
+job's (`status.lastError`), not the registration's — but for a model cache the worker cannot
+write (`ModelCacheUnwritable`, the worker's fault): the worker gives such a job back and says
+`failed` with that reason until it can write its cache again.
 
 The worker renews with a full replace at the resourceVersion it read, keeping every annotation
 it does not own, so a request written between its read and its write makes its write fail

@@ -25,6 +25,12 @@ Guarantees:
   reason, before any engine call; then the worker claims nothing more until a probe write to
   the store succeeds again (every `store_probe_seconds`), so one misconfiguration fails one job
   per slot, not the whole queue.
+- A model cache the worker cannot write (`ModelCacheUnwritable`: a hostPath directory it does
+  not own, a read-only or full volume) is the worker's fault, not the job's: the job is
+  released (Queued at once, its attempt given back, within `maxReleases`), never failed; the
+  worker claims nothing more until a probe (a file created in the cache) passes, every
+  `store_probe_seconds`, and meanwhile its registration says `failed` with the reason, which
+  `recall doctor`'s workers line shows. One job per slot is given back, none is charged.
 - SIGTERM (`stop()`): no new claims; the current job may finish within `grace_seconds`,
   otherwise its lease is released so the job is Queued again at once.
 - Drain (`recall.worker.drain`): once the worker answered a drain request `drained` it picks,
@@ -46,7 +52,9 @@ from recall.base.settings import WorkerSettings
 from recall.bucket import Bucket
 from recall.bucket import StoreError as BucketError
 from recall.engines.base import Engine
+from recall.engines.models import ModelCacheUnwritable, probe_cache
 from recall.kube import PERMANENT_ERRORS, Store, StoreError, retry_pause
+from recall.protocol.workers import FAILED, EngineState
 from recall.resources import Phase, TranscriptionJob
 from recall.resources.errors import JobFailure
 from recall.worker.attempt import Stopped, Transcription
@@ -107,7 +115,7 @@ class Worker:
                 drain=self.drain,
                 pool=settings.pool,
                 slots=settings.slots,
-                engine_state=self.preload.state,
+                engine_state=self.engine_state,
             )
         else:
             self.queue = JobQueue(
@@ -131,6 +139,8 @@ class Worker:
         self.transcription = Transcription(results, engine, self._call, self._check_stop)
         self.store_broken: str | None = None  # why the results store refused, until a probe works
         self._next_probe = 0.0
+        self.cache_broken: ModelCacheUnwritable | None = None  # until a probe of the cache works
+        self._next_cache_probe = 0.0
         self._api_backoff = 0.0
         self.jobs_done = 0
         self.claims = 0
@@ -218,9 +228,20 @@ class Worker:
         self.drain.pause(1.0)  # drained: nothing to do until the request is removed
         return False
 
+    def engine_state(self) -> EngineState:
+        """What the registration says of the engine: `failed` with the model cache's reason
+        while the worker cannot write it, else how its own model's load went (the preload)."""
+        loaded = self.preload.state()
+        broken = self.cache_broken
+        if broken is None:
+            return loaded
+        return EngineState(FAILED, loaded.model, f"{broken.reason}: {broken.message}")
+
     def _take_one(self) -> bool:
         if self.store_broken is not None and not self._probe_store():
             return False  # the results store refuses: claim nothing that would fail too
+        if self.cache_broken is not None and not self._probe_cache():
+            return False  # the model cache cannot be written: claim nothing to give back
         if not self._reserve():
             return False  # the jobs left to max_jobs are other slots' to take
         worked = False
@@ -328,6 +349,9 @@ class Worker:
         except Stopped:
             cancel.set()
             self._release(h)
+        except ModelCacheUnwritable as e:  # the worker's fault: the job loses no attempt
+            cancel.set()
+            self._cache_unwritable(h, e)
         except JobFailure as e:
             self._fail(h, e)
         except PERMANENT_ERRORS as e:
@@ -407,6 +431,32 @@ class Worker:
             return False
         self.log.info("store_usable_again", after=self.store_broken)
         self.store_broken = None
+        return True
+
+    def _cache_unwritable(self, h: LeaseHolder, error: ModelCacheUnwritable) -> None:
+        """Claim nothing more until the cache can be written (set before the release, so no
+        slot claims the job again meanwhile), and give the job back."""
+        self._next_cache_probe = time.monotonic() + self.settings.store_probe_seconds
+        self.cache_broken = error
+        h.log.error("model_cache_unwritable", directory=str(error.directory), message=error.message)
+        self._release(h)
+
+    def _probe_cache(self) -> bool:
+        """After `ModelCacheUnwritable`: True once a file can be created in the cache again."""
+        broken = self.cache_broken
+        if broken is None:
+            return True
+        now = time.monotonic()
+        if now < self._next_cache_probe:
+            return False
+        self._next_cache_probe = now + self.settings.store_probe_seconds
+        try:
+            probe_cache(broken.directory)
+        except ModelCacheUnwritable as e:
+            self.log.warning("model_cache_still_unwritable", message=e.message[:300])
+            return False
+        self.log.info("model_cache_writable_again", directory=str(broken.directory))
+        self.cache_broken = None
         return True
 
     def _fail(self, h: LeaseHolder, error: JobFailure) -> None:

@@ -163,3 +163,16 @@ def test_check_workers__a_worker_whose_model_failed_fails_with_its_reason_and_fi
     assert check.fix == ENGINE_REASONS["ModelNotFound"]
     other = workers_line(EngineState(FAILED, error="EngineError: RuntimeError: boom"))
     assert other.fix == "kubectl -n ns logs w1"
+
+
+def test_check_workers__a_worker_that_cannot_write_its_model_cache_fails_with_the_fix() -> None:
+    """The registration a worker writes while its model cache is unwritable (its engine state
+    `failed`, the model it loaded kept) fails the workers line with the chart's fix."""
+    error = (
+        "ModelCacheUnwritable: the model cache /var/cache/recall/models cannot be written by "
+        "this worker (uid 10001, gid 10001): Permission denied"
+    )
+    check = workers_line(EngineState(FAILED, f"tiny.en@{DIGEST}", error))
+    assert check.status == "FAIL" and error in check.detail
+    assert check.fix == ENGINE_REASONS["ModelCacheUnwritable"]
+    assert "hostPathInit" in check.fix

@@ -1,14 +1,30 @@
-"""The model cache on a local store: manifests, digests, the lock, atomic copies, failures."""
+"""The model cache on a local store: manifests, digests, the lock, atomic copies, failures, a
+cache this process cannot write, and what each process logs."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
+import os
+import shutil
+import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
-from recall.engines.models import MANIFEST, ModelCache, ModelStoreMissing, manifest, parse_manifest
+from recall.engines.models import (
+    MANIFEST,
+    ModelCache,
+    ModelCacheUnwritable,
+    ModelStoreMissing,
+    manifest,
+    parse_manifest,
+    probe_cache,
+)
 from recall.resources.errors import JobFailure
 
 
@@ -142,3 +158,150 @@ def test_engine__a_workers_own_store_model_without_a_store_refuses_to_start(
     store = DirStore(model_dir(tmp_path))
     WhisperEngine(model="s3://models/small/", models=ModelCache(tmp_path, lambda u: store))
     WhisperEngine(model=None, device="cpu")  # the bundled model needs no store
+
+
+# --- a cache this process cannot write ------------------------------------------------------
+
+
+def as_another_user(fn: Callable[[], dict[str, object]]) -> dict[str, object]:
+    """`fn()` run by a process that is not root and owns nothing here, so the kernel applies
+    file permissions to it: as root, in a forked child that drops to UID/GID 65534 (root
+    passes every permission check, so chmod alone would prove nothing); otherwise in this
+    process, which is no root either. Returns what `fn` returned (JSON), or its exception."""
+    if os.getuid() != 0:
+        return fn()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 0
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            out = fn()
+        except BaseException as e:  # reported, not raised: this process must end here
+            out = {"raised": f"{type(e).__name__}: {e}"}
+            code = 1
+        os.write(write, json.dumps(out).encode())
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        answer = json.loads(f.read() or b"{}")
+    os.waitpid(pid, 0)
+    return answer  # type: ignore[no-any-return]
+
+
+def shared_dir() -> Path:
+    """A directory outside pytest's own (root-only, 0700) temporary tree, that anyone can
+    traverse and read, owned by root: as the kubelet makes a hostPath directory."""
+    d = Path(tempfile.mkdtemp(prefix="recall-cache-test-"))
+    d.chmod(0o755)
+    return d
+
+
+def test_resolve__a_cache_owned_by_root_is_unwritable_naming_the_directory_uid_and_fix() -> None:
+    """What a worker (UID 10001) meets in a hostPath directory the kubelet created (root,
+    0755) without the chart's init container: the kernel's EACCES on the lock file becomes
+    `ModelCacheUnwritable`, retriable, naming the directory, the UID and the fix — and a copy
+    already in place (fetched by someone who can write) is still used from that directory."""
+    base = shared_dir()
+    try:
+        store = DirStore(model_dir(base))
+        cache_dir = base / "models"
+        cache_dir.mkdir(mode=0o755)  # root's, as DirectoryOrCreate makes it
+
+        def resolve() -> dict[str, object]:
+            try:
+                found = ModelCache(cache_dir, lambda url: store).resolve("s3://models/x/")
+            except ModelCacheUnwritable as e:
+                return {
+                    "reason": e.reason,
+                    "permanent": e.permanent,
+                    "message": e.message,
+                    "errno": e.errno,
+                    "uid": os.getuid(),
+                }
+            return {"path": str(found.path), "digest": found.digest}
+
+        denied = as_another_user(resolve)
+        assert (denied.get("reason"), denied.get("permanent")) == ("ModelCacheUnwritable", False)
+        assert denied["errno"] == errno.EACCES, denied
+        message = str(denied["message"])
+        assert str(cache_dir) in message and f"uid {denied['uid']}" in message
+        assert "model-cache-owner" in message and "hostPathInit" in message  # the fix
+        assert store.downloads == []  # nothing was fetched for nothing
+        assert sorted(p.name for p in cache_dir.iterdir()) == []  # nor left behind
+
+        fetched = ModelCache(cache_dir, lambda url: store).resolve("s3://models/x/")  # root
+        again = as_another_user(resolve)
+        assert again == {"path": str(fetched.path), "digest": fetched.digest}
+    finally:
+        shutil.rmtree(base)
+
+
+@pytest.mark.parametrize(
+    ("code", "fix"),
+    [(errno.ENOSPC, "free space"), (errno.EROFS, "read-write"), (errno.EACCES, "uid")],
+)
+def test_resolve__a_full_or_read_only_volume_is_unwritable_and_leaves_nothing_partial(
+    tmp_path: Path, code: int, fix: str
+) -> None:
+    """The error a full or read-only volume gives a download writing the model file, injected
+    where it would come (the kernel's own answer is what the test above shows for EACCES):
+    mapped to `ModelCacheUnwritable` with its fix, and the partial copy removed."""
+
+    class FailingStore(DirStore):
+        def download(self, name: str, into: Path) -> str:
+            raise OSError(code, os.strerror(code), str(into))
+
+    store = FailingStore(model_dir(tmp_path))
+    with pytest.raises(ModelCacheUnwritable) as info:
+        ModelCache(tmp_path / "cache", lambda url: store).resolve("s3://models/x/")
+    assert (info.value.reason, info.value.permanent, info.value.errno) == (
+        "ModelCacheUnwritable",
+        False,
+        code,
+    )
+    assert fix in info.value.message and os.strerror(code) in info.value.message
+    left = [p.name for p in (tmp_path / "cache").iterdir()]
+    assert all(name.endswith(".lock") for name in left), left
+
+
+def test_resolve__other_os_errors_are_not_the_caches(tmp_path: Path) -> None:
+    """A connection reset (an OSError too) while downloading says nothing of the cache."""
+
+    class ResetStore(DirStore):
+        def download(self, name: str, into: Path) -> str:
+            raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+
+    store = ResetStore(model_dir(tmp_path))
+    with pytest.raises(ConnectionResetError):
+        ModelCache(tmp_path / "cache", lambda url: store).resolve("s3://models/x/")
+
+
+def test_probe_cache__fails_until_the_directory_can_be_made_and_written(tmp_path: Path) -> None:
+    """A path under a regular file cannot be a directory, even for root: the probe fails with
+    the kernel's ENOTDIR; once the file is gone it passes and leaves nothing behind."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    with pytest.raises(ModelCacheUnwritable) as info:
+        probe_cache(blocker / "models")
+    assert info.value.errno == errno.ENOTDIR and str(blocker / "models") in info.value.message
+    blocker.unlink()
+    probe_cache(blocker / "models")
+    assert list((blocker / "models").iterdir()) == []
+
+
+def test_resolve__logs_model_fetched_once_and_model_cached_in_the_other_processes(
+    tmp_path: Path,
+) -> None:
+    store = DirStore(model_dir(tmp_path))
+    first = ModelCache(tmp_path / "cache", lambda url: store)
+    other = ModelCache(tmp_path / "cache", lambda url: store)  # another process on the node
+    with capture_logs() as logs:
+        for cache in (first, other, first, other):
+            cache.resolve("s3://models/x/")
+    events = [(e["event"], e["url"]) for e in logs if e["event"].startswith("model_")]
+    assert events == [("model_fetched", "s3://models/x/"), ("model_cached", "s3://models/x/")]
+    fetched = next(e for e in logs if e["event"] == "model_fetched")
+    assert fetched["files"] == 2 and fetched["bytes"] == len(b"weights" * 100) + 2

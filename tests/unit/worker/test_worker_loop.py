@@ -18,11 +18,13 @@ from structlog.testing import capture_logs
 
 from recall.base.settings import WorkerSettings
 from recall.bucket import Bucket, StoreAccessDenied, StoreUnavailable
+from recall.engines.models import ModelCache
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
 from recall.kube import Conflict, Unavailable
 from recall.kube.memory import Fault, MemoryStore
 from recall.media import MediaOptions
+from recall.media.types import Chunk, Segment
 from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.protocol.observer import Observation
@@ -39,6 +41,7 @@ from recall.transcripts import (
 )
 from recall.worker.attempt import STORE_DEPTH
 from recall.worker.loop import PROBE_KEY, Worker
+from tests.unit.engines.test_models import DirStore, model_dir
 from tests.unit.fakes import NS, T0, BucketFault, FaultyBucket, job_manifest, memory_bucket
 
 
@@ -181,6 +184,84 @@ def test_worker__claims_again_once_a_probe_write_to_the_store_succeeds(tmp_path:
     assert phases == ["Failed", "Succeeded"]
     assert ("put", PROBE_KEY) in results.calls
     store.close()
+
+
+class CachedModelEngine(SimulatedEngine):
+    """The simulated engine, which first resolves a store model through a real `ModelCache`
+    at each chunk, as local Whisper does."""
+
+    def __init__(self, cache: ModelCache, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.cache = cache
+
+    def transcribe(self, chunk: Chunk, **kw: Any) -> list[Segment]:
+        self.cache.resolve("s3://models/x/", kw["cancel"])
+        return super().transcribe(chunk, **kw)
+
+
+def test_worker__an_unwritable_model_cache_gives_the_job_back_and_claims_nothing_until_it_can(
+    tmp_path: Path,
+) -> None:
+    """The worker's fault is not the job's: the first job is released (its attempt given back,
+    no lastError), the worker says `failed` with the reason in its registration and claims
+    nothing until a probe writes to the cache; then both jobs are done, the model fetched
+    once. The cache is a path under a regular file (the kernel's ENOTDIR, which denies root
+    too; tests/unit/engines/test_models.py shows EACCES on a directory owned by root)."""
+    store = MemoryStore(watch_seconds=1.0)
+    store.create_job(NS, job_manifest("a"))
+    store.create_job(NS, job_manifest("b"))
+    blocker = tmp_path / "blocker"
+    blocker.write_text("the cache's parent is a file")
+    models = DirStore(model_dir(tmp_path))
+    ws = WorkerSettings(
+        id="w1",
+        engine="simulated",
+        idle_exit_seconds=2.0,
+        self_serve_seconds=0.2,
+        store_probe_seconds=0.2,
+        retry_base_seconds=0.1,
+    )
+    engine = CachedModelEngine(
+        ModelCache(blocker / "models", lambda url: models), chunks=2, chunk_delay_seconds=0
+    )
+    worker = Worker(store, ws, engine, namespace=NS, results=memory_bucket())
+    seen: dict[str, Any] = {}
+
+    def fix_the_cache_once_a_job_is_given_back() -> None:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            jobs = [store.get_job(NS, n) for n in "ab"]
+            if any(j and j.status.releases for j in jobs):
+                seen["state"] = worker.engine_state()
+                time.sleep(0.7)  # three probes: the job waits Queued, claimable, unclaimed
+                jobs = [store.get_job(NS, n) for n in "ab"]
+                seen["claimed"] = sum(j.status.attempts for j in jobs if j)
+                blocker.unlink()
+                return
+            time.sleep(0.02)
+
+    fixer = threading.Thread(target=fix_the_cache_once_a_job_is_given_back)
+    fixer.start()
+    with capture_logs() as logs:
+        run(worker, timeout=30)
+    fixer.join(5)
+
+    state = seen["state"]
+    assert state.state == "failed" and state.reason == "ModelCacheUnwritable"
+    assert str(blocker / "models") in state.error
+    assert seen["claimed"] == 1, "the worker claimed nothing while its cache was unwritable"
+    assert worker.engine_state().state != "failed"  # written again: the registration says so
+    jobs = {n: store.get_job(NS, n) for n in "ab"}
+    assert all(j and j.status.phase == Phase.SUCCEEDED for j in jobs.values()), store.dump()
+    given_back = [j for j in jobs.values() if j and j.status.releases]
+    assert len(given_back) == 1
+    status = given_back[0].status
+    assert (status.releases, status.attempts, status.last_error) == (1, 2, None)
+    assert sorted(models.downloads) == ["config.json", "model.bin"]  # fetched once
+    events = [e["event"] for e in logs]
+    assert events.count("model_cache_unwritable") == 1
+    assert events.count("model_cache_still_unwritable") >= 2  # probed, and held back
+    assert "model_cache_writable_again" in events and "failed" not in events
 
 
 def test_worker__survives_a_flaky_api(tmp_path: Path) -> None:
