@@ -1,5 +1,5 @@
 """The chart on a kind cluster of three nodes: Whisper workers in pods, signals, crashes,
-failover, upgrade, the spread over the nodes.
+failover, upgrade, the spread over the nodes, a store model cached once per node (hostPath).
 
 The tests share one release and run in file order (each submits its own Batch; the last one
 uninstalls). What each shows is in its name; the timing bounds are generous on purpose (two
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any
 
 import jiwer
@@ -17,6 +18,7 @@ import pytest
 
 from recall.kube.store import KubeStore as Kube
 from recall.operator.fanout import job_name
+from recall.protocol import workers
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
 from recall_dev import speech
 from tests.e2e.pods.conftest import CHART, NAMESPACE, PodCluster
@@ -51,8 +53,11 @@ def up(release: str, media: dict[str, str]) -> dict[str, str]:
     return media
 
 
-def submit(kube: Kube, name: str, items: dict[str, str], *, lease: int = 60) -> None:
-    """A Batch of `items` (key → media file name), transcribed by Whisper in 10 s chunks."""
+def submit(
+    kube: Kube, name: str, items: dict[str, str], *, lease: int = 60, model: str | None = None
+) -> None:
+    """A Batch of `items` (key → media file name), transcribed by Whisper in 10 s chunks (with
+    `model`, else the workers' own)."""
     manifest = {
         "apiVersion": API_VERSION,
         "kind": "Batch",
@@ -65,7 +70,11 @@ def submit(kube: Kube, name: str, items: dict[str, str], *, lease: int = 60) -> 
                 # progress, which a renewal carries at most this often.
                 "checkpointSeconds": 1,
                 "maxAttempts": 5,
-                "engine": {"name": "whisper", "chunkSeconds": 10},
+                "engine": {
+                    "name": "whisper",
+                    "chunkSeconds": 10,
+                    **({"model": model} if model else {}),
+                },
             },
             "items": [
                 {"key": key, "source": {"url": f"file:///media/{file}.wav"}}
@@ -158,6 +167,35 @@ def log_events(cluster: PodCluster, pod: str, event: str) -> list[dict[str, Any]
         if record.get("event") == event:
             found.append(record)
     return found
+
+
+# Run in an operator pod (the operator's store identity writes anywhere in the bucket; the image
+# holds the bundled model): the bundled tiny.en uploaded with its SHA256SUMS to the URL given,
+# as a team uploads a model; prints the digest a worker will find for it.
+UPLOAD_MODEL = """
+import sys
+from recall.base.settings import StoreSettings
+from recall.bucket import Stores
+from recall.engines.models import MANIFEST, digest_of, manifest, parse_manifest
+from recall.engines.whisper import bundled_path
+source, url = bundled_path(), sys.argv[1]
+raw = manifest(source)
+entries = parse_manifest(raw, url)
+bucket = Stores(StoreSettings()).open(url.rstrip("/"))
+for name in sorted(entries):
+    bucket.put(name, (source / name).read_bytes())
+bucket.put(MANIFEST, raw)
+print(digest_of(entries))
+"""
+
+
+def registrations(cluster: PodCluster) -> dict[str, workers.Registered]:
+    """The workers' registration Leases, by worker (pod) name."""
+    out = cluster.kubectl(
+        "get", "leases", "-n", NAMESPACE, "-l", workers.SELECTOR, "-o", "json"
+    )  # fmt: skip
+    found = [workers.read(lease) for lease in json.loads(out)["items"]]
+    return {r.worker: r for r in found}
 
 
 def operator_writes(cluster: PodCluster) -> dict[str, float]:
@@ -416,6 +454,95 @@ def test_helm_upgrade__rolls_the_workers_without_losing_or_duplicating_a_job(
             timeout=90, interval=2,
             message=f"{name}: only the accepted transcript {status.result.transcript}",
         )  # fmt: skip
+
+
+def test_hostpath_model_cache__two_worker_pods_of_a_node_fetch_a_store_model_once(
+    cluster: PodCluster, kube: Kube, up: dict[str, str]
+) -> None:
+    """`worker.modelCache.volume=hostPath` on a real node: the kubelet creates the directory
+    owned by root, the chart's init container gives it to UID 10001, and the two worker pods
+    (pinned to one node) share one checked copy of a model from the store — the bundled
+    tiny.en uploaded with its SHA256SUMS to the bundled store — downloaded once for the node
+    (one `model_fetched` in the two pods' logs, a `model_cached` in the other's), and every job
+    of both pods records the model and its digest.
+
+    The model is under scratch/ because the bundled store's worker identity reads nothing
+    else; the operator's collection leaves it alone (no job's key has that shape). The paths
+    are new for each run, so a cluster kept from an earlier run has nothing cached. Runs last
+    but for the uninstall: the workers stay pinned and on the hostPath."""
+    run = uuid.uuid4().hex[:8]
+    url = f"s3://recall/scratch/models/tiny-en-{run}/"
+    cache = f"/var/cache/recall-e2e-{run}/models"
+    digest = in_operator(cluster, "python3", "-c", UPLOAD_MODEL, url).split()[-1]
+    assert digest.startswith("sha256:"), digest
+    node = cluster.kind.workers[0]
+    cluster.helm(
+        "upgrade", "recall", str(CHART), "--reuse-values",
+        "--set", "worker.modelCache.volume=hostPath",
+        "--set", f"worker.modelCache.hostPath={cache}",
+        "--set-json", f"worker.nodeSelector={json.dumps({'kubernetes.io/hostname': node})}",
+        "--wait", "--timeout", "5m",
+    )  # fmt: skip
+    cluster.kubectl(
+        "rollout", "status", "deployment/recall-worker", "-n", NAMESPACE, "--timeout=300s"
+    )
+
+    def pinned() -> list[dict[str, Any]] | None:
+        """The two new worker pods, running on `node` with their own model loaded (their
+        registrations say so: the operator offers them jobs), the old ones gone."""
+        pods = cluster.pods("worker")
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        if len(pods) != 2 or len(live) != 2:
+            return None
+        if any(p["spec"].get("nodeName") != node for p in live):
+            return None
+        if any(p["status"].get("phase") != "Running" for p in live):
+            return None
+        known = registrations(cluster)
+        names = [p["metadata"]["name"] for p in live]
+        loaded = [known.get(n) for n in names]
+        if not all(r and r.engine_state and r.engine_state.state == "loaded" for r in loaded):
+            return None
+        return live
+
+    pods = wait_for(
+        pinned, timeout=300, interval=1, message=f"two worker pods on {node}, their model loaded"
+    )
+    names = sorted(p["metadata"]["name"] for p in pods)
+    for pod in pods:
+        [init] = pod["status"]["initContainerStatuses"]
+        assert init["name"] == "model-cache-owner"
+        assert init["state"]["terminated"]["exitCode"] == 0, init
+    owner = cluster.kind.exec("stat", "-c", "%u:%g", cache, node=node).stdout.strip()
+    assert owner == "10001:10001", f"{cache} on {node} is owned by {owner}"
+
+    items = {f"m{i}": key for i, key in enumerate(["s0", "s1", "s2", "s0"])}
+    submit(kube, "model-cache", items, model=url)
+    batch = wait_complete(kube, "model-cache", timeout=300)
+    assert batch.status.counts.completed == len(items)
+    done_by = set()
+    for key in items:
+        status = get_job(kube, NAMESPACE, job_name("model-cache", key)).status
+        assert status.phase == Phase.SUCCEEDED
+        assert status.result is not None
+        assert (status.result.model, status.result.model_digest) == (url, digest)
+        done_by.add(status.result.worker)
+    assert done_by == set(names), f"the jobs were done by {done_by}, the pods are {names}"
+
+    def events(pod: str, event: str) -> list[dict[str, Any]]:
+        return [r for r in log_events(cluster, pod, event) if r.get("url") == url]
+
+    fetched = {pod: events(pod, "model_fetched") for pod in names}
+    cached = {pod: events(pod, "model_cached") for pod in names}
+    fetchers = [pod for pod in names if fetched[pod]]
+    assert len(fetchers) == 1 and len(fetched[fetchers[0]]) == 1, fetched  # one download
+    assert fetched[fetchers[0]][0]["digest"] == digest
+    [other] = [pod for pod in names if pod != fetchers[0]]
+    assert cached[other], f"{other} did not find the model in the node's cache: {cached}"
+    assert not cached[fetchers[0]], "the pod that fetched the model found it cached too"
+    listing = cluster.kind.exec("ls", "-A", cache, node=node).stdout.split()
+    copy = digest.replace(":", "-")
+    assert sorted(listing) == [copy, f"{copy}.lock"], listing  # one copy, nothing partial
 
 
 def test_helm_uninstall__keeps_the_crds_and_the_jobs(
