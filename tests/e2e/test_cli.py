@@ -8,6 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pysubs2
 import yaml
 
 from recall.bucket import Bucket
@@ -132,7 +133,11 @@ def test_submit_watch_get_transcript__whole_flow(
     )  # fmt: skip
     assert srt.returncode == 0, srt.stderr
     assert srt.stdout.startswith("1\n00:00:00,000 --> ")
-    assert "flow-alpha chunk 0" in srt.stdout
+    # The cues, in order, say the transcript's words (split to follow the subtitle rules).
+    cues = pysubs2.SSAFile.from_string(srt.stdout, format_="srt")
+    said = " ".join(cue.plaintext.replace("\n", " ") for cue in cues).split()
+    assert said[:3] == ["flow-alpha", "chunk", "0"], said
+    assert all(cue.end - cue.start <= 7000 for cue in cues)
     txt = run(control_plane, namespace, "transcript", "flow-beta", "--store", results.url)
     assert txt.stdout.startswith("flow-beta chunk 0")
 
