@@ -56,16 +56,20 @@ def service_account_kubeconfig(
     return token_kubeconfig(cp, token, path, namespace, user)
 
 
-def service_account_client(
-    api: client.ApiClient, cp: ControlPlane, namespace: str, name: str
-) -> client.ApiClient:
-    token = service_account_token(api, namespace, name)
+def token_client(cp: ControlPlane, token: str) -> client.ApiClient:
+    """An API client of `cp` that presents the bearer `token`."""
     cfg = client.Configuration()
     cfg.host = cp.server
     cfg.ssl_ca_cert = str(cp.pki.ca_cert)
     cfg.api_key = {"authorization": token}
     cfg.api_key_prefix = {"authorization": "Bearer"}
     return client.ApiClient(cfg)
+
+
+def service_account_client(
+    api: client.ApiClient, cp: ControlPlane, namespace: str, name: str
+) -> client.ApiClient:
+    return token_client(cp, service_account_token(api, namespace, name))
 
 
 def bind_cluster_role(api: client.ApiClient, namespace: str, sa: str, role: str) -> None:

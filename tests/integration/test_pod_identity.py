@@ -26,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from recall_dev.cluster import ControlPlane
+from recall_dev.identities import token_client
 from tests.helpers import Kube, wait_for
 from tests.integration.test_careless_clients import (
     GROUP,
@@ -142,15 +143,6 @@ def mint(api: client.ApiClient, namespace: str, sa: str, pod: tuple[str, str] | 
     return t
 
 
-def as_token(cp: ControlPlane, bearer: str) -> client.ApiClient:
-    cfg = client.Configuration()
-    cfg.host = cp.server
-    cfg.ssl_ca_cert = str(cp.pki.ca_cert)
-    cfg.api_key = {"authorization": bearer}
-    cfg.api_key_prefix = {"authorization": "Bearer"}
-    return client.ApiClient(cfg)
-
-
 @dataclass
 class Writer:
     """One identity writing job status with raw merge patches (no resourceVersion)."""
@@ -204,7 +196,7 @@ class Cluster:
 
     def writer_for_pod(self, pod: str, uid: str) -> Writer:
         bearer = mint(self.api, self.namespace, WORKER_SA, (pod, uid))
-        return Writer(as_token(self.cp, bearer), self.namespace)
+        return Writer(token_client(self.cp, bearer), self.namespace)
 
 
 @pytest.fixture
@@ -232,7 +224,7 @@ def cluster(
 
         def writer(sa: str, pod: str | None = None) -> Writer:
             bound = (pod, pods[pod]) if pod else None
-            return Writer(as_token(control_plane, mint(api, namespace, sa, bound)), namespace)
+            return Writer(token_client(control_plane, mint(api, namespace, sa, bound)), namespace)
 
         c = Cluster(
             control_plane,
