@@ -464,7 +464,8 @@ def also(notes: dict[str, Any]) -> str:
     if "stale_store_writes" in notes:
         said.append(
             f"{notes['stale_store_writes']} store writes of theirs after it "
-            f"({notes['their_objects_listed']} objects of theirs listed)"
+            f"({notes.get('their_objects_at_the_cut', '?')} objects of their attempts in the "
+            "store at the cut, none new after)"
         )
     if "reclaimed_after_renewal_seconds" in notes:
         low, high = notes["reclaimed_after_renewal_seconds"]

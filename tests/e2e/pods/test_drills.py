@@ -460,10 +460,12 @@ def test_drill_3__a_worker_node_is_cut_off_its_workers_stop_and_nothing_stale_la
     cluster.kind.cut(target)
     fault = time.monotonic()
     try:
+        # What their attempts had stored, before the operator collects it once their jobs move.
+        at_cut = drill.scratch()
         jobs = drill.done(batch)
         # every lease the cut workers held from just before the cut: token → last renewal
         theirs = leases_of(drill.ledger.of(batch), cut_pods, since=started - 1)
-        while_cut = drill.scratch()
+        while_cut = {**at_cut, **drill.scratch()}
     finally:
         healed_wall = time.time()
         cluster.kind.heal(target)
@@ -499,6 +501,7 @@ def test_drill_3__a_worker_node_is_cut_off_its_workers_stop_and_nothing_stale_la
         stopped_after_renewal_seconds=round(max(stopped.values()), 1),
         renew_deadline_seconds=RENEW_DEADLINE, stale_store_writes=len(stale),
         their_objects_listed=sum(1 for k in listed if any(t in k for t in theirs)),
+        their_objects_at_the_cut=sum(1 for k in at_cut if any(t in k for t in theirs)),
         reclaimed_after_renewal_seconds=[round(min(delays.values()), 1),
                                          round(max(delays.values()), 1)],
     )  # fmt: skip
@@ -507,6 +510,7 @@ def test_drill_3__a_worker_node_is_cut_off_its_workers_stop_and_nothing_stale_la
     late = {job: round(s - RENEW_DEADLINE, 2) for job, s in stopped.items()}
     assert max(late.values()) <= STOP_SLACK, f"seconds past the renew deadline: {late}"
     assert not stale, f"store objects the cut workers wrote after their renew deadline: {stale}"
+    assert found.notes["their_objects_at_the_cut"] > 0, "the store check saw none of theirs"
     assert min(delays.values()) >= LEASE, f"reclaimed before the lease expired: {delays}"
     drill.ready()
 
