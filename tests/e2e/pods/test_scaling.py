@@ -32,7 +32,7 @@ from kubernetes import client
 
 from recall.kube.store import KubeStore as Kube
 from recall.resources import Phase
-from tests.e2e.pods.conftest import CHART, PodCluster, install, uninstall
+from tests.e2e.pods.conftest import CHART, ROOT, PodCluster, install, uninstall
 from tests.e2e.pods.fleet import (
     MAX,
     NS,
@@ -203,6 +203,9 @@ def test_scaling_5__twenty_scale_downs_stop_no_busy_worker(scaling: Scaling) -> 
         f"idle_worker_seconds_fixed_{MAX}": round(MAX * window - busy),
     }
     print(f"\nautoscaling figures: {json.dumps(report)}")
+    out = ROOT / "build" / "autoscaling"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "figures.json").write_text(json.dumps(report, indent=2) + "\n")
     assert interrupted(every) == [], "a scale-down stopped a busy worker"
     assert len(downs) >= 20
     assert idle < MAX * window - busy
