@@ -189,11 +189,17 @@ def test_stale_objects__written_after_the_renew_deadline_or_landed_after_the_net
         key(T2, "c000009.json"): dt_iso(deadline + 60),  # another lease's: not theirs
         "scratch/.probe": dt_iso(deadline + 60),
     }
-    after = {**before, key(T1, "transcript.json"): dt_iso(deadline - 5)}
-    found = drills.stale_objects(before, after, {T1: deadline})
+    cut = deadline - 8
+    after = {
+        **before,
+        key(T1, "transcript.json"): dt_iso(deadline - 5),  # landed while cut off: stale
+        key(T1, "c000000.json"): dt_iso(cut - 2),  # written before the cut, listed only later
+    }
+    found = drills.stale_objects(before, after, {T1: deadline}, cut_at=cut)
     assert found == [key(T1, "c000001.json"), key(T1, "transcript.json")]
     # The store keeps LastModified to the second: within a second of the deadline is not stale.
-    assert drills.stale_objects({key(T1): dt_iso(deadline + 0.9)}, {}, {T1: deadline}) == []
+    late = {key(T1): dt_iso(deadline + 0.9)}
+    assert drills.stale_objects(late, {}, {T1: deadline}, cut_at=cut) == []
 
 
 class FakeKube:

@@ -265,18 +265,23 @@ def stale_objects(
     after: Mapping[str, str],
     deadlines: Mapping[str, float],
     *,
+    cut_at: float,
     slack: float = 1.0,
 ) -> list[str]:
     """The store objects of the attempts in `deadlines` (lease token → the attempt's renew
     deadline, epoch seconds) that were written after it: their LastModified later than the
     deadline by more than `slack` (the store keeps it to the second), or absent from the
-    listing `before` the network returned and present in one `after` (key → LastModified)."""
+    listings `before` the network returned, present in one `after` (key → LastModified) and
+    written after the cut (`cut_at`, epoch seconds): a write that landed while the node was
+    cut off, or once it was back."""
     found = []
     for key, modified in sorted({**before, **after}.items()):
         parsed = parse_scratch(key)
         if parsed is None or parsed.token not in deadlines:
             continue
-        if key not in before or epoch(modified) > deadlines[parsed.token] + slack:
+        written = epoch(modified)
+        late = written > deadlines[parsed.token] + slack
+        if late or (key not in before and written > cut_at + slack):
             found.append(key)
     return found
 

@@ -456,12 +456,12 @@ def test_drill_3__a_worker_node_is_cut_off_its_workers_stop_and_nothing_stale_la
     held = drill.in_flight_on(batch, {target}, most_chunks=CHUNKS - 3)
     tokens = {job: s.token for job, s in drill.ledger.last(batch).items() if job in held}
     cut_pods = {p for p, n in drill.placement("worker").items() if n == target}
+    # What their attempts have stored: the operator collects it once their jobs move on.
+    at_cut = drill.scratch()
     started, started_wall = time.monotonic(), time.time()
     cluster.kind.cut(target)
     fault = time.monotonic()
     try:
-        # What their attempts had stored, before the operator collects it once their jobs move.
-        at_cut = drill.scratch()
         jobs = drill.done(batch)
         # every lease the cut workers held from just before the cut: token → last renewal
         theirs = leases_of(drill.ledger.of(batch), cut_pods, since=started - 1)
@@ -473,7 +473,7 @@ def test_drill_3__a_worker_node_is_cut_off_its_workers_stop_and_nothing_stale_la
     drill.ledger.sample()
     history = drill.ledger.of(batch)
     deadlines = {token: renewed + RENEW_DEADLINE for token, renewed in theirs.items()}
-    stale = stale_objects(while_cut, after_heal, deadlines)
+    stale = stale_objects(while_cut, after_heal, deadlines, cut_at=started_wall)
     listed = {**while_cut, **after_heal}
     delays = reclaim_delays(history, fault, held)
     for job in held:
