@@ -1,7 +1,8 @@
-"""Batched local Whisper on real read speech: the bundled tiny.en over the LibriVox clips
-(`recall_dev.librivox`), a batch of chunks in one `transcribe_batch` call against the same
-chunks one at a time, as the worker calls them. And `recall worker --device cuda` on this
-machine, which has no GPU. No cluster is needed.
+"""Local Whisper's window decoding on real read speech: the bundled tiny.en over the LibriVox
+clips (`recall_dev.librivox`), a batch of chunks in one `transcribe_batch` call against
+faster-whisper's own one-at-a-time decoding of the same chunks, and one chunk a call
+(`transcribe`, a batch of one) decoding each chunk's speech in one window. And
+`recall worker --device cuda` on this machine, which has no GPU. No cluster is needed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import jiwer
 import numpy as np
 import pytest
 
-from recall.engines.whisper import RATE, WhisperEngine
+from recall.engines.whisper import RATE, WhisperEngine, load_model
 from recall.media.types import Chunk, Segment
 from recall.resources import TranscriptionJob
 from recall_dev import librivox, speech
@@ -90,6 +91,21 @@ def assert_inside_their_chunks(chunks: list[Chunk], per_chunk: list[list[Segment
             floor = s.end
 
 
+def one_at_a_time(engine: WhisperEngine, job: TranscriptionJob, chunk: Chunk) -> list[str]:
+    """faster-whisper's own decoding of `chunk` (`WhisperModel.transcribe`), with the engine's
+    model and options: the texts of its segments."""
+    local = engine.local_model(job)
+    model = load_model(str(local.path), engine.threads, engine.placement, engine.streams)
+    segments, _info = model.transcribe(
+        chunk.audio,
+        language="en",
+        beam_size=engine.beam_size,
+        vad_filter=True,
+        condition_on_previous_text=False,
+    )
+    return [s.text for s in segments if s.text.strip()]
+
+
 def test_transcribe_batch__the_words_of_one_at_a_time_each_chunk_its_own(
     engine: WhisperEngine, recording: tuple[Path, str]
 ) -> None:
@@ -98,8 +114,7 @@ def test_transcribe_batch__the_words_of_one_at_a_time_each_chunk_its_own(
     chunks = chunks_of(engine, job)
     assert len(chunks) >= 6  # two batches of 4 and fewer
     one = [
-        engine.transcribe(c, language="en", cancel=threading.Event(), job=job, attempt=1)
-        for c in chunks
+        [Segment(start=0.0, end=0.0, text=t) for t in one_at_a_time(engine, job, c)] for c in chunks
     ]
     many = batched(engine, job, chunks)
     assert_inside_their_chunks(chunks, many)
@@ -115,6 +130,42 @@ def test_transcribe_batch__the_words_of_one_at_a_time_each_chunk_its_own(
     assert same <= 0.05, f"{same:.3f} of the words differ: {text_of(many)}"
     assert jiwer.wer(normalise(said), normalise(text_of(many))) <= 0.1
     assert engine.device_of(job) == ("cpu", "int8_float32")
+
+
+def test_transcribe__one_encoder_pass_per_chunk_of_speech_the_words_of_one_at_a_time(
+    recording: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One chunk a call at the defaults (30 s chunks, `batch_size` 1): each chunk's speech is
+    one window, encoded once, where faster-whisper's one-at-a-time decoding takes a second
+    window for the end of most chunks; the words are the same."""
+    from faster_whisper import WhisperModel
+
+    path, said = recording
+    engine = WhisperEngine()
+    job = job_for(path, chunk_seconds=30)
+    chunks = chunks_of(engine, job)
+    assert len(chunks) == 2
+    passes: list[int] = []
+    encode = WhisperModel.encode
+
+    def counted(model: WhisperModel, features: np.ndarray) -> object:
+        passes.append(1 if features.ndim == 2 else features.shape[0])
+        return encode(model, features)
+
+    monkeypatch.setattr(WhisperModel, "encode", counted)
+    context, ours = "", []
+    for chunk in chunks:
+        segments = engine.transcribe(
+            chunk, language="en", cancel=threading.Event(), job=job, attempt=1, context=context
+        )
+        assert_inside_their_chunks([chunk], [segments])
+        context = " ".join(s.text for s in segments) or context
+        ours.append(segments)
+    assert sum(passes) == len(chunks), passes  # one window a chunk
+    theirs = " ".join(t for c in chunks for t in one_at_a_time(engine, job, c))
+    changed = jiwer.wer(normalise(theirs), normalise(text_of(ours)))
+    assert changed <= 0.05, f"{changed:.3f} of the words differ: {text_of(ours)}"
+    assert jiwer.wer(normalise(said), normalise(text_of(ours))) <= 0.1
 
 
 def test_transcribe_batch__a_chunk_longer_than_a_window_is_transcribed_to_its_end(

@@ -1,5 +1,6 @@
 """The local Whisper engine: faster-whisper (CTranslate2, on a CPU or a CUDA GPU) on each chunk's
-samples, one chunk a call or a batch of chunks in one call.
+samples, one chunk a call or a batch of chunks in one call, each chunk's speech decoded in
+windows of up to 30 s, each window once.
 
 Contract:
 - `threads` 0 means every CPU the process may use (affinity and cgroup quota).
@@ -29,50 +30,68 @@ Contract:
   English-only model raises `LanguageDetectionUnsupported`, naming the model, and an empty
   language on one answers English without a probability: nothing was detected); the worker asks
   once per file, at the first chunk with speech, and passes the answer to every `transcribe`.
-- `transcribe` returns the chunk's non-empty segments with times relative to the chunk,
-  clamped to [0, chunk.duration], each with its confidence (the geometric mean of its tokens'
-  probabilities, `exp(avg_logprob)`) and, when the job asks for them
-  (`spec.transcript.words`), its words: inside the segment, in order, each starting no
-  earlier than the previous one ends. A segment the alignment gave no word has `words` None
-  (never an empty list): its subtitles and aws.json items are split in proportion. It
-  checks `cancel` before starting and between segments and returns what it has once `cancel`
-  is set; the model call for one 30 s window is not interruptible.
+- `transcribe` is `transcribe_batch` of one chunk (below): it returns the chunk's non-empty
+  segments with times relative to the chunk, clamped to [0, chunk.duration], each with its
+  confidence (the geometric mean of its tokens' probabilities, `exp(avg_logprob)`) and, when
+  the job asks for them (`spec.transcript.words`), its words: inside the segment, in order,
+  each starting no earlier than the previous one ends. A segment the alignment gave no word
+  has `words` None (never an empty list): its subtitles and aws.json items are split in
+  proportion. It checks `cancel` before starting and between windows and returns nothing once
+  `cancel` is set (the caller discards); the model call for one window is not interruptible.
 - Word times: faster-whisper's alignment (cross-attention), then each word's start moved to
   its first sound and its end to its last within its own span (`snap_to_sound`): the alignment
   alone starts a word where the silence before it starts.
-- Prompting: the job's vocabulary goes to the model as `hotwords`, and the text of the chunk
-  before (`context`, from the checkpoint on a resume) as `initial_prompt`, both cut to what
-  the prompt holds (the last words of the context, the first phrases of the vocabulary).
-- Decoding: beam size 2 and the Silero VAD filter. On synthesized speech beam 2 costs ~15 %
-  more CPU than greedy decoding and sometimes fixes a word; beam 5 costs 20-60 % more for no
-  steady gain on tiny.en. The VAD skips silence, which makes silent chunks nearly free and
-  stops the model from inventing words in them (tiny.en hears "You" in 30 s of silence).
+- Prompting: the job's vocabulary goes to the model as `hotwords` (its first phrases, as
+  `recall.engines.prompt` cuts them), and the last words of the text before the call
+  (`context`, from the checkpoint on a resume) that fit `CONTEXT_CHARACTERS` (200: the last
+  sentence or two, what was said just before) as `initial_prompt` of every window. Not the
+  whole chunk before (400 characters is about 30 s of speech): a prompt that holds what a
+  window starts with makes the model skip it. On the LibriVox recording, which repeats itself
+  every 28.7 s, tiny.en skipped the first 19 s of every chunk whose start a prompt of 400 or
+  300 characters held, and nothing with 200.
+- Beam size 2. On synthesized speech beam 2 costs ~15 % more CPU than greedy decoding and
+  sometimes fixes a word; beam 5 costs 20-60 % more for no steady gain on tiny.en.
 - `label()` names the worker's default model; a job that overrides the model is still
   labelled with the default (the result's `model` names the one used).
 
-Batches (`batch_size` above 1: `transcribe_batch`, faster-whisper's `BatchedInferencePipeline`):
+Decoding (one chunk a call, `batch_size` 1, the default, and batches, `transcribe_batch`:
+faster-whisper's `BatchedInferencePipeline` either way, `batch_size` windows at a time):
 - Each chunk is cut into windows of at most 30 s (the model's input) inside it: its stretches
   of speech (Silero VAD, as the pipeline's own VAD finds them), joined while they fit one
   window; a chunk of 30 s or less with speech is one window, from its first sound to its last,
-  and a silent chunk none (it costs no model time and gets no invented "You"). The windows of
-  all the batch's chunks go to the pipeline as `clip_timestamps` over their samples put end to
-  end, with the pipeline's VAD off: a window never crosses a chunk's edge, the pipeline answers
-  exactly one segment per window, in order, and each is moved back to its own chunk by the
-  window's place (exact: no time-based guessing). The windows are encoded and decoded
-  `batch_size` at a time: one encoder pass and one beam search for them all.
+  and a silent chunk none (it costs no model time and gets no invented "You": tiny.en hears one
+  in 30 s of silence); without the VAD (`vad_filter` False) the chunk in 30 s slices. Each
+  window is encoded and decoded once, where faster-whisper's one-at-a-time decoding
+  (`WhisperModel.transcribe`) ends a 30 s window at its last complete segment and decodes the
+  rest again in a second window: two encoder passes for most 30 s chunks. The windows of all
+  the call's chunks go to the pipeline as `clip_timestamps` over their samples put end to end
+  (one copy of the call's speech), with the pipeline's VAD off: a window never crosses a
+  chunk's edge, the pipeline answers exactly one segment per window, in order, and each is
+  moved back to its own chunk by the window's place (exact: no time-based guessing). With
+  `batch_size` above 1 the windows are encoded and decoded that many at a time: one encoder
+  pass and one beam search for them all.
 - Each window is decoded without timestamps (the pipeline's mode: with them, the words after a
   window's last timestamp pair are dropped, since it cannot seek back as one-at-a-time decoding
-  does) and always with word timings; the window's words are then cut into segments after a
-  sentence's end, at a pause of `PAUSE_SECONDS`, or before a segment would pass
-  `SEGMENT_SECONDS`, and each segment spans its words (snapped to the sound as above). The job's
-  words are kept only when it asks for them. Confidence is the window's `exp(avg_logprob)`.
-- Prompting: the job's vocabulary as hotwords, and the text before the batch (`context`) as the
-  prompt of every window. Trade-off: within a batch a chunk cannot condition on the text of
-  the chunk before it (it is not decoded yet); on the LibriVox bench the words did not change.
+  does) and always with word timings, asked for or not: the window's words are cut into
+  segments after a sentence's end, at a pause of `PAUSE_SECONDS`, or before a segment would
+  pass `SEGMENT_SECONDS`, and each segment spans its words (snapped to the sound as above).
+  The job's words are kept only when it asks for them: aligning them costs about 4 % of the
+  CPU (tiny.en, LibriVox, 2026-12-02), and without them a window would be one segment of up
+  to 30 s. Confidence is the window's `exp(avg_logprob)`.
+- Trade-off of a batch: within it a chunk cannot condition on the text of the chunk before it
+  (it is not decoded yet): every window is prompted with the text before the batch. One chunk
+  a call, each chunk gets the text of the one before. On the LibriVox bench the words did not
+  change.
 - What one-at-a-time decoding does that the pipeline does not, kept here: a window judged
   silent (no-speech probability over 0.6 and average log-probability under -1, Whisper's
   rule) gives no segment; a window whose text repeats itself (compression ratio over 2.4) is
-  decoded once more alone, one at a time, with the temperature fallback.
+  decoded once more alone, one at a time, with the temperature fallback. And one it cannot
+  need (its first timestamp must fall in a window's first second, so it never skips a
+  window's start): a window decoded with a prompt whose words leave `LOST_SECONDS` (2 s) of
+  its speech (the VAD's) farther than `REACH` (0.5 s) from every word is decoded again
+  without the prompt, and that answer kept if it reaches more of the speech (measured: no
+  window of the LibriVox and synthesized test speech left more than 0.15 s; a skipped start,
+  19 s).
 - `cancel` is checked before the call and between the pipeline's steps of `batch_size`
   windows; once set, `transcribe_batch` returns fewer lists than chunks (the caller discards).
 """
@@ -106,6 +125,8 @@ from recall.resources import AUTO
 from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from recall.base.settings import WorkerSettings
     from recall.resources import TranscriptionJob
 
@@ -122,6 +143,9 @@ PAUSE_SECONDS = 1.0  # ... and at silences this long between two words
 # Full stops that end no sentence: a window's words are not cut after them.
 ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "mt", "vs", "capt"})
 NO_SPEECH, LOW_LOGPROB = 0.6, -1.0  # Whisper's silence rule (faster-whisper's defaults)
+# A window that leaves this much of its speech farther than REACH from every word lost words.
+LOST_SECONDS, REACH = 2.0, 0.5
+CONTEXT_CHARACTERS = 200  # of the text before, in a window's prompt (see the contract)
 
 _log = log.get("engine")
 # (directory, threads, device, compute type, streams) -> faster_whisper.WhisperModel
@@ -302,28 +326,60 @@ def confidence(avg_logprob: float) -> float:
     return round(min(1.0, math.exp(float(avg_logprob))), 4)
 
 
+def speech_of(audio: Any) -> list[tuple[int, int]]:
+    """The stretches of speech in `audio` (sample ranges, in order), as the batched pipeline's
+    own VAD finds them: Silero VAD, speech split at 160 ms silences, at most a window each."""
+    if audio is None or len(audio) == 0:
+        return []
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    speech = get_speech_timestamps(
+        audio, VadOptions(max_speech_duration_s=WINDOW_SECONDS, min_silence_duration_ms=160)
+    )
+    return [(int(s["start"]), min(int(s["end"]), len(audio))) for s in speech]
+
+
+def windows_of(speech: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`speech` (sample ranges, in order) joined into windows while they fit `WINDOW_SECONDS`."""
+    size = WINDOW_SECONDS * RATE
+    out: list[tuple[int, int]] = []
+    for first, end in speech:
+        if out and end - out[-1][0] <= size:
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((first, min(end, first + size)))
+    return out
+
+
 def speech_windows(audio: Any, vad_filter: bool = True) -> list[tuple[int, int]]:
-    """The windows (sample ranges) a batch decodes in `audio`: its stretches of speech joined
+    """The windows (sample ranges) a call decodes in `audio`: its stretches of speech joined
     while they fit `WINDOW_SECONDS`; without the VAD, `audio` in `WINDOW_SECONDS` slices."""
     size = WINDOW_SECONDS * RATE
     if audio is None or len(audio) == 0:
         return []
     if not vad_filter:
         return [(a, min(a + size, len(audio))) for a in range(0, len(audio), size)]
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
+    return windows_of(speech_of(audio))
 
-    # The batched pipeline's own VAD options: speech split at 160 ms silences, at most a window.
-    speech = get_speech_timestamps(
-        audio, VadOptions(max_speech_duration_s=WINDOW_SECONDS, min_silence_duration_ms=160)
-    )
-    out: list[tuple[int, int]] = []
-    for s in speech:
-        first, end = int(s["start"]), min(int(s["end"]), len(audio))
-        if out and end - out[-1][0] <= size:
-            out[-1] = (out[-1][0], end)
-        else:
-            out.append((first, min(end, first + size)))
-    return out
+
+def unreached(
+    speech: list[tuple[float, float]], words: list[tuple[float, float]], reach: float = REACH
+) -> float:
+    """Seconds of `speech` (stretches, in order) farther than `reach` from every one of `words`
+    (spans, in any order): speech the decoding wrote nothing for. Pure."""
+    near = sorted((start - reach, end + reach) for start, end in words)
+    total = 0.0
+    for first, end in speech:
+        at = first  # the speech before `at` is reached
+        for a, b in near:
+            if b <= at or a >= end:
+                continue
+            total += max(0.0, a - at)
+            at = max(at, b)
+            if at >= end:
+                break
+        total += max(0.0, end - at)
+    return float(total)
 
 
 def ends_sentence(text: str) -> bool:
@@ -591,24 +647,12 @@ class WhisperEngine:
         attempt: int,
         context: str = "",
     ) -> list[Segment]:
-        del attempt
-        if cancel.is_set():
-            return []
-        model, label = self._loaded(job, cancel)
-        lang = self._language_for(model, label, language, chunk, job, cancel)
-        if chunk.audio is None or len(chunk.audio) == 0:
-            return []
-        return self._one_at_a_time(
-            model,
-            chunk,
-            chunk.audio,
-            language=lang,
-            context=context,
-            job=job,
-            cancel=cancel,
-            words=wants_words(job),
-            vad_filter=self.vad_filter,
+        """The segments of `chunk`: `transcribe_batch` of this one chunk (the contract's
+        "Decoding"); nothing once `cancel` is set."""
+        found = self.transcribe_batch(
+            [chunk], language=language, cancel=cancel, job=job, attempt=attempt, context=context
         )
+        return found[0] if found else []
 
     def transcribe_batch(
         self,
@@ -620,54 +664,40 @@ class WhisperEngine:
         attempt: int,
         context: str = "",
     ) -> list[list[Segment]]:
-        """The segments of each of `chunks` from one batched pipeline call (the contract's
-        "Batches"); fewer lists than chunks once `cancel` is set."""
+        """The segments of each of `chunks` from one pipeline call over their speech windows
+        (the contract's "Decoding"); fewer lists than chunks once `cancel` is set."""
         del attempt
         if cancel.is_set() or not chunks:
             return []
         model, label = self._loaded(job, cancel)
         lang = self._language_for(model, label, language, chunks[0], job, cancel)
+        speech: list[list[tuple[int, int]]] = []  # each chunk's stretches of speech (the VAD's)
         windows: list[Window] = []
         at = 0
         for k, chunk in enumerate(chunks):
-            for first, end in speech_windows(chunk.audio, self.vad_filter):
+            speech.append(speech_of(chunk.audio) if self.vad_filter else [])
+            spans = windows_of(speech[k]) if self.vad_filter else speech_windows(chunk.audio, False)
+            for first, end in spans:
                 windows.append(Window(k, first, end, at))
                 # The next window starts on a 10 ms frame: the pipeline times words from the
                 # frame its window starts in, so they are exact only there.
                 at = -(-(at + end - first) // HOP) * HOP
         out: list[list[Segment]] = [[] for _ in chunks]
         if not windows:
-            return out  # no speech in the batch: no model time
-        import numpy as np
-        from faster_whisper import BatchedInferencePipeline
-
-        audio = np.zeros(at, np.float32)  # the windows end to end (zeros between: never read)
-        for w in windows:
-            audio[w.at : w.at + w.end - w.first] = chunks[w.chunk].audio[w.first : w.end]
-        generated, _info = BatchedInferencePipeline(model).transcribe(  # its state is per call
-            audio,
-            language=lang,
-            beam_size=self.beam_size,
-            temperature=0.0,  # the pipeline takes the first temperature only
-            initial_prompt=prompt_of(context),
-            hotwords=hotwords(job.spec.vocabulary),
-            without_timestamps=True,
-            word_timestamps=True,
-            vad_filter=False,
-            # Half a sample in, so the pipeline's int(seconds * rate) lands on the sample itself.
-            clip_timestamps=[
-                {"start": (w.at + 0.5) / RATE, "end": (w.at + w.end - w.first + 0.5) / RATE}
-                for w in windows
-            ],
-            batch_size=self.batch_size,
-        )
+            return out  # no speech in the call: no model time
+        prompt = prompt_of(context, CONTEXT_CHARACTERS)
+        results = self._decoded(model, chunks, windows, language=lang, prompt=prompt, job=job)
         keep_words = wants_words(job)
         sounds: dict[int, list[tuple[float, float]]] = {}
-        for window, raw in zip(windows, generated, strict=True):  # one segment per window
-            if cancel.is_set():
+        for window in windows:
+            if cancel.is_set():  # before the next step: a cancelled call starts no more
                 return out[: window.chunk]
+            raw = next(results)  # one segment per window, in order
             chunk = chunks[window.chunk]
             segments = out[window.chunk]
+            shift = window.shift
+            if prompt and speech[window.chunk]:
+                raw, shift = self._reaching(model, chunks, window, raw, speech, lang, job, cancel)
             if raw.no_speech_prob > NO_SPEECH and raw.avg_logprob < LOW_LOGPROB:
                 continue  # a silent window, as one-at-a-time decoding judges it
             floor = segments[-1].end if segments else 0.0
@@ -682,7 +712,6 @@ class WhisperEngine:
                     job=job,
                     cancel=cancel,
                     words=keep_words,
-                    vad_filter=False,
                     shift=window.first / RATE,
                     floor=floor,
                 )
@@ -693,11 +722,91 @@ class WhisperEngine:
                 raw,
                 chunk.duration,
                 sounds[window.chunk],
-                shift=window.shift,
+                shift=shift,
                 floor=floor,
                 keep_words=keep_words,
             )
         return out
+
+    def _decoded(
+        self,
+        model: Any,
+        chunks: list[Chunk],
+        windows: list[Window],
+        *,
+        language: str | None,
+        prompt: str | None,
+        job: TranscriptionJob,
+    ) -> Iterator[Any]:
+        """faster-whisper's one segment for each of `windows`, in order, lazily: each step
+        encodes and decodes the next `batch_size` of them (the contract's "Decoding")."""
+        import numpy as np
+        from faster_whisper import BatchedInferencePipeline
+
+        last = windows[-1]
+        audio = np.zeros(last.at + last.end - last.first, np.float32)  # zeros between: unread
+        for w in windows:
+            audio[w.at : w.at + w.end - w.first] = chunks[w.chunk].audio[w.first : w.end]
+        generated, _info = BatchedInferencePipeline(model).transcribe(  # its state is per call
+            audio,
+            language=language,
+            beam_size=self.beam_size,
+            temperature=0.0,  # the pipeline takes the first temperature only
+            initial_prompt=prompt,
+            hotwords=hotwords(job.spec.vocabulary),
+            without_timestamps=True,
+            word_timestamps=True,
+            vad_filter=False,
+            # Half a sample in, so the pipeline's int(seconds * rate) lands on the sample itself.
+            clip_timestamps=[
+                {"start": (w.at + 0.5) / RATE, "end": (w.at + w.end - w.first + 0.5) / RATE}
+                for w in windows
+            ],
+            batch_size=self.batch_size,
+        )
+        return iter(generated)
+
+    def _reaching(
+        self,
+        model: Any,
+        chunks: list[Chunk],
+        window: Window,
+        raw: Any,
+        speech: list[list[tuple[int, int]]],
+        language: str | None,
+        job: TranscriptionJob,
+        cancel: threading.Event,
+    ) -> tuple[Any, float]:
+        """`raw`, the window decoded with the text before as its prompt, or, when its words
+        leave `LOST_SECONDS` of the window's speech unreached (the model skipped what the
+        prompt already holds: a recording that repeats itself), the window decoded again
+        without the prompt if that reaches more of it; with the seconds that move its times
+        into the chunk."""
+        inside = [
+            (max(a, window.first) / RATE, min(b, window.end) / RATE)
+            for a, b in speech[window.chunk]
+            if b > window.first and a < window.end
+        ]
+
+        def lost(decoded: Any, shift: float) -> float:
+            return unreached(
+                inside, [(w.start + shift, w.end + shift) for w in decoded.words or []]
+            )
+
+        missed = lost(raw, window.shift)
+        if missed < LOST_SECONDS or cancel.is_set():
+            return raw, window.shift
+        alone = Window(window.chunk, window.first, window.end, 0)  # decoded on its own
+        again = next(self._decoded(model, chunks, [alone], language=language, prompt=None, job=job))
+        kept = lost(again, alone.shift) < missed
+        _log.info(
+            "window_decoded_again",
+            chunk=chunks[window.chunk].index,
+            reason="speech_without_words",
+            seconds=round(missed, 1),
+            kept=bool(kept),
+        )
+        return (again, alone.shift) if kept else (raw, window.shift)
 
     def _language_for(
         self,
@@ -735,21 +844,21 @@ class WhisperEngine:
         job: TranscriptionJob,
         cancel: threading.Event,
         words: bool,
-        vad_filter: bool,
-        shift: float = 0.0,
-        floor: float = 0.0,
+        shift: float,
+        floor: float,
     ) -> list[Segment]:
-        """`audio` (the chunk's, or a window of it `shift` seconds in) decoded one 30 s window
-        after another, with the temperature fallback; segments relative to the chunk."""
+        """`audio`, a window of the chunk `shift` seconds in whose text repeated itself, decoded
+        again one at a time (faster-whisper's own decoding, with the temperature fallback);
+        segments relative to the chunk."""
         generated, _info = model.transcribe(
             audio,
             language=language,
             beam_size=self.beam_size,
-            vad_filter=vad_filter,
-            # Within a chunk each 30 s window starts afresh: conditioning on the window before
-            # only spreads a repetition loop. Across chunks the text before is the prompt.
+            vad_filter=False,  # the window is speech already
+            # Each 30 s window starts afresh: conditioning on the one before only spreads a
+            # repetition loop. The text before the call is the prompt.
             condition_on_previous_text=False,
-            initial_prompt=prompt_of(context),
+            initial_prompt=prompt_of(context, CONTEXT_CHARACTERS),
             hotwords=hotwords(job.spec.vocabulary),
             word_timestamps=words,
         )
