@@ -5,18 +5,24 @@
 
 `measure()` returns a flat dict (`make bench` calls it):
 
-- `bare_*` / `recall_30s_*` / `recall_300s_*`: the same real recording (Debian's LibriVox
-  clips of Sense and Sensibility, `recall_dev.librivox`, `repeat` times over) with the same
-  model (the bundled tiny.en), threads and options (beam 2, the VAD filter, word timestamps,
-  English): faster-whisper run directly on the whole file, and a job through the real `Worker`
-  loop with chunks of 30 s (the default) and of 300 s (chunks cut at silences, each stored and
+- `bare_*` / `bare_batched_*` / `recall_30s_*` / `recall_300s_*`: the same real recording
+  (Debian's LibriVox clips of Sense and Sensibility, `recall_dev.librivox`, `repeat` times
+  over) with the same model (the bundled tiny.en), threads and options (beam 2, the VAD
+  filter, word timestamps, English), four ways: faster-whisper run directly on the whole file
+  twice, as a user would (`bare`: `WhisperModel.transcribe`, one-at-a-time decoding that seeks
+  back to the last complete segment of each 30 s window; `bare_batched`:
+  `BatchedInferencePipeline(model).transcribe(file, batch_size=1)`, each window of speech
+  decoded once), and a job through the real `Worker` loop at recall's defaults (chunks of 30 s,
+  one chunk a call) and with chunks of 300 s (chunks cut at silences, each stored and
   checkpointed in a results store in memory, the API server the in-memory one, the json,
   aws.json, srt and vtt outputs rendered). Each run is a process of its own with the model
-  loaded before the clock starts; the three kinds run `rounds` times, interleaved, and the
+  loaded before the clock starts; the four kinds run `rounds` times, interleaved, and the
   fastest wall and CPU seconds of each count (the machine is shared: other work only adds).
-  `windows` counts faster-whisper's 30 s decoding windows (one encoder pass each);
+  `windows` counts the model's encoder passes (one per 30 s window); `*_vs_bare` and
+  `*_vs_bare_batched` are recall's wall and CPU time against each bare run (0.05: 5 % more);
   `words_same` is 1 minus the word error rate between recall's and the bare transcript (1.0:
-  the same words), `*_wer` each against the LibriVox transcription.
+  the same words), `words_same_batched` the same against the bare pipeline's, `*_wer` each
+  against the LibriVox transcription.
 - `timing_*`: word start errors on speech synthesized word by word with known silences
   (`recall_dev.timed_speech`, four passages), as the engine returns them.
 - `cues_*`: SRT cues of the recall run checked against the rules (42 characters a line, 2 lines,
@@ -30,7 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -49,39 +54,48 @@ OPTIONS: dict[str, Any] = {
 }
 
 
-# --- the two runs, each in its own process --------------------------------------------------
+# --- the runs, each in its own process -------------------------------------------------------
 
 
-class Windows(logging.Handler):
-    """Counts faster-whisper's decoding windows (one encoder pass each)."""
+class Windows:
+    """Counts the model's encoder passes, one per 30 s window (a batch of N counts N), by
+    wrapping `WhisperModel.encode` in this process."""
 
     def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
+        from faster_whisper import WhisperModel
+
         self.count = 0
+        encode = WhisperModel.encode
 
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("Processing segment at"):
-            self.count += 1
+        def counted(model: Any, features: Any) -> Any:
+            self.count += 1 if features.ndim == 2 else int(features.shape[0])
+            return encode(model, features)
 
-
-def counting() -> Windows:
-    windows = Windows()
-    logger = logging.getLogger("faster_whisper")
-    logger.addHandler(windows)
-    logger.setLevel(logging.DEBUG)
-    logger.propagate = False
-    return windows
+        setattr(WhisperModel, "encode", counted)  # noqa: B010 (a method patched for the count)
 
 
 def bare(path: str, chunk_seconds: int) -> dict[str, Any]:
-    """faster-whisper on the whole file, as a user would run it."""
+    """faster-whisper on the whole file, as a user would run it: `WhisperModel.transcribe`."""
+    return run_bare(path, batched=False)
+
+
+def bare_batched(path: str, chunk_seconds: int) -> dict[str, Any]:
+    """faster-whisper's batched pipeline on the whole file, one window a step."""
+    return run_bare(path, batched=True)
+
+
+def run_bare(path: str, *, batched: bool) -> dict[str, Any]:
+    from faster_whisper import BatchedInferencePipeline
+
     from recall.engines.whisper import available_cpus, bundled_path, load_model
 
-    del chunk_seconds
     model = load_model(str(bundled_path()), available_cpus())
-    windows = counting()
+    windows = Windows()
     wall, cpu = time.perf_counter(), time.process_time()
-    segments, _info = model.transcribe(path, **OPTIONS)
+    if batched:
+        segments, _info = BatchedInferencePipeline(model).transcribe(path, batch_size=1, **OPTIONS)
+    else:
+        segments, _info = model.transcribe(path, **OPTIONS)
     texts = [s.text.strip() for s in segments]
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return {
@@ -106,7 +120,7 @@ def through_recall(path: str, chunk_seconds: int) -> dict[str, Any]:
 
     engine = WhisperEngine(threads=available_cpus(), media=MediaOptions())
     load_model(str(bundled_path()), engine.threads)  # before the clock starts
-    windows = counting()
+    windows = Windows()
     store = MemoryStore(watch_seconds=1.0)
     settings = WorkerSettings(
         id="bench", engine="whisper", idle_exit_seconds=0.5, max_jobs=1, dispatch="queue"
@@ -188,18 +202,24 @@ def side_by_side(repeat: int, workdir: Path, rounds: int = 3) -> dict[str, Any]:
 
     path = workdir / "librivox.wav"
     seconds, said = librivox.recording(path, repeat=repeat)
-    kinds = [("bare", 0), ("recall", 30), ("recall", 300)]
+    kinds = [("bare", 0), ("bare_batched", 0), ("recall", 30), ("recall", 300)]
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {k: [] for k in kinds}
     for _ in range(rounds):  # interleaved, so a busy spell of the machine hits all of them
         for kind, chunk in kinds:
             one_more(kind, str(path), chunk, runs[(kind, chunk)])
     norm = speech.normalise
-    b = runs[("bare", 0)][0]
     out: dict[str, Any] = {"audio_seconds": round(seconds, 1), "rounds": rounds}
-    out["bare_windows"] = b["windows"]
-    out["bare_wall_seconds"] = round(min(x["wall"] for x in runs[("bare", 0)]), 2)
-    out["bare_cpu_seconds"] = round(min(x["cpu"] for x in runs[("bare", 0)]), 2)
-    out["bare_wer"] = round(jiwer.wer(norm(said), norm(b["text"])), 3)
+    texts = {}
+    for kind in ("bare", "bare_batched"):
+        mine = runs[(kind, 0)]
+        texts[kind] = mine[0]["text"]
+        out[f"{kind}_windows"] = mine[0]["windows"]
+        out[f"{kind}_wall_seconds"] = round(min(x["wall"] for x in mine), 2)
+        out[f"{kind}_cpu_seconds"] = round(min(x["cpu"] for x in mine), 2)
+        out[f"{kind}_wer"] = round(jiwer.wer(norm(said), norm(texts[kind])), 3)
+    out["bare_batched_words_same"] = round(
+        1 - jiwer.wer(norm(texts["bare"]), norm(texts["bare_batched"])), 4
+    )
     for chunk in (30, 300):
         mine = runs[("recall", chunk)]
         r = mine[0]
@@ -210,9 +230,13 @@ def side_by_side(repeat: int, workdir: Path, rounds: int = 3) -> dict[str, Any]:
         out[f"{tag}_windows"] = r["windows"]
         out[f"{tag}_wall_seconds"] = round(wall, 2)
         out[f"{tag}_cpu_seconds"] = round(cpu, 2)
-        out[f"{tag}_wall_vs_bare"] = round(wall / out["bare_wall_seconds"] - 1, 3)
-        out[f"{tag}_cpu_vs_bare"] = round(cpu / out["bare_cpu_seconds"] - 1, 3)
-        out[f"{tag}_words_same"] = round(1 - jiwer.wer(norm(b["text"]), norm(r["text"])), 4)
+        for kind in ("bare", "bare_batched"):
+            out[f"{tag}_wall_vs_{kind}"] = round(wall / out[f"{kind}_wall_seconds"] - 1, 3)
+            out[f"{tag}_cpu_vs_{kind}"] = round(cpu / out[f"{kind}_cpu_seconds"] - 1, 3)
+        out[f"{tag}_words_same"] = round(1 - jiwer.wer(norm(texts["bare"]), norm(r["text"])), 4)
+        out[f"{tag}_words_same_batched"] = round(
+            1 - jiwer.wer(norm(texts["bare_batched"]), norm(r["text"])), 4
+        )
         out[f"{tag}_wer"] = round(jiwer.wer(norm(said), norm(r["text"])), 3)
     r = runs[("recall", 30)][0]
     rules = Rules()
@@ -305,7 +329,7 @@ def main() -> int:
     if args.child:
         kind, path, chunk = args.child
         with contextlib.redirect_stdout(sys.stderr):  # logs are not the result
-            run = bare if kind == "bare" else through_recall
+            run = {"bare": bare, "bare_batched": bare_batched}.get(kind, through_recall)
             result = run(path, int(chunk))
         print(json.dumps(result))
         return 0
