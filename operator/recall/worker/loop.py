@@ -28,9 +28,12 @@ Guarantees:
 - A model cache the worker cannot write (`ModelCacheUnwritable`: a hostPath directory it does
   not own, a read-only or full volume) is the worker's fault, not the job's: the job is
   released (Queued at once, its attempt given back, within `maxReleases`), never failed; the
-  worker claims nothing more until a probe (a file created in the cache) passes, every
-  `store_probe_seconds`, and meanwhile its registration says `failed` with the reason, which
-  `recall doctor`'s workers line shows. One job per slot is given back, none is charged.
+  worker claims nothing more until the operation that failed works again: the probe repeats it
+  (the job's model fetched into the cache, or the worker's own model loaded when the start-up
+  load is what failed), first after `store_probe_seconds`, then at doubling intervals up to
+  `CACHE_PROBE_CAP` (a fetch is a download). Meanwhile its registration says `failed` with the
+  reason, which `recall doctor`'s workers line shows. At most one job per slot is given back
+  each time the cache breaks (none when the start-up load found it broken first).
 - SIGTERM (`stop()`): no new claims; the current job may finish within `grace_seconds`,
   otherwise its lease is released so the job is Queued again at once.
 - Drain (`recall.worker.drain`): once the worker answered a drain request `drained` it picks,
@@ -72,6 +75,7 @@ T = TypeVar("T")
 # until a probe write succeeds.
 STORE_REFUSALS = ("StorageAccessDenied", "StorageBucketMissing", "StorageUrlInvalid")
 PROBE_KEY = "scratch/.probe"
+CACHE_PROBE_CAP = 600.0  # seconds between two probes of a model cache at most (each may fetch)
 
 
 class Worker:
@@ -95,7 +99,8 @@ class Worker:
         self.queue: Queue
         self.registration: Registration | None = None
         self.drain = Drain(settings.id)
-        self.preload = Preload(engine)  # its outcome rides on the registration's renewals
+        # Its outcome rides on the registration's renewals; a cache it cannot write stops claims.
+        self.preload = Preload(engine, cache_unwritable=self._preload_cache_unwritable)
         if settings.dispatch == "offers":
             self.queue = OfferQueue(
                 store,
@@ -140,6 +145,8 @@ class Worker:
         self.store_broken: str | None = None  # why the results store refused, until a probe works
         self._next_probe = 0.0
         self.cache_broken: ModelCacheUnwritable | None = None  # until a probe of the cache works
+        self._cache_retry: Callable[[], object] = lambda: None  # repeats what failed on it
+        self._cache_pause = 0.0
         self._next_cache_probe = 0.0
         self._api_backoff = 0.0
         self.jobs_done = 0
@@ -436,27 +443,67 @@ class Worker:
     def _cache_unwritable(self, h: LeaseHolder, error: ModelCacheUnwritable) -> None:
         """Claim nothing more until the cache can be written (set before the release, so no
         slot claims the job again meanwhile), and give the job back."""
-        self._next_cache_probe = time.monotonic() + self.settings.store_probe_seconds
-        self.cache_broken = error
+        job = h.known
+        local_model: Callable[[TranscriptionJob], object] | None = getattr(
+            self.engine, "local_model", None
+        )
+        self._cache_failed(error, (lambda: local_model(job)) if local_model else None)
         h.log.error("model_cache_unwritable", directory=str(error.directory), message=error.message)
         self._release(h)
 
+    def _cache_failed(
+        self, error: ModelCacheUnwritable, retry: Callable[[], object] | None
+    ) -> None:
+        """The cache refused `retry` (what failed, repeated by the probe; None: a file made in
+        the cache is all the probe can try). Also the preload's hand-off."""
+        with self._lock:
+            self._cache_retry = retry or (lambda: probe_cache(error.directory))
+            self._cache_pause = self.settings.store_probe_seconds
+            self._next_cache_probe = time.monotonic() + self._cache_pause
+            self.cache_broken = error
+
+    def _preload_cache_unwritable(self, error: ModelCacheUnwritable) -> None:
+        """The start-up load found the cache unwritable: no job is claimed to be given back;
+        the probe loads the worker's own model again."""
+        preload: Callable[[], object] | None = getattr(self.engine, "preload", None)
+
+        def retry() -> None:
+            assert preload is not None
+            preload()  # raises as the start-up load did
+            self.preload.load_once()  # loaded: the registration's next renewal says so
+
+        self._cache_failed(error, retry if preload else None)
+
     def _probe_cache(self) -> bool:
-        """After `ModelCacheUnwritable`: True once a file can be created in the cache again."""
-        broken = self.cache_broken
-        if broken is None:
-            return True
-        now = time.monotonic()
-        if now < self._next_cache_probe:
-            return False
-        self._next_cache_probe = now + self.settings.store_probe_seconds
+        """After `ModelCacheUnwritable`: True once what failed works again (the probe repeats
+        it: a file in the cache is not enough, a full volume or a lock file of another UID
+        let one be made). A refusal for another reason (the model missing) is not the cache's:
+        the probe passes and the next job meets it as its own."""
+        with self._lock:
+            broken, retry = self.cache_broken, self._cache_retry
+            now = time.monotonic()
+            if broken is None:
+                return True
+            if now < self._next_cache_probe:
+                return False
+            self._cache_pause = min(2 * self._cache_pause, CACHE_PROBE_CAP)
+            self._next_cache_probe = now + self._cache_pause  # one slot probes at a time
         try:
             probe_cache(broken.directory)
+            retry()
         except ModelCacheUnwritable as e:
-            self.log.warning("model_cache_still_unwritable", message=e.message[:300])
+            self.log.warning(
+                "model_cache_still_unwritable",
+                message=e.message[:300],
+                next_probe_seconds=round(self._cache_pause),
+            )
             return False
+        except JobFailure as e:
+            self.log.info("model_cache_probe_refused_otherwise", reason=e.reason)
         self.log.info("model_cache_writable_again", directory=str(broken.directory))
-        self.cache_broken = None
+        with self._lock:
+            if self.cache_broken is broken:
+                self.cache_broken = None
         return True
 
     def _fail(self, h: LeaseHolder, error: JobFailure) -> None:

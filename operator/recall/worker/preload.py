@@ -14,7 +14,9 @@ An engine that loads nothing in this process (the simulated one, an OpenAI-compa
 another model than the worker's loads it when it runs, and its failure is the job's.
 
 Nothing here writes to the API server, nor holds up a claim: a job that comes while the model
-loads waits for the same load (the engine's own lock).
+loads waits for the same load (the engine's own lock). A model cache this process cannot write
+(`ModelCacheUnwritable`) is handed to `cache_unwritable`: the worker then claims nothing until
+the load works (`recall.worker.loop`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 
 from recall.base import log
 from recall.engines.base import Engine
+from recall.engines.models import ModelCacheUnwritable
 from recall.protocol.workers import FAILED, LOADED, LOADING, EngineState
 from recall.resources.errors import JobFailure
 
@@ -33,9 +36,16 @@ _log = log.get("preload")
 class Preload:
     """Loads `engine`'s own model on a thread of its own; `state()` says how far it got."""
 
-    def __init__(self, engine: Engine, *, retry_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        retry_seconds: float = 60.0,
+        cache_unwritable: Callable[[ModelCacheUnwritable], None] = lambda e: None,
+    ) -> None:
         self.engine = engine
         self.retry_seconds = retry_seconds
+        self.cache_unwritable = cache_unwritable  # told when the model cache refused the load
         self._state = EngineState(LOADING)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -61,6 +71,9 @@ class Preload:
             else:
                 model, digest = load()
                 state = EngineState(LOADED, f"{model}@{digest}" if digest else model)
+        except ModelCacheUnwritable as e:  # the worker's own fault: it claims nothing for now
+            state = EngineState(FAILED, error=f"{e.reason}: {e.message}")
+            self.cache_unwritable(e)
         except JobFailure as e:
             state = EngineState(FAILED, error=f"{e.reason}: {e.message}")
         except Exception as e:  # a bug, or an engine's own error: say it, never stop the worker
