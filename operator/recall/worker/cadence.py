@@ -14,8 +14,9 @@ and never sooner, unless a heartbeat falls due first. So:
 - an engine call starts only on a lease proven within `fresh` seconds: one and a half heartbeats,
   so a healthy heartbeater keeps every lease that fresh and the engine never waits for its
   write (at exactly one heartbeat the engine would meet the heartbeater's write in flight once
-  an interval); still well inside the renew deadline, which a holder's settings keep above one
-  and a half heartbeats.
+  an interval), and never more than halfway from the heartbeat to the renew deadline, so an
+  engine call starts with at least half of that margin left (at the default shares of the
+  lease, a third and two thirds, the two bounds meet at half the lease).
 
 Not guaranteed: the cadence says when a write is due, not when it lands; a slow API server
 delays it (the renew deadline bounds how long a holder keeps working without one).
@@ -32,15 +33,21 @@ FRESH_HEARTBEATS = 1.5  # an engine call needs a write sent within this many hea
 class Cadence:
     heartbeat: float
     checkpoint: float
+    renew_deadline: float | None = None  # the holder's; None: no bound beside the heartbeat's
 
     def __post_init__(self) -> None:
         if self.heartbeat <= 0 or self.checkpoint <= 0:
             raise ValueError("the heartbeat and checkpoint intervals must be positive")
+        if self.renew_deadline is not None and self.renew_deadline <= self.heartbeat:
+            raise ValueError("the renew deadline must come after the heartbeat")
 
     @property
     def fresh(self) -> float:
         """How recently a write must have been sent for an engine call to start without one."""
-        return FRESH_HEARTBEATS * self.heartbeat
+        fresh = FRESH_HEARTBEATS * self.heartbeat
+        if self.renew_deadline is not None:
+            fresh = min(fresh, (self.heartbeat + self.renew_deadline) / 2)
+        return fresh
 
     def due(self, *, since_renewal: float, since_checkpoint: float, pending: bool) -> float:
         """Seconds until the next renewal is due; zero or less: now.

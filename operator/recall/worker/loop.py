@@ -374,9 +374,11 @@ class Worker:
     def cadence(self, job: TranscriptionJob) -> Cadence:
         """When the holder of `job` writes: heartbeats at the worker's share of the job's lease,
         checkpoints at the job's `checkpointSeconds` (else the worker's)."""
+        lease = job.spec.lease_duration_seconds
         return Cadence(
-            heartbeat=job.spec.lease_duration_seconds * self.settings.heartbeat_fraction,
+            heartbeat=lease * self.settings.heartbeat_fraction,
             checkpoint=job.spec.checkpoint_seconds or self.settings.checkpoint_seconds,
+            renew_deadline=lease * self.settings.renew_deadline_fraction,
         )
 
     def _engine_thread(self) -> concurrent.futures.ThreadPoolExecutor:

@@ -50,5 +50,10 @@ def test_fresh__leaves_the_heartbeater_half_an_interval_to_land_its_write() -> N
     # An engine call needs a write within `fresh`; the heartbeater sends one every `heartbeat`.
     # Were they equal, the engine would meet the heartbeater's write in flight once an interval.
     assert C.fresh == 60.0 > C.heartbeat
+    # ... and never past halfway from the heartbeat to the renew deadline.
+    assert Cadence(heartbeat=40.0, checkpoint=10.0, renew_deadline=80.0).fresh == 60.0
+    assert Cadence(heartbeat=40.0, checkpoint=10.0, renew_deadline=61.0).fresh == 50.5
+    with pytest.raises(ValueError, match="deadline"):
+        Cadence(heartbeat=40.0, checkpoint=10.0, renew_deadline=40.0)
     with pytest.raises(ValueError, match="positive"):
         Cadence(heartbeat=0, checkpoint=10)
