@@ -191,6 +191,9 @@ def test_claim__a_whole_status_write_keeps_fields_this_version_does_not_know() -
 
 
 def test_checkpoint__given_while_a_renewal_is_in_flight_is_carried_by_the_next() -> None:
+    # (The narrower window, a checkpoint given between the holder's check that the renewal
+    # carried the pending one and its clearing of it, is closed by the pending lock; this test
+    # holds the behaviour, not that window.)
     class Slow(MemoryStore):
         """The store stage makes chunk 2 durable while the renewal carrying chunk 1 is sent."""
 
