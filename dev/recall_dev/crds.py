@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from recall.cli.checks import field_paths
 from recall.kube.store import load_api_client
 from recall_dev.cluster import repo_root
 
@@ -36,19 +37,11 @@ def schema_fields(crd: Mapping[str, Any]) -> set[str]:
     """Every property a CRD's schemas declare, as `<version>.<dotted path>` (an array's items
     `[]`, a map's values `{}`): `v1alpha1.spec.checkpointSeconds`. Two releases' CRDs compare
     by it, and so does a CRD as the API server serves it."""
-    found: set[str] = set()
-
-    def walk(schema: Mapping[str, Any], path: str) -> None:
-        for name, sub in (schema.get("properties") or {}).items():
-            found.add(f"{path}.{name}")
-            walk(sub, f"{path}.{name}")
-        for key, mark in (("items", "[]"), ("additionalProperties", "{}")):
-            if isinstance(schema.get(key), Mapping):
-                walk(schema[key], path + mark)
-
-    for version in crd["spec"]["versions"]:
-        walk((version.get("schema") or {}).get("openAPIV3Schema") or {}, str(version["name"]))
-    return found
+    return {
+        f"{version['name']}{path}"
+        for version in crd["spec"]["versions"]
+        for path in field_paths((version.get("schema") or {}).get("openAPIV3Schema") or {}, {})
+    }
 
 
 def install_crds(
