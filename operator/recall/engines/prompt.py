@@ -1,8 +1,11 @@
 """What an engine is prompted with: the job's vocabulary and the text of the chunk before. Pure.
 
 Whisper's prompt holds about 220 tokens; both parts are cut to about 100 tokens each (400
-characters): the vocabulary's first phrases (so list the most important first), the context's
-last whole words (what was said just before the chunk). A context that repeats itself (a
+characters by default): the vocabulary's first phrases (so list the most important first), the
+context's last whole words (what was said just before the chunk). The local Whisper engine
+gives the context less room (`engines.whisper.WHISPER_CONTEXT_CHARACTERS`, 200: a longer one
+made it skip the start of a chunk the prompt already held); the OpenAI-compatible one takes
+the default. A context that repeats itself (a
 compression ratio above `REPETITIVE`, Whisper's own test for a decoding stuck in a loop) is
 left out: prompting with it would carry the loop into the next chunk.
 """

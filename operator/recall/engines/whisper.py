@@ -43,8 +43,8 @@ Contract:
   alone starts a word where the silence before it starts.
 - Prompting: the job's vocabulary goes to the model as `hotwords` (its first phrases, as
   `recall.engines.prompt` cuts them), and the last words of the text before the call
-  (`context`, from the checkpoint on a resume) that fit `CONTEXT_CHARACTERS` (200: the last
-  sentence or two, what was said just before) as `initial_prompt` of every window. Not the
+  (`context`, from the checkpoint on a resume) that fit `WHISPER_CONTEXT_CHARACTERS` (200:
+  the last sentence or two, what was said just before) as `initial_prompt` of every window. Not the
   whole chunk before (400 characters is about 30 s of speech): a prompt that holds what a
   window starts with makes the model skip it. On the LibriVox recording, which repeats itself
   every 28.7 s, tiny.en skipped the first 19 s of every chunk whose start a prompt of 400 or
@@ -145,7 +145,7 @@ ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "m
 NO_SPEECH, LOW_LOGPROB = 0.6, -1.0  # Whisper's silence rule (faster-whisper's defaults)
 # A window that leaves this much of its speech farther than REACH from every word lost words.
 LOST_SECONDS, REACH = 2.0, 0.5
-CONTEXT_CHARACTERS = 200  # of the text before, in a window's prompt (see the contract)
+WHISPER_CONTEXT_CHARACTERS = 200  # of the text before, in a window's prompt (see the contract)
 
 _log = log.get("engine")
 # (directory, threads, device, compute type, streams) -> faster_whisper.WhisperModel
@@ -685,7 +685,7 @@ class WhisperEngine:
         out: list[list[Segment]] = [[] for _ in chunks]
         if not windows:
             return out  # no speech in the call: no model time
-        prompt = prompt_of(context, CONTEXT_CHARACTERS)
+        prompt = prompt_of(context, WHISPER_CONTEXT_CHARACTERS)
         results = self._decoded(model, chunks, windows, language=lang, prompt=prompt, job=job)
         keep_words = wants_words(job)
         sounds: dict[int, list[tuple[float, float]]] = {}
@@ -858,7 +858,7 @@ class WhisperEngine:
             # Each 30 s window starts afresh: conditioning on the one before only spreads a
             # repetition loop. The text before the call is the prompt.
             condition_on_previous_text=False,
-            initial_prompt=prompt_of(context, CONTEXT_CHARACTERS),
+            initial_prompt=prompt_of(context, WHISPER_CONTEXT_CHARACTERS),
             hotwords=hotwords(job.spec.vocabulary),
             word_timestamps=words,
         )

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from recall.engines import whisper
-from recall.engines.whisper import CONTEXT_CHARACTERS, RATE, WhisperEngine, unreached
+from recall.engines.whisper import RATE, WHISPER_CONTEXT_CHARACTERS, WhisperEngine, unreached
 from recall.media.types import Chunk
 from recall.resources import TranscriptionJob
 
@@ -210,7 +210,7 @@ def test_transcribe__a_prompted_window_that_skips_speech_is_decoded_again_withou
         chunk_of(30), language="en", cancel=threading.Event(), job=job, attempt=1, context=context
     )
     first, again = pipeline.calls
-    assert len(first["initial_prompt"]) <= CONTEXT_CHARACTERS
+    assert len(first["initial_prompt"]) <= WHISPER_CONTEXT_CHARACTERS
     assert again["initial_prompt"] is None and len(again["clip_timestamps"]) == 1
     assert [s.start for s in found] == pytest.approx([1.0], abs=0.011)  # the window's start
     # Without a prompt there is nothing to decode again without: one call.
