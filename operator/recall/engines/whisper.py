@@ -183,9 +183,10 @@ def load_model(source: str, threads: int, placement: Placement = CPU, streams: i
 
     `streams`: calls the model runs at once (a worker's slots, each calling from its own
     thread): CTranslate2 keeps that many replicas, so the calls run side by side instead of
-    one after the other. On a CPU the `threads` are shared among them (each replica has its
-    own), so the process uses `threads` CPUs in all, whatever its slots; on a GPU every
-    replica works on the one device.
+    one after the other. On a CPU the `threads` are split among them (each replica has
+    `threads // streams` of its own, at least one), so the process uses about `threads`
+    CPUs whatever its slots (one each when slots outnumber them); on a GPU every replica
+    works on the one device.
     """
     streams = max(1, streams)
     key = (source, threads, placement.device, placement.compute_type, streams)
