@@ -111,7 +111,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from recall.bucket import Stores
     from recall.engines.base import Engine
     from recall.engines.simulated import SimulatedEngine
-    from recall.engines.whisper import WhisperEngine, available_cpus, load_model, resolve_model
+    from recall.engines.whisper import WhisperEngine, available_cpus, bundled_path, load_model
     from recall.kube.memory import MemoryStore
     from recall.media import MediaOptions
     from recall.worker.loop import Worker
@@ -120,7 +120,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     engine: Engine
     if spec["engine"] == "whisper":
         whisper = WhisperEngine(threads=available_cpus(), media=media)
-        load_model(resolve_model(None)[0], whisper.threads)  # before the clock starts
+        load_model(str(bundled_path()), whisper.threads)  # before the clock starts
         engine = whisper
     else:
         engine = SimulatedEngine(
