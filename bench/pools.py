@@ -66,8 +66,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
     )
     lines += [
         f"| GPU workers wanted / GPUs on the node | {section['gpu_workers_wanted']} / "
-        f"{section['gpus_on_the_node']} (the third Pending: "
-        f"{section['unschedulable'].split(':')[-1].strip()}) |",
+        f"{section['gpus_on_the_node']} (the third Pending: {_why(section['unschedulable'])}) |",
         f"| worker pods per node | {pods} |",
         f"| jobs (GPU pool, default pool) | {section['jobs']['gpu']}, "
         f"{section['jobs']['default']} |",
@@ -75,3 +74,9 @@ def markdown(section: dict[str, Any]) -> list[str]:
         "",
     ]
     return lines
+
+
+def _why(message: str) -> str:
+    """The scheduler's reasons of an unschedulable pod's message, without its preemption part."""
+    reasons = message.split("available:", 1)[-1].split(". preemption", 1)[0]
+    return reasons.strip().rstrip(".")

@@ -330,7 +330,12 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
 
         lines += ["## Side by side", "", render_markdown({"recall": mine, **compared}), ""]
     lines += _etcd(results.get("etcd") or {})
-    for name in ("engine", "longfile", "transcripts"):
+    transcripts = results.get("transcripts") or {}
+    if transcripts and not _error(transcripts):
+        from bench import transcripts as transcripts_section
+
+        lines += transcripts_section.markdown(transcripts)
+    for name in ("engine", "longfile"):
         section = results.get(name)
         if section and not _error(section):
             lines += [f"## {name}", ""]

@@ -342,3 +342,62 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:+.1f} %"
+
+
+def markdown(section: dict[str, Any]) -> list[str]:
+    """The transcripts section of docs/benchmarks.md."""
+    s = section
+    lines = [
+        "## Transcripts side by side with faster-whisper",
+        "",
+        f"The same real recording ({s['audio_seconds']} s of LibriVox read speech), the same model "
+        "(bundled tiny.en), threads and options (beam 2, the VAD filter, word timestamps, "
+        "English): faster-whisper run directly on the whole file two ways, and a job through "
+        "the real worker loop at 30 s chunks (the default) and 300 s chunks. Fastest of "
+        f"{s['rounds']} interleaved rounds; CPU seconds are the process's; the percentages are "
+        "against `WhisperModel.transcribe`, then against the batched pipeline.",
+        "",
+        "| run | decoding windows | wall s | CPU s | WER | same words as `transcribe` |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| faster-whisper `WhisperModel.transcribe` | {s['bare_windows']} | "
+        f"{s['bare_wall_seconds']} | {s['bare_cpu_seconds']} | {s['bare_wer']} | — |",
+        f"| faster-whisper `BatchedInferencePipeline`, batch 1 | {s['bare_batched_windows']} | "
+        f"{s['bare_batched_wall_seconds']} | {s['bare_batched_cpu_seconds']} | "
+        f"{s['bare_batched_wer']} | {s['bare_batched_words_same']} |",
+    ]
+    for chunk in (30, 300):
+        k = f"recall_{chunk}s"
+        lines.append(
+            f"| recall, {chunk} s chunks ({s[k + '_chunks']}) | {s[k + '_windows']} | "
+            f"{s[k + '_wall_seconds']} ({_pct(s[k + '_wall_vs_bare'])}, "
+            f"{_pct(s.get(k + '_wall_vs_bare_batched'))}) | {s[k + '_cpu_seconds']} "
+            f"({_pct(s[k + '_cpu_vs_bare'])}, {_pct(s.get(k + '_cpu_vs_bare_batched'))}) | "
+            f"{s[k + '_wer']} | {s[k + '_words_same']} |"
+        )
+    lines += [
+        "",
+        "| check | figure |",
+        "| --- | --- |",
+        f"| SRT cues of recall's run breaking the rules (42 characters a line, 2 lines, 7 s, the "
+        f"gap) | {s['cues_breaking_rules']} of {s['cues']} |",
+        f"| the same rules, one cue per Whisper segment (how cues were cut before) | "
+        f"{s['segment_cues_breaking_rules']} of {s['segment_cues']} (longest line "
+        f"{s['segment_cues_longest_line']} characters, longest cue "
+        f"{s['segment_cues_longest_seconds']} s) |",
+        f"| word start error on synthesized words with known silences: within 0.25 s, 0.1 s | "
+        f"{100 * s['timing_within_0_25_s']:.1f} %, {100 * s['timing_within_0_1_s']:.1f} % of "
+        f"{s['timing_words_matched']} matched words ({s['timing_words']} said); median "
+        f"{s['timing_median_abs_seconds']} s, p90 {s['timing_p90_abs_seconds']} s |",
+        f"| error rate on six invented names, without and with them as the vocabulary | "
+        f"{100 * s['names_error_without_vocabulary']:.0f} %, "
+        f"{100 * s['names_error_with_vocabulary']:.0f} % |",
+        "",
+    ]
+    return lines
