@@ -360,11 +360,13 @@ def plot(section: dict[str, Any], directory: Any) -> bool:
     writes = [single_runs[k]["lease_writes_per_job"] for k in labels]
     chunks = [single_runs[k]["chunks_per_job"] for k in labels]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.bar(labels, shares, color="tab:blue")
+    bars = left.bar(labels, shares, color="tab:blue")
+    left.bar_label(bars, labels=[f"{x:.1f} %" for x in shares])
     left.axhline(5, color="grey", linestyle=":", label="goal at 600×: 5 %")
     left.set(ylabel="% of the job's wall time", title="The control plane's share")
     left.legend()
-    right.bar(labels, writes, color="tab:orange", label="lease writes per job")
+    bars = right.bar(labels, writes, color="tab:orange", label="lease writes per job")
+    right.bar_label(bars, labels=[f"{x:g}" for x in writes])
     right.plot(labels, chunks, "k.--", label="chunks per job (one write each, before)")
     right.set(yscale="log", ylabel="per job", title="Lease writes per job")
     right.legend()
