@@ -62,6 +62,12 @@ def test_dev_up_kind__the_readmes_helm_install_works_as_written(tmp_path: Path) 
         for pod in pods:
             ready = [c for c in pod["status"]["conditions"] if c["type"] == "Ready"]
             assert ready and ready[0]["status"] == "True", pod["metadata"]["name"]
+        # The README's next line: `recall doctor` in a pod, every check passing.
+        run("helm", "test", "recall", "--namespace", "recall")
+        said = run("kubectl", "logs", "-n", "recall", "recall-doctor").splitlines()
+        checks = {line.split()[1]: line.split()[0] for line in said if line[:2] in ("ok", "FA")}
+        assert set(checks) >= {"crds", "operator", "store", "workers", "engines", "apf", "access"}
+        assert set(checks.values()) == {"ok"}, said
         crd = json.loads(run("kubectl", "get", "crd", "transcriptionjobs.recall.dev", "-o", "json"))
         assert crd["metadata"]["annotations"]["meta.helm.sh/release-name"] == "recall"
         status = json.loads(recall("dev", "status", "--dir", str(workdir), cwd=ROOT, env=env))
