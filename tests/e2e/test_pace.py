@@ -95,6 +95,12 @@ def test_fast_job__writes_follow_its_wall_time_and_name_only_durable_chunks(
     assert versions.done.wait(30), "the watch did not see the job succeed"
     assert versions.missing == []
 
+    # The worker logs its completion after the API server has answered the write.
+    wait_for(
+        lambda: any(e.get("event") == "completed" for e in worker.events()),
+        timeout=30,
+        message=procs.dump,
+    )
     events = worker.events()
     done = completed(events)
     claimed = next(e for e in events if e.get("event") == "claimed")
