@@ -59,9 +59,10 @@ class Profile:
     max_attempts: int = 8
     tick_seconds: float = 0.5
     # Added to the kill -> Queued bound of lease + 2 ticks: the short profile runs inside
-    # `make test`, beside another test process on the same 2 cores, where the operator's
-    # wake-up at an expiry has been seen 1.75 s late. A reclaim left to the full reconcile
-    # (30 s) or to a stopped timer still fails the bound.
+    # `make test`, beside another test process on the same 2 cores, where reclaims have been
+    # seen 2.2 s late (the operator's watch and wake-ups slowed by the other test's API server
+    # and workers). A reclaim left to the full reconcile (30 s) still fails the bound; `make
+    # chaos` runs alone, without slack.
     reclaim_slack: float = 0.0
     reconcile_interval: float = 30.0  # the operator's full reconcile; items converge within it
     # leader election of the two operators: short, so that takeovers happen within a run
@@ -94,7 +95,7 @@ PROFILES: dict[str, Profile] = {
         fault_interval=1.5,
         etcd_restarts=1,
         apiserver_restarts=1,
-        reclaim_slack=1.5,
+        reclaim_slack=2.5,
     ),
     # a few minutes per seed: `make chaos`
     "long": Profile(
