@@ -1,20 +1,24 @@
 """Helpers for unit tests on the memory store: a hand-driven clock, manifests, a synced
-controller. No API server."""
+controller, a recording engine and a worker that runs one job. No API server."""
 
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from recall.base.settings import OperatorSettings, StoreSettings
+from recall.base.settings import OperatorSettings, StoreSettings, WorkerSettings
 from recall.bucket import Bucket, Stores
+from recall.engines.simulated import SimulatedEngine
 from recall.kube.memory import MemoryStore
+from recall.media.types import Chunk, Segment
 from recall.operator.controller import Controller
 from recall.protocol.workers import SELECTOR
-from recall.resources import API_VERSION, Part, Result
+from recall.resources import API_VERSION, Part, Result, TranscriptionJob
 from recall.worker.holder import LeaseHolder
+from recall.worker.loop import Worker
 
 NS = "default"
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
@@ -101,6 +105,51 @@ class Operator:
         self.controller.results.run_once()  # publish and collect, as its own thread does
         self.sync()
         return reports
+
+
+@dataclass(frozen=True)
+class EngineCall:
+    """What one transcribe call was given."""
+
+    attempt: int
+    chunk: int
+    language: str | None
+    context: str
+
+
+class RecordingEngine(SimulatedEngine):
+    """The simulated engine, remembering what each transcribe call was given (`calls`)."""
+
+    def __init__(self, chunks: int) -> None:
+        super().__init__(chunks=chunks, chunk_delay_seconds=0)
+        self.calls: list[EngineCall] = []
+
+    def transcribe(
+        self,
+        chunk: Chunk,
+        *,
+        language: str | None,
+        cancel: threading.Event,
+        job: TranscriptionJob,
+        attempt: int,
+        context: str = "",
+    ) -> list[Segment]:
+        self.calls.append(EngineCall(attempt, chunk.index, language, context))
+        return super().transcribe(
+            chunk, language=language, cancel=cancel, job=job, attempt=attempt, context=context
+        )
+
+
+def run_one_job(store: MemoryStore, engine: SimulatedEngine, results: Bucket) -> None:
+    """A worker of the real loop that does one job on `store` and exits."""
+    settings = WorkerSettings(
+        id="w1", engine="simulated", idle_exit_seconds=1.0, self_serve_seconds=0.2, max_jobs=1
+    )
+    worker = Worker(store, settings, engine, namespace=NS, results=results)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "the worker did not finish"
 
 
 def memory_bucket(name: str = "results") -> Bucket:

@@ -4,45 +4,22 @@ memory store, with an engine double that records every `context`."""
 
 from __future__ import annotations
 
-import threading
-
-from recall.base.settings import WorkerSettings
-from recall.bucket import Bucket
-from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
 from recall.kube.memory import MemoryStore
 from recall.media.types import Chunk, Segment
 from recall.protocol import lease
 from recall.resources import Phase, TranscriptionJob
-from recall.worker.loop import Worker
-from tests.unit.fakes import NS, job_manifest, memory_bucket
+from tests.unit.fakes import NS, RecordingEngine, job_manifest, memory_bucket, run_one_job
 
 CHUNKS = 6
 SILENT = {1, 2, 4}  # chunks without speech: no segment
 
 
-class Recording(SimulatedEngine):
-    """Text for chunks 0 and 3 and 5 (the same whatever the job), none for the silent ones;
-    remembers the context of each call as (attempt, chunk, context)."""
+class Recording(RecordingEngine):
+    """Text for chunks 0 and 3 and 5 (the same whatever the job), none for the silent ones."""
 
     def __init__(self) -> None:
-        super().__init__(chunks=CHUNKS, chunk_delay_seconds=0)
-        self.contexts: list[tuple[int, int, str]] = []
-
-    def transcribe(
-        self,
-        chunk: Chunk,
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[Segment]:
-        self.contexts.append((attempt, chunk.index, context))
-        return super().transcribe(
-            chunk, language=language, cancel=cancel, job=job, attempt=attempt, context=context
-        )
+        super().__init__(chunks=CHUNKS)
 
     def _segments(self, job: TranscriptionJob, chunk: Chunk) -> list[Segment]:
         if chunk.index in SILENT:
@@ -52,17 +29,6 @@ class Recording(SimulatedEngine):
             Segment(start=1.0, end=2.0, text=" "),
             Segment(start=2.0, end=3.0, text=f"It ends {chunk.index}. "),
         ]
-
-
-def run(store: MemoryStore, engine: Recording, results: Bucket) -> None:
-    settings = WorkerSettings(
-        id="w1", engine="simulated", idle_exit_seconds=1.0, self_serve_seconds=0.2, max_jobs=1
-    )
-    worker = Worker(store, settings, engine, namespace=NS, results=results)
-    t = threading.Thread(target=worker.run)
-    t.start()
-    t.join(30)
-    assert not t.is_alive(), "the worker did not finish"
 
 
 def transcribe(simulate: dict[str, object], attempts: int) -> list[tuple[int, int, str]]:
@@ -80,13 +46,13 @@ def transcribe(simulate: dict[str, object], attempts: int) -> list[tuple[int, in
                 fenced_write(
                     store, NS, "talk", lambda j: lease.end_backoff(j.status), action="end_backoff"
                 )
-            run(store, engine, results)
+            run_one_job(store, engine, results)
         job = store.get_job(NS, "talk")
         assert job is not None and job.status.phase == Phase.SUCCEEDED, store.dump()
         assert job.status.result is not None and job.status.result.attempt == attempts
     finally:
         store.close()
-    return engine.contexts
+    return [(c.attempt, c.chunk, c.context) for c in engine.calls]
 
 
 def test_context__the_first_chunk_after_a_resume_gets_what_an_uninterrupted_attempt_gives() -> None:

@@ -7,12 +7,11 @@ import json
 import threading
 from pathlib import Path
 
-from recall.base.settings import WorkerSettings
 from recall.engines.base import Detected
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
 from recall.kube.memory import MemoryStore
-from recall.media.types import Chunk, Segment
+from recall.media.types import Chunk
 from recall.protocol import lease
 from recall.resources import Phase, TranscriptionJob
 from recall.transcripts import (
@@ -23,49 +22,21 @@ from recall.transcripts import (
     parse_scratch,
     render,
 )
-from recall.worker.loop import Worker
-from tests.unit.fakes import NS, job_manifest, memory_bucket
+from tests.unit.fakes import NS, RecordingEngine, job_manifest, memory_bucket, run_one_job
 
 
-class Detecting(SimulatedEngine):
+class Detecting(RecordingEngine):
     """Hears no speech in chunk 0, French from chunk 1 on; remembers who asked what."""
 
     def __init__(self) -> None:
-        super().__init__(chunks=6, chunk_delay_seconds=0)
+        super().__init__(chunks=6)
         self.asked: list[tuple[int, int]] = []  # (attempt, chunk) of each detect_language
-        self.languages: list[tuple[int, int, str | None]] = []  # (attempt, chunk, language)
 
     def detect_language(
         self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
     ) -> Detected | None:
         self.asked.append((job.status.attempts, chunk.index))
         return None if chunk.index == 0 else Detected("fr", 0.93)
-
-    def transcribe(
-        self,
-        chunk: Chunk,
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[Segment]:
-        self.languages.append((attempt, chunk.index, language))
-        return super().transcribe(
-            chunk, language=language, cancel=cancel, job=job, attempt=attempt, context=context
-        )
-
-
-def run(store: MemoryStore, engine: SimulatedEngine, results: object) -> None:
-    settings = WorkerSettings(
-        id="w1", engine="simulated", idle_exit_seconds=1.0, self_serve_seconds=0.2, max_jobs=1
-    )
-    worker = Worker(store, settings, engine, namespace=NS, results=results)  # type: ignore[arg-type]
-    t = threading.Thread(target=worker.run)
-    t.start()
-    t.join(30)
-    assert not t.is_alive(), "the worker did not finish"
 
 
 def test_language__detected_once_at_the_first_speech_and_kept_across_a_resume(
@@ -84,17 +55,17 @@ def test_language__detected_once_at_the_first_speech_and_kept_across_a_resume(
         job_manifest("talk", language="auto", engine={"name": "simulated", "simulate": simulate}),
     )
     engine = Detecting()
-    run(store, engine, results)  # attempt 1 fails at chunk 4, after storing chunks 0-3
+    run_one_job(store, engine, results)  # attempt 1 fails at chunk 4, after storing chunks 0-3
     fenced_write(store, NS, "talk", lambda j: lease.end_backoff(j.status), action="end_backoff")
-    run(store, engine, results)  # attempt 2 resumes at chunk 4
+    run_one_job(store, engine, results)  # attempt 2 resumes at chunk 4
     job = store.get_job(NS, "talk")
     assert job is not None and job.status.phase == Phase.SUCCEEDED, store.dump()
     assert job.status.result is not None and job.status.result.attempt == 2
 
     assert engine.asked == [(1, 0), (1, 1)]  # chunk 0 had no speech; never asked again
-    assert [lang for a, c, lang in engine.languages if c == 0] == ["auto"]
-    assert all(lang == "fr" for a, c, lang in engine.languages if c > 0)
-    assert {c for a, c, _ in engine.languages if a == 2} == {4, 5}  # resumed, not redone
+    assert [c.language for c in engine.calls if c.chunk == 0] == ["auto"]
+    assert all(c.language == "fr" for c in engine.calls if c.chunk > 0)
+    assert {c.chunk for c in engine.calls if c.attempt == 2} == {4, 5}  # resumed, not redone
 
     result = job.status.result
     assert (result.language, result.language_probability) == ("fr", 0.93)
@@ -125,7 +96,7 @@ def transcribed(
     store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
     store.create_job(NS, job_manifest("talk", **spec))
     try:
-        run(store, engine, results)
+        run_one_job(store, engine, results)
         job = store.get_job(NS, "talk")
         assert job is not None and job.status.phase == Phase.SUCCEEDED, store.dump()
         assert job.status.result is not None
