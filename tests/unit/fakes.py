@@ -1,22 +1,24 @@
 """Helpers for unit tests on the memory store: a hand-driven clock, manifests, a synced
-controller, a recording engine and a worker that runs one job. No API server."""
+controller, the simulated engine's record of its calls and a worker that runs one job. No API
+server."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from recall.base.settings import OperatorSettings, StoreSettings, WorkerSettings
 from recall.bucket import Bucket, Stores
 from recall.engines.simulated import SimulatedEngine
 from recall.kube.memory import MemoryStore
-from recall.media.types import Chunk, Segment
 from recall.operator.controller import Controller
 from recall.protocol.workers import SELECTOR
-from recall.resources import API_VERSION, Part, Result, TranscriptionJob
+from recall.resources import API_VERSION, Part, Result
 from recall.worker.holder import LeaseHolder
 from recall.worker.loop import Worker
 
@@ -109,7 +111,7 @@ class Operator:
 
 @dataclass(frozen=True)
 class EngineCall:
-    """What one transcribe call was given."""
+    """What one transcribe call was given, as the simulated engine records it (`record_path`)."""
 
     attempt: int
     chunk: int
@@ -117,27 +119,13 @@ class EngineCall:
     context: str
 
 
-class RecordingEngine(SimulatedEngine):
-    """The simulated engine, remembering what each transcribe call was given (`calls`)."""
-
-    def __init__(self, chunks: int) -> None:
-        super().__init__(chunks=chunks, chunk_delay_seconds=0)
-        self.calls: list[EngineCall] = []
-
-    def transcribe(
-        self,
-        chunk: Chunk,
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[Segment]:
-        self.calls.append(EngineCall(attempt, chunk.index, language, context))
-        return super().transcribe(
-            chunk, language=language, cancel=cancel, job=job, attempt=attempt, context=context
-        )
+def engine_calls(record: Path) -> list[EngineCall]:
+    """The calls a `SimulatedEngine(record_path=record)` made, in order."""
+    lines = record.read_text().splitlines() if record.exists() else []
+    return [
+        EngineCall(r["attempt"], r["chunk"], r["language"], r["context"])
+        for r in map(json.loads, lines)
+    ]
 
 
 def run_one_job(store: MemoryStore, engine: SimulatedEngine, results: Bucket) -> None:

@@ -141,7 +141,6 @@ class SimulatedEngine:
         attempt: int,
         context: str = "",
     ) -> list[Segment]:
-        del language, context
         spec = self._spec(job)
         if chunk.index == 0 and spec.block_seconds:
             # A truly blocking call: it ignores `cancel`, like a C extension would.
@@ -149,7 +148,7 @@ class SimulatedEngine:
         if spec.chunk_delay_seconds:
             cancel.wait(spec.chunk_delay_seconds)
         self._fail_if_asked(spec, chunk, attempt)
-        self._record(job, attempt, chunk)
+        self._record(job, attempt, chunk, language, context)
         return self._segments(job, chunk)
 
     def transcribe_batch(
@@ -164,14 +163,13 @@ class SimulatedEngine:
     ) -> list[list[Segment]]:
         """One call for the batch, as a batched GPU engine makes: the first chunk costs its
         delay, each further one `batch_cost` of it."""
-        del language, context
         spec = self._spec(job)
         if spec.chunk_delay_seconds and chunks:
             cancel.wait(spec.chunk_delay_seconds * (1 + (len(chunks) - 1) * self.batch_cost))
         out = []
         for chunk in chunks:
             self._fail_if_asked(spec, chunk, attempt)
-            self._record(job, attempt, chunk)
+            self._record(job, attempt, chunk, language, context)
             out.append(self._segments(job, chunk))
         return out
 
@@ -223,15 +221,15 @@ class SimulatedEngine:
             out.append(Segment(start=i * length, end=(i + 1) * length, text=text))
         return out
 
-    def _record(self, job: TranscriptionJob, attempt: int, chunk: Chunk) -> None:
+    def _record(
+        self, job: TranscriptionJob, attempt: int, chunk: Chunk, language: str | None, context: str
+    ) -> None:
+        """A line of `record_path` for a chunk transcribed: who asked, and what it was given."""
         if self.record_path is None:
             return
-        line = (
-            json.dumps(
-                {"job": job.name, "attempt": attempt, "chunk": chunk.index, "pid": os.getpid()}
-            )
-            + "\n"
-        )
+        call = {"job": job.name, "attempt": attempt, "chunk": chunk.index, "pid": os.getpid(),
+                "language": language, "context": context}  # fmt: skip
+        line = json.dumps(call) + "\n"
         fd = os.open(self.record_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())

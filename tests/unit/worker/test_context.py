@@ -4,22 +4,26 @@ memory store, with an engine double that records every `context`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
 from recall.kube.memory import MemoryStore
 from recall.media.types import Chunk, Segment
 from recall.protocol import lease
 from recall.resources import Phase, TranscriptionJob
-from tests.unit.fakes import NS, RecordingEngine, job_manifest, memory_bucket, run_one_job
+from tests.unit.fakes import NS, engine_calls, job_manifest, memory_bucket, run_one_job
 
 CHUNKS = 6
 SILENT = {1, 2, 4}  # chunks without speech: no segment
 
 
-class Recording(RecordingEngine):
-    """Text for chunks 0 and 3 and 5 (the same whatever the job), none for the silent ones."""
+class Recording(SimulatedEngine):
+    """Text for chunks 0 and 3 and 5 (the same whatever the job), none for the silent ones;
+    records every call in `record`."""
 
-    def __init__(self) -> None:
-        super().__init__(chunks=CHUNKS)
+    def __init__(self, record: Path) -> None:
+        super().__init__(chunks=CHUNKS, chunk_delay_seconds=0, record_path=record)
 
     def _segments(self, job: TranscriptionJob, chunk: Chunk) -> list[Segment]:
         if chunk.index in SILENT:
@@ -31,9 +35,11 @@ class Recording(RecordingEngine):
         ]
 
 
-def transcribe(simulate: dict[str, object], attempts: int) -> list[tuple[int, int, str]]:
+def transcribe(
+    simulate: dict[str, object], attempts: int, record: Path
+) -> list[tuple[int, int, str]]:
     """The contexts the engine was given for one job run `attempts` times."""
-    store, results, engine = MemoryStore(watch_seconds=1.0), memory_bucket(), Recording()
+    store, results, engine = MemoryStore(watch_seconds=1.0), memory_bucket(), Recording(record)
     store.create_job(
         NS,
         job_manifest(
@@ -52,14 +58,16 @@ def transcribe(simulate: dict[str, object], attempts: int) -> list[tuple[int, in
         assert job.status.result is not None and job.status.result.attempt == attempts
     finally:
         store.close()
-    return [(c.attempt, c.chunk, c.context) for c in engine.calls]
+    return [(c.attempt, c.chunk, c.context) for c in engine_calls(record)]
 
 
-def test_context__the_first_chunk_after_a_resume_gets_what_an_uninterrupted_attempt_gives() -> None:
+def test_context__the_first_chunk_after_a_resume_gets_what_an_uninterrupted_attempt_gives(
+    tmp_path: Path,
+) -> None:
     """Chunks 0 and 3 speak, 1, 2 and 4 are silent; attempt 1 fails at chunk 3 after storing
     chunks 0-2. Resumed at chunk 3, the engine gets chunk 0's text (the last chunk with text),
     as the uninterrupted attempt gave it, not the silent chunk 2's nothing."""
-    whole = transcribe({}, attempts=1)
+    whole = transcribe({}, attempts=1, record=tmp_path / "whole.jsonl")
     assert [(c, context) for _, c, context in whole] == [
         (0, ""),
         (1, "Chunk 0 speaks. It ends 0."),
@@ -69,7 +77,7 @@ def test_context__the_first_chunk_after_a_resume_gets_what_an_uninterrupted_atte
         (5, "Chunk 3 speaks. It ends 3."),
     ]
     failing = {"failure": "retriable", "failAtChunk": 3, "failAttempts": 1}
-    resumed = transcribe(failing, attempts=2)
+    resumed = transcribe(failing, attempts=2, record=tmp_path / "resumed.jsonl")
     second = [(c, context) for a, c, context in resumed if a == 2]
     assert [c for c, _ in second] == [3, 4, 5]  # resumed at chunk 3, chunks 0-2 not redone
     assert second == [(c, context) for _, c, context in whole if c >= 3]

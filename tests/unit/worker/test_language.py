@@ -22,14 +22,15 @@ from recall.transcripts import (
     parse_scratch,
     render,
 )
-from tests.unit.fakes import NS, RecordingEngine, job_manifest, memory_bucket, run_one_job
+from tests.unit.fakes import NS, engine_calls, job_manifest, memory_bucket, run_one_job
 
 
-class Detecting(RecordingEngine):
-    """Hears no speech in chunk 0, French from chunk 1 on; remembers who asked what."""
+class Detecting(SimulatedEngine):
+    """Hears no speech in chunk 0, French from chunk 1 on; remembers who asked what (and
+    records every transcribe call in `record`)."""
 
-    def __init__(self) -> None:
-        super().__init__(chunks=6)
+    def __init__(self, record: Path) -> None:
+        super().__init__(chunks=6, chunk_delay_seconds=0, record_path=record)
         self.asked: list[tuple[int, int]] = []  # (attempt, chunk) of each detect_language
 
     def detect_language(
@@ -54,7 +55,8 @@ def test_language__detected_once_at_the_first_speech_and_kept_across_a_resume(
         NS,
         job_manifest("talk", language="auto", engine={"name": "simulated", "simulate": simulate}),
     )
-    engine = Detecting()
+    recorded = tmp_path / "calls.jsonl"
+    engine = Detecting(recorded)
     run_one_job(store, engine, results)  # attempt 1 fails at chunk 4, after storing chunks 0-3
     fenced_write(store, NS, "talk", lambda j: lease.end_backoff(j.status), action="end_backoff")
     run_one_job(store, engine, results)  # attempt 2 resumes at chunk 4
@@ -63,9 +65,10 @@ def test_language__detected_once_at_the_first_speech_and_kept_across_a_resume(
     assert job.status.result is not None and job.status.result.attempt == 2
 
     assert engine.asked == [(1, 0), (1, 1)]  # chunk 0 had no speech; never asked again
-    assert [c.language for c in engine.calls if c.chunk == 0] == ["auto"]
-    assert all(c.language == "fr" for c in engine.calls if c.chunk > 0)
-    assert {c.chunk for c in engine.calls if c.attempt == 2} == {4, 5}  # resumed, not redone
+    calls = engine_calls(recorded)
+    assert [c.language for c in calls if c.chunk == 0] == ["auto"]
+    assert all(c.language == "fr" for c in calls if c.chunk > 0)
+    assert {c.chunk for c in calls if c.attempt == 2} == {4, 5}  # resumed, not redone
 
     result = job.status.result
     assert (result.language, result.language_probability) == ("fr", 0.93)
