@@ -136,23 +136,20 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("RECALL_REPO", str(root))
 
 
-# The longest files first: `make test` hands whole files to two processes (pytest-xdist's
-# loadfile, with --no-loadscope-reorder: by default it hands out the files with the most tests
-# first), and a long file handed out last would run alone at the end.
-LONGEST_FIRST = (
-    "tests/e2e/test_big_batch.py",
-    "tests/e2e/kind/test_kind.py",
-)
-# The short chaos run last: its reclaim bound is a real-time one, and beside the 3,000-item
+# The longest files first (rank 0, 1; every other file 2): `make test` hands whole files to two
+# processes (pytest-xdist's loadfile, with --no-loadscope-reorder: by default it hands out the
+# files with the most tests first), and a long file handed out last would run alone at the end.
+# The short chaos run goes last (3): its reclaim bound is a real-time one, and beside the 3,000-item
 # Batch (16 workers and their API server) the operator's wake-ups ran 2 s late.
-LAST = ("tests/chaos/test_chaos.py",)
+ORDER = {
+    "tests/e2e/test_big_batch.py": 0,
+    "tests/e2e/kind/test_kind.py": 1,
+    "tests/chaos/test_chaos.py": 3,
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
-        path = item.nodeid.split("::", 1)[0]
-        if path in LAST:
-            return len(LONGEST_FIRST) + 1
-        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+        return ORDER.get(item.nodeid.split("::", 1)[0], 2)
 
     items.sort(key=rank)  # stable: the order within a file and among the rest is kept
