@@ -59,10 +59,15 @@ unit: venv
 
 # tests/ includes the short kind test (tests/e2e/kind: two nodes, the chart, one node killed)
 # and the chart linters (tests/integration/test_chart.py runs hack/chart-lint.sh); the pod tests
-# and drills of tests/e2e/pods are `make e2e-kind`'s.
+# and drills of tests/e2e/pods are `make e2e-kind`'s. The short chaos run comes last, alone on
+# the machine: it times reclaims, which another test's processes on the same cores delay. Both
+# runs always run; make fails if either did (a selection that leaves chaos nothing is no failure).
 test: venv tools system-deps lint typecheck
-	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-		--ignore=tests/e2e/pods --ignore=tests/e2e/kind/test_dev_up.py tests $(PYTEST_ARGS)
+	@rc=0; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--ignore=tests/e2e/pods --ignore=tests/e2e/kind/test_dev_up.py --ignore=tests/chaos/test_chaos.py \
+		tests $(PYTEST_ARGS) || rc=$$?; \
+	$(PY) -m pytest -q tests/chaos/test_chaos.py $(PYTEST_ARGS); chaos=$$?; \
+	if [ $$chaos -ne 0 ] && [ $$chaos -ne 5 ]; then rc=$$chaos; fi; exit $$rc
 
 demo: venv tools system-deps
 	@$(PY) -m recall_dev.demo $(DEMO_ARGS)

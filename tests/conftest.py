@@ -139,12 +139,10 @@ def pytest_configure(config: pytest.Config) -> None:
 # The longest files first (rank 0, 1; every other file 2): `make test` hands whole files to two
 # processes (pytest-xdist's loadfile, with --no-loadscope-reorder: by default it hands out the
 # files with the most tests first), and a long file handed out last would run alone at the end.
-# The short chaos run goes last (3): its reclaim bound is a real-time one, and beside the 3,000-item
-# Batch (16 workers and their API server) the operator's wake-ups ran 2 s late.
+# (The short chaos run is not among them: make test runs it afterwards, on its own.)
 ORDER = {
     "tests/e2e/test_big_batch.py": 0,
     "tests/e2e/kind/test_kind.py": 1,
-    "tests/chaos/test_chaos.py": 3,
 }
 
 

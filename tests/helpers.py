@@ -225,7 +225,7 @@ class ControllerThread:
 
     @property
     def reclaimed(self) -> list[str]:
-        return [job for r in self.reports for job, _ in r.reclaimed]
+        return [job for r in self.reports for job, *_ in r.reclaimed]
 
     def __enter__(self) -> ControllerThread:
         for t in self._threads:

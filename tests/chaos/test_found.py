@@ -34,7 +34,7 @@ def test_reclaim__is_not_counted_as_a_heal() -> None:
     store, clock, op = leased_batch_job()
     clock.advance(11)
     reports = op.controller.run_once()  # the cache has not seen the reclaim yet
-    assert [job for r in reports for job, _ in r.reclaimed] == ["b-a"]
+    assert [job for r in reports for job, *_ in r.reclaimed] == ["b-a"]
     batch = store.get_batch(NS, "b")
     assert batch is not None
     assert not batch.status.heals, [h for r in reports for h in r.heals]

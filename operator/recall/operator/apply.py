@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from recall.base import faults, metrics
 from recall.fencing import Transition, fenced_write
@@ -57,12 +58,23 @@ MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one m
 CREATE_SECONDS = 0.3  # creating jobs stops after this long in one tick (the loop must turn)
 
 
+class Reclaimed(NamedTuple):
+    """One reclaim: the job, the phase it got, how late on the operator's clock (seconds past
+    the expiry it observed) and, for a look from outside, seconds since the lease's renewTime
+    by this machine's wall clock (the worker's clock: skew shows here, never in a decision)."""
+
+    job: str
+    phase: str
+    overdue: float
+    since_renewal: float | None
+
+
 @dataclass
 class Report:
     """What one apply did."""
 
     batch: BatchKey | None
-    reclaimed: list[tuple[str, str]] = field(default_factory=list)  # (job, phase it got)
+    reclaimed: list[Reclaimed] = field(default_factory=list)
     expired_holders: list[tuple[str, str]] = field(default_factory=list)  # (namespace, worker)
     exhausted: list[str] = field(default_factory=list)
     backoffs_ended: list[str] = field(default_factory=list)
@@ -183,7 +195,7 @@ class Applier:
             )
             if job is not None:
                 written[record.key] = _record(job)
-                self._reclaimed(record, job, now_mono - seen.expires_at(), report)
+                self._reclaimed(record, job, now, now_mono - seen.expires_at(), report)
         for record in plan.exhaust:
             job = self._write(
                 record,
@@ -230,9 +242,16 @@ class Applier:
         return result.job if result.applied else None
 
     def _reclaimed(
-        self, record: JobRecord, job: TranscriptionJob, overdue: float, report: Report
+        self,
+        record: JobRecord,
+        job: TranscriptionJob,
+        now: dt.datetime,
+        overdue: float,
+        report: Report,
     ) -> None:
-        report.reclaimed.append((job.name, job.status.effective_phase))
+        renewed = record.lease.renew_time if record.lease else None
+        since = (now - renewed).total_seconds() if renewed else None
+        report.reclaimed.append(Reclaimed(job.name, job.status.effective_phase, overdue, since))
         if record.lease is not None:
             report.expired_holders.append((record.namespace, record.lease.holder))
         metrics.RECLAIMS.inc()

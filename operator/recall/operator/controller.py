@@ -416,8 +416,16 @@ class Controller:
 
     def _log(self, report: Report) -> None:
         ns, name = report.batch or (None, None)
-        for job, phase in report.reclaimed:
-            _log.info("reclaimed", job=job, namespace=ns, batch=name, phase=phase)
+        for r in report.reclaimed:
+            _log.info(
+                "reclaimed",
+                job=r.job,
+                namespace=ns,
+                batch=name,
+                phase=r.phase,
+                overdue=round(r.overdue, 3),
+                since_renewal=None if r.since_renewal is None else round(r.since_renewal, 3),
+            )
         if report.created:
             _log.info("fanned_out", batch=name, namespace=ns, jobs=len(report.created))
         if report.heals:

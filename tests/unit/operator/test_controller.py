@@ -93,8 +93,13 @@ def test_reclaim__job_and_item_back_to_queued_in_one_tick() -> None:
     assert job is not None
     assert (job.status.phase, job.status.expired_leases) == (Phase.QUEUED, 1)
     assert phases(store)["a"] == "queued"
-    assert next(r for r in reports if r.reclaimed).status_written
+    report = next(r for r in reports if r.reclaimed)
+    assert report.status_written
     assert events(store, "Reclaimed")
+    (reclaimed,) = report.reclaimed  # how late, for the log: 0.1 s past the observed expiry
+    assert (reclaimed.job, reclaimed.phase) == ("b-a", Phase.QUEUED)
+    assert reclaimed.overdue == pytest.approx(0.1, abs=1e-6)
+    assert reclaimed.since_renewal == pytest.approx(10.1, abs=1e-3)
 
 
 def test_reclaim__never_a_lease_renewed_in_time() -> None:
