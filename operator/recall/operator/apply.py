@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from recall.base import faults, metrics
+from recall.base.clock import Monotonic
 from recall.fencing import Transition, fenced_write
 from recall.kube import (
     Conflict,
@@ -118,8 +119,10 @@ class Applier:
         leadership: Leadership | None = None,
         *,
         storage: Callable[[BatchKey], tuple[str, str] | None] = lambda _key: None,
+        clock: Monotonic = time.monotonic,
     ) -> None:
         self.store = store
+        self.clock = clock  # times the creation budget (`CREATE_SECONDS`)
         self.leadership: Leadership = leadership or Sole()
         self.storage = storage  # the results store's last refusal for a Batch, if any
         self.written: dict[BatchKey, BatchStatus] = {}
@@ -282,7 +285,7 @@ class Applier:
         """The job writes of `plan`, the jobs to create, then the Batch status. `seen` is the
         marks' snapshot taken BEFORE `jobs` was read: a change that came after is not in `jobs`
         and keeps its mark for the next projection. Jobs are created until `create_until` (on
-        `time.monotonic`; by default `CREATE_SECONDS` from now), the rest at the next tick."""
+        `self.clock`; by default `CREATE_SECONDS` from now), the rest at the next tick."""
         report = Report(plan.batch)
         written = self.apply_jobs(plan, now, now_mono, report)
         if report.reclaimed:
@@ -291,9 +294,9 @@ class Applier:
         # What this apply wrote is a change it knows of, not a difference to heal.
         ours = {i for i, r in jobs.items() if r.key in written}
         recreated = 0
-        until = time.monotonic() + CREATE_SECONDS if create_until is None else create_until
+        until = self.clock() + CREATE_SECONDS if create_until is None else create_until
         for item in plan.create:
-            if time.monotonic() > until:
+            if self.clock() > until:
                 report.more = True  # the rest at the next tick: reclaims must not wait
                 break
             job = self._create(batch, item, report)

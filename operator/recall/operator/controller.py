@@ -102,7 +102,7 @@ class Controller:
             now=now,
             sweep_seconds=settings.sweep_seconds,
         )
-        self.applier = Applier(store, storage=self.results.storage_error)
+        self.applier = Applier(store, storage=self.results.storage_error, clock=clock)
         self._batches: dict[BatchKey, Batch] = {}
         self._resolved: dict[BatchKey, Resolved] = {}
         self._last_full: dict[BatchKey, float] = {}
@@ -225,7 +225,7 @@ class Controller:
         # come first, so a small one submitted behind a big fan-out starts at once; every
         # other tick, Batches the budget left with jobs to create go first, the longest
         # waiting first, so a stream of small Batches cannot starve a big fan-out.
-        self._create_until = time.monotonic() + CREATE_SECONDS
+        self._create_until = self.clock() + CREATE_SECONDS
         order = sorted(batches.items(), key=lambda kv: self._size_hint(kv[1]))
         self._ticks += 1
         if self._ticks % 2 == 0:

@@ -10,6 +10,7 @@ import pytest
 
 from recall.kube import Conflict, Invalid, Unavailable
 from recall.kube.memory import Fault, MemoryStore
+from recall.operator.apply import CREATE_SECONDS
 from recall.operator.cache import JobRecord
 from recall.operator.leader import Sole
 from recall.operator.projection import CODES, stored_phases
@@ -60,6 +61,29 @@ def test_fan_out__one_job_per_item_then_the_status() -> None:
     assert batch is not None and batch.status.counts is not None
     assert (batch.status.counts.total, batch.status.counts.queued) == (3, 3)
     assert any(c.type == "JobsCreated" and c.status == "True" for c in batch.status.conditions)
+
+
+def test_fan_out__creates_for_its_budget_in_a_tick_and_the_rest_at_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The creation budget runs on the controller's clock: each create here takes 0.4 of it,
+    so a tick creates three jobs (the third ends past the budget) and says there is more."""
+    store, clock, op = setup([f"i{n}" for n in range(7)])
+    create = store.create_job
+
+    def slow_create(namespace: str, manifest: dict[str, object]) -> object:
+        clock.advance(CREATE_SECONDS * 0.4)
+        return create(namespace, manifest)
+
+    monkeypatch.setattr(store, "create_job", slow_create)
+    counts = []
+    for _ in range(3):
+        reports = op.tick()
+        counts.append(len(store.list_jobs(NS).items))
+        more = any(r.more for r in reports)
+        assert more == (counts[-1] < 7), counts
+    assert counts == [3, 6, 7]
+    assert set(phases(store).values()) == {ItemPhase.QUEUED}
 
 
 def test_projection__follows_claims_and_completions_as_index_ranges() -> None:
