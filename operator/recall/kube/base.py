@@ -68,7 +68,7 @@ class Unavailable(StoreError):
 
     `maybe_applied` is True when a write may have been applied although no answer arrived.
     `retry_after` is the server's Retry-After in seconds (a 429 from API Priority and Fairness,
-    a 503 of a server that is starting), when it sent one: the soonest a retry is welcome.
+    a 503 of a server that is starting), when it sent one; `retry_pause` waits out a 429's.
     """
 
     def __init__(
@@ -91,9 +91,12 @@ class Unavailable(StoreError):
 
 def retry_pause(error: StoreError, pause: float, *, rng: random.Random | None = None) -> float:
     """Seconds to wait before retrying after `error`: the caller's own `pause`, or, when the
-    server sent a Retry-After, at least that, spread over [retry_after, 1.5 × retry_after] so
-    that the clients it turned away do not all come back at once."""
-    after = error.retry_after if isinstance(error, Unavailable) else None
+    server throttled the request (429) with a Retry-After, at least that, spread over
+    [retry_after, 1.5 × retry_after] so that the clients it turned away do not all come back at
+    once. Only a 429's is waited out: a kube-apiserver that is starting answers 503 with
+    Retry-After 5 and serves within a second, and waiting 5 s there would let leases expire and
+    views go stale; the caller's own backoff is short, and each retry is one cheap request."""
+    after = error.retry_after if isinstance(error, Unavailable) and error.throttled else None
     if not after:
         return pause
     return max(pause, after * (1 + 0.5 * (rng or random).random()))

@@ -101,4 +101,6 @@ def test_retry_pause__at_least_the_retry_after_spread_over_half_of_it() -> None:
     pauses = [retry_pause(error, 0.1, rng=rng) for _ in range(200)]
     assert min(pauses) >= 2.0 and max(pauses) <= 3.0 and max(pauses) - min(pauses) > 0.5
     assert retry_pause(Unavailable("503", status=503), 0.3) == 0.3
+    # a starting kube-apiserver's 503 says Retry-After 5 and serves within a second
+    assert retry_pause(Unavailable("503", status=503, retry_after=5.0), 0.3) == 0.3
     assert retry_pause(error, 9.0, rng=rng) == 9.0  # the caller's own, longer pause stands
