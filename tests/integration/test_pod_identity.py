@@ -25,6 +25,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from recall.kube import Forbidden
+from recall.kube.client import translate
 from recall_dev.cluster import ControlPlane
 from recall_dev.identities import token_client
 from tests.helpers import Kube, wait_for
@@ -338,6 +340,31 @@ def test_worker_token_bound_to_no_pod__is_refused(kube: Kube, cluster: Cluster) 
     status = read(kube, cluster.namespace, "j")["status"]
     message = cluster.unbound.refused(kube, "j", claim("worker-a")(status))
     assert "this token is bound to no pod" in message
+
+
+def test_refusals__the_store_tells_rbac_from_the_policy(
+    api: client.ApiClient, kube: Kube, cluster: Cluster
+) -> None:
+    """A lease holder retries an RBAC refusal until its renew deadline (a kube-apiserver that
+    just started refuses so until its caches are filled) and takes an admission policy's as
+    final: `Forbidden.by_authorizer` tells them apart by the API server's own messages."""
+    create(kube, cluster.namespace, "j")
+    status = read(kube, cluster.namespace, "j")["status"]
+    client.CoreV1Api(api).create_namespaced_service_account(
+        cluster.namespace, {"metadata": {"name": "nobody"}}
+    )
+    nobody = Writer(
+        token_client(cluster.cp, mint(api, cluster.namespace, "nobody")), cluster.namespace
+    )
+    refusals = {}
+    for who, writer in (("rbac", nobody), ("policy", cluster.unbound)):
+        with pytest.raises(ApiException) as e:
+            writer.write("j", claim("worker-a")(status))
+        error = translate(e.value, "patch status of job j", write=True)
+        assert isinstance(error, Forbidden), error
+        refusals[who] = error
+    assert refusals["rbac"].by_authorizer, refusals["rbac"].message
+    assert not refusals["policy"].by_authorizer, refusals["policy"].message
 
 
 def test_operator__is_not_affected(kube: Kube, cluster: Cluster) -> None:

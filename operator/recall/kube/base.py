@@ -26,6 +26,7 @@ Contract of every method:
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -57,6 +58,17 @@ class Invalid(StoreError):
 
 class Forbidden(StoreError):
     """RBAC or an admission policy forbids the request for this identity."""
+
+    @property
+    def by_authorizer(self) -> bool:
+        """The authorizer (RBAC) refused, not an admission policy: its message names the user
+        and what it cannot do. A kube-apiserver that is starting serves requests before its
+        RBAC caches are filled and refuses so for a moment; an admission policy's refusal
+        (`... denied request: ...`) is an answer about the object."""
+        return _AUTHORIZER_DENIAL.search(self.message) is not None
+
+
+_AUTHORIZER_DENIAL = re.compile(r'User "[^"]*" cannot \S+ resource')
 
 
 class TooLarge(StoreError):

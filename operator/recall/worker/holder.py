@@ -21,8 +21,10 @@ Guarantees:
   someone else. A slow answer therefore never extends the lease in the holder's eyes.
 - Transient API errors are retried until the renew deadline, then reported as a lost lease:
   the outcome is always known in time. A 429 is retried no sooner than its Retry-After (jittered)
-  and never past the deadline. A write whose answer was lost is settled by reading the job back
-  (`fencing`): an applied complete is a success, never a lost lease.
+  and never past the deadline. So is an RBAC refusal (a kube-apiserver that just started
+  refuses until its caches are filled); an admission policy's refusal is final. A write whose
+  answer was lost is settled by reading the job back (`fencing`): an applied complete is a
+  success, never a lost lease.
 - A refusal (the lease was reclaimed, re-issued, cancelled) marks the lease lost; from then on
   every write raises `LeaseLost` without reaching the API server. `lost` is an Event the work's
   stages wait on, so a lost lease stops all of them at once. `verify` (on the lease watch's hint)
@@ -42,6 +44,7 @@ from recall.base.log import short_token
 from recall.fencing import Transition, Unsettled, WriteResult, fenced_write
 from recall.kube import (
     PERMANENT_ERRORS,
+    Forbidden,
     JobStore,
     RawObject,
     StoreError,
@@ -393,6 +396,12 @@ class LeaseHolder:
             except Unavailable as e:
                 self._retry_pause(action, e, remaining)
             except PERMANENT_ERRORS as e:
+                if isinstance(e, Forbidden) and e.by_authorizer:
+                    # RBAC said no: a kube-apiserver that just started does so until its caches
+                    # are filled. Tried again until the renew deadline, which a real lack of
+                    # permission reaches with this message in the log.
+                    self._retry_pause(action, e, remaining)
+                    continue
                 # The API server refused the write itself (a CEL rule, a policy): the lease
                 # cannot be used any more.
                 self._mark_lost("Refused", e.message, action=action)
@@ -429,7 +438,7 @@ class LeaseHolder:
             raise LeaseLost(self.lost_reason)
         return result.job
 
-    def _retry_pause(self, action: str, error: Unavailable, remaining: float) -> None:
+    def _retry_pause(self, action: str, error: StoreError, remaining: float) -> None:
         self.log.warning(
             "write_error", action=action, error=error.message[:200], status=error.status
         )

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from recall.fencing import fenced_write
-from recall.kube import Unavailable
+from recall.kube import Forbidden, Unavailable
 from recall.kube.memory import Fault, MemoryStore
 from recall.protocol import lease
 from recall.protocol.lease import Budget
@@ -111,6 +111,45 @@ def test_transient_error__then_success_keeps_the_lease() -> None:
     store.inject(Fault("patch_job_status", Unavailable("connection refused"), times=2))
     h.renew()
     assert not h.lost.is_set()
+
+
+RBAC_REFUSAL = (
+    'patch status of job ns/a: transcriptionjobs.recall.dev "a" is forbidden: User '
+    '"system:serviceaccount:ns:recall-worker" cannot patch resource "transcriptionjobs/status" '
+    'in API group "recall.dev" in the namespace "ns"'
+)
+POLICY_REFUSAL = (
+    'patch status of job ns/a: transcriptionjobs.recall.dev "a" is forbidden: '
+    "ValidatingAdmissionPolicy 'ns-recall-worker-pod-identity' with binding "
+    "'ns-recall-worker-pod-identity' denied request: the job is leased by w2, not by this pod"
+)
+
+
+def test_rbac_refusal__retried_like_a_starting_api_server_and_the_lease_kept() -> None:
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)
+    store.inject(Fault("patch_job_status", Forbidden(RBAC_REFUSAL, status=403), times=3))
+    h.renew()
+    assert not h.lost.is_set() and h.writes == 2  # the claim and the renew
+
+
+def test_rbac_refusal__that_lasts_ends_the_lease_at_the_deadline() -> None:
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)
+    store.inject(Fault("patch_job_status", Forbidden(RBAC_REFUSAL, status=403), times=1000))
+    with pytest.raises(LeaseLost) as lost:
+        h.renew()
+    assert lost.value.reason == "RenewDeadline"
+
+
+def test_policy_refusal__ends_the_lease_at_once() -> None:
+    store, clock = MemoryStore(), Clock()
+    h = claimed(store, clock)
+    store.inject(Fault("patch_job_status", Forbidden(POLICY_REFUSAL, status=403), times=1000))
+    with pytest.raises(LeaseLost) as lost:
+        h.renew()
+    assert lost.value.reason == "Refused"
+    assert h.seconds_since_renewal() < h.renew_deadline
 
 
 @pytest.mark.parametrize("action", ["renew", "complete", "fail", "release"])
