@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from recall.base import faults, metrics
+from recall.base import faults, log, metrics
 from recall.base.clock import Monotonic
 from recall.fencing import Transition, fenced_write
 from recall.kube import (
@@ -55,6 +55,7 @@ from recall.resources import (
     TranscriptionJob,
 )
 
+_log = log.get("operator")
 MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
 CREATE_SECONDS = 0.3  # creating jobs stops after this long in one tick (the loop must turn)
 
@@ -141,6 +142,12 @@ class Applier:
             seen = batch.status.to_api()
             if any(seen == mine for mine in self._statuses.get(batch.key, ())):
                 return False  # one of ours, delivered late (another client's change since)
+            _log.info(
+                "batch_status_foreign",
+                batch=batch.name,
+                namespace=batch.namespace,
+                resource_version=batch.metadata.resource_version,
+            )
             self._forget(batch.key)
             return True
 
