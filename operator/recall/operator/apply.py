@@ -290,9 +290,11 @@ class Applier:
         create_until: float | None = None,
     ) -> Report:
         """The job writes of `plan`, the jobs to create, then the Batch status. `seen` is the
-        marks' snapshot taken BEFORE `jobs` was read: a change that came after is not in `jobs`
-        and keeps its mark for the next projection. Jobs are created until `create_until` (on
-        `self.clock`; by default `CREATE_SECONDS` from now), the rest at the next tick."""
+        items marked as moved, taken AFTER `jobs` was read (a change that reached `jobs` is
+        never judged a heal), and the marks' sequence number taken BEFORE it (a change that may
+        have come after the read keeps its mark for the next projection). Jobs are created
+        until `create_until` (on `self.clock`; by default `CREATE_SECONDS` from now), the rest
+        at the next tick."""
         report = Report(plan.batch)
         written = self.apply_jobs(plan, now, now_mono, report)
         if report.reclaimed:

@@ -164,12 +164,18 @@ class Marks:
             _, before = self._marks[batch].get(index, (0, False))
             self._marks[batch][index] = (self._seq, moved or before)
 
-    def snapshot(self, batch: BatchKey) -> tuple[frozenset[int], int]:
-        """The items of `batch` whose phase may have moved, and the sequence number to clear
-        its marks up to."""
+    def seq(self) -> int:
+        """The last mark's sequence number: taken before the jobs are read, the point to clear
+        up to once their projection is written (a later change keeps its mark)."""
+        with self._lock:
+            return self._seq
+
+    def moved(self, batch: BatchKey) -> frozenset[int]:
+        """The items of `batch` whose phase may have moved. Taken after the jobs are read, so
+        that a change that reached them after `seq()` is judged a change, not a heal."""
         with self._lock:
             marks = self._marks.get(batch, {})
-            return frozenset(i for i, (_, moved) in marks.items() if moved), self._seq
+            return frozenset(i for i, (_, moved) in marks.items() if moved)
 
     def clear(self, batch: BatchKey, upto: int) -> None:
         with self._lock:

@@ -351,9 +351,10 @@ class Controller:
             interval = projection_interval(len(resolved.items), self.settings)
             if not dirty or (interval > self.settings.tick_seconds and mono - last < interval):
                 return None
-        seen = self.cache.marks.snapshot(batch.key)  # before the jobs: see Applier.apply_batch
+        upto = self.cache.marks.seq()  # before the jobs, and the changes after: see apply_batch
         by_key = self.cache.batch_jobs(batch.key)
         jobs = {r.index: r for r in by_key.values() if r.index is not None}
+        seen = (self.cache.marks.moved(batch.key), upto)
         self._last_projection[batch.key] = mono
         plan = plan_batch(
             batch,

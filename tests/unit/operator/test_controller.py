@@ -381,6 +381,34 @@ def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
     assert not events(store, "Healed")
 
 
+def test_heal__not_counted_for_a_change_that_arrives_before_the_jobs_are_read() -> None:
+    """The change lands in the cache after the projection took its mark's sequence number but
+    before it read the jobs: the projection sees the new phase, and it is a change."""
+    store, clock, op = setup(["a", "b"])
+    op.tick()
+    h = claim(store, clock, "b-a")
+    op.tick()
+    claim(store, clock, "b-b")
+    op.sync()  # the cache saw b's claim: the Batch has a change to project
+    h.complete(result_of(h))  # a's completion is not in the cache yet
+    cache = op.controller.cache
+    read = cache.batch_jobs
+
+    def late(batch: tuple[str, str]) -> dict[tuple[str, str], JobRecord]:
+        op.sync()  # a's completion reaches the cache just before the read
+        return read(batch)
+
+    cache.batch_jobs = late  # type: ignore[method-assign]
+    op.controller.run_once()
+    cache.batch_jobs = read  # type: ignore[method-assign]
+    assert phases(store) == {"a": "completed", "b": "transcribing"}
+    clock.advance(31)
+    op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and (batch.status.heals or 0) == 0
+    assert not events(store, "Healed")
+
+
 def test_status__a_foreign_write_is_projected_over_at_the_next_tick() -> None:
     store, clock, op = setup(["a"])
     op.tick()
