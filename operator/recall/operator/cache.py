@@ -242,11 +242,14 @@ class JobCache:
     # -- the informer's side -----------------------------------------------------------------
 
     def relisted(self, items: Iterator[RawObject]) -> None:
+        # A job first seen in a list after the first appeared while the watch was away: what
+        # happened to it meanwhile is unknown, so its item may have moved (not a heal).
+        again = self.synced.is_set()
         seen: set[JobKey] = set()
         for raw in items:
             record = JobRecord.from_raw(raw)
             seen.add(record.key)
-            self._put(record)
+            self._put(record, unseen_moved=again)
         with self._lock:
             for key in [k for k in self._jobs if k not in seen]:
                 self._remove(key)
@@ -262,7 +265,7 @@ class JobCache:
             self._put(record)
         self.wake()
 
-    def _put(self, record: JobRecord) -> None:
+    def _put(self, record: JobRecord, *, unseen_moved: bool = False) -> None:
         now = self.clock()
         with self._lock:
             old = self._jobs.get(record.key)
@@ -280,16 +283,20 @@ class JobCache:
                 self._watched.add(record.key)
             else:
                 self._watched.discard(record.key)
-            # A job seen for the first time is not a change since the last projection: if the
-            # status disagrees with it, that is a heal (an operator restart finds them all).
-            moved = old is not None and (
-                old.phase != record.phase or old.attempts != record.attempts
-            )
-            changed = old is not None and (
-                moved
-                or old.expired_leases != record.expired_leases
-                or old.failures != record.failures
-                or old.published != record.published
+            # A job seen for the first time (in the first list, or created since) is not a
+            # change since the last projection: if the status disagrees with it, that is a heal
+            # (an operator restart finds them all).
+            if old is None:
+                moved = unseen_moved
+            else:
+                moved = old.phase != record.phase or old.attempts != record.attempts
+            changed = moved or (
+                old is not None
+                and (
+                    old.expired_leases != record.expired_leases
+                    or old.failures != record.failures
+                    or old.published != record.published
+                )
             )
             if changed and record.batch_key and record.index is not None:
                 self.marks.mark(record.batch_key, record.index, moved=moved)

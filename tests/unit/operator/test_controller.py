@@ -409,6 +409,23 @@ def test_heal__not_counted_for_a_change_that_arrives_before_the_jobs_are_read() 
     assert not events(store, "Healed")
 
 
+def test_heal__not_counted_for_a_job_first_seen_in_a_list_again() -> None:
+    """A job created and claimed while the watch was away is first seen in the next list: its
+    claim is a change the view missed, not a status to heal. The first list still judges."""
+    store, clock, op = setup(["a", "b"])
+    op.sync()
+    op.controller.run_once()  # creates the jobs; the view has not seen them yet
+    assert phases(store) == {"a": "queued", "b": "queued"}
+    claim(store, clock, "b-a")
+    op.tick()
+    assert phases(store)["a"] == "transcribing"  # at once, as a change
+    clock.advance(31)
+    op.tick()  # a full reconcile finds nothing to heal
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and (batch.status.heals or 0) == 0
+    assert not events(store, "Healed")
+
+
 def test_status__a_foreign_write_is_projected_over_at_the_next_tick() -> None:
     store, clock, op = setup(["a"])
     op.tick()
