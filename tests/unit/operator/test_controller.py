@@ -353,7 +353,9 @@ def test_cleanup__a_failed_jobs_objects_are_deleted_from_the_store() -> None:
     assert op.results.get("scratch/notes.txt") == b"not ours"  # not a key the store writes
 
 
-def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
+def project_as_a_completion_lands(*, before_read: bool) -> tuple[MemoryStore, Clock, Operator]:
+    """Items a and b claimed, the cache has seen b's claim; then one projection, during which
+    a's completion reaches the cache just before it reads the jobs, or just after."""
     store, clock, op = setup(["a", "b"])
     op.tick()
     h = claim(store, clock, "b-a")
@@ -364,49 +366,43 @@ def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
     cache = op.controller.cache
     read = cache.batch_jobs
 
-    def stale(batch: tuple[str, str]) -> dict[tuple[str, str], JobRecord]:
-        jobs = read(batch)  # the jobs as they were...
-        op.sync()  # ...and a's completion reaches the cache right after
+    def around(batch: tuple[str, str]) -> dict[tuple[str, str], JobRecord]:
+        if before_read:
+            op.sync()
+        jobs = read(batch)
+        if not before_read:
+            op.sync()
         return jobs
 
-    cache.batch_jobs = stale  # type: ignore[method-assign]
+    cache.batch_jobs = around  # type: ignore[method-assign]
     op.controller.run_once()
     cache.batch_jobs = read  # type: ignore[method-assign]
-    op.tick()  # a's change is still marked: projected now, not at the next full reconcile
-    assert phases(store) == {"a": "completed", "b": "transcribing"}
+    return store, clock, op
+
+
+def assert_no_heal_at_the_next_full_reconcile(
+    store: MemoryStore, clock: Clock, op: Operator
+) -> None:
     clock.advance(31)
     op.tick()
     batch = store.get_batch(NS, "b")
     assert batch is not None and (batch.status.heals or 0) == 0
     assert not events(store, "Healed")
+
+
+def test_heal__not_counted_for_a_change_that_arrives_while_projecting() -> None:
+    store, clock, op = project_as_a_completion_lands(before_read=False)
+    op.tick()  # a's change is still marked: projected now, not at the next full reconcile
+    assert phases(store) == {"a": "completed", "b": "transcribing"}
+    assert_no_heal_at_the_next_full_reconcile(store, clock, op)
 
 
 def test_heal__not_counted_for_a_change_that_arrives_before_the_jobs_are_read() -> None:
     """The change lands in the cache after the projection took its mark's sequence number but
     before it read the jobs: the projection sees the new phase, and it is a change."""
-    store, clock, op = setup(["a", "b"])
-    op.tick()
-    h = claim(store, clock, "b-a")
-    op.tick()
-    claim(store, clock, "b-b")
-    op.sync()  # the cache saw b's claim: the Batch has a change to project
-    h.complete(result_of(h))  # a's completion is not in the cache yet
-    cache = op.controller.cache
-    read = cache.batch_jobs
-
-    def late(batch: tuple[str, str]) -> dict[tuple[str, str], JobRecord]:
-        op.sync()  # a's completion reaches the cache just before the read
-        return read(batch)
-
-    cache.batch_jobs = late  # type: ignore[method-assign]
-    op.controller.run_once()
-    cache.batch_jobs = read  # type: ignore[method-assign]
+    store, clock, op = project_as_a_completion_lands(before_read=True)
     assert phases(store) == {"a": "completed", "b": "transcribing"}
-    clock.advance(31)
-    op.tick()
-    batch = store.get_batch(NS, "b")
-    assert batch is not None and (batch.status.heals or 0) == 0
-    assert not events(store, "Healed")
+    assert_no_heal_at_the_next_full_reconcile(store, clock, op)
 
 
 def test_heal__not_counted_for_a_job_first_seen_in_a_list_again() -> None:
@@ -419,11 +415,7 @@ def test_heal__not_counted_for_a_job_first_seen_in_a_list_again() -> None:
     claim(store, clock, "b-a")
     op.tick()
     assert phases(store)["a"] == "transcribing"  # at once, as a change
-    clock.advance(31)
-    op.tick()  # a full reconcile finds nothing to heal
-    batch = store.get_batch(NS, "b")
-    assert batch is not None and (batch.status.heals or 0) == 0
-    assert not events(store, "Healed")
+    assert_no_heal_at_the_next_full_reconcile(store, clock, op)
 
 
 def test_status__a_foreign_write_is_projected_over_at_the_next_tick() -> None:
