@@ -287,17 +287,15 @@ class JobCache:
             # change since the last projection: if the status disagrees with it, that is a heal
             # (an operator restart finds them all).
             if old is None:
-                moved = unseen_moved
+                moved = changed = unseen_moved
             else:
                 moved = old.phase != record.phase or old.attempts != record.attempts
-            changed = moved or (
-                old is not None
-                and (
-                    old.expired_leases != record.expired_leases
+                changed = (
+                    moved
+                    or old.expired_leases != record.expired_leases
                     or old.failures != record.failures
                     or old.published != record.published
                 )
-            )
             if changed and record.batch_key and record.index is not None:
                 self.marks.mark(record.batch_key, record.index, moved=moved)
             if needs_cleanup(old, record):
