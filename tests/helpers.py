@@ -286,7 +286,7 @@ def get_batch(kube: Kube, namespace: str, name: str) -> Any:
 
 def item_phases(batch: Any) -> dict[str, Any]:
     """Every inline item's phase, as the Batch status records it (compressed ranges)."""
-    from recall.operator.projection import CODES, stored_phases
+    from recall.operator.reconcile.project import CODES, stored_phases
 
     codes = stored_phases(batch.status, len(batch.spec.items))
     return {item.key: CODES[codes[i]] for i, item in enumerate(batch.spec.items)}

@@ -552,8 +552,8 @@ def test_fan_out__after_a_partial_one_creates_only_the_missing_jobs(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
     """An operator that died mid-way through a fan-out left one of three jobs behind."""
-    from recall.operator.fanout import job_for_item
-    from recall.operator.items import Item
+    from recall.operator.reconcile.fanout import job_for_item
+    from recall.operator.reconcile.items import Item
 
     create_batch(kube, namespace, "half", ["a", "b", "c"], simulate={"chunks": 1})
     batch = kube.get_batch(namespace, "half")

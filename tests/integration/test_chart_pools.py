@@ -33,7 +33,7 @@ from kubernetes import client
 from recall.base.settings import OperatorSettings
 from recall.cli.watch import fleet_line
 from recall.kube.store import KubeStore as Kube
-from recall.operator.scaling import STATUS_ANNOTATION
+from recall.operator.scaling.scaler import STATUS_ANNOTATION
 from recall.resources import API_VERSION
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, wait_for

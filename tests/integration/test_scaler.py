@@ -21,12 +21,12 @@ from kubernetes import client
 from recall.base.clock import boottime
 from recall.kube import Conflict, ScalerRef
 from recall.kube.store import KubeStore as Kube
-from recall.operator.cache import JobCache
 from recall.operator.dispatch import ReadyQueue
-from recall.operator.registry import Registry
-from recall.operator.scaler import DELETION_COST, DRAINED_COST, Policy, Reason, decide
-from recall.operator.scaling import STATUS_ANNOTATION, Report, Scaler, Sources, Target
-from recall.operator.workload import Workload
+from recall.operator.peers.registry import Registry
+from recall.operator.reconcile.cache import JobCache
+from recall.operator.scaling.decide import DELETION_COST, DRAINED_COST, Policy, Reason, decide
+from recall.operator.scaling.scaler import STATUS_ANNOTATION, Report, Scaler, Sources, Target
+from recall.operator.scaling.workload import Workload
 from recall.protocol.workers import SELECTOR, lease_name, read
 from recall.worker.drain import Drain
 from recall.worker.registration import Registration

@@ -20,8 +20,8 @@ from typing import Any
 from kubernetes import client
 
 from recall.bucket import Bucket, StoreError
-from recall.operator.fanout import job_name
-from recall.operator.projection import CODES, stored_phases
+from recall.operator.reconcile.fanout import job_name
+from recall.operator.reconcile.project import CODES, stored_phases
 from recall.resources import (
     BATCH_PLURAL,
     GROUP,

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from recall.operator.fanout import job_name
+from recall.operator.reconcile.fanout import job_name
 from recall.resources import API_VERSION
 
 # Kinds of single jobs and how the simulated engine treats them.

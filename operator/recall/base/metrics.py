@@ -110,7 +110,7 @@ OFFERS_WITHDRAWN = Counter(
 )
 LEADER = Gauge("recall_operator_leader", "1 while this operator replica leads, else 0.")
 
-# The built-in autoscaler of the worker Deployment (recall.operator.scaling).
+# The built-in autoscaler of the worker Deployment (recall.operator.scaling.scaler).
 WORKERS_DESIRED = Gauge(
     "recall_workers_desired",
     "Workers a pool wants: its outstanding jobs over its slots a worker, within min and max.",

@@ -344,8 +344,8 @@ class OperatorSettings(BaseSettings):
         default_factory=lambda: f"{default_worker_id()}_{uuid.uuid4().hex[:8]}",
         description="This replica's name in the Lease (unique per process).",
     )
-    # The built-in autoscaler of the worker Deployment (recall.operator.scaler) and the
-    # endpoint KEDA's metrics-api trigger reads (recall.operator.metrics_api).
+    # The built-in autoscaler of the worker Deployment (recall.operator.scaling.decide) and the
+    # endpoint KEDA's metrics-api trigger reads (recall.operator.scaling.keda).
     autoscale_deployment: str | None = Field(
         None, description="The worker Deployment the operator scales; None = no autoscaling."
     )

@@ -427,7 +427,7 @@ def find_transcript(
     server has named a transcript, so a job that does not exist is reported as such whatever
     the store's configuration. Raises LookupError saying what is missing.
     """
-    from recall.operator.fanout import job_name
+    from recall.operator.reconcile.fanout import job_name
 
     batch, _, item = ref.partition("/")
     name = job_name(batch, item) if item else ref

@@ -173,7 +173,7 @@ def operator_cmd(
 ) -> None:
     """Run the operator: fan-out, projection, reclaim of expired leases, reconciliation."""
     from recall.base.settings import OperatorSettings
-    from recall.operator.runner import run_operator
+    from recall.operator.runtime.runner import run_operator
 
     run_operator(
         OperatorSettings(

@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from recall.kube import ObjectRef, RawObject, Selector, Store, StoreError
-from recall.operator.scaling import STATUS_ANNOTATION
+from recall.operator.scaling.scaler import STATUS_ANNOTATION
 from recall.protocol.workers import ANNOTATION_SLOTS, LABEL_POOL
 from recall.resources import DEFAULT_POOL, Batch, ItemPhase, TranscriptionJob
 

@@ -43,7 +43,7 @@ Transition = Callable[[TranscriptionJob], lease.Decision]
 # API Priority and Fairness sees only verbs: the chart's FlowSchema gives the patches a priority
 # level of their own (charts/recall/templates/apf.yaml). The operator's offers and withdrawals,
 # one small patch per job written at the cache's resourceVersion without a read, share that
-# level (recall.operator.apply).
+# level (recall.operator.reconcile.apply).
 LEASE_WRITES = frozenset({"renew", "complete", "fail", "release", "reclaim", "cancel"})
 
 

@@ -39,14 +39,14 @@ from recall.base.clock import Monotonic, boottime, utcnow
 from recall.base.settings import OperatorSettings
 from recall.bucket import Bucket, Stores
 from recall.kube import ObjectRef, Store, StoreError
-from recall.operator.apply import CREATE_SECONDS, Applier, Report
-from recall.operator.cache import BatchKey, JobCache, JobRecord
 from recall.operator.dispatch import Capacity, ReadyQueue, free_slots
-from recall.operator.items import Item, ItemsInvalid, resolve
-from recall.operator.reconcile import plan_batch, plan_jobs
-from recall.operator.registry import Registry
-from recall.operator.results import Results
-from recall.operator.retention import expire_finished
+from recall.operator.peers.registry import Registry
+from recall.operator.reconcile.apply import CREATE_SECONDS, Applier, Report
+from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord
+from recall.operator.reconcile.items import Item, ItemsInvalid, resolve
+from recall.operator.reconcile.plan import plan_batch, plan_jobs
+from recall.operator.results.publish import Results
+from recall.operator.results.retention import expire_finished
 from recall.protocol.observer import next_expiry
 from recall.resources import LABEL_BATCH, Batch, Counts, ItemPhase, Phase, label_value
 

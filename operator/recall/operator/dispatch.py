@@ -37,7 +37,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from recall.operator.cache import JobRecord
+from recall.operator.reconcile.cache import JobRecord
 from recall.protocol.observer import JobKey
 from recall.resources import DEFAULT_POOL, Phase
 

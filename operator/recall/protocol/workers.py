@@ -4,14 +4,14 @@ Each worker keeps one coordination.k8s.io Lease, `recall-worker-<id>`, in its na
 labelled with the component, its engine and its pool, annotated with its slots (the leases it
 holds at once), and renews it every third of its duration. The
 worker writes it (`recall.worker.registration`), the operator reads every one of them
-(`recall.operator.registry`): this module is the record both sides agree on, so neither needs
+(`recall.operator.peers.registry`): this module is the record both sides agree on, so neither needs
 the other. Pure: no I/O and no clock; a registration's liveness is judged by its reader, on
 the reader's own monotonic clock, from when its `renewTime` was seen to change — never by
 comparing the worker's timestamp with the reader's clock.
 
 A registration has no part in the lease protocol of jobs: a job's lease lives in the job.
 
-**State and drain** (the built-in autoscaler's scale-down, `recall.operator.scaler`). Three
+**State and drain** (the built-in autoscaler's scale-down, `recall.operator.scaling.decide`). Three
 annotations ride on the Lease:
 
 - `recall.dev/state`: `idle`, `busy` or `draining`, written by the worker at every renewal (a

@@ -17,7 +17,7 @@ import jiwer
 import pytest
 
 from recall.kube.store import KubeStore as Kube
-from recall.operator.fanout import job_name
+from recall.operator.reconcile.fanout import job_name
 from recall.protocol import workers
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
 from recall_dev import speech

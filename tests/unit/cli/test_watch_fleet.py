@@ -9,7 +9,7 @@ import json
 from recall.cli.watch import fetch, fleet_line, summary_line
 from recall.kube import ObjectRef
 from recall.kube.memory import MemoryStore
-from recall.operator.scaling import STATUS_ANNOTATION
+from recall.operator.scaling.scaler import STATUS_ANNOTATION
 from tests.unit.fakes import NS, batch_manifest
 
 

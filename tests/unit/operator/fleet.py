@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from recall.kube.memory import MemoryStore
 from recall.kube.memory_core import _now
-from recall.operator.scaler import DELETION_COST
+from recall.operator.scaling.decide import DELETION_COST
 from recall.protocol.workers import lease_name
 from recall.resources import Phase, TranscriptionJob
 from recall.worker.drain import Drain

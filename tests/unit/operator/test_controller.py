@@ -10,10 +10,10 @@ import pytest
 
 from recall.kube import Conflict, Invalid, Unavailable
 from recall.kube.memory import Fault, MemoryStore
-from recall.operator.apply import CREATE_SECONDS
-from recall.operator.cache import JobRecord
-from recall.operator.leader import Sole
-from recall.operator.projection import CODES, stored_phases
+from recall.operator.peers.leader import Sole
+from recall.operator.reconcile.apply import CREATE_SECONDS
+from recall.operator.reconcile.cache import JobRecord
+from recall.operator.reconcile.project import CODES, stored_phases
 from recall.resources import ItemPhase, Phase, indexes
 from tests.helpers import complete_with_transcript
 from tests.unit.fakes import (

@@ -8,7 +8,7 @@ import pytest
 from kopf._cogs.structs.references import Insights, Resource
 
 from recall.kube.base import Unavailable
-from recall.operator import discovery
+from recall.operator.runtime import discovery
 from recall.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 
 NEEDED = (BATCH_PLURAL, JOB_PLURAL)

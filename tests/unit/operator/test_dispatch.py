@@ -13,8 +13,8 @@ import pytest
 from recall.base.settings import WorkerSettings
 from recall.engines.simulated import SimulatedEngine
 from recall.kube.memory import MemoryStore
-from recall.operator.cache import JobRecord
 from recall.operator.dispatch import ReadyQueue
+from recall.operator.reconcile.cache import JobRecord
 from recall.resources import Phase
 from recall.worker.holder import LeaseHolder
 from recall.worker.loop import Worker

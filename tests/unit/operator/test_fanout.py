@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from recall.operator.fanout import job_for_item
-from recall.operator.items import Item
+from recall.operator.reconcile.fanout import job_for_item
+from recall.operator.reconcile.items import Item
 from recall.resources import Batch, TranscriptionJob
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import kopf
 
 from recall.base.settings import OperatorSettings
-from recall.operator.handlers import KOPF_BACKOFFS, configure_kopf
+from recall.operator.runtime.handlers import KOPF_BACKOFFS, configure_kopf
 
 
 def test_error_backoffs__never_shorter_than_kopfs_and_different_at_each_use() -> None:

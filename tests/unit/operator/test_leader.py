@@ -4,7 +4,7 @@ stops trusting that it does."""
 from __future__ import annotations
 
 from recall.kube.memory import MemoryStore
-from recall.operator.leader import LeaderElector
+from recall.operator.peers.leader import LeaderElector
 from tests.unit.fakes import NS, Clock
 
 

@@ -14,7 +14,7 @@ from recall.bucket import StoreAccessDenied, StoreBucketMissing
 from recall.kube import Unavailable
 from recall.kube.memory import Fault, MemoryStore
 from recall.media.types import Cutting, Segment
-from recall.operator.results import Probes
+from recall.operator.results.publish import Probes
 from recall.resources import Phase, is_true
 from recall.transcripts import AttemptWriter, index_key, load_transcript
 from recall.worker.holder import LeaseHolder

@@ -1,4 +1,4 @@
-"""The built-in autoscaler's pure decision (`recall.operator.scaler.decide`): one case per rule,
+"""The built-in autoscaler's pure decision (`recall.operator.scaling.decide`): one case per rule,
 and a randomized check that no decision lets the ReplicaSet remove a busy worker."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from recall.operator.scaler import (
+from recall.operator.scaling.decide import (
     DELETION_COST,
     DRAINED_COST,
     SAFE_TO_EVICT,
@@ -22,7 +22,7 @@ from recall.operator.scaler import (
     WorkerView,
     decide,
 )
-from recall.operator.workload import Outstanding
+from recall.operator.scaling.workload import Outstanding
 from recall.protocol.workers import BUSY, DRAINING, IDLE
 
 POLICY = Policy(minimum=0, maximum=10, cooldown=60.0, step=2)

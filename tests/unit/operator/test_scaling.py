@@ -1,4 +1,4 @@
-"""The built-in autoscaler's writes (`recall.operator.scaling.Scaler`) on the memory store: the
+"""The built-in autoscaler's writes (`scaling.scaler.Scaler`) on the memory store: the
 scale subresource and its fence, the refusal, the hold, the drain through the registration
 Lease, and a fleet (tests/unit/operator/fleet.py) scaled up and down many times without a busy
 worker ever being stopped."""
@@ -13,10 +13,10 @@ import pytest
 
 from recall.kube import ScalerRef
 from recall.kube.memory import MemoryStore
-from recall.operator.cache import JobCache
 from recall.operator.dispatch import ReadyQueue
-from recall.operator.registry import Registry
-from recall.operator.scaler import (
+from recall.operator.peers.registry import Registry
+from recall.operator.reconcile.cache import JobCache
+from recall.operator.scaling.decide import (
     DELETION_COST,
     DRAINED_COST,
     SAFE_TO_EVICT,
@@ -24,8 +24,8 @@ from recall.operator.scaler import (
     Reason,
     decide,
 )
-from recall.operator.scaling import STATUS_ANNOTATION, Report, Scaler, Sources, Target
-from recall.operator.workload import Workload
+from recall.operator.scaling.scaler import STATUS_ANNOTATION, Report, Scaler, Sources, Target
+from recall.operator.scaling.workload import Workload
 from recall.protocol.workers import SELECTOR, lease_name, read, with_drain
 from recall.worker.drain import Drain
 from recall.worker.registration import Registration

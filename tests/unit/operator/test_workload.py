@@ -1,5 +1,5 @@
-"""The outstanding work the autoscalers scale on (`recall.operator.workload`) and the endpoint
-KEDA's metrics-api trigger reads (`recall.operator.metrics_api`), served on loopback."""
+"""The outstanding work the autoscalers scale on (`scaling.workload`) and the endpoint
+KEDA's metrics-api trigger reads (`recall.operator.scaling.keda`), served on loopback."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from recall.kube.memory import MemoryStore
-from recall.operator.cache import JobCache
-from recall.operator.metrics_api import make_server
-from recall.operator.workload import Outstanding, Workload
+from recall.operator.reconcile.cache import JobCache
+from recall.operator.scaling.keda import make_server
+from recall.operator.scaling.workload import Outstanding, Workload
 from recall.resources import LABEL_SUSPENDED
 from tests.unit.fakes import NS, Clock, claim, job_manifest
 

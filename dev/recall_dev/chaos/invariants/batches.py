@@ -7,8 +7,8 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from recall.operator.fanout import job_name
-from recall.operator.projection import CODES, stored_phases
+from recall.operator.reconcile.fanout import job_name
+from recall.operator.reconcile.project import CODES, stored_phases
 from recall.resources import ITEM_PHASE_OF_JOB, BatchStatus, Phase
 from recall_dev.chaos.history import History, JobHistory, Version
 from recall_dev.chaos.invariants.reclaims import disruptions

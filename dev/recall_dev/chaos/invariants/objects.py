@@ -29,7 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from recall.operator.results import PROBE_KEY as OPERATOR_PROBE
+from recall.operator.results.publish import PROBE_KEY as OPERATOR_PROBE
 from recall.resources import Phase, TranscriptionJob
 from recall.transcripts import attempt_dir, chunk_key, output_url, parse_scratch
 from recall.transcripts.layout import CUTTING, OUTPUT, TRANSCRIPT

@@ -13,8 +13,8 @@ a slot holds one job at a time: a scaler that counted the queue alone would remo
 workers as they empty it. A scaler divides the count by the pool's slots per worker.
 
 Kept incrementally as a `JobCache` listener (O(1) per change, whatever the number of jobs), so
-the built-in scaler (`recall.operator.scaling`) and the KEDA endpoint
-(`recall.operator.metrics_api`) read the same quantity without walking 100,000 jobs.
+the built-in scaler (`recall.operator.scaling.scaler`) and the KEDA endpoint
+(`recall.operator.scaling.keda`) read the same quantity without walking 100,000 jobs.
 Not counted: a Batch's items whose jobs are not created yet (fan-out creates them within a
 few ticks), and jobs in backoff until the operator ends it.
 """
@@ -25,8 +25,8 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-from recall.operator.cache import JobRecord
 from recall.operator.dispatch import Lane, lanes_for
+from recall.operator.reconcile.cache import JobRecord
 from recall.resources import DEFAULT_POOL, Phase
 
 

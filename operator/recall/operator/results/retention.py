@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from recall.base import log
 from recall.kube import ObjectRef, Store, StoreError
-from recall.operator.cache import BatchKey, JobCache
+from recall.operator.reconcile.cache import BatchKey, JobCache
 from recall.resources import LABEL_BATCH, Batch, label_value
 
 _log = log.get("operator")

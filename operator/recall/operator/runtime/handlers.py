@@ -4,7 +4,7 @@
   TranscriptionJob, as compact records), the leader elector (when enabled), the controller
   loop (reclaim, reconcile, project) and the results loop (publish, collect the store's
   garbage); `operator_cleanup` stops them.
-- `Runtime` also runs the workers' autoscaling when configured (`recall.operator.autoscaling`:
+- `Runtime` also runs the workers' autoscaling when configured (`recall.operator.scaling.service`:
   the built-in scaler of the worker Deployment, the endpoint KEDA reads).
 - `store_probe` (kopf's probes, served on the liveness port) reports whether the results
   store answers; the operator's readiness says so too.
@@ -32,10 +32,10 @@ from recall.base.settings import OperatorSettings
 from recall.bucket import Stores
 from recall.kube import Store
 from recall.kube.informer import Informer, Jobs, Leases
-from recall.operator import readiness
-from recall.operator.autoscaling import Autoscaling
 from recall.operator.controller import Controller
-from recall.operator.leader import LeaderElector
+from recall.operator.peers.leader import LeaderElector
+from recall.operator.runtime import readiness
+from recall.operator.scaling.service import Autoscaling
 from recall.protocol.workers import SELECTOR
 from recall.resources import BATCH_PLURAL, GROUP, VERSION, Batch
 

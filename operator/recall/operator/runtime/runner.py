@@ -1,10 +1,10 @@
 """`recall operator`: kopf with the project's handlers and settings.
 
 A thin wrapper around `kopf.run`: one registry with the handlers of
-`recall.operator.handlers`, kopf in standalone mode in every replica (replicas elect one
+`recall.operator.runtime.handlers`, kopf in standalone mode in every replica (replicas elect one
 acting leader through a Lease when `leader_election` is on), kopf's liveness endpoint and our
 metrics on their ports. kopf starts once discovery serves the resources, and the operator
-exits, with the reason, when kopf resolved them without one (`recall.operator.discovery`).
+exits, with the reason, when kopf resolved them without one (`recall.operator.runtime.discovery`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from recall.base import log, metrics
 from recall.base.settings import ApiSettings, OperatorSettings, StoreSettings
 from recall.bucket import StoreError, Stores
 from recall.kube.store import KubeStore, load_api_client
-from recall.operator import discovery, handlers
+from recall.operator.runtime import discovery, handlers
 from recall.resources import BATCH_PLURAL, JOB_PLURAL
 
 # Served before the operator starts: the Batches, which kopf watches, and the jobs, which the

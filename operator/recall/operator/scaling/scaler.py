@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from recall.base import log, metrics
 from recall.base.clock import Monotonic, boottime, utcnow
 from recall.kube import Conflict, NotFound, ObjectRef, RawObject, Store, StoreError
-from recall.operator.leader import Leadership, Sole
-from recall.operator.registry import Registry
-from recall.operator.scaler import (
+from recall.operator.peers.leader import Leadership, Sole
+from recall.operator.peers.registry import Registry
+from recall.operator.scaling.decide import (
     DELETION_COST,
     SAFE_TO_EVICT,
     Decision,
@@ -48,7 +48,7 @@ from recall.operator.scaler import (
     WorkerView,
     decide,
 )
-from recall.operator.workload import Workload
+from recall.operator.scaling.workload import Workload
 from recall.protocol.workers import lease_name, read, with_drain
 from recall.resources import DEFAULT_POOL, label_value
 

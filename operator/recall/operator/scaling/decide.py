@@ -1,11 +1,11 @@
 """The built-in autoscaler's decision: how many workers, and which idle ones go.
 
-    decision = decide(inputs, now)     # pure: what `Scaler` (recall.operator.scaling) read
+    decision = decide(inputs, now)     # pure: what `Scaler` (recall.operator.scaling.scaler) read
 
 The rules, in the order they are tried:
 
 1. **Desired** is the pool's outstanding work — claimable Queued jobs plus Leased ones
-   (`recall.operator.workload`) — over the pool's slots a worker (`Policy.slots`), within
+   (`recall.operator.scaling.workload`) — over the pool's slots a worker (`Policy.slots`), within
    `[minimum, maximum]`: one job per slot.
 2. **Refused** when a HorizontalPodAutoscaler or a KEDA ScaledObject targets the Deployment:
    nothing is written, drains are cancelled; the Event and the condition say why.
@@ -39,7 +39,7 @@ import enum
 import math
 from dataclasses import dataclass, replace
 
-from recall.operator.workload import Outstanding
+from recall.operator.scaling.workload import Outstanding
 from recall.protocol.workers import BUSY, IDLE
 
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"

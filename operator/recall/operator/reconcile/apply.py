@@ -38,12 +38,12 @@ from recall.kube import (
     StoreError,
 )
 from recall.kube.patch import merge_patch
-from recall.operator.cache import BatchKey, JobRecord, Marks
-from recall.operator.fanout import job_for_item
-from recall.operator.items import Item
-from recall.operator.leader import Leadership, Sole
-from recall.operator.projection import CODE, Projection, project, stored_phases
-from recall.operator.reconcile import Plan, budget
+from recall.operator.peers.leader import Leadership, Sole
+from recall.operator.reconcile.cache import BatchKey, JobRecord, Marks
+from recall.operator.reconcile.fanout import job_for_item
+from recall.operator.reconcile.items import Item
+from recall.operator.reconcile.plan import Plan, budget
+from recall.operator.reconcile.project import CODE, Projection, project, stored_phases
 from recall.protocol import lease
 from recall.protocol.observer import JobKey
 from recall.resources import (

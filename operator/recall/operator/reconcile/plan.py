@@ -1,7 +1,7 @@
 """The reconciler's plan: what a Batch (or a set of jobs without one) needs now. Pure.
 
     plan = plan_batch(batch, items, jobs, watched, now_mono, leases, backoffs, full=...)
-    report = Applier(store).apply_batch(plan, ...)          # recall.operator.apply: all the I/O
+    report = Applier(store).apply_batch(plan, ...)   # reconcile.apply: all the I/O
 
 The plan lists the jobs to reclaim (their lease expired on the operator's clock), to fail (no
 attempts left), to take out of backoff (its time passed on the operator's clock), to label
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from recall.operator.cache import BackoffObservation, BatchKey, JobRecord
-from recall.operator.items import Item
-from recall.operator.projection import CODES, fanned_out, stored_phases
+from recall.operator.reconcile.cache import BackoffObservation, BatchKey, JobRecord
+from recall.operator.reconcile.items import Item
+from recall.operator.reconcile.project import CODES, fanned_out, stored_phases
 from recall.protocol.lease import Budget
 from recall.protocol.observer import JobKey, Observation
 from recall.resources import Batch, Phase

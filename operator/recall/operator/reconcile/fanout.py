@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recall.operator.items import Item
+from recall.operator.reconcile.items import Item
 from recall.resources import (
     API_VERSION,
     LABEL_BATCH,

@@ -42,8 +42,8 @@ from recall.bucket import Bucket, StoreError, Stores, StoreUnavailable
 from recall.fencing import fenced_write
 from recall.kube import ObjectRef, Store
 from recall.kube import StoreError as ApiError
-from recall.operator.cache import BatchKey, JobCache, JobRecord
-from recall.operator.collector import Collector
+from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord
+from recall.operator.results.collect import Collector
 from recall.protocol import lease
 from recall.resources import Batch, Phase, Published, TranscriptionJob
 from recall.transcripts import (

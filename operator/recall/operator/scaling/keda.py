@@ -6,7 +6,7 @@ reads (`worker.autoscaling.mode: keda` in the chart).
          "outstanding": 16}
     503 {"error": "..."}      while the operator's view of the jobs is not current
 
-`outstanding` is the quantity the built-in autoscaler scales on (`recall.operator.workload`):
+`outstanding` is the quantity the built-in autoscaler scales on (`scaling.workload`):
 claimable Queued jobs plus Leased ones, one slot each (the trigger's `targetValue` is the
 pool's slots per worker, `valueLocation: outstanding`). The query's namespace and engine
 default to the operator's `autoscale_namespace` and `autoscale_engine`, the pool to
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from recall.operator.workload import Workload
+from recall.operator.scaling.workload import Workload
 from recall.resources import DEFAULT_POOL
 
 PATH = "/workload"

@@ -27,11 +27,11 @@ from typing import Any, Protocol
 from recall.base.settings import OperatorSettings
 from recall.kube import Store
 from recall.kube.informer import Informer
-from recall.operator import metrics_api
 from recall.operator.controller import Controller
-from recall.operator.scaler import Policy
-from recall.operator.scaling import Scaler, Sources, Target
-from recall.operator.workload import Workload
+from recall.operator.scaling import keda as metrics_api
+from recall.operator.scaling.decide import Policy
+from recall.operator.scaling.scaler import Scaler, Sources, Target
+from recall.operator.scaling.workload import Workload
 
 
 class Spawn(Protocol):
