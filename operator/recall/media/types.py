@@ -29,9 +29,17 @@ class Word(Model):
     end: float
     text: str  # as the model wrote it: a leading space, punctuation attached ("Hello,")
     probability: float
+    speaker: str | None = None  # "S1", "S2", ... in order of first appearance in the file
+    channel: str | None = None  # "ch0", "ch1", ... with `channels: split`
+    redacted: str | None = None  # the type of a redacted span ("phone"): `text` is "[PHONE]"
 
     def shifted(self, seconds: float) -> Word:
         return self.model_copy(update={"start": self.start + seconds, "end": self.end + seconds})
+
+    @property
+    def who(self) -> str | None:
+        """Who said it, as the outputs label it: the speaker, else the channel."""
+        return self.speaker or self.channel
 
 
 class Segment(Model):
@@ -43,6 +51,13 @@ class Segment(Model):
     text: str
     confidence: float | None = None
     words: list[Word] | None = None
+    speaker: str | None = None  # the speaker of most of its words (speaker labels)
+    channel: str | None = None  # the channel it was transcribed from (`channels: split`)
+
+    @property
+    def who(self) -> str | None:
+        """Who said it, as the outputs label it: the speaker, else the channel."""
+        return self.speaker or self.channel
 
     def shifted(self, seconds: float) -> Segment:
         """The same segment `seconds` later (an engine's chunk-relative times made absolute),
@@ -119,7 +134,9 @@ class Chunk:
     """One piece of the media: `index` from 0, `start` and `duration` in seconds.
 
     `first`/`end` are the sample range [first, end) at the cutting's rate; `tail` signs the
-    samples just before `end`; `last` is True on the final chunk of the media.
+    samples just before `end`; `last` is True on the final chunk of the media. A file split
+    into channels is cut channel after channel: `channel` names the chunk's, `first`/`end`
+    count on from the previous channel's samples, and `start` is the time in the file.
     """
 
     index: int
@@ -130,6 +147,7 @@ class Chunk:
     end: int = 0
     tail: str = ""
     last: bool = False
+    channel: str | None = None  # "ch0", "ch1", ... of a file split into channels
 
     def resume(self) -> Resume:
         """The resume point right after this chunk."""

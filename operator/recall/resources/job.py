@@ -66,11 +66,45 @@ class SubtitleSpec(Model):
     min_gap_seconds: float | None = None
 
 
+MAX_SPEAKERS = 20  # speakers.count, min and max at most (the CRD's bound)
+
+
+class SpeakerSpec(Model):
+    """Speaker labels: `{}` finds the count from the audio, `count` fixes it, `min`/`max`
+    bound it (the CRD refuses count with min or max, and min > max)."""
+
+    count: int | None = None
+    min: int | None = None
+    max: int | None = None
+
+
+Channels = Literal["mixed", "split"]
+RedactType = Literal["email", "phone", "card", "iban", "nationalId"]
+REDACT_TYPES: tuple[RedactType, ...] = ("email", "phone", "card", "iban", "nationalId")
+
+
+class RedactSpec(Model):
+    """What is redacted before anything is written, and what is kept besides."""
+
+    types: list[RedactType]
+    audio: bool | None = None
+    keep_original: bool | None = None
+
+
 class TranscriptSpec(Model):
-    """What the transcript holds besides segments: word timings, and the subtitle rules."""
+    """What the transcript holds besides segments: word timings, speakers, channels, what it
+    leaves out (redact), and the subtitle rules."""
 
     words: bool | None = None
     subtitles: SubtitleSpec | None = None
+    speakers: SpeakerSpec | None = None
+    channels: Channels | None = None
+    redact: RedactSpec | None = None
+
+    @property
+    def split(self) -> bool:
+        """Whether each channel is transcribed on its own (`channels: split`)."""
+        return self.channels == "split"
 
 
 def _json_only() -> list[Format]:
@@ -165,6 +199,7 @@ class Published(Model):
     time: dt.datetime
     formats: list[Format] = Field(default_factory=list)
     index: str | None = None
+    audio: str | None = None
 
 
 class JobStatus(Model):

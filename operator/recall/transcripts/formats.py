@@ -20,17 +20,32 @@ docs/transcripts.md.
   proportion within the segment and their confidence the segment's (`wordTimings` false in
   `json`, and that segment without `words`, say so).
 - `srt`, `vtt`: cues from `recall.transcripts.subtitles` under the transcript's rules.
+
+Who said it (the speaker, else the channel of a split file): `json` gives each segment and word
+its `speaker` and `channel`; `aws.json` gives each item and audio segment its `speaker_label`
+(`spk_0` for S1, as AWS numbers them) and `channel_label` (`ch_0`), with
+`results.speaker_labels` (turns: runs of one speaker's items) and `results.channel_labels` (each
+channel's items) as AWS writes them; `vtt` a voice tag per cue (`<v S1>`); `srt` and `txt` the
+label before the first words after each change (`S1: `, a turn a paragraph in `txt`).
+A word Whisper split at a hyphen ("ill" + "-disposed") is one item ("ill-disposed").
+Redacted spans (`recall.transcripts.redact`) read `[EMAIL]`, `[PHONE]`, ... in every format but
+`aws.json`, which writes them as AWS's content redaction does: `[PII]` with a `redactions`
+entry naming the category, and `isRedacted` true. Words are shown in `json` only when the job
+asked for them (`wordTimings`); the other formats time their items and cues by them whenever
+the transcript has them.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
-from recall.media.types import Segment
+from recall.media.types import Segment, Word
 from recall.resources import Format
 from recall.transcripts.layout import Transcript
-from recall.transcripts.subtitles import Rules, cues, split, timed_words, write
+from recall.transcripts.subtitles import Rules, continues, cues, joined, split, timed_words, write
 
 CONTENT_TYPES = {
     "json": "application/json",
@@ -40,6 +55,15 @@ CONTENT_TYPES = {
     "txt": "text/plain; charset=utf-8",
 }
 PUNCTUATION = ".,?!;:"
+# A redacted span's type as AWS's content redaction names its category.
+AWS_CATEGORY = {
+    "email": "EMAIL",
+    "phone": "PHONE",
+    "card": "CREDIT_DEBIT_NUMBER",
+    "iban": "BANK_ACCOUNT_NUMBER",
+    "nationalId": "SSN",
+}
+TAG = re.compile(r"\[(EMAIL|PHONE|CARD|IBAN|NATIONAL_ID)\]")
 
 
 def timestamp(seconds: float, separator: str) -> str:
@@ -54,14 +78,43 @@ def timestamp(seconds: float, separator: str) -> str:
 def render(transcript: Transcript, fmt: Format) -> str:
     segments = [s for s in transcript.segments if s.text.strip()]
     if fmt == "txt":
-        return transcript.text + "\n"
+        return txt(transcript, segments)
     if fmt == "json":
         return _dump(segment_json(transcript, segments))
     if fmt == "aws.json":
         return _dump(aws_json(transcript, segments))
     if fmt in ("srt", "vtt"):
-        return write(cues(segments, Rules.from_data(transcript.subtitles)), fmt)
+        rules = Rules.from_data(transcript.subtitles)
+        return write(cues(segments, rules, prefix=fmt == "srt"), fmt)
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def labelled(segments: list[Segment]) -> bool:
+    """Whether some segment or word says who said it."""
+    return any(s.who or any(w.who for w in s.words or []) for s in segments)
+
+
+def turns(segments: list[Segment]) -> list[tuple[str | None, str]]:
+    """The text of `segments` in turns: (who, what they said), one per change of speaker."""
+    out: list[tuple[str | None, list[str]]] = []
+    for s in segments:
+        if timed_words(s):
+            said = [(w.who or s.who, w.text.strip()) for w in s.words or [] if w.text.strip()]
+        else:
+            said = [(s.who, t) for t in s.text.split()]
+        for who, word in said:
+            if out and out[-1][0] == who:
+                out[-1][1].append(word)
+            else:
+                out.append((who, [word]))
+    return [(who, joined(words)) for who, words in out]
+
+
+def txt(transcript: Transcript, segments: list[Segment]) -> str:
+    """The text; with speakers or channels, a paragraph a turn, each `S1: ...`."""
+    if not labelled(segments):
+        return transcript.text + "\n"
+    return "\n\n".join(f"{who}: {text}" if who else text for who, text in turns(segments)) + "\n"
 
 
 def _dump(data: dict[str, Any]) -> str:
@@ -74,12 +127,9 @@ def segment_json(transcript: Transcript, segments: list[Segment]) -> dict[str, A
         item: dict[str, Any] = {"start": s.start, "end": s.end, "text": s.text}
         if s.confidence is not None:
             item["confidence"] = s.confidence
-        if timed_words(s):
-            item["words"] = [
-                {"start": w.start, "end": w.end, "word": w.text, "probability": w.probability}
-                for w in s.words or []
-                if w.text.strip()
-            ]
+        item.update(_who(s.speaker, s.channel))
+        if transcript.word_timings and timed_words(s):
+            item["words"] = [_word_json(w) for w in s.words or [] if w.text.strip()]
         out.append(item)
     return {
         "text": transcript.text,
@@ -94,9 +144,23 @@ def segment_json(transcript: Transcript, segments: list[Segment]) -> dict[str, A
     }
 
 
+def _who(speaker: str | None, channel: str | None) -> dict[str, str]:
+    return {k: v for k, v in (("speaker", speaker), ("channel", channel)) if v}
+
+
+def _word_json(w: Word) -> dict[str, Any]:
+    out: dict[str, Any] = {"start": w.start, "end": w.end, "word": w.text}
+    out["probability"] = w.probability
+    out.update(_who(w.speaker, w.channel))
+    if w.redacted:
+        out["redacted"] = w.redacted
+    return out
+
+
 def word_timings(transcript: Transcript, segments: list[Segment]) -> bool:
-    """Whether every one of `segments` has word timings (none: whether the job asked)."""
-    if not segments:
+    """Whether the job asked for words and every one of `segments` has them (no segments:
+    whether the job asked)."""
+    if not segments or not transcript.word_timings:
         return transcript.word_timings
     return all(timed_words(s) for s in segments)
 
@@ -107,57 +171,160 @@ def _decimal(value: float) -> str:
     return text + "0" if text.endswith(".") else text
 
 
+def speaker_label(speaker: str) -> str:
+    """AWS's label for a speaker: spk_0 for S1, spk_1 for S2, ..."""
+    if speaker[:1] == "S" and speaker[1:].isdigit():
+        return f"spk_{int(speaker[1:]) - 1}"
+    return speaker
+
+
+def channel_label(channel: str) -> str:
+    """AWS's label for a channel: ch_0 for ch0."""
+    return f"ch_{channel[2:]}" if channel.startswith("ch") and channel[2:].isdigit() else channel
+
+
+@dataclass(frozen=True)
+class _Said:
+    """One word as aws.json writes it: hyphen-split words joined, times, who, redaction."""
+
+    text: str
+    start: float
+    end: float
+    confidence: float
+    speaker: str | None
+    channel: str | None
+    redacted: str | None = None
+
+
+def _said(s: Segment) -> list[_Said]:
+    if not timed_words(s):  # proportional times, the segment's confidence
+        confidence = s.confidence if s.confidence is not None else 1.0
+        return [_Said(t.text, t.start, t.end, confidence, s.speaker, s.channel) for t in split(s)]
+    out: list[_Said] = []
+    for w in s.words or []:
+        text = w.text.strip()
+        if not text:
+            continue
+        speaker, channel = w.speaker or s.speaker, w.channel or s.channel
+        last = out[-1] if out else None
+        if last is not None and not w.redacted and not last.redacted and continues(last.text, text):
+            out[-1] = _Said(
+                last.text + text,
+                last.start,
+                max(last.end, w.end),
+                min(last.confidence, w.probability),
+                last.speaker,
+                last.channel,
+            )
+        else:
+            out.append(_Said(text, w.start, w.end, w.probability, speaker, channel, w.redacted))
+    return out
+
+
+def _labels(item: dict[str, Any], speaker: str | None, channel: str | None) -> dict[str, Any]:
+    if speaker:
+        item["speaker_label"] = speaker_label(speaker)
+    if channel:
+        item["channel_label"] = channel_label(channel)
+    return item
+
+
 def aws_json(transcript: Transcript, segments: list[Segment]) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     audio_segments: list[dict[str, Any]] = []
+    redacted = False
     for s in segments:
         ids: list[int] = []
-        if timed_words(s):
-            timed = [(w.text.strip(), w.start, w.end, w.probability) for w in s.words or []]
-        else:  # proportional times, the segment's confidence
-            confidence = s.confidence if s.confidence is not None else 1.0
-            timed = [(t.text, t.start, t.end, confidence) for t in split(s)]
-        for text, start, end, probability in timed:
-            word = text.rstrip(PUNCTUATION)
-            marks = text[len(word) :]
+        for said in _said(s):
+            text = said.text
+            if said.redacted:  # the tag is the word; marks after it stay marks
+                redacted = True
+                word, marks = "[PII]", text[text.rfind("]") + 1 :]
+            else:
+                word = text.rstrip(PUNCTUATION)
+                marks = text[len(word) :]
             if word:
                 ids.append(len(items))
-                items.append(
-                    {
-                        "id": len(items),
-                        "type": "pronunciation",
-                        "start_time": _decimal(start),
-                        "end_time": _decimal(end),
-                        "alternatives": [{"content": word, "confidence": _decimal(probability)}],
-                    }
-                )
+                alternative: dict[str, Any] = {
+                    "content": word,
+                    "confidence": _decimal(said.confidence),
+                }
+                if said.redacted:
+                    category = AWS_CATEGORY.get(said.redacted, "PII")
+                    alternative["redactions"] = [
+                        {
+                            "type": "PII",
+                            "category": category,
+                            "confidence": alternative["confidence"],
+                        }
+                    ]
+                item = {
+                    "id": len(items),
+                    "type": "pronunciation",
+                    "start_time": _decimal(said.start),
+                    "end_time": _decimal(said.end),
+                    "alternatives": [alternative],
+                }
+                items.append(_labels(item, said.speaker, said.channel))
             for mark in marks:
                 ids.append(len(items))
-                items.append(
-                    {
-                        "id": len(items),
-                        "type": "punctuation",
-                        "alternatives": [{"content": mark, "confidence": "0.0"}],
-                    }
-                )
-        audio_segments.append(
-            {
-                "id": len(audio_segments),
-                "transcript": s.text.strip(),
-                "start_time": _decimal(s.start),
-                "end_time": _decimal(s.end),
-                "items": ids,
-            }
-        )
+                item = {
+                    "id": len(items),
+                    "type": "punctuation",
+                    "alternatives": [{"content": mark, "confidence": "0.0"}],
+                }
+                items.append(_labels(item, said.speaker, said.channel))
+        segment = {
+            "id": len(audio_segments),
+            "transcript": TAG.sub("[PII]", s.text.strip()),
+            "start_time": _decimal(s.start),
+            "end_time": _decimal(s.end),
+            "items": ids,
+        }
+        audio_segments.append(_labels(segment, s.speaker, s.channel))
     results: dict[str, Any] = {
-        "transcripts": [{"transcript": transcript.text}],
+        "transcripts": [{"transcript": TAG.sub("[PII]", transcript.text)}],
         "items": items,
         "audio_segments": audio_segments,
     }
+    if any(i.get("speaker_label") for i in items):
+        results["speaker_labels"] = speaker_turns(items)
+    if any(i.get("channel_label") for i in items):
+        results["channel_labels"] = channels(items)
     if transcript.language:
         results["language_code"] = transcript.language
+    out: dict[str, Any] = {"jobName": transcript.job, "status": "COMPLETED"}
+    if redacted or transcript.redacted:
+        out["isRedacted"] = True
+    out["results"] = results
+    return out
+
+
+def speaker_turns(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """AWS's `speaker_labels`: the turns (runs of one speaker's pronunciations), each with the
+    times and speaker of its items, and how many speakers there are."""
+    turns: list[dict[str, Any]] = []
+    for item in items:
+        if item["type"] != "pronunciation" or "speaker_label" not in item:
+            continue
+        said = {k: item[k] for k in ("start_time", "speaker_label", "end_time")}
+        if turns and turns[-1]["speaker_label"] == item["speaker_label"]:
+            turns[-1]["end_time"] = item["end_time"]
+            turns[-1]["items"].append(said)
+        else:
+            turns.append({**said, "items": [said]})
+    speakers = {t["speaker_label"] for t in turns}
+    return {"speakers": len(speakers), "segments": turns}
+
+
+def channels(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """AWS's `channel_labels`: each channel's items, in order."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        if "channel_label" in item:
+            by.setdefault(item["channel_label"], []).append(item)
+    labels = sorted(by, key=lambda c: (len(c), c))
     return {
-        "jobName": transcript.job,
-        "status": "COMPLETED",
-        "results": results,
+        "channels": [{"channel_label": c, "items": by[c]} for c in labels],
+        "number_of_channels": len(labels),
     }

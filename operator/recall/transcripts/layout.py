@@ -16,11 +16,18 @@
   covers, the signature of the samples before its end, its segments with absolute times. A
   segment is `[start, end, "text"]`, or with the model's confidence and its words
   `[start, end, "text", confidence, [[start, end, "word", probability]…]]` (either may be
-  null). A resumed attempt reads the chunks the checkpoint's parts name
-  (`status.progress.parts`) and continues exactly after the last, in the language they record.
+  null). A segment may go on with its speaker and channel (`[..., words, "S1", "ch0"]`, a
+  trailing null left out), a word likewise with its speaker, channel and the type of a redacted
+  span (`[start, end, "[PHONE]", probability, "S1", null, "phone"]`). A record of a split file
+  says its channel (`"channel": "ch1"`); with redaction on, `"held": 12.3` says where the words
+  held back into the next record begin, and `"carried": true` that its first segment continues
+  the previous record's last one (`recall.transcripts.redact`). A resumed attempt reads the
+  chunks the checkpoint's parts name (`status.progress.parts`) and continues exactly after the
+  last, in the language they record.
 - The transcript holds every segment once (in the same encoding), with the job, attempt and
   token that made it, the model and its digest, the language, and the subtitle rules its srt
-  and vtt follow. Format 2; format 1 (segments without words) is still read.
+  and vtt follow, and whether it is redacted. Format 3 (speakers, channels, redacted spans);
+  formats 1 (segments without words) and 2 are still read.
 - The index entry of a Batch's item is a copy of its accepted transcript, written by the
   operator when it publishes: it outlives the job (a Batch's `ttlSecondsAfterFinished`) and goes
   with the Batch.
@@ -41,7 +48,8 @@ CUTTING = "cutting.json"
 TRANSCRIPT = "transcript.json"
 OUTPUT = "out"
 FORMAT = 1  # of the cutting record
-TRANSCRIPT_FORMAT = 2  # 2: segments may carry confidence and words; 1 is still read
+TRANSCRIPT_FORMAT = 3  # 3: speakers, channels, redactions; 2: words; 1 is still read
+ORIGINAL = "original.json"  # the unredacted transcript (`redact.keepOriginal`)
 MAX_PARTS = 8  # parts a checkpoint names at most: a job's status stays a few kilobytes
 
 
@@ -73,6 +81,16 @@ def transcript_key(directory: str) -> str:
     return directory + TRANSCRIPT
 
 
+def original_key(directory: str) -> str:
+    """The unredacted transcript's key (`redact.keepOriginal`), beside the transcript."""
+    return directory + ORIGINAL
+
+
+def original_chunk_key(directory: str, index: int) -> str:
+    """Chunk `index`'s unredacted record (`redact.keepOriginal`), beside the redacted one."""
+    return f"{directory}c{index:06d}.original.json"
+
+
 def output_key(directory: str, fmt: str) -> str:
     return f"{directory}{OUTPUT}.{fmt}"
 
@@ -101,9 +119,9 @@ class ScratchKey:
         return attempt_dir(self.namespace, self.job, self.uid, self.attempt, self.token)
 
     def chunk(self) -> int | None:
-        """The chunk index of a chunk record, else None."""
+        """The chunk index of a chunk record (or of its unredacted original), else None."""
         n = self.name
-        if len(n) == 12 and n[0] == "c" and n.endswith(".json") and n[1:7].isdigit():
+        if n[:1] == "c" and n[1:7].isdigit() and n[7:] in (".json", ".original.json"):
             return int(n[1:7])
         return None
 
@@ -134,6 +152,9 @@ class Record:
     segments: list[Segment]
     language: str | None = None
     language_probability: float | None = None
+    channel: str | None = None  # the channel of a split file it is a chunk of
+    held: float | None = None  # where the words held back into the next record begin
+    carried: bool = False  # its first segment continues the previous record's last one
 
     @classmethod
     def of(
@@ -141,6 +162,9 @@ class Record:
         chunk: Chunk,
         segments: list[Segment],
         language: tuple[str, float | None] | None = None,
+        *,
+        held: float | None = None,
+        carried: bool = False,
     ) -> Record:
         return cls(
             first=chunk.first,
@@ -149,6 +173,9 @@ class Record:
             segments=segments,
             language=language[0] if language else None,
             language_probability=language[1] if language else None,
+            channel=chunk.channel,
+            held=held,
+            carried=carried,
         )
 
     def encode(self) -> bytes:
@@ -160,6 +187,12 @@ class Record:
         if self.language:
             p = self.language_probability
             data["language"] = [self.language, round(p, 4) if p is not None else None]
+        if self.channel:
+            data["channel"] = self.channel
+        if self.held is not None:
+            data["held"] = round(self.held, 3)
+        if self.carried:
+            data["carried"] = True
         return dumps(data)
 
     @classmethod
@@ -176,6 +209,9 @@ class Record:
                 segments=segments_of(data),
                 language=str(language) if language else None,
                 language_probability=float(probability) if probability is not None else None,
+                channel=data.get("channel"),
+                held=float(data["held"]) if data.get("held") is not None else None,
+                carried=bool(data.get("carried")),
             )
         except (KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
             raise ValueError(f"not a chunk record: {e}") from None
@@ -189,17 +225,42 @@ class Record:
         return text_of(self.segments)
 
 
+def _trimmed(values: list[Any]) -> list[Any]:
+    """`values` without its trailing Nones."""
+    while values and values[-1] is None:
+        values.pop()
+    return values
+
+
+def encode_word(w: Word) -> list[Any]:
+    """`[start, end, text, probability]`, then speaker, channel and redacted type when set."""
+    out = [round(w.start, 3), round(w.end, 3), w.text, round(w.probability, 4)]
+    return out + _trimmed([w.speaker, w.channel, w.redacted])
+
+
+def decode_word(item: list[Any]) -> Word:
+    ws, we, wt, wp = item[:4]
+    speaker, channel, redacted = [*item[4:7], None, None, None][:3]
+    return Word(
+        start=float(ws),
+        end=float(we),
+        text=str(wt),
+        probability=float(wp),
+        speaker=speaker,
+        channel=channel,
+        redacted=redacted,
+    )
+
+
 def encode_segment(s: Segment) -> list[Any]:
-    """`[start, end, text]`, with `confidence, words` after it when either is known."""
+    """`[start, end, text]`, with `confidence, words` after it when either is known, then its
+    speaker and channel when set."""
     out: list[Any] = [round(s.start, 3), round(s.end, 3), s.text]
-    if s.confidence is not None or s.words is not None:
+    extra = _trimmed([s.speaker, s.channel])
+    if s.confidence is not None or s.words is not None or extra:
         confidence = round(s.confidence, 4) if s.confidence is not None else None
-        words = (
-            [[round(w.start, 3), round(w.end, 3), w.text, round(w.probability, 4)] for w in s.words]
-            if s.words is not None
-            else None
-        )
-        out += [confidence, words]
+        words = [encode_word(w) for w in s.words] if s.words is not None else None
+        out += [confidence, words, *extra]
     return out
 
 
@@ -207,19 +268,15 @@ def decode_segment(item: list[Any]) -> Segment:
     start, end, text = item[:3]
     confidence = item[3] if len(item) > 3 else None
     words = item[4] if len(item) > 4 else None
+    speaker, channel = [*item[5:7], None, None][:2]
     return Segment(
         start=float(start),
         end=float(end),
         text=str(text),
         confidence=float(confidence) if confidence is not None else None,
-        words=(
-            [
-                Word(start=float(ws), end=float(we), text=str(wt), probability=float(wp))
-                for ws, we, wt, wp in words
-            ]
-            if words is not None
-            else None
-        ),
+        words=[decode_word(w) for w in words] if words is not None else None,
+        speaker=speaker,
+        channel=channel,
     )
 
 
@@ -287,6 +344,7 @@ class Transcript:
     model_digest: str | None = None
     word_timings: bool = False
     subtitles: dict[str, Any] | None = None
+    redacted: list[str] | None = None  # the types redacted (`spec.transcript.redact.types`)
 
     @property
     def text(self) -> str:
@@ -316,6 +374,7 @@ class Transcript:
                 "words": self.words,
                 "wordTimings": self.word_timings,
                 "subtitles": self.subtitles,
+                "redacted": self.redacted,
                 "segments": [encode_segment(s) for s in self.segments],
             }
         )
@@ -325,7 +384,7 @@ class Transcript:
         """Raises ValueError when `raw` is not a transcript of a known format."""
         try:
             data = json.loads(raw)
-            if data.get("format") not in (1, TRANSCRIPT_FORMAT):
+            if data.get("format") not in (1, 2, TRANSCRIPT_FORMAT):
                 raise ValueError(f"unknown transcript format {data.get('format')!r}")
             probability = data.get("languageProbability")
             return cls(
@@ -345,6 +404,7 @@ class Transcript:
                 model_digest=data.get("modelDigest"),
                 word_timings=bool(data.get("wordTimings")),
                 subtitles=data.get("subtitles"),
+                redacted=data.get("redacted"),
             )
         except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
             raise ValueError(f"malformed transcript: {e}") from None

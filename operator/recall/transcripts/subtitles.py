@@ -19,6 +19,10 @@ Contract:
   a pause, a segment's end, and last between any two words (never after an article or a
   preposition when another break is possible). Fuller cues beat more cues. Lines break the same
   way inside a cue, as evenly as the breaks allow.
+- Who said it (a speaker, else a channel): a cue never holds the words of two; `write` puts a
+  WebVTT voice tag (`<v S1>`) on every cue, and with `cues(..., prefix=True)` (SubRip) the first
+  cue after each change of speaker begins with `S1: `, which counts toward its line.
+- A word Whisper split at a hyphen ("ill" + "-disposed") is one word here ("ill-disposed").
 - `write` formats with pysubs2 (SubRip and WebVTT writers) rather than by hand; times are
   whole milliseconds. `check` re-states the rules as a test and a benchmark read them back.
 """
@@ -92,6 +96,7 @@ class Token:
     start: float
     end: float
     segment_end: bool = False  # the last word of its segment
+    who: str | None = None  # its speaker, else its channel
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class Cue:
     start: float
     end: float
     lines: tuple[str, ...]
+    who: str | None = None
 
     @property
     def text(self) -> str:
@@ -115,6 +121,24 @@ def proportional(segments: list[Segment]) -> bool:
     return any(not timed_words(s) and s.text.strip() for s in segments)
 
 
+def continues(previous: str, word: str) -> bool:
+    """Whether `word` (stripped) goes on the word before it without a space: Whisper splits
+    "ill-disposed" into "ill" + "-disposed"."""
+    if len(word) > 1 and word[0] == "-" and word[1].isalnum():
+        return bool(previous) and previous[-1].isalnum()
+    return (
+        len(previous) > 1 and previous[-1] == "-" and previous[-2].isalnum() and word[:1].isalnum()
+    )
+
+
+def joined(words: list[str]) -> str:
+    """`words` (stripped) as text: one space between them, none inside a hyphenated word."""
+    out = ""
+    for word in words:
+        out += word if not out or continues(out, word) else " " + word
+    return out
+
+
 def split(segment: Segment) -> list[Token]:
     """The words of `segment`'s text with times in proportion to their characters over the
     segment's time: for a segment without word timings."""
@@ -126,24 +150,43 @@ def split(segment: Segment) -> list[Token]:
     for part, weight in zip(parts, weights, strict=True):
         begin = segment.start + span * at / total
         at += weight
-        out.append(Token(part, begin, segment.start + span * at / total))
+        out.append(Token(part, begin, segment.start + span * at / total, who=segment.who))
     return out
 
 
 def tokens(segments: list[Segment]) -> list[Token]:
-    """Every word of `segments` in order, with its times (see the module contract)."""
+    """Every word of `segments` in order, with its times and who said it (see the module
+    contract); a word split at a hyphen is one."""
     out: list[Token] = []
     for s in segments:
         words: list[Token] = []
         if timed_words(s):
             for w in s.words or []:
-                if w.text.strip():
-                    words.append(Token(w.text.strip(), w.start, max(w.end, w.start)))
+                text = w.text.strip()
+                if not text:
+                    continue
+                who = w.who or s.who
+                last = words[-1] if words else None
+                if last is not None and last.who == who and continues(last.text, text):
+                    words[-1] = Token(last.text + text, last.start, max(w.end, last.end), who=who)
+                else:
+                    words.append(Token(text, w.start, max(w.end, w.start), who=who))
         else:  # no word timings: in proportion
             words = split(s)
         if words:
-            words[-1] = Token(words[-1].text, words[-1].start, words[-1].end, segment_end=True)
+            last = words[-1]
+            words[-1] = Token(last.text, last.start, last.end, segment_end=True, who=last.who)
         out += words
+    return out
+
+
+def labelled(words: list[Token]) -> list[Token]:
+    """`words` with `who: ` before the first word of each change of who said them."""
+    out: list[Token] = []
+    for k, w in enumerate(words):
+        if w.who and (k == 0 or words[k - 1].who != w.who):
+            w = Token(f"{w.who}: {w.text}", w.start, w.end, w.segment_end, w.who)
+        out.append(w)
     return out
 
 
@@ -217,10 +260,13 @@ def lines(words: list[str], width: int, most: int) -> tuple[str, ...] | None:
     return layout[1] if layout else None
 
 
-def cues(segments: list[Segment], rules: Rules | None = None) -> list[Cue]:
-    """The cues of `segments` under `rules` (see the module contract)."""
+def cues(segments: list[Segment], rules: Rules | None = None, *, prefix: bool = False) -> list[Cue]:
+    """The cues of `segments` under `rules` (see the module contract); `prefix`: the first cue
+    after each change of speaker begins with its label (SubRip's way)."""
     rules = rules or Rules()
     words = tokens(segments)
+    if prefix:
+        words = labelled(words)
     n = len(words)
     if n == 0:
         return []
@@ -241,7 +287,9 @@ def cues(segments: list[Segment], rules: Rules | None = None) -> list[Cue]:
             else:  # a new line; a word longer than a line fills one alone
                 used, line = used + 1, max(size, width if size > width else 0) or size
             if j > i + 1 and (
-                used > most or words[j - 1].end - words[i].start > rules.max_cue_seconds
+                used > most
+                or words[j - 1].end - words[i].start > rules.max_cue_seconds
+                or words[j - 1].who != words[i].who  # a cue never mixes two speakers
             ):
                 break
             total = cost[i] + COST_CUE + _break_cost(words, j - 1)
@@ -260,15 +308,15 @@ def cues(segments: list[Segment], rules: Rules | None = None) -> list[Cue]:
     for i, j in spans:
         text = [w.text for w in words[i:j]]
         layout = lines(text, width, most) or (" ".join(text),)
-        raw.append((words[i].start, words[j - 1].end, layout))
+        raw.append((words[i].start, words[j - 1].end, layout, words[i].who))
     return timed(raw, rules)
 
 
-def timed(raw: list[tuple[float, float, tuple[str, ...]]], rules: Rules) -> list[Cue]:
+def timed(raw: list[tuple[float, float, tuple[str, ...], str | None]], rules: Rules) -> list[Cue]:
     """Cue times that keep the gap, the longest and (where there is room) the shortest time."""
     out: list[Cue] = []
     floor = 0.0
-    for k, (first, last, text) in enumerate(raw):
+    for k, (first, last, text, who) in enumerate(raw):
         start = max(first, floor)
         end = min(max(last, start + 0.001), start + rules.max_cue_seconds)
         if k + 1 < len(raw):
@@ -279,7 +327,7 @@ def timed(raw: list[tuple[float, float, tuple[str, ...]]], rules: Rules) -> list
                 end = max(limit, start + 0.001)
         else:
             end = max(end, start + rules.min_cue_seconds)
-        out.append(Cue(round(start, 3), round(end, 3), text))
+        out.append(Cue(round(start, 3), round(end, 3), text, who))
         floor = end + rules.min_gap_seconds
     return out
 
@@ -309,12 +357,15 @@ def check(found: list[Cue], rules: Rules | None = None) -> list[str]:
 
 
 def write(found: list[Cue], fmt: Literal["srt", "vtt"]) -> str:
-    """`found` as a SubRip or WebVTT file, by pysubs2."""
+    """`found` as a SubRip or WebVTT file, by pysubs2 (a WebVTT cue with a speaker in its
+    voice tag)."""
     subs = pysubs2.SSAFile()
     for cue in found:
         text = cue.text
         if fmt == "vtt":  # cue text is HTML-like in WebVTT
             text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            if cue.who:
+                text = f"<v {cue.who}>{text}"
         subs.append(
             pysubs2.SSAEvent(
                 start=round(cue.start * 1000),

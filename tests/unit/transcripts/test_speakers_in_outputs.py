@@ -1,0 +1,166 @@
+"""Who said it in every output: speakers and channels in json, aws.json (AWS's speaker_labels
+and channel_labels), vtt voice tags, srt and txt prefixes at each change; a cue never mixes two
+speakers; a word Whisper split at a hyphen is one item."""
+
+from __future__ import annotations
+
+import json
+
+from recall.media.types import Segment, Word
+from recall.transcripts import Transcript
+from recall.transcripts.formats import render
+from recall.transcripts.layout import Record
+from recall.transcripts.subtitles import Rules, check, cues, parse
+
+
+def w(start: float, text: str, speaker: str | None = None, p: float = 0.9) -> Word:
+    return Word(start=start, end=start + 0.4, text=text, probability=p, speaker=speaker)
+
+
+def seg(words: list[Word], speaker: str | None = None, channel: str | None = None) -> Segment:
+    return Segment(
+        start=words[0].start,
+        end=words[-1].end,
+        text="".join(x.text for x in words),
+        confidence=0.8,
+        words=words,
+        speaker=speaker,
+        channel=channel,
+    )
+
+
+# Two speakers inside one segment (Whisper's segments do not follow turns), then a third.
+DIALOGUE = Transcript(
+    segments=[
+        seg(
+            [
+                w(0.0, " Hello", "S1"),
+                w(0.5, " there.", "S1"),
+                w(1.0, " Hi,", "S2"),
+                w(1.5, " how", "S2"),
+                w(2.0, " are", "S2"),
+                w(2.5, " you?", "S2"),
+            ],
+            speaker="S2",
+        ),
+        seg([w(4.0, " Fine", "S1"), w(4.5, " thanks.", "S1")], speaker="S1"),
+    ],
+    duration=5.0,
+    engine="whisper/tiny.en",
+    job="talk",
+    word_timings=True,
+)
+
+
+def test_json__segments_and_words_carry_their_speaker() -> None:
+    data = json.loads(render(DIALOGUE, "json"))
+    assert [s["speaker"] for s in data["segments"]] == ["S2", "S1"]
+    assert [x["speaker"] for x in data["segments"][0]["words"]] == ["S1"] * 2 + ["S2"] * 4
+
+
+def test_json__words_only_when_the_job_asked() -> None:
+    unasked = Transcript(segments=DIALOGUE.segments, duration=5.0, engine="x")
+    data = json.loads(render(unasked, "json"))
+    assert all("words" not in s for s in data["segments"]) and data["wordTimings"] is False
+
+
+def test_aws_json__speaker_labels_as_aws_writes_them() -> None:
+    results = json.loads(render(DIALOGUE, "aws.json"))["results"]
+    said = [i for i in results["items"] if i["type"] == "pronunciation"]
+    assert [i["speaker_label"] for i in said] == ["spk_0"] * 2 + ["spk_1"] * 4 + ["spk_0"] * 2
+    labels = results["speaker_labels"]
+    assert labels["speakers"] == 2
+    turns = labels["segments"]
+    assert [(t["speaker_label"], t["start_time"], t["end_time"]) for t in turns] == [
+        ("spk_0", "0.0", "0.9"),
+        ("spk_1", "1.0", "2.9"),
+        ("spk_0", "4.0", "4.9"),
+    ]
+    assert turns[1]["items"][0] == {
+        "start_time": "1.0",
+        "speaker_label": "spk_1",
+        "end_time": "1.4",
+    }
+    assert [s["speaker_label"] for s in results["audio_segments"]] == ["spk_1", "spk_0"]
+
+
+def test_vtt__a_voice_tag_per_cue_and_no_cue_mixes_speakers() -> None:
+    out = render(DIALOGUE, "vtt")
+    found = parse(out, "vtt")
+    assert "<v S1>Hello there." in out and "<v S2>Hi, how are you?" in out
+    assert len(found) == 3
+
+
+def test_srt__the_speaker_before_each_change() -> None:
+    out = render(DIALOGUE, "srt")
+    texts = [c.text for c in parse(out, "srt")]
+    assert texts == ["S1: Hello there.", "S2: Hi, how are you?", "S1: Fine thanks."]
+
+
+def test_srt__no_second_prefix_while_the_speaker_goes_on() -> None:
+    long = [w(i * 0.5, f" word{i}", "S1") for i in range(30)]
+    t = Transcript(segments=[seg(long)], duration=16, engine="x", word_timings=True)
+    texts = [c.text for c in parse(render(t, "srt"), "srt")]
+    assert len(texts) > 1 and texts[0].startswith("S1: ")
+    assert not any(x.startswith("S1: ") for x in texts[1:])
+
+
+def test_cues__never_mix_two_speakers_even_when_they_would_fit() -> None:
+    found = cues(DIALOGUE.segments, Rules())
+    assert [c.who for c in found] == ["S1", "S2", "S1"]
+    assert check(found) == []
+
+
+def test_txt__a_paragraph_a_turn() -> None:
+    assert render(DIALOGUE, "txt") == (
+        "S1: Hello there.\n\nS2: Hi, how are you?\n\nS1: Fine thanks.\n"
+    )
+
+
+def test_txt__unchanged_without_speakers() -> None:
+    plain = Transcript(segments=[Segment(start=0, end=1, text=" a b.")], duration=1, engine="x")
+    assert render(plain, "txt") == "a b.\n"
+
+
+def test_hyphen_split_words_are_one_item() -> None:
+    words = [
+        w(0.0, " An"),
+        w(0.3, " ill"),
+        w(0.6, "-disposed,", p=0.5),
+        w(1.2, " cold"),
+        w(1.5, "-hearted"),
+        w(1.9, " man."),
+    ]
+    t = Transcript(segments=[seg(words)], duration=3, engine="x", word_timings=True)
+    items = json.loads(render(t, "aws.json"))["results"]["items"]
+    said = [i["alternatives"][0]["content"] for i in items if i["type"] == "pronunciation"]
+    assert said == ["An", "ill-disposed", "cold-hearted", "man"]
+    joined = next(i for i in items if i["alternatives"][0]["content"] == "ill-disposed")
+    assert (joined["start_time"], joined["end_time"]) == ("0.3", "1.0")
+    assert joined["alternatives"][0]["confidence"] == "0.5"  # the lower of the two
+    assert "ill-disposed, cold-hearted man." in render(t, "srt")
+
+
+def test_channels__labels_in_every_output() -> None:
+    left = seg([w(0.0, " Hello?"), w(0.5, " Anyone?")], channel="ch0")
+    right = seg([w(0.7, " Yes,"), w(1.2, " here.")], channel="ch1")
+    t = Transcript(segments=[left, right], duration=2, engine="x", word_timings=True)
+    results = json.loads(render(t, "aws.json"))["results"]
+    assert results["channel_labels"]["number_of_channels"] == 2
+    assert [c["channel_label"] for c in results["channel_labels"]["channels"]] == ["ch_0", "ch_1"]
+    assert "speaker_labels" not in results
+    assert render(t, "txt") == "ch0: Hello? Anyone?\n\nch1: Yes, here.\n"
+    assert "<v ch1>Yes, here." in render(t, "vtt")
+    assert json.loads(render(t, "json"))["segments"][1]["channel"] == "ch1"
+
+
+def test_record_and_transcript__round_trip_speakers_channels_and_redactions() -> None:
+    words = [
+        Word(start=0, end=1, text=" [PHONE]", probability=0.4, speaker="S2", redacted="phone"),
+        Word(start=1, end=2, text=" ok", probability=0.9, channel="ch1"),
+    ]
+    segment = Segment(start=0, end=2, text=" [PHONE] ok", words=words, speaker="S2")
+    record = Record(0, 10, "t", [segment], channel="ch1", held=1.5, carried=True)
+    assert Record.decode(record.encode()) == record
+    t = Transcript(segments=[segment], duration=2, engine="x", redacted=["phone"])
+    assert Transcript.decode(t.encode()) == t
