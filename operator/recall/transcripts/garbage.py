@@ -4,8 +4,9 @@
     results.delete(garbage(view, keys))
 
 Rules, by the job's phase as the operator last saw it (`JobView`):
-- Succeeded: everything but the transcript and the output formats of the attempt the result
-  names (its chunk records and cutting go too: the transcript holds every segment).
+- Succeeded: everything but the transcript, the output formats and the unredacted transcript
+  (`original.json`, `redact.keepOriginal`) of the attempt the result names (its chunk records
+  and cutting go too: the transcript holds every segment).
 - Failed, Cancelled: everything (nothing resumes them, nothing was accepted).
 - Leased with attempt n: everything of the current attempt (n, its token) is kept: its holder
   writes an object before the renewal that names it. Of the other attempts up to n, only the
@@ -32,7 +33,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from recall.resources import Part, Phase
-from recall.transcripts.layout import CUTTING, OUTPUT, TRANSCRIPT, ScratchKey, parse_scratch
+from recall.transcripts.layout import (
+    CUTTING,
+    ORIGINAL,
+    OUTPUT,
+    TRANSCRIPT,
+    ScratchKey,
+    parse_scratch,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +71,7 @@ def _kept_by_parts(key: ScratchKey, parts: tuple[Part, ...]) -> bool:
 def _is_result(key: ScratchKey, result: str) -> bool:
     if not result.startswith(key.directory):
         return False
-    return key.name == TRANSCRIPT or key.name.startswith(f"{OUTPUT}.")
+    return key.name in (TRANSCRIPT, ORIGINAL) or key.name.startswith(f"{OUTPUT}.")
 
 
 def garbage(view: JobView, keys: Iterable[str]) -> list[str]:

@@ -23,16 +23,29 @@ Contract (layout: `layout`):
   goes on in it (`Checkpoint.language`) instead of detecting again; `finish` records it, with
   the model and its digest, in the transcript: with its probability only when the engine gave
   one, and no language at all for `auto` when nothing was detected (never "auto").
+- A chunk of a file split into channels labels its segments and words with its channel; the
+  transcript interleaves the channels by time (`recall.transcripts.assemble`, which also joins
+  a sentence cut at a chunk's end).
+- Redaction (`spec.transcript.redact`): each chunk is redacted as it is stored
+  (`recall.transcripts.redact`), its last words held back into the next chunk's record (the
+  hold rule) so that an entity across the seam is found whole: no record, transcript or output
+  holds the unredacted text. `redact.keepOriginal` stores each chunk's unredacted record beside
+  it (`c000042.original.json`) and the unredacted transcript as `original.json`, deleted with
+  the job's other objects. A resume from a record that held words back transcribes that
+  record's chunk again and keeps only the words from where the hold began (the held words were
+  never written in the clear): one chunk more for the engine, nothing lost.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from recall.bucket import Bucket
 from recall.media.types import Chunk, Cutting, Resume, Segment
-from recall.resources import AUTO, Format, Part, TranscriptionJob
+from recall.resources import AUTO, Format, Part, RedactSpec, TranscriptionJob
+from recall.transcripts.assemble import assemble
 from recall.transcripts.formats import render
 from recall.transcripts.layout import (
     CUTTING,
@@ -44,9 +57,12 @@ from recall.transcripts.layout import (
     chunk_key,
     decode_cutting,
     encode_cutting,
+    original_chunk_key,
+    original_key,
     output_key,
     transcript_key,
 )
+from recall.transcripts.redact import hold, redact, text_of_words
 from recall.transcripts.subtitles import Rules
 
 READERS = 8  # chunk records read at once when a resumed attempt reads its checkpoint
@@ -64,6 +80,7 @@ class Checkpoint:
     parts: tuple[Part, ...]
     records: tuple[Record, ...]
     resume: Resume
+    retake: bool = False  # the last record held words back: its chunk is transcribed again
 
     @property
     def chunks(self) -> int:
@@ -81,8 +98,10 @@ class Checkpoint:
     @property
     def context(self) -> str:
         """What the engine is prompted with next: the text of the last chunk that has text, as
-        a running attempt keeps it (a silent chunk does not clear it)."""
-        return next((r.text for r in reversed(self.records) if r.text), "")
+        a running attempt keeps it (a silent chunk does not clear it); before a retake, the
+        text before the chunk transcribed again."""
+        records = self.records[:-1] if self.retake else self.records
+        return next((r.text for r in reversed(records) if r.text), "")
 
     def describe(self) -> str:
         return ",".join(f"a{p.attempt}:{p.first}-{p.end}" for p in self.parts) or "empty"
@@ -107,6 +126,12 @@ def asked_language(job: TranscriptionJob) -> str | None:
     """The language `job` names (`spec.language`); None for `auto` or none."""
     language = (job.spec.language or "").strip()
     return language if language and language != AUTO else None
+
+
+def redaction(job: TranscriptionJob) -> RedactSpec | None:
+    """What `job` redacts (`spec.transcript.redact`), if anything."""
+    t = job.spec.transcript
+    return t.redact if t else None
 
 
 def subtitle_rules(job: TranscriptionJob) -> Rules:
@@ -161,11 +186,13 @@ def read_checkpoint(bucket: Bucket, job: TranscriptionJob) -> Checkpoint:
             break
     if not records:
         raise CheckpointUnusable("none of the checkpoint's chunks could be read back")
+    resume = Resume(chunks=len(records), position=position, tail=tail)
+    retake = records[-1].held is not None
+    if retake:  # the held words were never stored: transcribe the last chunk again
+        before = records[-2].tail if len(records) > 1 else ""
+        resume = Resume(chunks=len(records) - 1, position=records[-1].first, tail=before)
     return Checkpoint(
-        cutting=cutting,
-        parts=tuple(kept),
-        records=tuple(records),
-        resume=Resume(chunks=len(records), position=position, tail=tail),
+        cutting=cutting, parts=tuple(kept), records=tuple(records), resume=resume, retake=retake
     )
 
 
@@ -193,6 +220,10 @@ class AttemptWriter:
     records: list[Record] = field(default_factory=list)
     own_first: int = 0
     detected: tuple[str, float | None] | None = None  # the file's language detected, if any
+    pending: list[Segment] = field(default_factory=list)  # held back into the next record
+    piece: bool = False  # the first pending segment continues the last stored one
+    retake: int | None = None  # the chunk transcribed again for the words its record held
+    originals: dict[int, Record] = field(default_factory=dict)  # unredacted, keepOriginal
 
     @property
     def directory(self) -> str:
@@ -236,7 +267,30 @@ class AttemptWriter:
             parts = ()
         self.cutting, self.carried, self.records = cutting, parts, records
         self.own_first = 0 if not parts else len(records)
+        self.pending, self.piece, self.originals = [], False, {}
+        self.retake = len(records) - 1 if carried is not None and carried.retake else None
+        if parts == () and carried is not None and self.keep_original:
+            for i in range(len(records)):  # one part again: the originals go with it
+                raw = self.bucket.get(original_chunk_key(self._directory_of(i, carried), i))
+                if raw is not None:
+                    self.bucket.put(original_chunk_key(self.directory, i), raw)
         return self.parts()
+
+    @property
+    def redact(self) -> RedactSpec | None:
+        return redaction(self.job)
+
+    @property
+    def keep_original(self) -> bool:
+        return bool(self.redact and self.redact.keep_original)
+
+    def _directory_of(self, index: int, checkpoint: Checkpoint | None = None) -> str:
+        """The directory whose records hold chunk `index` (carried parts, else this
+        attempt's)."""
+        for part in checkpoint.parts if checkpoint else self.carried:
+            if part.first <= index < part.end:
+                return directory_of(self.job, part.attempt, part.token)
+        return self.directory
 
     @property
     def language(self) -> tuple[str, float | None] | None:
@@ -251,12 +305,49 @@ class AttemptWriter:
     ) -> list[Part]:
         """Store the segments of `chunk`, the next chunk in order, and the language detected
         for the file (`language`, else the one an earlier record has); returns the parts."""
+        if chunk.channel:
+            segments = [labelled(s, chunk.channel) for s in segments]
+        if self.retake is not None and chunk.index == self.retake:
+            held = self.records[-1].held
+            assert held is not None
+            self.pending, self.piece = from_time(segments, held)
+            self.retake = None
+            return self.parts()
         if chunk.index != self.chunks:
             raise ValueError(f"chunk {chunk.index} out of order: {self.chunks} stored")
-        record = Record.of(chunk, segments, language or self.language)
+        language = language or self.language
+        spec = self.redact
+        if spec is None:
+            record = Record.of(chunk, segments, language)
+        else:
+            record = self._redacted(chunk, segments, language, spec)
         self.bucket.put(chunk_key(self.directory, chunk.index), record.encode())
         self.records.append(record)
         return self.parts()
+
+    def _redacted(
+        self,
+        chunk: Chunk,
+        segments: list[Segment],
+        language: tuple[str, float | None] | None,
+        spec: RedactSpec,
+    ) -> Record:
+        """The record of `chunk` under the hold rule, redacted; the held words kept for the
+        next. With keepOriginal, the unredacted record is stored first, under its own key."""
+        carried = self.piece and bool(self.pending)
+        ended: list[Segment] = []  # held words of a channel that ended: redacted on their own
+        if self.pending and segments and self.pending[-1].channel != segments[0].channel:
+            ended, self.pending = self.pending, []
+        whole = [*self.pending, *segments]
+        kept, held, piece = (whole, [], False) if chunk.last else hold(whole)
+        at = held[0].start if held else None
+        if self.keep_original:
+            original = Record.of(chunk, [*ended, *kept], language, held=at, carried=carried)
+            self.bucket.put(original_chunk_key(self.directory, chunk.index), original.encode())
+            self.originals[chunk.index] = original
+        self.pending, self.piece = held, piece
+        stored = [*redact(ended, spec.types), *redact(kept, spec.types)]
+        return Record.of(chunk, stored, language, held=at, carried=carried)
 
     def finish(
         self,
@@ -269,7 +360,7 @@ class AttemptWriter:
     ) -> Summary:
         """Write the transcript, then each output format of `formats` beside it. `model` and
         `model_digest` name the model that transcribed it, when the engine knows them."""
-        segments = [s for r in self.records for s in r.segments]
+        segments = assemble(self.records)
         spec = self.job.spec
         detected = self.language
         rules = subtitle_rules(self.job)
@@ -292,7 +383,12 @@ class AttemptWriter:
             model_digest=model_digest,
             word_timings=wants_words(self.job),
             subtitles=rules.to_data() if rules != Rules() else None,
+            redacted=list(self.redact.types) if self.redact else None,
         )
+        if self.keep_original:
+            originals = assemble(self._originals())
+            original = dataclasses.replace(transcript, segments=originals, redacted=None)
+            self.bucket.put(original_key(self.directory), original.encode())
         self.bucket.put(self.transcript_key, transcript.encode())
         for fmt in formats:
             body = render(transcript, fmt).encode()
@@ -308,3 +404,42 @@ class AttemptWriter:
             language=transcript.language,
             language_probability=transcript.language_probability,
         )
+
+    def _originals(self) -> list[Record]:
+        """Every chunk's unredacted record: this attempt's from memory, the carried ones read
+        back (a record whose original is missing is taken as it was stored)."""
+        out = []
+        for i, record in enumerate(self.records):
+            found = self.originals.get(i)
+            if found is None:
+                raw = self.bucket.get(original_chunk_key(self._directory_of(i), i))
+                found = Record.decode(raw) if raw is not None else record
+            out.append(found)
+        return out
+
+
+def labelled(segment: Segment, channel: str) -> Segment:
+    """`segment` and its words labelled with `channel`."""
+    words = [w.model_copy(update={"channel": channel}) for w in segment.words or []]
+    update = {"channel": channel, "words": words if segment.words is not None else None}
+    return segment.model_copy(update=update)
+
+
+def from_time(segments: list[Segment], at: float) -> tuple[list[Segment], bool]:
+    """The words of `segments` from `at` on (a retake's held words), and whether the first
+    of them continues a segment."""
+    out: list[Segment] = []
+    piece = False
+    for s in segments:
+        words = [w for w in s.words or [] if w.start >= at - 0.05]
+        if s.words and words:
+            if not out and len(words) < len(s.words):
+                piece = True
+            out.append(
+                s.model_copy(
+                    update={"words": words, "text": text_of_words(words), "start": words[0].start}
+                )
+            )
+        elif not s.words and s.start >= at - 0.05:
+            out.append(s)
+    return out, piece

@@ -1,0 +1,143 @@
+"""A transcript's segments from its chunk records: pieces held back at a seam put together, a
+sentence cut by a chunk's end joined again, the channels of a split file interleaved. Pure.
+
+    segments = assemble(records)
+
+Contract:
+- Records are taken in order. A record that says `carried` begins with the rest of the previous
+  record's (same channel's) last segment, which the redaction's hold rule cut: the two are one
+  segment again (its words, its text, from the first's start to the second's end).
+- Seams. Where a chunk ends mid-sentence Whisper marks both sides with an ellipsis ("have..." /
+  "...built a"). A segment ending in an ellipsis followed (on its channel) by one beginning with
+  an ellipsis is one sentence: both marks go, from the text and from the words, and the word
+  after the seam is written as it would be inside a sentence (lower case, unless it is "I" or a
+  word the transcript writes capitalised elsewhere mid-sentence: a name). A full stop the model
+  put at a chunk's very end before a segment that begins in lower case goes too. A mark the
+  speech had (an ellipsis inside a chunk, a "...and so on" after a full stop) is kept.
+- The segments of a split file are in the order of their start times (stable: a channel's order
+  is kept among segments that start together), so overlapping speech interleaves by time.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from recall.media.types import Segment, Word
+from recall.transcripts.layout import Record
+from recall.transcripts.redact import text_of_words
+
+ELLIPSES = ("...", "…")
+CAPITAL_PRONOUNS = frozenset({"I", "I'm", "I've", "I'd", "I'll"})
+
+
+def assemble(records: Sequence[Record]) -> list[Segment]:
+    """The segments of `records` (see the module contract)."""
+    out: list[Segment] = []
+    seams: set[int] = set()  # indices in `out` of a record's first segment
+    last_of: dict[str | None, int] = {}  # a channel's last segment in `out`
+    for record in records:
+        segments = list(record.segments)
+        if record.carried and segments:
+            at = last_of.get(segments[0].channel)
+            if at is not None:
+                out[at] = merged(out[at], segments.pop(0))
+        for k, s in enumerate(segments):
+            if k == 0:
+                seams.add(len(out))
+            last_of[s.channel] = len(out)
+            out.append(s)
+    names = capitalised(out)
+    previous: dict[str | None, int] = {}
+    for i, s in enumerate(out):
+        if not s.text.strip():
+            continue
+        j = previous.get(s.channel)
+        if j is not None:
+            out[j], out[i] = joined(out[j], s, names, seam=i in seams)
+        previous[s.channel] = i
+    if any(s.channel for s in out):
+        out.sort(key=lambda s: s.start)
+    return out
+
+
+def merged(a: Segment, b: Segment) -> Segment:
+    """Two pieces of one segment as one."""
+    words = None if a.words is None and b.words is None else [*(a.words or []), *(b.words or [])]
+    text = text_of_words(words) if words else a.text.rstrip() + " " + b.text.strip()
+    confidence = a.confidence if b.confidence is None else b.confidence
+    return a.model_copy(update={"end": max(a.end, b.end), "text": text, "words": words,
+                                "confidence": confidence})  # fmt: skip
+
+
+def capitalised(segments: list[Segment]) -> set[str]:
+    """Words written with a capital inside a sentence somewhere: names, kept as they are."""
+    out: set[str] = set()
+    for s in segments:
+        words = s.text.split()
+        for before, word in itertools.pairwise(words):
+            if word[:1].isupper() and not before.endswith((".", "?", "!", *ELLIPSES, ":")):
+                out.add(word.strip(".,;:!?\"'"))
+    return out
+
+
+def _strip_end(word: Word, marks: tuple[str, ...]) -> Word:
+    text = word.text.rstrip()
+    for mark in marks:
+        if text.endswith(mark):
+            return word.model_copy(update={"text": text[: -len(mark)]})
+    return word
+
+
+def _start_after_seam(text: str, names: set[str], *, mark: bool = True) -> str:
+    """`text` without the ellipsis it begins with (`mark`), its first letter as inside a
+    sentence."""
+    lead = text[: len(text) - len(text.lstrip())]
+    body = text.lstrip()
+    for ellipsis in ELLIPSES if mark else ():
+        if body.startswith(ellipsis):
+            body = body[len(ellipsis) :].lstrip()
+            break
+    bare = body.split(" ", 1)[0].strip(".,;:!?\"'")
+    if body[:1].isupper() and bare not in CAPITAL_PRONOUNS and bare not in names:
+        body = body[:1].lower() + body[1:]
+    return lead + body
+
+
+def joined(a: Segment, b: Segment, names: set[str], *, seam: bool) -> tuple[Segment, Segment]:
+    """`a` and the segment after it, `b`, with the marks of a cut between them removed (see
+    the module contract); unchanged when nothing was cut there."""
+    tail, head = a.text.rstrip(), b.text.lstrip()
+    cut = tail.endswith(ELLIPSES) and head.startswith(ELLIPSES)
+    stop = seam and tail.endswith(".") and not tail.endswith(ELLIPSES) and head[:1].islower()
+    if not cut and not stop:
+        return a, b
+    marks = ELLIPSES if cut else (".",)
+    first = _edit_last(a, marks)
+    second = _edit_first(b, names) if cut else b
+    return first, second
+
+
+def _edit_last(s: Segment, marks: tuple[str, ...]) -> Segment:
+    words = list(s.words or [])
+    spoken = [k for k, w in enumerate(words) if w.text.strip()]
+    if spoken:
+        words[spoken[-1]] = _strip_end(words[spoken[-1]], marks)
+    text = s.text.rstrip()
+    for mark in marks:
+        if text.endswith(mark):
+            text = text[: -len(mark)]
+            break
+    return s.model_copy(update={"text": text, "words": words if s.words is not None else None})
+
+
+def _edit_first(s: Segment, names: set[str]) -> Segment:
+    words = list(s.words or [])
+    spoken = [k for k, w in enumerate(words) if w.text.strip()]
+    for n, k in enumerate(spoken[:2]):  # a lone "..." word: the capital is the next one's
+        text = _start_after_seam(words[k].text, names, mark=n == 0)
+        words[k] = words[k].model_copy(update={"text": text})
+        if text.strip():
+            break
+    text = _start_after_seam(s.text, names)
+    return s.model_copy(update={"text": text, "words": words if s.words is not None else None})

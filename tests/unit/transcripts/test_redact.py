@@ -1,0 +1,125 @@
+"""What redaction finds (written and spoken forms, with their checks), how a span becomes one
+word, and the hold rule that keeps an entity across a chunk seam whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from recall.media.types import Segment, Word
+from recall.resources import REDACT_TYPES
+from recall.transcripts.redact import HOLD_WORDS, detect, hold, redact
+
+ALL: set[str] = set(REDACT_TYPES)
+
+
+def found(text: str, types: set[str] = ALL) -> list[tuple[str, str]]:
+    words = text.split()
+    return [(" ".join(words[f.first : f.end]), f.kind) for f in detect(words, types)]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("write to anna@example.com please", [("anna@example.com", "email")]),
+        ("it is anna at example dot com.", [("anna at example dot com.", "email")]),
+        ("Anna at example.com, thanks", [("Anna at example.com,", "email")]),
+        (
+            "mail anna dot smith at mail dot co dot uk",
+            [("anna dot smith at mail dot co dot uk", "email")],
+        ),
+        ("look at the dot com era", []),
+        ("meet me at noon", []),
+        (
+            "call five five five, one two three four now",
+            [("five five five, one two three four", "phone")],
+        ),
+        ("call 555-1234 now", [("555-1234", "phone")]),
+        ("on (555) 123-4567.", [("(555) 123-4567.", "phone")]),
+        (
+            "dial double five five one two three four",
+            [("double five five one two three four", "phone")],
+        ),
+        ("card 4111 1111 1111 1111 ok", [("4111 1111 1111 1111", "card")]),
+        ("IBAN DE89 3704 0044 0532 0130 00 ok", [("DE89 3704 0044 0532 0130 00", "iban")]),
+        ("my SSN is 123-45-6789.", [("123-45-6789.", "nationalId")]),
+        ("DNI 12345678Z", [("12345678Z", "nationalId")]),
+        ("NIE X1234567L", [("X1234567L", "nationalId")]),
+        ("BSN 111222333", [("111222333", "nationalId")]),
+        ("NIR 255081416802538", [("255081416802538", "nationalId")]),
+        ("in 1999 we had 20 people and one dog", []),
+        ("it cost 2,000,000 dollars", []),
+    ],
+)
+def test_detect(text: str, expected: list[tuple[str, str]]) -> None:
+    assert found(text) == expected
+
+
+def test_detect__a_failed_check_is_not_that_type() -> None:
+    assert found("card 4111 1111 1111 1112 ok", {"card"}) == []  # Luhn
+    assert found("IBAN DE88 3704 0044 0532 0130 00 ok", {"iban"}) == []  # mod 97
+    assert found("DNI 12345678A", {"nationalId"}) == []  # the letter of 12345678 is Z
+
+
+def test_detect__only_the_types_asked() -> None:
+    text = "anna@example.com 555-1234"
+    assert found(text, {"phone"}) == [("555-1234", "phone")]
+    assert found("SSN 123-45-6789", {"phone"}) == [("123-45-6789", "phone")]
+    assert found("SSN 123-45-6789", {"email"}) == []
+
+
+def words(text: str, start: float = 0.0, p: float = 0.9) -> list[Word]:
+    return [
+        Word(start=start + i, end=start + i + 0.5, text=" " + t, probability=p - i * 0.01)
+        for i, t in enumerate(text.split())
+    ]
+
+
+def seg(text: str, start: float = 0.0) -> Segment:
+    ws = words(text, start)
+    return Segment(start=ws[0].start, end=ws[-1].end, text="".join(w.text for w in ws), words=ws)
+
+
+def test_redact__a_span_is_one_word_with_the_first_start_last_end_and_lowest_probability() -> None:
+    (out,) = redact([seg("call five five five, one two three four. Thanks")], ALL)
+    assert out.text == " call [PHONE]. Thanks"
+    tag = out.words[1] if out.words else None
+    assert tag is not None and tag.redacted == "phone" and tag.text == " [PHONE]."
+    assert (tag.start, tag.end) == (1.0, 7.5)
+    assert tag.probability == pytest.approx(0.9 - 0.07)
+    assert len(out.text.split()) == 3  # a span counts as one word
+
+
+def test_redact__an_entity_across_segments_goes_into_the_first() -> None:
+    a, b = seg("my mail is anna at"), seg("example dot com bye", 5.0)
+    first, second = redact([a, b], ALL)
+    assert first.text == " my mail is [EMAIL]" and second.text == " bye"
+    assert (second.start, second.end) == (b.start, b.end)
+
+
+def test_redact__a_segment_without_words_is_redacted_in_proportion() -> None:
+    s = Segment(start=0, end=10, text=" call 555-1234 now", confidence=0.7)
+    (out,) = redact([s], ALL)
+    assert out.text == " call [PHONE] now"
+    assert out.words is not None and out.words[1].probability == 0.7
+
+
+def test_hold__keeps_back_the_last_words_and_anything_that_could_be_an_entity() -> None:
+    text = "so my card is four one one one one one one one one one one one one one one one"
+    kept, held, piece = hold([seg(text)])
+    assert piece and kept[0].text == " so my card is"
+    assert held[0].text.split()[0] == "four"
+    short = "a b c d e f g h i j k l"
+    kept, held, piece = hold([seg(short)])
+    assert len(held[0].text.split()) == HOLD_WORDS
+    assert kept[0].text + held[0].text == " " + short
+
+
+def test_hold_then_redact__an_entity_across_a_seam_is_found_whole() -> None:
+    """The record of the first chunk stores no digit of the number said across the seam."""
+    first = [seg("the number is five five five one two three four and then we talked a lot")]
+    second = [seg("one two three four and thanks", 20.0)]  # (another number, too short)
+    kept, held, _ = hold(first)
+    stored = redact(kept, ALL)
+    assert "five" not in "".join(s.text for s in stored)
+    later = redact(held + second, ALL)
+    assert "[PHONE]" in later[0].text

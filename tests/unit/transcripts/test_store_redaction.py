@@ -1,0 +1,171 @@
+"""Redaction as chunks are stored (obstore's memory store): no record holds the unredacted
+text, an entity across a seam is redacted whole, a resume transcribes the chunk whose record
+held words back again and loses nothing, keepOriginal keeps the unredacted text under its own
+keys; and the channels of a split file are labelled and interleaved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recall.bucket import Bucket
+from recall.media.types import Chunk, Segment, Word
+from recall.resources import Part, Phase, Progress, TranscriptionJob
+from recall.transcripts import AttemptWriter, load_transcript, read_checkpoint
+from recall.transcripts.formats import render
+from recall.transcripts.garbage import JobView, garbage
+from recall.transcripts.layout import Record
+from tests.unit.fakes import memory_bucket
+from tests.unit.transcripts.test_store import CUT, TOKENS
+
+SECRET = ["anna", "example", "five", "1234"]
+CHUNKS = [
+    "Hello and welcome to the call today. You can write to anna at",
+    "example dot com or call five five five, one two three four. We talked about the weather",
+    "and then about the trains for a while. That was all.",
+]
+
+
+def job(redact: dict[str, Any] | None, parts: list[Part] | None = None) -> TranscriptionJob:
+    spec: dict[str, Any] = {"source": {"url": "file:///m.wav"}}
+    if redact is not None:
+        spec["transcript"] = {"redact": redact, "words": True}
+    return TranscriptionJob.from_api(
+        {
+            "apiVersion": "recall.dev/v1alpha1",
+            "kind": "TranscriptionJob",
+            "metadata": {"name": "call", "namespace": "ns", "uid": "u-1"},
+            "spec": spec,
+            "status": {"progress": Progress.of(0, 0, parts).to_api()} if parts else {},
+        }
+    )
+
+
+def chunk(i: int, n: int = len(CHUNKS), channel: str | None = None, offset: int = 0) -> Chunk:
+    first = (offset + i) * 480_000
+    return Chunk(
+        index=offset + i,
+        start=i * 30.0,
+        duration=30.0,
+        first=first,
+        end=first + 480_000,
+        tail=f"t{i}",
+        last=offset + i == n - 1,
+        channel=channel,
+    )
+
+
+def said(i: int, text: str = "") -> list[Segment]:
+    """Chunk `i`'s text as one segment of timed words (as the engine's, absolute)."""
+    parts = (text or CHUNKS[i]).split()
+    step = 25.0 / len(parts)
+    words = [
+        Word(start=i * 30 + k * step, end=i * 30 + (k + 0.8) * step, text=" " + p, probability=0.9)
+        for k, p in enumerate(parts)
+    ]
+    return [
+        Segment(
+            start=words[0].start,
+            end=words[-1].end,
+            text="".join(w.text for w in words),
+            words=words,
+        )
+    ]
+
+
+def everything(bucket: Bucket) -> str:
+    return "\n".join((bucket.get(o.key) or b"").decode() for o in bucket.list())
+
+
+TYPES = {"types": ["email", "phone"]}
+
+
+def run(bucket: Bucket, spec: dict[str, Any] | None, chunks: range, attempt: int = 1,
+        parts: list[Part] | None = None, finish: bool = True) -> AttemptWriter:  # fmt: skip
+    j = job(spec, parts)
+    w = AttemptWriter(bucket, j, attempt, TOKENS[attempt])
+    carried = read_checkpoint(bucket, j) if parts else None
+    w.begin(CUT, carried)
+    for i in chunks:
+        w.add(chunk(i), said(i))
+    if finish:
+        w.finish(90.0, "x", ["json", "aws.json", "srt", "vtt", "txt"])
+    return w
+
+
+def test_no_record_transcript_or_output_holds_the_unredacted_text() -> None:
+    bucket = memory_bucket()
+    w = run(bucket, TYPES, range(3))
+    stored = everything(bucket)
+    for secret in SECRET:
+        assert secret not in stored.lower(), secret
+    transcript = load_transcript(bucket, w.transcript_key)
+    assert transcript is not None
+    assert "[EMAIL] or call [PHONE]. We talked" in transcript.text
+    assert transcript.text.startswith("Hello and welcome") and transcript.text.endswith("all.")
+    assert transcript.redacted == ["email", "phone"]
+    # A span counts as one word.
+    assert transcript.words == sum(len(t.split()) for t in CHUNKS) - 5 + 1 - 7 + 1
+
+
+def test_the_hold_rule__a_record_stores_none_of_an_entity_said_across_its_end() -> None:
+    bucket = memory_bucket()
+    w = run(bucket, TYPES, range(1), finish=False)
+    (record,) = w.records
+    assert "anna" not in record.text and record.held is not None
+    assert record.text.endswith("welcome to the")  # the last 8 words held back
+
+
+def test_resume_after_a_record_that_held_words__transcribes_its_chunk_again() -> None:
+    bucket = memory_bucket()
+    first = run(bucket, TYPES, range(2), finish=False)
+    checkpoint = read_checkpoint(bucket, job(TYPES, first.parts()))
+    assert checkpoint.retake and checkpoint.resume.chunks == 1  # chunk 1 again
+    assert checkpoint.resume.position == chunk(1).first
+    second = run(bucket, TYPES, range(1, 3), attempt=2, parts=first.parts())
+    transcript = load_transcript(bucket, second.transcript_key)
+    fresh = memory_bucket()
+    unbroken = load_transcript(fresh, run(fresh, TYPES, range(3)).transcript_key)
+    assert transcript is not None and unbroken is not None
+    assert transcript.text == unbroken.text
+    assert "anna" not in everything(bucket)
+
+
+def test_keep_original__under_its_own_keys_and_kept_with_the_result() -> None:
+    bucket = memory_bucket()
+    w = run(bucket, {**TYPES, "keepOriginal": True}, range(3))
+    original = load_transcript(bucket, w.directory + "original.json")
+    assert original is not None and original.redacted is None
+    assert "anna at example dot com" in original.text and "[EMAIL]" not in original.text
+    keys = [o.key for o in bucket.list()]
+    assert sum(k.endswith(".original.json") for k in keys) == 3
+    done = JobView("ns", "call", "u-1", Phase.SUCCEEDED, 1, result=w.transcript_key)
+    left = set(keys) - set(garbage(done, keys))
+    assert left == {w.transcript_key, w.directory + "original.json"} | {
+        k for k in keys if "/out." in k
+    }
+
+
+def test_without_redaction__records_hold_every_word() -> None:
+    bucket = memory_bucket()
+    w = run(bucket, None, range(3))
+    assert "anna at example dot com" in everything(bucket)
+    assert all(r.held is None for r in w.records)
+
+
+def test_channels__labelled_and_interleaved_by_time() -> None:
+    bucket = memory_bucket()
+    j = job(None)
+    w = AttemptWriter(bucket, j, 1, TOKENS[1])
+    w.begin(CUT, None)
+    w.add(chunk(0, 4, "ch0"), said(0, "hello is anyone there"))
+    w.add(chunk(1, 4, "ch0"), said(1, "ok bye then"))
+    w.add(chunk(0, 4, "ch1", offset=2), said(0, "yes I am here"))
+    w.add(chunk(1, 4, "ch1", offset=2), said(1, "bye"))
+    w.finish(60.0, "x", ["txt"])
+    transcript = load_transcript(bucket, w.transcript_key)
+    assert transcript is not None
+    assert [s.channel for s in transcript.segments] == ["ch0", "ch1", "ch0", "ch1"]
+    assert all(w.channel == s.channel for s in transcript.segments for w in s.words or [])
+    txt = render(transcript, "txt")
+    assert txt.startswith("ch0: hello is anyone there\n\nch1: yes I am here\n\n")
+    assert Record.decode(bucket.get(w.directory + "c000002.json") or b"").channel == "ch1"
