@@ -106,6 +106,12 @@ class TranscriptSpec(Model):
         """Whether each channel is transcribed on its own (`channels: split`)."""
         return self.channels == "split"
 
+    @property
+    def needs_words(self) -> bool:
+        """Whether an engine keeps every word's times: asked for, or needed for speakers and
+        redaction (the outputs show them only when asked)."""
+        return bool(self.words or self.speakers is not None or self.redact is not None)
+
 
 def _json_only() -> list[Format]:
     return ["json"]
