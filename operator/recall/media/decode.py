@@ -50,8 +50,18 @@ def probe(path: Path, url: str) -> float | None:
     return None
 
 
+def channels_of(path: Path, url: str) -> int:
+    """How many channels the first audio stream has (1 when the container does not say)."""
+    container, stream = _open(path, display_url(url))
+    with container:
+        layout = getattr(stream, "layout", None)
+        count = len(layout.channels) if layout is not None else 0
+        return max(1, count or int(getattr(stream.codec_context, "channels", 0) or 0))
+
+
 class Decoder:
-    """The first audio stream of a file as 16 kHz mono float32 blocks, from a given sample on.
+    """The first audio stream of a file as 16 kHz mono float32 blocks, from a given sample on:
+    its channels mixed down, or only `channel` (counted from 0).
 
     After the first block (or the end), `tail` holds up to `TAIL_SECONDS` of the samples just
     before the start position; `position` counts the samples decoded up to the latest block.
@@ -65,8 +75,10 @@ class Decoder:
         rate: int = SAMPLE_RATE,
         max_samples: int | None = None,
         stop: Either | None = None,
+        channel: int | None = None,
     ) -> None:
         self.path = path
+        self.channel = channel
         self.shown = display_url(url)
         self.rate = rate
         self.max_samples = max_samples
@@ -164,21 +176,29 @@ class Decoder:
     def _resampled(self, frames: Iterator[Any], position: int) -> Iterator[Samples]:
         """Resampled blocks of `frames`; `self.position` counts from `position`."""
         self.position = position
-        resampler = av.AudioResampler(format="flt", layout="mono", rate=self.rate)
+        if self.channel is None:
+            resampler = av.AudioResampler(format="flt", layout="mono", rate=self.rate)
+        else:  # every channel kept, planar: the one asked for is a row
+            resampler = av.AudioResampler(format="fltp", rate=self.rate)
         try:
             for frame in frames:
                 if self.stop.is_set():
                     return
                 for out in resampler.resample(frame):
-                    yield from self._counted(_mono(out))
+                    yield from self._counted(self._samples(out))
             for out in resampler.resample(None):
-                yield from self._counted(_mono(out))
+                yield from self._counted(self._samples(out))
         except (av.FFmpegError, ValueError) as e:
             raise JobFailure(
                 "UndecodableMedia",
                 f"{self.shown}: cannot decode the audio ({_av_reason(e)})",
                 permanent=True,
             ) from None
+
+    def _samples(self, frame: av.AudioFrame) -> Samples:
+        if self.channel is None:
+            return _mono(frame)
+        return np.ascontiguousarray(frame.to_ndarray()[self.channel], dtype=np.float32)
 
     def _counted(self, block: Samples) -> Iterator[Samples]:
         self.position += len(block)

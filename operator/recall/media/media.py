@@ -31,6 +31,15 @@ Contract:
   media, no audio stream, no samples). Retriable: SourceUnavailable (timeouts, connection
   errors, HTTP 5xx, 408 and 429, I/O errors).
 
+- Channels (`spec.transcript.channels: split`): a file of several channels is cut channel after
+  channel, each decoded on its own (not mixed down), its chunks labelled `ch0`, `ch1`, ...;
+  their sample positions count channel c from c × `CHANNEL_STRIDE`, so a resume point says
+  which channel it is in, and `start` is the time in the file. `duration` is the file's;
+  `channels` counts the channels transcribed (each channel's seconds are work: metering counts
+  `duration × channels`). A mono file is transcribed as one channel (`mono` says so: the job's
+  result records one channel). The cutting's source names the channel count, so a checkpoint
+  of a mixed run never resumes a split one.
+
 Pure parts (`Cutter`, `split`, `tail_signature`, `classify_http_status`, `display_url`,
 `encode_wav`) take no I/O and are unit-tested directly.
 """
@@ -38,6 +47,7 @@ Pure parts (`Cutter`, `split`, `tail_signature`, `classify_http_status`, `displa
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -48,7 +58,7 @@ from typing import TYPE_CHECKING
 from recall.base import log
 from recall.media.common import SAMPLE_RATE, SNAP_SECONDS, Either, ResumeInvalid, Samples
 from recall.media.cut import Cutter
-from recall.media.decode import Decoder, probe, tail_signature
+from recall.media.decode import Decoder, channels_of, probe, tail_signature
 from recall.media.fetch import Fetched, ObjectReader, display_url, fetch
 from recall.media.types import Chunk, Cutting, Media, Resume
 from recall.resources.errors import JobFailure
@@ -59,6 +69,7 @@ if TYPE_CHECKING:
 
 
 _log = log.get("engine")
+CHANNEL_STRIDE = 1 << 40  # samples: channel c of a split file counts from c × this (~2 years)
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,7 @@ class MediaOptions:
     max_seconds: float | None = None
     workdir: Path | None = None  # where downloads go; None = the system temp directory
     objects: ObjectReader | None = None  # reads s3://, gs://, az:// sources (the worker's)
+    split: bool = False  # each channel on its own (`spec.transcript.channels: split`)
 
     @classmethod
     def from_settings(
@@ -86,11 +98,16 @@ class MediaOptions:
         )
 
     def for_job(self, job: TranscriptionJob) -> MediaOptions:
-        """These options with the job's `spec.engine.chunkSeconds`, when it sets one."""
+        """These options with the job's `spec.engine.chunkSeconds`, when it sets one, and its
+        `spec.transcript.channels`."""
+        out = self
         engine = job.spec.engine
         if engine is not None and engine.chunk_seconds:
-            return dataclasses.replace(self, chunk_seconds=float(engine.chunk_seconds))
-        return self
+            out = dataclasses.replace(out, chunk_seconds=float(engine.chunk_seconds))
+        transcript = job.spec.transcript
+        if transcript is not None and transcript.split:
+            out = dataclasses.replace(out, split=True)
+        return out
 
 
 def load_job_media(job: TranscriptionJob, options: MediaOptions) -> AudioMedia:
@@ -120,7 +137,8 @@ def load_media(url: str, options: MediaOptions) -> AudioMedia:
                 f"{display_url(url)}: {seconds:.0f} s long, the limit is {options.max_seconds:g} s",
                 permanent=True,
             )
-        media = AudioMedia(source, options, seconds)
+        channels = channels_of(source.path, url) if options.split else 1
+        media = AudioMedia(source, options, seconds, channels)
     except BaseException:
         source.remove()
         raise
@@ -137,14 +155,21 @@ def load_media(url: str, options: MediaOptions) -> AudioMedia:
 class AudioMedia(Media):
     """A fetched source, decoded and cut only while `chunks()` is iterated."""
 
-    def __init__(self, source: Fetched, options: MediaOptions, seconds: float | None) -> None:
+    def __init__(
+        self, source: Fetched, options: MediaOptions, seconds: float | None, channels: int = 1
+    ) -> None:
         self.source = source
         self.options = options
+        self.channels = channels if options.split else 1  # transcribed on their own
+        self.mono = options.split and channels == 1  # split asked of a mono file
+        fingerprint = source.fingerprint
+        if self.channels > 1:
+            fingerprint = f"{fingerprint}#channels={self.channels}"
         self.cutting = Cutting(
             chunk_seconds=options.chunk_seconds,
             snap_seconds=options.snap_seconds,
             rate=SAMPLE_RATE,
-            source=source.fingerprint,
+            source=fingerprint,
         )
         self.estimated_samples = None if seconds is None else round(seconds * SAMPLE_RATE)
         self.decoded_samples: int | None = None
@@ -155,8 +180,41 @@ class AudioMedia(Media):
         self._closed.set()
         self.source.remove()
 
+    def chunks_total(self, done: int, position: int, *, finished: bool = False) -> int:
+        if self.channels == 1 or finished:
+            return super().chunks_total(done, position, finished=finished)
+        channel, local = divmod(position, CHANNEL_STRIDE)
+        rest = (self.channels - channel) * (self.estimated_samples or 0) - local
+        return done + max(1, math.ceil(rest / self.cutting.chunk_samples))
+
     def chunks(
         self, resume: Resume | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[Chunk]:
+        if self.channels == 1:
+            yield from self._chunks(resume, cancel)
+            return
+        first, local = divmod(resume.position, CHANNEL_STRIDE) if resume else (0, 0)
+        index = resume.chunks if resume else 0
+        for channel in range(first, self.channels):
+            at = Resume(index, local, resume.tail if resume and local else "")
+            offset = channel * CHANNEL_STRIDE
+            last = channel == self.channels - 1
+            for chunk in self._chunks(at if index or local else None, cancel, channel):
+                index = chunk.index + 1
+                yield dataclasses.replace(
+                    chunk,
+                    first=chunk.first + offset,
+                    end=chunk.end + offset,
+                    last=chunk.last and last,
+                    channel=f"ch{channel}",
+                )
+            local = 0
+
+    def _chunks(
+        self,
+        resume: Resume | None = None,
+        cancel: threading.Event | None = None,
+        channel: int | None = None,
     ) -> Iterator[Chunk]:
         stop = Either(self._closed, cancel)
         max_samples = (
@@ -164,7 +222,9 @@ class AudioMedia(Media):
             if self.options.max_seconds is None
             else int(self.options.max_seconds * SAMPLE_RATE)
         )
-        decoder = Decoder(self.source.path, self.source.url, max_samples=max_samples, stop=stop)
+        decoder = Decoder(
+            self.source.path, self.source.url, max_samples=max_samples, stop=stop, channel=channel
+        )
         start = resume.position if resume else 0
         began = time.monotonic()
         blocks: Iterator[Samples] | None = None
