@@ -9,7 +9,14 @@ from enum import StrEnum
 from pydantic import Field
 
 from recall.resources.common import Condition, Model, Resource, is_true
-from recall.resources.job import EngineSpec, Output, Phase, Source, TranscriptSpec
+from recall.resources.job import (
+    EngineSpec,
+    LanguageScope,
+    Output,
+    Phase,
+    Source,
+    TranscriptSpec,
+)
 
 MAX_INLINE_ITEMS = 1000
 MAX_ATTENTION = 50
@@ -54,6 +61,8 @@ class ItemList(Model):
 
 class JobDefaults(Model):
     language: str | None = None
+    language_options: list[str] | None = None
+    language_scope: LanguageScope | None = None
     engine: EngineSpec | None = None
     pool: str | None = None
     lease_duration_seconds: int = 120
@@ -118,6 +127,7 @@ class BatchStatus(Model):
     expired_leases: int | None = None
     failures: int | None = None
     heals: int | None = None
+    languages: dict[str, int] | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
     @property

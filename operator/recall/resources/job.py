@@ -53,6 +53,8 @@ class EngineSpec(Model):
 Format = Literal["json", "aws.json", "srt", "vtt", "txt"]
 FORMATS: tuple[Format, ...] = ("json", "aws.json", "srt", "vtt", "txt")
 AUTO = "auto"  # spec.language: detect the language once per file (a multilingual model)
+LanguageScope = Literal["file", "segment"]  # spec.languageScope: one language a file, or a segment
+Translate = Literal["en"]  # spec.transcript.translate: the language translated into
 
 
 class SubtitleSpec(Model):
@@ -100,6 +102,7 @@ class TranscriptSpec(Model):
     speakers: SpeakerSpec | None = None
     channels: Channels | None = None
     redact: RedactSpec | None = None
+    translate: Translate | None = None
 
     @property
     def split(self) -> bool:
@@ -127,6 +130,8 @@ class Output(Model):
 class JobSpec(Model):
     source: Source
     language: str | None = None
+    language_options: list[str] | None = None
+    language_scope: LanguageScope | None = None
     engine: EngineSpec | None = None
     output: Output | None = None
     transcript: TranscriptSpec | None = None

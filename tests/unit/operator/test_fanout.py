@@ -27,3 +27,28 @@ def test_job_for_item__carries_transcript_and_vocabulary_defaults() -> None:
     assert job.spec.transcript.subtitles is not None
     assert job.spec.transcript.subtitles.max_lines == 1
     assert job.spec.vocabulary == ["Zarvethia", "Quonbril Station"]
+
+
+def test_job_for_item__language_options_and_scope_unless_the_item_fixes_its_language() -> None:
+    batch = Batch.from_api(
+        {
+            "metadata": {"name": "talks", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "defaults": {
+                    "language": "auto",
+                    "languageOptions": ["de", "fr", "en"],
+                    "languageScope": "segment",
+                    "transcript": {"translate": "en"},
+                }
+            },
+        }
+    )
+    open_item = Item(index=0, key="monday", url="file:///media/monday.wav")
+    job = TranscriptionJob.from_api(job_for_item(batch, open_item))
+    assert job.spec.language_options == ["de", "fr", "en"]
+    assert job.spec.language_scope == "segment"
+    assert job.spec.transcript is not None and job.spec.transcript.translate == "en"
+    known = Item(index=1, key="tuesday", url="file:///media/tuesday.wav", language="it")
+    job = TranscriptionJob.from_api(job_for_item(batch, known))
+    assert job.spec.language == "it"
+    assert job.spec.language_options is None and job.spec.language_scope is None

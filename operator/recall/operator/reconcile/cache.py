@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from recall.base.clock import Monotonic
+from recall.base.clock import Clock
 from recall.kube import RawObject
 from recall.protocol.observer import JobKey, LeaseObserver, Observation
 from recall.resources import DEFAULT_POOL, LABEL_INDEX, LABEL_SUSPENDED, Lease, Part, Phase
@@ -70,6 +70,7 @@ class JobRecord:
     parts: tuple[Part, ...]  # the checkpoint: where its chunks are in the results store
     published: bool
     output: bool  # spec.output asks for outputs
+    language: str | None = None  # status.result.language: the language transcribed
 
     @property
     def key(self) -> JobKey:
@@ -122,6 +123,7 @@ class JobRecord:
             ),
             published=status.get("published") is not None,
             output=spec.get("output") is not None,
+            language=(status.get("result") or {}).get("language") or None,
         )
 
     @property
@@ -215,7 +217,7 @@ def needs_watching(record: JobRecord) -> bool:
 class JobCache:
     """Every job the operator watches, as `JobRecord`s. The informer's consumer."""
 
-    def __init__(self, clock: Monotonic, wake: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, clock: Clock, wake: Callable[[], None] = lambda: None) -> None:
         self.clock = clock
         self.wake = wake
         self.leases = LeaseObserver()
@@ -266,7 +268,7 @@ class JobCache:
         self.wake()
 
     def _put(self, record: JobRecord, *, unseen_moved: bool = False) -> None:
-        now = self.clock()
+        now = self.clock.monotonic()
         with self._lock:
             old = self._jobs.get(record.key)
             if old is not None and old.batch_key and old.batch != record.batch:

@@ -3,7 +3,9 @@
 Contract: `job_for_item(batch, item)` is deterministic — the same Batch and item always give
 the same name, labels, owner reference and spec — so creating it again after a retried write
 or an operator restart finds the existing job (409 AlreadyExists) instead of a duplicate.
-Item fields override the Batch's `defaults`.
+Item fields override the Batch's `defaults`. An item whose own language is fixed takes none of
+the defaults' `languageOptions` and `languageScope` (the job's CEL refuses options beside a fixed
+language): its language is known, there is nothing to choose among.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from recall.operator.reconcile.items import Item
 from recall.resources import (
     API_VERSION,
+    AUTO,
     LABEL_BATCH,
     LABEL_COMPONENT,
     LABEL_INDEX,
@@ -44,6 +47,11 @@ def job_for_item(batch: Batch, item: Item) -> dict[str, Any]:
     language = item.language or d.language
     if language:
         spec["language"] = language
+    if language in (None, AUTO):
+        if d.language_options:
+            spec["languageOptions"] = list(d.language_options)
+        if d.language_scope is not None:
+            spec["languageScope"] = d.language_scope
     if d.checkpoint_seconds is not None:
         spec["checkpointSeconds"] = d.checkpoint_seconds
     if d.pool is not None:

@@ -5,6 +5,13 @@ does not grow with the Batch: counts, the indexes of transcribing, completed, fa
 cancelled items as compressed ranges (queued is the rest), and a bounded list of items that need
 attention. Per-item detail lives in the jobs.
 
+`languages` counts the completed items by the language they were transcribed in (the one
+given, or detected; under segment scope the one with the most speech): per language, the larger
+of the stored count and the count among the jobs present, so the counts stay when the jobs go
+(the Batch's TTL, a user). Not guaranteed: a job deleted before it completed and recreated is
+counted once, but one recreated after it completed and detected in another language the second
+time counts in both.
+
 `project(batch, total, keys, jobs, stored, now, changed)` returns the status the Batch should
 have. An item whose job changed since the last projection that was written (`changed`) is
 simply updated. Any other item whose stored phase differs from its job's is a *heal*: the
@@ -44,6 +51,7 @@ MODEL_REASONS = frozenset(
         "ModelAccessDenied",
         "LanguageDetectionUnsupported",
         "UnsupportedLanguage",
+        "TranslationUnsupported",
     }
 )
 # One byte per item: its phase, in this order (0 = queued, the default).
@@ -204,6 +212,20 @@ def tally(
     return t
 
 
+def languages_of(
+    stored: dict[str, int] | None, jobs: Mapping[int, JobRecord], total: int
+) -> dict[str, int] | None:
+    """Completed items per language (see the module contract), by language code."""
+    out = dict(stored or {})
+    present: dict[str, int] = {}
+    for i, record in jobs.items():
+        if i < total and record.phase is Phase.SUCCEEDED and record.language:
+            present[record.language] = present.get(record.language, 0) + 1
+    for language, n in present.items():
+        out[language] = max(out.get(language, 0), n)
+    return dict(sorted(out.items())) or None
+
+
 def encoded(phases: bytearray) -> tuple[dict[str, str | None], bool]:
     """The *Indexes fields of `phases`, and whether any was cut short."""
     out: dict[str, str | None] = {}
@@ -271,6 +293,7 @@ def project(
         expired_leases=t.expired,
         failures=t.failures,
         heals=(stored.heals or 0) + len(t.heals) + recreated,
+        languages=languages_of(stored.languages, jobs, total),
         conditions=conds,
     )
     return Projection(status, t.heals)
