@@ -1,5 +1,18 @@
-"""The languages Whisper knows, by ISO 639-1 code and by name, and the code of a language as a
-server reports it. Pure.
+"""The languages Whisper knows, by ISO 639-1 code and by name, the code of a language as a
+server reports it, and the language decisions of a multilingual model. Pure.
+
+Language decisions (`spec.language` auto or empty, `spec.languageOptions`, `spec.languageScope`):
+- `choose(probabilities, options)` picks the most likely language among `options` (every
+  language when there are none) and gives the model's own probability for it (over all its
+  languages, not renormalized among the options). A pick under `LOW_PROBABILITY` (0.5) is still
+  transcribed in it; the job records the condition LanguageUncertain naming it.
+- Segment scope: `decision_spans(speech)` groups a chunk's stretches of speech into the spans
+  a language is decided for: a span ends at a pause of at least `SWITCH_PAUSE_SECONDS` (0.5 s)
+  once it holds `SEGMENT_SPEECH_SECONDS` (3 s) of speech, or before it would pass 30 s; a last
+  span with less speech than that joins the one before. So no language is decided on less than
+  3 s of speech (unless the chunk has no more), and a switch is found at the first pause after
+  3 s of the language before.
+- `majority(spans)`: the language with the most speech, a file's language under segment scope.
 
 An OpenAI-compatible server reports the language it detected in its `verbose_json` answer:
 OpenAI's own API by Whisper's English name ("english"), others (faster-whisper servers) by
@@ -9,6 +22,7 @@ neither (recording nothing beats recording a guess).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 # Whisper's languages (its tokenizer's LANGUAGES): ISO 639-1 code (two letters, or three where
@@ -145,3 +159,84 @@ def language_code(reported: Any) -> str | None:
     if "-" in value and primary in WHISPER_LANGUAGES:
         return primary
     return BY_NAME.get(value)
+
+
+LOW_PROBABILITY = 0.5  # a detected language less likely than this is flagged LanguageUncertain
+SEGMENT_SPEECH_SECONDS = 3.0  # the least speech one segment-scope language decision is made on
+SWITCH_PAUSE_SECONDS = 0.5  # segment scope: a language may change at pauses this long
+DECISION_SECONDS = 30.0  # a decision span at most (Whisper's window)
+
+
+def choose(
+    probabilities: Iterable[tuple[str, float]], options: Sequence[str] | None
+) -> tuple[str, float]:
+    """The most likely of `options` (all languages when None or empty) and the model's
+    probability for it; `probabilities` are (code, probability) pairs as faster-whisper's
+    `detect_language` lists them."""
+    allowed = set(options or ())
+    best: tuple[str, float] | None = None
+    for code, p in probabilities:
+        if allowed and code not in allowed:
+            continue
+        if best is None or p > best[1]:
+            best = (code, float(p))
+    if best is None:  # options the model does not list: the first, with nothing for it
+        return (sorted(allowed)[0] if allowed else "en"), 0.0
+    return best
+
+
+def decision_spans(
+    speech: Sequence[tuple[int, int]],
+    rate: int,
+    *,
+    min_speech: float = SEGMENT_SPEECH_SECONDS,
+    pause: float = SWITCH_PAUSE_SECONDS,
+    longest: float = DECISION_SECONDS,
+) -> list[tuple[int, int]]:
+    """`speech` (sample ranges, in order) grouped into the spans one language is decided for
+    (see the module contract): sample ranges from a span's first sound to its last."""
+    spans: list[tuple[int, int]] = []
+    said: list[float] = []  # seconds of speech in each span
+    for first, end in speech:
+        seconds = (end - first) / rate
+        if spans:
+            gap = (first - spans[-1][1]) / rate
+            fits = (end - spans[-1][0]) / rate <= longest
+            if fits and (said[-1] < min_speech or gap < pause):
+                spans[-1] = (spans[-1][0], end)
+                said[-1] += seconds
+                continue
+        spans.append((first, end))
+        said.append(seconds)
+    if len(spans) > 1 and said[-1] < min_speech and (spans[-1][1] - spans[-2][0]) / rate <= longest:
+        spans[-2:] = [(spans[-2][0], spans[-1][1])]
+    return spans
+
+
+def majority(spans: Iterable[tuple[str | None, float]]) -> str | None:
+    """The language of the most seconds among (language, seconds) pairs; None when none has a
+    language."""
+    totals: dict[str, float] = {}
+    for language, seconds in spans:
+        if language:
+            totals[language] = totals.get(language, 0.0) + max(0.0, seconds)
+    return max(totals, key=lambda k: totals[k]) if totals else None
+
+
+# The locales AWS Transcribe writes for a language (its `language_code`), where it has one; any
+# other language is written as its ISO 639-1 code.
+AWS_LOCALES = {
+    "af": "af-ZA", "ar": "ar-SA", "ca": "ca-ES", "cs": "cs-CZ", "cy": "cy-GB", "da": "da-DK",
+    "de": "de-DE", "el": "el-GR", "en": "en-US", "es": "es-ES", "eu": "eu-ES", "fa": "fa-IR",
+    "fi": "fi-FI", "fr": "fr-FR", "gl": "gl-ES", "he": "he-IL", "hi": "hi-IN", "hr": "hr-HR",
+    "hu": "hu-HU", "id": "id-ID", "is": "is-IS", "it": "it-IT", "ja": "ja-JP", "ko": "ko-KR",
+    "lt": "lt-LT", "lv": "lv-LV", "ms": "ms-MY", "nl": "nl-NL", "no": "no-NO", "pl": "pl-PL",
+    "pt": "pt-PT", "ro": "ro-RO", "ru": "ru-RU", "sk": "sk-SK", "sl": "sl-SI", "sr": "sr-RS",
+    "sv": "sv-SE", "sw": "sw-KE", "ta": "ta-IN", "te": "te-IN", "th": "th-TH", "tl": "tl-PH",
+    "tr": "tr-TR", "uk": "uk-UA", "vi": "vi-VN", "zh": "zh-CN",
+}  # fmt: skip
+
+
+def aws_locale(code: str) -> str:
+    """The language code AWS Transcribe writes for `code` (de → de-DE), else `code` itself."""
+    return AWS_LOCALES.get(code, code)

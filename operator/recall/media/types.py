@@ -53,6 +53,8 @@ class Segment(Model):
     words: list[Word] | None = None
     speaker: str | None = None  # the speaker of most of its words (speaker labels)
     channel: str | None = None  # the channel it was transcribed from (`channels: split`)
+    language: str | None = None  # the language it was transcribed in (`languageScope: segment`)
+    translation: str | None = None  # its English translation (`transcript.translate: en`)
 
     @property
     def who(self) -> str | None:
