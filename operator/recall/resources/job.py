@@ -52,6 +52,8 @@ class EngineSpec(Model):
 
 Format = Literal["json", "aws.json", "srt", "vtt", "txt"]
 FORMATS: tuple[Format, ...] = ("json", "aws.json", "srt", "vtt", "txt")
+# The outputs a job writes: its formats, and the English translation's (`transcript.translate`).
+OutputFormat = Format | Literal["en.srt", "en.vtt", "en.txt"]
 AUTO = "auto"  # spec.language: detect the language once per file (a multilingual model)
 LanguageScope = Literal["file", "segment"]  # spec.languageScope: one language a file, or a segment
 Translate = Literal["en"]  # spec.transcript.translate: the language translated into
@@ -127,6 +129,54 @@ class Output(Model):
     formats: list[Format] = Field(default_factory=_json_only)
 
 
+NotifyType = Literal[
+    "dev.recall.job.succeeded",
+    "dev.recall.job.failed",
+    "dev.recall.batch.item.succeeded",
+    "dev.recall.batch.item.failed",
+    "dev.recall.batch.completed",
+]
+NOTIFY_TYPES: tuple[NotifyType, ...] = (
+    "dev.recall.job.succeeded",
+    "dev.recall.job.failed",
+    "dev.recall.batch.item.succeeded",
+    "dev.recall.batch.item.failed",
+    "dev.recall.batch.completed",
+)
+
+
+class SecretKeyRef(Model):
+    """A key of a Secret in the object's namespace."""
+
+    name: str
+    key: str
+
+
+class Sink(Model):
+    """Where CloudEvents go (docs/notify.md): an HTTP(S) URL, the types it wants (none: all),
+    and the Secret key that signs them."""
+
+    url: str
+    types: list[NotifyType] | None = None
+    secret_ref: SecretKeyRef
+
+    def wants(self, type_: str) -> bool:
+        return not self.types or type_ in self.types
+
+
+class Notified(Model):
+    """The operator's record of an event's delivery: written at the first failed try and once
+    the event is settled (`time`: delivered to, or given up by, every sink)."""
+
+    id: str
+    type: str | None = None
+    attempts: int = 0
+    delivered: list[str] = Field(default_factory=list)
+    given_up: list[str] = Field(default_factory=list)
+    last_error: str | None = None
+    time: dt.datetime | None = None
+
+
 class JobSpec(Model):
     source: Source
     language: str | None = None
@@ -136,6 +186,7 @@ class JobSpec(Model):
     output: Output | None = None
     transcript: TranscriptSpec | None = None
     vocabulary: list[str] | None = None
+    notify: list[Sink] | None = None
     batch_ref: str | None = None
     item: str | None = None
     pool: str | None = None
@@ -194,6 +245,7 @@ class Result(Model):
     language_probability: float | None = None
     device: str | None = None
     compute_type: str | None = None
+    channels: int | None = None  # transcribed on their own, with `channels: split`
 
 
 class JobError(Model):
@@ -208,7 +260,7 @@ class Published(Model):
     """The operator's one record, on a Succeeded job, that its result was published."""
 
     time: dt.datetime
-    formats: list[Format] = Field(default_factory=list)
+    formats: list[OutputFormat] = Field(default_factory=list)
     index: str | None = None
     audio: str | None = None
 
@@ -228,6 +280,7 @@ class JobStatus(Model):
     progress: Progress | None = None
     result: Result | None = None
     published: Published | None = None
+    notified: Notified | None = None
     last_error: JobError | None = None
     conditions: list[Condition] = Field(default_factory=list)
 

@@ -21,6 +21,16 @@ docs/transcripts.md.
   `json`, and that segment without `words`, say so).
 - `srt`, `vtt`: cues from `recall.transcripts.subtitles` under the transcript's rules.
 
+Languages (docs/languages.md): `json` gives a segment its `language` when it was decided per
+segment (`languageScope: segment`); `aws.json` gives every pronunciation its `language_code`
+and `results.language_identification` (`[{code, score}]`: the detected language's probability,
+or under segment scope each language's share of the speech), as AWS writes them for language
+identification, in AWS's locales (`de-DE`; `recall.engines.languages.aws_locale`). With
+`transcript.translate: en` the English translation (each segment's `translation`) is rendered
+as the outputs `en.srt`, `en.vtt` and `en.txt` (beside each of srt, vtt and txt asked for;
+`output_formats`), and `json` has `translation`: `{language, text, segments}`, its segments
+with the times of the segments they translate.
+
 Who said it (the speaker, else the channel of a split file): `json` gives each segment and word
 its `speaker` and `channel`; `aws.json` gives each item and audio segment its `speaker_label`
 (`spk_0` for S1, as AWS numbers them) and `channel_label` (`ch_0`), with
@@ -37,13 +47,15 @@ the transcript has them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from recall.engines.languages import aws_locale
 from recall.media.types import Segment, Word
-from recall.resources import Format
+from recall.resources import Format, OutputFormat, TranscriptionJob
 from recall.transcripts.layout import Transcript
 from recall.transcripts.subtitles import Rules, continues, cues, joined, split, timed_words, write
 
@@ -75,7 +87,36 @@ def timestamp(seconds: float, separator: str) -> str:
     return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{millis:03d}"
 
 
-def render(transcript: Transcript, fmt: Format) -> str:
+TRANSLATED: dict[str, Format] = {"en.srt": "srt", "en.vtt": "vtt", "en.txt": "txt"}
+
+
+def output_formats(job: TranscriptionJob) -> list[OutputFormat]:
+    """The outputs `job` writes and publishes: its `spec.output.formats`, and with
+    `transcript.translate: en` the English `en.<format>` of each of srt, vtt and txt."""
+    formats: list[OutputFormat] = list(job.spec.output.formats) if job.spec.output else []
+    t = job.spec.transcript
+    if t is not None and t.translate == "en":
+        asked = list(formats)
+        formats += [name for name, fmt in TRANSLATED.items() if fmt in asked]  # type: ignore[misc]
+    return formats
+
+
+def translated(transcript: Transcript) -> Transcript:
+    """The English translation as a transcript of its own: each translated segment, at the
+    times of the segment it translates."""
+    segments = [
+        s.model_copy(update={"text": s.translation, "words": None, "language": "en"})
+        for s in transcript.segments
+        if s.translation and s.translation.strip()
+    ]
+    return dataclasses.replace(
+        transcript, segments=segments, language="en", language_probability=None
+    )
+
+
+def render(transcript: Transcript, fmt: Format | str) -> str:
+    if fmt in TRANSLATED:
+        return render(translated(transcript), TRANSLATED[fmt])
     segments = [s for s in transcript.segments if s.text.strip()]
     if fmt == "txt":
         return txt(transcript, segments)
@@ -128,10 +169,12 @@ def segment_json(transcript: Transcript, segments: list[Segment]) -> dict[str, A
         if s.confidence is not None:
             item["confidence"] = s.confidence
         item.update(_who(s.speaker, s.channel))
+        if s.language:
+            item["language"] = s.language
         if transcript.word_timings and timed_words(s):
             item["words"] = [_word_json(w) for w in s.words or [] if w.text.strip()]
         out.append(item)
-    return {
+    data: dict[str, Any] = {
         "text": transcript.text,
         "duration": transcript.duration,
         "engine": transcript.engine,
@@ -142,6 +185,31 @@ def segment_json(transcript: Transcript, segments: list[Segment]) -> dict[str, A
         "wordTimings": word_timings(transcript, segments),
         "segments": out,
     }
+    if any(s.translation for s in segments):
+        english = translated(transcript)
+        data["translation"] = {
+            "language": "en",
+            "text": english.text,
+            "segments": [{"start": t.start, "end": t.end, "text": t.text} for t in english.segments],
+        }
+    return data
+
+
+def language_identification(transcript: Transcript, segments: list[Segment]) -> list[Any]:
+    """AWS's `language_identification`: under segment scope each language with its share of
+    the speech, else the detected language with its probability (none when it was given)."""
+    seconds: dict[str, float] = {}
+    for s in segments:
+        if s.language:
+            seconds[s.language] = seconds.get(s.language, 0.0) + max(0.0, s.end - s.start)
+    total = sum(seconds.values())
+    if total > 0:
+        ranked = sorted(seconds.items(), key=lambda kv: -kv[1])
+        return [{"score": _decimal(v / total), "code": aws_locale(k)} for k, v in ranked]
+    if transcript.language and transcript.language_probability is not None:
+        score = _decimal(transcript.language_probability)
+        return [{"score": score, "code": aws_locale(transcript.language)}]
+    return []
 
 
 def _who(speaker: str | None, channel: str | None) -> dict[str, str]:
@@ -265,6 +333,8 @@ def aws_json(transcript: Transcript, segments: list[Segment]) -> dict[str, Any]:
                     "end_time": _decimal(said.end),
                     "alternatives": [alternative],
                 }
+                if s.language or transcript.language:
+                    item["language_code"] = aws_locale(s.language or transcript.language or "")
                 items.append(_labels(item, said.speaker, said.channel))
             for mark in marks:
                 ids.append(len(items))
@@ -292,7 +362,10 @@ def aws_json(transcript: Transcript, segments: list[Segment]) -> dict[str, Any]:
     if any(i.get("channel_label") for i in items):
         results["channel_labels"] = channels(items)
     if transcript.language:
-        results["language_code"] = transcript.language
+        results["language_code"] = aws_locale(transcript.language)
+    identified = language_identification(transcript, segments)
+    if identified:
+        results["language_identification"] = identified
     out: dict[str, Any] = {"jobName": transcript.job, "status": "COMPLETED"}
     if redacted or transcript.redacted:
         out["isRedacted"] = True

@@ -47,6 +47,7 @@ INDEX = "index"
 CUTTING = "cutting.json"
 TRANSCRIPT = "transcript.json"
 OUTPUT = "out"
+REDACTED_AUDIO = "redacted.wav"  # out.redacted.wav: the audio with the redacted spans silenced
 FORMAT = 1  # of the cutting record
 TRANSCRIPT_FORMAT = 3  # 3: speakers, channels, redactions; 2: words; 1 is still read
 ORIGINAL = "original.json"  # the unredacted transcript (`redact.keepOriginal`)
@@ -254,9 +255,9 @@ def decode_word(item: list[Any]) -> Word:
 
 def encode_segment(s: Segment) -> list[Any]:
     """`[start, end, text]`, with `confidence, words` after it when either is known, then its
-    speaker and channel when set."""
+    speaker, channel, language and translation when set."""
     out: list[Any] = [round(s.start, 3), round(s.end, 3), s.text]
-    extra = _trimmed([s.speaker, s.channel])
+    extra = _trimmed([s.speaker, s.channel, s.language, s.translation])
     if s.confidence is not None or s.words is not None or extra:
         confidence = round(s.confidence, 4) if s.confidence is not None else None
         words = [encode_word(w) for w in s.words] if s.words is not None else None
@@ -268,7 +269,7 @@ def decode_segment(item: list[Any]) -> Segment:
     start, end, text = item[:3]
     confidence = item[3] if len(item) > 3 else None
     words = item[4] if len(item) > 4 else None
-    speaker, channel = [*item[5:7], None, None][:2]
+    speaker, channel, language, translation = [*item[5:9], None, None, None, None][:4]
     return Segment(
         start=float(start),
         end=float(end),
@@ -277,6 +278,8 @@ def decode_segment(item: list[Any]) -> Segment:
         words=[decode_word(w) for w in words] if words is not None else None,
         speaker=speaker,
         channel=channel,
+        language=language,
+        translation=translation,
     )
 
 
@@ -315,6 +318,9 @@ class Summary:
     model_digest: str | None = None
     language: str | None = None
     language_probability: float | None = None
+    channels: int = 1  # transcribed on their own (`channels: split`)
+    mono: bool = False  # split asked of a file of one channel
+    audio: str | None = None  # the key of the audio with the redacted spans silenced
 
 
 @dataclass(frozen=True)

@@ -43,13 +43,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from recall.bucket import Bucket
-from recall.media.types import Chunk, Cutting, Resume, Segment
+from recall.media.types import Chunk, Cutting, Media, Resume, Segment
 from recall.resources import AUTO, Format, Part, RedactSpec, TranscriptionJob
 from recall.transcripts.assemble import assemble
 from recall.transcripts.formats import render
 from recall.transcripts.layout import (
     CUTTING,
     MAX_PARTS,
+    REDACTED_AUDIO,
     Record,
     Summary,
     Transcript,
@@ -357,9 +358,12 @@ class AttemptWriter:
         *,
         model: str | None = None,
         model_digest: str | None = None,
+        media: Media | None = None,
     ) -> Summary:
         """Write the transcript, then each output format of `formats` beside it. `model` and
-        `model_digest` name the model that transcribed it, when the engine knows them."""
+        `model_digest` name the model that transcribed it, when the engine knows them; `media`
+        is what it was transcribed from (its channels, and with `redact.audio` the audio copy
+        with the redacted spans silenced, `out.redacted.wav`, when it has audio)."""
         segments = assemble(self.records)
         spec = self.job.spec
         detected = self.language
@@ -393,6 +397,12 @@ class AttemptWriter:
         for fmt in formats:
             body = render(transcript, fmt).encode()
             self.bucket.put(output_key(self.directory, fmt), body)
+        audio = None
+        silenced = getattr(media, "silenced", None)
+        if self.redact is not None and self.redact.audio and callable(silenced):
+            spans = [(w.start, w.end) for s in segments for w in s.words or [] if w.redacted]
+            audio = output_key(self.directory, REDACTED_AUDIO)
+            self.bucket.put(audio, silenced(spans))
         return Summary(
             chunks=self.chunks,
             duration=transcript.duration,
@@ -403,6 +413,9 @@ class AttemptWriter:
             model_digest=model_digest,
             language=transcript.language,
             language_probability=transcript.language_probability,
+            channels=int(getattr(media, "channels", 1)),
+            mono=bool(getattr(media, "mono", False)),
+            audio=audio,
         )
 
     def _originals(self) -> list[Record]:
