@@ -45,7 +45,13 @@ from recall.media import ResumeInvalid
 from recall.media.types import Chunk, Media, Segment, text_of
 from recall.resources import AUTO, Part, Progress, Result
 from recall.resources.errors import JobFailure
-from recall.transcripts import AttemptWriter, Checkpoint, CheckpointUnusable, read_checkpoint
+from recall.transcripts import (
+    AttemptWriter,
+    Checkpoint,
+    CheckpointUnusable,
+    output_formats,
+    read_checkpoint,
+)
 from recall.worker.cadence import Cadence
 from recall.worker.holder import LeaseHolder, LeaseLost
 from recall.worker.pipeline import Decoder, Stopwatch, Storer, Transcribed
@@ -120,8 +126,7 @@ class Transcription:
     ) -> str:
         """Write the transcript (and the output formats), then complete with it (fenced)."""
         h.check()
-        output = h.known.spec.output
-        formats = list(output.formats) if output else []
+        formats = output_formats(h.known)
         model, digest = self.engine.model_of(h.known) or (None, None)
         device, compute_type = self.engine.device_of(h.known) or (None, None)
         summary = self.store(
