@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from recall.engines.base import TranscribeRequest
+
 KINDS: list[tuple[str, int, bool]] = [  # (name, batch size: 0 = transcribe, words)
     ("one", 0, True),
     ("one_nowords", 0, False),
@@ -51,13 +53,15 @@ def run_kind(chunks: list[Any], job: Any, batch: int) -> tuple[float, float, str
     wall, cpu = time.perf_counter(), time.process_time()
     if batch == 0:
         for chunk in chunks:
-            found = engine.transcribe(chunk, language="en", cancel=cancel, job=job, attempt=1)
+            found = engine.transcribe(
+                TranscribeRequest.of(chunk, language="en", cancel=cancel, job=job, attempt=1)
+            )
             texts += [s.text for s in found]
     else:
         for i in range(0, len(chunks), batch):
             group = chunks[i : i + batch]
             results = engine.transcribe_batch(
-                group, language="en", cancel=cancel, job=job, attempt=1
+                TranscribeRequest.of(group, language="en", cancel=cancel, job=job, attempt=1)
             )
             texts += [s.text for segments in results for s in segments]
     return time.perf_counter() - wall, time.process_time() - cpu, " ".join(texts)
@@ -91,7 +95,11 @@ def measure(repeat: int = 8, rounds: int = 2) -> dict[str, Any]:
         engine = WhisperEngine()
         with engine.load_media(jobs[True]) as media:
             chunks = list(media.chunks())
-    engine.transcribe(chunks[0], language="en", cancel=threading.Event(), job=jobs[True], attempt=1)
+    engine.transcribe(
+        TranscribeRequest.of(
+            chunks[0], language="en", cancel=threading.Event(), job=jobs[True], attempt=1
+        )
+    )
     runs: dict[str, list[tuple[float, float, str]]] = {name: [] for name, _, _ in KINDS}
     for _ in range(rounds):  # interleaved, so a busy spell of the machine hits all of them
         for name, batch, words in KINDS:

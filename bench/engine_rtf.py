@@ -21,6 +21,7 @@ from pathlib import Path
 import jiwer
 import numpy as np
 
+from recall.engines.base import TranscribeRequest
 from recall.engines.whisper import WhisperEngine
 from recall.media.types import Chunk, Segment
 from recall.resources import TranscriptionJob
@@ -55,12 +56,16 @@ def measure(
 
     cancel = threading.Event()
     warm = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
-    engine.transcribe(warm, language="en", cancel=cancel, job=job, attempt=1)  # load the model
+    engine.transcribe(
+        TranscribeRequest.of(warm, language="en", cancel=cancel, job=job, attempt=1)
+    )  # load the model
 
     wall, cpu = time.perf_counter(), time.process_time()
     segments: list[Segment] = []
     for chunk in chunks:
-        segments += engine.transcribe(chunk, language="en", cancel=cancel, job=job, attempt=1)
+        segments += engine.transcribe(
+            TranscribeRequest.of(chunk, language="en", cancel=cancel, job=job, attempt=1)
+        )
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 
     hypothesis = speech.normalise(" ".join(s.text for s in segments))

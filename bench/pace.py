@@ -123,6 +123,7 @@ def single(env: Env, *, jobs: int = 3, seconds_per_job: float = 15.0) -> dict[st
 BARE = textwrap.dedent(
     """
     import sys, threading, time
+    from recall.engines.base import TranscribeRequest
     from recall.engines.simulated import SimulatedEngine
     from recall.media.types import Chunk
     from recall.resources import TranscriptionJob
@@ -138,7 +139,7 @@ BARE = textwrap.dedent(
     sys.stdin.readline()  # every process starts at once
     started = time.monotonic()
     for chunk in media.chunks(None, cancel):
-        engine.transcribe(chunk, language=None, cancel=cancel, job=job, attempt=1)
+        engine.transcribe(TranscribeRequest.of(chunk, job=job, cancel=cancel))
     print(time.monotonic() - started, flush=True)
     """
 )

@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from recall.engines.base import TranscribeRequest
+
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS: dict[str, Any] = {
     "beam_size": 2,
@@ -303,7 +305,9 @@ def vocabulary(workdir: Path) -> dict[str, Any]:
         with engine.load_media(job) as media:
             for chunk in media.chunks():
                 found = engine.transcribe(
-                    chunk, language="en", cancel=threading.Event(), job=job, attempt=1
+                    TranscribeRequest.of(
+                        chunk, language="en", cancel=threading.Event(), job=job, attempt=1
+                    )
                 )
                 text += [s.text for s in found]
         rate = timed_speech.name_errors(" ".join(text))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import jiwer
 import numpy as np
 
+from recall.engines.base import TranscribeRequest
 from recall.media.types import Segment
 from recall.resources import TranscriptionJob
 from recall_dev.speech import espeak, normalise
@@ -148,7 +149,9 @@ def transcribed_with_a_resume(engine: WhisperEngine, path: Path) -> list[Segment
         first = next(media.chunks())
         segments += [
             s.shifted(first.start)
-            for s in engine.transcribe(first, language="en", cancel=cancel, job=job, attempt=1)
+            for s in engine.transcribe(
+                TranscribeRequest.of(first, language="en", cancel=cancel, job=job, attempt=1)
+            )
         ]
     with engine.load_media(job) as media:
         rest = list(media.chunks(first.resume()))
@@ -156,7 +159,9 @@ def transcribed_with_a_resume(engine: WhisperEngine, path: Path) -> list[Segment
     context = " ".join(s.text for s in segments)
     for chunk in rest:
         found = engine.transcribe(
-            chunk, language="en", cancel=cancel, job=job, attempt=2, context=context
+            TranscribeRequest.of(
+                chunk, language="en", cancel=cancel, job=job, attempt=2, context=context
+            )
         )
         segments += [s.shifted(chunk.start) for s in found]
         context = " ".join(s.text for s in found) or context

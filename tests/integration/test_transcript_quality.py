@@ -28,10 +28,11 @@ import pytest
 
 from recall.base.settings import StoreSettings, WorkerSettings
 from recall.bucket import Stores
+from recall.engines.base import TranscribeRequest
 from recall.engines.whisper import WhisperEngine
 from recall.fencing import fenced_write
 from recall.kube.memory import MemoryStore
-from recall.media.types import Chunk, Segment
+from recall.media.types import Segment
 from recall.protocol import lease
 from recall.resources import API_VERSION, Phase, TranscriptionJob
 from recall.resources.errors import JobFailure
@@ -107,7 +108,9 @@ def test_vocabulary__lowers_the_error_rate_on_invented_names(
         with engine.load_media(job) as media:
             for chunk in media.chunks():
                 found = engine.transcribe(
-                    chunk, language="en", cancel=threading.Event(), job=job, attempt=1
+                    TranscribeRequest.of(
+                        chunk, language="en", cancel=threading.Event(), job=job, attempt=1
+                    )
                 )
                 text += [s.text for s in found]
         rates[name] = timed_speech.name_errors(" ".join(text))
@@ -128,22 +131,12 @@ class InterruptedOnce(WhisperEngine):
         self.at = at
         self.calls: list[tuple[str, int, int]] = []  # (job, attempt, chunk) of each transcribe
 
-    def transcribe(
-        self,
-        chunk: Chunk,
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[Segment]:
+    def transcribe(self, request: TranscribeRequest) -> list[Segment]:
+        job, attempt, chunk = request.job, request.attempt, request.chunk
         self.calls.append((job.name, attempt, chunk.index))
         if attempt == 1 and chunk.index == self.at and job.name.startswith("resumed"):
             raise JobFailure("Interrupted", f"interrupted at chunk {chunk.index}", permanent=False)
-        return super().transcribe(
-            chunk, language=language, cancel=cancel, job=job, attempt=attempt, context=context
-        )
+        return super().transcribe(request)
 
 
 def through_the_worker(engine: WhisperEngine, path: Path, name: str) -> tuple[int, list[Segment]]:

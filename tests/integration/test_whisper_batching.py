@@ -17,7 +17,9 @@ import jiwer
 import numpy as np
 import pytest
 
-from recall.engines.whisper import RATE, WhisperEngine, load_model
+from recall.engines.base import TranscribeRequest
+from recall.engines.whisper import WhisperEngine, load_model
+from recall.engines.whisper.windows import RATE
 from recall.media.types import Chunk, Segment
 from recall.resources import TranscriptionJob
 from recall_dev import librivox, speech
@@ -66,7 +68,7 @@ def batched(
     for i in range(0, len(chunks), engine.batch_size):
         group = chunks[i : i + engine.batch_size]
         found = engine.transcribe_batch(
-            group, language="en", cancel=threading.Event(), job=job, attempt=1
+            TranscribeRequest.of(group, language="en", cancel=threading.Event(), job=job, attempt=1)
         )
         assert len(found) == len(group)
         out += found
@@ -156,7 +158,9 @@ def test_transcribe__one_encoder_pass_per_chunk_of_speech_the_words_of_one_at_a_
     context, ours = "", []
     for chunk in chunks:
         segments = engine.transcribe(
-            chunk, language="en", cancel=threading.Event(), job=job, attempt=1, context=context
+            TranscribeRequest.of(
+                chunk, language="en", cancel=threading.Event(), job=job, attempt=1, context=context
+            )
         )
         assert_inside_their_chunks([chunk], [segments])
         context = " ".join(s.text for s in segments) or context
@@ -176,7 +180,7 @@ def test_transcribe_batch__a_chunk_longer_than_a_window_is_transcribed_to_its_en
     (chunk,) = chunks_of(engine, job)
     assert chunk.duration > 45  # two 30 s windows of the model
     (segments,) = engine.transcribe_batch(
-        [chunk], language="en", cancel=threading.Event(), job=job, attempt=1
+        TranscribeRequest.of([chunk], language="en", cancel=threading.Event(), job=job, attempt=1)
     )
     assert_inside_their_chunks([chunk], [segments])
     assert segments[-1].end > chunk.duration - 6, "the second window's speech is missing"
@@ -192,12 +196,14 @@ def test_transcribe_batch__a_silent_chunk_gets_nothing_and_its_neighbours_their_
     silence = Chunk(1, first.end, first.end + 10.0, np.zeros(10 * RATE, np.float32))
     moved = Chunk(2, silence.end, silence.end + second.duration, second.audio)
     found = engine.transcribe_batch(
-        [first, silence, moved], language="en", cancel=threading.Event(), job=job, attempt=1
+        TranscribeRequest.of(
+            [first, silence, moved], language="en", cancel=threading.Event(), job=job, attempt=1
+        )
     )
     assert [bool(f) for f in found] == [True, False, True]
     assert all(s.words is None for f in found for s in f)  # the job did not ask for words
     alone = engine.transcribe_batch(
-        [second], language="en", cancel=threading.Event(), job=job, attempt=1
+        TranscribeRequest.of([second], language="en", cancel=threading.Event(), job=job, attempt=1)
     )
     assert [s.text for s in found[2]] == [s.text for s in alone[0]]
     assert [s.start for s in found[2]] == pytest.approx([s.start for s in alone[0]], abs=0.02)
@@ -211,7 +217,12 @@ def test_transcribe_batch__cancelled_before_the_call_returns_nothing(
     chunks = chunks_of(engine, job)[:2]
     cancel = threading.Event()
     cancel.set()
-    assert engine.transcribe_batch(chunks, language="en", cancel=cancel, job=job, attempt=1) == []
+    assert (
+        engine.transcribe_batch(
+            TranscribeRequest.of(chunks, language="en", cancel=cancel, job=job, attempt=1)
+        )
+        == []
+    )
 
 
 def test_worker__device_cuda_without_a_gpu_refuses_to_start(tmp_path: Path) -> None:

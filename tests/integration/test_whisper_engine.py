@@ -22,6 +22,7 @@ import jiwer
 import numpy as np
 import pytest
 
+from recall.engines.base import TranscribeRequest
 from recall.engines.whisper import WhisperEngine
 from recall.media.types import Chunk, Segment
 from recall.resources import TranscriptionJob
@@ -74,17 +75,21 @@ def test_transcribe__synthesized_speech_within_word_error_rate(
     assert media.duration == pytest.approx(seconds, abs=0.05)  # decoded
 
     engine.transcribe(
-        Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32)),
-        language="en",
-        cancel=threading.Event(),
-        job=job,
-        attempt=1,
+        TranscribeRequest.of(
+            Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32)),
+            language="en",
+            cancel=threading.Event(),
+            job=job,
+            attempt=1,
+        )
     )  # load the model first
     wall, cpu = time.perf_counter(), time.process_time()
     transcript: list[Segment] = []
     for chunk in chunks:
         segments = engine.transcribe(
-            chunk, language=job.spec.language, cancel=threading.Event(), job=job, attempt=1
+            TranscribeRequest.of(
+                chunk, language=job.spec.language, cancel=threading.Event(), job=job, attempt=1
+            )
         )
         assert segments, f"chunk {chunk.index} produced no text"
         for s in segments:
@@ -140,7 +145,9 @@ def test_transcribe__compressed_speech_resumed_half_way_within_word_error_rate(
 
 
 def transcribed(engine: WhisperEngine, job: TranscriptionJob, chunk: Chunk) -> list[str]:
-    segments = engine.transcribe(chunk, language="en", cancel=threading.Event(), job=job, attempt=1)
+    segments = engine.transcribe(
+        TranscribeRequest.of(chunk, language="en", cancel=threading.Event(), job=job, attempt=1)
+    )
     return [s.text for s in segments]
 
 
@@ -173,11 +180,13 @@ def test_transcribe__silence_gives_no_segments(engine: WhisperEngine) -> None:
     silent = Chunk(0, 0.0, 10.0, np.zeros(160_000, np.float32))
     assert (
         engine.transcribe(
-            silent,
-            language=None,
-            cancel=threading.Event(),
-            job=job_for("file:///x.wav", None),
-            attempt=1,
+            TranscribeRequest.of(
+                silent,
+                language=None,
+                cancel=threading.Event(),
+                job=job_for("file:///x.wav", None),
+                attempt=1,
+            )
         )
         == []
     )
@@ -191,18 +200,25 @@ def test_transcribe__cancelled_before_start_returns_nothing(
         chunk = next(media.chunks())
     cancel = threading.Event()
     cancel.set()
-    assert engine.transcribe(chunk, language="en", cancel=cancel, job=job, attempt=1) == []
+    assert (
+        engine.transcribe(
+            TranscribeRequest.of(chunk, language="en", cancel=cancel, job=job, attempt=1)
+        )
+        == []
+    )
 
 
 def test_transcribe__language_the_model_lacks_is_permanent(engine: WhisperEngine) -> None:
     chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     with pytest.raises(JobFailure) as info:
         engine.transcribe(
-            chunk,
-            language="fr-FR",
-            cancel=threading.Event(),
-            job=job_for("file:///x.wav", "fr-FR"),
-            attempt=1,
+            TranscribeRequest.of(
+                chunk,
+                language="fr-FR",
+                cancel=threading.Event(),
+                job=job_for("file:///x.wav", "fr-FR"),
+                attempt=1,
+            )
         )
     assert (info.value.reason, info.value.permanent) == ("UnsupportedLanguage", True)
     assert "English-only" in info.value.message
@@ -219,7 +235,13 @@ def test_model__unloadable_directory_is_permanent(tmp_path: Path) -> None:
     chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     with pytest.raises(JobFailure) as info:
         engine.transcribe(
-            chunk, language="en", cancel=threading.Event(), job=job_for("file:///x.wav"), attempt=1
+            TranscribeRequest.of(
+                chunk,
+                language="en",
+                cancel=threading.Event(),
+                job=job_for("file:///x.wav"),
+                attempt=1,
+            )
         )
     assert (info.value.reason, info.value.permanent) == ("ModelInvalid", True)
     assert str(broken) in info.value.message
@@ -230,7 +252,13 @@ def test_model__a_name_that_is_not_bundled_is_not_downloaded() -> None:
     chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     with pytest.raises(JobFailure) as info:
         engine.transcribe(
-            chunk, language="en", cancel=threading.Event(), job=job_for("file:///x.wav"), attempt=1
+            TranscribeRequest.of(
+                chunk,
+                language="en",
+                cancel=threading.Event(),
+                job=job_for("file:///x.wav"),
+                attempt=1,
+            )
         )
     assert (info.value.reason, info.value.permanent) == ("ModelNotFound", True)
     assert "large-v3" in info.value.message and "internet" in info.value.message
@@ -240,9 +268,13 @@ def test_language__auto_on_an_english_only_model_names_the_model(engine: Whisper
     job = job_for("file:///x.wav", "auto")
     chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     for call in (
-        lambda: engine.detect_language(chunk, job=job, cancel=threading.Event()),
+        lambda: engine.detect_language(
+            TranscribeRequest.of(chunk, job=job, cancel=threading.Event())
+        ),
         lambda: engine.transcribe(
-            chunk, language="auto", cancel=threading.Event(), job=job, attempt=1
+            TranscribeRequest.of(
+                chunk, language="auto", cancel=threading.Event(), job=job, attempt=1
+            )
         ),
     ):
         with pytest.raises(JobFailure) as info:
@@ -254,7 +286,7 @@ def test_language__auto_on_an_english_only_model_names_the_model(engine: Whisper
 def test_language__empty_on_an_english_only_model_is_english(engine: WhisperEngine) -> None:
     chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     found = engine.detect_language(
-        chunk, job=job_for("file:///x.wav", None), cancel=threading.Event()
+        TranscribeRequest.of(chunk, job=job_for("file:///x.wav", None), cancel=threading.Event())
     )
     # the model's own language, not detected: no probability is recorded
     assert found is not None and (found.language, found.probability) == ("en", None)
@@ -275,7 +307,9 @@ def test_slots__one_model_replica_per_slot_so_their_calls_run_side_by_side(
         threading.Thread(
             target=lambda: said.append(
                 engine.transcribe(
-                    chunk, language="en", cancel=threading.Event(), job=job, attempt=1
+                    TranscribeRequest.of(
+                        chunk, language="en", cancel=threading.Event(), job=job, attempt=1
+                    )
                 )
             )
         )

@@ -58,7 +58,7 @@ VIOLATIONS = [
     ("operator", "operator/peers/leader.py", "from recall.operator.results import publish"),
     ("layers", "kube/base.py", "from recall.protocol import lease"),
     ("layers", "base/log.py", "from recall.resources import Batch"),
-    ("engines", "engines/whisper.py", "from recall.transcripts import Transcript"),
+    ("engines", "engines/whisper/engine.py", "from recall.transcripts import Transcript"),
     ("layers", "media/fetch.py", "from recall.engines import base"),
     ("engines", "media/cut.py", "from recall.worker import loop"),
     ("dev-tools", "worker/loop.py", "import recall_dev.procs"),

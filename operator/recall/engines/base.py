@@ -16,14 +16,18 @@ Contract:
   equal `Cutting` (`Cutting.differences` says why not).
 - `Media.duration` is an estimate from the container until the iteration has ended, then the
   exact decoded length; `Media.chunks_total` turns it into an honest chunk count.
-- `transcribe(chunk, language, cancel, context)` blocks until the chunk is done and returns
-  segments with times relative to the start of the chunk. `context` is the text of the last
+- Every call about chunks takes one `TranscribeRequest`: the chunk(s), the job and attempt,
+  `cancel`, the language and the context. It is frozen: an engine that changes a part (a
+  call without the prompt, one chunk of a batch) makes a new one (`replace`).
+- `transcribe(request)` transcribes `request.chunk` (a request of one chunk), blocks until it
+  is done and returns segments with times relative to the start of the chunk. `context` is
+  the text of the last
   chunk before it that has text ("" for the first; a silent chunk does not clear it; on a
   resume, the checkpoint's last chunk with text, so a resumed attempt gives the engine what
   an uninterrupted one would): an engine may condition on it across the chunk boundary. It
   may return early, with anything, once `cancel` is set: the caller has lost the lease and
   discards the result.
-- `detect_language(chunk, job, cancel)` judges the file's language from one chunk: a
+- `detect_language(request)` judges the file's language from `request.chunk`: a
   `Detected` (its probability None when there is none to give), or None when the chunk holds
   no speech to judge (ask again with the next). The worker asks once per file while the job's
   language is empty or `auto`, records the answer in the chunk records (so a resume goes on in
@@ -32,7 +36,7 @@ Contract:
   names the model and its digest (None when the engine does not know them) for the result;
   `device_of(job)` the device and compute type its model ran with (None for an engine that
   runs no model here: a remote API, the simulated one).
-- `transcribe_batch(chunks, ...)` transcribes up to `batch_size` consecutive chunks in one call
+- `transcribe_batch(request)` transcribes up to `batch_size` consecutive chunks in one call
   (an accelerator is filled by a batch, not by one 30-second window); engines that take one
   chunk at a time answer it with `transcribe_each`. Within a batch, a chunk cannot condition on
   the text of the chunk before it: `context` is the text before the batch.
@@ -44,7 +48,8 @@ Contract:
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from recall.media.types import Chunk, Media, Segment, text_of
@@ -68,6 +73,45 @@ class Detected:
     probability: float | None
 
 
+@dataclass(frozen=True)
+class TranscribeRequest:
+    """One engine call: consecutive chunks of one media (one for `transcribe` and
+    `detect_language`, up to the engine's `batch_size` for `transcribe_batch`), the job and
+    attempt they belong to, the event that says the lease is lost, the language to transcribe
+    in (None: none known) and the text before the first chunk (`context`, see the contract)."""
+
+    chunks: tuple[Chunk, ...]
+    job: TranscriptionJob
+    cancel: threading.Event
+    attempt: int = 1
+    language: str | None = None
+    context: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        chunks: Chunk | Sequence[Chunk],
+        *,
+        job: TranscriptionJob,
+        cancel: threading.Event | None = None,
+        attempt: int = 1,
+        language: str | None = None,
+        context: str = "",
+    ) -> TranscribeRequest:
+        """A request for one chunk or a sequence of them (a fresh `cancel` when none)."""
+        many = (chunks,) if isinstance(chunks, Chunk) else tuple(chunks)
+        return cls(many, job, cancel or threading.Event(), attempt, language, context)
+
+    @property
+    def chunk(self) -> Chunk:
+        """The first (for `transcribe`, the only) chunk."""
+        return self.chunks[0]
+
+    def but(self, **changes: object) -> TranscribeRequest:
+        """This request with `changes` (`dataclasses.replace`)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
 class Engine(Protocol):
     name: str
     batch_size: int  # chunks `transcribe_batch` takes at once (1: one chunk a call)
@@ -78,60 +122,32 @@ class Engine(Protocol):
 
     def load_media(self, job: TranscriptionJob) -> Media: ...
 
-    def transcribe(
-        self,
-        chunk: Chunk,
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[Segment]: ...
-
-    def transcribe_batch(
-        self,
-        chunks: list[Chunk],
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[list[Segment]]:
-        """The segments of each of `chunks` (consecutive chunks of one media, at most
-        `batch_size`), each list relative to its own chunk, in one call that fills the device;
-        `context` is the text before the first of them."""
+    def transcribe(self, request: TranscribeRequest) -> list[Segment]:
+        """The segments of `request.chunk`, relative to it."""
         ...
 
-    def detect_language(
-        self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
-    ) -> Detected | None: ...
+    def transcribe_batch(self, request: TranscribeRequest) -> list[list[Segment]]:
+        """The segments of each of `request.chunks` (consecutive chunks of one media, at most
+        `batch_size`), each list relative to its own chunk, in one call that fills the device;
+        `request.context` is the text before the first of them."""
+        ...
+
+    def detect_language(self, request: TranscribeRequest) -> Detected | None: ...
 
     def model_of(self, job: TranscriptionJob) -> tuple[str, str] | None: ...
 
     def device_of(self, job: TranscriptionJob) -> tuple[str, str] | None: ...
 
 
-def transcribe_each(
-    engine: Engine,
-    chunks: list[Chunk],
-    *,
-    language: str | None,
-    cancel: threading.Event,
-    job: TranscriptionJob,
-    attempt: int,
-    context: str = "",
-) -> list[list[Segment]]:
+def transcribe_each(engine: Engine, request: TranscribeRequest) -> list[list[Segment]]:
     """`transcribe_batch` for an engine that takes one chunk a call: each in turn, the text of
     one the context of the next."""
     out: list[list[Segment]] = []
-    for chunk in chunks:
-        if cancel.is_set():
+    context = request.context
+    for chunk in request.chunks:
+        if request.cancel.is_set():
             break
-        segments = engine.transcribe(
-            chunk, language=language, cancel=cancel, job=job, attempt=attempt, context=context
-        )
+        segments = engine.transcribe(request.but(chunks=(chunk,), context=context))
         out.append(segments)
         context = text_of(segments) or context
     return out

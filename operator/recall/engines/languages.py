@@ -221,3 +221,22 @@ def majority(spans: Iterable[tuple[str | None, float]]) -> str | None:
         if language:
             totals[language] = totals.get(language, 0.0) + max(0.0, seconds)
     return max(totals, key=lambda k: totals[k]) if totals else None
+
+
+# The locales AWS Transcribe writes for a language (its `language_code`), where it has one; any
+# other language is written as its ISO 639-1 code.
+AWS_LOCALES = {
+    "af": "af-ZA", "ar": "ar-SA", "ca": "ca-ES", "cs": "cs-CZ", "cy": "cy-GB", "da": "da-DK",
+    "de": "de-DE", "el": "el-GR", "en": "en-US", "es": "es-ES", "eu": "eu-ES", "fa": "fa-IR",
+    "fi": "fi-FI", "fr": "fr-FR", "gl": "gl-ES", "he": "he-IL", "hi": "hi-IN", "hr": "hr-HR",
+    "hu": "hu-HU", "id": "id-ID", "is": "is-IS", "it": "it-IT", "ja": "ja-JP", "ko": "ko-KR",
+    "lt": "lt-LT", "lv": "lv-LV", "ms": "ms-MY", "nl": "nl-NL", "no": "no-NO", "pl": "pl-PL",
+    "pt": "pt-PT", "ro": "ro-RO", "ru": "ru-RU", "sk": "sk-SK", "sl": "sl-SI", "sr": "sr-RS",
+    "sv": "sv-SE", "sw": "sw-KE", "ta": "ta-IN", "te": "te-IN", "th": "th-TH", "tl": "tl-PH",
+    "tr": "tr-TR", "uk": "uk-UA", "vi": "vi-VN", "zh": "zh-CN",
+}  # fmt: skip
+
+
+def aws_locale(code: str) -> str:
+    """The language code AWS Transcribe writes for `code` (de → de-DE), else `code` itself."""
+    return AWS_LOCALES.get(code, code)

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from recall.base import log
-from recall.engines.base import Detected, primary_language, transcribe_each
+from recall.engines.base import Detected, TranscribeRequest, primary_language, transcribe_each
 from recall.engines.languages import language_code
 from recall.engines.prompt import hotwords, prompt_of
 from recall.media import SAMPLE_RATE, MediaOptions, encode_wav, load_job_media
@@ -309,36 +309,19 @@ class OpenAIEngine:
     def load_media(self, job: TranscriptionJob) -> Media:
         return load_job_media(job, self.media)
 
-    def transcribe_batch(
-        self,
-        chunks: list[Chunk],
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[list[Segment]]:
-        return transcribe_each(
-            self,
-            chunks,
-            language=language,
-            cancel=cancel,
-            job=job,
-            attempt=attempt,
-            context=context,
-        )
+    def transcribe_batch(self, request: TranscribeRequest) -> list[list[Segment]]:
+        return transcribe_each(self, request)
 
-    def detect_language(
-        self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
-    ) -> Detected | None:
-        """The language the server reports for `chunk` (see the module contract's "Language"),
-        without a probability (the API gives none); None when the chunk has no text (ask again
-        with the next), or once the server has answered text without a language."""
+    def detect_language(self, request: TranscribeRequest) -> Detected | None:
+        """The language the server reports for `request.chunk` (see the module contract's
+        "Language"), without a probability (the API gives none); None when the chunk has no
+        text (ask again with the next), or once the server has answered text without a
+        language."""
         if self._unreported:
             return None
+        chunk, job = request.chunk, request.job
         fields = self._fields(job, None, "")
-        data = self._request(chunk, fields, cancel)
+        data = self._request(chunk, fields, request.cancel)
         if data is None:
             return None  # cancelled: the caller discards what follows
         self._keep(job, chunk, data)
@@ -376,22 +359,13 @@ class OpenAIEngine:
                 ) from None
         return os.environ.get(self.api_key_env, "").strip() or None
 
-    def transcribe(
-        self,
-        chunk: Chunk,
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[Segment]:
-        del attempt
-        words = bool(job.spec.transcript and job.spec.transcript.words)
+    def transcribe(self, request: TranscribeRequest) -> list[Segment]:
+        chunk, job, context = request.chunk, request.job, request.context
+        words = bool(job.spec.transcript and job.spec.transcript.needs_words)
         kept = self._take(job, chunk)
         if kept is not None and not context:  # asked when the language was detected
             return self._segments(kept, chunk, words=words)
-        data = self._request(chunk, self._fields(job, language, context), cancel)
+        data = self._request(chunk, self._fields(job, request.language, context), request.cancel)
         return [] if data is None else self._segments(data, chunk, words=words)
 
     def _fields(

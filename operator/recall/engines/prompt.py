@@ -3,9 +3,9 @@
 Whisper's prompt holds about 220 tokens; both parts are cut to about 100 tokens each (400
 characters by default): the vocabulary's first phrases (so list the most important first), the
 context's last whole words (what was said just before the chunk). The local Whisper engine
-gives the context less room (`engines.whisper.WHISPER_CONTEXT_CHARACTERS`, 200: a longer one
-made it skip the start of a chunk the prompt already held); the OpenAI-compatible one takes
-the default. A context that repeats itself (a
+gives the context less room (`engines.whisper.decode.WHISPER_CONTEXT_CHARACTERS`, 200: a
+longer one made it skip the start of a chunk the prompt already held); the OpenAI-compatible
+one takes the default. A context that repeats itself (a
 compression ratio above `REPETITIVE`, Whisper's own test for a decoding stuck in a loop) is
 left out: prompting with it would carry the loop into the next chunk.
 """

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from recall.engines.base import Detected
+from recall.engines.base import Detected, TranscribeRequest
 from recall.media.types import Chunk, Cutting, Media, Resume, Segment
 from recall.resources import SimulateSpec, TranscriptionJob
 from recall.resources.errors import JobFailure
@@ -131,46 +131,32 @@ class SimulatedEngine:
         )
         return SimulatedMedia(n, seconds)
 
-    def transcribe(
-        self,
-        chunk: Chunk,
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[Segment]:
+    def transcribe(self, request: TranscribeRequest) -> list[Segment]:
+        chunk, job, attempt = request.chunk, request.job, request.attempt
         spec = self._spec(job)
         if chunk.index == 0 and spec.block_seconds:
             # A truly blocking call: it ignores `cancel`, like a C extension would.
             time.sleep(spec.block_seconds)
         if spec.chunk_delay_seconds:
-            cancel.wait(spec.chunk_delay_seconds)
+            request.cancel.wait(spec.chunk_delay_seconds)
         self._fail_if_asked(spec, chunk, attempt)
-        self._record(job, attempt, chunk, language, context)
+        self._record(request, chunk)
         return self._segments(job, chunk)
 
-    def transcribe_batch(
-        self,
-        chunks: list[Chunk],
-        *,
-        language: str | None,
-        cancel: threading.Event,
-        job: TranscriptionJob,
-        attempt: int,
-        context: str = "",
-    ) -> list[list[Segment]]:
+    def transcribe_batch(self, request: TranscribeRequest) -> list[list[Segment]]:
         """One call for the batch, as a batched GPU engine makes: the first chunk costs its
         delay, each further one `batch_cost` of it."""
-        spec = self._spec(job)
+        chunks = request.chunks
+        spec = self._spec(request.job)
         if spec.chunk_delay_seconds and chunks:
-            cancel.wait(spec.chunk_delay_seconds * (1 + (len(chunks) - 1) * self.batch_cost))
+            request.cancel.wait(
+                spec.chunk_delay_seconds * (1 + (len(chunks) - 1) * self.batch_cost)
+            )
         out = []
         for chunk in chunks:
-            self._fail_if_asked(spec, chunk, attempt)
-            self._record(job, attempt, chunk, language, context)
-            out.append(self._segments(job, chunk))
+            self._fail_if_asked(spec, chunk, request.attempt)
+            self._record(request, chunk)
+            out.append(self._segments(request.job, chunk))
         return out
 
     def _fail_if_asked(self, spec: SimulateSpec, chunk: Chunk, attempt: int) -> None:
@@ -193,11 +179,9 @@ class SimulatedEngine:
             Segment(start=0.0, end=chunk.duration, text=f"{job.name} chunk {chunk.index} {text}")
         ]
 
-    def detect_language(
-        self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
-    ) -> Detected | None:
+    def detect_language(self, request: TranscribeRequest) -> Detected | None:
         """Simulated text has no language to detect: the job goes on without one."""
-        del chunk, job, cancel
+        del request
         return None
 
     def model_of(self, job: TranscriptionJob) -> tuple[str, str] | None:
@@ -221,14 +205,13 @@ class SimulatedEngine:
             out.append(Segment(start=i * length, end=(i + 1) * length, text=text))
         return out
 
-    def _record(
-        self, job: TranscriptionJob, attempt: int, chunk: Chunk, language: str | None, context: str
-    ) -> None:
+    def _record(self, request: TranscribeRequest, chunk: Chunk) -> None:
         """A line of `record_path` for a chunk transcribed: who asked, and what it was given."""
         if self.record_path is None:
             return
-        call = {"job": job.name, "attempt": attempt, "chunk": chunk.index, "pid": os.getpid(),
-                "language": language, "context": context}  # fmt: skip
+        call = {"job": request.job.name, "attempt": request.attempt, "chunk": chunk.index,
+                "pid": os.getpid(), "language": request.language,
+                "context": request.context}  # fmt: skip
         line = json.dumps(call) + "\n"
         fd = os.open(self.record_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from recall.bucket import Bucket
 from recall.media.types import Chunk, Cutting, Media, Resume, Segment
-from recall.resources import AUTO, OutputFormat, Part, RedactSpec, TranscriptionJob
+from recall.resources import AUTO, Format, Part, RedactSpec, TranscriptionJob
 from recall.transcripts.assemble import assemble
 from recall.transcripts.formats import render
 from recall.transcripts.layout import (
@@ -354,7 +354,7 @@ class AttemptWriter:
         self,
         duration: float,
         engine: str,
-        formats: list[OutputFormat],
+        formats: list[Format],
         *,
         model: str | None = None,
         model_digest: str | None = None,

@@ -40,18 +40,12 @@ from typing import Protocol, TypeVar
 
 from recall.base import faults, metrics
 from recall.bucket import Bucket, StoreError, StoreUnavailable
-from recall.engines.base import Engine
+from recall.engines.base import Engine, TranscribeRequest
 from recall.media import ResumeInvalid
 from recall.media.types import Chunk, Media, Segment, text_of
 from recall.resources import AUTO, Part, Progress, Result
 from recall.resources.errors import JobFailure
-from recall.transcripts import (
-    AttemptWriter,
-    Checkpoint,
-    CheckpointUnusable,
-    output_formats,
-    read_checkpoint,
-)
+from recall.transcripts import AttemptWriter, Checkpoint, CheckpointUnusable, read_checkpoint
 from recall.worker.cadence import Cadence
 from recall.worker.holder import LeaseHolder, LeaseLost
 from recall.worker.pipeline import Decoder, Stopwatch, Storer, Transcribed
@@ -126,7 +120,8 @@ class Transcription:
     ) -> str:
         """Write the transcript (and the output formats), then complete with it (fenced)."""
         h.check()
-        formats = output_formats(h.known)
+        output = h.known.spec.output
+        formats = list(output.formats) if output else []
         model, digest = self.engine.model_of(h.known) or (None, None)
         device, compute_type = self.engine.device_of(h.known) or (None, None)
         summary = self.store(
@@ -360,25 +355,17 @@ class _Attempt:
         watch.timed("lease", lambda: h.renew_if_older(self.cadence.fresh))
 
         def call() -> list[list[Segment]]:
-            language = self._language(chunks[0])
-            if len(chunks) == 1 and engine.batch_size <= 1:
-                one = engine.transcribe(
-                    chunks[0],
-                    language=language,
-                    cancel=self.cancel,
-                    job=job,
-                    attempt=h.attempt,
-                    context=context,
-                )
-                return [one]
-            return engine.transcribe_batch(
+            request = TranscribeRequest.of(
                 chunks,
-                language=language,
-                cancel=self.cancel,
                 job=job,
+                cancel=self.cancel,
                 attempt=h.attempt,
+                language=self._language(chunks[0]),
                 context=context,
             )
+            if len(chunks) == 1 and engine.batch_size <= 1:
+                return [engine.transcribe(request)]
+            return engine.transcribe_batch(request)
 
         results = watch.timed("engine", lambda: self.t.call(h, self.cancel, call))
         if len(results) != len(chunks):
@@ -400,7 +387,9 @@ class _Attempt:
         if job.spec.language not in (None, AUTO):
             return job.spec.language
         if self.writer.language is None:
-            found = self.t.engine.detect_language(chunk, job=job, cancel=self.cancel)
+            found = self.t.engine.detect_language(
+                TranscribeRequest.of(chunk, job=job, cancel=self.cancel, attempt=self.h.attempt)
+            )
             if found is not None:
                 self.writer.detected = (found.language, found.probability)
                 self.h.log.info(

@@ -8,16 +8,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from recall.engines.whisper import (
+from recall.engines.whisper.align import (
     PAUSE_SECONDS,
-    RATE,
     SEGMENT_SECONDS,
-    Window,
     ends_sentence,
-    speech_windows,
     split_words,
     window_segments,
 )
+from recall.engines.whisper.windows import RATE, Window, speech_windows
 from recall.media.types import Word
 
 

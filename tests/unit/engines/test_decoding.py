@@ -13,8 +13,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from recall.engines import whisper
-from recall.engines.whisper import RATE, WHISPER_CONTEXT_CHARACTERS, WhisperEngine, unreached
+from recall.engines.base import TranscribeRequest
+from recall.engines.whisper import WhisperEngine, windows
+from recall.engines.whisper.decode import WHISPER_CONTEXT_CHARACTERS
+from recall.engines.whisper.windows import RATE, unreached
 from recall.media.types import Chunk
 from recall.resources import TranscriptionJob
 
@@ -96,7 +98,14 @@ def test_transcribe__a_batch_of_one_each_window_decoded_once(pipeline: type[Pipe
     engine = engine_of()
     cancel = threading.Event()
     segments = engine.transcribe(
-        chunk_of(70), language="en", cancel=cancel, job=job_of(True), attempt=1, context="Before."
+        TranscribeRequest.of(
+            chunk_of(70),
+            language="en",
+            cancel=cancel,
+            job=job_of(True),
+            attempt=1,
+            context="Before.",
+        )
     )
     (call,) = pipeline.calls
     assert len(call["clip_timestamps"]) == 3  # 30 + 30 + 10 s: three windows, no more
@@ -111,7 +120,9 @@ def test_transcribe__a_batch_of_one_each_window_decoded_once(pipeline: type[Pipe
 
 def test_transcribe__words_aligned_but_not_kept_unless_asked(pipeline: type[Pipeline]) -> None:
     segments = engine_of().transcribe(
-        chunk_of(20), language="en", cancel=threading.Event(), job=job_of(False), attempt=1
+        TranscribeRequest.of(
+            chunk_of(20), language="en", cancel=threading.Event(), job=job_of(False), attempt=1
+        )
     )
     assert pipeline.calls[0]["word_timestamps"]  # segments are cut at the words
     assert [s.text for s in segments] == ["Hello there."] and segments[0].words is None
@@ -121,9 +132,11 @@ def test_transcribe__the_same_segments_as_a_batch_of_that_one_chunk(
     pipeline: type[Pipeline],
 ) -> None:
     engine, job, chunk = engine_of(), job_of(True), chunk_of(45)
-    one = engine.transcribe(chunk, language="en", cancel=threading.Event(), job=job, attempt=1)
+    one = engine.transcribe(
+        TranscribeRequest.of(chunk, language="en", cancel=threading.Event(), job=job, attempt=1)
+    )
     (batch,) = engine.transcribe_batch(
-        [chunk], language="en", cancel=threading.Event(), job=job, attempt=1
+        TranscribeRequest.of([chunk], language="en", cancel=threading.Event(), job=job, attempt=1)
     )
     assert one == batch and len(one) == 2
 
@@ -145,7 +158,9 @@ def test_transcribe__cancel_stops_before_the_next_window(pipeline: type[Pipeline
     Pipeline.transcribe = cancelled_after_the_first  # type: ignore[method-assign]
     try:
         found = engine.transcribe(
-            chunk_of(90), language="en", cancel=cancel, job=job_of(True), attempt=1
+            TranscribeRequest.of(
+                chunk_of(90), language="en", cancel=cancel, job=job_of(True), attempt=1
+            )
         )
     finally:
         Pipeline.transcribe = original  # type: ignore[method-assign]
@@ -169,7 +184,9 @@ def test_transcribe__a_silent_window_gives_nothing(
 
     monkeypatch.setattr(Pipeline, "transcribe", silent)
     found = engine_of().transcribe(
-        chunk_of(30), language="en", cancel=threading.Event(), job=job_of(True), attempt=1
+        TranscribeRequest.of(
+            chunk_of(30), language="en", cancel=threading.Event(), job=job_of(True), attempt=1
+        )
     )
     assert found == []
 
@@ -178,7 +195,9 @@ def test_transcribe__cancelled_before_the_call_costs_no_model(pipeline: type[Pip
     cancel = threading.Event()
     cancel.set()
     found = engine_of().transcribe(
-        chunk_of(30), language="en", cancel=cancel, job=job_of(True), attempt=1
+        TranscribeRequest.of(
+            chunk_of(30), language="en", cancel=cancel, job=job_of(True), attempt=1
+        )
     )
     assert found == [] and pipeline.calls == []
 
@@ -197,7 +216,7 @@ def test_transcribe__a_prompted_window_that_skips_speech_is_decoded_again_withou
     """The stand-in writes a prompted window's words from 3 s in (tiny.en skipped 19 s of a
     recording that repeats the text of its prompt); decoded again without the prompt, the
     window's words start at its speech."""
-    monkeypatch.setattr(whisper, "speech_of", lambda audio: [(RATE, 5 * RATE)])
+    monkeypatch.setattr(windows, "speech_of", lambda audio: [(RATE, 5 * RATE)])
     engine, job = engine_of(), job_of(True)
     engine.vad_filter = True
     pipeline.skips, pipeline.fill = 3.0, True
@@ -207,7 +226,14 @@ def test_transcribe__a_prompted_window_that_skips_speech_is_decoded_again_withou
         "rather cold-hearted and rather selfish is to be ill-disposed."
     )
     found = engine.transcribe(
-        chunk_of(30), language="en", cancel=threading.Event(), job=job, attempt=1, context=context
+        TranscribeRequest.of(
+            chunk_of(30),
+            language="en",
+            cancel=threading.Event(),
+            job=job,
+            attempt=1,
+            context=context,
+        )
     )
     first, again = pipeline.calls
     assert len(first["initial_prompt"]) <= WHISPER_CONTEXT_CHARACTERS
@@ -215,12 +241,23 @@ def test_transcribe__a_prompted_window_that_skips_speech_is_decoded_again_withou
     assert [s.start for s in found] == pytest.approx([1.0], abs=0.011)  # the window's start
     # Without a prompt there is nothing to decode again without: one call.
     pipeline.calls.clear()
-    engine.transcribe(chunk_of(30), language="en", cancel=threading.Event(), job=job, attempt=1)
+    engine.transcribe(
+        TranscribeRequest.of(
+            chunk_of(30), language="en", cancel=threading.Event(), job=job, attempt=1
+        )
+    )
     assert len(pipeline.calls) == 1
     # A prompted window whose words reach its speech is decoded once.
     pipeline.calls.clear()
     pipeline.skips = 0.0
     engine.transcribe(
-        chunk_of(30), language="en", cancel=threading.Event(), job=job, attempt=1, context=context
+        TranscribeRequest.of(
+            chunk_of(30),
+            language="en",
+            cancel=threading.Event(),
+            job=job,
+            attempt=1,
+            context=context,
+        )
     )
     assert len(pipeline.calls) == 1

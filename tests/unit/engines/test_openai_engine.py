@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from recall.engines.base import primary_language
+from recall.engines.base import TranscribeRequest, primary_language
 from recall.engines.languages import language_code
 from recall.engines.openai import (
     RETRY_AFTER_MAX,
@@ -173,11 +173,13 @@ def job(language: str | None = "en-US", model: str | None = None) -> Transcripti
 
 def run(engine: OpenAIEngine, cancel: threading.Event | None = None, **kw: Any) -> list[Segment]:
     return engine.transcribe(
-        chunk(),
-        language=kw.pop("language", "en-US"),
-        cancel=cancel or threading.Event(),
-        job=kw.pop("job", job()),
-        attempt=1,
+        TranscribeRequest.of(
+            chunk(),
+            language=kw.pop("language", "en-US"),
+            cancel=cancel or threading.Event(),
+            job=kw.pop("job", job()),
+            attempt=1,
+        )
     )
 
 
@@ -244,12 +246,14 @@ def test_words__asked_for_with_the_vocabulary_and_context_as_prompt(stub: Stub) 
         }
         j = TranscriptionJob.from_api({"metadata": {"name": "j1"}, "spec": spec})
         segments = e.transcribe(
-            chunk(),
-            language="auto",
-            cancel=threading.Event(),
-            job=j,
-            attempt=1,
-            context="Earlier we spoke of the north.",
+            TranscribeRequest.of(
+                chunk(),
+                language="auto",
+                cancel=threading.Event(),
+                job=j,
+                attempt=1,
+                context="Earlier we spoke of the north.",
+            )
         )
     finally:
         e.close()
@@ -574,15 +578,26 @@ def test_detect_language__what_the_server_reports_and_its_answer_is_the_chunks_t
     ]
     j, cancel = auto_job(), threading.Event()
     silent, spoken, later = chunk(index=0), chunk(index=1), chunk(index=2)
-    assert engine.detect_language(silent, job=j, cancel=cancel) is None  # ask the next chunk
-    assert engine.transcribe(silent, language="auto", cancel=cancel, job=j, attempt=1) == []
-    found = engine.detect_language(spoken, job=j, cancel=cancel)
+    assert (
+        engine.detect_language(TranscribeRequest.of(silent, job=j, cancel=cancel)) is None
+    )  # ask the next chunk
+    assert (
+        engine.transcribe(
+            TranscribeRequest.of(silent, language="auto", cancel=cancel, job=j, attempt=1)
+        )
+        == []
+    )
+    found = engine.detect_language(TranscribeRequest.of(spoken, job=j, cancel=cancel))
     assert found is not None and (found.language, found.probability) == ("en", None)
-    segments = engine.transcribe(spoken, language="en", cancel=cancel, job=j, attempt=1)
+    segments = engine.transcribe(
+        TranscribeRequest.of(spoken, language="en", cancel=cancel, job=j, attempt=1)
+    )
     assert [s.text for s in segments] == ["Hello there.", "General Kenobi."]
     assert len(stub.calls) == 2  # detection cost no request of its own
     assert all("language" not in c.fields for c in stub.calls)
-    engine.transcribe(later, language="en", cancel=cancel, job=j, attempt=1, context="x")
+    engine.transcribe(
+        TranscribeRequest.of(later, language="en", cancel=cancel, job=j, attempt=1, context="x")
+    )
     assert stub.calls[-1].fields["language"] == "en"
 
 
@@ -591,9 +606,15 @@ def test_detect_language__a_server_that_reports_none_is_not_asked_again(
 ) -> None:
     stub.script = [Reply(body=VERBOSE), Reply(body=VERBOSE)]
     j, cancel = auto_job(), threading.Event()
-    assert engine.detect_language(chunk(index=0), job=j, cancel=cancel) is None
-    engine.transcribe(chunk(index=0), language="auto", cancel=cancel, job=j, attempt=1)
-    assert engine.detect_language(chunk(index=1), job=j, cancel=cancel) is None
+    assert (
+        engine.detect_language(TranscribeRequest.of(chunk(index=0), job=j, cancel=cancel)) is None
+    )
+    engine.transcribe(
+        TranscribeRequest.of(chunk(index=0), language="auto", cancel=cancel, job=j, attempt=1)
+    )
+    assert (
+        engine.detect_language(TranscribeRequest.of(chunk(index=1), job=j, cancel=cancel)) is None
+    )
     assert len(stub.calls) == 1  # no request for the second detection
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from recall.engines.whisper import islands, snap_to_sound
+from recall.engines.whisper.align import islands, snap_to_sound
 from recall.media.types import Word
 
 RATE = 16_000
@@ -56,7 +56,7 @@ def test_segment_of__spans_its_words_after_they_moved_to_the_sound() -> None:
     starts at 1.0 s, and so does the segment (words stay inside their segment)."""
     from types import SimpleNamespace
 
-    from recall.engines.whisper import segment_of
+    from recall.engines.whisper.align import segment_of
 
     sound = islands(audio([(1.0, 2.0)], 3.0))
     raw = SimpleNamespace(
@@ -78,7 +78,7 @@ def test_segment_of__no_aligned_word_means_no_word_timings() -> None:
     """Words asked for (`sounds` given) but none aligned: `words` is None, never []."""
     from types import SimpleNamespace
 
-    from recall.engines.whisper import segment_of
+    from recall.engines.whisper.align import segment_of
 
     sound = islands(audio([(1.0, 2.0)], 3.0))
     raw = SimpleNamespace(start=1.0, end=2.0, text=" hm", avg_logprob=-0.1, words=[])

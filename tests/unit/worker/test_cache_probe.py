@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from recall.base.settings import WorkerSettings
+from recall.engines.base import TranscribeRequest
 from recall.engines.models import ModelCacheUnwritable
 from recall.engines.simulated import SimulatedEngine
 from recall.kube.memory import MemoryStore
-from recall.media.types import Chunk, Segment
+from recall.media.types import Segment
 from recall.resources import Phase, TranscriptionJob
 from recall.worker.loop import Worker
 from tests.unit.fakes import NS, job_manifest, memory_bucket
@@ -44,9 +45,9 @@ class FullCache(SimulatedEngine):
         self.local_model(None)  # type: ignore[arg-type]
         return "s3://models/x/", "sha256:0"
 
-    def transcribe(self, chunk: Chunk, **kw: Any) -> list[Segment]:
-        self.local_model(kw["job"])
-        return super().transcribe(chunk, **kw)
+    def transcribe(self, request: TranscribeRequest) -> list[Segment]:
+        self.local_model(request.job)
+        return super().transcribe(request)
 
 
 def settings(**kw: Any) -> WorkerSettings:

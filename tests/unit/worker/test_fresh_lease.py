@@ -9,10 +9,11 @@ from typing import Any
 
 from recall.base.clock import boottime
 from recall.base.settings import WorkerSettings
+from recall.engines.base import TranscribeRequest
 from recall.engines.simulated import SimulatedEngine
 from recall.kube import Unavailable
 from recall.kube.memory import MemoryStore
-from recall.media.types import Chunk, Segment
+from recall.media.types import Segment
 from recall.resources import Phase, TranscriptionJob
 from recall.worker.cadence import FRESH_HEARTBEATS
 from recall.worker.loop import Worker
@@ -53,9 +54,9 @@ class Timed(SimulatedEngine):
         super().__init__(chunks=2, chunk_delay_seconds=0)
         self.starts: list[float] = []
 
-    def transcribe(self, chunk: Chunk, **kwargs: Any) -> list[Segment]:
+    def transcribe(self, request: TranscribeRequest) -> list[Segment]:
         self.starts.append(boottime())
-        return super().transcribe(chunk, **kwargs)
+        return super().transcribe(request)
 
 
 def test_engine__no_call_starts_on_a_lease_not_shown_fresh(tmp_path: Path) -> None:

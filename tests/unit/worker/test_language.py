@@ -4,14 +4,12 @@ on the memory store, with a simulated engine that detects a language."""
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
-from recall.engines.base import Detected
+from recall.engines.base import Detected, TranscribeRequest
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
 from recall.kube.memory import MemoryStore
-from recall.media.types import Chunk
 from recall.protocol import lease
 from recall.resources import Phase, TranscriptionJob
 from recall.transcripts import (
@@ -33,11 +31,9 @@ class Detecting(SimulatedEngine):
         super().__init__(chunks=6, chunk_delay_seconds=0, record_path=record)
         self.asked: list[tuple[int, int]] = []  # (attempt, chunk) of each detect_language
 
-    def detect_language(
-        self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
-    ) -> Detected | None:
-        self.asked.append((job.status.attempts, chunk.index))
-        return None if chunk.index == 0 else Detected("fr", 0.93)
+    def detect_language(self, request: TranscribeRequest) -> Detected | None:
+        self.asked.append((request.job.status.attempts, request.chunk.index))
+        return None if request.chunk.index == 0 else Detected("fr", 0.93)
 
 
 def test_language__detected_once_at_the_first_speech_and_kept_across_a_resume(
@@ -86,9 +82,7 @@ def test_language__detected_once_at_the_first_speech_and_kept_across_a_resume(
 class OwnLanguage(SimulatedEngine):
     """An English-only model's answer to a job without a language: its own, not detected."""
 
-    def detect_language(
-        self, chunk: Chunk, *, job: TranscriptionJob, cancel: threading.Event
-    ) -> Detected | None:
+    def detect_language(self, request: TranscribeRequest) -> Detected | None:
         return Detected("en", None)
 
 

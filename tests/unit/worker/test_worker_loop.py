@@ -18,13 +18,14 @@ from structlog.testing import capture_logs
 
 from recall.base.settings import WorkerSettings
 from recall.bucket import Bucket, StoreAccessDenied, StoreUnavailable
+from recall.engines.base import TranscribeRequest
 from recall.engines.models import ModelCache
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
 from recall.kube import Conflict, Unavailable
 from recall.kube.memory import Fault, MemoryStore
 from recall.media import MediaOptions
-from recall.media.types import Chunk, Segment
+from recall.media.types import Segment
 from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.protocol.observer import Observation
@@ -194,9 +195,9 @@ class CachedModelEngine(SimulatedEngine):
         super().__init__(**kw)
         self.cache = cache
 
-    def transcribe(self, chunk: Chunk, **kw: Any) -> list[Segment]:
-        self.cache.resolve("s3://models/x/", kw["cancel"])
-        return super().transcribe(chunk, **kw)
+    def transcribe(self, request: TranscribeRequest) -> list[Segment]:
+        self.cache.resolve("s3://models/x/", request.cancel)
+        return super().transcribe(request)
 
 
 def test_worker__an_unwritable_model_cache_gives_the_job_back_and_claims_nothing_until_it_can(
@@ -572,9 +573,9 @@ class CountingEngine(SimulatedEngine):
         super().__init__(**kw)
         self.calls: list[list[int]] = []
 
-    def transcribe_batch(self, chunks: list[Any], **kw: Any) -> Any:
-        self.calls.append([c.index for c in chunks])
-        return super().transcribe_batch(chunks, **kw)
+    def transcribe_batch(self, request: TranscribeRequest) -> Any:
+        self.calls.append([c.index for c in request.chunks])
+        return super().transcribe_batch(request)
 
 
 def test_worker__a_batched_engine_takes_a_job_s_chunks_in_groups_and_stores_each(
@@ -626,13 +627,13 @@ class GatedEngine(CountingEngine):
         super().__init__(**kw)
         self.entered = threading.Event()
 
-    def transcribe_batch(self, chunks: list[Any], **kw: Any) -> Any:
-        if kw["attempt"] == 1 and len(self.calls) == 1:
-            self.calls.append([c.index for c in chunks])
+    def transcribe_batch(self, request: TranscribeRequest) -> Any:
+        if request.attempt == 1 and len(self.calls) == 1:
+            self.calls.append([c.index for c in request.chunks])
             self.entered.set()
-            kw["cancel"].wait(30)
+            request.cancel.wait(30)
             return []  # too late: the worker stopped waiting for this call
-        return super().transcribe_batch(chunks, **kw)
+        return super().transcribe_batch(request)
 
 
 def reclaim_now(store: MemoryStore, name: str) -> None:

@@ -48,7 +48,6 @@ from recall.protocol import lease
 from recall.resources import Batch, Phase, Published, TranscriptionJob
 from recall.transcripts import (
     index_key,
-    output_formats,
     output_key,
     output_url,
 )
@@ -269,7 +268,7 @@ class Results:
                 index = index_key(job.namespace, batch.name, batch.metadata.uid, spec.item)
                 self.bucket.copy_to(transcript, self.bucket, index)
                 metrics.STORE_OPERATIONS.labels(operation="copy").inc()
-        formats = output_formats(job)
+        formats = list(spec.output.formats) if spec.output else []
         for fmt in formats:
             assert spec.output is not None
             url = output_url(spec.output, fmt, job)

