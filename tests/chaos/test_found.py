@@ -8,23 +8,24 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
+from recall.base.clock import FakeClock
 from recall.kube import Unavailable
 from recall.kube.memory import Fault, MemoryStore
 from recall.worker.holder import LeaseHolder
-from tests.unit.fakes import NS, Clock, Operator, batch_manifest
+from tests.unit.fakes import NS, Operator, batch_manifest
 
 
-def leased_batch_job(lease: int = 10) -> tuple[MemoryStore, Clock, Operator]:
+def leased_batch_job(lease: int = 10) -> tuple[MemoryStore, FakeClock, Operator]:
     """A one-item Batch whose job is leased by a worker that then goes silent."""
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     store.create_batch(NS, batch_manifest("b", ["a"], leaseDurationSeconds=lease))
     op = Operator(store, clock)
     op.tick()
     job = store.get_job(NS, "b-a")
     assert job is not None
-    holder = LeaseHolder.claim(
-        store, job, "w1", renew_deadline_fraction=0.6, clock=clock, now=clock.wall
-    )
+    holder = LeaseHolder.claim(store, job, "w1", renew_deadline_fraction=0.6, clock=clock)
     assert isinstance(holder, LeaseHolder)
     op.tick()
     return store, clock, op
@@ -32,7 +33,7 @@ def leased_batch_job(lease: int = 10) -> tuple[MemoryStore, Clock, Operator]:
 
 def test_reclaim__is_not_counted_as_a_heal() -> None:
     store, clock, op = leased_batch_job()
-    clock.advance(11)
+    clock.step(11)
     reports = op.controller.run_once()  # the cache has not seen the reclaim yet
     assert [job for r in reports for job, *_ in r.reclaimed] == ["b-a"]
     batch = store.get_batch(NS, "b")
@@ -41,32 +42,29 @@ def test_reclaim__is_not_counted_as_a_heal() -> None:
     assert not [e for e in store.list_events(NS) if e.get("reason") == "Healed"]
 
 
-class Waits(threading.Event):
-    """The controller's wake-up event, noting how long the loop chose to sleep each time."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.timeouts: list[float | None] = []
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.timeouts.append(timeout)
-        return super().wait(timeout)
-
-
-def test_controller_loop__waits_a_tick_after_a_failed_tick() -> None:
+def test_controller_loop__waits_a_tick_after_a_failed_tick(monkeypatch: pytest.MonkeyPatch) -> None:
     store, clock, op = leased_batch_job()
-    clock.advance(11)  # the lease is expired on the operator's clock
+    clock.step(11)  # the lease is expired on the operator's clock
     store.inject(Fault("get_job", Unavailable("503: etcd is restarting"), times=100_000))
     controller = op.controller
-    controller._wake = waits = Waits()
+    timeouts: list[float | None] = []  # how long the loop chose to wait each time
+    wait = clock.wait
+
+    def noted(event: threading.Event, timeout: float | None) -> bool:
+        timeouts.append(timeout)
+        return wait(event, timeout)
+
+    monkeypatch.setattr(clock, "wait", noted)
     stop = threading.Event()
     loop = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     loop.start()
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while not clock.waiters() and loop.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the loop waits on the test's clock, after its failed tick
     stop.set()
     controller.wake()
     loop.join(timeout=5)
     tick = controller.settings.tick_seconds
-    assert waits.timeouts and min(t or tick for t in waits.timeouts) >= tick / 2, (
-        f"slept {waits.timeouts[:5]} s between failed ticks (tick {tick} s)"
+    assert timeouts and min(t or tick for t in timeouts) >= tick / 2, (
+        f"slept {timeouts[:5]} s between failed ticks (tick {tick} s)"
     )

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recall.base.clock import boottime
+from recall.base.clock import SYSTEM
 from recall.kube import Conflict, ScalerRef
 from recall.kube.store import KubeStore as Kube
 from recall.operator.dispatch import ReadyQueue
@@ -112,9 +112,9 @@ class Operator:
 
     @classmethod
     def make(cls, kube: Kube, namespace: str) -> Operator:
-        cache, workload, ready = JobCache(boottime), Workload(), ReadyQueue(boottime)
+        cache, workload, ready = JobCache(SYSTEM), Workload(), ReadyQueue(SYSTEM)
         cache.listeners += [workload.update, ready.update]
-        return cls(kube, namespace, cache, Registry(boottime), workload, ready)
+        return cls(kube, namespace, cache, Registry(SYSTEM), workload, ready)
 
     def scaler(self, policy: Policy, leadership: Any = None) -> Scaler:
         sources = Sources(self.workload, self.registry, self.ready.busy)
@@ -285,7 +285,7 @@ def test_scaler__a_deposed_leaders_late_write_cannot_land(
         create_job(kube, namespace, f"j{k}")
     op.sync()
     inputs, deployment = old.observe()  # it read the Deployment, then froze
-    decision = decide(inputs, boottime())
+    decision = decide(inputs, SYSTEM.monotonic())
     assert decision.replicas == 6
     new = op.scaler(Policy(maximum=3))  # the next leader (another policy, to tell them apart)
     op.round(api, new)  # its first write, the status annotation, moves the resourceVersion

@@ -1,10 +1,9 @@
-"""Helpers for unit tests on the memory store: a hand-driven clock, manifests, a synced
+"""Helpers for unit tests on the memory store: manifests, a synced
 controller, the simulated engine's record of its calls and a worker that runs one job. No API
 server."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import threading
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recall.base.clock import EPOCH, FakeClock
 from recall.base.settings import OperatorSettings, StoreSettings, WorkerSettings
 from recall.bucket import Bucket, Stores
 from recall.engines.simulated import SimulatedEngine
@@ -23,24 +23,7 @@ from recall.worker.holder import LeaseHolder
 from recall.worker.loop import Worker
 
 NS = "default"
-T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
-
-
-class Clock:
-    """A monotonic clock the test moves by hand; `wall()` follows it from T0."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.t = start
-        self.start = start
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-
-    def wall(self) -> dt.datetime:
-        return T0 + dt.timedelta(seconds=self.t - self.start)
+T0 = EPOCH  # the FakeClock's wall time at its start
 
 
 def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
@@ -78,7 +61,7 @@ class Operator:
     """A controller over a memory store, its cache synced by hand before every tick."""
 
     def __init__(
-        self, store: MemoryStore, clock: Clock, results: Bucket | None = None, **settings: Any
+        self, store: MemoryStore, clock: FakeClock, results: Bucket | None = None, **settings: Any
     ) -> None:
         self.store = store
         self.clock = clock
@@ -88,7 +71,6 @@ class Operator:
             OperatorSettings(namespace=NS, **settings),
             results=self.results,
             clock=clock,
-            now=clock.wall,
         )
         self.controller.leading.set()
         self.batches_follow = True  # False: the controller's Batch copies lag (kopf's watch)
@@ -145,12 +127,12 @@ def memory_bucket(name: str = "results") -> Bucket:
     return Stores(StoreSettings(url=f"memory://{name}")).results()
 
 
-def claim(store: MemoryStore, clock: Clock, name: str, worker: str = "w1") -> LeaseHolder:
+def claim(store: MemoryStore, clock: FakeClock, name: str, worker: str = "w1") -> LeaseHolder:
     """`worker` claims job `name` on the test's clock."""
     job = store.get_job(NS, name)
     assert job is not None
     h = LeaseHolder.claim(
-        store, job, worker, renew_deadline_fraction=0.6, clock=clock, now=clock.wall
+        store, job, worker, renew_deadline_fraction=0.6, clock=clock
     )
     assert isinstance(h, LeaseHolder)
     return h

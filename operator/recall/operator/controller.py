@@ -27,15 +27,13 @@ removes its series, so a stale replica's figures never stand beside the leader's
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import threading
-import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from recall.base import log, metrics
-from recall.base.clock import Monotonic, boottime, utcnow
+from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import OperatorSettings
 from recall.bucket import Bucket, Stores
 from recall.kube import ObjectRef, Store, StoreError
@@ -78,13 +76,11 @@ class Controller:
         results: Bucket,
         stores: Stores | None = None,
         leading: threading.Event | None = None,
-        clock: Monotonic = boottime,
-        now: Callable[[], dt.datetime] = utcnow,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
-        self.now = now
         self.cache = JobCache(clock, wake=self.wake_dispatch)
         self.ready = ReadyQueue(clock, ahead_seconds=settings.offer_ahead_seconds)
         self.cache.listeners.append(self.ready.update)
@@ -99,7 +95,6 @@ class Controller:
             leading=self.leading,
             batches=self.batches,
             clock=clock,
-            now=now,
             sweep_seconds=settings.sweep_seconds,
         )
         self.applier = Applier(store, storage=self.results.storage_error, clock=clock)
@@ -160,10 +155,10 @@ class Controller:
             wait = None
             try:
                 if (
-                    self.clock() - self._last_tick >= self.settings.tick_seconds
+                    self.clock.monotonic() - self._last_tick >= self.settings.tick_seconds
                     or self._expiry_due()
                 ):
-                    self._last_tick = self.clock()
+                    self._last_tick = self.clock.monotonic()
                     self.run_once()
                 elif self._dispatch_due.is_set():
                     self._dispatch_due.clear()
@@ -171,28 +166,28 @@ class Controller:
             except Exception:
                 _log.exception("tick_failed")
                 wait = self.settings.tick_seconds  # the API server is away: do not spin
-            self._wake.wait(self.next_wait() if wait is None else wait)
+            self.clock.wait(self._wake, self.next_wait() if wait is None else wait)
             self._wake.clear()
 
     def _expiry_due(self) -> bool:
         """A lease expired since the last tick looked (one that tick could not reclaim waits
         for the next tick, not for a hot loop)."""
         expiry = next_expiry(self.cache.observations(), after=self._last_tick)
-        return expiry is not None and expiry <= self.clock()
+        return expiry is not None and expiry <= self.clock.monotonic()
 
     def next_wait(self) -> float:
         """Seconds until the next tick or the next lease expiry, whichever comes first."""
-        tick = max(0.0, self._last_tick + self.settings.tick_seconds - self.clock())
+        tick = max(0.0, self._last_tick + self.settings.tick_seconds - self.clock.monotonic())
         expiry = next_expiry(self.cache.observations(), after=self._last_tick)
         if expiry is None:
             return max(0.01, tick)
-        return max(0.01, min(tick, expiry - self.clock() + 0.001))
+        return max(0.01, min(tick, expiry - self.clock.monotonic() + 0.001))
 
     def run_once(self, now_mono: float | None = None) -> list[Report]:
         """One tick: plan and apply for every Batch that needs it and for uncovered jobs."""
         if self.ready.ahead_seconds > 0:
             # every replica's cache listener times holds: forget the workers gone, leading or not
-            alive = self.registry.alive(self.clock())
+            alive = self.registry.alive(self.clock.monotonic())
             self.ready.keep_workers({(w.namespace, w.worker) for w in alive})
         if not self.leading.is_set() or not self.cache.synced.is_set():
             self._was_leading = False
@@ -202,8 +197,8 @@ class Controller:
             # A new term: another replica may have written meanwhile; start from the server's.
             self.applier.forget()
             self._was_leading = True
-        mono = self.clock() if now_mono is None else now_mono
-        started = time.monotonic()
+        mono = self.clock.monotonic() if now_mono is None else now_mono
+        started = self.clock.monotonic()
         leases, backoffs = self.cache.observations(), self.cache.backoffs()
         dirty = self.cache.marks.dirty()
         watched: defaultdict[BatchKey | None, list[JobRecord]] = defaultdict(list)
@@ -218,14 +213,14 @@ class Controller:
             plan = plan_jobs(watched[None], mono, leases, backoffs)
             if plan.job_writes:
                 uncovered = Report(None)
-                self.applier.apply_jobs(plan, self.now(), mono, uncovered)
+                self.applier.apply_jobs(plan, self.clock.now(), mono, uncovered)
                 reports.append(uncovered)
         # One budget for creating jobs in this tick, shared by every Batch: a fan-out never
         # holds the next Batch's reclaims back by more than CREATE_SECONDS. Smaller Batches
         # come first, so a small one submitted behind a big fan-out starts at once; every
         # other tick, Batches the budget left with jobs to create go first, the longest
         # waiting first, so a stream of small Batches cannot starve a big fan-out.
-        self._create_until = self.clock() + CREATE_SECONDS
+        self._create_until = self.clock.monotonic() + CREATE_SECONDS
         order = sorted(batches.items(), key=lambda kv: self._size_hint(kv[1]))
         self._ticks += 1
         if self._ticks % 2 == 0:
@@ -265,7 +260,7 @@ class Controller:
         for phase, n in self.cache.phase_counts.items():
             metrics.JOBS.labels(phase=phase).set(n)
         self.export_batches(self.batches())
-        metrics.TICK_SECONDS.observe(time.monotonic() - started)
+        metrics.TICK_SECONDS.observe(self.clock.monotonic() - started)
         return reports
 
     def export_batches(self, batches: Mapping[BatchKey, Batch]) -> None:
@@ -298,7 +293,7 @@ class Controller:
             or not self.cache.synced.is_set()
         ):
             return 0
-        mono = self.clock() if now_mono is None else now_mono
+        mono = self.clock.monotonic() if now_mono is None else now_mono
         alive = self.registry.offerable(mono)  # a worker asked to drain is offered nothing
         keys = {(w.namespace, w.worker) for w in alive}
         for stale in self.ready.stale_offers(mono, self.settings.offer_seconds, keys):
@@ -325,7 +320,9 @@ class Controller:
 
     def expire_finished(self, batches: dict[BatchKey, Batch]) -> int:
         """Delete the jobs of Batches finished `ttlSecondsAfterFinished` ago (`retention`)."""
-        return expire_finished(self.store, self.cache, self.applier.event, batches, self.now())
+        return expire_finished(
+            self.store, self.cache, self.applier.event, batches, self.clock.now()
+        )
 
     def _size_hint(self, batch: Batch) -> float:
         """How many items `batch` has, as far as known without reading its lists."""
@@ -378,7 +375,7 @@ class Controller:
             resolved.items,
             jobs,
             self.cache.marks,
-            now=self.now(),
+            now=self.clock.now(),
             now_mono=mono,
             seen=seen,
             invalid=resolved.invalid,
@@ -448,7 +445,7 @@ class Controller:
         from recall.fencing import fenced_write
         from recall.protocol import lease
 
-        now = self.now()
+        now = self.clock.now()
         cancelled = 0
         message = f"Batch {batch.name} was deleted"
         for r in self.cache.batch_jobs(batch.key).values():

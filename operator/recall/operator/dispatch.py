@@ -37,6 +37,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from recall.base.clock import Clock
 from recall.operator.reconcile.cache import JobRecord
 from recall.protocol.observer import JobKey
 from recall.resources import DEFAULT_POOL, Phase
@@ -93,7 +94,7 @@ class ReadyQueue:
     """Claimable jobs and who holds or was offered what. Thread-safe. `clock` dates offers
     (the operator's monotonic clock), so one that is not taken up in time can be withdrawn."""
 
-    def __init__(self, clock: Callable[[], float], *, ahead_seconds: float = 0.0) -> None:
+    def __init__(self, clock: Clock, *, ahead_seconds: float = 0.0) -> None:
         self.clock = clock
         self.ahead_seconds = ahead_seconds
         self.offered_at: dict[JobKey, float] = {}
@@ -129,7 +130,7 @@ class ReadyQueue:
         if hold is None or hold.job != key or key in self.holding.get(worker, ()):
             return
         del self._held_since[worker]
-        self._last_hold[worker] = self.clock() - hold.since
+        self._last_hold[worker] = self.clock.monotonic() - hold.since
 
     def _drop(self, r: JobRecord) -> None:
         self._where.pop(r.key, None)  # its heap entry goes stale and is skipped
@@ -148,11 +149,11 @@ class ReadyQueue:
             self.holding[worker].add(r.key)
             hold = self._held_since.get(worker)
             if self.ahead_seconds > 0 and (hold is None or hold.job != r.key):
-                self._held_since[worker] = _Hold(r.key, self.clock())
+                self._held_since[worker] = _Hold(r.key, self.clock.monotonic())
         if r.phase is Phase.QUEUED and r.offer is not None:
             self.offered[r.key] = (r.namespace, r.offer)
             self._offered_by[(r.namespace, r.offer)].add(r.key)
-            self.offered_at.setdefault(r.key, self.clock())
+            self.offered_at.setdefault(r.key, self.clock.monotonic())
         else:
             self.offered_at.pop(r.key, None)
         if r.phase is Phase.LEASED or (r.phase is Phase.QUEUED and r.offer is not None):
@@ -192,7 +193,7 @@ class ReadyQueue:
                 and hold is not None
                 and not hold.offered
                 and last < self.ahead_seconds
-                and self.clock() - hold.since < self.ahead_seconds
+                and self.clock.monotonic() - hold.since < self.ahead_seconds
             )
             return "ahead" if due else "busy"
 
@@ -276,7 +277,7 @@ class ReadyQueue:
         with self._lock:
             self.offered[key] = worker
             self._offered_by[worker].add(key)
-            self.offered_at[key] = self.clock()
+            self.offered_at[key] = self.clock.monotonic()
             hold = self._held_since.get(worker)
             if hold is not None and self.holding.get(worker):
                 hold.offered = True  # one offer ahead per job held, even if it is withdrawn

@@ -36,6 +36,7 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
+from recall.base.backoff import Backoff
 from recall.protocol.observer import Observation
 from recall.resources import (
     JobError,
@@ -111,10 +112,10 @@ def retry_backoff(failures: int, jitter: float, base: float = 5.0, cap: float = 
     """Seconds to wait before retry number `failures` (1, 2, ...): exponential, capped, jittered.
 
     `jitter` in [0, 1) spreads retries over [delay/2, delay) so failed jobs do not come back
-    in lockstep ("equal jitter").
+    in lockstep ("equal jitter": a `Backoff` from half the delay, stretched by up to itself).
     """
-    delay: float = min(cap, base * 2.0 ** max(0, failures - 1))
-    return round(delay / 2 + (delay / 2) * jitter, 3)
+    backoff = Backoff(initial=base / 2, cap=cap / 2, jitter=1.0)
+    return round(backoff.delay(max(0, failures - 1), u=jitter), 3)
 
 
 def holder_refusal(status: JobStatus, worker: str, token: str) -> Refusal | None:
@@ -226,6 +227,17 @@ def complete(
     if chunks is not None:  # the transcript holds every chunk now: no checkpoint is left
         progress = Progress.of(chunks, chunks)
     accepted = result.model_copy(update={"token": token, "attempt": status.attempts})
+    conditions = set_condition(
+        status.conditions,
+        "Complete",
+        "True",
+        "Transcribed",
+        f"transcript at {result.transcript}",
+        now,
+    )
+    if result.channels == 1:  # channels: split asked of a file of one channel
+        message = "channels: split was asked, but the file has one channel: transcribed as one"
+        conditions = set_condition(conditions, "MonoSource", "True", "OneChannel", message, now)
     return status.model_copy(
         update={
             "phase": Phase.SUCCEEDED,
@@ -234,14 +246,7 @@ def complete(
             "result": accepted,
             "progress": progress,
             "completed_at": now,
-            "conditions": set_condition(
-                status.conditions,
-                "Complete",
-                "True",
-                "Transcribed",
-                f"transcript at {result.transcript}",
-                now,
-            ),
+            "conditions": conditions,
         }
     )
 

@@ -34,18 +34,24 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
 from recall.base import faults, metrics
+from recall.base.backoff import Backoff
 from recall.bucket import Bucket, StoreError, StoreUnavailable
 from recall.engines.base import Engine, TranscribeRequest
 from recall.media import ResumeInvalid
 from recall.media.types import Chunk, Media, Segment, text_of
 from recall.resources import AUTO, Part, Progress, Result
 from recall.resources.errors import JobFailure
-from recall.transcripts import AttemptWriter, Checkpoint, CheckpointUnusable, read_checkpoint
+from recall.transcripts import (
+    AttemptWriter,
+    Checkpoint,
+    CheckpointUnusable,
+    output_formats,
+    read_checkpoint,
+)
 from recall.worker.cadence import Cadence
 from recall.worker.holder import LeaseHolder, LeaseLost
 from recall.worker.pipeline import Decoder, Stopwatch, Storer, Transcribed
@@ -54,6 +60,7 @@ T = TypeVar("T")
 DRAIN_SECONDS = 10.0  # how long a stopping attempt waits for the chunks it already transcribed
 DECODE_DEPTH = 2  # chunks decoded ahead of the engine at most (their audio is in memory)
 STORE_DEPTH = 4  # transcribed chunks waiting for the store at most (then the engine waits)
+STORE_RETRY = Backoff(initial=0.1, cap=5.0)  # a results-store call the store did not answer
 
 
 class Stopped(Exception):
@@ -120,8 +127,7 @@ class Transcription:
     ) -> str:
         """Write the transcript (and the output formats), then complete with it (fenced)."""
         h.check()
-        output = h.known.spec.output
-        formats = list(output.formats) if output else []
+        formats = output_formats(h.known)
         model, digest = self.engine.model_of(h.known) or (None, None)
         device, compute_type = self.engine.device_of(h.known) or (None, None)
         summary = self.store(
@@ -134,8 +140,10 @@ class Transcription:
                 formats,
                 model=model,
                 model_digest=digest or None,
+                media=media,
             ),
         )
+        split = bool(h.known.spec.transcript and h.known.spec.transcript.split)
         result_ref = Result(
             transcript=writer.transcript_key,
             worker=h.worker,
@@ -148,6 +156,7 @@ class Transcription:
             language_probability=summary.language_probability,
             device=device,
             compute_type=compute_type,
+            channels=summary.channels if split else None,
         )
         faults.hit("worker-before-complete")
         try:
@@ -197,7 +206,7 @@ class Transcription:
         (`StorageAccessDenied`, ...), saying what was refused and why. `aborted` (a pipeline
         stage's) ends the retries too.
         """
-        pause = 0.1
+        retries = 0
         while True:
             try:
                 return watch.timed("store", fn)
@@ -205,12 +214,13 @@ class Transcription:
                 h.log.warning("store_error", error=e.message[:300])
                 metrics.STORE_ERRORS.labels(reason=e.reason).inc()
                 h.check()
+                pause = STORE_RETRY.delay(retries)
+                retries += 1
                 if aborted is None:
                     self.check_stop(h)
-                    time.sleep(pause)
-                elif aborted.wait(pause):
+                    h.clock.sleep(pause)
+                elif h.clock.wait(aborted, pause):
                     raise _Aborted() from None
-                pause = min(pause * 2, 5.0)
             except StoreError as e:
                 metrics.STORE_ERRORS.labels(reason=e.reason).inc()
                 raise JobFailure(
@@ -285,7 +295,9 @@ class _Attempt:
         )
         # A whole batch is handed over at once: room for two, so the engine does not wait.
         depth = max(self.t.store_depth, 2 * batch)
-        storer = Storer(self._store, self._stored, name=f"store-{name}", depth=depth)
+        storer = Storer(
+            self._store, self._stored, name=f"store-{name}", depth=depth, clock=self.h.clock
+        )
         self.storer = storer
         decoder.start()
         storer.start()
@@ -334,11 +346,11 @@ class _Attempt:
     def _drain(self, storer: Storer, made: list[tuple[Chunk, list[Segment]]]) -> None:
         """Store what the engine made (handed over, and `made`, not yet), within
         `DRAIN_SECONDS`; a store that refuses or a lease lost meanwhile ends it."""
-        deadline = time.monotonic() + DRAIN_SECONDS
+        deadline = self.h.clock.monotonic() + DRAIN_SECONDS
 
         def poll() -> None:
             self.h.check()
-            if time.monotonic() > deadline:
+            if self.h.clock.monotonic() > deadline:
                 raise Stopped()
 
         try:

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from recall.base import log
+from recall.base.clock import SYSTEM, Clock
 from recall.protocol.workers import BUSY, DRAINING, IDLE, answer
 
 _log = log.get("drain")
@@ -34,8 +35,9 @@ _log = log.get("drain")
 class Drain:
     """Whether this worker takes work: the loop's turns and the operator's drain requests."""
 
-    def __init__(self, worker: str = "", *, wait: float = 0.5) -> None:
+    def __init__(self, worker: str = "", *, wait: float = 0.5, clock: Clock = SYSTEM) -> None:
         self.worker = worker
+        self.clock = clock
         self.wait = wait
         self._cond = threading.Condition()
         self._turns = 0  # turns held: one per slot from a pick to the end of its work
@@ -49,7 +51,7 @@ class Drain:
     def pause(self, timeout: float) -> None:
         """Wait (at most `timeout` seconds) for a drain to be cancelled: the loop's idle turn
         while it has promised to take nothing."""
-        self._open.wait(timeout)
+        self.clock.wait(self._open, timeout)
 
     @contextmanager
     def turn(self) -> Iterator[bool]:

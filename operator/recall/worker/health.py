@@ -19,20 +19,19 @@ authentication (the port is for the kubelet; the chart's NetworkPolicy closes it
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from recall.base.clock import SYSTEM, Clock
+
 
 class Liveness:
-    def __init__(
-        self, stale_after: float = 120.0, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, stale_after: float = 120.0, clock: Clock = SYSTEM) -> None:
         if stale_after <= 0:
             raise ValueError("stale_after must be positive")
         self.stale_after = stale_after
         self._clock = clock
-        self._last = clock()
+        self._last = clock.monotonic()
         self._beaten = False
         self._stopping = False
         self.draining: Callable[[], bool] = lambda: False  # the worker's drain (set by its owner)
@@ -40,7 +39,7 @@ class Liveness:
 
     def beat(self) -> None:
         """The loop is alive now."""
-        self._last = self._clock()
+        self._last = self._clock.monotonic()
         self._beaten = True
 
     def stopping(self) -> None:
@@ -49,7 +48,7 @@ class Liveness:
 
     def age(self) -> float:
         """Seconds since the last beat (or since creation, before the first)."""
-        return self._clock() - self._last
+        return self._clock.monotonic() - self._last
 
     def healthy(self) -> bool:
         return self.age() < self.stale_after

@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Callable
 
 from recall.base import faults, log, metrics
-from recall.base.clock import Monotonic, WallClock, boottime, utcnow
+from recall.base.clock import SYSTEM, Clock
 from recall.base.log import short_token
 from recall.fencing import Transition, Unsettled, WriteResult, fenced_write
 from recall.kube import (
@@ -81,9 +80,7 @@ class LeaseHolder:
         *,
         renew_deadline: float,
         sent_at: float,
-        clock: Monotonic = boottime,
-        now: WallClock = utcnow,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
         self.known = job
@@ -91,8 +88,6 @@ class LeaseHolder:
         self.token = token
         self.renew_deadline = renew_deadline
         self.clock = clock
-        self.now = now
-        self.sleep = sleep
         self.lost = threading.Event()
         self.lost_reason = ""
         self.writes = 1  # the claim
@@ -125,8 +120,7 @@ class LeaseHolder:
         worker: str,
         *,
         renew_deadline_fraction: float,
-        clock: Monotonic = boottime,
-        now: WallClock = utcnow,
+        clock: Clock = SYSTEM,
     ) -> LeaseHolder | WriteResult:
         """Claim `job` (as read at its resourceVersion) for `worker`.
 
@@ -135,14 +129,14 @@ class LeaseHolder:
         ambiguous claim could not be read back: then the lease, if it was taken, expires).
         """
         token = lease.new_token()
-        sent_at = clock()
+        sent_at = clock.monotonic()
         result = fenced_write(
             store,
             job.namespace,
             job.name,
             lambda j: lease.claim(
                 j.status,
-                now(),
+                clock.now(),
                 worker,
                 token,
                 lease_seconds=j.spec.lease_duration_seconds,
@@ -166,7 +160,6 @@ class LeaseHolder:
             renew_deadline=claimed.spec.lease_duration_seconds * renew_deadline_fraction,
             sent_at=sent_at,
             clock=clock,
-            now=now,
         )
         if result.settled_by_read:
             holder.log.info("write_settled_by_read", action="claim")
@@ -184,10 +177,10 @@ class LeaseHolder:
         return self.known.status.attempts
 
     def seconds_since_renewal(self) -> float:
-        return self.clock() - self._renewed_at
+        return self.clock.monotonic() - self._renewed_at
 
     def seconds_since_checkpoint(self) -> float:
-        return self.clock() - self._checkpointed_at
+        return self.clock.monotonic() - self._checkpointed_at
 
     @property
     def final(self) -> bool:
@@ -261,7 +254,7 @@ class LeaseHolder:
 
     def _renewal(self, seq: int, progress: Progress | None) -> Transition:
         return lambda job: lease.renew(
-            job.status, self.now(), self.worker, self.token, seq=seq, progress=progress
+            job.status, self.clock.now(), self.worker, self.token, seq=seq, progress=progress
         )
 
     def complete(self, result: Result, *, chunks: int | None = None) -> TranscriptionJob:
@@ -270,7 +263,7 @@ class LeaseHolder:
         def make(seq: int, carried: Progress | None) -> Transition:
             return lambda job: lease.complete(
                 job.status,
-                self.now(),
+                self.clock.now(),
                 self.worker,
                 self.token,
                 seq=seq,
@@ -295,7 +288,7 @@ class LeaseHolder:
         def make(seq: int, carried: Progress | None) -> Transition:
             return lambda job: lease.fail(
                 job.status,
-                self.now(),
+                self.clock.now(),
                 self.worker,
                 self.token,
                 seq=seq,
@@ -316,7 +309,7 @@ class LeaseHolder:
 
         def make(seq: int, carried: Progress | None) -> Transition:
             return lambda job: lease.release(
-                job.status, self.now(), self.worker, self.token, seq=seq, progress=carried
+                job.status, self.clock.now(), self.worker, self.token, seq=seq, progress=carried
             )
 
         return self._write("release", make, carries_checkpoint=True)
@@ -369,13 +362,13 @@ class LeaseHolder:
         self._seq += 1
         transition = make(self._seq)
         pending: list[RawObject] = []
-        started = time.monotonic()
+        started = self.clock.monotonic()
         while True:
             self.check()  # never send past the renew deadline, also after a retry's pause
             # (A process frozen here, past its last check, is what the API server's fence is
             # for: its write arrives late and is refused.)
             faults.pause("worker-pause-before-write", action=action)
-            sent_at = self.clock()
+            sent_at = self.clock.monotonic()
             remaining = self.renew_deadline - (sent_at - self._renewed_at)
             try:
                 result = fenced_write(
@@ -409,7 +402,7 @@ class LeaseHolder:
         self.writes += 1
         metrics.LEASE_WRITES.labels(action=action).inc()
         if action == "renew":
-            metrics.HEARTBEAT_LATENCY.observe(time.monotonic() - started)
+            metrics.HEARTBEAT_LATENCY.observe(self.clock.monotonic() - started)
         if not result.applied or result.job is None:
             assert result.refusal is not None
             # Logged even when the lease was already known lost (a thread that checked the
@@ -446,7 +439,7 @@ class LeaseHolder:
         # Never past the renew deadline: a 429's Retry-After longer than what is left ends the
         # lease at the deadline (check) instead of being waited out.
         pause = retry_pause(error, min(0.5, max(0.05, remaining / 4)))
-        self.sleep(min(pause, max(0.05, self.renew_deadline - self.seconds_since_renewal())))
+        self.clock.sleep(min(pause, max(0.05, self.renew_deadline - self.seconds_since_renewal())))
 
 
 class Heartbeater:
@@ -490,7 +483,7 @@ class Heartbeater:
             h.wake.clear()
             wait = self.due()
             if wait > 0.005:
-                h.wake.wait(wait)
+                h.clock.wait(h.wake, wait)
                 continue
             try:
                 h.renew()
@@ -502,4 +495,4 @@ class Heartbeater:
                     h.check()
                 except LeaseLost:
                     return
-                self._stop.wait(self.cadence.heartbeat / 4)
+                h.clock.wait(self._stop, self.cadence.heartbeat / 4)

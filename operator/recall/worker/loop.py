@@ -43,14 +43,13 @@ Guarantees:
 from __future__ import annotations
 
 import concurrent.futures
-import random
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from recall.base import log, metrics
-from recall.base.clock import Monotonic, boottime
+from recall.base.backoff import Backoff
+from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import WorkerSettings
 from recall.bucket import Bucket
 from recall.bucket import StoreError as BucketError
@@ -76,6 +75,8 @@ T = TypeVar("T")
 STORE_REFUSALS = ("StorageAccessDenied", "StorageBucketMissing", "StorageUrlInvalid")
 PROBE_KEY = "scratch/.probe"
 CACHE_PROBE_CAP = 600.0  # seconds between two probes of a model cache at most (each may fetch)
+# After a claim the API server could not answer (restarting, or 429): 0.1-0.2 s, doubling to 5 s.
+CLAIM_RETRY = Backoff(initial=0.1, cap=2.5, jitter=1.0)
 
 
 class Worker:
@@ -87,7 +88,7 @@ class Worker:
         *,
         namespace: str,
         results: Bucket,
-        clock: Monotonic = boottime,
+        clock: Clock = SYSTEM,
         beat: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
@@ -98,9 +99,9 @@ class Worker:
         self.beat = beat  # called on every turn of the loop (the liveness endpoint)
         self.queue: Queue
         self.registration: Registration | None = None
-        self.drain = Drain(settings.id)
+        self.drain = Drain(settings.id, clock=clock)
         # Its outcome rides on the registration's renewals; a cache it cannot write stops claims.
-        self.preload = Preload(engine, cache_unwritable=self._preload_cache_unwritable)
+        self.preload = Preload(engine, cache_unwritable=self._preload_cache_unwritable, clock=clock)
         if settings.dispatch == "offers":
             self.queue = OfferQueue(
                 store,
@@ -108,6 +109,7 @@ class Worker:
                 settings.id,
                 engine.name,
                 self_serve_seconds=settings.self_serve_seconds,
+                clock=clock,
                 pool=settings.pool,
             )
             self.registration = Registration(
@@ -121,6 +123,7 @@ class Worker:
                 pool=settings.pool,
                 slots=settings.slots,
                 engine_state=self.engine_state,
+                clock=clock,
             )
         else:
             self.queue = JobQueue(
@@ -146,9 +149,10 @@ class Worker:
         self._next_probe = 0.0
         self.cache_broken: ModelCacheUnwritable | None = None  # until a probe of the cache works
         self._cache_retry: Callable[[], object] = lambda: None  # repeats what failed on it
-        self._cache_pause = 0.0
+        self._cache_probe = Backoff(initial=settings.store_probe_seconds, cap=CACHE_PROBE_CAP)
+        self._cache_probes = 0  # probes of a broken model cache so far
         self._next_cache_probe = 0.0
-        self._api_backoff = 0.0
+        self._claim_failures = 0
         self.jobs_done = 0
         self.claims = 0
         self.claim_conflicts = 0
@@ -159,7 +163,7 @@ class Worker:
     def stop(self) -> None:
         """Stop taking jobs; let the current one finish within the grace period."""
         if not self.stopping.is_set():
-            self._stop_deadline = time.monotonic() + self.settings.grace_seconds
+            self._stop_deadline = self.clock.monotonic() + self.settings.grace_seconds
             self.stopping.set()
             self.log.info("worker_stopping", grace_seconds=self.settings.grace_seconds)
             self.queue.stop()
@@ -211,17 +215,17 @@ class Worker:
 
     def _slot_loop(self) -> None:
         """One slot: take a job, work it, and again, until stopped, idle or enough jobs."""
-        idle_since = time.monotonic()
+        idle_since = self.clock.monotonic()
         while not self.stopping.is_set() and not self._enough.is_set():
             self.beat()
             seen = self.queue.changes()  # before the pick: an offer after it wakes the wait
             if self.run_once():
-                idle_since = time.monotonic()
+                idle_since = self.clock.monotonic()
                 continue
             if self._spoken_for():
                 return  # every job left to max_jobs is another slot's, which goes on
             idle = self.settings.idle_exit_seconds
-            if idle and time.monotonic() - idle_since > idle:
+            if idle and self.clock.monotonic() - idle_since > idle:
                 self.log.info("worker_idle_exit", idle_seconds=idle)
                 return
             self.queue.wait(timeout=1.0 if idle else 5.0, since=seen)
@@ -318,11 +322,12 @@ class Worker:
                 clock=self.clock,
             )
         except StoreError as e:  # the API server is restarting, or busy (429): back off
-            self._api_backoff = min(max(0.2, self._api_backoff * 2), 5.0)
             self.log.warning("claim_error", job=job.name, error=e.message[:200], status=e.status)
-            self.stopping.wait(retry_pause(e, self._api_backoff * random.uniform(0.5, 1.0)))
+            pause = retry_pause(e, CLAIM_RETRY.delay(self._claim_failures))
+            self._claim_failures += 1
+            self.clock.wait(self.stopping, pause)
             return None
-        self._api_backoff = 0.0
+        self._claim_failures = 0
         if isinstance(result, LeaseHolder):
             with self._lock:
                 self.claims += 1
@@ -343,7 +348,7 @@ class Worker:
         """Transcribe the leased job and hand in the result; never raises for the job's faults."""
         cadence = self.cadence(h.known)
         cancel = threading.Event()
-        watch = Stopwatch()
+        watch = Stopwatch(self.clock)
         self.held.hold(h)
         try:
             with Heartbeater(h, cadence):
@@ -416,7 +421,7 @@ class Worker:
 
     def _check_stop(self, h: LeaseHolder) -> None:
         h.check()
-        if self._stop_deadline is not None and time.monotonic() > self._stop_deadline:
+        if self._stop_deadline is not None and self.clock.monotonic() > self._stop_deadline:
             raise Stopped()
 
     def _release(self, h: LeaseHolder) -> None:
@@ -429,7 +434,7 @@ class Worker:
 
     def _probe_store(self) -> bool:
         """After a refusal of the results store: True once a probe write succeeds again."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now < self._next_probe:
             return False
         self._next_probe = now + self.settings.store_probe_seconds
@@ -460,8 +465,8 @@ class Worker:
         the cache is all the probe can try). Also the preload's hand-off."""
         with self._lock:
             self._cache_retry = retry or (lambda: probe_cache(error.directory))
-            self._cache_pause = self.settings.store_probe_seconds
-            self._next_cache_probe = time.monotonic() + self._cache_pause
+            self._cache_probes = 0
+            self._next_cache_probe = self.clock.monotonic() + self._cache_probe.delay(0)
             self.cache_broken = error
 
     def _preload_cache_unwritable(self, error: ModelCacheUnwritable) -> None:
@@ -483,13 +488,14 @@ class Worker:
         the probe passes and the next job meets it as its own."""
         with self._lock:
             broken, retry = self.cache_broken, self._cache_retry
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if broken is None:
                 return True
             if now < self._next_cache_probe:
                 return False
-            self._cache_pause = min(2 * self._cache_pause, CACHE_PROBE_CAP)
-            self._next_cache_probe = now + self._cache_pause  # one slot probes at a time
+            self._cache_probes += 1
+            pause = self._cache_probe.delay(self._cache_probes)
+            self._next_cache_probe = now + pause  # one slot probes at a time
         try:
             probe_cache(broken.directory)
             retry()
@@ -497,7 +503,7 @@ class Worker:
             self.log.warning(
                 "model_cache_still_unwritable",
                 message=e.message[:300],
-                next_probe_seconds=round(self._cache_pause),
+                next_probe_seconds=round(pause),
             )
             return False
         except JobFailure as e:
@@ -522,7 +528,7 @@ class Worker:
             return
         if error.reason in STORE_REFUSALS:
             self.store_broken = error.reason
-            self._next_probe = time.monotonic() + self.settings.store_probe_seconds
+            self._next_probe = self.clock.monotonic() + self.settings.store_probe_seconds
         requeued = job.status.phase is Phase.QUEUED
         metrics.JOBS_FINISHED.labels(outcome="retry" if requeued else "failed").inc()
         h.log.warning(

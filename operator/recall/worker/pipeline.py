@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from recall.base import metrics
+from recall.base.clock import SYSTEM, Clock
 from recall.media.types import Chunk, Segment
 
 POLL = 0.05  # seconds between two checks of the lease while a stage waits
@@ -44,7 +44,8 @@ class Stopwatch:
 
     PARTS = ("lease", "store", "engine", "media", "engine_waits")
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.seconds: dict[str, float] = dict.fromkeys(self.PARTS, 0.0)
         self.engine_calls = 0
         self._lock = threading.Lock()
@@ -57,11 +58,11 @@ class Stopwatch:
 
     def timed(self, part: str, fn: Callable[[], T]) -> T:
         """`fn()`, its time added to `part` (one call of the engine for part `engine`)."""
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
             return fn()
         finally:
-            self.add(part, time.monotonic() - started)
+            self.add(part, self.clock.monotonic() - started)
 
     def fields(self) -> dict[str, float]:
         """The log fields: `<part>_seconds` of every part, and `engine_calls`."""
@@ -81,10 +82,11 @@ class _End:
 class _Stage(Generic[T]):
     """A named daemon thread and the bounded queue it shares with the caller."""
 
-    def __init__(self, name: str, depth: int) -> None:
+    def __init__(self, name: str, depth: int, clock: Clock = SYSTEM) -> None:
         if depth < 1:
             raise ValueError("a stage's queue holds at least one item")
         self.name = name
+        self.clock = clock
         self.queue: queue.Queue[T] = queue.Queue(maxsize=depth)
         self.aborted = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -98,15 +100,19 @@ class _Stage(Generic[T]):
         if join and self.thread.is_alive() and self.thread is not threading.current_thread():
             self.thread.join(join)
 
+    def _observe(self, stage: str, waited_for: str, since: float) -> None:
+        waited = self.clock.monotonic() - since
+        metrics.STAGE_WAIT.labels(stage=stage, waited_for=waited_for).observe(waited)
+
     def _put(self, item: T, stage: str) -> bool:
         """Hand `item` over; False when aborted first. Blocks while the queue is full."""
-        waited = time.monotonic()
+        waited = self.clock.monotonic()
         while not self.aborted.is_set():
             try:
                 self.queue.put(item, timeout=POLL)
             except queue.Full:
                 continue
-            _observe(stage, "room", waited)
+            self._observe(stage, "room", waited)
             return True
         return False
 
@@ -120,16 +126,16 @@ class Decoder(_Stage[Chunk | _End]):
     def __init__(
         self, chunks: Iterator[Chunk], watch: Stopwatch, *, name: str, depth: int = 2
     ) -> None:
-        super().__init__(name, depth)
+        super().__init__(name, depth, watch.clock)
         self.chunks = chunks
         self.watch = watch
 
     def _run(self) -> None:
         try:
             while not self.aborted.is_set():
-                started = time.monotonic()
+                started = self.clock.monotonic()
                 chunk = next(self.chunks, None)
-                self.watch.add("media", time.monotonic() - started)
+                self.watch.add("media", self.clock.monotonic() - started)
                 if chunk is None:
                     break
                 if not self._put(chunk, "decode"):
@@ -141,14 +147,14 @@ class Decoder(_Stage[Chunk | _End]):
 
     def next(self, poll: Callable[[], None]) -> Chunk | None:
         """The next chunk, None after the last; raises what the decoding raised."""
-        waited = time.monotonic()
+        waited = self.clock.monotonic()
         while True:
             poll()
             try:
                 item = self.queue.get(timeout=POLL)
             except queue.Empty:
                 continue
-            _observe("engine", "input", waited)
+            self._observe("engine", "input", waited)
             if isinstance(item, _End):
                 if item.error is not None:
                     raise item.error
@@ -178,8 +184,9 @@ class Storer(_Stage[Transcribed | None]):
         *,
         name: str,
         depth: int = 8,
+        clock: Clock = SYSTEM,
     ) -> None:
-        super().__init__(name, depth)
+        super().__init__(name, depth, clock)
         self.store = store
         self.stored = stored
         self.error: BaseException | None = None
@@ -188,14 +195,14 @@ class Storer(_Stage[Transcribed | None]):
     def _run(self) -> None:
         try:
             while not self.aborted.is_set():
-                waited = time.monotonic()
+                waited = self.clock.monotonic()
                 try:
                     item = self.queue.get(timeout=POLL)
                 except queue.Empty:
                     continue
                 if item is None:
                     break
-                _observe("store", "input", waited)
+                self._observe("store", "input", waited)
                 self.store(item)
                 if self.aborted.is_set():
                     break
@@ -209,7 +216,7 @@ class Storer(_Stage[Transcribed | None]):
         """Hand a transcribed chunk over (its audio is not kept); blocks while the store is
         behind by `depth` chunks."""
         item = Transcribed(replace(chunk, audio=None), segments)
-        waited = time.monotonic()
+        waited = self.clock.monotonic()
         while True:
             self._raise_error()
             poll()
@@ -217,7 +224,7 @@ class Storer(_Stage[Transcribed | None]):
                 self.queue.put(item, timeout=POLL)
             except queue.Full:
                 continue
-            _observe("engine", "room", waited)
+            self._observe("engine", "room", waited)
             return
 
     def drain(self, poll: Callable[[], None]) -> None:
@@ -230,14 +237,10 @@ class Storer(_Stage[Transcribed | None]):
                 break
             except queue.Full:
                 continue
-        while not self._done.wait(POLL):
+        while not self.clock.wait(self._done, POLL):
             poll()
         self._raise_error()
 
     def _raise_error(self) -> None:
         if self.error is not None:
             raise self.error
-
-
-def _observe(stage: str, waited_for: str, since: float) -> None:
-    metrics.STAGE_WAIT.labels(stage=stage, waited_for=waited_for).observe(time.monotonic() - since)

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 
 from recall.base import log
+from recall.base.clock import SYSTEM, Clock
 from recall.engines.base import Engine
 from recall.engines.models import ModelCacheUnwritable
 from recall.protocol.workers import FAILED, LOADED, LOADING, EngineState
@@ -42,8 +43,10 @@ class Preload:
         *,
         retry_seconds: float = 60.0,
         cache_unwritable: Callable[[ModelCacheUnwritable], None] = lambda e: None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.engine = engine
+        self.clock = clock
         self.retry_seconds = retry_seconds
         self.cache_unwritable = cache_unwritable  # told when the model cache refused the load
         self._state = EngineState(LOADING)
@@ -90,4 +93,4 @@ class Preload:
         while not self._stop.is_set():
             if self.load_once().state == LOADED:
                 return
-            self._stop.wait(self.retry_seconds)
+            self.clock.wait(self._stop, self.retry_seconds)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Protocol
 
+from recall.base.clock import SYSTEM, Clock
 from recall.kube import JobStore, RawObject, Selector, StoreError
 from recall.kube.informer import Informer, Jobs
 from recall.resources import DEFAULT_POOL, LABEL_SUSPENDED, TranscriptionJob
@@ -215,7 +215,7 @@ class OfferQueue(WatchedJobs):
         engine: str,
         *,
         self_serve_seconds: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
         rng: random.Random | None = None,
         pool: str = DEFAULT_POOL,
     ) -> None:
@@ -230,18 +230,18 @@ class OfferQueue(WatchedJobs):
         self.self_serve_seconds = self_serve_seconds
         self.clock = clock
         self.rng = rng or random.Random()
-        self._last_work = clock()
+        self._last_work = clock.monotonic()
 
     def pick(self, exclude: frozenset[JobKey] = frozenset()) -> TranscriptionJob | None:
         with self._cond:
             offered = sorted((j for k, j in self._jobs.items() if k not in exclude), key=order_key)
         for job in offered:
             if claimable(job, self.engine, self.pool):
-                self._last_work = self.clock()
+                self._last_work = self.clock.monotonic()
                 return job
-        if self.clock() - self._last_work < self.self_serve_seconds:
+        if self.clock.monotonic() - self._last_work < self.self_serve_seconds:
             return None
-        self._last_work = self.clock()
+        self._last_work = self.clock.monotonic()
         return self._serve_self(exclude)
 
     def _serve_self(self, exclude: frozenset[JobKey]) -> TranscriptionJob | None:
@@ -256,5 +256,5 @@ class OfferQueue(WatchedJobs):
 
     def wait(self, timeout: float, since: int | None = None) -> None:
         """Block until an offer changes, `timeout` passes, or it is time to serve oneself."""
-        left = self.self_serve_seconds - (self.clock() - self._last_work)
+        left = self.self_serve_seconds - (self.clock.monotonic() - self._last_work)
         self._wait(max(0.05, min(timeout, left)), since)

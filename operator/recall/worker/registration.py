@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 
 from recall.base import log
-from recall.base.clock import utcnow
+from recall.base.clock import SYSTEM, Clock
 from recall.kube import Conflict, JobStore, NotFound, RawObject, StoreError
 from recall.protocol.workers import EngineState, lease_name, read, registration
 from recall.worker.drain import Drain
@@ -43,8 +43,10 @@ class Registration:
         pool: str = "default",
         slots: int = 1,
         engine_state: Callable[[], EngineState] | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
+        self.clock = clock
         self.engine_state = engine_state
         self.pool = pool
         self.slots = slots
@@ -91,7 +93,7 @@ class Registration:
         )
 
     def renew_once(self) -> None:
-        now = utcnow()
+        now = self.clock.now()
         current = self.store.get_lease(self.namespace, self.name)
         try:
             if current is None:
@@ -107,4 +109,4 @@ class Registration:
                 self.renew_once()
             except StoreError as e:
                 _log.warning("register_failed", worker=self.worker, error=e.message[:200])
-            self._stop.wait(self.period)
+            self.clock.wait(self._stop, self.period)

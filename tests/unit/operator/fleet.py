@@ -21,6 +21,7 @@ import itertools
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
+from recall.base.clock import FakeClock
 from recall.kube.memory import MemoryStore
 from recall.kube.memory_core import _now
 from recall.operator.scaling.decide import DELETION_COST
@@ -29,14 +30,14 @@ from recall.resources import Phase, TranscriptionJob
 from recall.worker.drain import Drain
 from recall.worker.holder import LeaseHolder
 from recall.worker.registration import Registration
-from tests.unit.fakes import NS, Clock
+from tests.unit.fakes import NS
 
 LABELS = {"app": "workers"}
 DEPLOYMENT = "workers"
 
 
 class SimWorker:
-    def __init__(self, store: MemoryStore, clock: Clock, name: str) -> None:
+    def __init__(self, store: MemoryStore, clock: FakeClock, name: str) -> None:
         self.store = store
         self.clock = clock
         self.name = name
@@ -62,7 +63,7 @@ class SimWorker:
     def step(self, durations: dict[str, float]) -> None:
         if not self.started or self.stopping:
             return
-        if self.holder is not None and self.clock() >= self.until:
+        if self.holder is not None and self.clock.monotonic() >= self.until:
             self.holder.fail("Done", "simulated", permanent=True, backoff_base=1, backoff_cap=1)
             self.holder, self.jobs_done = None, self.jobs_done + 1
             self._end_turn()
@@ -76,7 +77,7 @@ class SimWorker:
             if claimed is None:
                 self._end_turn()
                 return
-            self.holder, self.until = claimed, self.clock() + durations[claimed.name]
+            self.holder, self.until = claimed, self.clock.monotonic() + durations[claimed.name]
 
     def _pick(self) -> TranscriptionJob | None:
         page = self.store.list_jobs(NS)
@@ -90,7 +91,6 @@ class SimWorker:
     def _claim(self, job: TranscriptionJob) -> LeaseHolder | None:
         h = LeaseHolder.claim(
             self.store, job, self.name, renew_deadline_fraction=0.6, clock=self.clock,
-            now=self.clock.wall,
         )  # fmt: skip
         return h if isinstance(h, LeaseHolder) else None
 
@@ -113,7 +113,7 @@ class SimWorker:
 @dataclass
 class ReplicaSet:
     store: MemoryStore
-    clock: Clock
+    clock: FakeClock
     workers: dict[str, SimWorker] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))

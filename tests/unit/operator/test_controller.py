@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from recall.base.clock import FakeClock
 from recall.kube import Conflict, Invalid, Unavailable
 from recall.kube.memory import Fault, MemoryStore
 from recall.operator.peers.leader import Sole
@@ -18,7 +19,6 @@ from recall.resources import ItemPhase, Phase, indexes
 from tests.helpers import complete_with_transcript
 from tests.unit.fakes import (
     NS,
-    Clock,
     Operator,
     batch_manifest,
     claim,
@@ -27,8 +27,8 @@ from tests.unit.fakes import (
 )
 
 
-def setup(keys: list[str], **spec: object) -> tuple[MemoryStore, Clock, Operator]:
-    store, clock = MemoryStore(), Clock()
+def setup(keys: list[str], **spec: object) -> tuple[MemoryStore, FakeClock, Operator]:
+    store, clock = MemoryStore(), FakeClock()
     store.create_batch(NS, batch_manifest("b", keys, **spec))
     op = Operator(store, clock)
     return store, clock, op
@@ -72,7 +72,7 @@ def test_fan_out__creates_for_its_budget_in_a_tick_and_the_rest_at_the_next(
     create = store.create_job
 
     def slow_create(namespace: str, manifest: dict[str, object]) -> object:
-        clock.advance(CREATE_SECONDS * 0.4)
+        clock.step(CREATE_SECONDS * 0.4)
         return create(namespace, manifest)
 
     monkeypatch.setattr(store, "create_job", slow_create)
@@ -107,11 +107,11 @@ def test_reclaim__job_and_item_back_to_queued_in_one_tick() -> None:
     claim(store, clock, "b-a")
     op.tick()
     assert phases(store)["a"] == "transcribing"
-    clock.advance(9.9)
+    clock.step(9.9)
     op.tick()
     job = store.get_job(NS, "b-a")
     assert job is not None and job.status.phase == Phase.LEASED  # 9.9 s < the 10 s lease
-    clock.advance(0.2)
+    clock.step(0.2)
     reports = op.tick()
     job = store.get_job(NS, "b-a")
     assert job is not None
@@ -131,7 +131,7 @@ def test_reclaim__never_a_lease_renewed_in_time() -> None:
     op.tick()
     h = claim(store, clock, "b-a")
     for _ in range(10):
-        clock.advance(5.0)
+        clock.step(5.0)
         h.renew()
         op.tick()
     job = store.get_job(NS, "b-a")
@@ -139,14 +139,14 @@ def test_reclaim__never_a_lease_renewed_in_time() -> None:
 
 
 def test_reclaim__jobs_without_a_live_batch_too() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     op = Operator(store, clock)
     store.create_job(NS, job_manifest("solo"))
     store.create_job(NS, job_manifest("orphan", batchRef="gone", item="x"))
     for name in ("solo", "orphan"):
         claim(store, clock, name)
     op.tick()
-    clock.advance(11)
+    clock.step(11)
     op.tick()
     for name in ("solo", "orphan"):
         job = store.get_job(NS, name)
@@ -232,18 +232,18 @@ def test_backoff__ended_by_the_operator_clock_only() -> None:
     job = store.get_job(NS, "b-a")
     assert job is not None and job.status.backoff_seconds is not None
     wait = job.status.backoff_seconds
-    clock.advance(wait - 0.1)
+    clock.step(wait - 0.1)
     op.tick()
     job = store.get_job(NS, "b-a")
     assert job is not None and job.status.backoff_seconds == wait
-    clock.advance(0.2)
+    clock.step(0.2)
     op.tick()
     job = store.get_job(NS, "b-a")
     assert job is not None and job.status.backoff_seconds is None
 
 
 def test_exhausted_job__failed_by_the_operator() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     op = Operator(store, clock)
     # One attempt, no free releases: a release leaves the job Queued with its budget spent.
     store.create_job(NS, job_manifest("spent", maxAttempts=1, maxReleases=0))
@@ -271,7 +271,7 @@ def test_missing_job__recreated_as_a_heal_but_not_a_finished_one() -> None:
     op.tick()
     store.delete_job(NS, "b-a")
     store.delete_job(NS, "b-b")
-    clock.advance(31)  # the next full reconcile
+    clock.step(31)  # the next full reconcile
     op.tick()
     names = sorted(j["metadata"]["name"] for j in store.list_jobs(NS).items)
     assert names == ["b-b"]
@@ -281,7 +281,7 @@ def test_missing_job__recreated_as_a_heal_but_not_a_finished_one() -> None:
 
 
 def test_items_from_a_list__numbered_after_the_inline_ones() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     store.create_config_map(
         NS, "more", {"items": "# a list\nfile:///m/x.wav\nkey-y file:///m/y.wav\n"}, labels={}
     )
@@ -297,7 +297,7 @@ def test_items_from_a_list__numbered_after_the_inline_ones() -> None:
 
 
 def test_invalid_items__reported_not_fanned_out() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     manifest = batch_manifest("b", ["a"])
     manifest["spec"]["itemsFrom"] = [{"configMap": "absent"}]
     store.create_batch(NS, manifest)
@@ -310,7 +310,7 @@ def test_invalid_items__reported_not_fanned_out() -> None:
 
 
 def test_large_batch__status_stays_small() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     lines = "\n".join(f"file:///media/{i}.wav" for i in range(5000))
     store.create_config_map(NS, "list", {"items": lines}, labels={})
     manifest = batch_manifest("b", [])
@@ -353,7 +353,7 @@ def test_cleanup__a_failed_jobs_objects_are_deleted_from_the_store() -> None:
     assert op.results.get("scratch/notes.txt") == b"not ours"  # not a key the store writes
 
 
-def project_as_a_completion_lands(*, before_read: bool) -> tuple[MemoryStore, Clock, Operator]:
+def project_as_a_completion_lands(*, before_read: bool) -> tuple[MemoryStore, FakeClock, Operator]:
     """Items a and b claimed, the cache has seen b's claim; then one projection, during which
     a's completion reaches the cache just before it reads the jobs, or just after."""
     store, clock, op = setup(["a", "b"])
@@ -381,9 +381,9 @@ def project_as_a_completion_lands(*, before_read: bool) -> tuple[MemoryStore, Cl
 
 
 def assert_no_heal_at_the_next_full_reconcile(
-    store: MemoryStore, clock: Clock, op: Operator
+    store: MemoryStore, clock: FakeClock, op: Operator
 ) -> None:
-    clock.advance(31)
+    clock.step(31)
     op.tick()
     batch = store.get_batch(NS, "b")
     assert batch is not None and (batch.status.heals or 0) == 0
@@ -438,7 +438,7 @@ def test_no_write__while_the_operator_is_not_sure_it_leads() -> None:
     h = claim(store, clock, "b-a")
     op.tick()  # the operator observes the lease
     op.controller.applier.leadership = Deposed()
-    clock.advance(11)  # the lease expired on the operator's clock
+    clock.step(11)  # the lease expired on the operator's clock
     reports = op.tick()
     job = store.get_job(NS, "b-a")
     assert job is not None and job.status.phase == Phase.LEASED
@@ -516,7 +516,7 @@ def test_term__the_leader_knows_its_own_status_in_a_later_version() -> None:
 
 
 def test_fan_out__a_small_batch_goes_before_a_big_one_in_the_tick() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     store.create_batch(NS, batch_manifest("big", [f"i{i}" for i in range(50)]))
     store.create_batch(NS, batch_manifest("small", ["a", "b"]))
     op = Operator(store, clock)
@@ -530,7 +530,7 @@ def test_fan_out__a_small_batch_goes_before_a_big_one_in_the_tick() -> None:
 def test_fan_out__a_stream_of_small_batches_does_not_starve_a_big_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     create = store.create_job
 
     def slow_create(namespace: str, manifest: dict[str, object]) -> object:

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from kopf._cogs.structs.references import Insights, Resource
 
+from recall.base.clock import FakeClock
 from recall.kube.base import Unavailable
 from recall.operator.runtime import discovery
 from recall.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
@@ -19,7 +20,7 @@ class Answers:
 
     def __init__(self, *answers: frozenset[str] | Exception) -> None:
         self.answers = list(answers)
-        self.now = 0.0
+        self.clock = FakeClock(start=0.0)
         self.asked = 0
 
     def served_plurals(self) -> frozenset[str]:
@@ -29,12 +30,13 @@ class Answers:
             raise answer
         return answer
 
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+    @property
+    def now(self) -> float:
+        return self.clock.monotonic()
 
 
 def wait(answers: Answers, timeout: float = 30) -> None:
-    discovery.wait_served(answers, NEEDED, timeout, clock=lambda: answers.now, sleep=answers.sleep)
+    discovery.wait_served(answers, NEEDED, timeout, clock=answers.clock)
 
 
 def test_wait_served__returns_once_every_resource_is_listed() -> None:

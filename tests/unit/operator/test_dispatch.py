@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from recall.base.clock import FakeClock
 from recall.base.settings import WorkerSettings
 from recall.engines.simulated import SimulatedEngine
 from recall.kube.memory import MemoryStore
@@ -19,7 +20,7 @@ from recall.resources import Phase
 from recall.worker.holder import LeaseHolder
 from recall.worker.loop import Worker
 from recall.worker.registration import Registration
-from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, job_manifest, result_of
+from tests.unit.fakes import NS, Operator, batch_manifest, claim, job_manifest, result_of
 
 
 def record(
@@ -67,7 +68,7 @@ def record(
 
 
 def test_ready_queue__priority_first_then_the_batch_with_the_fewest_active() -> None:
-    q = ReadyQueue(lambda: 0.0)
+    q = ReadyQueue(FakeClock(start=0.0))
     for i in range(100):
         q.update(None, record(f"big-{i}", batch="big", index=i))
     for i in range(5):  # the big Batch already has five jobs running
@@ -82,7 +83,7 @@ def test_ready_queue__priority_first_then_the_batch_with_the_fewest_active() -> 
 
 
 def test_ready_queue__engines_and_staleness() -> None:
-    q = ReadyQueue(lambda: 0.0)
+    q = ReadyQueue(FakeClock(start=0.0))
     q.update(None, record("any", engine=None))
     q.update(None, record("sim", engine="simulated"))
     q.update(None, record("oa", engine="openai"))
@@ -102,7 +103,7 @@ def register(store: MemoryStore, worker: str, engine: str = "simulated", **kw: A
 
 
 def test_controller__offers_one_job_to_each_idle_worker() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     store.create_batch(NS, batch_manifest("b", [f"i{i}" for i in range(5)]))
     op = Operator(store, clock)
     op.tick()  # fan-out
@@ -121,7 +122,7 @@ def test_controller__offers_one_job_to_each_idle_worker() -> None:
 
 
 def test_controller__offers_a_worker_of_slots_a_job_per_slot_of_its_own_pool() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     store.create_batch(NS, batch_manifest("b", [f"i{i}" for i in range(5)]))
     gpu = batch_manifest("g", ["g0", "g1"])
     gpu["spec"]["defaults"]["pool"] = "gpu"
@@ -140,14 +141,14 @@ def test_controller__offers_a_worker_of_slots_a_job_per_slot_of_its_own_pool() -
 
 
 def test_controller__withdraws_offers_not_taken_up_or_to_dead_workers() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     store.create_job(NS, job_manifest("a"))
     store.create_job(NS, job_manifest("b"))
     op = Operator(store, clock, offer_seconds=5)
     register(store, "slow")
     op.tick()
     assert [j["status"].get("offer") for j in store.list_jobs(NS).items].count(None) == 1
-    clock.advance(16)  # past the offer and past the registration (not renewed)
+    clock.step(16)  # past the offer and past the registration (not renewed)
     op.tick()
     assert all(not j["status"].get("offer") for j in store.list_jobs(NS).items)
 
@@ -156,7 +157,7 @@ def test_worker__claims_what_it_is_offered(tmp_path: Path) -> None:
     store = MemoryStore(watch_seconds=1.0)
     for i in range(4):
         store.create_job(NS, job_manifest(f"j{i}"))
-    op = Operator(store, Clock())
+    op = Operator(store, FakeClock())
     stop = threading.Event()
 
     def operator_loop() -> None:
@@ -191,7 +192,7 @@ def test_worker__claims_what_it_is_offered(tmp_path: Path) -> None:
 
 
 def test_controller__a_reclaimed_job_is_offered_to_a_live_worker_not_to_its_dead_holder() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     store.create_job(NS, job_manifest("a"))  # lease 10 s
     op = Operator(store, clock)
     dead, live = register(store, "dead"), register(store, "live")
@@ -201,9 +202,9 @@ def test_controller__a_reclaimed_job_is_offered_to_a_live_worker_not_to_its_dead
     holder = job.status.offer.worker
     # Whoever got the offer claims it and dies; the other one stays busy-free and renews.
     other = live if holder == "dead" else dead
-    LeaseHolder.claim(store, job, holder, renew_deadline_fraction=0.6, clock=clock, now=clock.wall)
+    LeaseHolder.claim(store, job, holder, renew_deadline_fraction=0.6, clock=clock)
     op.tick()  # the operator observes the lease
-    clock.advance(11)  # expired; the dead worker's registration (15 s) is still within its time
+    clock.step(11)  # expired; the dead worker's registration (15 s) is still within its time
     other.renew_once()
     op.tick()  # reclaim
     op.tick()  # the cache has seen the job Queued again: an offer
@@ -220,7 +221,7 @@ def offers(store: MemoryStore) -> dict[str, str]:
     }
 
 
-def claim_offer(store: MemoryStore, clock: Clock, worker: str) -> LeaseHolder:
+def claim_offer(store: MemoryStore, clock: FakeClock, worker: str) -> LeaseHolder:
     return claim(store, clock, next(n for n, w in offers(store).items() if w == worker), worker)
 
 
@@ -240,7 +241,7 @@ def complete(held: LeaseHolder) -> None:
 def test_controller__offers_ahead_only_to_a_worker_whose_jobs_are_short(
     ahead: float, first_job_took: float, holding_for: float, offered_ahead: bool
 ) -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     for i in range(4):
         store.create_job(NS, job_manifest(f"j{i}"))
     op = Operator(store, clock, offer_ahead_seconds=ahead)
@@ -249,23 +250,25 @@ def test_controller__offers_ahead_only_to_a_worker_whose_jobs_are_short(
     first = claim_offer(store, clock, "w")
     op.tick()  # holding its first job, whose length it does not know yet: no offer ahead
     assert offers(store) == {}
-    clock.advance(first_job_took)
+    clock.step(first_job_took)
     complete(first)
     op.tick()  # idle: an offer
     second = claim_offer(store, clock, "w")
     op.sync()  # the operator sees the claim at once ...
-    clock.advance(holding_for)
+    clock.step(holding_for)
     op.tick()  # ... and dispatches `holding_for` later
     assert (offers(store) != {}) == offered_ahead, store.dump()
     assert store.get_job(NS, second.name).status.phase == Phase.LEASED  # type: ignore[union-attr]
 
 
-def short_job_done_and_next_claimed(store: MemoryStore, clock: Clock, op: Operator) -> LeaseHolder:
+def short_job_done_and_next_claimed(
+    store: MemoryStore, clock: FakeClock, op: Operator
+) -> LeaseHolder:
     """`w` completes one 0.5 s job and claims the next one it is offered."""
     op.tick()
     first = claim_offer(store, clock, "w")
     op.sync()
-    clock.advance(0.5)
+    clock.step(0.5)
     complete(first)
     op.tick()
     second = claim_offer(store, clock, "w")
@@ -274,7 +277,7 @@ def short_job_done_and_next_claimed(store: MemoryStore, clock: Clock, op: Operat
 
 
 def test_controller__an_idle_worker_is_offered_before_one_due_an_offer_ahead() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     for i in range(3):
         store.create_job(NS, job_manifest(f"j{i}"))
     op = Operator(store, clock, offer_ahead_seconds=2)
@@ -286,7 +289,7 @@ def test_controller__an_idle_worker_is_offered_before_one_due_an_offer_ahead() -
 
 
 def test_controller__one_offer_ahead_per_job_held_even_when_it_is_withdrawn() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     for i in range(4):
         store.create_job(NS, job_manifest(f"j{i}"))
     op = Operator(store, clock, offer_ahead_seconds=10, offer_seconds=2)
@@ -295,13 +298,13 @@ def test_controller__one_offer_ahead_per_job_held_even_when_it_is_withdrawn() ->
     op.tick()
     assert list(offers(store).values()) == ["w"]  # the offer ahead
     for _ in range(6):  # the job held runs on; the offer is withdrawn and not made again
-        clock.advance(1)
+        clock.step(1)
         op.tick()
     assert offers(store) == {}
 
 
 def test_controller__an_offer_ahead_is_withdrawn_for_a_more_urgent_job() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     for i in range(3):
         store.create_job(NS, job_manifest(f"j{i}"))
     op = Operator(store, clock, offer_ahead_seconds=2)
@@ -319,7 +322,7 @@ def test_controller__an_offer_ahead_is_withdrawn_for_a_more_urgent_job() -> None
 
 
 def test_ready_queue__a_pool_s_jobs_go_only_to_its_workers() -> None:
-    q = ReadyQueue(lambda: 0.0)
+    q = ReadyQueue(FakeClock(start=0.0))
     q.update(None, record("cpu-0"))
     q.update(None, record("gpu-0", pool="gpu"))
     q.update(None, record("gpu-1", pool="gpu"))
@@ -332,7 +335,7 @@ def test_ready_queue__a_pool_s_jobs_go_only_to_its_workers() -> None:
 def test_free_slots__one_offer_per_free_slot_workers_with_jobs_first() -> None:
     from recall.operator.dispatch import Capacity, free_slots
 
-    q = ReadyQueue(lambda: 0.0)
+    q = ReadyQueue(FakeClock(start=0.0))
     wide = Capacity((NS, "wide"), "simulated", slots=4)
     narrow = Capacity((NS, "narrow"), "simulated", slots=1)
     q.offered_to((NS, "x"), wide.key)  # one of wide's slots has an offer

@@ -3,12 +3,13 @@ stops trusting that it does."""
 
 from __future__ import annotations
 
+from recall.base.clock import FakeClock
 from recall.kube.memory import MemoryStore
 from recall.operator.peers.leader import LeaderElector
-from tests.unit.fakes import NS, Clock
+from tests.unit.fakes import NS
 
 
-def elector(store: MemoryStore, clock: Clock, me: str) -> LeaderElector:
+def elector(store: MemoryStore, clock: FakeClock, me: str) -> LeaderElector:
     return LeaderElector(
         store,
         NS,
@@ -18,28 +19,27 @@ def elector(store: MemoryStore, clock: Clock, me: str) -> LeaderElector:
         renew_deadline=10,
         retry_period=2,
         clock=clock,
-        now=clock.wall,
     )
 
 
 def test_one_leads__the_other_takes_over_only_after_a_full_lease() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     a, b = elector(store, clock, "a"), elector(store, clock, "b")
     assert a.run_once() and not b.run_once()
-    clock.advance(14)
+    clock.step(14)
     assert not b.run_once()  # b has seen the Lease unchanged for 14 s only
-    clock.advance(1)
+    clock.step(1)
     assert b.run_once()
 
 
 def test_holds__only_within_the_renew_deadline_of_the_last_renewal_sent() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     a = elector(store, clock, "a")
     assert a.run_once() and a.holds()
-    clock.advance(9.9)
+    clock.step(9.9)
     assert a.holds()
     # Frozen past the deadline: `leading` is still set (the elector has not run again), but
     # the replica must not write any more.
-    clock.advance(0.2)
+    clock.step(0.2)
     assert a.leading.is_set() and not a.holds()
     assert a.run_once() and a.holds()  # renewed: it may write again

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from recall.base.clock import FakeClock
 from recall.bucket import StoreAccessDenied, StoreBucketMissing
 from recall.kube import Unavailable
 from recall.kube.memory import Fault, MemoryStore
@@ -18,13 +19,13 @@ from recall.operator.results.publish import Probes
 from recall.resources import Phase, is_true
 from recall.transcripts import AttemptWriter, index_key, load_transcript
 from recall.worker.holder import LeaseHolder
-from tests.unit.fakes import NS, Clock, Operator, batch_manifest, claim, memory_bucket
+from tests.unit.fakes import NS, Operator, batch_manifest, claim, memory_bucket
 
 OUTPUT = {"url": "memory://out/talks/{key}", "formats": ["srt", "txt"]}
 
 
-def setup(keys: list[str], **spec: object) -> tuple[MemoryStore, Clock, Operator]:
-    store, clock = MemoryStore(), Clock()
+def setup(keys: list[str], **spec: object) -> tuple[MemoryStore, FakeClock, Operator]:
+    store, clock = MemoryStore(), FakeClock()
     store.create_batch(NS, batch_manifest("b", keys, **spec))
     op = Operator(store, clock)
     op.tick()
@@ -97,9 +98,9 @@ def test_publish__a_crash_between_the_copies_and_the_record_is_healed() -> None:
     assert job is not None and job.status.published is None
     assert not batch(store).status.complete  # not before the publish is recorded
     assert "Publishing" in {c.reason for c in batch(store).status.conditions}
-    clock.advance(5)
+    clock.step(5)
     for _ in range(6):
-        clock.advance(2)
+        clock.step(2)
         op.tick()
     job = store.get_job(NS, "b-a")
     assert job is not None and job.status.published is not None
@@ -126,7 +127,7 @@ def test_publish__a_refusing_output_store_is_retried_and_the_batch_says_why() ->
     cond = next(c for c in batch(store).status.conditions if c.type == "StorageFailing")
     assert (cond.status, cond.reason) == ("True", "StorageAccessDenied")
     assert any(e["reason"] == "StorageAccessDenied" for e in store.events)
-    clock.advance(301)  # a refusal is tried again every five minutes
+    clock.step(301)  # a refusal is tried again every five minutes
     op.tick()
     op.tick()
     job = store.get_job(NS, "b-a")
@@ -143,10 +144,10 @@ def test_ttl__deletes_the_finished_jobs_and_the_status_and_index_stay() -> None:
     op.tick()
     before = batch(store).status
     assert before.complete
-    clock.advance(30)
+    clock.step(30)
     op.tick()
     assert len(store.list_jobs(NS).items) == 2  # not yet
-    clock.advance(31)
+    clock.step(31)
     op.tick()
     op.tick()
     assert store.list_jobs(NS).items == []
@@ -289,14 +290,14 @@ def test_readiness__a_leader_started_before_its_store_gets_ready_without_a_resta
             time.sleep(0.01)
         assert (results.reachable or "").startswith("StorageBucketMissing")
         for _ in range(40):  # 20 s of the operator's clock, in 0.5 s steps
-            clock.advance(0.5)
+            clock.step(0.5)
             time.sleep(0.01)
         assert 3 <= calls["put"] <= 8, calls  # probes at 0, 1, 3, 7, 15 s: backoff
         assert calls["sweep"] <= 8, calls  # not once per pass (there were hundreds)
         missing["on"] = False
         deadline = time.monotonic() + 10
         while results.reachable is not None and time.monotonic() < deadline:
-            clock.advance(0.5)
+            clock.step(0.5)
             time.sleep(0.01)
         assert results.reachable is None, "ready once the bucket exists, without a restart"
     finally:

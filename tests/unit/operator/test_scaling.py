@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from recall.base.clock import FakeClock
 from recall.kube import ScalerRef
 from recall.kube.memory import MemoryStore
 from recall.operator.dispatch import ReadyQueue
@@ -29,7 +30,7 @@ from recall.operator.scaling.workload import Workload
 from recall.protocol.workers import SELECTOR, lease_name, read, with_drain
 from recall.worker.drain import Drain
 from recall.worker.registration import Registration
-from tests.unit.fakes import NS, Clock, job_manifest
+from tests.unit.fakes import NS, job_manifest
 from tests.unit.operator.fleet import DEPLOYMENT, LABELS, ReplicaSet, phases
 
 POLICY = Policy(minimum=0, maximum=6, cooldown=5.0, step=2)
@@ -55,7 +56,7 @@ class Sim:
     """The operator's views, its scaler, and a fleet, on one hand-driven clock."""
 
     store: MemoryStore
-    clock: Clock
+    clock: FakeClock
     cache: JobCache
     ready: ReadyQueue
     workload: Workload
@@ -69,7 +70,7 @@ class Sim:
 
     @classmethod
     def make(cls, policy: Policy = POLICY, replicas: int = 0) -> Sim:
-        store, clock = MemoryStore(), Clock()
+        store, clock = MemoryStore(), FakeClock()
         store.put_deployment(NS, DEPLOYMENT, replicas, LABELS)
         cache, ready, workload = JobCache(clock), ReadyQueue(clock), Workload()
         cache.listeners += [ready.update, workload.update]
@@ -86,7 +87,7 @@ class Sim:
         sources = Sources(self.workload, self.registry, self.ready.busy)
         return Scaler(
             self.store, Target(NS, DEPLOYMENT, "simulated"), policy, sources, leader,
-            identity="op", clock=self.clock, now=self.clock.wall,
+            identity="op", clock=self.clock,
         )  # fmt: skip
 
     def sync(self) -> None:
@@ -101,7 +102,7 @@ class Sim:
 
     def tick(self, scaler: Scaler | None = None) -> Report:
         self.ticks += 1
-        self.clock.advance(1)
+        self.clock.step(1)
         self.rs.kubelet()
         for w in list(self.rs.workers.values()):
             w.step(self.durations)
@@ -189,7 +190,7 @@ def test_fence__a_deposed_leaders_scale_write_read_before_the_takeover_is_refuse
     sim.submit("a", 5, random.Random(1))
     sim.sync()
     inputs, deployment = old.observe()  # it reads, and freezes before its write
-    decision = decide(inputs, sim.clock())
+    decision = decide(inputs, sim.clock.monotonic())
     assert decision.replicas == 5
     new = sim.new_scaler()
     new.run_once()  # the new leader's first write moves the resourceVersion
@@ -323,18 +324,18 @@ def test_fleet__a_new_leader_mid_scale_down_neither_loses_nor_doubles_workers(at
 
 
 def test_registry__a_drain_request_is_news_not_a_renewal_and_ends_offers() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     registry = Registry(clock)
     Registration(store, NS, "w1", "simulated", drain=Drain("w1", wait=0.0)).renew_once()
     registry.relisted(iter(store.list_leases(NS, SELECTOR).items))
-    assert [s.worker for s in registry.offerable(clock())] == ["w1"]
-    clock.advance(10)
+    assert [s.worker for s in registry.offerable(clock.monotonic())] == ["w1"]
+    clock.step(10)
     lease = store.get_lease(NS, lease_name("w1"))
     assert lease is not None
     store.replace_lease(NS, lease_name("w1"), with_drain(lease, "r1"))
     registry.relisted(iter(store.list_leases(NS, SELECTOR).items))
-    (seen,) = registry.alive(clock())
-    assert seen.drain == "r1" and seen.observed_at == clock() - 10, "no sign of life"
-    assert registry.offerable(clock()) == []
-    clock.advance(6)
-    assert registry.alive(clock()) == [], "the request did not keep it alive"
+    (seen,) = registry.alive(clock.monotonic())
+    assert seen.drain == "r1" and seen.observed_at == clock.monotonic() - 10, "no sign of life"
+    assert registry.offerable(clock.monotonic()) == []
+    clock.step(6)
+    assert registry.alive(clock.monotonic()) == [], "the request did not keep it alive"

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from recall.base.clock import FakeClock
 from recall.kube.memory import MemoryStore
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.scaling.keda import make_server
 from recall.operator.scaling.workload import Outstanding, Workload
 from recall.resources import LABEL_SUSPENDED
-from tests.unit.fakes import NS, Clock, claim, job_manifest
+from tests.unit.fakes import NS, claim, job_manifest
 
 
 def jobs(store: MemoryStore, **engines: str | None) -> None:
@@ -27,8 +28,8 @@ def jobs(store: MemoryStore, **engines: str | None) -> None:
 
 
 @pytest.fixture
-def fed() -> tuple[MemoryStore, Clock, JobCache, Workload]:
-    store, clock = MemoryStore(), Clock()
+def fed() -> tuple[MemoryStore, FakeClock, JobCache, Workload]:
+    store, clock = MemoryStore(), FakeClock()
     cache, workload = JobCache(clock), Workload()
     cache.listeners.append(workload.update)
     return store, clock, cache, workload
@@ -39,7 +40,7 @@ def relist(store: MemoryStore, cache: JobCache) -> None:
 
 
 def test_outstanding__claimable_queued_plus_leased_of_the_pools_engines(
-    fed: tuple[MemoryStore, Clock, JobCache, Workload],
+    fed: tuple[MemoryStore, FakeClock, JobCache, Workload],
 ) -> None:
     store, clock, cache, workload = fed
     jobs(store, a="whisper", b="whisper", c=None, d="simulated", e="openai")
@@ -52,7 +53,7 @@ def test_outstanding__claimable_queued_plus_leased_of_the_pools_engines(
 
 
 def test_outstanding__not_suspended_not_in_backoff_not_ended(
-    fed: tuple[MemoryStore, Clock, JobCache, Workload],
+    fed: tuple[MemoryStore, FakeClock, JobCache, Workload],
 ) -> None:
     store, clock, cache, workload = fed
     jobs(store, ok="whisper", held="whisper", waiting="whisper", more="whisper")
@@ -74,7 +75,9 @@ def test_outstanding__not_suspended_not_in_backoff_not_ended(
 
 
 @pytest.fixture
-def endpoint(fed: tuple[MemoryStore, Clock, JobCache, Workload]) -> Iterator[tuple[str, list[str]]]:
+def endpoint(
+    fed: tuple[MemoryStore, FakeClock, JobCache, Workload],
+) -> Iterator[tuple[str, list[str]]]:
     """The endpoint on a loopback port, and the list whose first item makes it stale."""
     _, _, _, workload = fed
     stale: list[str] = []
@@ -105,7 +108,7 @@ def get(url: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_endpoint__serves_the_outstanding_work_where_keda_looks_for_it(
-    fed: tuple[MemoryStore, Clock, JobCache, Workload], endpoint: tuple[str, list[str]]
+    fed: tuple[MemoryStore, FakeClock, JobCache, Workload], endpoint: tuple[str, list[str]]
 ) -> None:
     store, clock, cache, _ = fed
     url, _ = endpoint

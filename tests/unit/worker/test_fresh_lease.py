@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from recall.base.clock import boottime
+from recall.base.clock import SYSTEM
 from recall.base.settings import WorkerSettings
 from recall.engines.base import TranscribeRequest
 from recall.engines.simulated import SimulatedEngine
@@ -33,7 +33,7 @@ class GoesSilent(MemoryStore):
         self.sent_ok: list[float] = []
 
     def patch_job_status(self, *args: Any, **kwargs: Any) -> TranscriptionJob:
-        sent = boottime()
+        sent = SYSTEM.monotonic()
         if self.silent.is_set():
             raise Unavailable("the API server does not answer")
         job = super().patch_job_status(*args, **kwargs)
@@ -41,7 +41,7 @@ class GoesSilent(MemoryStore):
         return job
 
     def replace_job_status(self, *args: Any, **kwargs: Any) -> TranscriptionJob:  # the claim
-        sent = boottime()
+        sent = SYSTEM.monotonic()
         job = super().replace_job_status(*args, **kwargs)
         self.sent_ok.append(sent)
         return job
@@ -55,7 +55,7 @@ class Timed(SimulatedEngine):
         self.starts: list[float] = []
 
     def transcribe(self, request: TranscribeRequest) -> list[Segment]:
-        self.starts.append(boottime())
+        self.starts.append(SYSTEM.monotonic())
         return super().transcribe(request)
 
 
@@ -79,7 +79,7 @@ def test_engine__no_call_starts_on_a_lease_not_shown_fresh(tmp_path: Path) -> No
     while len(engine.starts) < 30 and t.is_alive():  # 1.5 s into the job: it renewed already
         t.join(0.01)
     store.silent.set()
-    silent_at = boottime()
+    silent_at = SYSTEM.monotonic()
     t.join(30)
     assert not t.is_alive(), "the worker did not stop"
 

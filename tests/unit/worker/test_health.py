@@ -8,15 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from recall.base.clock import FakeClock
 from recall.worker.health import Liveness
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -26,20 +19,20 @@ def clock() -> FakeClock:
 
 def test_liveness__healthy_until_stale_after_since_creation(clock: FakeClock) -> None:
     liveness = Liveness(stale_after=10, clock=clock)
-    clock.now += 9.9
+    clock.step(9.9)
     assert liveness.healthy()
-    clock.now += 0.1
+    clock.step(0.1)
     assert not liveness.healthy()
 
 
 def test_liveness__beat_restarts_the_silence(clock: FakeClock) -> None:
     liveness = Liveness(stale_after=10, clock=clock)
-    clock.now += 9
+    clock.step(9)
     liveness.beat()
-    clock.now += 9
+    clock.step(9)
     assert liveness.healthy()
     assert liveness.age() == pytest.approx(9)
-    clock.now += 2
+    clock.step(2)
     assert not liveness.healthy()
 
 
@@ -62,7 +55,7 @@ def test_serve__port_0_is_off() -> None:
 def test_readiness__lost_with_liveness(clock: FakeClock) -> None:
     liveness = Liveness(stale_after=10, clock=clock)
     liveness.beat()
-    clock.now += 11
+    clock.step(11)
     assert not liveness.ready()
 
 
@@ -103,7 +96,7 @@ def test_http__healthz_200_while_beating_then_503(
     liveness.beat()
     status, body = get(port, "/healthz")
     assert status == 200 and body.startswith("ok")
-    clock.now += 30
+    clock.step(30)
     status, body = get(port, "/livez")
     assert status == 503 and body.startswith("stale 30.0s")
 

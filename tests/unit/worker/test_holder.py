@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from recall.base.clock import FakeClock
 from recall.fencing import fenced_write
 from recall.kube import Forbidden, Unavailable
 from recall.kube.memory import Fault, MemoryStore
@@ -15,21 +16,18 @@ from recall.protocol.lease import Budget
 from recall.protocol.observer import LeaseObserver
 from recall.resources import Phase, Progress, TranscriptionJob
 from recall.worker.holder import LeaseHolder, LeaseLost
-from tests.unit.fakes import NS, PARTS, Clock, job_manifest, result_of
+from tests.unit.fakes import NS, PARTS, job_manifest, result_of
 
 
-def claimed(store: MemoryStore, clock: Clock, name: str = "a") -> LeaseHolder:
+def claimed(store: MemoryStore, clock: FakeClock, name: str = "a") -> LeaseHolder:
     job = store.create_job(NS, job_manifest(name))
-    holder = LeaseHolder.claim(
-        store, job, "w1", renew_deadline_fraction=2 / 3, clock=clock, now=clock.wall
-    )
+    holder = LeaseHolder.claim(store, job, "w1", renew_deadline_fraction=2 / 3, clock=clock)
     assert isinstance(holder, LeaseHolder)
-    holder.sleep = lambda s: clock.advance(s)  # retries pass on the fake clock
     return holder
 
 
 def test_claim__race_has_one_winner() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     job = store.create_job(NS, job_manifest("a"))
     first = LeaseHolder.claim(store, job, "w1", renew_deadline_fraction=0.6, clock=clock)
     second = LeaseHolder.claim(store, job, "w2", renew_deadline_fraction=0.6, clock=clock)
@@ -38,7 +36,7 @@ def test_claim__race_has_one_winner() -> None:
 
 
 def test_renew__after_an_unrelated_write_retries_and_keeps_the_lease() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     h = claimed(store, clock)
     store.patch_job_labels(NS, "a", {"team": "x"})  # someone else changes the job
     h.renew(Progress.of(1, 2, PARTS))
@@ -48,15 +46,17 @@ def test_renew__after_an_unrelated_write_retries_and_keeps_the_lease() -> None:
 
 
 def test_renew__refused_after_reclaim_marks_the_lease_lost() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     h = claimed(store, clock)
-    seen = LeaseObserver().observe(("default", "a"), h.known.status.lease, clock() - 10)
+    seen = LeaseObserver().observe(("default", "a"), h.known.status.lease, clock.monotonic() - 10)
     assert seen is not None
     fenced_write(
         store,
         NS,
         "a",
-        lambda j: lease.reclaim(j.status, clock.wall(), clock(), seen, budget=Budget(3, 10)),
+        lambda j: lease.reclaim(
+            j.status, clock.now(), clock.monotonic(), seen, budget=Budget(3, 10)
+        ),
         action="reclaim",
     )
     with pytest.raises(LeaseLost) as lost:
@@ -67,7 +67,7 @@ def test_renew__refused_after_reclaim_marks_the_lease_lost() -> None:
 
 
 def test_deadline__counts_from_when_the_renewal_was_sent() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     h = claimed(store, clock)  # lease 10 s, deadline 6.67 s
 
     real = store.patch_job_status
@@ -80,16 +80,16 @@ def test_deadline__counts_from_when_the_renewal_was_sent() -> None:
         *,
         timeout: float | None = None,
     ) -> TranscriptionJob:
-        clock.advance(5.0)  # the answer takes 5 s to arrive
+        clock.step(5.0)  # the answer takes 5 s to arrive
         return real(namespace, name, resource_version, patch, timeout=timeout)
 
     store.patch_job_status = slow  # type: ignore[method-assign]
-    clock.advance(3.0)
+    clock.step(3.0)
     h.renew()  # sent at +3 s, answered at +8 s
     store.patch_job_status = real  # type: ignore[method-assign]
-    clock.advance(1.0)  # +9 s: 6 s after the send, inside the deadline
+    clock.step(1.0)  # +9 s: 6 s after the send, inside the deadline
     h.check()
-    clock.advance(0.7)  # +9.7 s: 6.7 s after the send: past it, although the answer is 1.7 s old
+    clock.step(0.7)  # +9.7 s: 6.7 s after the send: past it, although the answer is 1.7 s old
     with pytest.raises(LeaseLost) as lost:
         h.check()
     assert lost.value.reason == "RenewDeadline"
@@ -115,7 +115,7 @@ RETRIED = {
 
 @pytest.mark.parametrize("kind", RETRIED)
 def test_retried_errors__until_the_deadline_then_lost(kind: str) -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     h = claimed(store, clock)
     store.inject(Fault("patch_job_status", RETRIED[kind], times=1000))
     with pytest.raises(LeaseLost) as lost:
@@ -126,7 +126,7 @@ def test_retried_errors__until_the_deadline_then_lost(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", RETRIED)
 def test_retried_error__then_success_keeps_the_lease(kind: str) -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     h = claimed(store, clock)
     store.inject(Fault("patch_job_status", RETRIED[kind], times=3))
     h.renew()
@@ -134,7 +134,7 @@ def test_retried_error__then_success_keeps_the_lease(kind: str) -> None:
 
 
 def test_policy_refusal__ends_the_lease_at_once() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     h = claimed(store, clock)
     store.inject(Fault("patch_job_status", Forbidden(POLICY_REFUSAL, status=403), times=1000))
     with pytest.raises(LeaseLost) as lost:
@@ -145,7 +145,7 @@ def test_policy_refusal__ends_the_lease_at_once() -> None:
 
 @pytest.mark.parametrize("action", ["renew", "complete", "fail", "release"])
 def test_lost_answer__settled_by_reading_back(action: str) -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     h = claimed(store, clock)
     store.inject(
         Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
@@ -168,7 +168,7 @@ def test_lost_answer__settled_by_reading_back(action: str) -> None:
 
 
 def test_lost_answer_of_a_claim__the_claim_is_kept() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     job = store.create_job(NS, job_manifest("a"))
     store.inject(
         Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
@@ -181,7 +181,7 @@ def test_lost_answer_of_a_claim__the_claim_is_kept() -> None:
 
 
 def test_lost_answer__and_the_read_back_fails_too__settled_on_the_next_try() -> None:
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     h = claimed(store, clock)
     store.inject(
         Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
@@ -194,11 +194,11 @@ def test_lost_answer__and_the_read_back_fails_too__settled_on_the_next_try() -> 
 def test_renew__after_a_complete_was_sent_writes_nothing() -> None:
     """The heartbeater may wake while complete is in flight; it must not renew a job that its
     own complete ended (the API server would refuse it, and it would read as a lost lease)."""
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     h = claimed(store, clock)
     h.complete(result_of(h))
     writes = h.writes
-    clock.advance(4.0)  # a heartbeat is due (lease 10 s), the renew deadline not yet
+    clock.step(4.0)  # a heartbeat is due (lease 10 s), the renew deadline not yet
     h.renew()
     h.renew_if_older(0.0)
     assert h.writes == writes and not h.lost.is_set()
@@ -206,14 +206,12 @@ def test_renew__after_a_complete_was_sent_writes_nothing() -> None:
 
 def test_claim__a_whole_status_write_keeps_fields_this_version_does_not_know() -> None:
     """A claim replaces the status (an update): a field a newer version wrote survives it."""
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), FakeClock()
     store.create_job(NS, job_manifest("a"))
     store.patch_job_status(NS, "a", None, {"futureField": {"kept": True}})
     job = store.get_job(NS, "a")
     assert job is not None and job.raw_status is not None
-    holder = LeaseHolder.claim(
-        store, job, "w1", renew_deadline_fraction=2 / 3, clock=clock, now=clock.wall
-    )
+    holder = LeaseHolder.claim(store, job, "w1", renew_deadline_fraction=2 / 3, clock=clock)
     assert isinstance(holder, LeaseHolder)
     raw = next(j for j in store.list_jobs(NS).items if j["metadata"]["name"] == "a")
     assert raw["status"]["futureField"] == {"kept": True}
@@ -236,7 +234,7 @@ def test_checkpoint__given_while_a_renewal_is_in_flight_is_carried_by_the_next()
                 h.checkpoint(self.during.pop())
             return super().patch_job_status(*args, **kwargs)
 
-    store, clock = Slow(), Clock()
+    store, clock = Slow(), FakeClock()
     h = claimed(store, clock)
     h.checkpoint(Progress.of(1, 4, PARTS))
     store.during.append(Progress.of(2, 4, PARTS))

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from recall.base import log
-from recall.base.clock import Monotonic, boottime, micro
+from recall.base.clock import SYSTEM, Clock, micro
 from recall.kube import Conflict, JobStore, StoreError
 
 _log = log.get("leader")
@@ -114,8 +113,7 @@ class LeaderElector:
         lease_duration: float = 15.0,
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
-        clock: Monotonic = boottime,
-        now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        clock: Clock = SYSTEM,
     ) -> None:
         if not retry_period < renew_deadline < lease_duration:
             raise ValueError("need retry_period < renew_deadline < lease_duration")
@@ -127,7 +125,6 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.clock = clock
-        self.now = now
         self.leading = threading.Event()
         self._seen: Seen | None = None
         self._renewed_at = 0.0
@@ -148,14 +145,17 @@ class LeaderElector:
         """Whether this replica may write now: it leads and its last renewal was sent within
         `renew_deadline` on its own clock. A replica frozen (a long pause, SIGSTOP) past its
         deadline writes nothing when it wakes, even before its elector thread has run again."""
-        return self.leading.is_set() and self.clock() - self._renewed_at <= self.renew_deadline
+        return (
+            self.leading.is_set()
+            and self.clock.monotonic() - self._renewed_at <= self.renew_deadline
+        )
 
     def run(self, stop: threading.Event) -> None:
         """Try to lead until `stop`; step down (clear `leading`) when renewal fails."""
         try:
             while not stop.is_set():
                 self.run_once()
-                stop.wait(self.retry_period)
+                self.clock.wait(stop, self.retry_period)
         finally:
             if self.leading.is_set():
                 self.leading.clear()
@@ -168,14 +168,14 @@ class LeaderElector:
             obj = self.store.get_lease(self.namespace, self.name)
             spec = (obj or {}).get("spec") or {}
             if obj is not None and spec.get("holderIdentity") == self.identity:
-                spec = {**spec, "holderIdentity": None, "renewTime": micro(self.now())}
+                spec = {**spec, "holderIdentity": None, "renewTime": micro(self.clock.now())}
                 self.store.replace_lease(self.namespace, self.name, {**obj, "spec": spec})
         except StoreError as e:
             _log.warning("leader_release_failed", lease=self.name, error=e.message[:200])
 
     def run_once(self) -> bool:
         """One try to acquire or renew; returns whether this replica leads afterwards."""
-        sent_at = self.clock()
+        sent_at = self.clock.monotonic()
         try:
             ok = self._try(sent_at)
         except StoreError as e:
@@ -186,7 +186,10 @@ class LeaderElector:
             if not self.leading.is_set():
                 self.leading.set()
                 _log.info("leader_elected", lease=self.name, identity=self.identity)
-        elif self.leading.is_set() and self.clock() - self._renewed_at > self.renew_deadline:
+        elif (
+            self.leading.is_set()
+            and self.clock.monotonic() - self._renewed_at > self.renew_deadline
+        ):
             self.leading.clear()
             _log.warning("leader_lost", lease=self.name, identity=self.identity)
         return self.leading.is_set()
@@ -199,7 +202,7 @@ class LeaderElector:
             if self._seen is None or (self._seen.holder, self._seen.renew_time) != (holder, renew):
                 self._seen = Seen(holder, renew, now_mono)
         decision = decide(
-            spec, self._seen, self.identity, self.now(), now_mono, self.lease_duration
+            spec, self._seen, self.identity, self.clock.now(), now_mono, self.lease_duration
         )
         if decision.spec is None:
             return False

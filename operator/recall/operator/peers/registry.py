@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from recall.base.clock import Monotonic
+from recall.base.clock import Clock
 from recall.kube import RawObject
 from recall.protocol import workers
 
@@ -46,7 +46,7 @@ class Seen:
 class Registry:
     """The live workers, from their registration Leases. The informer's consumer."""
 
-    def __init__(self, clock: Monotonic, wake: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, clock: Clock, wake: Callable[[], None] = lambda: None) -> None:
         self.clock = clock
         self.wake = wake
         self._seen: dict[tuple[str, str], Seen] = {}
@@ -85,7 +85,7 @@ class Registry:
                     engine=record.engine,
                     renew_time=record.renew_time,
                     duration=record.duration,
-                    observed_at=self.clock(),
+                    observed_at=self.clock.monotonic(),
                     pool=record.pool,
                     slots=record.slots,
                 )

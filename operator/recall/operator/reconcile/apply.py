@@ -19,14 +19,13 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from recall.base import faults, log, metrics
-from recall.base.clock import Monotonic
+from recall.base.clock import SYSTEM, Clock
 from recall.fencing import Transition, fenced_write
 from recall.kube import (
     Conflict,
@@ -120,7 +119,7 @@ class Applier:
         leadership: Leadership | None = None,
         *,
         storage: Callable[[BatchKey], tuple[str, str] | None] = lambda _key: None,
-        clock: Monotonic = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
         self.clock = clock  # times the creation budget (`CREATE_SECONDS`)
@@ -303,9 +302,9 @@ class Applier:
         # What this apply wrote is a change it knows of, not a difference to heal.
         ours = {i for i, r in jobs.items() if r.key in written}
         recreated = 0
-        until = self.clock() + CREATE_SECONDS if create_until is None else create_until
+        until = self.clock.monotonic() + CREATE_SECONDS if create_until is None else create_until
         for item in plan.create:
-            if self.clock() > until:
+            if self.clock.monotonic() > until:
                 report.more = True  # the rest at the next tick: reclaims must not wait
                 break
             job = self._create(batch, item, report)

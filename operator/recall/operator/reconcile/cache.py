@@ -36,6 +36,12 @@ def _time(value: Any) -> dt.datetime | None:
     return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
+def _notified(record: Any) -> str | None:
+    if not isinstance(record, dict) or not record.get("time"):
+        return None
+    return "givenUp" if record.get("givenUp") else "delivered"
+
+
 @dataclass(slots=True)
 class JobRecord:
     """What the operator needs of one job to plan: identity, phase, counters, lease, errors."""
@@ -70,6 +76,7 @@ class JobRecord:
     parts: tuple[Part, ...]  # the checkpoint: where its chunks are in the results store
     published: bool
     output: bool  # spec.output asks for outputs
+    notified: str | None = None  # its event settled: "delivered" or "givenUp"; None: not yet
     language: str | None = None  # status.result.language: the language transcribed
 
     @property
@@ -123,6 +130,7 @@ class JobRecord:
             ),
             published=status.get("published") is not None,
             output=spec.get("output") is not None,
+            notified=_notified(status.get("notified")),
             language=(status.get("result") or {}).get("language") or None,
         )
 

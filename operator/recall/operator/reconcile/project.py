@@ -294,6 +294,7 @@ def project(
         failures=t.failures,
         heals=(stored.heals or 0) + len(t.heals) + recreated,
         languages=languages_of(stored.languages, jobs, total),
+        notified=stored.notified,  # the notifier's record (recall.operator.notify)
         conditions=conds,
     )
     return Projection(status, t.heals)

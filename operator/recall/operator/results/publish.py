@@ -30,14 +30,14 @@ store refused is tried again with the same backoff, not at every pass.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from recall.base import faults, log, metrics
-from recall.base.clock import Monotonic, boottime, utcnow
+from recall.base.backoff import Backoff
+from recall.base.clock import SYSTEM, Clock
 from recall.bucket import Bucket, StoreError, Stores, StoreUnavailable
 from recall.fencing import fenced_write
 from recall.kube import ObjectRef, Store
@@ -48,17 +48,18 @@ from recall.protocol import lease
 from recall.resources import Batch, Phase, Published, TranscriptionJob
 from recall.transcripts import (
     index_key,
+    output_formats,
     output_key,
     output_url,
 )
-from recall.transcripts.layout import INDEX
+from recall.transcripts.layout import INDEX, REDACTED_AUDIO
 
 _log = log.get("results")
 PUBLISH_PER_PASS = 64
-RETRY_TRANSIENT = (1.0, 30.0)  # first and longest backoff of a publish the store delayed
+RETRY_TRANSIENT = Backoff(initial=1.0, cap=30.0)  # a publish the store delayed
 RETRY_REFUSED = 300.0  # a publish the store refused is tried again this often
 PROBE_KEY = f"{INDEX}/.probe"
-PROBE_RETRY = (1.0, 30.0)  # first and longest wait between probes while the store is unreachable
+PROBE_RETRY = Backoff(initial=1.0, cap=30.0)  # between probes while the store is unreachable
 
 
 def unreachable(error: StoreError) -> str:
@@ -87,7 +88,7 @@ class Probes:
 
     every: float
     next: float = float("-inf")
-    delay: float = PROBE_RETRY[0]
+    failures: int = 0  # probes failed in a row
     failing: bool = False  # the last probe failed
 
     def due(self, mono: float, *, reachable: str | None) -> bool:
@@ -98,10 +99,10 @@ class Probes:
     def done(self, mono: float, failed: str | None) -> None:
         self.failing = failed is not None
         if failed is None:
-            self.next, self.delay = mono + self.every, PROBE_RETRY[0]
+            self.next, self.failures = mono + self.every, 0
         else:
-            self.next = mono + min(self.delay, self.every)
-            self.delay = min(PROBE_RETRY[1], self.delay * 2)
+            self.next = mono + min(PROBE_RETRY.delay(self.failures), self.every)
+            self.failures += 1
 
 
 @dataclass
@@ -109,6 +110,7 @@ class Retry:
     at: float
     delay: float
     reason: str
+    retries: int = 0  # transient failures in a row before this one
 
 
 class Results:
@@ -123,8 +125,7 @@ class Results:
         *,
         leading: threading.Event,
         batches: Callable[[], dict[BatchKey, Batch]],
-        clock: Monotonic = boottime,
-        now: Callable[[], dt.datetime] = utcnow,
+        clock: Clock = SYSTEM,
         sweep_seconds: float = 600.0,
         threads: int = 4,
     ) -> None:
@@ -135,7 +136,6 @@ class Results:
         self.leading = leading
         self.batches = batches
         self.clock = clock
-        self.now = now
         self.sweep_seconds = sweep_seconds
         self.threads = threads
         self.collector = Collector(store, bucket, cache, batches=batches)
@@ -143,7 +143,7 @@ class Results:
         self._failing: dict[BatchKey, tuple[str, str]] = {}
         self._last_sweep = float("-inf")
         self._sweep_after = float("-inf")  # a refused sweep waits until then
-        self._sweep_retry = PROBE_RETRY[0]
+        self._sweep_failures = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self.reachable: str | None = None  # why the store cannot be reached, None when it can
@@ -170,13 +170,13 @@ class Results:
         with ThreadPoolExecutor(self.threads, thread_name_prefix="publish") as pool:
             while not stop.is_set():
                 try:
-                    mono = self.clock()
+                    mono = self.clock.monotonic()
                     if probes.due(mono, reachable=self.reachable):
                         probes.done(mono, self.probe())
                     self.run_once(pool)
                 except Exception:
                     _log.exception("results_pass_failed")
-                self._wake.wait(period)
+                self.clock.wait(self._wake, period)
                 self._wake.clear()
 
     def probe(self) -> str | None:
@@ -200,7 +200,7 @@ class Results:
         done = Pass()
         if not self.leading.is_set() or not self.cache.synced.is_set():
             return done
-        mono = self.clock()
+        mono = self.clock.monotonic()
         due = self.cache.take_publish(PUBLISH_PER_PASS, self._waiting(mono))
         outcomes = list(pool.map(self.publish, due)) if pool else [self.publish(k) for k in due]
         done.published = sum(1 for o in outcomes if o)
@@ -212,13 +212,13 @@ class Results:
                 self._last_sweep = mono
                 done.swept = True
                 self.reachable = None  # the sweep lists the whole bucket: it answers
-                self._sweep_retry = PROBE_RETRY[0]
+                self._sweep_failures = 0
         except StoreError as e:
             self.reachable = unreachable(e)
             done.errors.append(e.message)
             # Not at every pass: a store that is still starting is asked again with backoff.
-            self._sweep_after = mono + self._sweep_retry
-            self._sweep_retry = min(PROBE_RETRY[1], self._sweep_retry * 2)
+            self._sweep_after = mono + PROBE_RETRY.delay(self._sweep_failures)
+            self._sweep_failures += 1
             _log.warning("collect_failed", reason=e.reason, error=e.message[:300])
         except ApiError as e:
             done.errors.append(e.message)
@@ -268,16 +268,17 @@ class Results:
                 index = index_key(job.namespace, batch.name, batch.metadata.uid, spec.item)
                 self.bucket.copy_to(transcript, self.bucket, index)
                 metrics.STORE_OPERATIONS.labels(operation="copy").inc()
-        formats = list(spec.output.formats) if spec.output else []
+        formats = output_formats(job)
         for fmt in formats:
             assert spec.output is not None
             url = output_url(spec.output, fmt, job)
             parent, _, name = url.rpartition("/")
             self.bucket.copy_to(output_key(directory, fmt), self.stores.open(parent), name)
             metrics.STORE_OPERATIONS.labels(operation="copy").inc()
+        audio = self._publish_audio(job, directory)
         faults.hit("operator-after-publish", job=job.name)
-        now = self.now()
-        published = Published(time=now, formats=formats, index=index)
+        now = self.clock.now()
+        published = Published(time=now, formats=formats, index=index, audio=audio)
         result = fenced_write(
             self.store,
             job.namespace,
@@ -288,6 +289,21 @@ class Results:
         if result.applied:
             _log.info("published", job=job.name, namespace=job.namespace, formats=formats)
         return result.applied
+
+    def _publish_audio(self, job: TranscriptionJob, directory: str) -> str | None:
+        """With `redact.audio`, copy the audio with the redacted spans silenced beside the
+        outputs (`{key}.redacted.wav`); its URL, or None when there is none."""
+        t, output = job.spec.transcript, job.spec.output
+        if output is None or t is None or t.redact is None or not t.redact.audio:
+            return None
+        key = output_key(directory, REDACTED_AUDIO)
+        if not self.bucket.exists(key):
+            return None
+        url = output_url(output, "json", job).removesuffix(".json") + "." + REDACTED_AUDIO
+        parent, _, name = url.rpartition("/")
+        self.bucket.copy_to(key, self.stores.open(parent), name)
+        metrics.STORE_OPERATIONS.labels(operation="copy").inc()
+        return url
 
     def _failed(self, key: tuple[str, str], error: StoreError) -> None:
         transient = isinstance(error, StoreUnavailable)
@@ -316,15 +332,15 @@ class Results:
     def _later(
         self, key: tuple[str, str], message: str, *, transient: bool, reason: str = ""
     ) -> None:
-        mono = self.clock()
+        mono = self.clock.monotonic()
         with self._lock:
             old = self._retry.get(key)
             if transient:
-                first, cap = RETRY_TRANSIENT
-                delay = min(cap, old.delay * 2) if old else first
+                retries = old.retries + 1 if old else 0
+                delay = RETRY_TRANSIENT.delay(retries)
             else:
-                delay = RETRY_REFUSED
-            self._retry[key] = Retry(mono + delay, delay, reason or "Unavailable")
+                retries, delay = 0, RETRY_REFUSED
+            self._retry[key] = Retry(mono + delay, delay, reason or "Unavailable", retries)
         _log.warning("publish_failed", job=key[1], namespace=key[0], retry_in=delay, error=message)
 
     def _clear_failing(self, key: tuple[str, str]) -> None:

@@ -15,13 +15,13 @@ its life while it looks healthy. Two guards close that:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection
 from typing import Protocol
 
 from kopf._cogs.structs.references import Insights  # what kopf resolved; kopf.run takes it
 
 from recall.base import log
+from recall.base.clock import SYSTEM, Clock
 from recall.kube.base import StoreError
 from recall.resources import GROUP, VERSION
 
@@ -52,11 +52,10 @@ def wait_served(
     needed: Collection[str],
     timeout: float,
     *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
 ) -> None:
     """Return once discovery lists every plural in `needed`; raise `NotServed` after `timeout`."""
-    start = clock()
+    start = clock.monotonic()
     logged = start - LOG_EVERY_SECONDS
     while True:
         why = "not listed"
@@ -66,13 +65,13 @@ def wait_served(
             missing, why = set(needed), e.message
         if not missing:
             return
-        now = clock()
+        now = clock.monotonic()
         if now - start >= timeout:
             raise NotServed(missing_message(missing, f"{why}, waited {timeout:.0f} s"))
         if now - logged >= LOG_EVERY_SECONDS:
             _log.warning("waiting_for_resources", missing=sorted(missing), reason=why)
             logged = now
-        sleep(POLL_SECONDS)
+        clock.sleep(POLL_SECONDS)
 
 
 def unresolved(insights: Insights, needed: Collection[str]) -> set[str]:

@@ -19,15 +19,15 @@ kopf runs in every replica (standalone); only the elected leader's controller ac
 from __future__ import annotations
 
 import asyncio
-import random
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import kopf
 
 from recall.base import log, metrics
+from recall.base.backoff import Backoff
+from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import OperatorSettings
 from recall.bucket import Stores
 from recall.kube import Store
@@ -45,8 +45,11 @@ _log = log.get("operator")
 class Runtime:
     """What one operator process runs beside kopf: informer, elector, controller loop."""
 
-    def __init__(self, store: Store, settings: OperatorSettings, stores: Stores) -> None:
+    def __init__(
+        self, store: Store, settings: OperatorSettings, stores: Stores, clock: Clock = SYSTEM
+    ) -> None:
         self.settings = settings
+        self.clock = clock
         self.stop = threading.Event()
         self.elector: LeaderElector | None = None
         if settings.leader_election:
@@ -110,7 +113,7 @@ class Runtime:
             self.threads.append(thread)
 
     def _gauge(self, stop: threading.Event) -> None:
-        while not stop.wait(1.0):
+        while not self.clock.wait(stop, 1.0):
             metrics.LEADER.set(1 if self.controller.leading.is_set() else 0)
 
     def shutdown(self) -> None:
@@ -118,9 +121,9 @@ class Runtime:
         self.autoscaling.stop()
         self.controller.wake()
         self.controller.results.wake()
-        deadline = time.monotonic() + 10  # one deadline for the writers: 10 s at most
+        deadline = self.clock.monotonic() + 10  # one deadline for the writers: 10 s at most
         for thread in self.threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            thread.join(timeout=max(0.0, deadline - self.clock.monotonic()))
         late = [t.name for t in self.threads if t.is_alive()]
         if late:
             _log.warning("threads_not_stopped", threads=late)
@@ -131,22 +134,24 @@ def _runtime(memo: Any) -> Runtime:
     return runtime
 
 
-KOPF_BACKOFFS = (1.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0)  # kopf's own, before the jitter
+# kopf's error backoffs (its own are 1, 1, 2, 3, 5, 8, 13, 21 s), each stretched by a fresh
+# random 0-50 %: a retry is never sooner than the backoff (nor than a 429's Retry-After, which
+# kopf takes when longer), and processes turned away together do not come back together.
+KOPF_BACKOFF = Backoff(initial=1.0, factor=1.6, cap=21.0, jitter=0.5, steps=8)
 
 
 class JitteredBackoffs:
-    """kopf's error backoffs, each stretched by a fresh random 0-50 % at every use: a retry
-    is never sooner than the listed backoff (nor than a 429's Retry-After, which kopf takes
-    when longer), and processes turned away together do not come back together."""
+    """A `Backoff` as kopf's `error_backoffs`: a sized iterable, jittered afresh at every use."""
 
-    def __init__(self, base: tuple[float, ...], spread: float = 0.5) -> None:
-        self.base, self.spread = base, spread
+    def __init__(self, backoff: Backoff) -> None:
+        assert backoff.steps is not None, "kopf needs a bounded number of backoffs"
+        self.backoff = backoff
 
     def __len__(self) -> int:
-        return len(self.base)
+        return self.backoff.steps or 0
 
     def __iter__(self) -> Iterator[float]:
-        return (b * (1 + self.spread * random.random()) for b in self.base)
+        return self.backoff.delays()
 
 
 def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSettings) -> None:
@@ -168,7 +173,7 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     kopf_settings.networking.request_timeout = 30
     # kopf waits max(its backoff, the server's Retry-After) before a retry; jittered backoffs
     # of at least a second (APF's Retry-After) spread the operators' retries after a 429.
-    kopf_settings.networking.error_backoffs = JitteredBackoffs(KOPF_BACKOFFS)
+    kopf_settings.networking.error_backoffs = JitteredBackoffs(KOPF_BACKOFF)
     if settings.namespace:
         # One namespace and known resources: nothing to discover. Scanning would list
         # namespaces and CRDs cluster-wide, which a namespaced Role rightly forbids.

@@ -25,7 +25,6 @@ the cooldown again (no scale-down before a new leader has watched for a whole co
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import threading
 import uuid
@@ -33,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from recall.base import log, metrics
-from recall.base.clock import Monotonic, boottime, utcnow
+from recall.base.clock import SYSTEM, Clock
 from recall.kube import Conflict, NotFound, ObjectRef, RawObject, Store, StoreError
 from recall.operator.peers.leader import Leadership, Sole
 from recall.operator.peers.registry import Registry
@@ -129,8 +128,7 @@ class Scaler:
         *,
         identity: str = "",
         interval: float = 2.0,
-        clock: Monotonic = boottime,
-        now: Callable[[], dt.datetime] = utcnow,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
         self.target = target
@@ -140,7 +138,6 @@ class Scaler:
         self.identity = identity
         self.interval = interval
         self.clock = clock
-        self.now = now
         self.below_since: float | None = None
         self.last: Decision | None = None
         self._fenced = False  # this term's first write (the status annotation) is done
@@ -153,7 +150,7 @@ class Scaler:
 
     def run(self, stop: threading.Event) -> None:
         """A round every `interval` seconds until `stop`. Never raises."""
-        while not stop.wait(self.interval):
+        while not self.clock.wait(stop, self.interval):
             try:
                 self.run_once()
             except Exception:
@@ -165,7 +162,7 @@ class Scaler:
             self._fenced, self.below_since, self._written = False, None, None
             return Report()
         inputs, deployment = self.observe()
-        decision = decide(inputs, self.clock())
+        decision = decide(inputs, self.clock.monotonic())
         report = self.apply(decision, deployment)
         self.below_since = decision.below_since
         self.last = decision
@@ -211,7 +208,7 @@ class Scaler:
         return inputs, deployment
 
     def _workers(self) -> tuple[WorkerView, ...]:
-        now = self.clock()
+        now = self.clock.monotonic()
         engine = label_value(self.target.engine)
         seen = [
             s
@@ -358,7 +355,7 @@ class Scaler:
             return True
         if not self._may(report):
             return False
-        status["time"] = self.now().isoformat(timespec="seconds")
+        status["time"] = self.clock.now().isoformat(timespec="seconds")
         t = self.target
         try:
             self.store.patch_deployment_annotations(
