@@ -250,15 +250,35 @@ def _emails(words: list[str]) -> list[Found]:
     return found
 
 
+def glued(words: list[str]) -> list[tuple[int, int, str]]:
+    """`words` as written words: (first, end, text). Whisper writes a word's leading space, and
+    a piece without one goes on the word before it ("example" + ".com", "555" + "-1234")."""
+    spaced = any(w[:1].isspace() for w in words)
+    out: list[tuple[int, int, str]] = []
+    for k, w in enumerate(words):
+        if out and spaced and w.strip() and not w[:1].isspace():
+            first, _, text = out[-1]
+            out[-1] = (first, k + 1, text + w)
+        else:
+            out.append((k, k + 1, w))
+    return out
+
+
 def detect(words: list[str], types: Collection[str]) -> list[Found]:
     """The entities of `types` in `words` (as the engine wrote them), in order, not
-    overlapping (an e-mail address wins over a number inside it)."""
-    found = _emails(words) if "email" in types else []
+    overlapping (an e-mail address wins over a number inside it); an entity never splits a
+    written word (see `glued`)."""
+    pieces = glued(words)
+    texts = [text for _, _, text in pieces]
+    found = _emails(texts) if "email" in types else []
     taken = {i for f in found for i in range(f.first, f.end)}
-    for f in _numbers(words, types):
+    for f in _numbers(texts, types):
         if not taken.intersection(range(f.first, f.end)):
             found.append(f)
-    return sorted(found, key=lambda f: f.first)
+    return [
+        Found(pieces[f.first][0], pieces[f.end - 1][1], f.kind)
+        for f in sorted(found, key=lambda f: f.first)
+    ]
 
 
 # --- applying it to segments ----------------------------------------------------------------
@@ -334,6 +354,8 @@ def _could_be_part(cores: list[str], k: int) -> bool:
     c = cores[k]
     if c in ("at", "dot", "@", "underscore", "double", "triple") or "@" in c:
         return True
+    if "." in c and c.rsplit(".", 1)[-1] in TLDS:  # "example.com"
+        return True
     if c in SPOKEN or number_of(c) is not None:
         return True
     near = cores[k - 1 : k] + cores[k + 1 : k + 2]
@@ -348,9 +370,13 @@ def hold(segments: list[Segment]) -> tuple[list[Segment], list[Segment], bool]:
     if not flat:
         return segments, [], False
     cores = [core(words[i][k].text) for i, k in flat]
+    texts = [words[i][k].text for i, k in flat]
     h = max(0, len(flat) - HOLD_WORDS)
     while h > 0 and len(flat) - h < MOST_HELD and _could_be_part(cores, h - 1):
         h -= 1
+    spaced = any(t[:1].isspace() for t in texts)
+    while h > 0 and spaced and texts[h].strip() and not texts[h][:1].isspace():
+        h -= 1  # a written word is never cut ("example" + ".com")
     if h == 0:
         return [], segments, False
     i, k = flat[h]

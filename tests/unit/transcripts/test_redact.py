@@ -54,6 +54,18 @@ def test_detect(text: str, expected: list[tuple[str, str]]) -> None:
     assert found(text) == expected
 
 
+def test_detect__a_word_whisper_wrote_in_pieces_is_one() -> None:
+    """Whisper's words as it writes them: a piece without a leading space goes on the word
+    before it, and a span takes every piece."""
+    words = [" Send", " it", " to", " Maria", " at", " Enlample", ".org.", " or", " 555", "-1234."]
+    assert [(f.first, f.end, f.kind) for f in detect(words, ALL)] == [
+        (3, 7, "email"),
+        (8, 10, "phone"),
+    ]
+    spans = [" write", " to", " our", " example", ".com"]  # no local part: not an address
+    assert detect(spans, ALL) == []
+
+
 def test_detect__a_failed_check_is_not_that_type() -> None:
     assert found("card 4111 1111 1111 1112 ok", {"card"}) == []  # Luhn
     assert found("IBAN DE88 3704 0044 0532 0130 00 ok", {"iban"}) == []  # mod 97
@@ -112,6 +124,14 @@ def test_hold__keeps_back_the_last_words_and_anything_that_could_be_an_entity() 
     kept, held, piece = hold([seg(short)])
     assert len(held[0].text.split()) == HOLD_WORDS
     assert kept[0].text + held[0].text == " " + short
+
+
+def test_hold__never_cuts_a_written_word() -> None:
+    texts = [" a", " b", " c", " d", " example", ".com", " f", " g", " h", " i", " j", " k", " l"]
+    ws = [Word(start=i, end=i + 0.5, text=t, probability=0.9) for i, t in enumerate(texts)]
+    s = Segment(start=0, end=13, text="".join(texts), words=ws)
+    _, held, _ = hold([s])  # the last 8 words begin at ".com": "example" goes with it
+    assert held[0].words is not None and held[0].words[0].text == " example"
 
 
 def test_hold_then_redact__an_entity_across_a_seam_is_found_whole() -> None:
