@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # plane: most tests wait on lease clocks, so two share the two cores well.
 TEST_WORKERS ?= 2
 
-.PHONY: help venv tools system-deps lint docs typecheck unit test demo bench chaos e2e e2e-kind release kind-image image image-cuda image-multilingual chart-lint dev-up dev-down clean
+.PHONY: help venv tools demo-deps system-deps lint docs typecheck unit test demo bench chaos e2e e2e-kind release kind-image image image-cuda image-multilingual chart-lint dev-up dev-down clean
 
 help:
 	@grep -E '^#' Makefile | head -5 | sed 's/^# \{0,1\}//'
@@ -69,7 +69,12 @@ test: venv tools system-deps lint typecheck
 	$(PY) -m pytest -q tests/chaos/test_chaos.py $(PYTEST_ARGS); chaos=$$?; \
 	if [ $$chaos -ne 0 ] && [ $$chaos -ne 5 ]; then rc=$$chaos; fi; exit $$rc
 
-demo: venv tools system-deps
+# What the demo runs, and no more: etcd, kube-apiserver and kubectl, SeaweedFS, espeak-ng.
+demo-deps:
+	@hack/k8s-tools/build.sh --control-plane >/dev/null && hack/seaweedfs/build.sh >/dev/null && \
+		hack/install-system-deps.sh --demo
+
+demo: venv demo-deps
 	@$(PY) -m recall_dev.demo $(DEMO_ARGS)
 
 bench: venv tools system-deps

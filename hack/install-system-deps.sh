@@ -21,7 +21,9 @@
 # Uses sudo only when not running as root.
 set -euo pipefail
 
+#   --demo        only what `make demo` needs: espeak-ng.
 packages=(espeak-ng pocketsphinx-testdata redis-server docker.io debootstrap iptables iproute2)
+if [[ "${1:-}" == "--demo" ]]; then packages=(espeak-ng); fi
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -69,8 +69,10 @@ def repo_root() -> Path:
     return root
 
 
-def tools_bin_dir(build: bool = True) -> Path:
-    """The directory holding the Kubernetes binaries, building them first when `build` is set.
+def tools_bin_dir(build: bool = True, *, control_plane: bool = False) -> Path:
+    """The directory holding the Kubernetes binaries, building them first when `build` is set
+    (with `control_plane`, only what a local control plane runs: etcd, kube-apiserver and
+    kubectl; the controller manager is started when it was built).
 
     `RECALL_K8S_BIN` overrides the location (and disables building).
     """
@@ -78,7 +80,10 @@ def tools_bin_dir(build: bool = True) -> Path:
     if override:
         return Path(override)
     script = repo_root() / "hack" / "k8s-tools" / "build.sh"
+    flag = "--control-plane" if control_plane else None
     args = [str(script)] if build else [str(script), "--print"]
+    if build and flag:
+        args.append(flag)
     out = subprocess.run(args, check=True, stdout=subprocess.PIPE, text=True).stdout
     return Path(out.strip().splitlines()[-1])
 
@@ -155,7 +160,7 @@ class ControlPlane:
             self.workdir = Path(tempfile.mkdtemp(prefix="recall-dev-"))
             self._owns_workdir = True
         self.workdir.mkdir(parents=True, exist_ok=True)
-        bin_dir = self.bin_dir or tools_bin_dir(build=True)
+        bin_dir = self.bin_dir or tools_bin_dir(build=True, control_plane=True)
         self.bin_dir = bin_dir
         for tool in ("etcd", "kube-apiserver"):
             if not (bin_dir / tool).exists():

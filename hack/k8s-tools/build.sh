@@ -4,6 +4,11 @@
 #
 #   hack/k8s-tools/build.sh              build what is missing, print the bin directory
 #   hack/k8s-tools/build.sh --print      print the bin directory only (no build)
+#   hack/k8s-tools/build.sh --control-plane
+#                                        only what a local control plane runs: etcd,
+#                                        kube-apiserver and kubectl (`make demo`; the
+#                                        controller manager, helm and kube-score are the
+#                                        tests')
 #   hack/k8s-tools/build.sh --with-kind  also kind and what its node image holds: kubeadm,
 #                                        kubelet, kube-scheduler, kube-proxy, the pause binary,
 #                                        CoreDNS, etcd and local-path-provisioner (`make
@@ -72,6 +77,7 @@ kube_ldflags="$kube_ldflags -X $kv.gitTreeState=clean -X k8s.io/client-go/pkg/ve
 build etcd . etcd
 build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_ldflags"
 build kube k8s.io/kubernetes/cmd/kubectl kubectl "$kube_ldflags"
+if [[ "${1:-}" == "--control-plane" ]]; then echo "$bin"; exit 0; fi
 build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kube_ldflags"
 # The chart linter of `make chart-lint` (kube-linter and Polaris are not served by the Go
 # module proxy this project can reach; see hack/chart-lint.sh).
