@@ -22,7 +22,8 @@ Contract:
 - Who said it (a speaker, else a channel): a cue never holds the words of two; `write` puts a
   WebVTT voice tag (`<v S1>`) on every cue, and with `cues(..., prefix=True)` (SubRip) the first
   cue after each change of speaker begins with `S1: `, which counts toward its line.
-- A word Whisper split at a hyphen ("ill" + "-disposed") is one word here ("ill-disposed").
+- A word Whisper split at a hyphen ("ill" + "-disposed") is one word here ("ill-disposed"), as
+  is a word it wrote in pieces (a piece without its leading space: "example" + ".com").
 - `write` formats with pysubs2 (SubRip and WebVTT writers) rather than by hand; times are
   whole milliseconds. `check` re-states the rules as a test and a benchmark read them back.
 """
@@ -131,6 +132,19 @@ def continues(previous: str, word: str) -> bool:
     )
 
 
+def spaced(segment: Segment) -> bool:
+    """Whether `segment`'s words are written as Whisper writes them, each with its leading
+    space: then a piece without one goes on the word before it ("example" + ".com")."""
+    return any(w.text[:1].isspace() for w in segment.words or [])
+
+
+def goes_on(previous: str, raw: str, *, pieces: bool) -> bool:
+    """Whether the word `raw` (as written) is part of the word before it (`previous`,
+    stripped): a hyphen-split word, or a piece without its leading space when `pieces`."""
+    text = raw.strip()
+    return continues(previous, text) or (pieces and bool(text) and not raw[:1].isspace())
+
+
 def joined(words: list[str]) -> str:
     """`words` (stripped) as text: one space between them, none inside a hyphenated word."""
     out = ""
@@ -161,13 +175,18 @@ def tokens(segments: list[Segment]) -> list[Token]:
     for s in segments:
         words: list[Token] = []
         if timed_words(s):
+            pieces = spaced(s)
             for w in s.words or []:
                 text = w.text.strip()
                 if not text:
                     continue
                 who = w.who or s.who
                 last = words[-1] if words else None
-                if last is not None and last.who == who and continues(last.text, text):
+                if (
+                    last is not None
+                    and last.who == who
+                    and goes_on(last.text, w.text, pieces=pieces)
+                ):
                     words[-1] = Token(last.text + text, last.start, max(w.end, last.end), who=who)
                 else:
                     words.append(Token(text, w.start, max(w.end, w.start), who=who))

@@ -164,3 +164,13 @@ def test_record_and_transcript__round_trip_speakers_channels_and_redactions() ->
     assert Record.decode(record.encode()) == record
     t = Transcript(segments=[segment], duration=2, engine="x", redacted=["phone"])
     assert Transcript.decode(t.encode()) == t
+
+
+def test_a_word_whisper_wrote_in_pieces_is_one_item() -> None:
+    words = [w(0.0, " Write"), w(0.5, " to"), w(1.0, " example"), w(1.4, ".com."), w(2.0, " 555")]
+    words.append(w(2.4, "-1234.", p=0.6))
+    t = Transcript(segments=[seg(words)], duration=3, engine="x", word_timings=True)
+    items = json.loads(render(t, "aws.json"))["results"]["items"]
+    said = [i["alternatives"][0]["content"] for i in items if i["type"] == "pronunciation"]
+    assert said == ["Write", "to", "example.com", "555-1234"]
+    assert "Write to example.com. 555-1234." in render(t, "srt")
