@@ -91,8 +91,13 @@ chaos: venv tools
 # nodes (kind built from its Go module), on the node image built here offline
 # (KIND_NODE_IMAGE=kindest/node:... takes the upstream one where a registry is reachable); the
 # clusters and their docker networks are removed afterwards. The drills' figures: build/drills/.
+# Each run keeps its evidence in build/e2e-kind/<date-time>/: the JUnit report, and for each
+# failure the cluster's state and every pod's whole log.
+E2E_RUN := $(shell date -u +%Y%m%d-%H%M%S)
 e2e-kind: venv tools system-deps
-	@$(PY) -m pytest tests/e2e/kind/test_dev_up.py tests/e2e/pods $(PYTEST_ARGS)
+	@mkdir -p build/e2e-kind/$(E2E_RUN) && RECALL_E2E_RUN=$(E2E_RUN) $(PY) -m pytest \
+		--junitxml=build/e2e-kind/$(E2E_RUN)/junit.xml tests/e2e/kind/test_dev_up.py \
+		tests/e2e/pods $(PYTEST_ARGS)
 
 e2e: e2e-kind
 

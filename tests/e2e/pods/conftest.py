@@ -214,8 +214,35 @@ def release(cluster: PodCluster) -> Iterator[str]:
         uninstall(cluster, RELEASE, NAMESPACE)
 
 
+# Each run's evidence outlives it: the JUnit report (`make e2e-kind`'s --junitxml) and, for a
+# failure, what `diagnostics` saw with every pod's whole log, under build/e2e-kind/<run>/.
+EVIDENCE = ROOT / "build" / "e2e-kind" / os.environ.get("RECALL_E2E_RUN", "last")
+
+
+def keep_evidence(cluster: PodCluster, namespace: str, shown: str) -> Path:
+    """`shown` and the whole log of every pod in `namespace` (their previous containers too),
+    under EVIDENCE; the folder."""
+    folder = EVIDENCE / namespace
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "diagnostics.txt").write_text(shown)
+    pods = cluster.run("kubectl", "get", "pods", "-n", namespace, "-o", "name", check=False)
+    for pod in pods.stdout.split():
+        name = pod.removeprefix("pod/")
+        for previous in (False, True):
+            done = cluster.run(
+                "kubectl", "logs", "-n", namespace, name, "--all-containers", "--prefix",
+                *(["--previous"] if previous else []), check=False,
+            )  # fmt: skip
+            if done.stdout:
+                suffix = ".previous.log" if previous else ".log"
+                (folder / f"{name}{suffix}").write_text(done.stdout)
+    return folder
+
+
 def diagnostics(cluster: PodCluster, namespace: str = NAMESPACE) -> None:
-    """Print what helps to understand a failure: nodes, pods, jobs, events, logs."""
+    """Print what helps to understand a failure (nodes, pods, jobs, events, logs) and keep it
+    with every pod's whole log under build/e2e-kind/ (`keep_evidence`)."""
+    shown: list[str] = []
     for args in (
         ("get", "nodes", "-o", "wide"),
         ("get", "pods,batches,transcriptionjobs", "-n", namespace, "-o", "wide"),
@@ -229,3 +256,6 @@ def diagnostics(cluster: PodCluster, namespace: str = NAMESPACE) -> None:
     ):  # fmt: skip
         done = cluster.run("kubectl", *args, check=False)
         print(f"\n$ kubectl {' '.join(args)}\n{done.stdout[-6000:]}{done.stderr[-2000:]}")
+        shown.append(f"$ kubectl {' '.join(args)}\n{done.stdout}{done.stderr}")
+    folder = keep_evidence(cluster, namespace, "\n".join(shown))
+    print(f"\nthe evidence of this failure is kept in {folder}")
