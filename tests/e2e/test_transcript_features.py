@@ -38,7 +38,8 @@ pytestmark = pytest.mark.slow
 FORMATS = ["json", "aws.json", "srt", "vtt", "txt"]
 CALL = [
     "Hello, this is the support line of the city library.",
-    "You can write to anna at example dot com, or call five five five, one two three four.",
+    "My email is maria at example dot org.",
+    "My phone number is five five five, one two three four.",
     "We are open from nine to six every day except on Sunday.",
 ]
 # One sentence, long enough to be cut in the middle by 5 second chunks.
@@ -61,7 +62,7 @@ def outputs(object_store: ObjectStore, store_env: dict[str, str]) -> Iterator[Bu
 def spoken(tmp_path: Path, name: str, sentences: list[str]) -> Path:
     out = tmp_path / f"{name}.wav"
     try:
-        speech.synthesize(sentences, out, pause_seconds=0.5)
+        speech.synthesize(sentences, out, words_per_minute=120, pause_seconds=0.7)
     except speech.SpeechUnavailable as e:
         pytest.fail(str(e))
     return out

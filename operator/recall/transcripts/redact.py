@@ -8,7 +8,8 @@ is written. Pure.
 What is found (`spec.transcript.redact.types`):
 - `email`: written (`anna@example.com`) or spoken (`anna at example dot com`, `anna dot smith
   at example.co.uk`): a local part, "at" (or @), then a domain whose last label is a known
-  top-level domain.
+  top-level domain; and a word shaped as a domain (`mariratexample.org`), as a speech model
+  often writes a spoken address run together: a web address is redacted too.
 - `phone`: 7 to 15 digits in a row, written (`555-1234`, `(555) 123-4567`, `+44 20 7946 0958`)
   or spoken ("five five five, one two three four", "oh", "double five").
 - `card`: 13 to 19 digits that pass the Luhn check.
@@ -235,10 +236,8 @@ def _domain(cores: list[str], k: int) -> int | None:
 def _emails(words: list[str]) -> list[Found]:
     cores = [core(w) for w in words]
     found: list[Found] = []
-    for k, c in enumerate(cores):
-        if WRITTEN_EMAIL.fullmatch(c):
-            found.append(Found(k, k + 1, "email"))
-        elif c in ("at", "@") and k > 0:
+    for k, c in enumerate(cores):  # spoken: "anna at example dot com"
+        if c in ("at", "@") and k > 0:
             end = _domain(cores, k + 1)
             local = cores[k - 1]
             if end is None or not WORDY.fullmatch(local) or local in NOT_NAMES:
@@ -247,7 +246,12 @@ def _emails(words: list[str]) -> list[Found]:
             while first >= 2 and cores[first - 1] in ("dot", "underscore") and cores[first - 2]:
                 first -= 2  # "anna dot smith at ..."
             found.append(Found(first, end, "email"))
-    return found
+    taken = {i for f in found for i in range(f.first, f.end)}
+    for k, c in enumerate(cores):  # written, or run together into one word
+        written = WRITTEN_EMAIL.fullmatch(c) or ("." in c and _domain(cores, k) == k + 1)
+        if written and k not in taken:
+            found.append(Found(k, k + 1, "email"))
+    return sorted(found, key=lambda f: f.first)
 
 
 def glued(words: list[str]) -> list[tuple[int, int, str]]:
