@@ -80,6 +80,58 @@ def synthesize(
     return sum(len(p) for p in pieces) / (rate * channels * width)
 
 
+def synthesize_voices(
+    sentences: list[tuple[str, str]],
+    out: Path,
+    *,
+    words_per_minute: int = 140,
+    pause_seconds: float = 1.0,
+) -> list[tuple[float, float]]:
+    """Speak each (espeak-ng voice, sentence) into one mono WAV at `out` (16 kHz), a pause
+    after each; returns each sentence's (start, end) in seconds: speech in several languages
+    with known text and known times."""
+    binary = espeak()
+    rate = 16_000
+    pieces: list[bytes] = []
+    spans: list[tuple[float, float]] = []
+    at = 0
+    for i, (voice, sentence) in enumerate(sentences):
+        part = out.with_name(f"{out.stem}-{i}.wav")
+        subprocess.run(
+            [binary, "-v", voice, "-s", str(words_per_minute), "-w", str(part), sentence],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        with wave.open(str(part)) as w:
+            frames = w.readframes(w.getnframes())
+            width, source_rate = w.getsampwidth(), w.getframerate()
+        part.unlink()
+        samples = _resampled(frames, width, source_rate, rate)
+        spans.append((at / rate, (at + len(samples) // 2) / rate))
+        pieces += [samples, b"\0" * int(pause_seconds * rate) * 2]
+        at += len(samples) // 2 + int(pause_seconds * rate)
+    with wave.open(str(out), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"".join(pieces))
+    return spans
+
+
+def _resampled(frames: bytes, width: int, source: int, rate: int) -> bytes:
+    """16-bit mono `frames` at `source` Hz as 16-bit at `rate` Hz (linear interpolation)."""
+    import numpy as np
+
+    assert width == 2, "espeak-ng writes 16-bit samples"
+    x = np.frombuffer(frames, dtype="<i2").astype(np.float32)
+    if source == rate or len(x) == 0:
+        return x.astype("<i2").tobytes()
+    n = int(len(x) * rate / source)
+    y = np.interp(np.arange(n) * source / rate, np.arange(len(x)), x)
+    return np.clip(y, -32768, 32767).astype("<i2").tobytes()
+
+
 def speak_for(seconds: float, out: Path, *, words_per_minute: int = 150) -> list[str]:
     """At least `seconds` of speech at `out`, cycling through SENTENCES; returns what was said."""
     per_sentence = 10.0  # a first guess; corrected after one try

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from recall.resources import LOW_LANGUAGE_PROBABILITY
+
 # Whisper's languages (its tokenizer's LANGUAGES): ISO 639-1 code (two letters, or three where
 # there is none) -> English name, lower case.
 WHISPER_LANGUAGES: dict[str, str] = {
@@ -161,7 +163,7 @@ def language_code(reported: Any) -> str | None:
     return BY_NAME.get(value)
 
 
-LOW_PROBABILITY = 0.5  # a detected language less likely than this is flagged LanguageUncertain
+LOW_PROBABILITY = LOW_LANGUAGE_PROBABILITY  # a pick less likely is flagged LanguageUncertain
 SEGMENT_SPEECH_SECONDS = 3.0  # the least speech one segment-scope language decision is made on
 SWITCH_PAUSE_SECONDS = 0.5  # segment scope: a language may change at pauses this long
 DECISION_SECONDS = 30.0  # a decision span at most (Whisper's window)
@@ -221,22 +223,3 @@ def majority(spans: Iterable[tuple[str | None, float]]) -> str | None:
         if language:
             totals[language] = totals.get(language, 0.0) + max(0.0, seconds)
     return max(totals, key=lambda k: totals[k]) if totals else None
-
-
-# The locales AWS Transcribe writes for a language (its `language_code`), where it has one; any
-# other language is written as its ISO 639-1 code.
-AWS_LOCALES = {
-    "af": "af-ZA", "ar": "ar-SA", "ca": "ca-ES", "cs": "cs-CZ", "cy": "cy-GB", "da": "da-DK",
-    "de": "de-DE", "el": "el-GR", "en": "en-US", "es": "es-ES", "eu": "eu-ES", "fa": "fa-IR",
-    "fi": "fi-FI", "fr": "fr-FR", "gl": "gl-ES", "he": "he-IL", "hi": "hi-IN", "hr": "hr-HR",
-    "hu": "hu-HU", "id": "id-ID", "is": "is-IS", "it": "it-IT", "ja": "ja-JP", "ko": "ko-KR",
-    "lt": "lt-LT", "lv": "lv-LV", "ms": "ms-MY", "nl": "nl-NL", "no": "no-NO", "pl": "pl-PL",
-    "pt": "pt-PT", "ro": "ro-RO", "ru": "ru-RU", "sk": "sk-SK", "sl": "sl-SI", "sr": "sr-RS",
-    "sv": "sv-SE", "sw": "sw-KE", "ta": "ta-IN", "te": "te-IN", "th": "th-TH", "tl": "tl-PH",
-    "tr": "tr-TR", "uk": "uk-UA", "vi": "vi-VN", "zh": "zh-CN",
-}  # fmt: skip
-
-
-def aws_locale(code: str) -> str:
-    """The language code AWS Transcribe writes for `code` (de → de-DE), else `code` itself."""
-    return AWS_LOCALES.get(code, code)

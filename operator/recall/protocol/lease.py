@@ -39,6 +39,7 @@ from enum import StrEnum
 from recall.base.backoff import Backoff
 from recall.protocol.observer import Observation
 from recall.resources import (
+    LOW_LANGUAGE_PROBABILITY,
     JobError,
     JobStatus,
     Lease,
@@ -235,6 +236,15 @@ def complete(
         f"transcript at {result.transcript}",
         now,
     )
+    p = result.language_probability
+    if result.language and p is not None and p < LOW_LANGUAGE_PROBABILITY:
+        message = (
+            f"transcribed in {result.language}, detected with probability {p:.2f} (under "
+            f"{LOW_LANGUAGE_PROBABILITY}): check the file's language"
+        )
+        conditions = set_condition(
+            conditions, "LanguageUncertain", "True", "LowProbability", message, now
+        )
     if result.channels == 1:  # channels: split asked of a file of one channel
         message = "channels: split was asked, but the file has one channel: transcribed as one"
         conditions = set_condition(conditions, "MonoSource", "True", "OneChannel", message, now)

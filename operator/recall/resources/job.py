@@ -53,8 +53,10 @@ class EngineSpec(Model):
 Format = Literal["json", "aws.json", "srt", "vtt", "txt"]
 FORMATS: tuple[Format, ...] = ("json", "aws.json", "srt", "vtt", "txt")
 # The outputs a job writes: its formats, and the English translation's (`transcript.translate`).
-OutputFormat = Format | Literal["en.srt", "en.vtt", "en.txt"]
+OutputFormat = Literal["json", "aws.json", "srt", "vtt", "txt", "en.srt", "en.vtt", "en.txt"]
 AUTO = "auto"  # spec.language: detect the language once per file (a multilingual model)
+# A detected language less likely than this gets the job's LanguageUncertain condition.
+LOW_LANGUAGE_PROBABILITY = 0.5
 LanguageScope = Literal["file", "segment"]  # spec.languageScope: one language a file, or a segment
 Translate = Literal["en"]  # spec.transcript.translate: the language translated into
 

@@ -15,7 +15,7 @@ transcript is (`result.transcript`), and a renewal per chunk is the only API wri
 `recall.bucket`, `recall.media` (the chunk types), `recall.resources` and `recall.base`.
 """
 
-from recall.transcripts.formats import render, timestamp
+from recall.transcripts.formats import output_formats, render, timestamp
 from recall.transcripts.garbage import JobView, garbage
 from recall.transcripts.layout import (
     MAX_PARTS,
@@ -63,6 +63,7 @@ __all__ = [
     "job_prefix",
     "load_transcript",
     "namespace_prefix",
+    "output_formats",
     "output_key",
     "output_url",
     "parse_scratch",

@@ -25,7 +25,7 @@ Languages (docs/languages.md): `json` gives a segment its `language` when it was
 segment (`languageScope: segment`); `aws.json` gives every pronunciation its `language_code`
 and `results.language_identification` (`[{code, score}]`: the detected language's probability,
 or under segment scope each language's share of the speech), as AWS writes them for language
-identification, in AWS's locales (`de-DE`; `recall.engines.languages.aws_locale`). With
+identification, in AWS's locales (`de-DE`; `aws_locale`). With
 `transcript.translate: en` the English translation (each segment's `translation`) is rendered
 as the outputs `en.srt`, `en.vtt` and `en.txt` (beside each of srt, vtt and txt asked for;
 `output_formats`), and `json` has `translation`: `{language, text, segments}`, its segments
@@ -53,11 +53,19 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from recall.engines.languages import aws_locale
 from recall.media.types import Segment, Word
 from recall.resources import Format, OutputFormat, TranscriptionJob
 from recall.transcripts.layout import Transcript
-from recall.transcripts.subtitles import Rules, continues, cues, joined, split, timed_words, write
+from recall.transcripts.subtitles import (
+    Rules,
+    cues,
+    goes_on,
+    joined,
+    spaced,
+    split,
+    timed_words,
+    write,
+)
 
 CONTENT_TYPES = {
     "json": "application/json",
@@ -65,6 +73,9 @@ CONTENT_TYPES = {
     "srt": "application/x-subrip",
     "vtt": "text/vtt",
     "txt": "text/plain; charset=utf-8",
+    "en.srt": "application/x-subrip",
+    "en.vtt": "text/vtt",
+    "en.txt": "text/plain; charset=utf-8",
 }
 PUNCTUATION = ".,?!;:"
 # A redacted span's type as AWS's content redaction names its category.
@@ -76,6 +87,24 @@ AWS_CATEGORY = {
     "nationalId": "SSN",
 }
 TAG = re.compile(r"\[(EMAIL|PHONE|CARD|IBAN|NATIONAL_ID)\]")
+
+# The locales AWS Transcribe writes for a language (its `language_code`), where it has one; any
+# other language is written as its ISO 639-1 code.
+AWS_LOCALES = {
+    "af": "af-ZA", "ar": "ar-SA", "ca": "ca-ES", "cs": "cs-CZ", "cy": "cy-GB", "da": "da-DK",
+    "de": "de-DE", "el": "el-GR", "en": "en-US", "es": "es-ES", "eu": "eu-ES", "fa": "fa-IR",
+    "fi": "fi-FI", "fr": "fr-FR", "gl": "gl-ES", "he": "he-IL", "hi": "hi-IN", "hr": "hr-HR",
+    "hu": "hu-HU", "id": "id-ID", "is": "is-IS", "it": "it-IT", "ja": "ja-JP", "ko": "ko-KR",
+    "lt": "lt-LT", "lv": "lv-LV", "ms": "ms-MY", "nl": "nl-NL", "no": "no-NO", "pl": "pl-PL",
+    "pt": "pt-PT", "ro": "ro-RO", "ru": "ru-RU", "sk": "sk-SK", "sl": "sl-SI", "sr": "sr-RS",
+    "sv": "sv-SE", "sw": "sw-KE", "ta": "ta-IN", "te": "te-IN", "th": "th-TH", "tl": "tl-PH",
+    "tr": "tr-TR", "uk": "uk-UA", "vi": "vi-VN", "zh": "zh-CN",
+}  # fmt: skip
+
+
+def aws_locale(code: str) -> str:
+    """The language code AWS Transcribe writes for `code` (de → de-DE), else `code` itself."""
+    return AWS_LOCALES.get(code, code)
 
 
 def timestamp(seconds: float, separator: str) -> str:
@@ -126,7 +155,7 @@ def render(transcript: Transcript, fmt: Format | str) -> str:
         return _dump(aws_json(transcript, segments))
     if fmt in ("srt", "vtt"):
         rules = Rules.from_data(transcript.subtitles)
-        return write(cues(segments, rules, prefix=fmt == "srt"), fmt)
+        return write(cues(segments, rules, prefix=fmt == "srt"), "srt" if fmt == "srt" else "vtt")
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -190,7 +219,9 @@ def segment_json(transcript: Transcript, segments: list[Segment]) -> dict[str, A
         data["translation"] = {
             "language": "en",
             "text": english.text,
-            "segments": [{"start": t.start, "end": t.end, "text": t.text} for t in english.segments],
+            "segments": [
+                {"start": t.start, "end": t.end, "text": t.text} for t in english.segments
+            ],
         }
     return data
 
@@ -269,13 +300,15 @@ def _said(s: Segment) -> list[_Said]:
         confidence = s.confidence if s.confidence is not None else 1.0
         return [_Said(t.text, t.start, t.end, confidence, s.speaker, s.channel) for t in split(s)]
     out: list[_Said] = []
+    pieces = spaced(s)
     for w in s.words or []:
         text = w.text.strip()
         if not text:
             continue
         speaker, channel = w.speaker or s.speaker, w.channel or s.channel
         last = out[-1] if out else None
-        if last is not None and not w.redacted and not last.redacted and continues(last.text, text):
+        glue = last is not None and goes_on(last.text, w.text, pieces=pieces)
+        if last is not None and glue and not w.redacted and not last.redacted:
             out[-1] = _Said(
                 last.text + text,
                 last.start,

@@ -11,7 +11,7 @@ so a filled-in URL never escapes its prefix ('..' and '/' cannot come from a pla
 
 from __future__ import annotations
 
-from recall.resources import Format, Output, TranscriptionJob
+from recall.resources import Output, OutputFormat, TranscriptionJob
 
 PLACEHOLDERS = ("key", "job", "batch", "namespace", "format")
 
@@ -20,7 +20,7 @@ class OutputInvalid(ValueError):
     """The output URL has a placeholder this module does not know."""
 
 
-def output_url(output: Output, fmt: Format, job: TranscriptionJob) -> str:
+def output_url(output: Output, fmt: OutputFormat, job: TranscriptionJob) -> str:
     """The URL the `fmt` output of `job` is published to."""
     values = {
         "key": job.spec.item or job.name,

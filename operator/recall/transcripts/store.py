@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from recall.bucket import Bucket
 from recall.media.types import Chunk, Cutting, Media, Resume, Segment
-from recall.resources import AUTO, Format, Part, RedactSpec, TranscriptionJob
+from recall.resources import AUTO, OutputFormat, Part, RedactSpec, TranscriptionJob
 from recall.transcripts.assemble import assemble
 from recall.transcripts.formats import render
 from recall.transcripts.layout import (
@@ -354,7 +354,7 @@ class AttemptWriter:
         self,
         duration: float,
         engine: str,
-        formats: list[Format],
+        formats: list[OutputFormat],
         *,
         model: str | None = None,
         model_digest: str | None = None,
@@ -367,6 +367,9 @@ class AttemptWriter:
         segments = assemble(self.records)
         spec = self.job.spec
         detected = self.language
+        spoken = most_spoken(segments)  # languageScope segment: each segment has its own
+        if spoken is not None and (detected is None or detected[0] != spoken):
+            detected = (spoken, None)
         rules = subtitle_rules(self.job)
         transcript = Transcript(
             segments=segments,
@@ -429,6 +432,16 @@ class AttemptWriter:
                 found = Record.decode(raw) if raw is not None else record
             out.append(found)
         return out
+
+
+def most_spoken(segments: list[Segment]) -> str | None:
+    """The language of the most speech time among segments that carry one (segment scope), the
+    file's language; None when none does."""
+    seconds: dict[str, float] = {}
+    for s in segments:
+        if s.language:
+            seconds[s.language] = seconds.get(s.language, 0.0) + max(0.0, s.end - s.start)
+    return max(seconds, key=lambda k: seconds[k]) if seconds else None
 
 
 def labelled(segment: Segment, channel: str) -> Segment:

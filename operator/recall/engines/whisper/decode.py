@@ -37,17 +37,29 @@ Contract (one chunk a call, `batch_size` 1, and batches alike: `BatchedInference
 - `cancel` is checked between the pipeline's steps of `batch_size` windows; once set,
   `transcribe` returns fewer lists than chunks (the caller discards). The model call for one
   step is not interruptible.
+- Languages (`recall.engines.whisper.language`): under `languageScope: segment` (`per_segment`)
+  a chunk's speech is cut into the spans a language is decided for
+  (`recall.engines.languages.decision_spans`: 3 s of speech at least, a switch at a pause of
+  0.5 s) instead of 30 s windows; each span's language is detected on its own speech among the
+  job's options, it is decoded in that language, and its segments carry it. The windows of
+  one language are decoded in one pipeline call, each language in turn.
+- Translation (`translate`): every window is decoded a second time with Whisper's translate
+  task, in the window's language and without the prompt (text in the spoken language would
+  steer the English), with word timings; the English words go to the window's segments by
+  their times (`language.attach`): each segment carries the translation of its own speech.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from recall.base import log
+from recall.engines.languages import decision_spans
 from recall.engines.prompt import REPETITIVE, compression_ratio, prompt_of
+from recall.engines.whisper import language
 from recall.engines.whisper.align import Sounds, islands, segment_of, window_segments
 from recall.engines.whisper.windows import (
     LOST_SECONDS,
@@ -57,6 +69,7 @@ from recall.engines.whisper.windows import (
     inside,
     plan,
     unreached,
+    windows_of,
 )
 from recall.media.types import Chunk, Segment
 
@@ -80,6 +93,10 @@ class Decoding:
     beam_size: int = BEAM_SIZE
     batch_size: int = 1
     keep_words: bool = False
+    per_segment: bool = False  # languageScope segment: a language decided per span of speech
+    options: tuple[str, ...] = ()  # the languages a decision may pick (none: any)
+    translate: bool = False  # also decode every window with the translate task
+    task: str = "transcribe"
 
     @property
     def prompt(self) -> str | None:
@@ -91,27 +108,70 @@ def transcribe(
 ) -> list[list[Segment]]:
     """The segments of each of `chunks` from one pipeline call over their windows; fewer lists
     than chunks once `cancel` is set."""
-    speech, windows = plan(chunks, vad_filter)
+    group = (lambda s: decision_spans(s, RATE)) if d.per_segment else windows_of
+    speech, windows = plan(chunks, vad_filter, group)
     out: list[list[Segment]] = [[] for _ in chunks]
     if not windows:
         return out  # no speech in the call: no model time
     prompt = d.prompt
-    results = decoded(d, chunks, windows, prompt)
+    each = [d] * len(windows)
+    if d.per_segment:  # each span decided on its own speech
+        for i, w in enumerate(windows):
+            said = language.detect(d.model, chunks[w.chunk].audio[w.first : w.end], d.options)
+            if said is not None:
+                each[i] = replace(d, language=said.language)
+    results = in_languages(each, chunks, windows, prompt)
+    english = in_languages([replace(x, task="translate") for x in each], chunks, windows, None)
     sounds: dict[int, Sounds] = {}
-    for window in windows:
+    for i, window in enumerate(windows):
         if cancel.is_set():  # before the next step: a cancelled call starts no more
             return out[: window.chunk]
         raw = next(results)  # one segment per window, in order
         shift = window.shift
         if prompt and speech[window.chunk]:
-            raw, shift = reaching(d, chunks, window, raw, speech[window.chunk], cancel)
+            raw, shift = reaching(each[i], chunks, window, raw, speech[window.chunk], cancel)
         chunk = chunks[window.chunk]
         if window.chunk not in sounds:
             sounds[window.chunk] = islands(chunk.audio)
-        out[window.chunk] += window_result(
-            d, chunk, window, raw, shift, out[window.chunk], sounds[window.chunk], cancel
+        found = window_result(
+            each[i], chunk, window, raw, shift, out[window.chunk], sounds[window.chunk], cancel
         )
+        if d.per_segment:
+            found = [s.model_copy(update={"language": each[i].language}) for s in found]
+        if d.translate and found:
+            found = language.attach(found, translation(next(english), window))
+        elif d.translate:
+            next(english)
+        out[window.chunk] += found
     return out
+
+
+def in_languages(
+    each: list[Decoding], chunks: list[Chunk], windows: list[Window], prompt: str | None
+) -> Iterator[Any]:
+    """faster-whisper's one segment for each of `windows`, in order, each decoded as its own
+    `Decoding` says: lazily in one pipeline call when they share it (one language, one task),
+    else one call a language, the answers put back in the windows' order. Nothing is decoded
+    for a translation that is not asked for (`translate` off: nothing is yielded)."""
+    if each[0].task == "translate" and not each[0].translate:
+        return iter(())
+    if all(x == each[0] for x in each):
+        return decoded(each[0], chunks, windows, prompt)  # type: ignore[no-any-return]
+    answers: dict[int, Any] = {}
+    for d in dict.fromkeys(each):
+        mine = [i for i, x in enumerate(each) if x == d]
+        found = decoded(d, chunks, [windows[i] for i in mine], prompt)
+        answers.update(zip(mine, found, strict=True))
+    return (answers[i] for i in range(len(windows)))
+
+
+def translation(raw: Any, window: Window) -> list[tuple[float, float, str]]:
+    """The translated words of one window (`raw`, the translate task's answer), timed in the
+    window's chunk; the whole text over the window when the model aligned no word."""
+    if raw.words:
+        return [(w.start + window.shift, w.end + window.shift, w.word) for w in raw.words]
+    text = raw.text.strip()
+    return [(window.first / RATE, window.end / RATE, text)] if text else []
 
 
 def window_result(
@@ -152,6 +212,7 @@ def decoded(d: Decoding, chunks: list[Chunk], windows: list[Window], prompt: str
     generated, _info = BatchedInferencePipeline(d.model).transcribe(  # its state is per call
         audio,
         language=d.language,
+        task=d.task,
         beam_size=d.beam_size,
         temperature=0.0,  # the pipeline takes the first temperature only
         initial_prompt=prompt,

@@ -8,7 +8,9 @@ Contract:
   model ran with, as CTranslate2 reports it, for the result. `threads` 0 means every CPU the
   process may use (`model.available_cpus`).
 - The model is the job's `spec.engine.model`, else the worker's (`settings.whisper_model`),
-  else the bundled tiny.en. It may be "tiny.en", a URL in a store (`s3://models/small/`:
+  else the bundled tiny.en. It may be "tiny.en", "base" (the multilingual base model of the
+  `recall[multilingual]` extra and the multilingual image, joined from its packages into the
+  node's cache, `recall.engines.models.PACKAGED`), a URL in a store (`s3://models/small/`:
   fetched once, digest-checked and cached on the node by `recall.engines.models.ModelCache`)
   or a directory on a volume; any other name fails the job with `ModelNotFound`. It is loaded
   at a job's first chunk (`model.load_model`, shared by the process); `preload()` loads the
@@ -21,9 +23,12 @@ Contract:
   digest for the result.
 - Language: a language the model cannot transcribe raises `UnsupportedLanguage` (permanent:
   an English-only model does not silently transcribe French as English). `detect_language`
-  detects the language of a chunk with speech (on a multilingual model; `auto` on an
-  English-only model raises `LanguageDetectionUnsupported`, naming the model, and an empty
-  language on one answers English without a probability: nothing was detected).
+  detects the language of a chunk's speech, among the job's `languageOptions`
+  (`recall.engines.whisper.language.detect`), on a multilingual model; an empty language on an
+  English-only model answers English without a probability (nothing was detected), and what
+  only a multilingual model can do (auto, options, segment scope, translation) fails the job
+  permanently, naming the model (`language.require`). Segment scope and translation are the
+  decoding's (`decode`).
 - `transcribe(request)` is `transcribe_batch` of its one chunk. Both return each chunk's
   non-empty segments with times relative to the chunk, clamped to [0, chunk.duration] (the
   windows: `windows`; the decoding: `decode`; the words: `align`). They check `cancel` before
@@ -42,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from recall.engines.base import Detected, TranscribeRequest, primary_language
 from recall.engines.device import place
 from recall.engines.models import (
+    PACKAGED,
     LocalModel,
     ModelCache,
     ModelStoreMissing,
@@ -50,7 +56,7 @@ from recall.engines.models import (
     local_directory,
 )
 from recall.engines.prompt import hotwords
-from recall.engines.whisper import decode
+from recall.engines.whisper import decode, language
 from recall.engines.whisper.decode import BEAM_SIZE, Decoding
 from recall.engines.whisper.model import (
     BUNDLED,
@@ -162,15 +168,18 @@ class WhisperEngine:
     def _local(self, name: str | None, cancel: threading.Event | None) -> LocalModel:
         if not name or name == BUNDLED:
             return bundled_local(self.models)
+        if name in PACKAGED:
+            return self.models.packaged(PACKAGED[name], cancel)
         if is_store_url(name):
             return self.models.resolve(name, cancel)
         directory = local_directory(name)
         if directory is None:
             raise JobFailure(
                 "ModelNotFound",
-                f"model {name!r} is neither the bundled {BUNDLED}, a store URL (s3://, gs://, "
-                "az://) nor a directory: workers download no model from the internet; upload "
-                "it to a store with its SHA256SUMS and name its URL",
+                f"model {name!r} is neither the bundled {BUNDLED}, a packaged model "
+                f"({', '.join(PACKAGED)}), a store URL (s3://, gs://, az://) nor a directory: "
+                "workers download no model from the internet; upload it to a store with its "
+                "SHA256SUMS and name its URL",
                 permanent=True,
             )
         return self.models.local(directory, name)
@@ -199,26 +208,12 @@ class WhisperEngine:
         contract)."""
         job, chunk, cancel = request.job, request.chunk, request.cancel
         model, label = self._loaded(job, cancel)
-        if not model.model.is_multilingual and job.spec.language != AUTO:
-            return Detected("en", None)  # the model's own language, not detected: no probability
+        language.require(model, label, job)
         if not model.model.is_multilingual:
-            raise JobFailure(
-                "LanguageDetectionUnsupported",
-                f"model {label} is English-only: it cannot detect the language "
-                f"(spec.language {job.spec.language or AUTO!r}); set spec.language, or name "
-                "a multilingual model",
-                permanent=True,
-            )
-        if cancel.is_set() or chunk.audio is None or len(chunk.audio) == 0:
+            return Detected("en", None)  # the model's own language, not detected: no probability
+        if cancel.is_set():
             return None
-        from faster_whisper.vad import get_speech_timestamps
-
-        if self.vad_filter and not get_speech_timestamps(chunk.audio):
-            return None
-        language, probability, _ = model.detect_language(
-            audio=chunk.audio, vad_filter=self.vad_filter
-        )
-        return Detected(str(language), float(probability))
+        return language.detect(model, chunk.audio, job.spec.language_options)
 
     def _language_for(self, model: Any, label: str, request: TranscribeRequest) -> str | None:
         """The language code to decode in (None: the model detects it), or the permanent
@@ -251,6 +246,7 @@ class WhisperEngine:
         if request.cancel.is_set() or not request.chunks:
             return []
         model, label = self._loaded(request.job, request.cancel)
+        language.require(model, label, request.job)
         decoding = Decoding(
             model=model,
             language=self._language_for(model, label, request),
@@ -259,5 +255,8 @@ class WhisperEngine:
             beam_size=self.beam_size,
             batch_size=self.batch_size,
             keep_words=wants_words(request.job),
+            per_segment=language.per_segment(request.job),
+            options=tuple(request.job.spec.language_options or ()),
+            translate=language.translates(request.job),
         )
         return decode.transcribe(decoding, list(request.chunks), self.vad_filter, request.cancel)

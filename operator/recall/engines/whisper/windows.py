@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from recall.media.types import Chunk
 
 RATE = 16_000
@@ -86,15 +88,21 @@ def speech_windows(audio: Any, vad_filter: bool = True) -> list[Span]:
     return windows_of(speech_of(audio))
 
 
-def plan(chunks: list[Chunk], vad_filter: bool) -> tuple[list[list[Span]], list[Window]]:
+def plan(
+    chunks: list[Chunk],
+    vad_filter: bool,
+    group: Callable[[list[Span]], list[Span]] | None = None,
+) -> tuple[list[list[Span]], list[Window]]:
     """Each chunk's stretches of speech (none without the VAD) and the call's windows, laid
-    end to end in the order of the chunks."""
+    end to end in the order of the chunks; `group` makes a chunk's windows of its speech
+    (`windows_of` by default; segment scope decides a language per span of it)."""
+    group = group or windows_of
     speech: list[list[Span]] = []
     windows: list[Window] = []
     at = 0
     for k, chunk in enumerate(chunks):
         speech.append(speech_of(chunk.audio) if vad_filter else [])
-        spans = windows_of(speech[k]) if vad_filter else speech_windows(chunk.audio, False)
+        spans = group(speech[k]) if vad_filter else speech_windows(chunk.audio, False)
         for first, end in spans:
             windows.append(Window(k, first, end, at))
             # The next window starts on a 10 ms frame: the pipeline times words from the

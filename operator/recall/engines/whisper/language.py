@@ -1,0 +1,120 @@
+"""Languages on the Whisper model: what a job may ask of it, the language of speech among the
+allowed ones, and the English translation of a window.
+
+Contract:
+- `require(model, label, job)`: a job that asks of an English-only model what only a
+  multilingual one does fails permanently before anything is decoded, naming the model:
+  `language: auto`, `languageOptions` or `languageScope: segment` with
+  `LanguageDetectionUnsupported`, `transcript.translate` with `TranslationUnsupported`. (An
+  empty language on an English-only model is English, not detected.)
+- `detect(model, audio, options)`: the language of the speech in `audio` (its stretches of
+  speech, `windows.speech_of`, put together, at most 30 s of them: never a silent window),
+  the most likely among `options` (all of the model's languages when there are none), with the
+  model's own probability for it (`recall.engines.languages.choose`); None when `audio` holds
+  no speech.
+- `attach(segments, words)`: a window's translation (the words of the translate task, timed by
+  the model's alignment) given to its segments: each word to the segment its middle falls in
+  (the nearest one when it falls between two), so each segment carries the English of its own
+  speech and keeps its own times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from recall.engines.base import Detected
+from recall.engines.languages import choose
+from recall.engines.whisper.windows import RATE, WINDOW_SECONDS, speech_of
+from recall.media.types import Segment
+from recall.resources import AUTO
+from recall.resources.errors import JobFailure
+
+if TYPE_CHECKING:
+    from recall.resources import TranscriptionJob
+
+
+def asks_detection(job: TranscriptionJob) -> bool:
+    """Whether `job` asks to detect its language: auto, options or segment scope."""
+    spec = job.spec
+    return spec.language == AUTO or bool(spec.language_options) or spec.language_scope == "segment"
+
+
+def translates(job: TranscriptionJob) -> bool:
+    t = job.spec.transcript
+    return t is not None and t.translate == "en"
+
+
+def per_segment(job: TranscriptionJob) -> bool:
+    return job.spec.language_scope == "segment"
+
+
+def require(model: Any, label: str, job: TranscriptionJob) -> None:
+    """Refuse, permanently and naming the model, what an English-only model cannot do."""
+    if model.model.is_multilingual:
+        return
+    spec = job.spec
+    if asks_detection(job):
+        asked = [
+            f"spec.language {spec.language!r}" if spec.language == AUTO else "",
+            "spec.languageOptions" if spec.language_options else "",
+            "spec.languageScope segment" if spec.language_scope == "segment" else "",
+        ]
+        raise JobFailure(
+            "LanguageDetectionUnsupported",
+            f"model {label} is English-only: it cannot detect the language "
+            f"({', '.join(a for a in asked if a)}); set spec.language, or name a multilingual "
+            "model (base: the recall[multilingual] extra, the multilingual image)",
+            permanent=True,
+        )
+    if translates(job):
+        raise JobFailure(
+            "TranslationUnsupported",
+            f"model {label} is English-only: it cannot translate into English "
+            "(spec.transcript.translate); name a multilingual model (base: the "
+            "recall[multilingual] extra, the multilingual image)",
+            permanent=True,
+        )
+
+
+def speech(audio: Any) -> Any:
+    """The stretches of speech in `audio` put together, at most one window of them."""
+    import numpy as np
+
+    stretches = speech_of(audio)
+    if not stretches:
+        return None
+    joined = np.concatenate([audio[a:b] for a, b in stretches])
+    return joined[: WINDOW_SECONDS * RATE]
+
+
+def detect(model: Any, audio: Any, options: Sequence[str] | None) -> Detected | None:
+    """The language of the speech in `audio` among `options` (see the module contract)."""
+    if audio is None or len(audio) == 0:
+        return None
+    said = speech(audio)
+    if said is None:
+        return None
+    _language, _probability, probabilities = model.detect_language(audio=said)
+    language, probability = choose(probabilities, options)
+    return Detected(language, probability)
+
+
+def attach(segments: list[Segment], words: list[tuple[float, float, str]]) -> list[Segment]:
+    """`segments` (one window's, times in the chunk) each with the translated words whose
+    middle falls in it, or nearest to it (see the module contract)."""
+    if not segments:
+        return segments
+    given: list[list[str]] = [[] for _ in segments]
+    for start, end, word in words:
+        middle = (start + end) / 2
+        best = min(
+            range(len(segments)),
+            key=lambda i: max(segments[i].start - middle, middle - segments[i].end, 0.0),
+        )
+        given[best].append(word)
+    out = []
+    for s, mine in zip(segments, given, strict=True):
+        text = "".join(mine).strip()
+        out.append(s.model_copy(update={"translation": text or None}))
+    return out
