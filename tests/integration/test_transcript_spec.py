@@ -64,11 +64,11 @@ GOOD = [
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
     ("min-over-max", {"speakers": {"min": 4, "max": 2}}, "speakers.min must not be greater"),
-    ("count-zero", {"speakers": {"count": 0}}, "spec.transcript.speakers.count"),
+    ("count-zero", {"speakers": {"count": 0}}, "transcript.speakers.count"),
     ("count-too-many", {"speakers": {"count": MAX_SPEAKERS + 1}}, "speakers.count"),
     ("max-too-many", {"speakers": {"max": MAX_SPEAKERS + 1}}, "speakers.max"),
     ("count-and-min", {"speakers": {"count": 2, "min": 1}}, "speakers.count cannot be given"),
-    ("channels-unknown", {"channels": "stereo"}, "spec.transcript.channels"),
+    ("channels-unknown", {"channels": "stereo"}, "transcript.channels"),
     ("redact-unknown-type", {"redact": {"types": ["email", "passport"]}}, "redact.types"),
     ("redact-no-types", {"redact": {"audio": True}}, "redact.types"),
     ("redact-empty-types", {"redact": {"types": []}}, "redact.types"),
