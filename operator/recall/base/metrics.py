@@ -136,6 +136,26 @@ SCALING_REASON = Gauge(
 )
 SCALINGS = Counter("recall_scalings_total", "Scale writes to the worker Deployment.", ["direction"])
 DRAINS = Counter("recall_drains_total", "Drain requests to idle workers, by outcome.", ["outcome"])
+NOTIFY_DELIVERIES = Counter(
+    "recall_notify_deliveries_total",
+    "Event deliveries to sinks by outcome (delivered, unavailable, refused, given_up).",
+    ["outcome"],
+)
+NOTIFY_PENDING = Gauge("recall_notify_pending", "Events owed and not settled yet (the leader).")
+# What each team used (docs/notify.md#usage): every attempt counts, failed and abandoned ones
+# too; a file split into channels counts each channel's seconds.
+AUDIO_SECONDS = Counter(
+    "recall_audio_seconds_total",
+    "Seconds of audio transcribed (each channel of a split file counted), by namespace, pool "
+    "and engine.",
+    ["namespace", "pool", "engine"],
+)
+ENGINE_SECONDS = Counter(
+    "recall_engine_seconds_total",
+    "Wall seconds workers spent on attempts (failed and abandoned ones included), by "
+    "namespace, pool and engine.",
+    ["namespace", "pool", "engine"],
+)
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:

@@ -300,6 +300,11 @@ class BlobStore(Protocol):
 
     def list_config_maps(self, namespace: str, labels: str) -> list[ConfigMapData]: ...
 
+    def get_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        """A Secret's data (decoded), None when it does not exist. The operator reads only the
+        keys of its event sinks (recall.operator.notify)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Scale:

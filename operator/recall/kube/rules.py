@@ -169,11 +169,23 @@ def _publish_only(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return rest == {k: v for k, v in old.items() if k != "published"}
 
 
+def _notify_only(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """The operator's record of a final job's event: status.notified and conditions only."""
+    if new.get("notified") is None:
+        return False
+    keep = ("notified", "conditions")
+    return {k: v for k, v in new.items() if k not in keep} == {
+        k: v for k, v in old.items() if k not in keep
+    }
+
+
 def job_status_rules(old: dict[str, Any], new: dict[str, Any], spec: dict[str, Any]) -> list[str]:
     """Messages of the TranscriptionJob status rules the change `old` → `new` breaks."""
     change = Change(old, new, spec)
     if change.old_phase in TERMINAL and new != old:
         if change.old_phase == "Succeeded" and _publish_only(old, new):
+            return []
+        if change.old_phase in ("Succeeded", "Failed") and _notify_only(old, new):
             return []
         return [f"a {change.old_phase} job is final: its status never changes"]
     return [message for rule in RULES for message in rule(change)]

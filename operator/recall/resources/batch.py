@@ -12,8 +12,10 @@ from recall.resources.common import Condition, Model, Resource, is_true
 from recall.resources.job import (
     EngineSpec,
     LanguageScope,
+    Notified,
     Output,
     Phase,
+    Sink,
     Source,
     TranscriptSpec,
 )
@@ -81,6 +83,7 @@ class BatchSpec(Model):
     defaults: JobDefaults = Field(default_factory=JobDefaults)
     ttl_seconds_after_finished: int | None = None
     suspend: bool = False
+    notify: list[Sink] | None = None
 
 
 class Counts(Model):
@@ -110,6 +113,21 @@ class Attention(Model):
     message: str | None = None
 
 
+class NotifiedItems(Model):
+    """The item events of a Batch as counts and compressed index ranges."""
+
+    delivered: int = 0
+    given_up: int = 0
+    pending: int = 0
+    given_up_indexes: str | None = None
+
+
+class BatchNotified(Notified):
+    """The Batch's own event (`dev.recall.batch.completed`) and its items' events."""
+
+    items: NotifiedItems | None = None
+
+
 class BatchStatus(Model):
     operator_term: int | None = None
     observed_generation: int | None = None
@@ -128,6 +146,7 @@ class BatchStatus(Model):
     failures: int | None = None
     heals: int | None = None
     languages: dict[str, int] | None = None
+    notified: BatchNotified | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
     @property

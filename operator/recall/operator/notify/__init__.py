@@ -1,0 +1,11 @@
+"""Events out (DESIGN §4e): signed CloudEvents to a team's sinks, at least once, never lost.
+
+- `events`: the event types, their stable ids and their data (pure; no transcript text);
+- `sign`: the `Recall-Signature` header (HMAC-SHA256 over a timestamp and the body), and the
+  receivers' check;
+- `send`: one HTTP POST that follows no redirects and refuses loopback, link-local and
+  metadata addresses unless allowed, checked on the address it connects to (DNS rebinding);
+- `settings`: `NotifySettings` (`RECALL_NOTIFY_*`): the cluster-wide default sinks, the
+  allow-list, backoff, the bound on events in flight per sink;
+- `notifier`: `Notifier`, the leader's delivery loop and the records it keeps in status.
+"""

@@ -1,0 +1,127 @@
+"""A CloudEvents sink on 127.0.0.1 that verifies every request's signature, for the tests.
+
+    receiver = Receiver([b"key"])
+    url = receiver.start()          # up; .stop() takes it down (connections refused), .start()
+    receiver.mode = "refuse"        # ok | refuse (400) | unavailable (503) | slow | redirect
+    receiver.received               # every request: its event id and type, signed or not
+
+The check is the one docs/notify.md gives receivers, written here from the document (not
+imported from the operator), so a test of the operator is also a test of the document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+TOLERANCE = 300
+
+
+def verify(header: str, body: bytes, keys: list[bytes], now: float) -> bool:
+    """docs/notify.md's receiver check: a fresh `t` and one `v1` that matches a key."""
+    parts = [p.split("=", 1) for p in header.split(",") if "=" in p]
+    stamps = [v for k, v in parts if k == "t"]
+    if len(stamps) != 1 or abs(now - int(stamps[0])) > TOLERANCE:
+        return False
+    signed = stamps[0].encode() + b"." + body
+    expected = [hmac.new(k, signed, hashlib.sha256).hexdigest() for k in keys]
+    return any(hmac.compare_digest(v, e) for k, v in parts if k == "v1" for e in expected)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: str | None
+    type: str | None
+    signed: bool  # the signature verified
+    content_type: str
+    data: dict[str, Any]
+    status: int  # what the receiver answered
+
+
+class Receiver:
+    def __init__(
+        self, keys: list[bytes], now: Callable[[], float] = time.time, slow: float = 0.3
+    ) -> None:
+        self.keys = keys
+        self.now = now
+        self.slow = slow
+        self.mode = "ok"
+        self.received: list[Delivery] = []
+        self.port = 0
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/events"
+
+    def start(self) -> str:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                receiver._take(self, body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _take(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        signed = verify(handler.headers.get("Recall-Signature") or "", body, self.keys, self.now())
+        try:
+            event = json.loads(body)
+        except ValueError:
+            event = {}
+        mode = self.mode
+        if mode == "slow":
+            time.sleep(self.slow)
+        status = {"refuse": 400, "unavailable": 503, "redirect": 307}.get(mode, 200)
+        if not signed:
+            status = 401
+        with self._lock:
+            self.received.append(
+                Delivery(
+                    event.get("id"),
+                    event.get("type"),
+                    signed,
+                    handler.headers.get("Content-Type") or "",
+                    event.get("data") or {},
+                    status,
+                )
+            )
+        handler.send_response(status)
+        if status == 307:
+            handler.send_header("Location", "http://169.254.169.254/latest/meta-data/")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    def accepted(self) -> list[Delivery]:
+        with self._lock:
+            return [d for d in self.received if d.status == 200]
+
+    def all(self) -> list[Delivery]:
+        with self._lock:
+            return list(self.received)
