@@ -194,7 +194,7 @@ class ControllerThread:
 
         from recall.base.settings import OperatorSettings
         from recall.kube.informer import Informer, Jobs, Leases
-        from recall.operator.controller import Controller
+        from recall.operator.runtime.wiring import wire
         from recall.protocol.workers import SELECTOR
 
         settings = OperatorSettings(
@@ -202,7 +202,7 @@ class ControllerThread:
         )
         self.kube = kube
         self.namespace = namespace
-        self.controller = Controller(kube, settings, results=results)
+        self.controller = wire(kube, settings, results=results)
         self.controller.leading.set()
         self.informer = Informer(Jobs(kube, namespace), self.controller.cache)
         self.registrations = Informer(

@@ -16,7 +16,7 @@ from recall.base.settings import OperatorSettings, StoreSettings, WorkerSettings
 from recall.bucket import Bucket, Stores
 from recall.engines.simulated import SimulatedEngine
 from recall.kube.memory import MemoryStore
-from recall.operator.controller import Controller
+from recall.operator.runtime.wiring import wire
 from recall.protocol.workers import SELECTOR
 from recall.resources import API_VERSION, Part, Result
 from recall.worker.holder import LeaseHolder
@@ -66,7 +66,7 @@ class Operator:
         self.store = store
         self.clock = clock
         self.results = results or memory_bucket()
-        self.controller = Controller(
+        self.controller = wire(
             store,
             OperatorSettings(namespace=NS, **settings),
             results=self.results,

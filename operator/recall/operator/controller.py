@@ -1,6 +1,6 @@
 """The operator's controller: one loop that reclaims, reconciles and projects.
 
-    controller = Controller(store, settings)
+    controller = wire(store, settings, results=bucket)   # recall.operator.runtime.wiring
     controller.run_once()     # what one tick does; tests call it directly
     controller.run(stop)      # the loop: run_once, then sleep until the next lease expiry or tick
 
@@ -29,22 +29,21 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import OperatorSettings
-from recall.bucket import Bucket, Stores
 from recall.kube import ObjectRef, Store, StoreError
 from recall.operator.dispatch import Capacity, ReadyQueue, free_slots
 from recall.operator.peers.registry import Registry
 from recall.operator.reconcile.apply import CREATE_SECONDS, Applier, Report
-from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord
+from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord, KnownBatches
 from recall.operator.reconcile.items import Item, ItemsInvalid, resolve
 from recall.operator.reconcile.plan import plan_batch, plan_jobs
 from recall.operator.results.publish import Results
-from recall.operator.results.retention import expire_finished
+from recall.operator.results.retention import expire_finished, never
 from recall.protocol.observer import next_expiry
 from recall.resources import LABEL_BATCH, Batch, Counts, ItemPhase, Phase, label_value
 
@@ -67,44 +66,63 @@ def projection_interval(items: int, settings: OperatorSettings) -> float:
     return max(settings.tick_seconds, items / 50_000)
 
 
+class Signals:
+    """The controller's wake-ups: made by the wiring, rung by the peers that see a change."""
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()  # run the loop now
+        self.dispatch_due = threading.Event()  # and offer work first
+
+    def dispatch(self) -> None:
+        """A job or a worker changed: someone may have become idle, or work ready."""
+        self.dispatch_due.set()
+        self.wake.set()
+
+
+@dataclass(frozen=True)
+class Peers:
+    """What the controller acts through, each made once and handed to everyone that needs it
+    by the runtime's wiring (`recall.operator.runtime.wiring.wire`)."""
+
+    cache: JobCache  # every job, as compact records (the informer feeds it)
+    ready: ReadyQueue  # claimable jobs, for offers
+    registry: Registry  # live workers
+    results: Results  # publishing and the store's garbage, on its own thread
+    applier: Applier  # the only writer of the controller's decisions
+    batches: KnownBatches  # the Batches kopf delivered
+    signals: Signals
+    # Whether a finished Batch's TTL waits (its events are not settled: notify.notifier.holds)
+    held: Callable[[Batch], bool] = never
+
+
 class Controller:
     def __init__(
         self,
         store: Store,
         settings: OperatorSettings,
+        peers: Peers,
         *,
-        results: Bucket,
-        stores: Stores | None = None,
-        leading: threading.Event | None = None,
+        leading: threading.Event,
         clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
-        self.cache = JobCache(clock, wake=self.wake_dispatch)
-        self.ready = ReadyQueue(clock, ahead_seconds=settings.offer_ahead_seconds)
-        self.cache.listeners.append(self.ready.update)
-        self.registry = Registry(clock, wake=self.wake_dispatch)
+        self.cache = peers.cache
+        self.ready = peers.ready
+        self.registry = peers.registry
+        self.results = peers.results
+        self.applier = peers.applier
+        self.held = peers.held
         # Set while this replica leads (the elector's event, shared by every loop that acts).
-        self.leading = leading if leading is not None else threading.Event()
-        self.results = Results(
-            store,
-            results,
-            stores or results.stores,
-            self.cache,
-            leading=self.leading,
-            batches=self.batches,
-            clock=clock,
-            sweep_seconds=settings.sweep_seconds,
-        )
-        self.applier = Applier(store, storage=self.results.storage_error, clock=clock)
-        self._batches: dict[BatchKey, Batch] = {}
+        self.leading = leading
+        self._batches = peers.batches
         self._resolved: dict[BatchKey, Resolved] = {}
         self._last_full: dict[BatchKey, float] = {}
         self._last_projection: dict[BatchKey, float] = {}
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._dispatch_due = threading.Event()
+        self._wake = peers.signals.wake
+        self._dispatch_due = peers.signals.dispatch_due
         self._last_tick = float("-inf")
         self._was_leading = False
         self._create_until = float("inf")
@@ -118,8 +136,7 @@ class Controller:
     def put_batch(self, batch: Batch) -> None:
         """A Batch as kopf saw it (created, changed, or listed)."""
         with self._lock:
-            old = self._batches.get(batch.key)
-            self._batches[batch.key] = batch
+            old = self._batches.put(batch)
             foreign = self.applier.observe(batch)
             if foreign or old is None or old.metadata.generation != batch.metadata.generation:
                 self._last_full.pop(batch.key, None)  # reconcile it fully at the next tick
@@ -127,7 +144,7 @@ class Controller:
 
     def forget_batch(self, key: BatchKey) -> None:
         with self._lock:
-            self._batches.pop(key, None)
+            self._batches.pop(key)
             self._resolved.pop(key, None)
             self._last_full.pop(key, None)
             self._last_projection.pop(key, None)
@@ -139,7 +156,7 @@ class Controller:
 
     def batches(self) -> dict[BatchKey, Batch]:
         with self._lock:
-            return dict(self._batches)
+            return self._batches.snapshot()
 
     def wake_dispatch(self) -> None:
         """A job or a worker changed: someone may have become idle, or work ready."""
@@ -203,7 +220,7 @@ class Controller:
         dirty = self.cache.marks.dirty()
         watched: defaultdict[BatchKey | None, list[JobRecord]] = defaultdict(list)
         with self._lock:
-            batches = dict(self._batches)
+            batches = self._batches.snapshot()
         for r in self.cache.watched():
             covered = r.batch_key in batches and r.index is not None
             watched[r.batch_key if covered else None].append(r)
@@ -321,7 +338,7 @@ class Controller:
     def expire_finished(self, batches: dict[BatchKey, Batch]) -> int:
         """Delete the jobs of Batches finished `ttlSecondsAfterFinished` ago (`retention`)."""
         return expire_finished(
-            self.store, self.cache, self.applier.event, batches, self.clock.now()
+            self.store, self.cache, self.applier.event, batches, self.clock.now(), self.held
         )
 
     def _size_hint(self, batch: Batch) -> float:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from recall.base.clock import Clock

@@ -25,7 +25,7 @@ from typing import Any
 from recall.base.clock import Clock
 from recall.kube import RawObject
 from recall.protocol.observer import JobKey, LeaseObserver, Observation
-from recall.resources import DEFAULT_POOL, LABEL_INDEX, LABEL_SUSPENDED, Lease, Part, Phase
+from recall.resources import DEFAULT_POOL, LABEL_INDEX, LABEL_SUSPENDED, Batch, Lease, Part, Phase
 
 BatchKey = tuple[str, str]  # (namespace, batch name)
 
@@ -220,6 +220,34 @@ def needs_watching(record: JobRecord) -> bool:
         return False
     free = min(record.releases, record.max_releases)
     return record.backoff_seconds is not None or record.attempts >= record.max_attempts + free
+
+
+class KnownBatches:
+    """The Batches as kopf delivered them, by key: written by the controller, read by the
+    results loop (which Batch an item or a result belongs to). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._batches: dict[BatchKey, Batch] = {}
+        self._lock = threading.Lock()
+
+    def put(self, batch: Batch) -> Batch | None:
+        """Keep `batch`; the copy it replaces, if any."""
+        with self._lock:
+            old = self._batches.get(batch.key)
+            self._batches[batch.key] = batch
+            return old
+
+    def pop(self, key: BatchKey) -> None:
+        with self._lock:
+            self._batches.pop(key, None)
+
+    def __bool__(self) -> bool:
+        with self._lock:
+            return bool(self._batches)
+
+    def snapshot(self) -> dict[BatchKey, Batch]:
+        with self._lock:
+            return dict(self._batches)
 
 
 class JobCache:

@@ -31,17 +31,23 @@ def expired(batch: Batch, now: dt.datetime) -> bool:
     return (now - done).total_seconds() >= ttl
 
 
+def never(_batch: Batch) -> bool:
+    return False
+
+
 def expire_finished(
     store: Store,
     cache: JobCache,
     event: Event,
     batches: dict[BatchKey, Batch],
     now: dt.datetime,
+    held: Callable[[Batch], bool] = never,
 ) -> int:
-    """Delete the jobs of every expired Batch that still has some; how many Batches."""
+    """Delete the jobs of every expired Batch that still has some and that `held` does not
+    hold (its events not settled yet: `recall.operator.notify.notifier.holds`); how many."""
     count = 0
     for key, batch in batches.items():
-        if not expired(batch, now) or not cache.has_batch(key):
+        if not expired(batch, now) or not cache.has_batch(key) or held(batch):
             continue
         try:
             store.delete_jobs(batch.namespace, f"{LABEL_BATCH}={label_value(batch.name)}")

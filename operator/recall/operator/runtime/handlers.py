@@ -19,6 +19,7 @@ kopf runs in every replica (standalone); only the elected leader's controller ac
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -32,10 +33,13 @@ from recall.base.settings import OperatorSettings
 from recall.bucket import Stores
 from recall.kube import Store
 from recall.kube.informer import Informer, Jobs, Leases
-from recall.operator.controller import Controller
+from recall.operator.notify.notifier import Notifier, holds
+from recall.operator.notify.settings import NotifySettings
 from recall.operator.peers.leader import LeaderElector
 from recall.operator.runtime import readiness
+from recall.operator.runtime.wiring import wire
 from recall.operator.scaling.service import Autoscaling
+from recall.operator.scaling.workload import Workload
 from recall.protocol.workers import SELECTOR
 from recall.resources import BATCH_PLURAL, GROUP, VERSION, Batch
 
@@ -64,12 +68,27 @@ class Runtime:
             )
         # One leadership for every loop: the controller's, the results', the autoscaler's.
         leading = self.elector.leading if self.elector is not None else threading.Event()
-        self.controller = Controller(
-            store, settings, results=stores.results(), stores=stores, leading=leading
+        notify = NotifySettings()
+        self.controller = wire(
+            store,
+            settings,
+            results=stores.results(),
+            stores=stores,
+            leading=leading,
+            leadership=self.elector,
+            clock=clock,
+            held=functools.partial(holds, defaults=notify.default_sinks),
         )
-        if self.elector is not None:
-            self.controller.applier.leadership = self.elector
-        else:
+        # Events out, on their own thread: a sink never holds the controller or a job.
+        self.notifier = Notifier(
+            store,
+            self.controller.cache,
+            leading=leading,
+            batches=self.controller.batches,
+            settings=notify,
+            clock=clock,
+        )
+        if self.elector is None:
             leading.set()
         self.informer = Informer(
             Jobs(store, settings.namespace), self.controller.cache, name="job-informer"
@@ -80,8 +99,17 @@ class Runtime:
             name="registrations",
         )
         self.threads: list[threading.Thread] = []
+        workload = Workload()
+        self.controller.cache.listeners.append(workload.update)
         self.autoscaling = Autoscaling(
-            store, settings, self.controller, jobs=self.informer, registrations=self.registrations
+            store,
+            settings,
+            workload,
+            self.controller.registry,
+            self.controller.ready.busy,
+            self.elector,
+            jobs=self.informer,
+            registrations=self.registrations,
         )
 
     def start(self) -> None:
@@ -93,6 +121,7 @@ class Runtime:
         self._spawn("controller", self.controller.run)
         self.autoscaling.start(self._spawn)
         self._spawn("results", self.controller.results.run)
+        self._spawn("notify", self.notifier.run)
         self._spawn("leader-gauge", self._gauge)
         readiness.serve(self.settings.health_port, self.ready)
 
@@ -121,6 +150,7 @@ class Runtime:
         self.autoscaling.stop()
         self.controller.wake()
         self.controller.results.wake()
+        self.notifier.wake()
         deadline = self.clock.monotonic() + 10  # one deadline for the writers: 10 s at most
         for thread in self.threads:
             thread.join(timeout=max(0.0, deadline - self.clock.monotonic()))
@@ -220,5 +250,9 @@ def register(
         if not runtime.controller.leading.is_set():
             raise kopf.TemporaryError("not the leader; the leading replica handles it", delay=5)
         batch = Batch.from_api(dict(body))
+        if runtime.notifier.deletion_pending(batch):
+            # Its items' events are still being tried (for notify.delete_seconds at most):
+            # the jobs they are recorded on stay until then.
+            raise kopf.TemporaryError("the Batch's events are still being delivered", delay=5)
         cancelled = await asyncio.to_thread(runtime.controller.cancel_batch, batch)
         _log.info("batch_deleted", batch=batch.name, namespace=batch.namespace, cancelled=cancelled)

@@ -1,7 +1,8 @@
 """The autoscalers' part of one operator process: the pool's outstanding work, the built-in
 scaler of the worker Deployment, and the endpoint KEDA reads.
 
-    autoscaling = Autoscaling(store, settings, controller, jobs=informer, registrations=...)
+    autoscaling = Autoscaling(store, settings, workload, registry, busy, elector, jobs=...,
+                              registrations=...)
     autoscaling.start(spawn)     # threads, beside the controller's
     autoscaling.stop()
 
@@ -27,7 +28,8 @@ from typing import Any, Protocol
 from recall.base.settings import OperatorSettings
 from recall.kube import Store
 from recall.kube.informer import Informer
-from recall.operator.controller import Controller
+from recall.operator.peers.leader import Leadership, Sole
+from recall.operator.peers.registry import Registry
 from recall.operator.scaling import keda as metrics_api
 from recall.operator.scaling.decide import Policy
 from recall.operator.scaling.scaler import Scaler, Sources, Target
@@ -47,20 +49,25 @@ class Autoscaling:
         self,
         store: Store,
         settings: OperatorSettings,
-        controller: Controller,
+        workload: Workload,
+        registry: Registry,
+        busy: Callable[[], set[tuple[str, str]]],
+        leadership: Leadership | None,
         *,
         jobs: Informer,
         registrations: Informer,
     ) -> None:
+        """`workload` is kept current from the job cache, `registry` from the registrations,
+        `busy` says which workers hold offers (the ready queue's), `leadership` fences the
+        scalers' writes (the elector; a sole replica's when None)."""
         self.settings = settings
         self.jobs = jobs
         self.registrations = registrations
-        self.workload = Workload()
-        controller.cache.listeners.append(self.workload.update)
+        self.workload = workload
         self.namespace = settings.autoscale_namespace or settings.namespace or "default"
         self.scalers: list[Scaler] = []
         self.server: ThreadingHTTPServer | None = None
-        sources = Sources(self.workload, controller.registry, controller.ready.busy, self.stale)
+        sources = Sources(self.workload, registry, busy, self.stale)
         for pool in settings.scaled_pools():
             policy = Policy(
                 minimum=pool.min,
@@ -76,7 +83,7 @@ class Autoscaling:
                     Target(self.namespace, pool.deployment, pool.engine, pool.pool),
                     policy,
                     sources,
-                    controller.applier.leadership,
+                    leadership or Sole(),
                     identity=settings.identity,
                     interval=settings.autoscale_interval,
                 )
