@@ -324,7 +324,27 @@ def _tag(words: list[Word], kind: RedactType) -> Word:
 
 def redact(segments: list[Segment], types: Collection[str]) -> list[Segment]:
     """`segments` with every entity of `types` replaced by its tag (see the module contract).
-    An entity across segments goes into the first one's words; a segment keeps its times."""
+    An entity across segments goes into the first one's words; a segment keeps its times. A
+    segment's English translation (`transcript.translate`) is redacted on its own text."""
+    return [
+        s.model_copy(update={"translation": redact_text(s.translation, types)})
+        if s.translation
+        else s
+        for s in _redact_words(segments, types)
+    ]
+
+
+def redact_text(text: str, types: Collection[str]) -> str:
+    """`text` with every entity of `types` replaced by its tag, the punctuation after it kept."""
+    words = text.split(" ")
+    for f in reversed(detect(words, types)):
+        last = words[f.end - 1]
+        after = last[len(last.rstrip(EDGE)) :]
+        words[f.first : f.end] = [TAGS[f.kind] + after]
+    return " ".join(words)
+
+
+def _redact_words(segments: list[Segment], types: Collection[str]) -> list[Segment]:
     words = [timed(s) for s in segments]
     flat = [(i, w) for i, ws in enumerate(words) for w in ws]
     found = detect([w.text for _, w in flat], types)

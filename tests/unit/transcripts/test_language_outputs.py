@@ -14,6 +14,7 @@ from recall.media.types import Segment
 from recall.resources import TranscriptionJob
 from recall.transcripts import Transcript, output_formats, render
 from recall.transcripts.layout import decode_segment, encode_segment
+from recall.transcripts.redact import redact
 
 SWITCHED = Transcript(
     segments=[
@@ -99,3 +100,17 @@ def test_layout__a_segments_language_and_translation_are_stored() -> None:
         assert decode_segment(json.loads(json.dumps(encode_segment(s)))) == s
     plain = Segment(start=0.0, end=1.0, text="Hello.")
     assert encode_segment(plain) == [0.0, 1.0, "Hello."]  # nothing added when unset
+
+
+def test_translation__redacted_and_labelled_as_its_segment() -> None:
+    segment = Segment(
+        start=0.0,
+        end=5.0,
+        text=" Meine Nummer ist fünf fünf fünf, eins zwei drei vier.",
+        speaker="S2",
+        translation=" My number is 555-1234, and my email is anna at example dot com.",
+    )
+    (done,) = redact([segment], {"phone", "email"})
+    assert done.translation == " My number is [PHONE], and my email is [EMAIL]."
+    english = render(Transcript(segments=[done], duration=5.0, engine="whisper/base"), "en.vtt")
+    assert "<v S2>" in english and "[PHONE]" in english and "555" not in english
