@@ -373,13 +373,46 @@ def packages_table(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
+def _part(root: Path, name: str) -> str:
+    """A layer's part as the picture shows it: a folder with its modules, or a module."""
+    folder = root / "operator" / Path(*name.split("."))
+    short = name.rsplit(".", 1)[-1]
+    if not folder.is_dir():
+        return short
+    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    inner = sorted(p.name for p in folder.iterdir() if (p / "__init__.py").exists())
+    return f"{short}/ ({', '.join([*(f'{d}/' for d in inner), *modules])})"
+
+
+def parts_picture(root: Path = ROOT) -> str:
+    """The parts of the runtime as its import-linter layers contracts place them, top first,
+    each folder with what it holds: drawn from pyproject.toml and the tree, never by hand."""
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    lines = ["```"]
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        if contract["type"] != "layers":
+            continue
+        container = (contract.get("containers") or [""])[0]
+        lines.append(f"{container or 'recall'}: {contract['name']}")
+        for i, layer in enumerate(contract["layers"]):
+            names = re.split(r"\s*\|\s*", layer)
+            full = [f"{container}.{n}" if container else n for n in names]
+            if i:
+                lines.append("      ↓")
+            # the parts of one layer side by side: one line each, none above another
+            lines += [("  " if j == 0 else "  | ") + _part(root, n) for j, n in enumerate(full)]
+        lines.append("")
+    return "\n".join([*lines[:-1], "```"])
+
+
 def development_page(current: str, root: Path = ROOT) -> str:
     """`docs/development.md` with its package table brought up to date."""
     begin, end = current.find(PACKAGES_BEGIN), current.find(PACKAGES_END)
     if begin < 0 or end < begin:
         raise DocsError(f"{DEVELOPMENT} lacks the markers {PACKAGES_BEGIN!r} … {PACKAGES_END!r}")
     head = current[: begin + len(PACKAGES_BEGIN)]
-    return f"{head}\n{packages_table(root)}\n{current[end:]}"
+    picture = f"The parts, top layer first:\n\n{parts_picture(root)}"
+    return f"{head}\n{packages_table(root)}\n\n{picture}\n{current[end:]}"
 
 
 def generated(root: Path = ROOT) -> dict[Path, str]:
