@@ -1,0 +1,263 @@
+"""Events out on the memory store with a hand-driven clock: ids, signatures, address checks,
+the records (at most two writes per event), retries past the backoff cap, the Batch's event
+and its item counts, the TTL waiting for events, leadership."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import threading
+from typing import Any
+
+from recall.base.clock import FakeClock
+from recall.kube.memory import MemoryStore
+from recall.operator.notify import events
+from recall.operator.notify.notifier import Notifier, holds
+from recall.operator.notify.send import Answer, Outcome, Sender, classify, refused
+from recall.operator.notify.settings import NotifySettings
+from recall.operator.notify.sign import HEADER, sign, verify
+from recall.operator.reconcile.cache import JobCache
+from recall.resources import Published, is_true
+from tests.helpers import complete_with_transcript
+from tests.unit.fakes import NS, Operator, batch_manifest, claim, job_manifest, result_of
+
+KEY = b"k1"
+URL = "https://sink.example/events"
+
+
+class FakeSender(Sender):
+    """Answers from a script (the last answer repeats); keeps what it was sent."""
+
+    def __init__(self, *answers: Outcome) -> None:
+        super().__init__()
+        self.answers = list(answers) or [Outcome.DELIVERED]
+        self.sent: list[tuple[str, dict[str, Any], str]] = []
+
+    def post(self, url: str, headers: dict[str, str], body: bytes) -> Answer:
+        self.sent.append((url, json.loads(body), headers[HEADER]))
+        outcome = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return Answer(outcome, status=200 if outcome is Outcome.DELIVERED else 503, error="x")
+
+
+def notifier(
+    store: MemoryStore, clock: FakeClock, sender: Sender, batches: Any = dict, **kw: Any
+) -> Notifier:
+    cache = JobCache(clock)
+    leading = threading.Event()
+    leading.set()
+    settings = NotifySettings(backoff_initial=1, backoff_cap=8, backoff_jitter=0, **kw)
+    n = Notifier(
+        store,
+        cache,
+        leading=leading,
+        batches=batches,
+        settings=settings,
+        clock=clock,
+        sender=sender,
+    )
+    cache.relisted(iter(store.list_jobs(NS).items))
+    return n
+
+
+def sync(n: Notifier, store: MemoryStore) -> None:
+    n.cache.relisted(iter(store.list_jobs(NS).items))
+
+
+def finished_job(store: MemoryStore, clock: FakeClock, name: str) -> None:
+    store.create_job(
+        NS, job_manifest(name, notify=[{"url": URL, "secretRef": {"name": "s", "key": "hmac"}}])
+    )
+    h = claim(store, clock, name)
+    h.complete(result_of(h))
+    job = store.get_job(NS, name)
+    assert job is not None
+    published = Published(time=clock.now())
+    store.patch_job_status(NS, name, None, {"published": published.to_api()})
+
+
+def test_sign__two_keys_while_rotating_and_a_window() -> None:
+    body = b'{"id":"x"}'
+    header = sign(body, [b"old", b"new"], 1000)
+    assert verify(header, body, [b"new"], now=1100)
+    assert verify(header, body, [b"old"], now=1100)
+    assert not verify(header, body, [b"other"], now=1100)
+    assert not verify(header, body + b" ", [b"old"], now=1100)
+    assert not verify(header, body, [b"old"], now=1000 + 301)  # outside the window: a replay
+
+
+def test_refused__loopback_link_local_metadata_unless_allowed() -> None:
+    for a in (
+        "127.0.0.1",
+        "::1",
+        "169.254.169.254",
+        "fe80::1",
+        "100.100.100.200",
+        "0.0.0.0",
+        "::ffff:127.0.0.1",
+        "fd00:ec2::254",
+    ):
+        assert refused(ipaddress.ip_address(a), []) is not None, a
+    assert refused(ipaddress.ip_address("10.1.2.3"), []) is None
+    allow = [ipaddress.ip_network("127.0.0.1/32")]
+    assert refused(ipaddress.ip_address("127.0.0.1"), allow) is None
+    assert refused(ipaddress.ip_address("127.0.0.2"), allow) is not None
+    assert [classify(s) for s in (200, 204, 307, 400, 404, 408, 429, 500, 503)] == [
+        "delivered",
+        "delivered",
+        "refused",
+        "refused",
+        "refused",
+        "unavailable",
+        "unavailable",
+        "unavailable",
+        "unavailable",
+    ]
+
+
+def test_event__stable_id_and_bytes_and_no_transcript_text() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    finished_job(store, clock, "j")
+    job = store.get_job(NS, "j")
+    assert job is not None
+    a = events.job_event(job, events.JOB_SUCCEEDED, ["s3://out/j.json"])
+    b = events.job_event(job, events.JOB_SUCCEEDED, ["s3://out/j.json"])
+    assert a == b and a.id == events.event_id(job.metadata.uid or "", events.JOB_SUCCEEDED)
+    body = json.loads(a.body)
+    assert body["specversion"] == "1.0" and body["type"] == "dev.recall.job.succeeded"
+    assert body["data"]["outputs"] == ["s3://out/j.json"]
+    assert set(body["data"]["result"]) <= {
+        "transcript",
+        "words",
+        "durationSeconds",
+        "language",
+        "engine",
+        "model",
+    }
+
+
+def test_notifier__a_sink_down_past_the_cap_then_up__two_writes_and_one_id() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": KEY, "hmac.next": b"k2"})
+    finished_job(store, clock, "j")
+    sender = FakeSender(*[Outcome.UNAVAILABLE] * 12, Outcome.DELIVERED)
+    n = notifier(store, clock, sender)
+    writes = len([c for c in store.calls if c == ("patch_job_status", "j")])
+    for _ in range(40):
+        n.run_once()
+        clock.step(8)  # the cap: every pass after the first few retries
+        sync(n, store)
+        job = store.get_job(NS, "j")
+        assert job is not None
+        if job.status.notified and job.status.notified.time:
+            break
+    job = store.get_job(NS, "j")
+    assert job is not None and job.status.notified is not None
+    assert job.status.notified.time is not None and job.status.notified.delivered == [URL]
+    assert job.status.notified.attempts == 13
+    assert is_true(job.status.conditions, "Notified")
+    assert len({body["id"] for _, body, _ in sender.sent}) == 1
+    assert all(verify(h, b"", [b"k2"], 0) is False for _, _, h in sender.sent)  # signed bodies
+    assert all(h.count("v1=") == 2 for _, _, h in sender.sent)  # both keys while rotating
+    assert len([c for c in store.calls if c == ("patch_job_status", "j")]) - writes == 2
+
+
+def test_notifier__refused_event_given_up_after_bounded_tries_with_a_warning() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": KEY})
+    finished_job(store, clock, "j")
+    sender = FakeSender(Outcome.REFUSED)
+    n = notifier(store, clock, sender, max_refusals=3)
+    for _ in range(10):
+        n.run_once()
+        clock.step(8)
+    job = store.get_job(NS, "j")
+    assert job is not None and job.status.notified is not None
+    assert job.status.notified.given_up == [URL] and job.status.notified.time is not None
+    assert len(sender.sent) == 3
+    assert [e["reason"] for e in store.events if e["type"] == "Warning"] == ["NotifyGivenUp"]
+
+
+def test_notifier__missing_key_sends_nothing_and_says_so() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    finished_job(store, clock, "j")
+    sender = FakeSender()
+    n = notifier(store, clock, sender)
+    n.run_once()
+    n.run_once()
+    assert sender.sent == []
+    job = store.get_job(NS, "j")
+    assert job is not None and job.status.notified is not None
+    assert [c.reason for c in job.status.conditions if c.type == "Notified"] == ["KeyMissing"]
+    assert [e["reason"] for e in store.events] == ["NotifyKeyMissing"]
+    store.put_secret(NS, "s", {"hmac": KEY})
+    clock.step(30)
+    n.run_once()
+    n.run_once()
+    job = store.get_job(NS, "j")
+    assert job is not None and job.status.notified is not None and job.status.notified.time
+    assert len(sender.sent) == 1
+
+
+def test_notifier__a_standby_sends_nothing() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": KEY})
+    finished_job(store, clock, "j")
+    sender = FakeSender()
+    n = notifier(store, clock, sender)
+    n.leading.clear()
+    n.run_once()
+    assert sender.sent == []
+    n.leading.set()
+    n.run_once()
+    assert len(sender.sent) == 1
+
+
+def test_notifier__batch_items_then_the_batch_event_with_counts_and_the_ttl_waits() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": KEY})
+    sink = {"url": URL, "secretRef": {"name": "s", "key": "hmac"}}
+    store.create_batch(
+        NS, batch_manifest("b", ["a", "c"], notify=[sink], ttlSecondsAfterFinished=0)
+    )
+    op = Operator(store, clock)
+    op.controller.held = lambda b: holds(b, [])  # as the runtime wires it
+    op.tick()
+    complete_with_transcript(claim(store, clock, "b-a"), op.results)
+    h = claim(store, clock, "b-c")
+    h.fail("SourceNotFound", "gone", permanent=True, backoff_base=1, backoff_cap=1)
+    for _ in range(3):
+        op.tick()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.complete
+    assert holds(batch, [])
+    sender = FakeSender()
+    n = Notifier(
+        store,
+        op.controller.cache,
+        leading=op.controller.leading,
+        batches=op.controller.batches,
+        settings=NotifySettings(),
+        clock=clock,
+        sender=sender,
+    )
+    for _ in range(4):
+        n.run_once()
+        op.tick()
+    types = sorted(body["type"] for _, body, _ in sender.sent)
+    assert types == [
+        "dev.recall.batch.completed",
+        "dev.recall.batch.item.failed",
+        "dev.recall.batch.item.succeeded",
+    ]
+    completed = next(b for _, b, _ in sender.sent if b["type"] == "dev.recall.batch.completed")
+    assert completed["data"]["counts"] == {"total": 2, "completed": 1, "failed": 1, "cancelled": 0}
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.notified is not None
+    assert batch.status.notified.time is not None
+    assert batch.status.notified.items is not None
+    assert (batch.status.notified.items.delivered, batch.status.notified.items.pending) == (2, 0)
+    assert not holds(batch, [])
+    assert is_true(batch.status.conditions, "Notified")
+    assert is_true(batch.status.conditions, "Complete")  # the projection kept both
+    op.tick()  # settled (items.delivered above: the jobs' records): the TTL deletes the jobs
+    assert store.get_job(NS, "b-a") is None
