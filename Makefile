@@ -24,6 +24,8 @@ $(STAMP): pyproject.toml dev/pyproject.toml
 	@echo "[venv] installing the project and its dev dependencies into $(VENV)"
 	@$(PY) -m pip install --quiet --upgrade pip
 	@$(PY) -m pip install --quiet -e '.[dev,bench,docs,multilingual]' -e dev
+	@# The speaker model's weights (recall.speakers): the package alone, never its Torch.
+	@$(PY) -m pip install --quiet --no-deps 'Resemblyzer==0.1.4'
 	@touch $@
 
 venv: $(STAMP)

@@ -1,0 +1,65 @@
+"""Voices from vectors: the count found or bounded, fewer than asked, first appearance."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from recall.speakers.cluster import MAX_LINKED, Bounds, cluster
+
+
+def voices(
+    order: list[int], *, spread: float = 0.05, seed: int = 0, dims: int = 256
+) -> npt.NDArray[np.float32]:
+    """Unit vectors near one of a few well-separated positive centres (as GE2E's are:
+    after ReLU), one per entry of `order` (the voice of each window)."""
+    rng = np.random.default_rng(seed)
+    k = max(order) + 1
+    shared = np.abs(rng.standard_normal(dims))  # what every voice's vector has
+    own = np.abs(rng.standard_normal((k, dims))) * (rng.random((k, dims)) < 0.3) * 5
+    centres = shared + own
+    out = centres[order] + spread * np.abs(rng.standard_normal((len(order), dims))) * 4
+    return np.asarray(out / np.linalg.norm(out, axis=1, keepdims=True), np.float32)
+
+
+def test_cluster__finds_the_count_and_numbers_voices_by_first_appearance() -> None:
+    order = [2, 2, 0, 1, 0, 2, 1, 1, 0, 2] * 4
+    found = cluster(voices(order), Bounds())
+    assert found.count == 3 and not found.short
+    assert found.labels.tolist() == [{2: 0, 0: 1, 1: 2}[v] for v in order]
+
+
+def test_cluster__one_voice_is_one_label() -> None:
+    found = cluster(voices([0] * 30), Bounds())
+    assert found.count == 1 and found.labels.tolist() == [0] * 30
+
+
+def test_cluster__a_count_asked_is_given_when_the_voices_are_there() -> None:
+    order = [0, 1, 2, 3] * 10
+    assert cluster(voices(order), Bounds(count=4)).count == 4
+    assert cluster(voices(order), Bounds(count=2)).count == 2  # fewer: merged
+
+
+def test_cluster__fewer_voices_than_asked_are_labelled_and_said() -> None:
+    found = cluster(voices([0, 1] * 15), Bounds(count=4))
+    assert found.count == 2 and found.short
+    found = cluster(voices([0, 1] * 15), Bounds(least=3, most=5))
+    assert found.count == 2 and found.short
+
+
+def test_cluster__most_caps_the_count() -> None:
+    found = cluster(voices([0, 1, 2, 3] * 10), Bounds(least=1, most=2))
+    assert found.count == 2 and not found.short
+
+
+def test_cluster__a_long_file_is_linked_on_a_sample_and_every_window_labelled() -> None:
+    order = [0] * 1500 + [1] * 1500 + [0] * 500
+    found = cluster(voices(order, spread=0.03), Bounds())
+    assert len(order) > MAX_LINKED
+    assert found.count == 2
+    assert found.labels.tolist() == [0] * 1500 + [1] * 1500 + [0] * 500
+
+
+def test_cluster__no_windows_no_voices() -> None:
+    found = cluster(np.zeros((0, 256), np.float32), Bounds())
+    assert found.count == 0 and len(found.labels) == 0
