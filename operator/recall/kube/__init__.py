@@ -1,13 +1,18 @@
-"""Every Kubernetes call: the `JobStore` protocol and its two implementations.
+"""Every Kubernetes call: one client over the resources, and its in-memory twin.
 
-- `base`: the protocol (jobs, Batches, ConfigMaps, Leases, Events, the worker fleet's
-  Deployment, scale subresource, pods and autoscalers) and the typed errors every
-  caller sees instead of HTTP statuses (`Conflict`, `Invalid`, `TooLarge`, `Unavailable`, ...);
-- `store`, `client`, `core`, `apps`: `KubeStore`, through the official client, with timeouts
-  from the settings;
-- `memory`, `memory_core`, `memory_apps`, `rules`, `patch`: `MemoryStore` for unit tests
-  (resourceVersion and 409, the status subresource, the CRDs' CEL transition rules, the scale
-  subresource, fault injection);
+- `base`: the protocols the runtime is given (jobs, Batches, ConfigMaps, Secrets, Leases,
+  Events, the worker fleet's Deployment, scale subresource, pods and autoscalers) and the typed
+  errors every caller sees instead of HTTP statuses (`Conflict`, `Invalid`, `TooLarge`,
+  `Unavailable`, ...);
+- `verbs`: the resources as descriptors (group, version, plural, subresources) and the one set
+  of generic verbs over them (get, list, watch, create, replace, patch, delete,
+  delete-collection), as client-go's dynamic client;
+- `http`: the verbs against the API server (`ApiClient.call_api`, timeouts, 429s);
+- `memory`, `rules`, `patch`: the verbs over a dict for unit tests (resourceVersion and 409,
+  the status and scale subresources, the CRDs' defaults and CEL transition rules, fault
+  injection), and `MemoryStore`, the typed calls over it;
+- `typed`: the typed calls (`get_job`, `patch_scale`, ...), each a thin wrapper of a verb;
+  `store`: `KubeStore`, the typed calls over the API server;
 - `informer`: list + watch of a selection, relisted on 410 and after errors;
 - `install`: `InstallReader`, the reads of an install `recall doctor` checks (CRDs,
   Deployments, pods, Leases, API fairness objects, SelfSubjectAccessReviews).

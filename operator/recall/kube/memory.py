@@ -1,61 +1,232 @@
-"""`MemoryStore`: the store in memory, for unit tests of everything above the store.
+"""The in-memory twin: the verbs of `recall.kube.verbs` over a dict, for unit tests of everything
+above the API client, and `MemoryStore`, the typed calls over it with the tests' controls.
 
-It keeps what the API server guarantees and the code relies on:
+It keeps what the API server guarantees and the code relies on, for every resource alike:
 - resourceVersion: every change bumps a global counter; a write that names a stale version gets
-  `Conflict`, a write that names none is applied to what is stored;
-- the status subresource split: `patch_job_status` and `replace_job_status` change only status,
-  `patch_job_labels` only labels, and a created job starts with the CRD's defaults and
-  `status: {phase: Queued}`;
-- the CRD's transition rules that Python can express (`recall.kube.rules`): a refused write
-  raises `Invalid` naming the rule and changes nothing;
-- lists and watches with field and label selectors; a watch sends DELETED for an object that
-  leaves its selection and ADDED for one that enters it, as the API server's watch cache does,
-  and `Conflict(410)` when asked to start before the history it keeps;
-- ConfigMaps up to 1 MiB of data (`Invalid` beyond, as the API server answers);
-- Deployments with their scale subresource (fenced by resourceVersion), pods and autoscalers
-  (`memory_apps`; no controller acts on them: tests play the ReplicaSet and the kubelet).
+  `Conflict`, a write that names none is applied to what is stored; a create of an existing
+  name gets `Conflict`;
+- the status subresource split: a write of `status` changes only the status, a write of the
+  object everything but its status; the scale subresource reads and writes `spec.replicas`;
+- what the API server checks and fills in (`recall.kube.rules`): the CRDs' defaults and CEL
+  transition rules, ConfigMaps up to 1 MiB and immutable ones; a refused write raises
+  `Invalid` naming the rule and changes nothing;
+- lists (paged) and watches with field and label selectors; a watch sends DELETED for an object
+  that leaves its selection and ADDED for one that enters it, as the API server's watch cache
+  does, and `Conflict(410)` when asked to start before the history it keeps.
+
+No controller acts on anything: tests play the ReplicaSet and the kubelet (`put_pod`,
+`delete_pod`, `set_deployment_status`; `tests/unit/operator/fleet.py`).
 
 Fault injection for tests: `inject(Fault(...))` makes matching calls fail, optionally after the
-write was applied (`applied=True`: the answer is lost, the change is kept).
+write was applied (`applied=True`: the answer is lost, the change is kept). A call is named
+`<verb>_<resource>[_<subresource>]` ("get_job", "patch_job_status", "create_config_map"), with
+the resource's plural for lists and collection deletes ("list_jobs", "delete_jobs"); an update
+is named as a patch (a test's fault is about the write, whatever its verb).
 
 Not modelled: admission webhooks, RBAC, garbage collection, finalizers, server-side apply.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
-from collections.abc import Iterator
+import itertools
+import json
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
-from recall.kube.base import EVERYTHING, Invalid, Page, RawObject, Selector, WatchEvent
-from recall.kube.memory_apps import MemoryApps
-from recall.kube.memory_core import CONFIG_MAP_LIMIT, JOB_SPEC_DEFAULTS, Fault, _Kind
-from recall.kube.patch import apply_merge_patch, matches_labels, merge_patch
-from recall.kube.rules import batch_status_rules, job_status_rules
-from recall.resources import Batch, TranscriptionJob
+from recall.base.clock import SYSTEM, Clock
+from recall.kube.base import (
+    EVERYTHING,
+    Conflict,
+    Invalid,
+    NotFound,
+    Page,
+    RawObject,
+    ScalerRef,
+    Selector,
+    StoreError,
+    WatchEvent,
+)
+from recall.kube.patch import (
+    apply_json_patch,
+    apply_merge_patch,
+    matches_fields,
+    matches_labels,
+    merge_patch,
+)
+from recall.kube.rules import CONFIG_MAP_LIMIT, created, refusal
+from recall.kube.typed import TypedClient
+from recall.kube.verbs import (
+    BATCHES,
+    DEPLOYMENTS,
+    EVENTS,
+    HPAS,
+    JOBS,
+    PODS,
+    SCALED_OBJECTS,
+    SECRETS,
+    Patch,
+    Resource,
+)
 
-__all__ = ["CONFIG_MAP_LIMIT", "Fault", "MemoryStore"]
+__all__ = ["CONFIG_MAP_LIMIT", "Fault", "MemoryStore", "MemoryVerbs", "stamp"]
+
+Key = tuple[str, str]
 
 
-class MemoryStore(MemoryApps):
-    """Jobs, Batches, ConfigMaps, Events and Leases in memory. Thread-safe."""
+@dataclass
+class Fault:
+    """Make calls of `op` ("patch_job_status", "create_config_map", ...) fail with `error`.
 
-    def __init__(self, *, watch_seconds: float = 5.0) -> None:
-        super().__init__(watch_seconds=watch_seconds)
-        self._jobs = _Kind()
-        self._batches = _Kind()
+    `name` limits it to one object; `applied=True` applies the write before raising (a lost
+    answer); `times` counts how many calls it affects; `when` filters on the call's arguments
+    (`patch`: what the write changes, for a status write the status patch).
+    """
 
-    # -- TranscriptionJobs -------------------------------------------------------------------
+    op: str
+    error: StoreError
+    name: str | None = None
+    applied: bool = False
+    times: int = 1
+    when: Callable[[dict[str, Any]], bool] | None = None
 
-    def get_job(
-        self, namespace: str, name: str, *, timeout: float | None = None
-    ) -> TranscriptionJob | None:
+
+@dataclass
+class _Kind:
+    objects: dict[Key, RawObject] = field(default_factory=dict)
+    log: deque[tuple[int, str, RawObject, RawObject | None]] = field(
+        default_factory=lambda: deque(maxlen=100_000)
+    )
+
+
+def stamp(clock: Clock = SYSTEM) -> str:
+    """The clock's now as the API server writes a timestamp (RFC 3339, seconds, UTC)."""
+    return clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _op(verb: str, resource: Resource, subresource: str | None = None) -> str:
+    if verb in ("list", "deletecollection"):
+        return f"{'list' if verb == 'list' else 'delete'}_{resource.names}"
+    verb = "patch" if verb == "update" else verb
+    return f"{verb}_{resource.name}" + (f"_{subresource}" if subresource else "")
+
+
+def _selected(obj: RawObject, selector: Selector) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return matches_fields(obj, selector.fields) and matches_labels(labels, selector.labels)
+
+
+def _selected_event(
+    type_: str, new: RawObject, old: RawObject | None, selector: Selector
+) -> str | None:
+    now_in = type_ != "DELETED" and _selected(new, selector)
+    was_in = old is not None and _selected(old, selector)
+    if type_ == "DELETED":
+        return "DELETED" if was_in else None
+    if now_in and not was_in:
+        return "ADDED"
+    if was_in and not now_in:
+        return "DELETED"
+    return "MODIFIED" if now_in else None
+
+
+def _scale_of(obj: RawObject) -> RawObject:
+    """A Deployment's scale subresource as the API server serves it."""
+    meta = obj["metadata"]
+    labels = obj["spec"]["selector"]["matchLabels"]
+    return {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
+        "spec": {"replicas": int(obj["spec"].get("replicas") or 0)},
+        "status": {
+            "replicas": int((obj.get("status") or {}).get("replicas") or 0),
+            "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        },
+    }
+
+
+def _written(
+    resource: Resource, current: RawObject, new: RawObject, subresource: str | None
+) -> RawObject:
+    """What a write of `new` to `current` (or to its subresource) stores."""
+    if subresource == "status":
+        out = {**current, "status": new.get("status")}
+    elif subresource == "scale":
+        out = copy.deepcopy(current)
+        out["spec"]["replicas"] = int((new.get("spec") or {}).get("replicas") or 0)
+    else:
+        out = {**new, "metadata": {**current["metadata"], **(new.get("metadata") or {})}}
+        if "status" in resource.subresources:
+            out["status"] = current.get("status")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+class MemoryVerbs:
+    """The verbs over a dict; see the module contract. Thread-safe."""
+
+    def __init__(self, *, watch_seconds: float = 5.0, clock: Clock = SYSTEM) -> None:
+        self.watch_seconds = watch_seconds
+        self.clock = clock
+        self._rv = itertools.count(1)
+        self._last_rv = 0
+        self._cond = threading.Condition()
+        self._kinds: dict[Resource, _Kind] = {}
+        self.faults: list[Fault] = []
+        self.calls: list[tuple[str, str]] = []  # (op, name): what was asked, for assertions
+        self._closed = False
+
+    # -- test controls -----------------------------------------------------------------------
+
+    def inject(self, fault: Fault) -> None:
         with self._cond:
-            self._check("get_job", name)
-            obj = self._jobs.objects.get((namespace, name))
-            return None if obj is None else TranscriptionJob.from_api(copy.deepcopy(obj))
+            self.faults.append(fault)
 
-    def list_jobs(
+    def close(self) -> None:
+        """End every watch (a test's teardown)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def put(self, resource: Resource, namespace: str, obj: RawObject) -> RawObject:
+        """Store `obj` as it is (what a controller or the kubelet would write)."""
+        obj = {**obj, "metadata": {"namespace": namespace, **obj["metadata"]}}
+        with self._cond:
+            name = obj["metadata"]["name"]
+            new = (namespace, name) not in self._kind(resource).objects
+            return self._store(resource, namespace, name, obj, created=new)
+
+    def objects(self, resource: Resource) -> list[RawObject]:
+        """Every stored object of `resource`, in the order they were first stored."""
+        with self._cond:
+            return list(self._kind(resource).objects.values())
+
+    # -- the verbs ---------------------------------------------------------------------------
+
+    def get(
         self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        subresource: str | None = None,
+        timeout: float | None = None,
+    ) -> RawObject | None:
+        with self._cond:
+            self._check(_op("get", resource, subresource), name)
+            obj = self._kind(resource).objects.get((namespace or "", name))
+            if obj is None:
+                return None
+            return _scale_of(obj) if subresource == "scale" else copy.deepcopy(obj)
+
+    def list(
+        self,
+        resource: Resource,
         namespace: str | None,
         selector: Selector = EVERYTHING,
         *,
@@ -63,151 +234,317 @@ class MemoryStore(MemoryApps):
         continue_from: str | None = None,
     ) -> Page:
         with self._cond:
-            self._check("list_jobs", "")
-            return self._list(self._jobs, namespace, selector, limit, continue_from)
+            self._check(_op("list", resource), "")
+            chosen = [
+                copy.deepcopy(o)
+                for (ns, _), o in sorted(self._kind(resource).objects.items())
+                if (namespace is None or ns == namespace) and _selected(o, selector)
+            ]
+            start = int(continue_from or 0)
+            end = len(chosen) if not limit else start + limit
+            nxt = str(end) if end < len(chosen) else None
+            return Page(items=chosen[start:end], resource_version=str(self._last_rv), next=nxt)
 
-    def watch_jobs(
-        self, namespace: str | None, resource_version: str, selector: Selector = EVERYTHING
-    ) -> Iterator[WatchEvent]:
-        return self._watch(self._jobs, namespace, resource_version, selector)
-
-    def create_job(self, namespace: str, manifest: RawObject) -> TranscriptionJob:
-        obj = copy.deepcopy(manifest)
-        obj["spec"] = {**JOB_SPEC_DEFAULTS, **obj.get("spec", {})}
-        obj["status"] = {"phase": "Queued"}
-        with self._cond:
-            stored = self._create(self._jobs, "create_job", namespace, obj)
-            return TranscriptionJob.from_api(stored)
-
-    def patch_job_status(
+    def watch(
         self,
-        namespace: str,
-        name: str,
-        resource_version: str | None,
-        patch: RawObject,
-        *,
-        timeout: float | None = None,
-    ) -> TranscriptionJob:
-        with self._cond:
-            fault = self._fault("patch_job_status", name, patch=patch)
-            if fault is not None and not fault.applied:
-                raise fault.error
-            obj = self._get(self._jobs, namespace, name, resource_version)
-            status = apply_merge_patch(obj.get("status") or {}, patch)
-            broken = job_status_rules(obj.get("status") or {}, status, obj["spec"])
-            if broken:
-                raise Invalid(
-                    f"TranscriptionJob.recall.dev {name!r} is invalid: status: {'; '.join(broken)}",
-                    status=422,
-                )
-            new = {**obj, "status": status}
-            stored = self._replace(self._jobs, namespace, name, new)
-            if fault is not None:
-                raise fault.error
-            return TranscriptionJob.from_api(stored)
-
-    def replace_job_status(
-        self,
-        namespace: str,
-        name: str,
+        resource: Resource,
+        namespace: str | None,
         resource_version: str,
-        status: RawObject,
+        selector: Selector = EVERYTHING,
+    ) -> Iterator[WatchEvent]:
+        kind = self._kind(resource)
+        since = int(resource_version or 0)
+        deadline = self.clock.monotonic() + self.watch_seconds
+        while self.clock.monotonic() < deadline:
+            with self._cond:
+                if self._closed:
+                    return
+                if len(kind.log) == kind.log.maxlen and since < kind.log[0][0] - 1:
+                    raise Conflict("too old resource version", status=410)
+                pending = [e for e in kind.log if e[0] > since]
+                if not pending:
+                    self._cond.wait(0.05)
+                    continue
+            for rv, type_, new, old in pending:
+                since = rv
+                if namespace is not None and new["metadata"].get("namespace") != namespace:
+                    continue
+                out = _selected_event(type_, new, old, selector)
+                if out is not None:
+                    yield WatchEvent(out, copy.deepcopy(new))
+
+    def create(self, resource: Resource, namespace: str | None, body: RawObject) -> RawObject:
+        ns = namespace or ""
+        obj = created(resource, copy.deepcopy(body), uuid.uuid4().hex[:5])
+        name = obj["metadata"]["name"]
+
+        def write() -> RawObject:
+            if (ns, name) in self._kind(resource).objects:
+                raise Conflict(f'{resource.plural} "{name}" already exists', status=409)
+            self._admit(resource, name, None, obj)
+            obj["metadata"] = {
+                **obj["metadata"],
+                "namespace": ns,
+                "uid": str(uuid.uuid4()),
+                "generation": 1,
+                "creationTimestamp": stamp(self.clock),
+            }
+            return self._store(resource, ns, name, obj, created=True)
+
+        return self._write(_op("create", resource), name, {"patch": body}, write)
+
+    def replace(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        body: RawObject,
         *,
+        subresource: str | None = None,
         timeout: float | None = None,
-    ) -> TranscriptionJob:
-        # A replace meets the faults of patch_job_status: both write the status subresource,
-        # and a test's fault (a lost answer, a reset) is about that write, whatever its verb.
+    ) -> RawObject:
+        ns = namespace or ""
+        rv = (body.get("metadata") or {}).get("resourceVersion")
         with self._cond:
-            current = self._jobs.objects.get((namespace, name)) or {}
-            patch = merge_patch(current.get("status") or {}, status)
-            fault = self._fault("patch_job_status", name, patch=patch)
-            if fault is not None and not fault.applied:
-                raise fault.error
-            obj = self._get(self._jobs, namespace, name, resource_version)
-            old = obj.get("status") or {}
-            broken = job_status_rules(old, status, obj["spec"])
-            if broken:
-                raise Invalid(
-                    f"TranscriptionJob.recall.dev {name!r} is invalid: status: {'; '.join(broken)}",
-                    status=422,
-                )
-            stored = self._replace(self._jobs, namespace, name, {**obj, "status": status})
-            if fault is not None:
-                raise fault.error
-            return TranscriptionJob.from_api(stored)
+            current = self._kind(resource).objects.get((ns, name)) or {}
+            part = subresource or "spec"
+            change = merge_patch(current.get(part) or {}, body.get(part) or {})
+        return self._change(
+            resource, ns, name, rv, {"patch": change}, lambda cur: body, "update", subresource
+        )
 
-    def patch_job_labels(
-        self, namespace: str, name: str, labels: dict[str, str | None]
-    ) -> TranscriptionJob:
-        with self._cond:
-            self._check("patch_job_labels", name)
-            obj = self._get(self._jobs, namespace, name, None)
-            meta = dict(obj["metadata"])
-            meta["labels"] = apply_merge_patch(meta.get("labels") or {}, labels)
-            stored = self._replace(self._jobs, namespace, name, {**obj, "metadata": meta})
-            return TranscriptionJob.from_api(stored)
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Patch,
+        *,
+        subresource: str | None = None,
+        timeout: float | None = None,
+    ) -> RawObject:
+        ns = namespace or ""
+        if isinstance(patch, list):
+            args: dict[str, Any] = {"patch": patch}
+            rv = None
 
-    def delete_job(self, namespace: str, name: str) -> bool:
-        with self._cond:
-            self._check("delete_job", name)
-            return self._delete(self._jobs, namespace, name)
+            def new(current: RawObject) -> RawObject:
+                try:
+                    out: RawObject = apply_json_patch(self._view(current, subresource), patch)
+                except (ValueError, KeyError, IndexError, TypeError) as e:
+                    raise Invalid(f"{resource.plural} {name!r}: {e}", status=422) from None
+                return out
 
-    def delete_jobs(self, namespace: str, labels: str) -> None:
+        else:
+            rv = (patch.get("metadata") or {}).get("resourceVersion")
+            args = {"patch": patch.get(subresource) if subresource == "status" else patch}
+
+            def new(current: RawObject) -> RawObject:
+                out: RawObject = apply_merge_patch(self._view(current, subresource), patch)
+                return out
+
+        return self._change(resource, ns, name, rv, args, new, "patch", subresource)
+
+    def delete(self, resource: Resource, namespace: str | None, name: str) -> bool:
         with self._cond:
-            self._check("delete_jobs", labels)
+            self._check(_op("delete", resource), name)
+            return self._delete(resource, namespace or "", name)
+
+    def delete_collection(self, resource: Resource, namespace: str, selector: Selector) -> None:
+        with self._cond:
+            self._check(_op("deletecollection", resource), selector.labels or "")
             for ns, name in [
                 k
-                for k, o in self._jobs.objects.items()
-                if k[0] == namespace and matches_labels(o["metadata"].get("labels") or {}, labels)
+                for k, o in self._kind(resource).objects.items()
+                if k[0] == namespace and _selected(o, selector)
             ]:
-                self._delete(self._jobs, ns, name)
+                self._delete(resource, ns, name)
 
-    # -- Batches -----------------------------------------------------------------------------
+    # -- internals ---------------------------------------------------------------------------
 
-    def get_batch(self, namespace: str, name: str) -> Batch | None:
+    def _kind(self, resource: Resource) -> _Kind:
+        return self._kinds.setdefault(resource, _Kind())
+
+    def _fault(self, op: str, name: str, **args: Any) -> Fault | None:
+        self.calls.append((op, name))
+        for f in self.faults:
+            if f.op == op and f.times > 0 and (f.name is None or f.name == name):
+                if f.when is not None and not f.when(args):
+                    continue
+                f.times -= 1
+                return f
+        return None
+
+    def _check(self, op: str, name: str) -> None:
+        fault = self._fault(op, name)
+        if fault is not None:
+            raise fault.error
+
+    def _write(
+        self, op: str, name: str, args: dict[str, Any], write: Callable[[], RawObject]
+    ) -> RawObject:
+        """`write()` under the lock, met by the faults injected for `op`."""
         with self._cond:
-            self._check("get_batch", name)
-            obj = self._batches.objects.get((namespace, name))
-            return None if obj is None else Batch.from_api(copy.deepcopy(obj))
-
-    def list_batches(self, namespace: str | None) -> list[Batch]:
-        with self._cond:
-            page = self._list(self._batches, namespace, Selector(), None, None)
-            return [Batch.from_api(o) for o in page.items]
-
-    def create_batch(self, namespace: str, manifest: RawObject) -> Batch:
-        obj = copy.deepcopy(manifest)
-        obj.setdefault("status", {})
-        with self._cond:
-            return Batch.from_api(self._create(self._batches, "create_batch", namespace, obj))
-
-    def patch_batch_status(
-        self, namespace: str, name: str, resource_version: str | None, patch: RawObject
-    ) -> Batch:
-        with self._cond:
-            fault = self._fault("patch_batch_status", name, patch=patch)
+            fault = self._fault(op, name, **args)
             if fault is not None and not fault.applied:
                 raise fault.error
-            obj = self._get(self._batches, namespace, name, resource_version)
-            status = apply_merge_patch(obj.get("status") or {}, patch)
-            broken = batch_status_rules(obj.get("status") or {}, status)
-            if broken:
-                raise Invalid(
-                    f"Batch.recall.dev {name!r} is invalid: status: {'; '.join(broken)}",
-                    status=422,
-                )
-            stored = self._replace(self._batches, namespace, name, {**obj, "status": status})
+            out = write()
             if fault is not None:
                 raise fault.error
-            return Batch.from_api(stored)
+            return out
 
-    def delete_batch(self, namespace: str, name: str) -> bool:
-        with self._cond:
-            return self._delete(self._batches, namespace, name)
+    def _change(
+        self,
+        resource: Resource,
+        ns: str,
+        name: str,
+        rv: str | None,
+        args: dict[str, Any],
+        new: Callable[[RawObject], RawObject],
+        verb: str,
+        subresource: str | None,
+    ) -> RawObject:
+        def write() -> RawObject:
+            current = self._get(resource, ns, name, rv)
+            stored = _written(resource, current, new(current), subresource)
+            self._admit(resource, name, current, stored)
+            out = self._store(resource, ns, name, stored)
+            return _scale_of(out) if subresource == "scale" else out
+
+        return self._write(_op(verb, resource, subresource), name, args, write)
+
+    def _view(self, obj: RawObject, subresource: str | None) -> RawObject:
+        return _scale_of(obj) if subresource == "scale" else obj
+
+    def _admit(self, resource: Resource, name: str, old: RawObject | None, new: RawObject) -> None:
+        message = refusal(resource, name, old, new)
+        if message is not None:
+            raise Invalid(message, status=422)
+
+    def _get(self, resource: Resource, ns: str, name: str, rv: str | None) -> RawObject:
+        obj = self._kind(resource).objects.get((ns, name))
+        if obj is None:
+            raise NotFound(f'{resource.plural} "{name}" not found', status=404)
+        if rv is not None and rv != obj["metadata"]["resourceVersion"]:
+            raise Conflict(
+                f'Operation cannot be fulfilled on {resource.plural} "{name}": the object has '
+                "been modified; please apply your changes to the latest version and try again",
+                status=409,
+            )
+        return obj
+
+    def _store(
+        self, resource: Resource, ns: str, name: str, obj: RawObject, *, created: bool = False
+    ) -> RawObject:
+        kind = self._kind(resource)
+        old = kind.objects.get((ns, name))
+        new = copy.deepcopy(obj)
+        self._last_rv = next(self._rv)
+        rv = str(self._last_rv)
+        new["metadata"] = {**new["metadata"], "resourceVersion": rv}
+        kind.objects[(ns, name)] = new
+        kind.log.append((int(rv), "ADDED" if created else "MODIFIED", new, old))
+        self._cond.notify_all()
+        return copy.deepcopy(new)
+
+    def _delete(self, resource: Resource, ns: str, name: str) -> bool:
+        kind = self._kind(resource)
+        old = kind.objects.pop((ns, name), None)
+        if old is None:
+            return False
+        self._last_rv = next(self._rv)
+        rv = str(self._last_rv)
+        gone = {**old, "metadata": {**old["metadata"], "resourceVersion": rv}}
+        kind.log.append((int(rv), "DELETED", gone, old))
+        self._cond.notify_all()
+        return True
+
+
+class MemoryStore(TypedClient):
+    """The typed calls over `MemoryVerbs`, and the controls a test plays the cluster with."""
+
+    def __init__(self, *, watch_seconds: float = 5.0, clock: Clock = SYSTEM) -> None:
+        self.memory = MemoryVerbs(watch_seconds=watch_seconds, clock=clock)
+        super().__init__(self.memory, clock=clock)
+
+    # -- faults and what was asked -----------------------------------------------------------
+
+    def inject(self, fault: Fault) -> None:
+        self.memory.inject(fault)
+
+    def close(self) -> None:
+        """End every watch (a test's teardown)."""
+        self.memory.close()
+
+    @property
+    def calls(self) -> list[tuple[str, str]]:
+        return self.memory.calls
+
+    @property
+    def events(self) -> list[RawObject]:
+        """Every Event posted, oldest first."""
+        return self.memory.objects(EVENTS)
 
     def dump(self) -> str:
         """Every job, one JSON line each (assertion messages)."""
-        import json
+        return "\n".join(json.dumps(o) for o in self.memory.objects(JOBS))
 
-        with self._cond:
-            return "\n".join(json.dumps(o) for o in self._jobs.objects.values())
+    # -- what controllers, the kubelet and administrators do ---------------------------------
+
+    def delete_batch(self, namespace: str, name: str) -> bool:
+        return self.memory.delete(BATCHES, namespace, name)
+
+    def put_secret(self, namespace: str, name: str, data: dict[str, bytes]) -> None:
+        encoded = {k: base64.b64encode(v).decode() for k, v in data.items()}
+        self.memory.put(SECRETS, namespace, {"metadata": {"name": name}, "data": encoded})
+
+    def put_deployment(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        labels: dict[str, str],
+        *,
+        own_labels: dict[str, str] | None = None,
+    ) -> RawObject:
+        """Create (or replace) a Deployment whose pods carry `labels` (and it `own_labels`)."""
+        meta = {"name": name, "namespace": namespace, "generation": 1, "labels": own_labels or {}}
+        obj: RawObject = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {"replicas": replicas, "selector": {"matchLabels": dict(labels)}},
+            "status": {"observedGeneration": 1, "replicas": replicas, "updatedReplicas": replicas},
+        }
+        return self.memory.put(DEPLOYMENTS, namespace, obj)
+
+    def set_deployment_status(self, namespace: str, name: str, status: RawObject) -> None:
+        """What the Deployment controller reports (bumps the version, as it does)."""
+        obj = self.memory.get(DEPLOYMENTS, namespace, name)
+        if obj is None:
+            raise NotFound(f'deployments "{name}" not found', status=404)
+        obj["status"] = {**obj.get("status", {}), **status}
+        self.memory.put(DEPLOYMENTS, namespace, obj)
+
+    def put_pod(self, namespace: str, pod: RawObject) -> RawObject:
+        """Create or replace a pod (as a kubelet and a ReplicaSet would leave it)."""
+        obj = copy.deepcopy(pod)
+        obj["metadata"] = {
+            "namespace": namespace,
+            "creationTimestamp": stamp(self.clock),
+            **obj["metadata"],
+        }
+        return self.memory.put(PODS, namespace, obj)
+
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        return self.memory.delete(PODS, namespace, name)
+
+    def pod(self, namespace: str, name: str) -> RawObject | None:
+        return self.memory.get(PODS, namespace, name)
+
+    def put_autoscaler(self, ref: ScalerRef, namespace: str = "default") -> None:
+        """An HPA or a KEDA ScaledObject of `namespace` that scales `ref`'s target."""
+        resource = HPAS if ref.kind == "HorizontalPodAutoscaler" else SCALED_OBJECTS
+        target = {"kind": ref.target_kind, "name": ref.target_name}
+        obj = {"kind": ref.kind, "metadata": {"name": ref.name}, "spec": {"scaleTargetRef": target}}
+        self.memory.put(resource, namespace, obj)

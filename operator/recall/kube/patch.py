@@ -109,3 +109,32 @@ def matches_labels(labels: dict[str, str], selector: str | None) -> bool:
 
 def matches_fields(obj: dict[str, Any], selector: str | None) -> bool:
     return all(_term(field_value(obj, _key(term)), term) for term in _split(selector or ""))
+
+
+def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """`doc` with the RFC 6902 JSON patch `ops` applied (add, replace, remove, test; `doc` is
+    not modified). A failed `test` or a missing path raises ValueError."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [
+            p.replace("~1", "/").replace("~0", "~") for p in str(op["path"]).split("/")[1:]
+        ]
+        node = out
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        key: Any = (len(node) if last == "-" else int(last)) if isinstance(node, list) else last
+        kind = op["op"]
+        if kind == "test":
+            if node[key] != op["value"]:
+                raise ValueError(f"test failed at {op['path']}")
+        elif kind == "remove":
+            del node[key]
+        elif kind == "add" and isinstance(node, list):
+            node.insert(key, copy.deepcopy(op["value"]))
+        elif kind in ("add", "replace"):
+            if kind == "replace" and (key not in node if isinstance(node, dict) else False):
+                raise ValueError(f"nothing to replace at {op['path']}")
+            node[key] = copy.deepcopy(op["value"])
+        else:
+            raise ValueError(f"unsupported JSON patch operation {kind!r}")
+    return out

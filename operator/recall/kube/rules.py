@@ -1,9 +1,11 @@
-"""The CRDs' validation rules that the memory store can express, as pure functions.
+"""What the API server checks and fills in that the in-memory twin can express, as pure functions.
 
-These mirror the CEL rules in `crds/` so that unit tests running on `MemoryStore` meet the same
-refusals a real API server gives; the real API server stays the judge (the integration tests run
-the same careless writes against it). Each function returns the messages of the rules a write
-breaks, empty when it is allowed. Objects are raw API dicts (camelCase), as stored.
+The CRDs' CEL rules mirror those in `crds/`, so that unit tests running on the twin meet the
+same refusals a real API server gives; the real API server stays the judge (the integration
+tests run the same careless writes against it). Each rule function returns the messages of the
+rules a write breaks, empty when it is allowed; `refusal` says, for any resource, why a write
+is refused, and `created` what a created object looks like once stored (the CRD's defaults, a
+generated name). Objects are raw API dicts (camelCase), as stored.
 """
 
 from __future__ import annotations
@@ -13,6 +15,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from recall.kube.base import RawObject
+from recall.kube.verbs import BATCHES, CONFIG_MAPS, EVENTS, JOBS, Resource
+
+CONFIG_MAP_LIMIT = 1024 * 1024
+JOB_SPEC_DEFAULTS = {
+    "leaseDurationSeconds": 120,
+    "maxAttempts": 5,
+    "maxReleases": 10,
+    "priority": 0,
+}
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
 COUNTERS = ("attempts", "expiredLeases", "failures", "releases")
 TOKEN = re.compile(r"[0-9a-f]{32}")
@@ -202,3 +214,43 @@ def batch_status_rules(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             "operator replica that is no longer the leader"
         ]
     return []
+
+
+def created(resource: Resource, obj: RawObject, suffix: str) -> RawObject:
+    """`obj` as the API server stores it when created: a job with the CRD's defaults and
+    `status: {phase: Queued}` whatever the body says, a Batch with a status, an Event named
+    from its `generateName` (and `suffix`)."""
+    if resource is JOBS:
+        obj["spec"] = {**JOB_SPEC_DEFAULTS, **obj.get("spec", {})}
+        obj["status"] = {"phase": "Queued"}
+    elif resource is BATCHES:
+        obj.setdefault("status", {})
+    elif resource is EVENTS and not obj["metadata"].get("name"):
+        obj["metadata"]["name"] = obj["metadata"].get("generateName", "") + suffix
+    return obj
+
+
+def refusal(resource: Resource, name: str, old: RawObject | None, new: RawObject) -> str | None:
+    """Why the API server refuses to store `new` over `old` (None: created), or None."""
+    if resource is CONFIG_MAPS:
+        if old is not None and old.get("immutable") and old.get("data") != new.get("data"):
+            return f'configmaps "{name}": field is immutable'
+        data = new.get("data") or {}
+        if sum(len(k.encode()) + len(v.encode()) for k, v in data.items()) > CONFIG_MAP_LIMIT:
+            return (
+                f'ConfigMap "{name}" is invalid: []: Too long: must have at most '
+                f"{CONFIG_MAP_LIMIT} bytes"
+            )
+        return None
+    if old is None or resource not in (JOBS, BATCHES):
+        return None
+    before, after = old.get("status") or {}, new.get("status") or {}
+    if before == after:
+        return None
+    if resource is JOBS:
+        broken = job_status_rules(before, after, old.get("spec") or {})
+    else:
+        broken = batch_status_rules(before, after)
+    if not broken:
+        return None
+    return f"{resource.kind}.{resource.group} {name!r} is invalid: status: {'; '.join(broken)}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from recall.base.clock import FakeClock
 from recall.kube.memory import MemoryStore
-from recall.kube.memory_core import _now
+from recall.kube.memory import stamp as _now
 from recall.operator.scaling.decide import DELETION_COST
 from recall.protocol.workers import lease_name
 from recall.resources import Phase, TranscriptionJob

@@ -1,0 +1,404 @@
+"""The verbs against the API server: one request path for every resource, over the official
+client's `ApiClient.call_api` (the generated per-kind clients are not used).
+
+Every request carries a timeout; every failure becomes one of the typed errors of
+`recall.kube.base`, so no caller looks at HTTP statuses. A 429 (API Priority and Fairness
+turning the request away before it ran) is sent again after its Retry-After, jittered, for as
+long as the request's own timeout allows; then the caller gets `Unavailable` with
+`retry_after`, and backs off on its own terms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from recall.base import faults, metrics
+from recall.kube.base import (
+    EVERYTHING,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    Page,
+    RawObject,
+    Selector,
+    StoreError,
+    TooLarge,
+    Unavailable,
+    WatchEvent,
+    retry_pause,
+)
+from recall.kube.verbs import Patch, Resource, describe
+from recall.resources import GROUP, VERSION
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+THROTTLE_PAUSE = 0.25  # first pause after a 429 without a Retry-After; doubles, up to 5 s
+T = TypeVar("T")
+
+# Transport failures that happen before the request is sent: a write cannot have been applied.
+NOT_SENT: tuple[type[BaseException], ...] = (
+    urllib3.exceptions.NewConnectionError,
+    urllib3.exceptions.ConnectTimeoutError,
+    ConnectionRefusedError,
+)
+TRANSPORT: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+
+
+def load_api_client(
+    kubeconfig: str | Path | None = None, context: str | None = None, *, pool_size: int = 16
+) -> client.ApiClient:
+    """An API client from the given kubeconfig, $KUBECONFIG, ~/.kube/config, or in-cluster."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    cfg = client.Configuration()
+    if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=cfg)
+    else:
+        config.load_kube_config(
+            config_file=str(path) if path else None, context=context, client_configuration=cfg
+        )
+    # Several threads (heartbeater, watcher, main loop) share one client.
+    cfg.connection_pool_maxsize = pool_size
+    # No hidden retries: the callers retry on their own terms (a lease holder only until its
+    # renew deadline), and a write retried blindly could be applied twice.
+    cfg.retries = urllib3.util.retry.Retry(total=0, connect=0, read=0, redirect=3, status=0)
+    return client.ApiClient(cfg)
+
+
+def current_namespace(kubeconfig: str | Path | None = None) -> str:
+    """The namespace of the pod (in a cluster) or of the kubeconfig's current context."""
+    sa_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and sa_ns.exists():
+        return sa_ns.read_text().strip()
+    try:
+        _, active = config.list_kube_config_contexts(
+            config_file=str(kubeconfig or os.environ.get("KUBECONFIG") or "") or None
+        )
+    except (config.ConfigException, OSError):
+        return "default"
+    ns: str = (active or {}).get("context", {}).get("namespace") or "default"
+    return ns
+
+
+def api_message(e: ApiException) -> str:
+    """The `message` of a Kubernetes Status error body, or the HTTP reason."""
+    try:
+        body = json.loads(e.body or "{}")
+    except (TypeError, ValueError):
+        return str(e.reason)
+    return str(body.get("message") or e.reason) if isinstance(body, dict) else str(e.reason)
+
+
+def retry_after_of(e: ApiException) -> float | None:
+    """The Retry-After of an error answer, in seconds (Kubernetes sends whole seconds)."""
+    headers = e.headers or {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+def translate(e: BaseException, what: str, *, write: bool) -> StoreError:
+    """The typed error for a failed request `what` (e.g. "patch status of job ns/name")."""
+    if isinstance(e, ApiException):
+        status = int(e.status or 0)
+        text = f"{what}: {api_message(e)}"
+        if status == 404:
+            return NotFound(text, status=status)
+        if status == 409:
+            return Conflict(text, status=status)
+        if status == 410:
+            # Expired: the resourceVersion (of a watch, or a list's continue token) is too old.
+            return Conflict(text, status=status)
+        if status in (400, 422):
+            return Invalid(text, status=status)
+        if status == 403:
+            return Forbidden(text, status=status)
+        if status == 413 or "too large" in text.lower():
+            return TooLarge(text, status=status)
+        if status == 0 and e.reason:  # the client wraps some transport errors this way
+            return Unavailable(f"{what}: {e.reason}", maybe_applied=write)
+        # 401 (a rotated token), 429, 5xx: worth retrying. A 5xx may come after the commit; a
+        # 429 is API Priority and Fairness turning the request away before it ran.
+        return Unavailable(
+            text,
+            status=status,
+            maybe_applied=write and status >= 500,
+            retry_after=retry_after_of(e),
+        )
+    if isinstance(e, NOT_SENT):
+        return Unavailable(f"{what}: cannot connect: {e}", maybe_applied=False)
+    return Unavailable(f"{what}: {type(e).__name__}: {e}", maybe_applied=write)
+
+
+def _query(selector: Selector, **more: Any) -> dict[str, Any]:
+    query = {"fieldSelector": selector.fields, "labelSelector": selector.labels, **more}
+    return {k: v for k, v in query.items() if v}
+
+
+class HttpVerbs:
+    """The verbs of `recall.kube.verbs` over one API client, with its timeouts."""
+
+    def __init__(
+        self, api: client.ApiClient, *, timeout: float = 15.0, watch_seconds: int = 300
+    ) -> None:
+        self.api = api
+        self.timeout = timeout
+        self.watch_seconds = watch_seconds
+        self.latency = faults.latency()  # tests only: a slow API server
+
+    # -- one request -------------------------------------------------------------------------
+
+    def _call(
+        self,
+        what: str,
+        fn: Callable[..., T],
+        *args: Any,
+        write: bool,
+        timeout: float | None = None,
+        **kw: Any,
+    ) -> T:
+        """`fn(*args, _request_timeout=..., **kw)`, its failures typed, a 429 sent again."""
+        if self.latency:
+            time.sleep(self.latency)
+        budget = timeout or self.timeout
+        deadline = time.monotonic() + budget
+        pause = THROTTLE_PAUSE
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return fn(*args, _request_timeout=max(0.05, left), **kw)
+            except (ApiException, *TRANSPORT) as e:
+                error = translate(e, what, write=write)
+                if not (isinstance(error, Unavailable) and error.throttled):
+                    raise error from e
+                # A 429 of API Priority and Fairness: turned away before it ran, so any verb
+                # may be sent again, no sooner than its Retry-After (jittered), within this
+                # request's own time.
+                metrics.API_THROTTLED.labels(verb=what.split(" ", 1)[0]).inc()
+                wait = retry_pause(error, pause * random.uniform(0.5, 1.0))
+                if time.monotonic() + wait >= deadline:
+                    raise error from e
+                time.sleep(wait)
+                pause = min(pause * 2, 5.0)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        _request_timeout: Any = None,
+        stream: bool = False,
+    ) -> Any:
+        """One HTTP request; the decoded JSON answer (the open response with `stream`)."""
+        request = self.api.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*request, _request_timeout=_request_timeout)
+        if stream and 200 <= response.status <= 299:
+            return response
+        data = response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+        return json.loads(data) if data else {}
+
+    def _request(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        write: bool,
+        timeout: float | None = None,
+        **kw: Any,
+    ) -> RawObject:
+        out: RawObject = self._call(
+            what, self._send, method, path, write=write, timeout=timeout, **kw
+        )
+        return out
+
+    # -- the verbs ---------------------------------------------------------------------------
+
+    def get(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        subresource: str | None = None,
+        timeout: float | None = None,
+    ) -> RawObject | None:
+        what = describe("get", resource, namespace, name, subresource)
+        path = resource.path(namespace, name, subresource)
+        try:
+            return self._request(what, "GET", path, write=False, timeout=timeout)
+        except NotFound:
+            return None
+
+    def list(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        selector: Selector = EVERYTHING,
+        *,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Page:
+        out = self._request(
+            describe("list", resource, namespace),
+            "GET",
+            resource.path(namespace),
+            write=False,
+            query=_query(selector, limit=limit, **{"continue": continue_from}),
+        )
+        meta = out.get("metadata") or {}
+        return Page(
+            items=list(out.get("items") or []),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            next=meta.get("continue") or None,
+        )
+
+    def watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        resource_version: str,
+        selector: Selector = EVERYTHING,
+    ) -> Iterator[WatchEvent]:
+        what = describe("watch", resource, namespace)
+        query = _query(
+            selector,
+            watch="true",
+            resourceVersion=resource_version,
+            timeoutSeconds=self.watch_seconds,
+            allowWatchBookmarks="true",
+        )
+        try:
+            response = self._send(
+                "GET",
+                resource.path(namespace),
+                query=query,
+                _request_timeout=(self.timeout, self.watch_seconds + 30),
+                stream=True,
+            )
+        except (ApiException, *TRANSPORT) as e:
+            raise translate(e, what, write=False) from e
+        try:
+            for line in iter_resp_lines(response.response):
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = event["type"], event["object"]
+                if kind == "ERROR":
+                    code = int(obj.get("code") or 500) if isinstance(obj, dict) else 500
+                    message = obj.get("message", "") if isinstance(obj, dict) else str(obj)
+                    if code == 410:
+                        raise Conflict(f"{what}: {message}", status=410)
+                    raise Unavailable(f"{what}: {code} {message}", status=code)
+                yield WatchEvent(kind, obj)
+        except (ApiException, *TRANSPORT) as e:
+            raise translate(e, what, write=False) from e
+        finally:
+            response.response.close()
+            response.response.release_conn()
+
+    def create(self, resource: Resource, namespace: str | None, body: RawObject) -> RawObject:
+        name = (body.get("metadata") or {}).get("name") or "?"
+        what = describe("create", resource, namespace, name)
+        return self._request(what, "POST", resource.path(namespace), write=True, body=body)
+
+    def replace(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        body: RawObject,
+        *,
+        subresource: str | None = None,
+        timeout: float | None = None,
+    ) -> RawObject:
+        what = describe("update", resource, namespace, name, subresource)
+        path = resource.path(namespace, name, subresource)
+        return self._request(what, "PUT", path, write=True, body=body, timeout=timeout)
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Patch,
+        *,
+        subresource: str | None = None,
+        timeout: float | None = None,
+    ) -> RawObject:
+        what = describe("patch", resource, namespace, name, subresource)
+        return self._request(
+            what,
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            write=True,
+            body=patch,
+            content_type=JSON_PATCH if isinstance(patch, list) else MERGE_PATCH,
+            timeout=timeout,
+        )
+
+    def delete(self, resource: Resource, namespace: str | None, name: str) -> bool:
+        what = describe("delete", resource, namespace, name)
+        body = {"propagationPolicy": "Background"}
+        try:
+            self._request(what, "DELETE", resource.path(namespace, name), write=True, body=body)
+        except NotFound:
+            return False
+        return True
+
+    def delete_collection(self, resource: Resource, namespace: str, selector: Selector) -> None:
+        """One request; a Batch of 100,000 jobs takes the API server a while, hence the long
+        timeout (a retry after a timeout deletes what is left)."""
+        self._request(
+            describe("deletecollection", resource, namespace),
+            "DELETE",
+            resource.path(namespace),
+            write=True,
+            query=_query(selector),
+            body={"propagationPolicy": "Background"},
+            timeout=max(self.timeout, 600.0),
+        )
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    def served_plurals(self) -> frozenset[str]:
+        """The resources the API server's discovery serves in recall.dev/v1alpha1 right now.
+
+        Empty while the group is not served: the CRDs are missing, or an API server that has
+        just started has not installed their paths yet.
+        """
+        try:
+            out = self._request(
+                f"discover {GROUP}/{VERSION}", "GET", f"/apis/{GROUP}/{VERSION}", write=False
+            )
+        except NotFound:
+            return frozenset()
+        return frozenset(
+            str(r.get("name")) for r in out.get("resources") or [] if "/" not in str(r.get("name"))
+        )
