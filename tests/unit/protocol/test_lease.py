@@ -39,6 +39,24 @@ def leased(holder: str = ME, token: str = TOKEN, attempts: int = 1, **kw: object
     )
 
 
+def fail(
+    status: JobStatus, reason: str, *, permanent: bool, message: str = "m", jitter: float = 0.0
+) -> lease.Decision:
+    """The holder ME fails its lease (write 2) with `reason`."""
+    return lease.fail(
+        status,
+        NOW,
+        ME,
+        TOKEN,
+        seq=2,
+        reason=reason,
+        message=message,
+        permanent=permanent,
+        budget=BUDGET,
+        jitter=jitter,
+    )
+
+
 STATES: dict[str, JobStatus] = {
     "new": JobStatus(phase=Phase.QUEUED),
     "queued": JobStatus(phase=Phase.QUEUED, attempts=1),
@@ -62,30 +80,8 @@ ACTIONS: dict[str, Callable[[JobStatus], lease.Decision]] = {
     "claim": lambda s: lease.claim(s, NOW, ME, TOKEN, lease_seconds=10, budget=BUDGET),
     "renew": lambda s: lease.renew(s, NOW, ME, TOKEN, seq=2),
     "complete": lambda s: lease.complete(s, NOW, ME, TOKEN, seq=2, result=Result(transcript=KEY)),
-    "fail-retriable": lambda s: lease.fail(
-        s,
-        NOW,
-        ME,
-        TOKEN,
-        seq=2,
-        reason="X",
-        message="m",
-        permanent=False,
-        budget=BUDGET,
-        jitter=0.5,
-    ),
-    "fail-permanent": lambda s: lease.fail(
-        s,
-        NOW,
-        ME,
-        TOKEN,
-        seq=2,
-        reason="Bad",
-        message="m",
-        permanent=True,
-        budget=BUDGET,
-        jitter=0.5,
-    ),
+    "fail-retriable": lambda s: fail(s, "X", permanent=False, jitter=0.5),
+    "fail-permanent": lambda s: fail(s, "Bad", permanent=True, jitter=0.5),
     "release": lambda s: lease.release(s, NOW, ME, TOKEN, seq=2),
     "reclaim-expired": lambda s: lease.reclaim(s, NOW, 110.0, OBSERVED, budget=BUDGET),
     "reclaim-not-expired": lambda s: lease.reclaim(s, NOW, 109.0, OBSERVED, budget=BUDGET),
@@ -235,18 +231,7 @@ def test_complete__records_token_and_attempt_in_the_result() -> None:
 
 
 def test_fail__retriable_sets_a_backoff_duration_not_a_time() -> None:
-    s = lease.fail(
-        leased(),
-        NOW,
-        ME,
-        TOKEN,
-        seq=2,
-        reason="Timeout",
-        message="m",
-        permanent=False,
-        budget=BUDGET,
-        jitter=0.0,
-    )
+    s = fail(leased(), "Timeout", permanent=False)
     assert isinstance(s, JobStatus)
     assert s.phase == Phase.QUEUED and s.failures == 1 and s.lease is None
     assert s.backoff_seconds == lease.retry_backoff(1, 0.0)
@@ -254,35 +239,13 @@ def test_fail__retriable_sets_a_backoff_duration_not_a_time() -> None:
 
 
 def test_fail__on_last_attempt_is_final() -> None:
-    s = lease.fail(
-        leased(attempts=MAX),
-        NOW,
-        ME,
-        TOKEN,
-        seq=2,
-        reason="Timeout",
-        message="m",
-        permanent=False,
-        budget=BUDGET,
-        jitter=0.0,
-    )
+    s = fail(leased(attempts=MAX), "Timeout", permanent=False)
     assert isinstance(s, JobStatus) and s.phase == Phase.FAILED
     assert any(c.reason == "AttemptsExhausted" for c in s.conditions)
 
 
 def test_fail__permanent_keeps_reason() -> None:
-    s = lease.fail(
-        leased(),
-        NOW,
-        ME,
-        TOKEN,
-        seq=2,
-        reason="SourceNotFound",
-        message="no file",
-        permanent=True,
-        budget=BUDGET,
-        jitter=0.0,
-    )
+    s = fail(leased(), "SourceNotFound", permanent=True, message="no file")
     assert isinstance(s, JobStatus) and s.phase == Phase.FAILED
     assert s.last_error is not None and s.last_error.permanent
     assert any(c.reason == "SourceNotFound" for c in s.conditions)
