@@ -356,10 +356,23 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
         },
     ]
     operator_rules = find(docs, "Role", "-operator")["rules"]
-    operator_resources = {r for rule in operator_rules for r in rule["resources"]}
-    assert "secrets" not in operator_resources
-    configmaps = next(r for r in operator_rules if "configmaps" in r["resources"])
-    assert set(configmaps["verbs"]) == {"get"}  # read item lists; the bytes are in the store
+    # Secrets: `get` on the sinks' key Secrets by name only (notify.secretNames), nothing else.
+    secrets = [r for r in operator_rules if "secrets" in r["resources"]]
+    assert secrets == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["recall-notify"],
+            "verbs": ["get"],
+        }
+    ]
+    configmaps = [r for r in operator_rules if "configmaps" in r["resources"]]
+    # Read item lists (the bytes are in the store); write only the usage record by name.
+    assert {v for r in configmaps if "resourceNames" not in r for v in r["verbs"]} == {
+        "get",
+        "create",
+    }
+    assert all(r["resourceNames"] == ["recall-usage"] for r in configmaps if "resourceNames" in r)
 
 
 def test_template_store__bundled_by_default_a_bucket_of_your_own_otherwise(
@@ -756,6 +769,9 @@ OPERATOR_MATRIX = [
     Check("get", "configmaps", True),
     Check("list", "configmaps", False),
     Check("delete", "configmaps", False),
+    Check("get", "secrets", False),  # only the sinks' Secrets, by name
+    Check("list", "secrets", False),
+    Check("watch", "secrets", False),
     Check("create", "batches.recall.dev", False),
     Check("delete", "batches.recall.dev", False),
     Check("get", "secrets", False),

@@ -193,6 +193,21 @@ true
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get]
+# The usage record of each namespace (docs/notify.md#usage-per-team): one ConfigMap by name.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [configmaps]
+  resourceNames: [recall-usage]
+  verbs: [patch, update]
+{{- with .Values.notify.secretNames }}
+# The sinks' HMAC keys: get on these Secret names only (no list, no watch, no other Secret).
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames: {{ toJson . }}
+  verbs: [get]
+{{- end }}
 {{- end -}}
 
 {{/* Relations between values that the schema cannot express; fails the render with a reason. */}}
