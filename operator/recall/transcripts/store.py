@@ -309,9 +309,9 @@ class AttemptWriter:
         if chunk.channel:
             segments = [labelled(s, chunk.channel) for s in segments]
         if self.retake is not None and chunk.index == self.retake:
-            held = self.records[-1].held
-            assert held is not None
-            self.pending, self.piece = from_time(segments, held)
+            since = self.records[-1].held
+            assert since is not None
+            self.pending, self.piece = from_time(segments, since)
             self.retake = None
             return self.parts()
         if chunk.index != self.chunks:
@@ -320,9 +320,17 @@ class AttemptWriter:
         spec = self.redact
         if spec is None:
             record = Record.of(chunk, segments, language)
-        else:
-            record = self._redacted(chunk, segments, language, spec)
+            self.bucket.put(chunk_key(self.directory, chunk.index), record.encode())
+            self.records.append(record)
+            return self.parts()
+        record, original, held, piece = self._redacted(chunk, segments, language, spec)
+        if original is not None:  # keepOriginal: the unredacted record, under its own key
+            self.bucket.put(original_chunk_key(self.directory, chunk.index), original.encode())
         self.bucket.put(chunk_key(self.directory, chunk.index), record.encode())
+        # Only now, the writes done: a write repeated after a lost answer sees the same state.
+        if original is not None:
+            self.originals[chunk.index] = original
+        self.pending, self.piece = held, piece
         self.records.append(record)
         return self.parts()
 
@@ -332,23 +340,24 @@ class AttemptWriter:
         segments: list[Segment],
         language: tuple[str, float | None] | None,
         spec: RedactSpec,
-    ) -> Record:
-        """The record of `chunk` under the hold rule, redacted; the held words kept for the
-        next. With keepOriginal, the unredacted record is stored first, under its own key."""
+    ) -> tuple[Record, Record | None, list[Segment], bool]:
+        """The record of `chunk` under the hold rule, redacted; its unredacted record with
+        keepOriginal; the words held back for the next, and whether the first of them
+        continues a segment. Changes nothing."""
         carried = self.piece and bool(self.pending)
+        pending = self.pending
         ended: list[Segment] = []  # held words of a channel that ended: redacted on their own
-        if self.pending and segments and self.pending[-1].channel != segments[0].channel:
-            ended, self.pending = self.pending, []
-        whole = [*self.pending, *segments]
+        if pending and segments and pending[-1].channel != segments[0].channel:
+            ended, pending = pending, []
+        whole = [*pending, *segments]
         kept, held, piece = (whole, [], False) if chunk.last else hold(whole)
         at = held[0].start if held else None
+        original = None
         if self.keep_original:
             original = Record.of(chunk, [*ended, *kept], language, held=at, carried=carried)
-            self.bucket.put(original_chunk_key(self.directory, chunk.index), original.encode())
-            self.originals[chunk.index] = original
-        self.pending, self.piece = held, piece
         stored = [*redact(ended, spec.types), *redact(kept, spec.types)]
-        return Record.of(chunk, stored, language, held=at, carried=carried)
+        record = Record.of(chunk, stored, language, held=at, carried=carried)
+        return record, original, held, piece
 
     def finish(
         self,

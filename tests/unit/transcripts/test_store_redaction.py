@@ -5,6 +5,7 @@ keys; and the channels of a split file are labelled and interleaved."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from recall.bucket import Bucket
@@ -169,3 +170,31 @@ def test_channels__labelled_and_interleaved_by_time() -> None:
     txt = render(transcript, "txt")
     assert txt.startswith("ch0: hello is anyone there\n\nch1: yes I am here\n\n")
     assert Record.decode(bucket.get(w.directory + "c000002.json") or b"").channel == "ch1"
+
+
+def test_a_store_write_repeated_after_a_lost_answer_stores_the_same_record() -> None:
+    """The writer's state changes only once the chunk's write succeeded: the same chunk added
+    again (the store's answer was lost) writes the same bytes."""
+    bucket = memory_bucket()
+    j = job({**TYPES, "keepOriginal": True})
+    w = AttemptWriter(bucket, j, 1, TOKENS[1])
+    w.begin(CUT, None)
+    w.add(chunk(0), said(0))
+    failing = memory_bucket()
+    calls = {"n": 0}
+
+    def put(key: str, data: bytes, *, once: bool = True) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the chunk record's write, after the original's
+            raise OSError("answer lost")
+        failing.put(key, data, once=once)
+
+    pending = list(w.pending)
+    real = w.bucket
+    w.bucket = type("Flaky", (), {"put": staticmethod(put), "get": real.get})()
+    with contextlib.suppress(OSError):
+        w.add(chunk(1), said(1))
+    assert w.pending == pending and w.chunks == 1
+    w.bucket = real
+    w.add(chunk(1), said(1))
+    assert w.chunks == 2
