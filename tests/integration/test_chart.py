@@ -29,7 +29,7 @@ import yaml
 from kubernetes import client
 
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import BATCH_PLURAL, GROUP, VERSION, BatchStatus, Phase
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, get_batch, list_jobs, wait_for
@@ -567,7 +567,7 @@ def test_dry_run_server__rendered_chart_and_examples_are_accepted(
         str(ROOT / "examples"),
         kubeconfig=control_plane.kubeconfig,
     )
-    assert out.count("created (server dry run)") == 3, out
+    assert out.count("created (server dry run)") == 5, out
 
 
 def test_notes__tell_how_to_submit_and_watch_a_batch(

@@ -6,13 +6,15 @@ options or segment scope with a fixed language)."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube.store import KubeStore as Kube
-from recall.kube.store import api_message
+from recall.kube.client import KubeClient as Kube
+from recall.kube.client import api_message
 from recall.resources import (
     API_VERSION,
     BATCH_PLURAL,
@@ -109,3 +111,14 @@ def test_language__an_items_unknown_code_is_refused(kube: Kube, namespace: str) 
         create(kube, namespace, BATCH_PLURAL, body)
     assert refused.value.status == 422
     assert "an item's language must be auto or a language code" in api_message(refused.value)
+
+
+def test_example__the_multilingual_batch_and_job_are_accepted(kube: Kube, namespace: str) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "batch-multilingual.yaml"
+    batch, job = yaml.safe_load_all(example.read_text())
+    made = Batch.from_api(create(kube, namespace, BATCH_PLURAL, batch))
+    assert made.spec.defaults.language_options == ["de", "fr", "es", "en"]
+    assert made.spec.items[-1].language == "de"
+    panel = TranscriptionJob.from_api(create(kube, namespace, JOB_PLURAL, job))
+    assert panel.spec.language_scope == "segment"
+    assert panel.spec.transcript is not None and panel.spec.transcript.translate == "en"
