@@ -53,6 +53,7 @@ class Receiver:
         self.now = now
         self.slow = slow
         self.mode = "ok"
+        self.refuse_first = 0  # the first this many requests are refused (400), whatever the mode
         self.received: list[Delivery] = []
         self.port = 0
         self._server: ThreadingHTTPServer | None = None
@@ -95,7 +96,8 @@ class Receiver:
             event = json.loads(body)
         except ValueError:
             event = {}
-        mode = self.mode
+        with self._lock:
+            mode = "refuse" if len(self.received) < self.refuse_first else self.mode
         if mode == "slow":
             time.sleep(self.slow)
         status = {"refuse": 400, "unavailable": 503, "redirect": 307}.get(mode, 200)

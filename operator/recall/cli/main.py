@@ -435,6 +435,58 @@ def transcript(
 _add_dev_commands()
 
 
+notify_app = typer.Typer(help="The operator's events (docs/notify.md).", no_args_is_help=True)
+app.add_typer(notify_app, name="notify")
+
+
+@notify_app.command("resend")
+def notify_resend(
+    ref: Annotated[str, typer.Argument(help="job/NAME or batch/NAME.", metavar="KIND/NAME")],
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Send the events given up for a job, or a Batch and its items, again (same ids)."""
+    from recall.cli.notify import resend
+
+    try:
+        marked = resend(_store(kubeconfig), _namespace(namespace, kubeconfig), ref)
+    except LookupError as e:
+        raise CliError(str(e.args[0])) from e
+    for m in marked:
+        typer.echo(f"{m}: given-up events to be sent again")
+    if not marked:
+        typer.echo("nothing was given up")
+
+
+@app.command()
+def usage(
+    namespace: NamespaceOpt = None,
+    all_namespaces: Annotated[
+        list[str] | None, typer.Option("--of", help="These namespaces (repeat the option).")
+    ] = None,
+    since: Annotated[str | None, typer.Option(help="First day (YYYY-MM-DD).")] = None,
+    until: Annotated[str | None, typer.Option(help="Last day (YYYY-MM-DD).")] = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """What each namespace used: jobs finished, audio and engine hours (docs/notify.md)."""
+    import datetime as dt
+
+    from recall.cli.notify import usage as read_usage
+
+    try:
+        first = dt.date.fromisoformat(since) if since else None
+        last = dt.date.fromisoformat(until) if until else None
+    except ValueError as e:
+        raise CliError(f"a day is YYYY-MM-DD: {e}") from e
+    namespaces = all_namespaces or [_namespace(namespace, kubeconfig)]
+    typer.echo(f"{'NAMESPACE':<24}{'JOBS':>8}{'AUDIO-HOURS':>14}{'ENGINE-HOURS':>14}")
+    for row in read_usage(_store(kubeconfig), namespaces, first, last):
+        typer.echo(
+            f"{row.namespace:<24}{row.jobs:>8}{row.audio_seconds / 3600:>14.2f}"
+            f"{row.engine_seconds / 3600:>14.2f}"
+        )
+
+
 def main() -> None:
     """Console entry point: one-line errors, kubectl's exit codes."""
     try:

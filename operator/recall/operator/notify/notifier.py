@@ -39,9 +39,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from recall.base import log, metrics
+from recall.base import faults, log, metrics
 from recall.base.clock import SYSTEM, Clock
-from recall.kube import NotFound, ObjectRef, Store, StoreError
+from recall.kube import Api, ApiError, NotFound, ObjectRef
 from recall.operator.notify import events
 from recall.operator.notify.send import Answer, Outcome, Sender
 from recall.operator.notify.settings import NotifySettings
@@ -148,7 +148,7 @@ class Notifier:
 
     def __init__(
         self,
-        store: Store,
+        store: Api,
         cache: JobCache,
         *,
         leading: threading.Event,
@@ -174,6 +174,7 @@ class Notifier:
         self._warned: set[str] = set()
         self._deleting: dict[BatchKey, float] = {}
         self._term = False
+        self._tries = 0  # requests sent by this process
         cache.listeners.append(self._changed)
 
     # -- inputs ------------------------------------------------------------------------------
@@ -296,7 +297,7 @@ class Notifier:
             if kind == "job":
                 return self._load_job(namespace, name)
             return self._load_batch(namespace, name)
-        except StoreError as e:
+        except ApiError as e:
             done.errors.append(e.message)
             with self._lock:
                 self._due.add(key)  # the next pass tries again
@@ -397,7 +398,7 @@ class Notifier:
                         continue
                 try:
                     keys = self._secret(t)
-                except StoreError as e:
+                except ApiError as e:
                     done.errors.append(e.message)
                     continue
                 if isinstance(keys, str):
@@ -425,6 +426,10 @@ class Notifier:
             answer = self.sender.post(t.sink.url, headers, o.event.body)
         except Exception as e:  # a bug in a sender must not leave the try busy for ever
             answer = Answer(Outcome.UNAVAILABLE, error=f"{type(e).__name__}: {e}"[:300])
+        with self._lock:
+            self._tries += 1
+            tries = self._tries
+        faults.hit("operator-after-notify", tries=tries)  # sent, not recorded: a crash here
         self._answered(o, t, answer)
         self._wake.set()
 
@@ -522,7 +527,7 @@ class Notifier:
                 with self._lock:
                     self._owed.pop(o.key, None)
                 continue
-            except StoreError as e:
+            except ApiError as e:
                 done.errors.append(e.message)
                 continue
             done.recorded += 1
@@ -604,5 +609,5 @@ class Notifier:
         )
 
     def _event(self, about: ObjectRef, reason: str, message: str) -> None:
-        with contextlib.suppress(StoreError):  # best effort: the status and the log say it too
+        with contextlib.suppress(ApiError):  # best effort: the status and the log say it too
             self.store.post_event(about, "Warning", reason, message[:1000])

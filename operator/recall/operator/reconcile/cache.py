@@ -36,6 +36,12 @@ def _time(value: Any) -> dt.datetime | None:
     return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
+def _audio_seconds(result: Any) -> float | None:
+    if not isinstance(result, dict) or result.get("durationSeconds") is None:
+        return None
+    return float(result["durationSeconds"]) * int(result.get("channels") or 1)
+
+
 def _notified(record: Any) -> str | None:
     if not isinstance(record, dict) or not record.get("time"):
         return None
@@ -77,6 +83,7 @@ class JobRecord:
     published: bool
     output: bool  # spec.output asks for outputs
     notified: str | None = None  # its event settled: "delivered" or "givenUp"; None: not yet
+    audio_seconds: float | None = None  # the result's duration × its channels (split)
     language: str | None = None  # status.result.language: the language transcribed
 
     @property
@@ -131,6 +138,7 @@ class JobRecord:
             published=status.get("published") is not None,
             output=spec.get("output") is not None,
             notified=_notified(status.get("notified")),
+            audio_seconds=_audio_seconds(status.get("result")),
             language=(status.get("result") or {}).get("language") or None,
         )
 

@@ -40,6 +40,7 @@ from recall.operator.runtime import readiness
 from recall.operator.runtime.wiring import wire
 from recall.operator.scaling.service import Autoscaling
 from recall.operator.scaling.workload import Workload
+from recall.operator.usage import Usage
 from recall.protocol.workers import SELECTOR
 from recall.resources import BATCH_PLURAL, GROUP, VERSION, Batch
 
@@ -88,6 +89,7 @@ class Runtime:
             settings=notify,
             clock=clock,
         )
+        self.usage = Usage(store, self.controller.cache, leading=leading, clock=clock)
         if self.elector is None:
             leading.set()
         self.informer = Informer(
@@ -122,6 +124,7 @@ class Runtime:
         self.autoscaling.start(self._spawn)
         self._spawn("results", self.controller.results.run)
         self._spawn("notify", self.notifier.run)
+        self._spawn("usage", self.usage.run)
         self._spawn("leader-gauge", self._gauge)
         readiness.serve(self.settings.health_port, self.ready)
 
