@@ -142,19 +142,20 @@ NOTIFY_DELIVERIES = Counter(
     ["outcome"],
 )
 NOTIFY_PENDING = Gauge("recall_notify_pending", "Events owed and not settled yet (the leader).")
-# What each team used (docs/notify.md#usage): every attempt counts, failed and abandoned ones
-# too; a file split into channels counts each channel's seconds.
+# What each team used (docs/notify.md#usage-per-team): every attempt counts, failed and
+# abandoned ones too; a file split into channels counts each channel's seconds. The jobs'
+# namespace is `job_namespace`: a scrape's own `namespace` label is the operator's.
 AUDIO_SECONDS = Counter(
     "recall_audio_seconds_total",
     "Seconds of audio transcribed (each channel of a split file counted), by namespace, pool "
     "and engine.",
-    ["namespace", "pool", "engine"],
+    ["job_namespace", "pool", "engine"],
 )
 ENGINE_SECONDS = Counter(
     "recall_engine_seconds_total",
     "Wall seconds workers spent on attempts (failed and abandoned ones included), by "
     "namespace, pool and engine.",
-    ["namespace", "pool", "engine"],
+    ["job_namespace", "pool", "engine"],
 )
 
 
