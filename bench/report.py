@@ -345,6 +345,11 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         lines += ["## Sections that failed in this run", ""]
         lines += [f"- {k}: {results[k]['error']}" for k in failed] + [""]
     return "\n".join(lines)
+    languages = results.get("languages") or {}
+    if languages and not _error(languages):
+        from bench import languages as languages_section
+
+        lines += languages_section.markdown(languages)
 
 
 def _etcd(section: dict[str, Any]) -> list[str]:

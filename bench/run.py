@@ -17,7 +17,9 @@ about two hours on two cores), versus (recall in the comparison's terms), compar
 recording), etcd (what the work costs etcd: a 1-minute and a 10-hour recording in the earlier
 ConfigMap layout and in the results store, and a Batch of hour-sized transcripts),
 transcripts (recall against bare faster-whisper on LibriVox speech, word timing error, the
-subtitle rules, the vocabulary), batching (the Whisper engine batching 1, 4 and 8 chunks a
+subtitle rules, the vocabulary), languages (the multilingual base model against faster-whisper
+on espeak-ng speech in nine languages: language identification, WER, segments of files that
+switch language, translation), batching (the Whisper engine batching 1, 4 and 8 chunks a
 call against one chunk a call, on this CPU), pools (a GPU pool's autoscaling from zero on a
 kind node that advertises nvidia.com/gpu: the pod test, several minutes). Every
 section runs even when another fails; the failure is recorded in the results.
@@ -59,6 +61,7 @@ SECTIONS = [
     "transcripts",
     "batching",
     "pools",
+    "languages",
 ]
 
 
@@ -182,6 +185,10 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
         from bench import pools
 
         _section(results, "pools", pools.measure)
+    if "languages" in only:
+        from bench import languages
+
+        _section(results, "languages", languages.measure)
     if "longfile" in only:
 
         def longfile() -> Any:
