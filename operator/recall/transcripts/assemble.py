@@ -12,8 +12,10 @@ Contract:
   an ellipsis is one sentence: both marks go, from the text and from the words, and the word
   after the seam is written as it would be inside a sentence (lower case, unless it is "I" or a
   word the transcript writes capitalised elsewhere mid-sentence: a name). A full stop the model
-  put at a chunk's very end before a segment that begins in lower case goes too. A mark the
-  speech had (an ellipsis inside a chunk, a "...and so on" after a full stop) is kept.
+  put at a chunk's very end before a segment that begins in lower case goes too, and a capital
+  the model put at a chunk's start after a chunk that ended inside a sentence (no mark) is
+  lowered as after an ellipsis. A mark the speech had (an ellipsis inside a chunk, a "...and so
+  on" after a full stop) is kept.
 - The segments of a split file are in the order of their start times (stable: a channel's order
   is kept among segments that start together), so overlapping speech interleaves by time.
 """
@@ -29,6 +31,7 @@ from recall.transcripts.redact import text_of_words
 
 ELLIPSES = ("...", "…")
 CAPITAL_PRONOUNS = frozenset({"I", "I'm", "I've", "I'd", "I'll"})
+ENDS = (".", "?", "!", ":", "…", '"', "'", ")", "”")  # what may end a sentence
 
 
 def assemble(records: Sequence[Record]) -> list[Segment]:
@@ -110,12 +113,12 @@ def joined(a: Segment, b: Segment, names: set[str], *, seam: bool) -> tuple[Segm
     tail, head = a.text.rstrip(), b.text.lstrip()
     cut = tail.endswith(ELLIPSES) and head.startswith(ELLIPSES)
     stop = seam and tail.endswith(".") and not tail.endswith(ELLIPSES) and head[:1].islower()
-    if not cut and not stop:
-        return a, b
-    marks = ELLIPSES if cut else (".",)
-    first = _edit_last(a, marks)
-    second = _edit_first(b, names) if cut else b
-    return first, second
+    going_on = seam and bool(tail) and not tail.endswith(ENDS) and head[:1].isupper()
+    if cut or stop:
+        a = _edit_last(a, ELLIPSES if cut else (".",))
+    if cut or going_on:
+        b = _edit_first(b, names)
+    return a, b
 
 
 def _edit_last(s: Segment, marks: tuple[str, ...]) -> Segment:

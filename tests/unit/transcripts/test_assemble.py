@@ -12,7 +12,7 @@ from recall.transcripts.layout import Record
 def seg(text: str, start: float, channel: str | None = None, words: bool = True) -> Segment:
     parts = text.split(" ")
     ws = [
-        Word(start=start + i, end=start + i + 0.5, text=(" " if i else " ") + p, probability=0.9)
+        Word(start=start + i, end=start + i + 0.5, text=" " + p, probability=0.9)
         for i, p in enumerate(parts)
     ]
     return Segment(
@@ -110,3 +110,12 @@ def test_channels__interleave_by_time_and_join_seams_per_channel() -> None:
         ("ch0", " there?"),
         ("ch1", " good."),
     ]
+
+
+def test_seam__a_capital_after_a_chunk_that_ended_inside_a_sentence_is_lowered() -> None:
+    out = assemble(
+        [record(seg("and the students", 0)), record(seg("Who helped them are proud.", 10))]
+    )
+    assert out[1].text == " who helped them are proud."
+    kept = assemble([record(seg("we met", 0)), record(seg("Anna there, and Anna left.", 10))])
+    assert kept[1].text == " Anna there, and Anna left."  # a name (capital inside a sentence)
