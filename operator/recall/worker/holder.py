@@ -1,7 +1,7 @@
 """The lease holder: one rented job, from the claim to complete, fail or release.
 
     holder = LeaseHolder.claim(store, job, worker)   # None: someone else won
-    with Heartbeater(holder, cadence):               # renews on the cadence, with the checkpoint
+    with Heartbeater(holder, cadence):               # renews on the cadence (worker.heartbeat)
         holder.renew_if_older(cadence.fresh)         # before each engine call
         holder.checkpoint(progress)                  # chunks made durable: no write of its own
         holder.complete(result, chunks=n)            # or fail(error) / release()
@@ -43,17 +43,16 @@ from recall.base.log import short_token
 from recall.fencing import Transition, Unsettled, WriteResult, fenced_write
 from recall.kube import (
     PERMANENT_ERRORS,
+    ApiError,
     Forbidden,
-    JobStore,
+    JobApi,
     RawObject,
-    StoreError,
     Unavailable,
     retry_pause,
 )
 from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.resources import Progress, Result, TranscriptionJob
-from recall.worker.cadence import Cadence
 
 
 def budget_of(job: TranscriptionJob) -> Budget:
@@ -73,7 +72,7 @@ class LeaseHolder:
 
     def __init__(
         self,
-        store: JobStore,
+        store: JobApi,
         job: TranscriptionJob,
         worker: str,
         token: str,
@@ -115,7 +114,7 @@ class LeaseHolder:
     @classmethod
     def claim(
         cls,
-        store: JobStore,
+        store: JobApi,
         job: TranscriptionJob,
         worker: str,
         *,
@@ -214,7 +213,7 @@ class LeaseHolder:
             return
         try:
             job = self.store.get_job(self.known.namespace, self.known.name, timeout=5.0)
-        except StoreError as e:
+        except ApiError as e:
             self.log.info("lease_check_failed", why=why, error=e.message[:200])
             return
         if job is None:
@@ -431,7 +430,7 @@ class LeaseHolder:
             raise LeaseLost(self.lost_reason)
         return result.job
 
-    def _retry_pause(self, action: str, error: StoreError, remaining: float) -> None:
+    def _retry_pause(self, action: str, error: ApiError, remaining: float) -> None:
         self.log.warning(
             "write_error", action=action, error=error.message[:200], status=error.status
         )
@@ -440,59 +439,3 @@ class LeaseHolder:
         # lease at the deadline (check) instead of being waited out.
         pause = retry_pause(error, min(0.5, max(0.05, remaining / 4)))
         self.clock.sleep(min(pause, max(0.05, self.renew_deadline - self.seconds_since_renewal())))
-
-
-class Heartbeater:
-    """A named background thread that renews the lease on its cadence while the work goes on.
-
-    It sleeps until the next renewal is due (`Cadence.due`: a heartbeat `heartbeat` seconds
-    after the last successful write by anyone, or the pending checkpoint `checkpoint` seconds
-    after the last one written) and wakes early when a checkpoint or a write changes that. After
-    a failed write it tries again every `heartbeat / 4`. It stops on exit of the `with` block,
-    when the lease is lost, or at the renew deadline.
-    """
-
-    def __init__(self, holder: LeaseHolder, cadence: Cadence) -> None:
-        self.holder = holder
-        self.cadence = cadence
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-{holder.name}", daemon=True
-        )
-
-    def __enter__(self) -> Heartbeater:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self.holder.wake.set()
-        self._thread.join(timeout=30)
-
-    def due(self) -> float:
-        h = self.holder
-        return self.cadence.due(
-            since_renewal=h.seconds_since_renewal(),
-            since_checkpoint=h.seconds_since_checkpoint(),
-            pending=h.pending is not None,
-        )
-
-    def _run(self) -> None:
-        h = self.holder
-        while not self._stop.is_set() and not h.final:
-            h.wake.clear()
-            wait = self.due()
-            if wait > 0.005:
-                h.clock.wait(h.wake, wait)
-                continue
-            try:
-                h.renew()
-            except LeaseLost:
-                return
-            except Exception as e:  # a bug or an unexpected error: keep trying until the deadline
-                h.log.warning("renew_error", error=str(e)[:200])
-                try:
-                    h.check()
-                except LeaseLost:
-                    return
-                h.clock.wait(self._stop, self.cadence.heartbeat / 4)

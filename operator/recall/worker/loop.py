@@ -51,21 +51,23 @@ from recall.base import log, metrics
 from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import WorkerSettings
-from recall.bucket import Bucket
 from recall.bucket import StoreError as BucketError
+from recall.bucket import Bucket
 from recall.engines.base import Engine
-from recall.engines.models import ModelCacheUnwritable, probe_cache
-from recall.kube import PERMANENT_ERRORS, Store, StoreError, retry_pause
+from recall.engines.models import ModelCacheUnwritable
+from recall.kube import PERMANENT_ERRORS, Api, ApiError, retry_pause
 from recall.protocol.workers import FAILED, EngineState
 from recall.resources import Phase, TranscriptionJob
 from recall.resources.errors import JobFailure
 from recall.worker.attempt import Stopped, Transcription
 from recall.worker.cadence import Cadence
 from recall.worker.drain import Drain
+from recall.worker.heartbeat import Heartbeater
 from recall.worker.held import HeldJobs
-from recall.worker.holder import Heartbeater, LeaseHolder, LeaseLost
+from recall.worker.holder import LeaseHolder, LeaseLost
 from recall.worker.pipeline import Stopwatch
 from recall.worker.preload import Preload
+from recall.worker.probes import CacheProbe
 from recall.worker.queue import JobQueue, OfferQueue, Queue
 from recall.worker.registration import Registration
 
@@ -82,7 +84,7 @@ CLAIM_RETRY = Backoff(initial=0.1, cap=2.5, jitter=1.0)
 class Worker:
     def __init__(
         self,
-        store: Store,
+        store: Api,
         settings: WorkerSettings,
         engine: Engine,
         *,
@@ -147,16 +149,14 @@ class Worker:
         self.transcription = Transcription(results, engine, self._call, self._check_stop)
         self.store_broken: str | None = None  # why the results store refused, until a probe works
         self._next_probe = 0.0
-        self.cache_broken: ModelCacheUnwritable | None = None  # until a probe of the cache works
-        self._cache_retry: Callable[[], object] = lambda: None  # repeats what failed on it
-        self._cache_probe = Backoff(initial=settings.store_probe_seconds, cap=CACHE_PROBE_CAP)
-        self._cache_probes = 0  # probes of a broken model cache so far
-        self._next_cache_probe = 0.0
         self._claim_failures = 0
         self.jobs_done = 0
         self.claims = 0
         self.claim_conflicts = 0
         self.log = log.get("worker").bind(worker=settings.id)
+        self.cache = CacheProbe(
+            Backoff(initial=settings.store_probe_seconds, cap=CACHE_PROBE_CAP), clock, self.log
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -243,7 +243,7 @@ class Worker:
         """What the registration says of the engine: `failed` with the model cache's reason
         while the worker cannot write it, else how its own model's load went (the preload)."""
         loaded = self.preload.state()
-        broken = self.cache_broken
+        broken = self.cache.broken
         if broken is None:
             return loaded
         return EngineState(FAILED, loaded.model, f"{broken.reason}: {broken.message}")
@@ -251,7 +251,7 @@ class Worker:
     def _take_one(self) -> bool:
         if self.store_broken is not None and not self._probe_store():
             return False  # the results store refuses: claim nothing that would fail too
-        if self.cache_broken is not None and not self._probe_cache():
+        if self.cache.broken is not None and not self.cache.probe():
             return False  # the model cache cannot be written: claim nothing to give back
         if not self._reserve():
             return False  # the jobs left to max_jobs are other slots' to take
@@ -321,7 +321,7 @@ class Worker:
                 renew_deadline_fraction=self.settings.renew_deadline_fraction,
                 clock=self.clock,
             )
-        except StoreError as e:  # the API server is restarting, or busy (429): back off
+        except ApiError as e:  # the API server is restarting, or busy (429): back off
             self.log.warning("claim_error", job=job.name, error=e.message[:200], status=e.status)
             pause = retry_pause(e, CLAIM_RETRY.delay(self._claim_failures))
             self._claim_failures += 1
@@ -429,7 +429,7 @@ class Worker:
             h.release()
             h.log.info("released")
             metrics.JOBS_FINISHED.labels(outcome="released").inc()
-        except (LeaseLost, StoreError) as e:
+        except (LeaseLost, ApiError) as e:
             h.log.warning("release_failed", error=str(e)[:200])
 
     def _probe_store(self) -> bool:
@@ -454,20 +454,9 @@ class Worker:
         local_model: Callable[[TranscriptionJob], object] | None = getattr(
             self.engine, "local_model", None
         )
-        self._cache_failed(error, (lambda: local_model(job)) if local_model else None)
+        self.cache.failed(error, (lambda: local_model(job)) if local_model else None)
         h.log.error("model_cache_unwritable", directory=str(error.directory), message=error.message)
         self._release(h)
-
-    def _cache_failed(
-        self, error: ModelCacheUnwritable, retry: Callable[[], object] | None
-    ) -> None:
-        """The cache refused `retry` (what failed, repeated by the probe; None: a file made in
-        the cache is all the probe can try). Also the preload's hand-off."""
-        with self._lock:
-            self._cache_retry = retry or (lambda: probe_cache(error.directory))
-            self._cache_probes = 0
-            self._next_cache_probe = self.clock.monotonic() + self._cache_probe.delay(0)
-            self.cache_broken = error
 
     def _preload_cache_unwritable(self, error: ModelCacheUnwritable) -> None:
         """The start-up load found the cache unwritable: no job is claimed to be given back;
@@ -479,40 +468,7 @@ class Worker:
             preload()  # raises as the start-up load did
             self.preload.load_once()  # loaded: the registration's next renewal says so
 
-        self._cache_failed(error, retry if preload else None)
-
-    def _probe_cache(self) -> bool:
-        """After `ModelCacheUnwritable`: True once what failed works again (the probe repeats
-        it: a file in the cache is not enough, a full volume or a lock file of another UID
-        let one be made). A refusal for another reason (the model missing) is not the cache's:
-        the probe passes and the next job meets it as its own."""
-        with self._lock:
-            broken, retry = self.cache_broken, self._cache_retry
-            now = self.clock.monotonic()
-            if broken is None:
-                return True
-            if now < self._next_cache_probe:
-                return False
-            self._cache_probes += 1
-            pause = self._cache_probe.delay(self._cache_probes)
-            self._next_cache_probe = now + pause  # one slot probes at a time
-        try:
-            probe_cache(broken.directory)
-            retry()
-        except ModelCacheUnwritable as e:
-            self.log.warning(
-                "model_cache_still_unwritable",
-                message=e.message[:300],
-                next_probe_seconds=round(pause),
-            )
-            return False
-        except JobFailure as e:
-            self.log.info("model_cache_probe_refused_otherwise", reason=e.reason)
-        self.log.info("model_cache_writable_again", directory=str(broken.directory))
-        with self._lock:
-            if self.cache_broken is broken:
-                self.cache_broken = None
-        return True
+        self.cache.failed(error, retry if preload else None)
 
     def _fail(self, h: LeaseHolder, error: JobFailure) -> None:
         try:
@@ -523,7 +479,7 @@ class Worker:
                 backoff_base=self.settings.retry_base_seconds,
                 backoff_cap=self.settings.retry_cap_seconds,
             )
-        except (LeaseLost, StoreError) as e:
+        except (LeaseLost, ApiError) as e:
             h.log.warning("fail_not_recorded", error=str(e)[:200])
             return
         if error.reason in STORE_REFUSALS:

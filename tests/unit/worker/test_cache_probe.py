@@ -15,7 +15,7 @@ from recall.base.settings import WorkerSettings
 from recall.engines.base import TranscribeRequest
 from recall.engines.models import ModelCacheUnwritable
 from recall.engines.simulated import SimulatedEngine
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.media.types import Segment
 from recall.resources import Phase, TranscriptionJob
 from recall.worker.loop import Worker
@@ -61,11 +61,11 @@ def settings(**kw: Any) -> WorkerSettings:
     )
 
 
-def attempts(store: MemoryStore) -> int:
+def attempts(store: MemoryApi) -> int:
     return sum(j.status.attempts for n in "ab" if (j := store.get_job(NS, n)))
 
 
-def run_until_freed(store: MemoryStore, worker: Worker, engine: FullCache) -> int:
+def run_until_freed(store: MemoryApi, worker: Worker, engine: FullCache) -> int:
     """Run the worker; free the cache 1 s into it; the claims made before it was freed."""
     t = threading.Thread(target=worker.run)
     t.start()
@@ -78,7 +78,7 @@ def run_until_freed(store: MemoryStore, worker: Worker, engine: FullCache) -> in
 
 
 def test_probe__repeats_the_fetch_that_failed_not_only_a_file_in_the_cache(tmp_path: Path) -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     for n in "ab":
         store.create_job(NS, job_manifest(n))
     engine = FullCache(tmp_path / "models")
@@ -95,13 +95,13 @@ def test_probe__repeats_the_fetch_that_failed_not_only_a_file_in_the_cache(tmp_p
 
 
 def test_preload__a_cache_found_broken_at_start_up_gives_no_job_back(tmp_path: Path) -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     for n in "ab":
         store.create_job(NS, job_manifest(n))
     engine = FullCache(tmp_path / "models", preload=True)
     worker = Worker(store, settings(), engine, namespace=NS, results=memory_bucket())
     worker.preload.load_once()  # as the start-up thread does, before the first claim
-    assert worker.cache_broken is not None
+    assert worker.cache.broken is not None
     claimed = run_until_freed(store, worker, engine)
     assert claimed == 0, store.dump()
     jobs = [store.get_job(NS, n) for n in "ab"]

@@ -1,0 +1,73 @@
+"""The model cache's probe: after the cache refused a write, claim nothing until it works again.
+
+    probe = CacheProbe(Backoff(initial=30, cap=600), clock, log)
+    probe.failed(error, retry)      # what failed, to repeat (None: a file made in the cache)
+    if probe.broken is None or probe.probe(): ...   # True once what failed works again
+
+One slot probes at a time, on a backoff (a probe may fetch a model: a download). A refusal for
+another reason than the cache (the model missing) is not the cache's: the probe passes and the
+next job meets it as its own. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from recall.base.backoff import Backoff
+from recall.base.clock import Clock
+from recall.engines.models import ModelCacheUnwritable, probe_cache
+from recall.resources.errors import JobFailure
+
+
+class CacheProbe:
+    def __init__(self, backoff: Backoff, clock: Clock, log: Any) -> None:
+        self.backoff = backoff
+        self.clock = clock
+        self.log = log
+        self.broken: ModelCacheUnwritable | None = None  # until a probe of the cache works
+        self._retry: Callable[[], object] = lambda: None  # repeats what failed on it
+        self._probes = 0  # probes of a broken model cache so far
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def failed(self, error: ModelCacheUnwritable, retry: Callable[[], object] | None) -> None:
+        """The cache refused `retry` (what failed, repeated by the probe; None: a file made in
+        the cache is all the probe can try). Also the preload's hand-off."""
+        with self._lock:
+            self._retry = retry or (lambda: probe_cache(error.directory))
+            self._probes = 0
+            self._next = self.clock.monotonic() + self.backoff.delay(0)
+            self.broken = error
+
+    def probe(self) -> bool:
+        """True once what failed works again (the probe repeats it: a file in the cache is not
+        enough, a full volume or a lock file of another UID let one be made)."""
+        with self._lock:
+            broken, retry = self.broken, self._retry
+            now = self.clock.monotonic()
+            if broken is None:
+                return True
+            if now < self._next:
+                return False
+            self._probes += 1
+            pause = self.backoff.delay(self._probes)
+            self._next = now + pause  # one slot probes at a time
+        try:
+            probe_cache(broken.directory)
+            retry()
+        except ModelCacheUnwritable as e:
+            self.log.warning(
+                "model_cache_still_unwritable",
+                message=e.message[:300],
+                next_probe_seconds=round(pause),
+            )
+            return False
+        except JobFailure as e:
+            self.log.info("model_cache_probe_refused_otherwise", reason=e.reason)
+        self.log.info("model_cache_writable_again", directory=str(broken.directory))
+        with self._lock:
+            if self.broken is broken:
+                self.broken = None
+        return True
