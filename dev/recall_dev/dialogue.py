@@ -6,8 +6,8 @@ turns, for the speaker-labelling tests and benchmarks.
 
 Each turn is one espeak-ng utterance of consecutive words from the project's sentences, as
 long as asked (`low`..`high` seconds, drawn per turn), its leading and trailing silence cut;
-a gap of 0.2-0.8 s follows it, or with probability `overlap` the next turn starts up to
-0.6 s before it ends (the two mixed). A turn's reference span is its first to its last sound
+a gap of 0.2-0.8 s follows it, or with probability `overlap` the next turn starts 0.5-1.5 s
+before it ends (the two mixed, each at its own level). A turn's reference span is its first to its last sound
 (pauses between its words are inside it, as a human annotator marks a turn). Same arguments,
 same file and turns (espeak-ng of one version; the draws are seeded).
 """
@@ -143,8 +143,8 @@ def make(
         first = pick.randrange(len(words))
         text = " ".join(words[(first + i) % len(words)] for i in range(count))
         audio = utterance(text, voice)
-        if made and overlap and pick.random() < overlap:
-            at -= round(pick.uniform(0.2, 0.6) * RATE)
+        if made and overlap and pick.random() < overlap:  # before the previous turn ends
+            at = round((made[-1].end - pick.uniform(0.5, 1.5)) * RATE)
             at = max(at, round(made[-1].start * RATE) + 1)
         pieces.append((at, audio))
         made.append(Turn(who, at / RATE, (at + len(audio)) / RATE, text))

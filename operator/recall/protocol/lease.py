@@ -248,6 +248,12 @@ def complete(
     if result.channels == 1:  # channels: split asked of a file of one channel
         message = "channels: split was asked, but the file has one channel: transcribed as one"
         conditions = set_condition(conditions, "MonoSource", "True", "OneChannel", message, now)
+    if result.speakers_asked is not None and result.speakers is not None:
+        message = (
+            f"{result.speakers_asked} speakers were asked for, {result.speakers} voices were "
+            f"found: the words are labelled with those found"
+        )
+        conditions = set_condition(conditions, "SpeakersFewer", "True", "FewerVoices", message, now)
     return status.model_copy(
         update={
             "phase": Phase.SUCCEEDED,

@@ -248,6 +248,8 @@ class Result(Model):
     device: str | None = None
     compute_type: str | None = None
     channels: int | None = None  # transcribed on their own, with `channels: split`
+    speakers: int | None = None  # voices found and labelled, with `transcript.speakers`
+    speakers_asked: int | None = None  # the count (or min) asked, when fewer were found
 
 
 class JobError(Model):

@@ -55,6 +55,7 @@ from recall.transcripts import (
 from recall.worker.cadence import Cadence
 from recall.worker.holder import LeaseHolder, LeaseLost
 from recall.worker.pipeline import Decoder, Stopwatch, Storer, Transcribed
+from recall.worker.speakers import label_records
 
 T = TypeVar("T")
 DRAIN_SECONDS = 10.0  # how long a stopping attempt waits for the chunks it already transcribed
@@ -130,6 +131,10 @@ class Transcription:
         formats = output_formats(h.known)
         model, digest = self.engine.model_of(h.known) or (None, None)
         device, compute_type = self.engine.device_of(h.known) or (None, None)
+        # Speaker labels: once the last chunk is in, from the whole file (recall.worker.speakers)
+        speakers = label_records(h.known, media, writer.records, lambda: self.check_stop(h), h.log)
+        if speakers is not None:
+            writer.records = speakers.records
         summary = self.store(
             h,
             watch,
@@ -157,6 +162,8 @@ class Transcription:
             device=device,
             compute_type=compute_type,
             channels=summary.channels if split else None,
+            speakers=speakers.found if speakers else None,
+            speakers_asked=speakers.asked if speakers else None,
         )
         faults.hit("worker-before-complete")
         try:

@@ -1,0 +1,97 @@
+"""Speaker labels for a leased job's transcript, made once its last chunk is in
+(`spec.transcript.speakers`; `recall.speakers`).
+
+    outcome = label_records(job, media, writer.records, poll, log)   # None: not asked
+
+Contract:
+- Labelled once the last chunk is in, from the whole file: the media is read again from its
+  start (decoded as it streams, one chunk at a time) and the words of every chunk record (this
+  attempt's and those a checkpoint carried) are labelled together. Nothing is carried in a
+  checkpoint: the labels are a function of the file's audio and its words alone, so a job
+  killed and resumed gets the labels of an unbroken run. The price is a second decode of the
+  file (measured in docs/transcripts.md).
+- `poll` is called before each chunk (the lease is checked: a lost one stops it).
+- Off when not asked, and with `channels: split` (each channel is its own speaker there).
+- The model missing from the worker's installation is a `JobFailure` (SpeakerModelMissing,
+  retriable: another worker may have it). A media that yields no audio (the simulated
+  engine's placeholder chunks) labels nothing and logs `speakers_skipped`.
+- Fewer voices found than asked (`count`, or `min`) is not a failure: the words are labelled
+  with the voices found and `Speakers.asked` says what was asked, for the job's condition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recall.media.types import Media
+from recall.resources import TranscriptionJob
+from recall.resources.errors import JobFailure
+from recall.speakers import Labeller, ModelMissing, bounds_of
+from recall.transcripts import Record
+
+
+@dataclass(frozen=True)
+class Speakers:
+    records: list[Record]  # the records with every word and segment labelled
+    found: int  # voices found
+    asked: int | None  # the count (or min) asked, when fewer voices were found
+
+
+class _NoAudio(Exception):
+    pass
+
+
+def label_records(
+    job: TranscriptionJob,
+    media: Media,
+    records: list[Record],
+    poll: Callable[[], None],
+    log: Any,
+) -> Speakers | None:
+    """The records labelled with speakers (see the module contract); None when not asked."""
+    t = job.spec.transcript
+    if t is None or t.speakers is None or t.split:
+        return None
+    try:
+        labeller = Labeller.packaged()
+    except ModelMissing as e:
+        raise JobFailure("SpeakerModelMissing", str(e), permanent=False) from None
+    segments = [s for r in records for s in r.segments]
+
+    def blocks() -> Iterator[tuple[int, np.ndarray[Any, np.dtype[np.float32]]]]:
+        for chunk in media.chunks(None):
+            poll()
+            if chunk.audio is None:
+                raise _NoAudio()
+            yield chunk.first, chunk.audio
+
+    began, cpu = time.monotonic(), time.thread_time()
+    try:
+        labelling = labeller.label(segments, blocks(), bounds_of(t.speakers))
+    except _NoAudio:
+        log.warning("speakers_skipped", reason="the media has no audio to label")
+        return None
+    out: list[Record] = []
+    at = 0
+    for r in records:
+        n = len(r.segments)
+        out.append(dataclasses.replace(r, segments=labelling.segments[at : at + n]))
+        at += n
+    spec = t.speakers
+    wanted = spec.count or spec.min
+    log.info(
+        "speakers_labelled",
+        speakers=labelling.speakers,
+        asked=wanted,
+        windows=labelling.windows,
+        seconds=round(time.monotonic() - began, 3),
+        cpu_seconds=round(time.thread_time() - cpu, 3),
+    )
+    short = labelling.found.short and wanted is not None and labelling.speakers < wanted
+    return Speakers(out, labelling.speakers, wanted if short else None)
