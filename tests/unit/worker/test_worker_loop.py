@@ -373,6 +373,20 @@ def end_backoff(store: MemoryStore, name: str) -> None:
     fenced_write(store, NS, name, lambda j: lease.end_backoff(j.status), action="end_backoff")
 
 
+def simulated_jobs(
+    *names: str, chunks: int, delay: float, **spec: Any
+) -> tuple[MemoryStore, Bucket]:
+    """A memory API server holding a job of the simulated engine (`chunks` chunks, `delay` s
+    each) per name, and an empty results bucket."""
+    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    simulate = {"chunks": chunks, "chunkDelaySeconds": delay}
+    for name in names:
+        store.create_job(
+            NS, job_manifest(name, engine={"name": "simulated", "simulate": simulate}, **spec)
+        )
+    return store, results
+
+
 def succeeded(store: MemoryStore, name: str) -> TranscriptionJob:
     job = store.get_job(NS, name)
     assert job is not None and job.status.phase == Phase.SUCCEEDED, store.dump()
@@ -514,15 +528,7 @@ def test_worker__a_refused_complete_leaves_the_checkpoint_the_next_attempt_needs
     """Reclaimed just before its complete: the job's checkpoint (written on the cadence, here
     every second) names this attempt's chunks, which the next attempt resumes from; the worker
     deletes nothing in the store."""
-    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
-    store.create_job(
-        NS,
-        job_manifest(
-            "a",
-            checkpointSeconds=1,
-            engine={"name": "simulated", "simulate": {"chunks": 8, "chunkDelaySeconds": 0.25}},
-        ),
-    )
+    store, results = simulated_jobs("a", chunks=8, delay=0.25, checkpointSeconds=1)
     reclaimed: list[str] = []
 
     def reclaim_first(args: dict[str, Any]) -> bool:
@@ -583,15 +589,7 @@ def test_worker__a_batched_engine_takes_a_job_s_chunks_in_groups_and_stores_each
 ) -> None:
     """batch_size 4 over 10 chunks: three calls (4, 4, 2), every chunk stored once, in order,
     and a checkpoint names the chunks a batch held like any others."""
-    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
-    store.create_job(
-        NS,
-        job_manifest(
-            "b",
-            checkpointSeconds=1,
-            engine={"name": "simulated", "simulate": {"chunks": 10, "chunkDelaySeconds": 0.2}},
-        ),
-    )
+    store, results = simulated_jobs("b", chunks=10, delay=0.2, checkpointSeconds=1)
     ws = WorkerSettings(
         id="w1",
         engine="simulated",
@@ -664,12 +662,7 @@ def test_worker__batched_attempt_ended_mid_batch_resumes_exactly_after_the_store
     The checkpoint names chunks 0-3, the chunks the batches it stored hold; attempt 2 starts
     its first call at chunk 4 with a whole batch: no chunk redone, none skipped, each stored
     once."""
-    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
-    simulate = {"chunks": 12, "chunkDelaySeconds": 0.05}
-    store.create_job(
-        NS,
-        job_manifest("b", checkpointSeconds=1, engine={"name": "simulated", "simulate": simulate}),
-    )
+    store, results = simulated_jobs("b", chunks=12, delay=0.05, checkpointSeconds=1)
 
     def worker(engine: CountingEngine, **kw: Any) -> Worker:
         ws = WorkerSettings(
@@ -772,15 +765,7 @@ def test_worker__pipeline_depths_follow_the_batch_as_docs_pace_says(
 def test_worker__slots_hold_several_leases_at_once_each_its_own(tmp_path: Path) -> None:
     """Three slots, six jobs of 0.6 s: up to three leases held at once by the one worker, each
     with its own token; every job done once; two slots never claim the same job."""
-    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
-    for i in range(6):
-        store.create_job(
-            NS,
-            job_manifest(
-                f"s{i}",
-                engine={"name": "simulated", "simulate": {"chunks": 3, "chunkDelaySeconds": 0.2}},
-            ),
-        )
+    store, results = simulated_jobs(*(f"s{i}" for i in range(6)), chunks=3, delay=0.2)
     worker = make_worker(store, tmp_path, results, slots=3)
     t = threading.Thread(target=worker.run)
     t.start()
@@ -810,16 +795,8 @@ def test_worker__max_jobs_bounds_the_claims_of_all_its_slots_together(
 ) -> None:
     """Three slots, five jobs of 0.6 s: a worker of `max_jobs` claims that many jobs in all,
     not one a slot, does them, and exits; the others stay Queued, never attempted."""
-    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
     names = [f"m{i}" for i in range(5)]
-    for name in names:
-        store.create_job(
-            NS,
-            job_manifest(
-                name,
-                engine={"name": "simulated", "simulate": {"chunks": 3, "chunkDelaySeconds": 0.2}},
-            ),
-        )
+    store, results = simulated_jobs(*names, chunks=3, delay=0.2)
     worker = make_worker(store, tmp_path, results, slots=3, max_jobs=max_jobs)
     run(worker)
     jobs = [store.get_job(NS, name) for name in names]
