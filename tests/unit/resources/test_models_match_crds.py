@@ -3,6 +3,7 @@ every CRD field has a description (what `kubectl explain` prints)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +32,18 @@ def normalise_model(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, A
         return normalise_model(options[0], defs)
     if "const" in schema:
         return {"type": "string", "enum": [schema["const"]]}
-    out: dict[str, Any] = {"type": schema.get("type")}
-    if "enum" in schema:
-        out["enum"] = sorted(schema["enum"])
-    if schema.get("format") == "date-time":
-        out["format"] = "date-time"
-    if out["type"] == "object":
-        if "properties" in schema:
-            out["properties"] = {
-                k: normalise_model(v, defs) for k, v in schema["properties"].items()
-            }
-        if isinstance(schema.get("additionalProperties"), dict):
-            out["additional"] = normalise_model(schema["additionalProperties"], defs)
-    if out["type"] == "array":
-        out["items"] = normalise_model(schema["items"], defs)
-    return out
+    return reduced(schema, lambda inner: normalise_model(inner, defs))
 
 
 def normalise_crd(schema: dict[str, Any]) -> dict[str, Any]:
+    return reduced(schema, normalise_crd)
+
+
+def reduced(
+    schema: dict[str, Any], normalise: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """A schema's type, enum and format, its properties, items and additional properties
+    reduced by `normalise`."""
     out: dict[str, Any] = {"type": schema.get("type")}
     if "enum" in schema:
         out["enum"] = sorted(schema["enum"])
@@ -56,11 +51,11 @@ def normalise_crd(schema: dict[str, Any]) -> dict[str, Any]:
         out["format"] = "date-time"
     if out["type"] == "object":
         if "properties" in schema:
-            out["properties"] = {k: normalise_crd(v) for k, v in schema["properties"].items()}
+            out["properties"] = {k: normalise(v) for k, v in schema["properties"].items()}
         if isinstance(schema.get("additionalProperties"), dict):
-            out["additional"] = normalise_crd(schema["additionalProperties"])
+            out["additional"] = normalise(schema["additionalProperties"])
     if out["type"] == "array":
-        out["items"] = normalise_crd(schema["items"])
+        out["items"] = normalise(schema["items"])
     return out
 
 
