@@ -45,6 +45,14 @@ def events(store: MemoryStore, reason: str) -> list[str]:
     return [e["message"] for e in store.events if e["reason"] == reason]
 
 
+def assert_healed_once(store: MemoryStore, key: str, phase: ItemPhase) -> None:
+    """Batch b counted one heal, said in one Healed Event, and its item `key` is `phase`."""
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.heals == 1
+    assert phases(store)[key] == phase
+    assert len(events(store, "Healed")) == 1
+
+
 def test_fan_out__one_job_per_item_then_the_status() -> None:
     store, _, op = setup(["a", "b", "c"])
     op.tick()
@@ -165,10 +173,7 @@ def test_heal__counted_once_with_one_event() -> None:
     op2.tick()
     op2.tick()
     op2.tick()
-    batch = store.get_batch(NS, "b")
-    assert batch is not None and batch.status.heals == 1
-    assert phases(store)["b"] == "queued"
-    assert len(events(store, "Healed")) == 1
+    assert_healed_once(store, "b", "queued")
 
 
 def test_heal__counted_when_a_restarted_operator_publishes_before_it_projects() -> None:
@@ -186,10 +191,7 @@ def test_heal__counted_when_a_restarted_operator_publishes_before_it_projects() 
     assert job is not None and job.status.published is not None
     op2.sync()  # the publish is a change of the job, not of the item's phase
     op2.controller.run_once()
-    batch = store.get_batch(NS, "b")
-    assert batch is not None and batch.status.heals == 1
-    assert phases(store)["a"] == "completed"
-    assert len(events(store, "Healed")) == 1
+    assert_healed_once(store, "a", "completed")
 
 
 def test_status_write_failure__keeps_the_change_for_the_next_tick() -> None:

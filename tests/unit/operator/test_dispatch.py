@@ -229,6 +229,17 @@ def complete(held: LeaseHolder) -> None:
     held.complete(result_of(held))
 
 
+def worker_w_and_jobs(jobs: int, **settings: Any) -> tuple[MemoryStore, FakeClock, Operator]:
+    """The jobs j0, j1 ... on a memory API server, the worker `w` registered, and an operator
+    of `settings`."""
+    store, clock = MemoryStore(), FakeClock()
+    for i in range(jobs):
+        store.create_job(NS, job_manifest(f"j{i}"))
+    op = Operator(store, clock, **settings)
+    register(store, "w")
+    return store, clock, op
+
+
 @pytest.mark.parametrize(
     ("ahead", "first_job_took", "holding_for", "offered_ahead"),
     [
@@ -241,11 +252,7 @@ def complete(held: LeaseHolder) -> None:
 def test_controller__offers_ahead_only_to_a_worker_whose_jobs_are_short(
     ahead: float, first_job_took: float, holding_for: float, offered_ahead: bool
 ) -> None:
-    store, clock = MemoryStore(), FakeClock()
-    for i in range(4):
-        store.create_job(NS, job_manifest(f"j{i}"))
-    op = Operator(store, clock, offer_ahead_seconds=ahead)
-    register(store, "w")
+    store, clock, op = worker_w_and_jobs(4, offer_ahead_seconds=ahead)
     op.tick()
     first = claim_offer(store, clock, "w")
     op.tick()  # holding its first job, whose length it does not know yet: no offer ahead
@@ -277,11 +284,7 @@ def short_job_done_and_next_claimed(
 
 
 def test_controller__an_idle_worker_is_offered_before_one_due_an_offer_ahead() -> None:
-    store, clock = MemoryStore(), FakeClock()
-    for i in range(3):
-        store.create_job(NS, job_manifest(f"j{i}"))
-    op = Operator(store, clock, offer_ahead_seconds=2)
-    register(store, "w")
+    store, clock, op = worker_w_and_jobs(3, offer_ahead_seconds=2)
     short_job_done_and_next_claimed(store, clock, op)  # w holds j1; j2 is left
     register(store, "idle")
     op.tick()
@@ -289,11 +292,7 @@ def test_controller__an_idle_worker_is_offered_before_one_due_an_offer_ahead() -
 
 
 def test_controller__one_offer_ahead_per_job_held_even_when_it_is_withdrawn() -> None:
-    store, clock = MemoryStore(), FakeClock()
-    for i in range(4):
-        store.create_job(NS, job_manifest(f"j{i}"))
-    op = Operator(store, clock, offer_ahead_seconds=10, offer_seconds=2)
-    register(store, "w")
+    store, clock, op = worker_w_and_jobs(4, offer_ahead_seconds=10, offer_seconds=2)
     short_job_done_and_next_claimed(store, clock, op)
     op.tick()
     assert list(offers(store).values()) == ["w"]  # the offer ahead
@@ -304,11 +303,7 @@ def test_controller__one_offer_ahead_per_job_held_even_when_it_is_withdrawn() ->
 
 
 def test_controller__an_offer_ahead_is_withdrawn_for_a_more_urgent_job() -> None:
-    store, clock = MemoryStore(), FakeClock()
-    for i in range(3):
-        store.create_job(NS, job_manifest(f"j{i}"))
-    op = Operator(store, clock, offer_ahead_seconds=2)
-    register(store, "w")
+    store, clock, op = worker_w_and_jobs(3, offer_ahead_seconds=2)
     working = short_job_done_and_next_claimed(store, clock, op)
     op.tick()
     assert offers(store) == {"j2": "w"}  # ahead, while w works on j1
