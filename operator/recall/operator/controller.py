@@ -35,13 +35,13 @@ from dataclasses import dataclass
 from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import OperatorSettings
-from recall.kube import ObjectRef, Store, StoreError
+from recall.kube import Api, ApiError, ObjectRef
 from recall.operator.dispatch import Capacity, ReadyQueue, free_slots
 from recall.operator.peers.registry import Registry
 from recall.operator.reconcile.apply import CREATE_SECONDS, Applier, Report
 from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord, KnownBatches
 from recall.operator.reconcile.items import Item, ItemsInvalid, resolve
-from recall.operator.reconcile.plan import plan_batch, plan_jobs
+from recall.operator.reconcile.plan import BatchView, plan_batch, plan_jobs
 from recall.operator.results.publish import Results
 from recall.operator.results.retention import expire_finished, never
 from recall.protocol.observer import next_expiry
@@ -98,7 +98,7 @@ class Peers:
 class Controller:
     def __init__(
         self,
-        store: Store,
+        store: Api,
         settings: OperatorSettings,
         peers: Peers,
         *,
@@ -370,33 +370,18 @@ class Controller:
         jobs = {r.index: r for r in by_key.values() if r.index is not None}
         seen = (self.cache.marks.moved(batch.key), upto)
         self._last_projection[batch.key] = mono
+        view = BatchView(
+            batch, resolved.items, jobs, watched, leases, backoffs, mono, seen, resolved.invalid
+        )
         plan = plan_batch(
-            batch,
-            resolved.items,
-            jobs,
-            watched,
-            mono,
-            leases,
-            backoffs,
-            full=full,
-            dirty=dirty,
-            max_creates=self.settings.max_creates_per_tick,
+            view, full=full, dirty=dirty, max_creates=self.settings.max_creates_per_tick
         )
         if not plan.project and not plan.job_writes:
             if full:
                 self._last_full[batch.key] = mono
             return None
         report = self.applier.apply_batch(
-            plan,
-            batch,
-            resolved.items,
-            jobs,
-            self.cache.marks,
-            now=self.clock.now(),
-            now_mono=mono,
-            seen=seen,
-            invalid=resolved.invalid,
-            create_until=self._create_until,
+            plan, self.cache.marks, now=self.clock.now(), create_until=self._create_until
         )
         if full and not plan.more and not report.more:
             self._last_full[batch.key] = mono
@@ -424,7 +409,7 @@ class Controller:
                     "ItemsInvalid",
                     str(e),
                 )
-        except StoreError as e:
+        except ApiError as e:
             resolved = Resolved(uid, gen, [], invalid=f"cannot read the item lists: {e.message}")
         self._resolved[batch.key] = resolved
         return resolved

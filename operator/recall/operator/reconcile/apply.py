@@ -28,13 +28,13 @@ from recall.base import faults, log, metrics
 from recall.base.clock import SYSTEM, Clock
 from recall.fencing import Transition, fenced_write
 from recall.kube import (
+    ApiError,
     Conflict,
     Invalid,
-    JobStore,
+    JobApi,
     NotFound,
     ObjectRef,
     RawObject,
-    StoreError,
 )
 from recall.kube.patch import merge_patch
 from recall.operator.peers.leader import Leadership, Sole
@@ -115,7 +115,7 @@ class Applier:
 
     def __init__(
         self,
-        store: JobStore,
+        store: JobApi,
         leadership: Leadership | None = None,
         *,
         storage: Callable[[BatchKey], tuple[str, str] | None] = lambda _key: None,
@@ -163,7 +163,7 @@ class Applier:
                 record.resource_version,
                 {"offer": {"worker": worker}},
             )
-        except StoreError:
+        except ApiError:
             return False
         metrics.OFFERS.inc()
         return True
@@ -177,14 +177,14 @@ class Applier:
             self.store.patch_job_status(
                 record.namespace, record.name, record.resource_version, {"offer": None}
             )
-        except StoreError:
+        except ApiError:
             return False
         metrics.OFFERS_WITHDRAWN.inc()
         return True
 
     def event(self, about: ObjectRef, type_: str, reason: str, message: str) -> None:
         # An Event is best effort; the status and the logs say it too.
-        with contextlib.suppress(StoreError):
+        with contextlib.suppress(ApiError):
             self.store.post_event(about, type_, reason, message)
 
     def apply_jobs(
@@ -227,7 +227,7 @@ class Applier:
                     record.name,
                     {"recall.dev/suspended": "true" if suspended else None},
                 )
-            except StoreError as e:
+            except ApiError as e:
                 report.errors.append(f"label {record.name}: {e.message}")
                 continue
             written[record.key] = _record(labelled)
@@ -245,7 +245,7 @@ class Applier:
             result = fenced_write(
                 self.store, record.namespace, record.name, transition, action=action
             )
-        except StoreError as e:
+        except ApiError as e:
             report.errors.append(f"{action} {record.name}: {e.message}")
             return None
         return result.job if result.applied else None
@@ -277,25 +277,21 @@ class Applier:
     def apply_batch(
         self,
         plan: Plan,
-        batch: Batch,
-        items: Sequence[Item],
-        jobs: Mapping[int, JobRecord],
         marks: Marks,
         *,
         now: dt.datetime,
-        now_mono: float,
-        seen: tuple[frozenset[int], int],
-        invalid: str | None = None,
         create_until: float | None = None,
     ) -> Report:
-        """The job writes of `plan`, the jobs to create, then the Batch status. `seen` is the
-        items marked as moved, taken AFTER `jobs` was read (a change that reached `jobs` is
-        never judged a heal), and the marks' sequence number taken BEFORE it (a change that may
-        have come after the read keeps its mark for the next projection). Jobs are created
-        until `create_until` (on `self.clock`; by default `CREATE_SECONDS` from now), the rest
-        at the next tick."""
+        """The job writes of `plan`, the jobs to create, then the Batch status: the projection
+        of the view's jobs as they are after those writes (so it is made here, not in the plan:
+        a job and its item are restored by the same apply). Jobs are created until
+        `create_until` (on `self.clock`; by default `CREATE_SECONDS` from now), the rest at
+        the next tick."""
+        view = plan.view
+        assert view is not None, "a Batch's plan carries the view it was made from"
+        batch, items, jobs = view.batch, view.items, view.jobs
         report = Report(plan.batch)
-        written = self.apply_jobs(plan, now, now_mono, report)
+        written = self.apply_jobs(plan, now, view.now_mono, report)
         if report.reclaimed:
             faults.hit("operator-after-reclaim-write", batch=batch.name)
         current = {i: written.get(r.key, r) for i, r in jobs.items()}
@@ -322,11 +318,11 @@ class Applier:
                 items,
                 current,
                 marks,
-                seen,
+                view.seen,
                 report,
                 now,
                 recreated,
-                invalid,
+                view.invalid,
                 frozenset(ours),
             )
         return report
@@ -341,7 +337,7 @@ class Applier:
             # this Batch's: say so, do not touch it.
             try:
                 existing = self.store.get_job(batch.namespace, name)
-            except StoreError as e:
+            except ApiError as e:
                 report.errors.append(f"read {name}: {e.message}")
                 return None
             if existing is not None and existing.spec.batch_ref != batch.name:
@@ -351,7 +347,7 @@ class Applier:
                 )
                 return None
             return None if existing is None else _record(existing)
-        except StoreError as e:
+        except ApiError as e:
             report.errors.append(f"create {name}: {e.message}")
             return None
         report.created.append(job.name)
@@ -446,7 +442,7 @@ class Applier:
             except NotFound:
                 self._forget(batch.key)
                 return
-            except StoreError as e:
+            except ApiError as e:
                 report.errors.append(f"write Batch {batch.name} status: {e.message}")
                 return
             kept = term if term is not None else stored.status.operator_term
@@ -466,7 +462,7 @@ class Applier:
         leader (the Lease was made again and its count restarted) takes a higher term. Called
         with the lock held."""
         self._forget(batch.key)
-        with contextlib.suppress(StoreError):
+        with contextlib.suppress(ApiError):
             fresh = self.store.get_batch(batch.namespace, batch.name)
             stored = fresh.status.operator_term if fresh is not None else None
             if stored is not None and self.leadership.holds():

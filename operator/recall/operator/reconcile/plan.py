@@ -1,7 +1,7 @@
 """The reconciler's plan: what a Batch (or a set of jobs without one) needs now. Pure.
 
-    plan = plan_batch(batch, items, jobs, watched, now_mono, leases, backoffs, full=...)
-    report = Applier(store).apply_batch(plan, ...)   # reconcile.apply: all the I/O
+    plan = plan_batch(BatchView(batch, items, jobs, ...), full=..., dirty=..., max_creates=...)
+    report = Applier(store).apply_batch(plan, marks, now=...)   # reconcile.apply: all the I/O
 
 The plan lists the jobs to reclaim (their lease expired on the operator's clock), to fail (no
 attempts left), to take out of backoff (its time passed on the operator's clock), to label
@@ -26,6 +26,25 @@ def budget(record: JobRecord) -> Budget:
 
 
 @dataclass(frozen=True)
+class BatchView:
+    """One Batch and its jobs as the controller read them for one decision: the plan's only
+    input besides its knobs, and what the apply projects the status from."""
+
+    batch: Batch
+    items: Sequence[Item]  # the Batch's items, resolved
+    jobs: Mapping[int, JobRecord]  # its jobs by item index, as read
+    watched: Sequence[JobRecord]  # the jobs a reclaim, exhaustion or backoff may concern
+    leases: Mapping[JobKey, Observation]  # leases as observed on the operator's clock
+    backoffs: Mapping[JobKey, BackoffObservation]
+    now_mono: float  # the operator's clock at the read
+    # The items marked as moved, taken AFTER `jobs` was read (a change that reached `jobs` is
+    # never judged a heal), and the marks' sequence number taken BEFORE it (a change that may
+    # have come after the read keeps its mark for the next projection).
+    seen: tuple[frozenset[int], int] = (frozenset(), 0)
+    invalid: str | None = None  # why the items cannot be used, if so
+
+
+@dataclass(frozen=True)
 class Plan:
     """What one Batch (or, with `batch` None, a set of jobs without one) needs now."""
 
@@ -38,6 +57,7 @@ class Plan:
     recreate: frozenset[int] = frozenset()  # indexes among `create` whose job went missing
     more: bool = False  # more jobs to create than one apply creates
     project: bool = False
+    view: BatchView | None = None  # what the plan was made from (a Batch's plans only)
 
     @property
     def job_writes(self) -> int:
@@ -68,24 +88,14 @@ def plan_jobs(
     return Plan(None, reclaim=reclaim, exhaust=exhaust, end_backoff=end)
 
 
-def plan_batch(
-    batch: Batch,
-    items: Sequence[Item],
-    jobs: Mapping[int, JobRecord],
-    watched: Sequence[JobRecord],
-    now_mono: float,
-    leases: Mapping[JobKey, Observation],
-    backoffs: Mapping[JobKey, BackoffObservation],
-    *,
-    full: bool,
-    dirty: bool,
-    max_creates: int,
-) -> Plan:
-    """What `batch` needs: the reclaims, exhaustion and backoffs among its `watched` jobs
-    (always), and on a full reconcile the jobs to create and the suspend labels to set."""
-    base = plan_jobs(watched, now_mono, leases, backoffs)
+def plan_batch(view: BatchView, *, full: bool, dirty: bool, max_creates: int) -> Plan:
+    """What `view.batch` needs: the reclaims, exhaustion and backoffs among its watched jobs
+    (always), and on a full reconcile the jobs to create (at most `max_creates`, in the
+    order `order` gives) and the suspend labels to set."""
+    batch, items, jobs = view.batch, view.items, view.jobs
+    base = plan_jobs(view.watched, view.now_mono, view.leases, view.backoffs)
     if batch.metadata.deletion_timestamp is not None:
-        return Plan(batch.key, reclaim=base.reclaim)
+        return Plan(batch.key, reclaim=base.reclaim, view=view)
     create: list[Item] = []
     recreate: set[int] = set()
     label: list[tuple[JobRecord, bool]] = []
@@ -117,4 +127,5 @@ def plan_batch(
         recreate=frozenset(recreate & {i.index for i in create}),
         more=more,
         project=full or dirty or base.job_writes > 0 or bool(create),
+        view=view,
     )
