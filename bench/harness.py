@@ -33,7 +33,7 @@ from kubernetes import client
 
 from recall.base.settings import StoreSettings
 from recall.bucket import Bucket, Stores
-from recall.kube.store import KubeStore, load_api_client
+from recall.kube.client import KubeClient, load_api_client
 from recall.resources import API_VERSION, TranscriptionJob
 from recall_dev.cluster import ControlPlane, free_port
 from recall_dev.crds import install_crds
@@ -86,7 +86,7 @@ def usage(pid: int) -> Usage:
 class Env:
     cp: ControlPlane
     workdir: Path
-    store: KubeStore
+    store: KubeClient
     objects: ObjectStore
     results: Bucket
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -247,7 +247,7 @@ def environment() -> Iterator[Env]:
             objects.start()
             os.environ.update(objects.env())  # the in-process clients read the same variables
             results = Stores(StoreSettings(url="s3://bench/")).results()
-            store = KubeStore(load_api_client(cp.kubeconfig, pool_size=64))
+            store = KubeClient(load_api_client(cp.kubeconfig, pool_size=64))
             env = Env(cp, Path(tmp), store, objects, results)
             try:
                 install_crds(str(cp.kubeconfig))

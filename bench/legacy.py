@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from recall.kube.store import KubeStore
+from recall.kube.client import KubeClient
 
 SHARD_BYTES = 256 * 1024
 
@@ -26,7 +26,7 @@ def _dumps(value: object) -> str:
 class ConfigMapTranscript:
     """One attempt's manifest and shards, written as the ConfigMap layout wrote them."""
 
-    def __init__(self, store: KubeStore, namespace: str, job: str) -> None:
+    def __init__(self, store: KubeClient, namespace: str, job: str) -> None:
         self.store = store
         self.namespace = namespace
         self.job = job

@@ -112,7 +112,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from recall.engines.base import Engine
     from recall.engines.simulated import SimulatedEngine
     from recall.engines.whisper import WhisperEngine, available_cpus, bundled_path, load_model
-    from recall.kube.memory import MemoryStore
+    from recall.kube.memory import MemoryApi
     from recall.media import MediaOptions
     from recall.worker.loop import Worker
 
@@ -131,7 +131,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             words_per_minute=float(spec["wpm"]),
             vocabulary=spec.get("vocabulary", "english"),
         )
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     settings = WorkerSettings(
         id="bench",
         engine="whisper" if spec["engine"] == "whisper" else "simulated",

@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.harness import Env, simulated_batch, wait
 from recall.cli.client import Media, submission_for, submit_to
-from recall.kube import StoreError
+from recall.kube import ApiError
 from recall.resources import API_VERSION
 
 
@@ -84,7 +84,7 @@ def measure(env: Env) -> dict[str, Any]:
     try:
         env.store.create_batch(ns, manifest)
         answer = "accepted"
-    except StoreError as e:
+    except ApiError as e:
         answer = e.message
     out["oversized_spec"] = {"spec_bytes": _bytes(manifest["spec"]), "answer": answer[:300]}
     env.stop([op])

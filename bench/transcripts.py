@@ -115,7 +115,7 @@ def through_recall(path: str, chunk_seconds: int) -> dict[str, Any]:
     from recall.base.settings import StoreSettings, WorkerSettings
     from recall.bucket import Stores
     from recall.engines.whisper import WhisperEngine, available_cpus, bundled_path, load_model
-    from recall.kube.memory import MemoryStore
+    from recall.kube.memory import MemoryApi
     from recall.media import MediaOptions
     from recall.transcripts import load_transcript
     from recall.worker.loop import Worker
@@ -123,7 +123,7 @@ def through_recall(path: str, chunk_seconds: int) -> dict[str, Any]:
     engine = WhisperEngine(threads=available_cpus(), media=MediaOptions())
     load_model(str(bundled_path()), engine.threads)  # before the clock starts
     windows = Windows()
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     settings = WorkerSettings(
         id="bench", engine="whisper", idle_exit_seconds=0.5, max_jobs=1, dispatch="queue"
     )

@@ -16,14 +16,14 @@ import sys
 import time
 
 from recall.fencing import fenced_write
-from recall.kube.store import KubeStore, load_api_client
+from recall.kube.client import KubeClient, load_api_client
 from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.resources import TranscriptionJob
 
 
 def main(namespace: str, seconds: float, names: list[str]) -> None:
-    store = KubeStore(load_api_client())
+    store = KubeClient(load_api_client())
     token = lease.new_token()
     me = f"writer-{names[0]}"
     known: dict[str, TranscriptionJob] = {}

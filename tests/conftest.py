@@ -17,7 +17,7 @@ from kubernetes import client
 
 from recall.base.settings import StoreSettings
 from recall.bucket import Bucket, Stores
-from recall.kube.store import KubeStore, load_api_client
+from recall.kube.client import KubeClient, load_api_client
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
 from recall_dev.objstore import ObjectStore
@@ -53,9 +53,9 @@ def api(control_plane: ControlPlane) -> client.ApiClient:
 
 
 @pytest.fixture(scope="session")
-def kube(api: client.ApiClient) -> KubeStore:
+def kube(api: client.ApiClient) -> KubeClient:
     """The store on the real API server (`.custom` and `.core` give raw access)."""
-    return KubeStore(api)
+    return KubeClient(api)
 
 
 @pytest.fixture

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore
+from recall.kube.client import KubeClient
 from recall.resources import API_VERSION, GROUP, VERSION, TranscriptionJob
 from recall.worker.holder import LeaseHolder
 from recall_dev.procs import die_with_parent
 
-Kube = KubeStore  # the name the tests use for the store on a real API server
+Kube = KubeClient  # the name the tests use for the store on a real API server
 
 T = TypeVar("T")
 

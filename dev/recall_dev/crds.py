@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from recall.cli.checks import field_paths
-from recall.kube.store import load_api_client
+from recall.kube.client import load_api_client
 from recall_dev.cluster import repo_root
 
 

@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from recall.kube.store import KubeStore, load_api_client
+from recall.kube.client import KubeClient, load_api_client
 from recall.resources import Phase, TranscriptionJob
 from recall_dev import objstore_dev, speech
 from recall_dev.cluster import STATE_FILE, ControlPlane, dev_down, dev_up
@@ -149,7 +149,7 @@ class Demo:
     def kill_a_worker_mid_job(self, stop: threading.Event) -> None:
         """Kill worker-1 as soon as it holds a lease with at least one chunk done."""
         assert self.cp is not None
-        store = KubeStore(load_api_client(self.cp.kubeconfig))
+        store = KubeClient(load_api_client(self.cp.kubeconfig))
         while not stop.wait(0.2):
             jobs = [TranscriptionJob.from_api(o) for o in store.list_jobs("default").items]
             for job in jobs:
@@ -182,7 +182,7 @@ class Demo:
 
     def show(self) -> None:
         assert self.cp is not None
-        store = KubeStore(load_api_client(self.cp.kubeconfig))
+        store = KubeClient(load_api_client(self.cp.kubeconfig))
         jobs = [TranscriptionJob.from_api(o) for o in store.list_jobs("default").items]
         say("the jobs:  recall get jobs -o wide")
         subprocess.run(recall_cmd("get", "jobs", "-o", "wide"), env=self.env(), check=False)

@@ -12,14 +12,14 @@ import pytest
 
 from recall.base.clock import FakeClock
 from recall.kube import Unavailable
-from recall.kube.memory import Fault, MemoryStore
+from recall.kube.memory import Fault, MemoryApi
 from recall.worker.holder import LeaseHolder
 from tests.unit.fakes import NS, Operator, batch_manifest
 
 
-def leased_batch_job(lease: int = 10) -> tuple[MemoryStore, FakeClock, Operator]:
+def leased_batch_job(lease: int = 10) -> tuple[MemoryApi, FakeClock, Operator]:
     """A one-item Batch whose job is leased by a worker that then goes silent."""
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.create_batch(NS, batch_manifest("b", ["a"], leaseDurationSeconds=lease))
     op = Operator(store, clock)
     op.tick()

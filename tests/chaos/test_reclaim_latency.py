@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.worker.holder import LeaseHolder
 from tests.helpers import Procs, create_batch, create_job, get_batch, get_job, wait_for
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from recall.kube import Selector
+from recall.kube.client import KubeClient, load_api_client
 from recall.kube.informer import Informer, Jobs
-from recall.kube.store import KubeStore, load_api_client
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
 from tests.helpers import create_job, wait_for
@@ -65,7 +65,7 @@ def test_informer__sees_new_jobs_after_a_server_restart(
     own_control_plane: ControlPlane, server: str
 ) -> None:
     cp = own_control_plane
-    kube = KubeStore(load_api_client(cp.kubeconfig), timeout=5)
+    kube = KubeClient(load_api_client(cp.kubeconfig), timeout=5)
     namespace = f"restart-{server}"
     kube.core.create_namespace({"metadata": {"name": namespace}})
     names = Names()
@@ -96,13 +96,13 @@ def test_informer__sees_new_jobs_after_a_server_restart(
         informer.stop()
 
 
-def _create(kube: KubeStore, namespace: str, name: str) -> bool:
-    from recall.kube import Conflict, StoreError
+def _create(kube: KubeClient, namespace: str, name: str) -> bool:
+    from recall.kube import ApiError, Conflict
 
     try:
         create_job(kube, namespace, name)
     except Conflict:
         return True
-    except StoreError:
+    except ApiError:
         return False
     return True

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import ItemPhase, Result
 from recall.transcripts import Transcript, directory_of, transcript_key
 from recall.worker.holder import LeaseHolder

@@ -8,8 +8,8 @@ import threading
 import time
 
 from recall.bucket import Bucket
-from recall.kube.store import MERGE_PATCH
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import MERGE_PATCH
+from recall.kube.client import KubeClient as Kube
 from recall.resources import BATCH_PLURAL, GROUP, VERSION, ItemPhase
 from recall.worker.holder import LeaseHolder
 from tests.helpers import (

@@ -14,7 +14,7 @@ import jiwer
 import pytest
 
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION, GROUP, JOB_PLURAL, VERSION, Phase
 from recall.transcripts import load_transcript
 from recall_dev import librivox, speech

@@ -12,7 +12,7 @@ import pysubs2
 import yaml
 
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, create_batch, get_batch
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from recall.kube.store import KubeStore, load_api_client
+from recall.kube.client import KubeClient, load_api_client
 from recall.resources import GROUP, JOB_PLURAL, VERSION
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
@@ -38,7 +38,7 @@ def test_operator__waits_for_its_crds_and_then_serves_batches(
     env["RECALL_LOG_FORMAT"] = "json"
     procs = Procs(env=env, logs=tmp_path / "logs")
     api = load_api_client(bare_plane.kubeconfig)
-    kube = KubeStore(api)
+    kube = KubeClient(api)
     client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
     try:
         impatient = procs.recall(

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from recall.kube.store import MERGE_PATCH
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import MERGE_PATCH
+from recall.kube.client import KubeClient as Kube
 from recall.resources import (
     BATCH_PLURAL,
     GROUP,

@@ -14,7 +14,7 @@ from typing import Any
 
 from recall.bucket import Bucket
 from recall.kube.base import Conflict
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import Phase, TranscriptionJob
 from recall.transcripts.layout import attempt_dir, chunk_key
 from tests.helpers import Procs, create_job, get_job, job_phase, read_jsonl, wait_for

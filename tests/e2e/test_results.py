@@ -24,7 +24,7 @@ import pytest
 
 from recall.base.settings import StoreSettings
 from recall.bucket import Bucket, Stores
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import BATCH_PLURAL, GROUP, VERSION, Phase
 from recall_dev.objstore import ObjectStore
 from tests.helpers import Procs, get_batch, list_jobs, store_keys, wait_for

@@ -27,7 +27,7 @@ import pytest
 
 from recall.base.settings import StoreSettings
 from recall.bucket import Bucket, Stores
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
 from recall.transcripts import load_transcript
 from recall_dev import speech

@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client
 
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore, load_api_client
+from recall.kube.client import KubeClient, load_api_client
 from recall.resources import Phase
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
@@ -111,7 +111,7 @@ def flowcontrol(text: str, name: str) -> Counter[str]:
     return out
 
 
-def completed_at(kube: KubeStore, namespace: str) -> list[float]:
+def completed_at(kube: KubeClient, namespace: str) -> list[float]:
     return sorted(
         j.status.completed_at.timestamp()
         for j in list_jobs(kube, namespace)
@@ -132,7 +132,7 @@ def test_flood__no_live_lease_expires_nothing_is_lost_and_throughput_comes_back(
 ) -> None:
     cp = busy_plane
     admin = load_api_client(cp.kubeconfig)
-    kube = KubeStore(admin)
+    kube = KubeClient(admin)
     namespace = "recall"
     core = client.CoreV1Api(admin)
     core.create_namespace({"metadata": {"name": namespace}})

@@ -7,8 +7,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from recall.kube import Invalid, Selector
-from recall.kube.store import MERGE_PATCH, api_message
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import MERGE_PATCH, api_message
+from recall.kube.client import KubeClient as Kube
 from recall.resources import GROUP, JOB_PLURAL, VERSION
 from recall_dev.cluster import ControlPlane
 from tests.helpers import create_job, get_job

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube.store import MERGE_PATCH, api_message
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import MERGE_PATCH, api_message
+from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 from tests.helpers import create_job
 

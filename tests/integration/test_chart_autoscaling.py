@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes import client, watch
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall_dev.cluster import ControlPlane
 from tests.helpers import wait_for
 from tests.integration.test_chart import CHART, RELEASE, Tools, find, tools

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall_dev.cluster import ControlPlane, free_port
 from recall_dev.keda import KedaUnavailable, scaledobject_crd
 from tests.helpers import Procs, create_job, job_manifest, wait_for

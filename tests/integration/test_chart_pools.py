@@ -32,7 +32,7 @@ from kubernetes import client
 
 from recall.base.settings import OperatorSettings
 from recall.cli.watch import fleet_line
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.operator.scaling.scaler import STATUS_ANNOTATION
 from recall.resources import API_VERSION
 from recall_dev.cluster import ControlPlane

@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from recall.fencing import fenced_write
-from recall.kube.store import KubeStore as Kube
-from recall.kube.store import load_api_client
+from recall.kube.client import KubeClient as Kube
+from recall.kube.client import load_api_client
 from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.resources import Phase

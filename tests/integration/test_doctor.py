@@ -29,7 +29,7 @@ from kubernetes import client
 
 import recall
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.protocol.workers import lease_name
 from recall.resources import GROUP, JOB_PLURAL, VERSION
 from recall_dev.cluster import ControlPlane, tools_bin_dir
@@ -587,7 +587,7 @@ def _decoy_crd() -> dict[str, Any]:
 
 
 def _config(cp: ControlPlane) -> client.Configuration:
-    from recall.kube.store import load_api_client
+    from recall.kube.client import load_api_client
 
     return load_api_client(cp.kubeconfig).configuration
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION
 from recall_dev.cluster import free_port
 from recall_dev.objstore import PORT_FLAGS, ObjectStore

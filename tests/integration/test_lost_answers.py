@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import Phase
 from tests.helpers import Procs, create_job, get_job, wait_for
 

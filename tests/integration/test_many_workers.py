@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import Phase
 from tests.helpers import Procs, create_job, list_jobs, read_jsonl, store_keys, wait_for
 

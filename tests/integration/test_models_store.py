@@ -20,7 +20,7 @@ from recall.base.settings import StoreSettings
 from recall.bucket import Bucket, Stores
 from recall.engines.models import MANIFEST, ModelCache, manifest
 from recall.engines.whisper import bundled_path
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION, Condition, Phase
 from recall.resources.errors import JobFailure
 from recall.transcripts import Transcript, load_transcript

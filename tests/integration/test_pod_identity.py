@@ -26,7 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from recall.kube import Forbidden
-from recall.kube.client import translate
+from recall.kube.http import translate
 from recall_dev.cluster import ControlPlane
 from recall_dev.identities import token_client
 from tests.helpers import Kube, wait_for

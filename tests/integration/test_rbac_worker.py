@@ -13,8 +13,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from recall.bucket import Bucket
-from recall.kube.store import MERGE_PATCH
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import MERGE_PATCH
+from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION, Phase
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, create_job, get_job, job_manifest, wait_for

@@ -20,7 +20,7 @@ from kubernetes import client
 
 from recall.base.clock import SYSTEM
 from recall.kube import Conflict, ScalerRef
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.operator.dispatch import ReadyQueue
 from recall.operator.peers.registry import Registry
 from recall.operator.reconcile.cache import JobCache

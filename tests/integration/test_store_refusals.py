@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION, Phase, is_true
 from recall_dev.cluster import free_port
 from recall_dev.objstore import ObjectStore

@@ -31,7 +31,7 @@ from recall.bucket import Stores
 from recall.engines.base import TranscribeRequest
 from recall.engines.whisper import WhisperEngine
 from recall.fencing import fenced_write
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.media.types import Segment
 from recall.protocol import lease
 from recall.resources import API_VERSION, Phase, TranscriptionJob
@@ -144,7 +144,7 @@ def through_the_worker(engine: WhisperEngine, path: Path, name: str) -> tuple[in
     server and results store), attempt after attempt until it succeeds: the attempt that
     completed and the transcript's segments."""
     store, results = (
-        MemoryStore(watch_seconds=1.0),
+        MemoryApi(watch_seconds=1.0),
         Stores(StoreSettings(url="memory://r")).results(),
     )
     store.create_job(

@@ -10,8 +10,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from recall.bucket import Bucket
-from recall.kube.store import MERGE_PATCH
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import MERGE_PATCH
+from recall.kube.client import KubeClient as Kube
 from recall.resources import GROUP, JOB_PLURAL, VERSION, Phase
 from recall_dev.cluster import ControlPlane
 from tests.helpers import ControllerThread, Procs, create_job, get_job, wait_for

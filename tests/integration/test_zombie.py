@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from recall.bucket import Bucket
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import Phase
 from tests.helpers import (
     ControllerThread,

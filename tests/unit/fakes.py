@@ -15,7 +15,7 @@ from recall.base.clock import EPOCH, FakeClock
 from recall.base.settings import OperatorSettings, StoreSettings, WorkerSettings
 from recall.bucket import Bucket, Stores
 from recall.engines.simulated import SimulatedEngine
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.operator.runtime.wiring import wire
 from recall.protocol.workers import SELECTOR
 from recall.resources import API_VERSION, Part, Result
@@ -61,7 +61,7 @@ class Operator:
     """A controller over a memory store, its cache synced by hand before every tick."""
 
     def __init__(
-        self, store: MemoryStore, clock: FakeClock, results: Bucket | None = None, **settings: Any
+        self, store: MemoryApi, clock: FakeClock, results: Bucket | None = None, **settings: Any
     ) -> None:
         self.store = store
         self.clock = clock
@@ -110,7 +110,7 @@ def engine_calls(record: Path) -> list[EngineCall]:
     ]
 
 
-def run_one_job(store: MemoryStore, engine: SimulatedEngine, results: Bucket) -> None:
+def run_one_job(store: MemoryApi, engine: SimulatedEngine, results: Bucket) -> None:
     """A worker of the real loop that does one job on `store` and exits."""
     settings = WorkerSettings(
         id="w1", engine="simulated", idle_exit_seconds=1.0, self_serve_seconds=0.2, max_jobs=1
@@ -127,7 +127,7 @@ def memory_bucket(name: str = "results") -> Bucket:
     return Stores(StoreSettings(url=f"memory://{name}")).results()
 
 
-def claim(store: MemoryStore, clock: FakeClock, name: str, worker: str = "w1") -> LeaseHolder:
+def claim(store: MemoryApi, clock: FakeClock, name: str, worker: str = "w1") -> LeaseHolder:
     """`worker` claims job `name` on the test's clock."""
     job = store.get_job(NS, name)
     assert job is not None

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube.store import load_api_client
+from recall.kube.client import load_api_client
 from recall.resources import GROUP, JOB_PLURAL, VERSION
 
 Obj = dict[str, Any]

@@ -53,7 +53,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube.store import load_api_client
+from recall.kube.client import load_api_client
 from recall.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 from recall_dev.chaos.bucket import RunStore
 from recall_dev.chaos.end import drain, finish

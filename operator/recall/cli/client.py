@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recall.base.clock import SYSTEM
 from recall.bucket import Bucket
-from recall.kube import Conflict, Owner, RawObject, Selector, Store
+from recall.kube import Api, Conflict, Owner, RawObject, Selector
 from recall.resources import (
     API_VERSION,
     LABEL_BATCH,
@@ -272,7 +273,7 @@ def job_rows(
 # --- talking to the API ----------------------------------------------------------------------
 
 
-def submit_to(store: Store, namespace: str, plan: Submission) -> Batch:
+def submit_to(store: Api, namespace: str, plan: Submission) -> Batch:
     """Create the item lists (immutable ConfigMaps), then the Batch, then make the Batch own
     the lists, so deleting it removes them. A list left by an interrupted submit is reused."""
     name = plan.batch["metadata"]["name"]
@@ -305,7 +306,7 @@ PLURALS = {
 
 
 def get_command(
-    store: Store,
+    store: Api,
     kind: str,
     names: list[str],
     namespace: str | None,
@@ -330,7 +331,7 @@ def get_command(
 
 
 def _get_batches(
-    store: Store,
+    store: Api,
     names: list[str],
     namespace: str | None,
     output: str | None,
@@ -348,12 +349,12 @@ def _get_batches(
     if not batches:
         echo("No resources found.", err=True)
         return
-    headers, rows = batch_rows(batches, dt.datetime.now(dt.UTC), wide)
+    headers, rows = batch_rows(batches, SYSTEM.now(), wide)
     echo(table(headers, rows))
 
 
 def _get_jobs(
-    store: Store,
+    store: Api,
     names: list[str],
     namespace: str | None,
     output: str | None,
@@ -374,7 +375,7 @@ def _get_jobs(
             _dump(jobs, output, echo, single=len(names) == 1)
             return
         pages = iter([jobs])
-    now = dt.datetime.now(dt.UTC)
+    now = SYSTEM.now()
     shown = 0
     for page in pages:
         if not page:
@@ -387,9 +388,7 @@ def _get_jobs(
         echo("No resources found.", err=True)
 
 
-def _job_pages(
-    store: Store, namespace: str | None, selector: Selector
-) -> Iterator[list[RawObject]]:
+def _job_pages(store: Api, namespace: str | None, selector: Selector) -> Iterator[list[RawObject]]:
     page = store.list_jobs(namespace, selector, limit=500)
     yield page.items
     while page.next:
@@ -417,7 +416,7 @@ def _dump(objs: list[RawObject], output: str, echo: Callable[..., None], *, sing
 
 
 def find_transcript(
-    store: Store, open_results: Callable[[], Bucket], namespace: str, ref: str
+    store: Api, open_results: Callable[[], Bucket], namespace: str, ref: str
 ) -> tuple[Bucket, str]:
     """The results store and the key of the accepted transcript of `ref`: a job's name, or
     BATCH/ITEM.

@@ -29,13 +29,13 @@ doctor ran, not that it keeps working.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from recall.base.clock import SYSTEM
 from recall.cli.checks import (
     FAIL,
     SKIP,
@@ -71,25 +71,25 @@ def run_checks(
     wait: float,
 ) -> Iterator[Check]:
     """Every check in order (see the module doc)."""
-    from recall.kube import Forbidden, StoreError
+    from recall.kube import ApiError, Forbidden
 
     def guarded(name: str, run: Callable[[], Check]) -> Check:
         try:
             return run()
         except Forbidden as e:
             return fail(name, f"not allowed to read what it needs: {e.message}", NOT_ALLOWED)
-        except StoreError as e:
+        except ApiError as e:
             return fail(name, f"the API server did not answer: {e.message}", API_DOWN)
 
     yield guarded("crds", lambda: check_crds(reader))
     yield guarded("operator", lambda: check_operator(reader, install, wait))
     if not store_url:  # the operator's, as the chart set it (else the store check says so)
-        with contextlib.suppress(StoreError):
+        with contextlib.suppress(ApiError):
             operator = reader.deployment(install.namespace, install.operator)
             store_url = env_of(operator).get("RECALL_STORE_URL", "")
     yield check_store(store_url, operator_credentials, worker_credentials)
     yield guarded("workers", lambda: check_workers(reader, install, wait))
-    now = dt.datetime.now(dt.UTC)
+    now = SYSTEM.now()
     yield guarded("engines", lambda: check_engines(reader, install, now))
     if apf:
         yield guarded("apf", lambda: check_apf(reader, install))
@@ -135,8 +135,8 @@ def doctor(
 ) -> None:
     """Check an install: CRDs, operator, results store, workers, engines, API fairness, access.
     One line per check, with the fix of each that fails; exit 1 when one fails."""
+    from recall.kube.client import current_namespace, load_api_client
     from recall.kube.install import InstallReader
-    from recall.kube.store import current_namespace, load_api_client
 
     api = load_api_client(kubeconfig)
     install = Install(

@@ -106,7 +106,7 @@ def worker(
     from recall.engines import make_engine
     from recall.engines.device import DeviceUnavailable
     from recall.engines.models import ModelStoreMissing
-    from recall.kube.store import current_namespace
+    from recall.kube.client import current_namespace
     from recall.worker.health import Liveness
     from recall.worker.loop import Worker
     from recall.worker.models import model_store
@@ -201,18 +201,18 @@ def _given(**options: Any) -> dict[str, Any]:
 
 def _store(kubeconfig: Path | None, api: Any = None) -> Any:
     from recall.base.settings import ApiSettings
-    from recall.kube.store import KubeStore, load_api_client
+    from recall.kube.client import KubeClient, load_api_client
 
     api = api or ApiSettings()
     try:
         client = load_api_client(kubeconfig)
     except Exception as e:  # a missing or broken kubeconfig
         raise CliError(f"cannot load the kubeconfig: {e}") from e
-    return KubeStore(client, timeout=api.timeout, watch_seconds=api.watch_seconds)
+    return KubeClient(client, timeout=api.timeout, watch_seconds=api.watch_seconds)
 
 
 def _namespace(namespace: str | None, kubeconfig: Path | None) -> str:
-    from recall.kube.store import current_namespace
+    from recall.kube.client import current_namespace
 
     return namespace or current_namespace(kubeconfig)
 
@@ -268,7 +268,7 @@ def submit(
         submission_for,
         submit_to,
     )
-    from recall.kube import StoreError
+    from recall.kube import ApiError
 
     def list_objects(prefix: str) -> list[str]:
         from recall.base.settings import StoreSettings
@@ -310,7 +310,7 @@ def submit(
         return
     try:
         submit_to(_store(kubeconfig), _namespace(namespace, kubeconfig), plan)
-    except StoreError as e:
+    except ApiError as e:
         raise CliError(e.message) from e
     how = f"{len(plan.lists)} item list(s)" if plan.lists else "inline items"
     typer.echo(
@@ -511,9 +511,9 @@ def main() -> None:
 
 
 def _describe(e: Exception) -> str:
-    from recall.kube import StoreError
+    from recall.kube import ApiError
 
-    if isinstance(e, StoreError):
+    if isinstance(e, ApiError):
         return e.message
     return f"{type(e).__name__}: {e}" if not str(e) else str(e)
 

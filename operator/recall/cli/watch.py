@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,7 +26,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from recall.kube import ObjectRef, RawObject, Selector, Store, StoreError
+from recall.base.clock import SYSTEM
+from recall.kube import Api, ApiError, ObjectRef, RawObject, Selector
 from recall.operator.scaling.scaler import STATUS_ANNOTATION
 from recall.protocol.workers import ANNOTATION_SLOTS, LABEL_POOL
 from recall.resources import DEFAULT_POOL, Batch, ItemPhase, TranscriptionJob
@@ -99,7 +99,7 @@ def fleet_line(deployment: RawObject) -> str:
 
 
 def _fleet(
-    store: Store, namespace: str, since: dt.datetime, seen: set[str]
+    store: Api, namespace: str, since: dt.datetime, seen: set[str]
 ) -> tuple[list[str], list[str]]:
     """The autoscaled worker Deployments of `namespace` and their new scaling Events (nothing
     where the reader may not list Deployments)."""
@@ -115,12 +115,12 @@ def _fleet(
                 if e.get("reason") in SCALING_REASONS and uid not in seen and fresh:
                     seen.add(uid)
                     events.append(f"{e.get('reason')}: {e.get('message')}")
-    except StoreError:
+    except ApiError:
         return [], []
     return lines, events
 
 
-def fetch(store: Store, namespace: str, name: str, since: dt.datetime, seen: set[str]) -> Snapshot:
+def fetch(store: Api, namespace: str, name: str, since: dt.datetime, seen: set[str]) -> Snapshot:
     batch = store.get_batch(namespace, name)
     if batch is None:
         raise BatchNotFound(f'batches.recall.dev "{name}" not found')
@@ -262,7 +262,7 @@ def summary_line(snap: Snapshot) -> str:
 
 
 def watch(
-    store: Store,
+    store: Api,
     namespace: str,
     name: str,
     *,
@@ -272,9 +272,9 @@ def watch(
 ) -> int:
     """Follow the Batch until its Complete condition is True; returns the exit code."""
     console = console or Console()
-    since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
+    since = SYSTEM.now() - dt.timedelta(seconds=5)
     seen: set[str] = set()
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = None if timeout is None else SYSTEM.monotonic() + timeout
 
     def follow(show: Callable[[Snapshot], None]) -> int:
         while True:
@@ -282,9 +282,9 @@ def watch(
             show(snap)
             if snap.complete:
                 return snap.exit_code
-            if deadline and time.monotonic() > deadline:
+            if deadline and SYSTEM.monotonic() > deadline:
                 raise TimeoutError(f"batch {name} not complete after {timeout:.0f} s")
-            time.sleep(interval)
+            SYSTEM.sleep(interval)
 
     if not console.is_terminal:
         last = [""]
@@ -304,6 +304,6 @@ def watch(
 
         def redraw(snap: Snapshot) -> None:
             history.extend(snap.events)
-            live.update(render(snap, history, dt.datetime.now(dt.UTC)))
+            live.update(render(snap, history, SYSTEM.now()))
 
         return follow(redraw)

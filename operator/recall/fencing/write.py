@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from recall.base import faults, metrics
-from recall.kube import Conflict, JobStore, NotFound, RawObject, Unavailable
+from recall.kube import Conflict, JobApi, NotFound, RawObject, Unavailable
 from recall.kube.patch import apply_merge_patch, merge_patch
 from recall.protocol import lease
 from recall.resources import JobStatus, TranscriptionJob
@@ -97,7 +97,7 @@ def visible(job: TranscriptionJob, patches: list[RawObject]) -> bool:
 
 
 def fenced_write(
-    store: JobStore,
+    store: JobApi,
     namespace: str,
     name: str,
     transition: Transition,
@@ -178,7 +178,7 @@ def _gone(conflicts: int) -> WriteResult:
 
 
 def _lost_race(
-    store: JobStore,
+    store: JobApi,
     namespace: str,
     name: str,
     action: str,
@@ -199,7 +199,7 @@ def _lost_race(
 
 
 def _read_back(
-    store: JobStore,
+    store: JobApi,
     namespace: str,
     name: str,
     cause: Unavailable,

@@ -10,9 +10,9 @@
 - `http`: the verbs against the API server (`ApiClient.call_api`, timeouts, 429s);
 - `memory`, `rules`, `patch`: the verbs over a dict for unit tests (resourceVersion and 409,
   the status and scale subresources, the CRDs' defaults and CEL transition rules, fault
-  injection), and `MemoryStore`, the typed calls over it;
+  injection), and `MemoryApi`, the typed calls over it;
 - `typed`: the typed calls (`get_job`, `patch_scale`, ...), each a thin wrapper of a verb;
-  `store`: `KubeStore`, the typed calls over the API server;
+  `client`: `KubeClient`, the typed calls over the API server;
 - `informer`: list + watch of a selection, relisted on 410 and after errors;
 - `install`: `InstallReader`, the reads of an install `recall doctor` checks (CRDs,
   Deployments, pods, Leases, API fairness objects, SelfSubjectAccessReviews).
@@ -23,13 +23,15 @@ May import `recall.resources` and `recall.base`; never the protocol, a component
 from recall.kube.base import (
     EVERYTHING,
     PERMANENT_ERRORS,
-    BlobStore,
+    Api,
+    ApiError,
+    BlobApi,
     ConfigMapData,
     Conflict,
-    FleetStore,
+    FleetApi,
     Forbidden,
     Invalid,
-    JobStore,
+    JobApi,
     NotFound,
     ObjectRef,
     Owner,
@@ -38,8 +40,6 @@ from recall.kube.base import (
     Scale,
     ScalerRef,
     Selector,
-    Store,
-    StoreError,
     TooLarge,
     Unavailable,
     WatchEvent,
@@ -49,13 +49,15 @@ from recall.kube.base import (
 __all__ = [
     "EVERYTHING",
     "PERMANENT_ERRORS",
-    "BlobStore",
+    "Api",
+    "ApiError",
+    "BlobApi",
     "ConfigMapData",
     "Conflict",
-    "FleetStore",
+    "FleetApi",
     "Forbidden",
     "Invalid",
-    "JobStore",
+    "JobApi",
     "NotFound",
     "ObjectRef",
     "Owner",
@@ -64,8 +66,6 @@ __all__ = [
     "Scale",
     "ScalerRef",
     "Selector",
-    "Store",
-    "StoreError",
     "TooLarge",
     "Unavailable",
     "WatchEvent",

@@ -1,16 +1,17 @@
-"""What every store of Kubernetes objects offers, and the errors it raises.
+"""What the API client offers, and the errors it raises.
 
-A store is the only way the runtime reads or writes objects. Two implementations:
-`recall.kube.store.KubeStore` (the API server, through the official client) and
-`recall.kube.memory.MemoryStore` (unit tests: resourceVersion, the status subresource and the
-CRD's transition rules, in memory). The real API server stays the judge of semantics in the
-integration tests; the memory store only lets everything above the store run without etcd.
+The API client is the only way the runtime reads or writes Kubernetes objects. Two
+implementations of the same typed calls over one set of generic verbs (`recall.kube.verbs`):
+`recall.kube.client.KubeClient` (the API server) and `recall.kube.memory.MemoryApi` (unit
+tests: resourceVersion, the status subresource and the CRD's transition rules, in memory). The
+real API server stays the judge of semantics in the integration tests; the twin only lets
+everything above the client run without etcd.
 
 Contract of every method:
 - Objects are returned typed (`TranscriptionJob`, `Batch`) where callers need the whole object;
   lists and watches return raw dicts (`RawObject`), which callers parse only as far as they
   need (the operator keeps 100,000 jobs in memory).
-- `timeout` (where offered) bounds that one request; otherwise the store's default applies.
+- `timeout` (where offered) bounds that one request; otherwise the client's default applies.
 - A write with `resource_version` is applied only if the object is still at that version, else
   `Conflict`. A write without it is applied to whatever is stored (the CRD's rules still apply).
 - Errors are typed so callers decide by kind, never by HTTP status:
@@ -32,11 +33,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from recall.resources import Batch, TranscriptionJob
-from recall.resources import RawObject as RawObject  # re-exported: the stores speak it
+from recall.resources import RawObject as RawObject  # re-exported: the clients speak it
 
 
-class StoreError(Exception):
-    """A read or write the store could not do. `status` is the HTTP status, when there was one."""
+class ApiError(Exception):
+    """A read or write the API client could not do. `status` is the HTTP status, when there was
+    one."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -44,19 +46,19 @@ class StoreError(Exception):
         self.status = status
 
 
-class NotFound(StoreError):
+class NotFound(ApiError):
     """The object does not exist."""
 
 
-class Conflict(StoreError):
+class Conflict(ApiError):
     """The object changed since the resourceVersion the write was based on (or exists already)."""
 
 
-class Invalid(StoreError):
+class Invalid(ApiError):
     """The API server refused the object: schema, CEL transition rule or admission policy."""
 
 
-class Forbidden(StoreError):
+class Forbidden(ApiError):
     """RBAC or an admission policy forbids the request for this identity."""
 
     @property
@@ -71,11 +73,11 @@ class Forbidden(StoreError):
 _AUTHORIZER_DENIAL = re.compile(r'User "[^"]*" cannot \S+ resource')
 
 
-class TooLarge(StoreError):
+class TooLarge(ApiError):
     """The object or request is larger than the API server or etcd accept."""
 
 
-class Unavailable(StoreError):
+class Unavailable(ApiError):
     """The API server could not be reached or did not answer in time; a retry may succeed.
 
     `maybe_applied` is True when a write may have been applied although no answer arrived.
@@ -101,7 +103,7 @@ class Unavailable(StoreError):
         return self.status == 429
 
 
-def retry_pause(error: StoreError, pause: float, *, rng: random.Random | None = None) -> float:
+def retry_pause(error: ApiError, pause: float, *, rng: random.Random | None = None) -> float:
     """Seconds to wait before retrying after `error`: the caller's own `pause`, or, when the
     server throttled the request (429) with a Retry-After, at least that, spread over
     [retry_after, 1.5 × retry_after] so that the clients it turned away do not all come back at
@@ -114,7 +116,7 @@ def retry_pause(error: StoreError, pause: float, *, rng: random.Random | None = 
     return max(pause, after * (1 + 0.5 * (rng or random).random()))
 
 
-PERMANENT_ERRORS: tuple[type[StoreError], ...] = (Invalid, Forbidden, TooLarge)
+PERMANENT_ERRORS: tuple[type[ApiError], ...] = (Invalid, Forbidden, TooLarge)
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ class Owner:
     uid: str
 
 
-class JobStore(Protocol):
+class JobApi(Protocol):
     """TranscriptionJobs, Batches, their Events, and the coordination Leases of the operator."""
 
     # TranscriptionJobs
@@ -275,7 +277,7 @@ class JobStore(Protocol):
     ) -> Iterator[WatchEvent]: ...
 
 
-class BlobStore(Protocol):
+class BlobApi(Protocol):
     """ConfigMaps holding transcripts, checkpoints and item lists."""
 
     def get_config_map(self, namespace: str, name: str) -> ConfigMapData | None: ...
@@ -328,7 +330,7 @@ class ScalerRef:
     target_name: str
 
 
-class FleetStore(Protocol):
+class FleetApi(Protocol):
     """The worker fleet: its Deployment and scale subresource, its pods, and whatever else
     scales it (HPAs, KEDA ScaledObjects). What the operator's built-in autoscaler uses."""
 
@@ -359,5 +361,5 @@ class FleetStore(Protocol):
     ) -> None: ...
 
 
-class Store(JobStore, BlobStore, FleetStore, Protocol):
+class Api(JobApi, BlobApi, FleetApi, Protocol):
     """All three: what the worker, the operator and the CLI are given."""

@@ -26,6 +26,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from recall.base import faults, metrics
 from recall.kube.base import (
     EVERYTHING,
+    ApiError,
     Conflict,
     Forbidden,
     Invalid,
@@ -33,7 +34,6 @@ from recall.kube.base import (
     Page,
     RawObject,
     Selector,
-    StoreError,
     TooLarge,
     Unavailable,
     WatchEvent,
@@ -111,7 +111,7 @@ def retry_after_of(e: ApiException) -> float | None:
     return seconds if seconds is not None and seconds >= 0 else None
 
 
-def translate(e: BaseException, what: str, *, write: bool) -> StoreError:
+def translate(e: BaseException, what: str, *, write: bool) -> ApiError:
     """The typed error for a failed request `what` (e.g. "patch status of job ns/name")."""
     if isinstance(e, ApiException):
         status = int(e.status or 0)

@@ -26,12 +26,12 @@ from typing import Protocol
 from recall.base import log
 from recall.kube import (
     EVERYTHING,
+    ApiError,
     Conflict,
-    JobStore,
+    JobApi,
     Page,
     RawObject,
     Selector,
-    StoreError,
     WatchEvent,
     retry_pause,
 )
@@ -59,34 +59,34 @@ class Source(Protocol):
 class Jobs:
     """TranscriptionJobs of a namespace (or all), as a selector selects them."""
 
-    store: JobStore
+    api: JobApi
     namespace: str | None
     selector: Selector = EVERYTHING
 
     def list(self, limit: int, continue_from: str | None) -> Page:
-        return self.store.list_jobs(
+        return self.api.list_jobs(
             self.namespace, self.selector, limit=limit, continue_from=continue_from
         )
 
     def watch(self, resource_version: str) -> Iterator[WatchEvent]:
-        return self.store.watch_jobs(self.namespace, resource_version, self.selector)
+        return self.api.watch_jobs(self.namespace, resource_version, self.selector)
 
 
 @dataclass(frozen=True)
 class Leases:
     """coordination.k8s.io Leases of a namespace (or all) with the given labels."""
 
-    store: JobStore
+    api: JobApi
     namespace: str | None
     labels: str
 
     def list(self, limit: int, continue_from: str | None) -> Page:
-        return self.store.list_leases(
+        return self.api.list_leases(
             self.namespace, self.labels, limit=limit, continue_from=continue_from
         )
 
     def watch(self, resource_version: str) -> Iterator[WatchEvent]:
-        return self.store.watch_leases(self.namespace, resource_version, self.labels)
+        return self.api.watch_leases(self.namespace, resource_version, self.labels)
 
 
 class Informer:
@@ -153,7 +153,7 @@ class Informer:
                 self._failed = True
                 _log.warning("informer_error", informer=self.name, error=str(e)[:200])
                 pause = backoff * random.uniform(0.5, 1.0)
-                if isinstance(e, StoreError):  # a 429: no sooner than its Retry-After
+                if isinstance(e, ApiError):  # a 429: no sooner than its Retry-After
                     pause = retry_pause(e, pause)
                 stop.wait(pause)
                 backoff = min(backoff * 2, self.max_backoff)

@@ -1,5 +1,5 @@
 """The in-memory twin: the verbs of `recall.kube.verbs` over a dict, for unit tests of everything
-above the API client, and `MemoryStore`, the typed calls over it with the tests' controls.
+above the API client, and `MemoryApi`, the typed calls over it with the tests' controls.
 
 It keeps what the API server guarantees and the code relies on, for every resource alike:
 - resourceVersion: every change bumps a global counter; a write that names a stale version gets
@@ -42,6 +42,7 @@ from typing import Any
 from recall.base.clock import SYSTEM, Clock
 from recall.kube.base import (
     EVERYTHING,
+    ApiError,
     Conflict,
     Invalid,
     NotFound,
@@ -49,7 +50,6 @@ from recall.kube.base import (
     RawObject,
     ScalerRef,
     Selector,
-    StoreError,
     WatchEvent,
 )
 from recall.kube.patch import (
@@ -74,7 +74,7 @@ from recall.kube.verbs import (
     Resource,
 )
 
-__all__ = ["CONFIG_MAP_LIMIT", "Fault", "MemoryStore", "MemoryVerbs", "stamp"]
+__all__ = ["CONFIG_MAP_LIMIT", "Fault", "MemoryApi", "MemoryVerbs", "stamp"]
 
 Key = tuple[str, str]
 
@@ -89,7 +89,7 @@ class Fault:
     """
 
     op: str
-    error: StoreError
+    error: ApiError
     name: str | None = None
     applied: bool = False
     times: int = 1
@@ -460,7 +460,7 @@ class MemoryVerbs:
         return True
 
 
-class MemoryStore(TypedClient):
+class MemoryApi(TypedClient):
     """The typed calls over `MemoryVerbs`, and the controls a test plays the cluster with."""
 
     def __init__(self, *, watch_seconds: float = 5.0, clock: Clock = SYSTEM) -> None:

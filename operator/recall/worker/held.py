@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from recall.kube import JobStore, RawObject, Selector
+from recall.kube import JobApi, RawObject, Selector
 from recall.kube.informer import Informer, Jobs
 from recall.worker.holder import LeaseHolder
 
@@ -39,7 +39,7 @@ def _token_of(obj: RawObject) -> str | None:
 class HeldJobs:
     """The informer on this worker's leases, and the holders it tells."""
 
-    def __init__(self, store: JobStore, namespace: str | None, worker: str) -> None:
+    def __init__(self, store: JobApi, namespace: str | None, worker: str) -> None:
         self._holders: dict[tuple[str, str], LeaseHolder] = {}
         self._lock = threading.Lock()
         source = Jobs(store, namespace, Selector(fields=f"status.lease.holder={worker}"))

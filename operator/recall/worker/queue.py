@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from recall.base.clock import SYSTEM, Clock
-from recall.kube import JobStore, RawObject, Selector, StoreError
+from recall.kube import ApiError, JobApi, RawObject, Selector
 from recall.kube.informer import Informer, Jobs
 from recall.resources import DEFAULT_POOL, LABEL_SUSPENDED, TranscriptionJob
 
@@ -170,7 +170,7 @@ class JobQueue(WatchedJobs):
 
     def __init__(
         self,
-        store: JobStore,
+        store: JobApi,
         namespace: str | None,
         engine: str,
         *,
@@ -209,7 +209,7 @@ class OfferQueue(WatchedJobs):
 
     def __init__(
         self,
-        store: JobStore,
+        store: JobApi,
         namespace: str,
         worker: str,
         engine: str,
@@ -247,7 +247,7 @@ class OfferQueue(WatchedJobs):
     def _serve_self(self, exclude: frozenset[JobKey]) -> TranscriptionJob | None:
         try:
             page = self.store.list_jobs(self.namespace, SELECTOR, limit=SELF_SERVE_PAGE)
-        except StoreError:
+        except ApiError:
             return None
         jobs = [TranscriptionJob.from_api(o) for o in page.items]
         return fair_choice(

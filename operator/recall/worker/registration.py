@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from recall.base import log
 from recall.base.clock import SYSTEM, Clock
-from recall.kube import Conflict, JobStore, NotFound, RawObject, StoreError
+from recall.kube import ApiError, Conflict, JobApi, NotFound, RawObject
 from recall.protocol.workers import EngineState, lease_name, read, registration
 from recall.worker.drain import Drain
 
@@ -32,7 +32,7 @@ class Registration:
 
     def __init__(
         self,
-        store: JobStore,
+        store: JobApi,
         namespace: str,
         worker: str,
         engine: str,
@@ -69,7 +69,7 @@ class Registration:
         self._thread.join(timeout=5)
         try:
             self.store.delete_lease(self.namespace, self.name)
-        except StoreError as e:
+        except ApiError as e:
             _log.warning("unregister_failed", worker=self.worker, error=e.message[:200])
 
     def _body(self, now: dt.datetime, current: RawObject | None) -> RawObject:
@@ -107,6 +107,6 @@ class Registration:
         while not self._stop.is_set():
             try:
                 self.renew_once()
-            except StoreError as e:
+            except ApiError as e:
                 _log.warning("register_failed", worker=self.worker, error=e.message[:200])
             self.clock.wait(self._stop, self.period)

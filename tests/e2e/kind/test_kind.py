@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall_dev import speech
 from tests.e2e.pods.conftest import NAMESPACE, PodCluster
 from tests.e2e.pods.drills import Ledger, figures, reclaim_delays

@@ -29,8 +29,8 @@ import pytest
 from kubernetes import client
 
 from recall.base.settings import WorkerSettings
-from recall.kube.store import KubeStore as Kube
-from recall.kube.store import load_api_client
+from recall.kube.client import KubeClient as Kube
+from recall.kube.client import load_api_client
 from recall_dev.kind import KindCluster
 
 ROOT = Path(__file__).resolve().parents[3]

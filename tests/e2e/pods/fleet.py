@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION
 from tests.e2e.pods.conftest import PodCluster
 from tests.helpers import wait_for

@@ -38,7 +38,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall_dev.kind import dangling_volumes
 from tests.e2e.pods.conftest import PodCluster, install, uninstall
 from tests.e2e.pods.drills import (

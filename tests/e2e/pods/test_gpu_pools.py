@@ -39,7 +39,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION, Phase
 from tests.e2e.pods.conftest import ROOT, PodCluster, install, uninstall
 from tests.e2e.pods.fleet import interrupted

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from tests.e2e.pods.conftest import PodCluster, install, uninstall
 from tests.e2e.pods.drills import batch_manifest
 from tests.helpers import wait_for

@@ -16,7 +16,7 @@ from typing import Any
 import jiwer
 import pytest
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.operator.reconcile.fanout import job_name
 from recall.protocol import workers
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase

@@ -30,7 +30,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall.resources import Phase
 from tests.e2e.pods.conftest import CHART, ROOT, PodCluster, install, uninstall
 from tests.e2e.pods.fleet import (

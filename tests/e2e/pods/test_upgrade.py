@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 import yaml
 
-from recall.kube.store import KubeStore as Kube
+from recall.kube.client import KubeClient as Kube
 from recall_dev.crds import load_crds, schema_fields
 from recall_dev.release import Release
 from tests.e2e.pods.conftest import (

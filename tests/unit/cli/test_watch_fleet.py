@@ -8,12 +8,12 @@ import json
 
 from recall.cli.watch import fetch, fleet_line, summary_line
 from recall.kube import ObjectRef
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.operator.scaling.scaler import STATUS_ANNOTATION
 from tests.unit.fakes import NS, batch_manifest
 
 
-def autoscaled(store: MemoryStore, name: str, mode: str, status: dict[str, object] | None) -> None:
+def autoscaled(store: MemoryApi, name: str, mode: str, status: dict[str, object] | None) -> None:
     """A worker Deployment as the chart labels it, with the autoscaler's status if any."""
     labels = {"recall.dev/autoscaling": mode}
     store.put_deployment(NS, name, 3, {"app": name}, own_labels=labels)
@@ -22,7 +22,7 @@ def autoscaled(store: MemoryStore, name: str, mode: str, status: dict[str, objec
 
 
 def test_watch__shows_the_autoscaled_workers_and_their_scaling_events() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     store.create_batch(NS, batch_manifest("talks", ["a", "b"]))
     status = {"desired": 5, "current": 3, "draining": 0, "reason": "ScaledUp", "message": "3 → 5"}
     autoscaled(store, "recall-worker", "builtin", status)

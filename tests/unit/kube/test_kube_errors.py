@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube import Conflict, Invalid, NotFound, StoreError, TooLarge, Unavailable
-from recall.kube.client import translate
+from recall.kube import ApiError, Conflict, Invalid, NotFound, TooLarge, Unavailable
+from recall.kube.http import translate
 
 
 def api_error(status: int, reason: str = "", body: str = "") -> ApiException:
@@ -30,7 +30,7 @@ def api_error(status: int, reason: str = "", body: str = "") -> ApiException:
     ],
 )
 def test_translate__status_to_typed_error(
-    status: int, body: str, kind: type[StoreError], maybe_applied: bool
+    status: int, body: str, kind: type[ApiError], maybe_applied: bool
 ) -> None:
     error = translate(api_error(status, "Reason", body), "patch job ns/j", write=True)
     assert type(error) is kind

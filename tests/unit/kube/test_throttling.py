@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from recall.kube import Conflict, Unavailable, retry_pause
-from recall.kube.client import KubeClient
+from recall.kube.http import HttpVerbs
 
 
 def throttled(retry_after: str | None = "1") -> ApiException:
@@ -58,7 +58,7 @@ def answers(*outcomes: object) -> Any:
 
 
 def test_call__a_429_is_sent_again_no_sooner_than_its_retry_after(clock: Clock) -> None:
-    kc = KubeClient(client.ApiClient(), timeout=15.0)
+    kc = HttpVerbs(client.ApiClient(), timeout=15.0)
     fn = answers(throttled("1"), throttled("2"), {"ok": True})
     assert kc._call("patch status of job ns/a", fn, write=True) == {"ok": True}
     assert len(fn.calls) == 3
@@ -68,7 +68,7 @@ def test_call__a_429_is_sent_again_no_sooner_than_its_retry_after(clock: Clock) 
 
 
 def test_call__a_retry_after_beyond_the_request_time_is_left_to_the_caller(clock: Clock) -> None:
-    kc = KubeClient(client.ApiClient(), timeout=15.0)
+    kc = HttpVerbs(client.ApiClient(), timeout=15.0)
     fn = answers(throttled("30"))
     with pytest.raises(Unavailable) as raised:
         kc._call("patch status of job ns/a", fn, write=True, timeout=2.0)
@@ -78,7 +78,7 @@ def test_call__a_retry_after_beyond_the_request_time_is_left_to_the_caller(clock
 
 
 def test_call__without_retry_after_backs_off_and_gives_up_at_the_deadline(clock: Clock) -> None:
-    kc = KubeClient(client.ApiClient(), timeout=3.0)
+    kc = HttpVerbs(client.ApiClient(), timeout=3.0)
     fn = answers(*[throttled(None)] * 50)
     with pytest.raises(Unavailable):
         kc._call("list jobs", fn, write=False)
@@ -87,7 +87,7 @@ def test_call__without_retry_after_backs_off_and_gives_up_at_the_deadline(clock:
 
 
 def test_call__other_errors_are_not_retried(clock: Clock) -> None:
-    kc = KubeClient(client.ApiClient())
+    kc = HttpVerbs(client.ApiClient())
     conflict = ApiException(status=409, reason="Conflict")
     fn = answers(conflict)
     with pytest.raises(Conflict):

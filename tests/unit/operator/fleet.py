@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from recall.base.clock import FakeClock
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.kube.memory import stamp as _now
 from recall.operator.scaling.decide import DELETION_COST
 from recall.protocol.workers import lease_name
@@ -37,7 +37,7 @@ DEPLOYMENT = "workers"
 
 
 class SimWorker:
-    def __init__(self, store: MemoryStore, clock: FakeClock, name: str) -> None:
+    def __init__(self, store: MemoryApi, clock: FakeClock, name: str) -> None:
         self.store = store
         self.clock = clock
         self.name = name
@@ -112,7 +112,7 @@ class SimWorker:
 
 @dataclass
 class ReplicaSet:
-    store: MemoryStore
+    store: MemoryApi
     clock: FakeClock
     workers: dict[str, SimWorker] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
@@ -185,7 +185,7 @@ def _rank(pod: dict[str, object]) -> tuple[int, int, int, int, int]:
     return (1 if meta.get("nodeName") else 0, phase, int(ready), cost, -int(meta["order"]))
 
 
-def phases(store: MemoryStore) -> dict[str, int]:
+def phases(store: MemoryApi) -> dict[str, int]:
     counts: dict[str, int] = {}
     for o in store.list_jobs(NS).items:
         phase = (o.get("status") or {}).get("phase") or Phase.QUEUED.value

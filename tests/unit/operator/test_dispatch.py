@@ -13,7 +13,7 @@ import pytest
 from recall.base.clock import FakeClock
 from recall.base.settings import WorkerSettings
 from recall.engines.simulated import SimulatedEngine
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.operator.dispatch import ReadyQueue
 from recall.operator.reconcile.cache import JobRecord
 from recall.resources import Phase
@@ -96,14 +96,14 @@ def test_ready_queue__engines_and_staleness() -> None:
     assert q.pick(NS, "whisper") is None
 
 
-def register(store: MemoryStore, worker: str, engine: str = "simulated", **kw: Any) -> Registration:
+def register(store: MemoryApi, worker: str, engine: str = "simulated", **kw: Any) -> Registration:
     r = Registration(store, NS, worker, engine, duration=15, **kw)
     r.renew_once()
     return r
 
 
 def test_controller__offers_one_job_to_each_idle_worker() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.create_batch(NS, batch_manifest("b", [f"i{i}" for i in range(5)]))
     op = Operator(store, clock)
     op.tick()  # fan-out
@@ -122,7 +122,7 @@ def test_controller__offers_one_job_to_each_idle_worker() -> None:
 
 
 def test_controller__offers_a_worker_of_slots_a_job_per_slot_of_its_own_pool() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.create_batch(NS, batch_manifest("b", [f"i{i}" for i in range(5)]))
     gpu = batch_manifest("g", ["g0", "g1"])
     gpu["spec"]["defaults"]["pool"] = "gpu"
@@ -141,7 +141,7 @@ def test_controller__offers_a_worker_of_slots_a_job_per_slot_of_its_own_pool() -
 
 
 def test_controller__withdraws_offers_not_taken_up_or_to_dead_workers() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.create_job(NS, job_manifest("a"))
     store.create_job(NS, job_manifest("b"))
     op = Operator(store, clock, offer_seconds=5)
@@ -154,7 +154,7 @@ def test_controller__withdraws_offers_not_taken_up_or_to_dead_workers() -> None:
 
 
 def test_worker__claims_what_it_is_offered(tmp_path: Path) -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     for i in range(4):
         store.create_job(NS, job_manifest(f"j{i}"))
     op = Operator(store, FakeClock())
@@ -192,7 +192,7 @@ def test_worker__claims_what_it_is_offered(tmp_path: Path) -> None:
 
 
 def test_controller__a_reclaimed_job_is_offered_to_a_live_worker_not_to_its_dead_holder() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.create_job(NS, job_manifest("a"))  # lease 10 s
     op = Operator(store, clock)
     dead, live = register(store, "dead"), register(store, "live")
@@ -213,7 +213,7 @@ def test_controller__a_reclaimed_job_is_offered_to_a_live_worker_not_to_its_dead
     assert job.status.offer is not None and job.status.offer.worker == other.worker
 
 
-def offers(store: MemoryStore) -> dict[str, str]:
+def offers(store: MemoryApi) -> dict[str, str]:
     return {
         j["metadata"]["name"]: j["status"]["offer"]["worker"]
         for j in store.list_jobs(NS).items
@@ -221,7 +221,7 @@ def offers(store: MemoryStore) -> dict[str, str]:
     }
 
 
-def claim_offer(store: MemoryStore, clock: FakeClock, worker: str) -> LeaseHolder:
+def claim_offer(store: MemoryApi, clock: FakeClock, worker: str) -> LeaseHolder:
     return claim(store, clock, next(n for n, w in offers(store).items() if w == worker), worker)
 
 
@@ -229,10 +229,10 @@ def complete(held: LeaseHolder) -> None:
     held.complete(result_of(held))
 
 
-def worker_w_and_jobs(jobs: int, **settings: Any) -> tuple[MemoryStore, FakeClock, Operator]:
+def worker_w_and_jobs(jobs: int, **settings: Any) -> tuple[MemoryApi, FakeClock, Operator]:
     """The jobs j0, j1 ... on a memory API server, the worker `w` registered, and an operator
     of `settings`."""
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     for i in range(jobs):
         store.create_job(NS, job_manifest(f"j{i}"))
     op = Operator(store, clock, **settings)
@@ -269,7 +269,7 @@ def test_controller__offers_ahead_only_to_a_worker_whose_jobs_are_short(
 
 
 def short_job_done_and_next_claimed(
-    store: MemoryStore, clock: FakeClock, op: Operator
+    store: MemoryApi, clock: FakeClock, op: Operator
 ) -> LeaseHolder:
     """`w` completes one 0.5 s job and claims the next one it is offered."""
     op.tick()

@@ -4,12 +4,12 @@ stops trusting that it does."""
 from __future__ import annotations
 
 from recall.base.clock import FakeClock
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.operator.peers.leader import LeaderElector
 from tests.unit.fakes import NS
 
 
-def elector(store: MemoryStore, clock: FakeClock, me: str) -> LeaderElector:
+def elector(store: MemoryApi, clock: FakeClock, me: str) -> LeaderElector:
     return LeaderElector(
         store,
         NS,
@@ -23,7 +23,7 @@ def elector(store: MemoryStore, clock: FakeClock, me: str) -> LeaderElector:
 
 
 def test_one_leads__the_other_takes_over_only_after_a_full_lease() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     a, b = elector(store, clock, "a"), elector(store, clock, "b")
     assert a.run_once() and not b.run_once()
     clock.step(14)
@@ -33,7 +33,7 @@ def test_one_leads__the_other_takes_over_only_after_a_full_lease() -> None:
 
 
 def test_holds__only_within_the_renew_deadline_of_the_last_renewal_sent() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     a = elector(store, clock, "a")
     assert a.run_once() and a.holds()
     clock.step(9.9)

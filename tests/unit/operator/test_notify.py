@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from recall.base.clock import FakeClock
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.operator.notify import events
 from recall.operator.notify.notifier import Notifier, holds
 from recall.operator.notify.send import Answer, Outcome, Sender, classify, refused
@@ -40,7 +40,7 @@ class FakeSender(Sender):
 
 
 def notifier(
-    store: MemoryStore, clock: FakeClock, sender: Sender, batches: Any = dict, **kw: Any
+    store: MemoryApi, clock: FakeClock, sender: Sender, batches: Any = dict, **kw: Any
 ) -> Notifier:
     cache = JobCache(clock)
     leading = threading.Event()
@@ -59,11 +59,11 @@ def notifier(
     return n
 
 
-def sync(n: Notifier, store: MemoryStore) -> None:
+def sync(n: Notifier, store: MemoryApi) -> None:
     n.cache.relisted(iter(store.list_jobs(NS).items))
 
 
-def finished_job(store: MemoryStore, clock: FakeClock, name: str) -> None:
+def finished_job(store: MemoryApi, clock: FakeClock, name: str) -> None:
     store.create_job(
         NS, job_manifest(name, notify=[{"url": URL, "secretRef": {"name": "s", "key": "hmac"}}])
     )
@@ -115,7 +115,7 @@ def test_refused__loopback_link_local_metadata_unless_allowed() -> None:
 
 
 def test_event__stable_id_and_bytes_and_no_transcript_text() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     finished_job(store, clock, "j")
     job = store.get_job(NS, "j")
     assert job is not None
@@ -136,7 +136,7 @@ def test_event__stable_id_and_bytes_and_no_transcript_text() -> None:
 
 
 def test_notifier__a_sink_down_past_the_cap_then_up__two_writes_and_one_id() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.put_secret(NS, "s", {"hmac": KEY, "hmac.next": b"k2"})
     finished_job(store, clock, "j")
     sender = FakeSender(*[Outcome.UNAVAILABLE] * 12, Outcome.DELIVERED)
@@ -162,7 +162,7 @@ def test_notifier__a_sink_down_past_the_cap_then_up__two_writes_and_one_id() -> 
 
 
 def test_notifier__refused_event_given_up_after_bounded_tries_with_a_warning() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.put_secret(NS, "s", {"hmac": KEY})
     finished_job(store, clock, "j")
     sender = FakeSender(Outcome.REFUSED)
@@ -178,7 +178,7 @@ def test_notifier__refused_event_given_up_after_bounded_tries_with_a_warning() -
 
 
 def test_notifier__missing_key_sends_nothing_and_says_so() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     finished_job(store, clock, "j")
     sender = FakeSender()
     n = notifier(store, clock, sender)
@@ -199,7 +199,7 @@ def test_notifier__missing_key_sends_nothing_and_says_so() -> None:
 
 
 def test_notifier__a_standby_sends_nothing() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.put_secret(NS, "s", {"hmac": KEY})
     finished_job(store, clock, "j")
     sender = FakeSender()
@@ -213,7 +213,7 @@ def test_notifier__a_standby_sends_nothing() -> None:
 
 
 def test_notifier__batch_items_then_the_batch_event_with_counts_and_the_ttl_waits() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.put_secret(NS, "s", {"hmac": KEY})
     sink = {"url": URL, "secretRef": {"name": "s", "key": "hmac"}}
     store.create_batch(

@@ -13,7 +13,7 @@ import pytest
 from recall.base.clock import FakeClock
 from recall.bucket import StoreAccessDenied, StoreBucketMissing
 from recall.kube import Unavailable
-from recall.kube.memory import Fault, MemoryStore
+from recall.kube.memory import Fault, MemoryApi
 from recall.media.types import Cutting, Segment
 from recall.operator.results.publish import Probes
 from recall.resources import Phase, is_true
@@ -24,8 +24,8 @@ from tests.unit.fakes import NS, Operator, batch_manifest, claim, memory_bucket
 OUTPUT = {"url": "memory://out/talks/{key}", "formats": ["srt", "txt"]}
 
 
-def setup(keys: list[str], **spec: object) -> tuple[MemoryStore, FakeClock, Operator]:
-    store, clock = MemoryStore(), FakeClock()
+def setup(keys: list[str], **spec: object) -> tuple[MemoryApi, FakeClock, Operator]:
+    store, clock = MemoryApi(), FakeClock()
     store.create_batch(NS, batch_manifest("b", keys, **spec))
     op = Operator(store, clock)
     op.tick()
@@ -50,7 +50,7 @@ def work(op: Operator, h: LeaseHolder, text: str = "hello there") -> AttemptWrit
     return w
 
 
-def batch(store: MemoryStore):  # type: ignore[no-untyped-def]
+def batch(store: MemoryApi):  # type: ignore[no-untyped-def]
     found = store.get_batch(NS, "b")
     assert found is not None
     return found

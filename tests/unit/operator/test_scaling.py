@@ -13,7 +13,7 @@ import pytest
 
 from recall.base.clock import FakeClock
 from recall.kube import ScalerRef
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.operator.dispatch import ReadyQueue
 from recall.operator.peers.registry import Registry
 from recall.operator.reconcile.cache import JobCache
@@ -55,7 +55,7 @@ class Leader:
 class Sim:
     """The operator's views, its scaler, and a fleet, on one hand-driven clock."""
 
-    store: MemoryStore
+    store: MemoryApi
     clock: FakeClock
     cache: JobCache
     ready: ReadyQueue
@@ -70,7 +70,7 @@ class Sim:
 
     @classmethod
     def make(cls, policy: Policy = POLICY, replicas: int = 0) -> Sim:
-        store, clock = MemoryStore(), FakeClock()
+        store, clock = MemoryApi(), FakeClock()
         store.put_deployment(NS, DEPLOYMENT, replicas, LABELS)
         cache, ready, workload = JobCache(clock), ReadyQueue(clock), Workload()
         cache.listeners += [ready.update, workload.update]
@@ -134,7 +134,7 @@ class Sim:
         )
 
 
-def status(store: MemoryStore) -> dict[str, object]:
+def status(store: MemoryApi) -> dict[str, object]:
     deployment = store.get_deployment(NS, DEPLOYMENT)
     assert deployment is not None
     raw = (deployment["metadata"].get("annotations") or {}).get(STATUS_ANNOTATION)
@@ -143,7 +143,7 @@ def status(store: MemoryStore) -> dict[str, object]:
     return out
 
 
-def events(store: MemoryStore, reason: str) -> list[str]:
+def events(store: MemoryApi, reason: str) -> list[str]:
     return [str(e["message"]) for e in store.events if e["reason"] == reason]
 
 
@@ -324,7 +324,7 @@ def test_fleet__a_new_leader_mid_scale_down_neither_loses_nor_doubles_workers(at
 
 
 def test_registry__a_drain_request_is_news_not_a_renewal_and_ends_offers() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     registry = Registry(clock)
     Registration(store, NS, "w1", "simulated", drain=Drain("w1", wait=0.0)).renew_once()
     registry.relisted(iter(store.list_leases(NS, SELECTOR).items))

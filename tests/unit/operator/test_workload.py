@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from recall.base.clock import FakeClock
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.scaling.keda import make_server
 from recall.operator.scaling.workload import Outstanding, Workload
@@ -21,26 +21,26 @@ from recall.resources import LABEL_SUSPENDED
 from tests.unit.fakes import NS, claim, job_manifest
 
 
-def jobs(store: MemoryStore, **engines: str | None) -> None:
+def jobs(store: MemoryApi, **engines: str | None) -> None:
     for name, engine in engines.items():
         spec: dict[str, Any] = {"engine": {"name": engine}} if engine else {"engine": None}
         store.create_job(NS, job_manifest(name, **spec))
 
 
 @pytest.fixture
-def fed() -> tuple[MemoryStore, FakeClock, JobCache, Workload]:
-    store, clock = MemoryStore(), FakeClock()
+def fed() -> tuple[MemoryApi, FakeClock, JobCache, Workload]:
+    store, clock = MemoryApi(), FakeClock()
     cache, workload = JobCache(clock), Workload()
     cache.listeners.append(workload.update)
     return store, clock, cache, workload
 
 
-def relist(store: MemoryStore, cache: JobCache) -> None:
+def relist(store: MemoryApi, cache: JobCache) -> None:
     cache.relisted(iter(store.list_jobs(NS).items))
 
 
 def test_outstanding__claimable_queued_plus_leased_of_the_pools_engines(
-    fed: tuple[MemoryStore, FakeClock, JobCache, Workload],
+    fed: tuple[MemoryApi, FakeClock, JobCache, Workload],
 ) -> None:
     store, clock, cache, workload = fed
     jobs(store, a="whisper", b="whisper", c=None, d="simulated", e="openai")
@@ -53,7 +53,7 @@ def test_outstanding__claimable_queued_plus_leased_of_the_pools_engines(
 
 
 def test_outstanding__not_suspended_not_in_backoff_not_ended(
-    fed: tuple[MemoryStore, FakeClock, JobCache, Workload],
+    fed: tuple[MemoryApi, FakeClock, JobCache, Workload],
 ) -> None:
     store, clock, cache, workload = fed
     jobs(store, ok="whisper", held="whisper", waiting="whisper", more="whisper")
@@ -76,7 +76,7 @@ def test_outstanding__not_suspended_not_in_backoff_not_ended(
 
 @pytest.fixture
 def endpoint(
-    fed: tuple[MemoryStore, FakeClock, JobCache, Workload],
+    fed: tuple[MemoryApi, FakeClock, JobCache, Workload],
 ) -> Iterator[tuple[str, list[str]]]:
     """The endpoint on a loopback port, and the list whose first item makes it stale."""
     _, _, _, workload = fed
@@ -108,7 +108,7 @@ def get(url: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_endpoint__serves_the_outstanding_work_where_keda_looks_for_it(
-    fed: tuple[MemoryStore, FakeClock, JobCache, Workload], endpoint: tuple[str, list[str]]
+    fed: tuple[MemoryApi, FakeClock, JobCache, Workload], endpoint: tuple[str, list[str]]
 ) -> None:
     store, clock, cache, _ = fed
     url, _ = endpoint

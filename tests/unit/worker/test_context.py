@@ -8,7 +8,7 @@ from pathlib import Path
 
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.media.types import Chunk, Segment
 from recall.protocol import lease
 from recall.resources import Phase, TranscriptionJob
@@ -39,7 +39,7 @@ def transcribe(
     simulate: dict[str, object], attempts: int, record: Path
 ) -> list[tuple[int, int, str]]:
     """The contexts the engine was given for one job run `attempts` times."""
-    store, results, engine = MemoryStore(watch_seconds=1.0), memory_bucket(), Recording(record)
+    store, results, engine = MemoryApi(watch_seconds=1.0), memory_bucket(), Recording(record)
     store.create_job(
         NS,
         job_manifest(

@@ -10,7 +10,7 @@ import time
 
 from recall.base.settings import WorkerSettings
 from recall.engines.simulated import SimulatedEngine
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.protocol.workers import (
     ANNOTATION_DRAIN,
     BUSY,
@@ -30,20 +30,20 @@ from tests.helpers import wait_for
 from tests.unit.fakes import NS, job_manifest, memory_bucket
 
 
-def registered(store: MemoryStore, drain: Drain, worker: str = "w1") -> Registration:
+def registered(store: MemoryApi, drain: Drain, worker: str = "w1") -> Registration:
     registration = Registration(store, NS, worker, "simulated", drain=drain)
     registration.renew_once()
     return registration
 
 
-def ask(store: MemoryStore, request: str | None, worker: str = "w1") -> None:
+def ask(store: MemoryApi, request: str | None, worker: str = "w1") -> None:
     """What the operator writes: the request on the Lease, at the version it read."""
     lease = store.get_lease(NS, lease_name(worker))
     assert lease is not None
     store.replace_lease(NS, lease_name(worker), with_drain(lease, request))
 
 
-def record(store: MemoryStore, worker: str = "w1") -> Registered:
+def record(store: MemoryApi, worker: str = "w1") -> Registered:
     lease = store.get_lease(NS, lease_name(worker))
     assert lease is not None
     return read(lease)
@@ -86,7 +86,7 @@ def test_drain__a_worker_in_a_turn_answers_busy_and_stays_open() -> None:
 
 
 def test_registration__carries_the_answer_and_keeps_the_operators_request() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     drain = Drain("w1", wait=0.0)
     registration = registered(store, drain)
     first = record(store)
@@ -106,7 +106,7 @@ def test_registration__carries_the_answer_and_keeps_the_operators_request() -> N
 
 
 def test_registration__a_request_written_between_read_and_write_is_answered_next_time() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     drain = Drain("w1", wait=0.0)
     registration = registered(store, drain)
     real_get = store.get_lease
@@ -125,7 +125,7 @@ def test_registration__a_request_written_between_read_and_write_is_answered_next
 
 
 def test_worker__drained_picks_nothing_and_is_not_ready() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     settings = WorkerSettings(id="w1", engine="simulated", self_serve_seconds=0.01)
     worker = Worker(
         store, settings, SimulatedEngine(chunks=1), namespace=NS, results=memory_bucket()
@@ -157,7 +157,7 @@ def test_worker_of_slots__busy_while_any_slot_holds_a_lease_drained_once_every_s
     """The real loop with two slots, a short job and a long one: asked while both are leased,
     then while only the long one is, the worker answers busy and stays ready; once both are
     done it answers drained, is not ready, and claims nothing until the request is removed."""
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     settings = WorkerSettings(id="w1", engine="simulated", self_serve_seconds=0.05, slots=2)
     liveness = Liveness()
     worker = Worker(

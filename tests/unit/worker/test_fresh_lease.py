@@ -12,7 +12,7 @@ from recall.base.settings import WorkerSettings
 from recall.engines.base import TranscribeRequest
 from recall.engines.simulated import SimulatedEngine
 from recall.kube import Unavailable
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.media.types import Segment
 from recall.resources import Phase, TranscriptionJob
 from recall.worker.cadence import FRESH_HEARTBEATS
@@ -23,7 +23,7 @@ LEASE = 6.0  # a heartbeat every 2 s, fresh for 3 s, the renew deadline at 4 s
 DELAY = 0.05  # the engine's time per chunk
 
 
-class GoesSilent(MemoryStore):
+class GoesSilent(MemoryApi):
     """Answers status writes until `silent` is set, then refuses them all as unreachable;
     records when each write that succeeded was sent."""
 

@@ -10,7 +10,7 @@ import pytest
 from recall.base.clock import FakeClock
 from recall.fencing import fenced_write
 from recall.kube import Forbidden, Unavailable
-from recall.kube.memory import Fault, MemoryStore
+from recall.kube.memory import Fault, MemoryApi
 from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.protocol.observer import LeaseObserver
@@ -19,7 +19,7 @@ from recall.worker.holder import LeaseHolder, LeaseLost
 from tests.unit.fakes import NS, PARTS, job_manifest, result_of
 
 
-def claimed(store: MemoryStore, clock: FakeClock, name: str = "a") -> LeaseHolder:
+def claimed(store: MemoryApi, clock: FakeClock, name: str = "a") -> LeaseHolder:
     job = store.create_job(NS, job_manifest(name))
     holder = LeaseHolder.claim(store, job, "w1", renew_deadline_fraction=2 / 3, clock=clock)
     assert isinstance(holder, LeaseHolder)
@@ -27,7 +27,7 @@ def claimed(store: MemoryStore, clock: FakeClock, name: str = "a") -> LeaseHolde
 
 
 def test_claim__race_has_one_winner() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     job = store.create_job(NS, job_manifest("a"))
     first = LeaseHolder.claim(store, job, "w1", renew_deadline_fraction=0.6, clock=clock)
     second = LeaseHolder.claim(store, job, "w2", renew_deadline_fraction=0.6, clock=clock)
@@ -36,7 +36,7 @@ def test_claim__race_has_one_winner() -> None:
 
 
 def test_renew__after_an_unrelated_write_retries_and_keeps_the_lease() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     h = claimed(store, clock)
     store.patch_job_labels(NS, "a", {"team": "x"})  # someone else changes the job
     h.renew(Progress.of(1, 2, PARTS))
@@ -46,7 +46,7 @@ def test_renew__after_an_unrelated_write_retries_and_keeps_the_lease() -> None:
 
 
 def test_renew__refused_after_reclaim_marks_the_lease_lost() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     h = claimed(store, clock)
     seen = LeaseObserver().observe(("default", "a"), h.known.status.lease, clock.monotonic() - 10)
     assert seen is not None
@@ -67,7 +67,7 @@ def test_renew__refused_after_reclaim_marks_the_lease_lost() -> None:
 
 
 def test_deadline__counts_from_when_the_renewal_was_sent() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     h = claimed(store, clock)  # lease 10 s, deadline 6.67 s
 
     real = store.patch_job_status
@@ -115,7 +115,7 @@ RETRIED = {
 
 @pytest.mark.parametrize("kind", RETRIED)
 def test_retried_errors__until_the_deadline_then_lost(kind: str) -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     h = claimed(store, clock)
     store.inject(Fault("patch_job_status", RETRIED[kind], times=1000))
     with pytest.raises(LeaseLost) as lost:
@@ -126,7 +126,7 @@ def test_retried_errors__until_the_deadline_then_lost(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", RETRIED)
 def test_retried_error__then_success_keeps_the_lease(kind: str) -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     h = claimed(store, clock)
     store.inject(Fault("patch_job_status", RETRIED[kind], times=3))
     h.renew()
@@ -134,7 +134,7 @@ def test_retried_error__then_success_keeps_the_lease(kind: str) -> None:
 
 
 def test_policy_refusal__ends_the_lease_at_once() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     h = claimed(store, clock)
     store.inject(Fault("patch_job_status", Forbidden(POLICY_REFUSAL, status=403), times=1000))
     with pytest.raises(LeaseLost) as lost:
@@ -145,7 +145,7 @@ def test_policy_refusal__ends_the_lease_at_once() -> None:
 
 @pytest.mark.parametrize("action", ["renew", "complete", "fail", "release"])
 def test_lost_answer__settled_by_reading_back(action: str) -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     h = claimed(store, clock)
     store.inject(
         Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
@@ -168,7 +168,7 @@ def test_lost_answer__settled_by_reading_back(action: str) -> None:
 
 
 def test_lost_answer_of_a_claim__the_claim_is_kept() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     job = store.create_job(NS, job_manifest("a"))
     store.inject(
         Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
@@ -181,7 +181,7 @@ def test_lost_answer_of_a_claim__the_claim_is_kept() -> None:
 
 
 def test_lost_answer__and_the_read_back_fails_too__settled_on_the_next_try() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     h = claimed(store, clock)
     store.inject(
         Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
@@ -194,7 +194,7 @@ def test_lost_answer__and_the_read_back_fails_too__settled_on_the_next_try() -> 
 def test_renew__after_a_complete_was_sent_writes_nothing() -> None:
     """The heartbeater may wake while complete is in flight; it must not renew a job that its
     own complete ended (the API server would refuse it, and it would read as a lost lease)."""
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     h = claimed(store, clock)
     h.complete(result_of(h))
     writes = h.writes
@@ -206,7 +206,7 @@ def test_renew__after_a_complete_was_sent_writes_nothing() -> None:
 
 def test_claim__a_whole_status_write_keeps_fields_this_version_does_not_know() -> None:
     """A claim replaces the status (an update): a field a newer version wrote survives it."""
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.create_job(NS, job_manifest("a"))
     store.patch_job_status(NS, "a", None, {"futureField": {"kept": True}})
     job = store.get_job(NS, "a")
@@ -222,7 +222,7 @@ def test_checkpoint__given_while_a_renewal_is_in_flight_is_carried_by_the_next()
     # (The narrower window, a checkpoint given between the holder's check that the renewal
     # carried the pending one and its clearing of it, is closed by the pending lock; this test
     # holds the behaviour, not that window.)
-    class Slow(MemoryStore):
+    class Slow(MemoryApi):
         """The store stage makes chunk 2 durable while the renewal carrying chunk 1 is sent."""
 
         def __init__(self) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from recall.engines.base import Detected, TranscribeRequest
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
-from recall.kube.memory import MemoryStore
+from recall.kube.memory import MemoryApi
 from recall.protocol import lease
 from recall.resources import Phase, TranscriptionJob
 from recall.transcripts import (
@@ -39,7 +39,7 @@ class Detecting(SimulatedEngine):
 def test_language__detected_once_at_the_first_speech_and_kept_across_a_resume(
     tmp_path: Path,
 ) -> None:
-    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    store, results = MemoryApi(watch_seconds=1.0), memory_bucket()
     simulate = {
         "chunks": 6,
         "chunkDelaySeconds": 0,
@@ -90,7 +90,7 @@ def transcribed(
     engine: SimulatedEngine, **spec: object
 ) -> tuple[TranscriptionJob, Transcript, Record]:
     """One job through the worker loop: the job, its transcript, and its chunk 0's record."""
-    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    store, results = MemoryApi(watch_seconds=1.0), memory_bucket()
     store.create_job(NS, job_manifest("talk", **spec))
     try:
         run_one_job(store, engine, results)

@@ -23,7 +23,7 @@ from recall.engines.models import ModelCache
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
 from recall.kube import Conflict, Unavailable
-from recall.kube.memory import Fault, MemoryStore
+from recall.kube.memory import Fault, MemoryApi
 from recall.media import MediaOptions
 from recall.media.types import Segment
 from recall.protocol import lease
@@ -47,7 +47,7 @@ from tests.unit.fakes import NS, T0, BucketFault, FaultyBucket, job_manifest, me
 
 
 def make_worker(
-    store: MemoryStore, tmp_path: Path, results: Bucket | None = None, **settings: object
+    store: MemoryApi, tmp_path: Path, results: Bucket | None = None, **settings: object
 ) -> Worker:
     given: dict[str, Any] = {
         "idle_exit_seconds": 1.0,
@@ -74,7 +74,7 @@ def run(worker: Worker, timeout: float = 20.0) -> None:
 
 
 def test_worker__does_every_job_once_and_references_its_transcript(tmp_path: Path) -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     results = memory_bucket()
     for i in range(3):
         store.create_job(NS, job_manifest(f"j{i}"))
@@ -92,7 +92,7 @@ def test_worker__does_every_job_once_and_references_its_transcript(tmp_path: Pat
 
 
 def test_worker__stops_when_its_lease_is_cancelled_mid_job(tmp_path: Path) -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     store.create_job(
         NS,
         job_manifest(
@@ -131,7 +131,7 @@ def test_worker__stops_when_its_lease_is_cancelled_mid_job(tmp_path: Path) -> No
 
 
 def test_worker__lost_answer_of_complete_keeps_the_transcript(tmp_path: Path) -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     store.create_job(NS, job_manifest("a"))
     store.inject(
         Fault(
@@ -155,7 +155,7 @@ DENIED = StoreAccessDenied("put s3://recall/scratch/…: access denied (AccessDe
 def test_worker__a_refusing_results_store_fails_one_job_then_claims_nothing(
     tmp_path: Path,
 ) -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     store.create_job(NS, job_manifest("a"))
     store.create_job(NS, job_manifest("b"))
     results = FaultyBucket()
@@ -175,7 +175,7 @@ def test_worker__a_refusing_results_store_fails_one_job_then_claims_nothing(
 
 
 def test_worker__claims_again_once_a_probe_write_to_the_store_succeeds(tmp_path: Path) -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     store.create_job(NS, job_manifest("a"))
     store.create_job(NS, job_manifest("b"))
     results = FaultyBucket()
@@ -208,7 +208,7 @@ def test_worker__an_unwritable_model_cache_gives_the_job_back_and_claims_nothing
     nothing until a probe writes to the cache; then both jobs are done, the model fetched
     once. The cache is a path under a regular file (the kernel's ENOTDIR, which denies root
     too; tests/unit/engines/test_models.py shows EACCES on a directory owned by root)."""
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     store.create_job(NS, job_manifest("a"))
     store.create_job(NS, job_manifest("b"))
     blocker = tmp_path / "blocker"
@@ -266,7 +266,7 @@ def test_worker__an_unwritable_model_cache_gives_the_job_back_and_claims_nothing
 
 
 def test_worker__survives_a_flaky_api(tmp_path: Path) -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     for i in range(2):
         store.create_job(NS, job_manifest(f"j{i}"))
     store.inject(Fault("patch_job_status", Unavailable("connection reset"), times=3))
@@ -304,7 +304,7 @@ def speech_file(path: Path, seconds: float, seed: int = 0) -> Path:
 
 
 def audio_worker(
-    store: MemoryStore,
+    store: MemoryApi,
     tmp_path: Path,
     chunk_seconds: float,
     results: Bucket,
@@ -368,17 +368,17 @@ def cuts(results: Bucket, job: TranscriptionJob) -> list[tuple[int, int]]:
     return [(chunks[i].first, chunks[i].end) for i in sorted(chunks)]
 
 
-def end_backoff(store: MemoryStore, name: str) -> None:
+def end_backoff(store: MemoryApi, name: str) -> None:
     """What the operator does once the retry delay has passed on its clock."""
     fenced_write(store, NS, name, lambda j: lease.end_backoff(j.status), action="end_backoff")
 
 
 def simulated_jobs(
     *names: str, chunks: int, delay: float, **spec: Any
-) -> tuple[MemoryStore, Bucket]:
+) -> tuple[MemoryApi, Bucket]:
     """A memory API server holding a job of the simulated engine (`chunks` chunks, `delay` s
     each) per name, and an empty results bucket."""
-    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    store, results = MemoryApi(watch_seconds=1.0), memory_bucket()
     simulate = {"chunks": chunks, "chunkDelaySeconds": delay}
     for name in names:
         store.create_job(
@@ -387,7 +387,7 @@ def simulated_jobs(
     return store, results
 
 
-def succeeded(store: MemoryStore, name: str) -> TranscriptionJob:
+def succeeded(store: MemoryApi, name: str) -> TranscriptionJob:
     job = store.get_job(NS, name)
     assert job is not None and job.status.phase == Phase.SUCCEEDED, store.dump()
     assert job.status.result is not None
@@ -396,7 +396,7 @@ def succeeded(store: MemoryStore, name: str) -> TranscriptionJob:
 
 def test_worker__a_resumed_attempt_continues_exactly_after_the_checkpoint(tmp_path: Path) -> None:
     url = speech_file(tmp_path / "talk.wav", 98.0).as_uri()
-    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    store, results = MemoryApi(watch_seconds=1.0), memory_bucket()
     store.create_job(
         NS, audio_job("resumed", url, failure="retriable", failAtChunk=4, failAttempts=1)
     )
@@ -435,7 +435,7 @@ def test_worker__a_resume_with_other_settings_or_source_starts_over(
     tmp_path: Path, change: str
 ) -> None:
     path = speech_file(tmp_path / "talk.wav", 60.0)
-    store, results = MemoryStore(watch_seconds=1.0), memory_bucket()
+    store, results = MemoryApi(watch_seconds=1.0), memory_bucket()
     store.create_job(
         NS, audio_job("j", path.as_uri(), failure="retriable", failAtChunk=3, failAttempts=1)
     )
@@ -470,7 +470,7 @@ def test_worker__a_refusing_store_fails_the_job_at_once_without_paying_again(
     tmp_path: Path, at: int
 ) -> None:
     url = speech_file(tmp_path / "talk.wav", 60.0).as_uri()
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     store.create_job(NS, audio_job("j", url))
     results = FaultyBucket()
     chunk = f"c{at:06d}.json"
@@ -493,7 +493,7 @@ def test_worker__a_refusing_store_fails_the_job_at_once_without_paying_again(
 
 def test_worker__a_refused_first_write_fails_before_any_engine_call(tmp_path: Path) -> None:
     url = speech_file(tmp_path / "talk.wav", 20.0).as_uri()
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     store.create_job(NS, audio_job("j", url))
     results = FaultyBucket()
     results.inject(BucketFault("put", DENIED, times=9))
@@ -509,7 +509,7 @@ def test_worker__a_refused_first_write_fails_before_any_engine_call(tmp_path: Pa
 def test_worker__a_slow_or_down_store_delays_the_job_and_never_ends_the_worker(
     tmp_path: Path,
 ) -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     store.create_job(NS, job_manifest("a"))
     results = FaultyBucket()
     down = StoreUnavailable("connection refused")
@@ -634,7 +634,7 @@ class GatedEngine(CountingEngine):
         return super().transcribe_batch(request)
 
 
-def reclaim_now(store: MemoryStore, name: str) -> None:
+def reclaim_now(store: MemoryApi, name: str) -> None:
     """The operator's reclaim, as if it had seen the lease it reads expire."""
 
     def expired(job: TranscriptionJob) -> lease.Decision:
@@ -749,7 +749,7 @@ def test_worker__pipeline_depths_follow_the_batch_as_docs_pace_says(
 
     monkeypatch.setattr("recall.worker.attempt.Decoder", Decoder)
     monkeypatch.setattr("recall.worker.attempt.Storer", Storer)
-    memory = MemoryStore(watch_seconds=1.0)
+    memory = MemoryApi(watch_seconds=1.0)
     memory.create_job(NS, job_manifest("d"))
     engine = CountingEngine(chunks=2, chunk_delay_seconds=0, batch_size=batch)
     ws = WorkerSettings(

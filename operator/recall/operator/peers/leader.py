@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from recall.base import log
 from recall.base.clock import SYSTEM, Clock, micro
-from recall.kube import Conflict, JobStore, StoreError
+from recall.kube import ApiError, Conflict, JobApi
 
 _log = log.get("leader")
 MAX_TERM = 2**31 - 1  # the Lease's leaseTransitions is an int32
@@ -105,7 +105,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        store: JobStore,
+        store: JobApi,
         namespace: str,
         name: str,
         identity: str,
@@ -170,7 +170,7 @@ class LeaderElector:
             if obj is not None and spec.get("holderIdentity") == self.identity:
                 spec = {**spec, "holderIdentity": None, "renewTime": micro(self.clock.now())}
                 self.store.replace_lease(self.namespace, self.name, {**obj, "spec": spec})
-        except StoreError as e:
+        except ApiError as e:
             _log.warning("leader_release_failed", lease=self.name, error=e.message[:200])
 
     def run_once(self) -> bool:
@@ -178,7 +178,7 @@ class LeaderElector:
         sent_at = self.clock.monotonic()
         try:
             ok = self._try(sent_at)
-        except StoreError as e:
+        except ApiError as e:
             _log.warning("leader_error", lease=self.name, error=e.message[:200])
             ok = False
         if ok:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from recall.base import log, metrics
 from recall.bucket import Bucket, StoreError
-from recall.kube import Store
+from recall.kube import Api
 from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord
 from recall.resources import Batch
 from recall.transcripts import JobView, garbage, job_prefix, parse_scratch
@@ -39,7 +39,7 @@ class Collector:
 
     def __init__(
         self,
-        store: Store,
+        store: Api,
         bucket: Bucket,
         cache: JobCache,
         *,

@@ -40,8 +40,7 @@ from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
 from recall.bucket import Bucket, StoreError, Stores, StoreUnavailable
 from recall.fencing import fenced_write
-from recall.kube import ObjectRef, Store
-from recall.kube import StoreError as ApiError
+from recall.kube import Api, ApiError, ObjectRef
 from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord
 from recall.operator.results.collect import Collector
 from recall.protocol import lease
@@ -118,7 +117,7 @@ class Results:
 
     def __init__(
         self,
-        store: Store,
+        store: Api,
         bucket: Bucket,
         stores: Stores,
         cache: JobCache,

@@ -14,7 +14,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from recall.base import log
-from recall.kube import ObjectRef, Store, StoreError
+from recall.kube import Api, ApiError, ObjectRef
 from recall.operator.reconcile.cache import BatchKey, JobCache
 from recall.resources import LABEL_BATCH, Batch, label_value
 
@@ -36,7 +36,7 @@ def never(_batch: Batch) -> bool:
 
 
 def expire_finished(
-    store: Store,
+    store: Api,
     cache: JobCache,
     event: Event,
     batches: dict[BatchKey, Batch],
@@ -51,7 +51,7 @@ def expire_finished(
             continue
         try:
             store.delete_jobs(batch.namespace, f"{LABEL_BATCH}={label_value(batch.name)}")
-        except StoreError as e:
+        except ApiError as e:
             _log.warning("ttl_delete_failed", batch=batch.name, error=e.message[:200])
             continue
         count += 1

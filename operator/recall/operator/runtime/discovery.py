@@ -22,7 +22,7 @@ from kopf._cogs.structs.references import Insights  # what kopf resolved; kopf.r
 
 from recall.base import log
 from recall.base.clock import SYSTEM, Clock
-from recall.kube.base import StoreError
+from recall.kube.base import ApiError
 from recall.resources import GROUP, VERSION
 
 _log = log.get("operator")
@@ -61,7 +61,7 @@ def wait_served(
         why = "not listed"
         try:
             missing = set(needed) - discovery.served_plurals()
-        except StoreError as e:
+        except ApiError as e:
             missing, why = set(needed), e.message
         if not missing:
             return

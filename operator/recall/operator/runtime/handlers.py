@@ -31,7 +31,7 @@ from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import OperatorSettings
 from recall.bucket import Stores
-from recall.kube import Store
+from recall.kube import Api
 from recall.kube.informer import Informer, Jobs, Leases
 from recall.operator.notify.notifier import Notifier, holds
 from recall.operator.notify.settings import NotifySettings
@@ -51,7 +51,7 @@ class Runtime:
     """What one operator process runs beside kopf: informer, elector, controller loop."""
 
     def __init__(
-        self, store: Store, settings: OperatorSettings, stores: Stores, clock: Clock = SYSTEM
+        self, store: Api, settings: OperatorSettings, stores: Stores, clock: Clock = SYSTEM
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -214,7 +214,7 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
 
 
 def register(
-    registry: kopf.OperatorRegistry, settings: OperatorSettings, store: Store, stores: Stores
+    registry: kopf.OperatorRegistry, settings: OperatorSettings, store: Api, stores: Stores
 ) -> None:
     """Register the handlers on `registry`."""
 

@@ -21,7 +21,7 @@ from kopf._cogs.structs.references import Insights  # what kopf resolved; kopf.r
 from recall.base import log, metrics
 from recall.base.settings import ApiSettings, OperatorSettings, StoreSettings
 from recall.bucket import StoreError, Stores
-from recall.kube.store import KubeStore, load_api_client
+from recall.kube.client import KubeClient, load_api_client
 from recall.operator.runtime import discovery, handlers
 from recall.resources import BATCH_PLURAL, JOB_PLURAL
 
@@ -35,7 +35,7 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(kubeconfig)  # kopf's own login reads it from here
     api = ApiSettings()
-    store = KubeStore(
+    store = KubeClient(
         load_api_client(kubeconfig, pool_size=32),
         timeout=api.timeout,
         watch_seconds=api.watch_seconds,

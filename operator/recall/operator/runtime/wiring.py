@@ -17,7 +17,7 @@ from collections.abc import Callable
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import OperatorSettings
 from recall.bucket import Bucket, Stores
-from recall.kube import Store
+from recall.kube import Api
 from recall.operator.controller import Controller, Peers, Signals
 from recall.operator.dispatch import ReadyQueue
 from recall.operator.peers.leader import Leadership
@@ -30,7 +30,7 @@ from recall.resources import Batch
 
 
 def wire(
-    store: Store,
+    store: Api,
     settings: OperatorSettings,
     *,
     results: Bucket,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
-from recall.kube import Conflict, NotFound, ObjectRef, RawObject, Store, StoreError
+from recall.kube import Api, ApiError, Conflict, NotFound, ObjectRef, RawObject
 from recall.operator.peers.leader import Leadership, Sole
 from recall.operator.peers.registry import Registry
 from recall.operator.scaling.decide import (
@@ -120,7 +120,7 @@ class Scaler:
 
     def __init__(
         self,
-        store: Store,
+        store: Api,
         target: Target,
         policy: Policy,
         sources: Sources,
@@ -190,7 +190,7 @@ class Scaler:
                 None,
             )
             pods = tuple(pod_view(p) for p in self.store.list_pods(t.namespace, scale.selector))
-        except StoreError as e:
+        except ApiError as e:
             return Inputs(self.policy, work, None, stale=f"cannot read: {e.message}"), None
         self._resource_version = scale.resource_version
         inputs = Inputs(
@@ -255,7 +255,7 @@ class Scaler:
                 try:
                     self.store.patch_pod_annotations(self.target.namespace, pod, {key: value})
                     report.annotated += 1
-                except StoreError as e:
+                except ApiError as e:
                     report.errors.append(e.message)
         for worker in d.undrain:
             if self._may(report) and self._request(worker, None, report):
@@ -291,7 +291,7 @@ class Scaler:
             self.store.replace_lease(ns, lease_name(worker), with_drain(lease, request))
         except (Conflict, NotFound):
             return False  # the worker renewed meanwhile: the next round decides again
-        except StoreError as e:
+        except ApiError as e:
             report.errors.append(e.message)
             return False
         event = "drain_requested" if request else "drain_cancelled"
@@ -307,7 +307,7 @@ class Scaler:
             report.conflict = True
             _log.info("scale_conflict", deployment=t.deployment, replicas=d.replicas)
             return
-        except StoreError as e:
+        except ApiError as e:
             report.errors.append(e.message)
             return
         report.scaled = d.replicas
@@ -361,7 +361,7 @@ class Scaler:
             self.store.patch_deployment_annotations(
                 t.namespace, t.deployment, {STATUS_ANNOTATION: json.dumps(status)}
             )
-        except StoreError as e:
+        except ApiError as e:
             report.errors.append(e.message)
             return False
         previous = None if self._written is None else self._written.get("reason")
@@ -382,7 +382,7 @@ class Scaler:
     def _event(self, type_: str, reason: str, message: str) -> None:
         try:
             self.store.post_event(self._ref, type_, reason, message)
-        except StoreError as e:
+        except ApiError as e:
             _log.warning("event_failed", reason=reason, error=e.message[:200])
 
     def _publish(self, d: Decision, report: Report) -> None:

@@ -26,7 +26,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any, Protocol
 
 from recall.base.settings import OperatorSettings
-from recall.kube import Store
+from recall.kube import Api
 from recall.kube.informer import Informer
 from recall.operator.peers.leader import Leadership, Sole
 from recall.operator.peers.registry import Registry
@@ -47,7 +47,7 @@ class Spawn(Protocol):
 class Autoscaling:
     def __init__(
         self,
-        store: Store,
+        store: Api,
         settings: OperatorSettings,
         workload: Workload,
         registry: Registry,
