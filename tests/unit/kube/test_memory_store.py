@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from recall.kube import Conflict, Invalid, NotFound, Selector, Unavailable
-from recall.kube.memory import Fault, MemoryStore
+from recall.kube.memory import Fault, MemoryApi
 from tests.unit.fakes import NS, job_manifest
 
 TOKEN = "c" * 32
@@ -30,7 +30,7 @@ def claim_patch(attempts: int = 1, token: str = TOKEN) -> dict[str, object]:
 
 
 def test_create__defaults_and_queued_status_whatever_the_body_says() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     manifest = job_manifest("a")
     manifest["status"] = {"phase": "Succeeded"}
     job = store.create_job(NS, manifest)
@@ -41,7 +41,7 @@ def test_create__defaults_and_queued_status_whatever_the_body_says() -> None:
 
 
 def test_status_patch__stale_version_conflicts_current_applies() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     job = store.create_job(NS, job_manifest("a"))
     written = store.patch_job_status(NS, "a", job.resource_version, claim_patch())
     assert written.status.phase == "Leased"
@@ -51,7 +51,7 @@ def test_status_patch__stale_version_conflicts_current_applies() -> None:
 
 
 def test_status_patch__refused_by_the_rules_changes_nothing() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     store.create_job(NS, job_manifest("a"))
     leased = store.patch_job_status(NS, "a", None, claim_patch())
     with pytest.raises(Invalid, match="fence"):
@@ -60,7 +60,7 @@ def test_status_patch__refused_by_the_rules_changes_nothing() -> None:
 
 
 def test_labels_patch__leaves_status_alone() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     store.create_job(NS, job_manifest("a"))
     job = store.patch_job_labels(NS, "a", {"recall.dev/suspended": "true"})
     assert job.suspended and job.status.phase == "Queued"
@@ -70,7 +70,7 @@ def test_labels_patch__leaves_status_alone() -> None:
 
 
 def test_list__selects_by_field_and_label_and_pages() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     for i in range(5):
         store.create_job(NS, job_manifest(f"j{i}"))
     store.patch_job_status(NS, "j1", None, claim_patch())
@@ -83,7 +83,7 @@ def test_list__selects_by_field_and_label_and_pages() -> None:
 
 
 def test_watch__object_leaving_the_selection_arrives_deleted() -> None:
-    store = MemoryStore(watch_seconds=1.0)
+    store = MemoryApi(watch_seconds=1.0)
     store.create_job(NS, job_manifest("a"))
     rv = store.list_jobs(NS).resource_version
     events: list[tuple[str, str]] = []
@@ -101,7 +101,7 @@ def test_watch__object_leaving_the_selection_arrives_deleted() -> None:
 
 
 def test_fault__applied_then_answer_lost() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     store.create_job(NS, job_manifest("a"))
     store.inject(Fault("patch_job_status", Unavailable("reset", maybe_applied=True), applied=True))
     with pytest.raises(Unavailable):
@@ -111,7 +111,7 @@ def test_fault__applied_then_answer_lost() -> None:
 
 
 def test_config_map__one_mebibyte_at_most() -> None:
-    store = MemoryStore()
+    store = MemoryApi()
     store.create_config_map(NS, "ok", {"a": "x" * 1000}, labels={})
     with pytest.raises(Invalid, match="Too long"):
         store.create_config_map(NS, "big", {"a": "x" * (1024 * 1024 + 1)}, labels={})
