@@ -149,7 +149,7 @@ def test_kubeconfig__a_killed_client_leaves_no_files(
         f"""
         import os, signal
         from recall.kube.client import load_api_client, KubeClient
-        store = KubeStore(load_api_client({str(control_plane.kubeconfig)!r}))
+        store = KubeClient(load_api_client({str(control_plane.kubeconfig)!r}))
         assert store.get_config_map("default", "no-such-map") is None
         os.kill(os.getpid(), signal.SIGKILL)
         """
