@@ -11,7 +11,8 @@ Contract:
   speech, `windows.speech_of`, put together, at most 30 s of them: never a silent window),
   the most likely among `options` (all of the model's languages when there are none), with the
   model's own probability for it (`recall.engines.languages.choose`); None when `audio` holds
-  no speech.
+  no speech. Options the model does not know are left out (`yue` on a model before large-v3);
+  none known fails the job with `UnsupportedLanguage`.
 - `attach(segments, words)`: a window's translation (the words of the translate task, timed by
   the model's alignment) given to its segments: each word to the segment its middle falls in
   (the nearest one when it falls between two), so each segment carries the English of its own
@@ -95,8 +96,15 @@ def detect(model: Any, audio: Any, options: Sequence[str] | None) -> Detected | 
     said = speech(audio)
     if said is None:
         return None
+    known = [o for o in options or () if o in model.supported_languages]
+    if options and not known:
+        raise JobFailure(
+            "UnsupportedLanguage",
+            f"the model knows none of spec.languageOptions {list(options)}",
+            permanent=True,
+        )
     _language, _probability, probabilities = model.detect_language(audio=said)
-    language, probability = choose(probabilities, options)
+    language, probability = choose(probabilities, known)
     return Detected(language, probability)
 
 
