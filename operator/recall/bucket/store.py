@@ -42,6 +42,7 @@ import obstore
 from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
 
 from recall.base import metrics
+from recall.base.clock import SYSTEM
 from recall.base.settings import SCHEMES, StoreSettings
 from recall.bucket.errors import (
     StoreBucketMissing,
@@ -130,7 +131,7 @@ class FileCredentials:
             "access_key_id": key,
             "secret_access_key": secret,
             "token": self._read("AWS_SESSION_TOKEN"),
-            "expires_at": dt.datetime.now(dt.UTC) + self.refresh,
+            "expires_at": SYSTEM.now() + self.refresh,
         }
 
 

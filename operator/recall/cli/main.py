@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from recall.base import log
+from recall.base.clock import SYSTEM
 from recall.cli.doctor import doctor
 
 app = typer.Typer(
@@ -256,7 +257,6 @@ def submit(
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """Create one Batch from media files, folders or URLs (any number of them)."""
-    import datetime as dt
 
     import yaml
 
@@ -281,7 +281,7 @@ def submit(
         media = collect(inputs, list_objects)
         plan = submission_for(
             media,
-            name=name or default_batch_name(inputs, dt.datetime.now(dt.UTC)),
+            name=name or default_batch_name(inputs, SYSTEM.now()),
             language=language,
             engine=engine,
             lease_seconds=lease,
