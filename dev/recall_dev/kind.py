@@ -56,6 +56,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -73,6 +74,7 @@ CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # what kind labels its node containers 
 HOST_MODULES = Path("/lib/modules")  # kind mounts it into every node; docker makes it if absent
 CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane:NoSchedule-"
 DRILL_CHAIN = "RECALL-DRILL"
+DRILL_HOOKS = ("INPUT", "OUTPUT", "FORWARD")  # jumped to in this order
 # The only filter rules that may accept a packet in the node: kube-proxy's, for traffic it
 # DNATed (marked 0x4000) or replies. Anything else would open a way out past the guard.
 ALLOWED_ACCEPTS = (
@@ -203,13 +205,12 @@ class KindCluster:
             for c in pod.get("status", {}).get("conditions", [])
         )
 
-    def cut(self, node: str) -> None:
-        """The node's own iptables drop every packet to and from the other nodes and their
-        pods (INPUT, OUTPUT and FORWARD jump to RECALL-DRILL first): its processes live on,
-        cut off from the API server and from everything else of the cluster. The chain is
-        filled first and the three jumps come last, one `docker exec` each: nothing is dropped
-        before the INPUT jump, and the cut is complete when this returns (time a drill's fault
-        from then)."""
+    def cut_rules(self, node: str) -> list[tuple[str, ...]]:
+        """The iptables rules of `cut`, in order: the RECALL-DRILL chain, a DROP to and from
+        each other node and its pods, then the jumps to it from INPUT, OUTPUT and FORWARD. It
+        reads the other nodes' addresses (docker) and, with `KIND_NODE_IMAGE`, their podCIDRs
+        (the API server): make them ahead of a cut whose moment matters (they hold until a node
+        is started again)."""
         others = [self.node_ip(n) for n in self.nodes if n != node]
         if os.environ.get("KIND_NODE_IMAGE"):  # another image's CNI follows the Nodes' podCIDR
             listed = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
@@ -224,16 +225,29 @@ class KindCluster:
         for peer in [*others, *sorted(pods)]:
             rules += [("-A", DRILL_CHAIN, "-d", peer, "-j", "DROP")]
             rules += [("-A", DRILL_CHAIN, "-s", peer, "-j", "DROP")]
-        rules += [("-I", hook, "1", "-j", DRILL_CHAIN) for hook in ("INPUT", "OUTPUT", "FORWARD")]
-        for rule in rules:
-            self.exec("iptables", "-w", *rule, node=node)
+        rules += [("-I", hook, "1", "-j", DRILL_CHAIN) for hook in DRILL_HOOKS]
+        return rules
+
+    def cut(self, node: str, rules: Sequence[tuple[str, ...]] = ()) -> None:
+        """The node's own iptables drop every packet to and from the other nodes and their
+        pods (INPUT, OUTPUT and FORWARD jump to RECALL-DRILL first): its processes live on,
+        cut off from the API server and from everything else of the cluster.
+
+        `rules` (`cut_rules`, made ahead; made here when empty) run in ONE `docker exec`, one
+        shell that stops at the first rule that fails: the chain is filled first and the jumps
+        come last, so nothing is dropped before the INPUT jump, a chain left half-filled is
+        never jumped to, and the three jumps land within milliseconds of each other. The cut is
+        complete when this returns (time a drill's fault from then); a busy machine delays it
+        by one `docker exec`, not one per rule."""
+        script = " && ".join(
+            shlex.join(("iptables", "-w", *r)) for r in rules or self.cut_rules(node)
+        )
+        self.exec("sh", "-c", script, node=node)
 
     def heal(self, node: str) -> None:
-        """Remove what `cut` added, and nothing else."""
-        for hook in ("INPUT", "OUTPUT", "FORWARD"):
-            self.exec("iptables", "-w", "-D", hook, "-j", DRILL_CHAIN, node=node, check=False)
-        self.exec("iptables", "-w", "-F", DRILL_CHAIN, node=node, check=False)
-        self.exec("iptables", "-w", "-X", DRILL_CHAIN, node=node, check=False)
+        """Remove what `cut` added, and nothing else: every jump to RECALL-DRILL, then the
+        chain (one `docker exec`; nothing to remove, or a node not running, is no error)."""
+        self.exec("sh", "-c", heal_script(), node=node, check=False)
 
     def drill_leftovers(self, volumes_before: set[str]) -> list[str]:
         """What a drill left behind in the running cluster, each said in a few words: a node
@@ -263,6 +277,20 @@ class KindCluster:
             if (n.get("spec") or {}).get("unschedulable")
         ]
         return found
+
+
+def heal_script() -> str:
+    """The shell commands of `heal`: the jumps to RECALL-DRILL deleted from each hook while it
+    has one, then the chain flushed and deleted."""
+    lines = [
+        f"while iptables -w -D {hook} -j {DRILL_CHAIN} 2>/dev/null; do :; done"
+        for hook in DRILL_HOOKS
+    ]
+    lines += [
+        f"iptables -w -F {DRILL_CHAIN} 2>/dev/null",
+        f"iptables -w -X {DRILL_CHAIN} 2>/dev/null",
+    ]
+    return "; ".join(lines)
 
 
 def _time(value: str | None) -> dt.datetime:

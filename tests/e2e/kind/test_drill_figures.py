@@ -9,7 +9,8 @@ drills of `make e2e-kind` and the short one of test_kind.py report and assert on
   counts twice, and results index entries of another attempt;
 - the cut drill's stale store objects are those of the cut attempts written after their renew
   deadline, or that appeared after the network returned;
-- the table names each drill's lease and how its "back after" was measured.
+- the table names each drill's lease and how its "back after" was measured;
+- a drill takes away a worker node that runs workers and not the leading operator.
 """
 
 from __future__ import annotations
@@ -270,3 +271,16 @@ def test_figures__the_measure_the_lease_and_every_kind_of_duplicate(
     assert lines[0].startswith("| drill | jobs | lease (s) | in flight | back after (s) | measured")
     assert lines[2].startswith(f"| worker node cut off | 2 | 12 | 2 | 13.0 | {FROM_FAULT} | 1 |")
     assert lines[3].startswith("| older | 8 | ? |")
+
+
+def test_target_node__a_worker_node_without_the_leader_that_runs_workers() -> None:
+    nodes = ["c-worker", "c-worker2"]
+    workers = {"w1": "c-control-plane", "w2": "c-worker", "w3": "c-worker2", "w4": "c-worker2"}
+    assert drills.target_node(workers, nodes, leader_node="c-worker") == "c-worker2"
+    assert drills.target_node(workers, nodes, leader_node="c-worker2") == "c-worker"
+    # Both operators on one node, no worker on the other: the one with workers, never the
+    # leader's.
+    only = {"w1": "c-control-plane", "w2": "c-worker", "w3": "c-worker"}
+    assert drills.target_node(only, nodes, leader_node="c-worker2") == "c-worker"
+    with pytest.raises(ValueError, match="no worker node without the leading operator"):
+        drills.target_node(only, nodes, leader_node="c-worker")

@@ -9,20 +9,34 @@
   the other nodes' pods through their addresses;
 - the guard check refuses a node whose rules would let a packet out;
 - what a drill may leave (a node down, a stray container, network or volume, a cut not
-  healed, a node cordoned) is found by `KindCluster.drill_leftovers`.
+  healed, a node cordoned) is found by `KindCluster.drill_leftovers`;
+- a cut is one `docker exec` (the chain filled, then the three jumps; a rule that fails stops
+  it before any jump), and so is its heal (every jump, then the chain);
+- the cut drill's store watch, run as an operator pod runs it (against a file:// store), lists
+  from its start until told to stop, and says why when it ends early;
+- a failed pod test's report and every pod's whole log are kept at once, in a folder of its own.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from recall.base.settings import StoreSettings
+from recall.bucket import Stores
+from recall.transcripts import namespace_prefix
 from recall_dev import kind, oci, runc_bounds
+from tests.e2e.pods import conftest as pods_conftest
+from tests.e2e.pods.conftest import PodCluster
+from tests.e2e.pods.test_drills import NS, ScratchWatch
 
 
 def status_without(*missing: str) -> str:
@@ -282,3 +296,196 @@ def test_drill_leftovers__a_node_down_a_stray_container_network_or_volume_a_cut_
         "node c-worker: iptables chain RECALL-DRILL",
         "node c-worker cordoned",
     ]
+
+
+class ExecDocker:
+    """Answers `docker inspect` with each node's address on the cluster's network, and records
+    every `docker exec` (the node, then the command)."""
+
+    def __init__(self, addresses: dict[str, str]) -> None:
+        self.addresses = addresses
+        self.execs: list[list[str]] = []
+
+    def run(self, args: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        if args[0] == "inspect":
+            networks = {kind.network_name("c"): {"IPAddress": self.addresses[args[-1]]}}
+            return subprocess.CompletedProcess(args, 0, json.dumps(networks), "")
+        assert args[0] == "exec", args
+        self.execs.append(args[1:])
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+
+def run_in_node(script: str, tmp_path: Path, fail_at: str = "") -> list[str]:
+    """Run a node's shell `script` with a fake `iptables` that logs its arguments (and fails on
+    the call whose arguments contain `fail_at`, and on a `-D` once that hook has none left,
+    one jump each); the calls, in order."""
+    calls = tmp_path / "iptables-calls"
+    jumps = tmp_path / "jumps"
+    jumps.mkdir(exist_ok=True)
+    fake = tmp_path / "iptables"
+    fake.write_text(
+        "#!/bin/bash\n"
+        f'echo "$*" >> {calls}\n'
+        f'if [ -n "{fail_at}" ] && [[ "$*" == *"{fail_at}"* ]]; then exit 1; fi\n'
+        'if [ "$2" = -D ]; then\n'
+        f'  [ -e {jumps}/"$3" ] && exit 1\n'
+        f'  touch {jumps}/"$3"\n'
+        "fi\n"
+    )
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    subprocess.run(["sh", "-c", script], env=env, check=False)
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_cut__one_exec_fills_the_chain_then_jumps_to_it_from_input_output_forward(
+    tmp_path: Path,
+) -> None:
+    """The cut is one `docker exec` on the node (a busy machine delays it once, not once per
+    rule, while the jobs a drill chose run on): the chain of DROPs to and from the other nodes
+    and their pods, then the three jumps, last; rules made ahead are used as they are."""
+    nodes = kind.node_names("c", 2)
+    docker = ExecDocker(dict(zip(nodes, ["172.18.0.2", "172.18.0.3", "172.18.0.4"], strict=True)))
+    fake: Any = docker
+    cluster = kind.KindCluster("c", Path("kubeconfig"), Path("bin"), fake, "image", 2)
+    rules = cluster.cut_rules("c-worker")
+    cluster.cut("c-worker", rules)
+    ((node, *command),) = docker.execs
+    assert node == "c-worker" and command[:2] == ["sh", "-c"]
+    calls = run_in_node(command[2], tmp_path)
+    drops = {
+        f"-w -A RECALL-DRILL -{way} {peer} -j DROP"
+        for peer in ("172.18.0.2", "172.18.0.4", "10.244.2.0/24", "10.244.4.0/24")
+        for way in "ds"
+    }
+    assert calls[0] == "-w -N RECALL-DRILL"
+    assert set(calls[1:-3]) == drops and len(calls) == 1 + len(drops) + 3
+    assert calls[-3:] == [f"-w -I {hook} 1 -j RECALL-DRILL" for hook in kind.DRILL_HOOKS]
+    cluster.cut("c-worker")  # without rules made ahead: made now, the same
+    assert docker.execs[-1] == docker.execs[0]
+
+
+def test_cut__a_rule_that_fails_stops_the_script_before_any_jump(tmp_path: Path) -> None:
+    nodes = kind.node_names("c", 2)
+    docker = ExecDocker(dict(zip(nodes, ["172.18.0.2", "172.18.0.3", "172.18.0.4"], strict=True)))
+    fake: Any = docker
+    cluster = kind.KindCluster("c", Path("kubeconfig"), Path("bin"), fake, "image", 2)
+    cluster.cut("c-worker")
+    calls = run_in_node(docker.execs[0][3], tmp_path, fail_at="-s 10.244.2.0/24")
+    assert calls[-1] == "-w -A RECALL-DRILL -s 10.244.2.0/24 -j DROP"
+    assert not [c for c in calls if " -I " in c]
+
+
+def test_heal__one_exec_deletes_every_jump_then_the_chain(tmp_path: Path) -> None:
+    docker = ExecDocker({})
+    fake: Any = docker
+    cluster = kind.KindCluster("c", Path("kubeconfig"), Path("bin"), fake, "image", 2)
+    cluster.heal("c-worker2")
+    ((node, *command),) = docker.execs
+    assert node == "c-worker2" and command[:2] == ["sh", "-c"]
+    calls = run_in_node(command[2], tmp_path)
+    deletes = [f"-w -D {hook} -j RECALL-DRILL" for hook in kind.DRILL_HOOKS for _ in range(2)]
+    assert calls == [*deletes, "-w -F RECALL-DRILL", "-w -X RECALL-DRILL"]
+
+
+def stand_in_kubectl(tmp_path: Path) -> PodCluster:
+    """A PodCluster whose kubectl runs `kubectl exec ... -- python3 ARGS` here, with this
+    interpreter: an operator pod's scripts against the store RECALL_STORE_URL names."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "kubectl").write_text(
+        '#!/bin/bash\nwhile [ "$1" != "--" ]; do shift; done\nshift 2\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    (bin_dir / "kubectl").chmod(0o755)
+    fake: Any = None
+    cluster = kind.KindCluster("c", tmp_path / "kubeconfig", bin_dir, fake, "image", 2)
+    return PodCluster(cluster, tmp_path)
+
+
+def test_scratch_watch__one_process_lists_from_its_start_until_told_to_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cut drill's store watch (WATCH_UNTIL_STOPPED) run as the operator pod would run
+    it, against a file:// store: it says when it first listed, and on `stop` lists once more
+    and hands over every object of the namespace it saw; its stop file and output go."""
+    monkeypatch.setenv("RECALL_STORE_URL", f"file://{tmp_path}/store")
+    store = Stores(StoreSettings()).results()
+    first, second = (f"{namespace_prefix(NS)}j0-uid/a1-{'1' * 32}/c00000{k}.json" for k in (0, 1))
+    store.put(first, b"{}")
+    store.put("scratch/another-namespace/j0/c000000.json", b"{}")
+    watch = ScratchWatch(stand_in_kubectl(tmp_path), "operator-0")
+    try:
+        watch.started()
+        store.put(second, b"{}")
+        objects = watch.stop()
+    finally:
+        watch.close()
+    assert set(objects) == {first, second}
+    assert all(dt.datetime.fromisoformat(v) for v in objects.values())
+    assert watch.listings >= 2 and watch.errors == 0
+    assert not Path(watch.stop_file).exists()
+
+
+def test_scratch_watch__a_process_that_ends_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RECALL_STORE_URL", raising=False)
+    watch = ScratchWatch(stand_in_kubectl(tmp_path), "operator-0")
+    try:
+        with pytest.raises(AssertionError, match=r"(?s)ended: .*StoreUrlInvalid"):
+            watch.started()
+    finally:
+        watch.close()
+
+
+class EvidenceCluster(PodCluster):
+    """Answers the kubectl calls of `diagnostics` and `keep_evidence` with made-up output."""
+
+    def run(
+        self, tool: str, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        if args[:2] == ("get", "pods") and "name" in args:
+            out = "pod/worker-a\npod/operator-b\n"
+        elif args[0] == "logs" and "--previous" in args:
+            out = "" if args[3] == "operator-b" else f"{args[3]} before its restart\n"
+        elif args[0] == "logs":
+            out = f"{args[3] if args[1] == '-n' else 'tail'} whole log\n"
+        else:
+            out = f"{' '.join(args)}: listed\n"
+        return subprocess.CompletedProcess([tool, *args], 0, out, "")
+
+
+def test_keep_failure__a_failed_tests_report_and_every_pods_log_kept_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pods_conftest, "EVIDENCE", tmp_path / "run")
+    fake: Any = None
+    cluster = EvidenceCluster(fake, tmp_path)
+    item: Any = SimpleNamespace(
+        name="test_drill_3__cut[a/b]",
+        nodeid="tests/e2e/pods/test_drills.py::test_drill_3__cut[a/b]",
+        module=SimpleNamespace(NS="recall-drill"),
+    )
+    report: Any = SimpleNamespace(
+        when="call",
+        longreprtext="AssertionError: cut-j3: a cut worker's result",
+        sections=[("Captured stdout call", "drill figures: {}")],
+    )
+    folder = pods_conftest.keep_failure(cluster, item, report)
+    assert folder == tmp_path / "run" / "test_drill_3__cut-a-b-"
+    failure = (folder / "failure.txt").read_text()
+    assert "a cut worker's result" in failure and "drill figures: {}" in failure
+    assert (
+        "get pods,batches,transcriptionjobs -n recall-drill"
+        in (folder / "diagnostics.txt").read_text()
+    )
+    assert (folder / "worker-a.log").read_text() == "worker-a whole log\n"
+    assert (folder / "worker-a.previous.log").read_text() == "worker-a before its restart\n"
+    assert (folder / "operator-b.log").exists() and not (
+        folder / "operator-b.previous.log"
+    ).exists()
+    report.when = "teardown"
+    assert (
+        pods_conftest.keep_failure(cluster, item, report).name == "test_drill_3__cut-a-b--teardown"
+    )

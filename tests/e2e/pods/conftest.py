@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,11 +125,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if getattr(report, "failed", False) and "e2e/pods" in item.nodeid:
+    if report.failed and "e2e/pods" in item.nodeid:
         _failures.append(item.nodeid)
+        cluster = getattr(item, "funcargs", {}).get("cluster")
+        if isinstance(cluster, PodCluster):
+            try:  # the cluster as the failure left it, before the next test changes it
+                keep_failure(cluster, item, report)
+            except Exception as e:  # evidence is a help: never a second failure
+                print(f"\nthe evidence of {item.nodeid} could not be kept: {e!r}")
     return report
+
+
+def keep_failure(cluster: PodCluster, item: pytest.Item, report: pytest.TestReport) -> Path:
+    """A failed test's evidence, kept at once under EVIDENCE/<test>[-<phase>]/: what pytest
+    reports (the traceback, the test's output so far) in failure.txt, and `diagnostics` of its
+    module's namespace (`NS`, else `recall`) with every pod's whole log."""
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in item.name)
+    folder = EVIDENCE / (name if report.when == "call" else f"{name}-{report.when}")
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = [f"{item.nodeid} failed ({report.when})", report.longreprtext]
+    parts += [f"--- {title} ---\n{text}" for title, text in report.sections]
+    (folder / "failure.txt").write_text("\n\n".join(parts) + "\n")
+    namespace = str(getattr(getattr(item, "module", None), "NS", NAMESPACE))
+    diagnostics(cluster, namespace, folder=folder)
+    return folder
 
 
 @pytest.fixture(scope="package")
@@ -214,15 +237,19 @@ def release(cluster: PodCluster) -> Iterator[str]:
         uninstall(cluster, RELEASE, NAMESPACE)
 
 
-# Each run's evidence outlives it: the JUnit report (`make e2e-kind`'s --junitxml) and, for a
-# failure, what `diagnostics` saw with every pod's whole log, under build/e2e-kind/<run>/.
+# Each run's evidence outlives it, under build/e2e-kind/<run>/: the JUnit report (`make
+# e2e-kind`'s --junitxml); for each failed test, in <test>/, its traceback and output and what
+# `diagnostics` saw with every pod's whole log, at the failure (`keep_failure`); and the same of
+# a namespace whose module had a failure, in <namespace>/, when its release is uninstalled.
 EVIDENCE = ROOT / "build" / "e2e-kind" / os.environ.get("RECALL_E2E_RUN", "last")
 
 
-def keep_evidence(cluster: PodCluster, namespace: str, shown: str) -> Path:
+def keep_evidence(
+    cluster: PodCluster, namespace: str, shown: str, folder: Path | None = None
+) -> Path:
     """`shown` and the whole log of every pod in `namespace` (their previous containers too),
-    under EVIDENCE; the folder."""
-    folder = EVIDENCE / namespace
+    in `folder` (EVIDENCE/<namespace> by default); the folder."""
+    folder = folder or EVIDENCE / namespace
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "diagnostics.txt").write_text(shown)
     pods = cluster.run("kubectl", "get", "pods", "-n", namespace, "-o", "name", check=False)
@@ -239,9 +266,11 @@ def keep_evidence(cluster: PodCluster, namespace: str, shown: str) -> Path:
     return folder
 
 
-def diagnostics(cluster: PodCluster, namespace: str = NAMESPACE) -> None:
+def diagnostics(
+    cluster: PodCluster, namespace: str = NAMESPACE, *, folder: Path | None = None
+) -> None:
     """Print what helps to understand a failure (nodes, pods, jobs, events, logs) and keep it
-    with every pod's whole log under build/e2e-kind/ (`keep_evidence`)."""
+    with every pod's whole log under build/e2e-kind/ (`keep_evidence`, in `folder`)."""
     shown: list[str] = []
     for args in (
         ("get", "nodes", "-o", "wide"),
@@ -257,5 +286,5 @@ def diagnostics(cluster: PodCluster, namespace: str = NAMESPACE) -> None:
         done = cluster.run("kubectl", *args, check=False)
         print(f"\n$ kubectl {' '.join(args)}\n{done.stdout[-6000:]}{done.stderr[-2000:]}")
         shown.append(f"$ kubectl {' '.join(args)}\n{done.stdout}{done.stderr}")
-    folder = keep_evidence(cluster, namespace, "\n".join(shown))
-    print(f"\nthe evidence of this failure is kept in {folder}")
+    kept = keep_evidence(cluster, namespace, "\n".join(shown), folder)
+    print(f"\nthe evidence of this failure is kept in {kept}")

@@ -286,6 +286,21 @@ def stale_objects(
     return found
 
 
+def target_node(workers: Mapping[str, str], nodes: Sequence[str], leader_node: str) -> str:
+    """The worker node a drill takes away (cut off, killed): the first of `nodes` that does
+    not run the leading operator and runs a worker of the release (`workers`: pod → node).
+    ValueError when there is none: no job could be in flight there, and the drill would wait
+    for one in vain (say where everything runs instead)."""
+    running = set(workers.values())
+    found = next((n for n in nodes if n != leader_node and n in running), None)
+    if found is None:
+        raise ValueError(
+            f"no worker node without the leading operator ({leader_node}) runs a worker: "
+            f"{dict(sorted(workers.items()))}"
+        )
+    return found
+
+
 def duplicate_results(history: Mapping[str, Sequence[Seen]]) -> set[str]:
     """Jobs for which more than one accepted result was ever seen (token, attempt)."""
     return {

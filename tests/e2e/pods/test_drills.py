@@ -17,16 +17,20 @@ restart); every other drill's a 12 s lease (renew deadline 8 s). The operators' 
 
 Every fault acts inside the docker network or a node's own namespace, and is undone before the
 next drill (a killed node is started again, a cut healed, a drained node uncordoned), so the
-drills run in file order on one cluster. After each one, `KindCluster.drill_leftovers` and the
-test process's children must show nothing left: every node running, no other container, docker
-network or dangling volume of the cluster, no RECALL-DRILL chain in a node, no node cordoned, no
-process the drill started.
+drills run in file order on one cluster; each starts once the release is ready again (what an
+earlier drill restarted or recreated running and ready). After each one,
+`KindCluster.drill_leftovers` and the test process's children must show nothing left: every
+node running, no other container, docker network or dangling volume of the cluster, no
+RECALL-DRILL chain in a node, no node cordoned, no process the drill started.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -50,6 +54,7 @@ from tests.e2e.pods.drills import (
     leases_of,
     reclaim_delays,
     stale_objects,
+    target_node,
 )
 from tests.helpers import wait_for
 
@@ -146,6 +151,36 @@ while True:
     time.sleep(0.5)
 print(json.dumps(seen))
 """
+# One process from before a cut until the Batch is done: it resolves the store's name and connects
+# once, before the cut (a process started while a node is cut off may ask the cluster DNS pod on
+# that node, which does not answer until the node controller drops it). It says "listed" after
+# its first listing, lists every half second until the stop file exists, lists once more, and
+# prints every object seen (key -> LastModified) with how many listings it made and failed.
+WATCH_UNTIL_STOPPED = """
+import json, os, sys, time
+from recall.base.settings import StoreSettings
+from recall.bucket import Stores
+from recall.transcripts import namespace_prefix
+results = Stores(StoreSettings()).results()
+prefix, stop = namespace_prefix(sys.argv[1]), sys.argv[2]
+end = time.monotonic() + float(sys.argv[3])
+seen, listings, errors = {}, 0, []
+while True:
+    try:
+        for o in results.list(prefix):
+            seen[o.key] = o.modified.isoformat()
+        listings += 1
+        if listings == 1:
+            print("listed", flush=True)
+    except Exception as e:
+        errors.append(repr(e)[:300])
+    if os.path.exists(stop) or time.monotonic() >= end:
+        break
+    time.sleep(0.5)
+if os.path.exists(stop):
+    os.remove(stop)
+print(json.dumps({"objects": seen, "listings": listings, "errors": errors}))
+"""
 STORE_OBJECTS = """
 import json
 from recall.base.settings import StoreSettings
@@ -153,6 +188,70 @@ from recall.bucket import Stores
 results = Stores(StoreSettings()).results()
 print(json.dumps({o.key: o.size for o in results.list("")}))
 """
+
+
+class ScratchWatch:
+    """The namespace's scratch objects listed every half second by one process in an operator
+    pod (WATCH_UNTIL_STOPPED), from its start until `stop`: key -> LastModified of every object
+    any listing saw. `close` ends the process if `stop` did not."""
+
+    def __init__(self, cluster: PodCluster, pod: str, limit: float = 1200) -> None:
+        self.cluster, self.pod = cluster, pod
+        self.stop_file = f"/tmp/recall-drill-watch-{os.getpid()}-{time.monotonic_ns()}"
+        self.listings, self.errors = 0, 0
+        fd, path = tempfile.mkstemp(prefix="recall-drill-watch-", suffix=".stderr")
+        self._stderr = Path(path)
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        with os.fdopen(fd, "w") as stderr:
+            self._proc = subprocess.Popen(
+                [str(cluster.bin_dir / "kubectl"), "exec", "-n", NS, pod, "-c", "operator", "--",
+                 "python3", "-c", WATCH_UNTIL_STOPPED, NS, self.stop_file, str(limit)],
+                stdout=subprocess.PIPE, stderr=stderr, text=True,
+                env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+            )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, name="scratch-watch", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _next(self, timeout: float) -> str:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"the store watch in {self.pod}: nothing for {timeout} s"
+            ) from None
+        if line is None:
+            said = self._stderr.read_text()[-2000:]
+            raise AssertionError(f"the store watch in {self.pod} ended: {said}")
+        return line
+
+    def started(self, timeout: float = 120) -> None:
+        """Returns once the process listed the store a first time."""
+        line = self._next(timeout)
+        assert line.strip() == "listed", f"the store watch in {self.pod} said {line!r}"
+
+    def stop(self, timeout: float = 120) -> dict[str, str]:
+        """Every object seen from the start to a listing made after this was called."""
+        stop = f"open({self.stop_file!r}, 'w').close()"
+        self.cluster.run("kubectl", "exec", "-n", NS, self.pod, "-c", "operator", "--",
+                         "python3", "-c", stop)  # fmt: skip
+        found = json.loads(self._next(timeout))
+        self._proc.wait(timeout)
+        self.listings, self.errors = int(found["listings"]), len(found["errors"])
+        objects: dict[str, str] = found["objects"]
+        return objects
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._reader.join(5)
+        self._stderr.unlink(missing_ok=True)
 
 
 @dataclass
@@ -176,6 +275,21 @@ class Drill:
     def leader(self) -> str:
         lease = client.CoordinationV1Api(self.api).read_namespaced_lease(OPERATOR_LEASE, NS)
         return str(lease.spec.holder_identity or "").rsplit("_", 1)[0]
+
+    def leader_node(self) -> str:
+        """The node of the leading operator, once the Lease names a running operator pod (an
+        earlier drill's failover may leave it naming a pod that is gone, for a moment)."""
+        return wait_for(
+            lambda: self.placement("operator").get(self.leader()), timeout=120, interval=1,
+            message="a running operator leading",
+        )  # fmt: skip
+
+    def target(self) -> tuple[str, set[str]]:
+        """The worker node a drill takes away (`target_node`: not the leading operator's, with
+        workers of the release) and the release's workers on it."""
+        workers = self.placement("worker")
+        node = target_node(workers, self.cluster.kind.workers, self.leader_node())
+        return node, {pod for pod, at in workers.items() if at == node}
 
     def ready(self) -> None:
         """Every worker and operator of the release running and ready, the store too."""
@@ -210,6 +324,19 @@ class Drill:
         """Every object of the results store and its size."""
         found: dict[str, int] = json.loads(self.in_operator(STORE_OBJECTS))
         return found
+
+    def watch_scratch(self) -> ScratchWatch:
+        """A `ScratchWatch` in the leading operator's pod, once it listed the store a first
+        time (drill 3 takes the node of neither that operator nor the store away)."""
+        leader = self.leader()
+        assert leader in self.placement("operator"), f"the leader {leader!r} is not running"
+        watch = ScratchWatch(self.cluster, leader)
+        try:
+            watch.started()
+        except BaseException:
+            watch.close()
+            raise
+        return watch
 
     def scratch(self, seconds: float = 0) -> dict[str, str]:
         """The scratch objects of the namespace (key → LastModified), listed every half second
@@ -332,8 +459,10 @@ def children() -> set[str]:
 
 @pytest.fixture(autouse=True)
 def nothing_left(drill: Drill) -> Iterator[None]:
-    """After each drill: nothing of it left in the cluster, in docker or among this process's
-    children (module doc)."""
+    """Before each drill, the release ready (an earlier drill's restarted or recreated pods
+    running and ready again); after it, nothing of it left in the cluster, in docker or among
+    this process's children (module doc)."""
+    drill.ready()
     kind = drill.cluster.kind
     volumes, processes = dangling_volumes(kind.docker), children()
     yield
@@ -449,26 +578,33 @@ def test_drill_3__a_worker_node_is_cut_off_its_workers_stop_and_nothing_stale_la
     is theirs, and the store gets no object of their attempts written after their renew
     deadline (listed while cut, then every half second for a lease after the network
     returned)."""
-    cluster = drill.cluster
-    leader_node = drill.placement("operator")[drill.leader()]
-    target = next(n for n in cluster.kind.workers if n != leader_node)
-    batch = drill.apply("cut")
-    held = drill.in_flight_on(batch, {target}, most_chunks=CHUNKS - 3)
-    tokens = {job: s.token for job, s in drill.ledger.last(batch).items() if job in held}
-    cut_pods = {p for p, n in drill.placement("worker").items() if n == target}
-    # What their attempts have stored: the operator collects it once their jobs move on.
-    at_cut = drill.scratch()
-    started, started_wall = time.monotonic(), time.time()
-    cluster.kind.cut(target)
-    fault = time.monotonic()
+    kind = drill.cluster.kind
+    target, cut_pods = drill.target()
+    # Everything slow comes before the jobs are chosen: the cut's rules, and the one process
+    # that lists the store from before the cut until the Batch is done. Between the choice and
+    # the cut there is one `docker exec`, so a busy machine cannot let a chosen job finish first.
+    rules = kind.cut_rules(target)
+    watch = drill.watch_scratch()
     try:
-        jobs = drill.done(batch)
-        # every lease the cut workers held from just before the cut: token → last renewal
-        theirs = leases_of(drill.ledger.of(batch), cut_pods, since=started - 1)
-        while_cut = {**at_cut, **drill.scratch()}
+        batch = drill.apply("cut")
+        # 6 s of engine time left at least (a checkpoint names a chunk a second late at most)
+        held = drill.in_flight_on(batch, {target}, most_chunks=CHUNKS - 4)
+        tokens = {job: s.token for job, s in drill.ledger.last(batch).items() if job in held}
+        started, started_wall = time.monotonic(), time.time()
+        kind.cut(target, rules)
+        fault = time.monotonic()
+        try:
+            jobs = drill.done(batch)
+            # every lease the cut workers held from just before the cut: token → last renewal
+            theirs = leases_of(drill.ledger.of(batch), cut_pods, since=started - 1)
+            # What their attempts stored, listed before the network returned (the operator
+            # collects it once their jobs moved on; nothing of theirs can land while cut).
+            while_cut = watch.stop()
+        finally:
+            healed_wall = time.time()
+            kind.heal(target)
     finally:
-        healed_wall = time.time()
-        cluster.kind.heal(target)
+        watch.close()
     after_heal = drill.scratch(LEASE)  # had they not stopped, they had a lease's time to write
     drill.ledger.sample()
     history = drill.ledger.of(batch)
@@ -501,7 +637,8 @@ def test_drill_3__a_worker_node_is_cut_off_its_workers_stop_and_nothing_stale_la
         stopped_after_renewal_seconds=round(max(stopped.values()), 1),
         renew_deadline_seconds=RENEW_DEADLINE, stale_store_writes=len(stale),
         their_objects_listed=sum(1 for k in listed if any(t in k for t in theirs)),
-        their_objects_at_the_cut=sum(1 for k in at_cut if any(t in k for t in theirs)),
+        their_objects_at_the_cut=sum(1 for k in while_cut if any(t in k for t in theirs)),
+        store_listings_while_cut=watch.listings, store_listings_failed=watch.errors,
         reclaimed_after_renewal_seconds=[round(min(delays.values()), 1),
                                          round(max(delays.values()), 1)],
     )  # fmt: skip
@@ -523,11 +660,9 @@ def test_drill_4__a_worker_node_dies_its_jobs_are_reclaimed_and_finish_elsewhere
     other nodes; no result from the dead node is accepted. The node is started again
     afterwards."""
     cluster = drill.cluster
-    leader_node = drill.placement("operator")[drill.leader()]
-    target = next(n for n in cluster.kind.workers if n != leader_node)
+    target, dead = drill.target()
     batch = drill.apply("node")
     held = drill.in_flight_on(batch, {target}, most_chunks=CHUNKS - 3)
-    dead = {p for p, n in drill.placement("worker").items() if n == target}
     cluster.kind.kill_node(target)
     fault = time.monotonic()
     try:
