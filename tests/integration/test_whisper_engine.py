@@ -17,7 +17,6 @@ import wave
 from collections.abc import Callable
 from pathlib import Path
 
-import av
 import jiwer
 import numpy as np
 import pytest
@@ -28,6 +27,7 @@ from recall.media.types import Chunk, Segment
 from recall.resources import TranscriptionJob
 from recall.resources.errors import JobFailure
 from recall_dev import speech as synth
+from tests.audio import encode
 
 pytestmark = pytest.mark.slow
 
@@ -156,20 +156,7 @@ def encode_mp3(wav: Path, out: Path, *, repeat: int) -> Path:
     with wave.open(str(wav)) as w:
         rate = w.getframerate()
         pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768
-    samples = np.tile(pcm, repeat)
-    with av.open(str(out), "w") as container:
-        stream = container.add_stream("libmp3lame", rate=rate, layout="mono")
-        for i in range(0, len(samples), 1152):
-            frame = av.AudioFrame.from_ndarray(
-                np.ascontiguousarray(samples[None, i : i + 1152]), format="fltp", layout="mono"
-            )
-            frame.sample_rate = rate
-            frame.pts = i
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return out
+    return encode(out, np.tile(pcm, repeat), rate, "libmp3lame", 1152)
 
 
 def test_label__names_the_bundled_model(engine: WhisperEngine) -> None:

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import av
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -26,6 +25,7 @@ from recall import media as audio
 from recall.media.types import Chunk, Media
 from recall.resources import TranscriptionJob
 from recall.resources.errors import JobFailure
+from tests.audio import encode
 
 RATE = audio.SAMPLE_RATE
 
@@ -53,27 +53,6 @@ def wav_bytes(samples: npt.NDArray[np.float32], rate: int, channels: int = 1) ->
 
 def write_wav(path: Path, seconds: float, rate: int = 44_100, channels: int = 2) -> Path:
     path.write_bytes(wav_bytes(sine(seconds, rate), rate, channels))
-    return path
-
-
-def encode(path: Path, codec: str, seconds: float, rate: int, frame_size: int) -> Path:
-    """A mono sine encoded with PyAV's `codec` into `path` (container from the suffix)."""
-    samples = sine(seconds, rate)
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream(codec, rate=rate, layout="mono")
-        assert isinstance(stream, av.AudioStream)
-        pts = 0
-        for i in range(0, len(samples), frame_size):
-            frame = av.AudioFrame.from_ndarray(
-                samples[None, i : i + frame_size], format="flt", layout="mono"
-            )
-            frame.sample_rate = rate
-            frame.pts = pts
-            pts += frame.samples
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
     return path
 
 
@@ -154,7 +133,7 @@ def test_decode__stereo_44k_wav_becomes_16k_mono_float32(tmp_path: Path) -> None
 def test_decode__compressed_formats(
     tmp_path: Path, name: str, codec: str, rate: int, frame_size: int
 ) -> None:
-    path = encode(tmp_path / name, codec, 3.0, rate, frame_size)
+    path = encode(tmp_path / name, sine(3.0, rate), rate, codec, frame_size)
     chunks, media = cut(url_of(path))
     samples = np.concatenate([c.audio for c in chunks])
     assert media.duration == pytest.approx(3.0, abs=0.1)

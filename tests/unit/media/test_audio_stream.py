@@ -12,7 +12,6 @@ import wave
 from collections.abc import Iterator
 from pathlib import Path
 
-import av
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from recall import media as audio
 from recall.media.types import Chunk, Resume
 from recall.resources.errors import JobFailure
+from tests.audio import encode
 
 RATE = audio.SAMPLE_RATE
 Samples = npt.NDArray[np.float32]
@@ -93,24 +93,6 @@ def write_wav(path: Path, samples: Samples, rate: int) -> Path:
         w.setsampwidth(2)
         w.setframerate(rate)
         w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
-
-
-def encode(path: Path, samples: Samples, rate: int, codec: str, frame_size: int) -> Path:
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream(codec, rate=rate, layout="mono")
-        assert isinstance(stream, av.AudioStream)
-        fmt = "fltp" if codec == "libmp3lame" else "flt"
-        for i in range(0, len(samples), frame_size):
-            frame = av.AudioFrame.from_ndarray(
-                np.ascontiguousarray(samples[None, i : i + frame_size]), format=fmt, layout="mono"
-            )
-            frame.sample_rate = rate
-            frame.pts = i
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
     return path
 
 
