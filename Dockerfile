@@ -53,6 +53,11 @@ RUN --mount=type=bind,source=build/image/wheels,target=/wheels \
     python3 -m venv /opt/recall \
     && /opt/recall/bin/pip install --no-index --find-links=/wheels --require-hashes \
         --no-deps --requirement /opt/recall-requirements.lock
+# The speaker model's weights: its package alone (17 MB), never its Torch.
+COPY hack/image/requirements-speakers.lock /opt/recall-requirements-speakers.lock
+RUN --mount=type=bind,source=build/image/wheels-speakers,target=/wheels \
+    /opt/recall/bin/pip install --no-index --find-links=/wheels --require-hashes \
+        --no-deps --requirement /opt/recall-requirements-speakers.lock
 
 FROM dependencies AS libraries-cpu
 

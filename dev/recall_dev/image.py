@@ -53,13 +53,23 @@ DEFAULT_TAG = "recall.local/recall:dev"
 LOCK_FILE = Path("hack/image/requirements.lock")
 CUDA_LOCK_FILE = Path("hack/image/requirements-cuda.lock")
 MULTILINGUAL_LOCK_FILE = Path("hack/image/requirements-multilingual.lock")
+SPEAKERS_LOCK_FILE = Path("hack/image/requirements-speakers.lock")  # every variant: --no-deps
 # Per variant: the staged wheel directories (under build/image/) and the lock each comes from.
 VARIANTS: dict[str, dict[str, Path]] = {
-    "cpu": {"wheels": LOCK_FILE},
-    "cuda": {"wheels": LOCK_FILE, "wheels-cuda": CUDA_LOCK_FILE},
-    "multilingual": {"wheels": LOCK_FILE, "wheels-multilingual": MULTILINGUAL_LOCK_FILE},
+    "cpu": {"wheels": LOCK_FILE, "wheels-speakers": SPEAKERS_LOCK_FILE},
+    "cuda": {
+        "wheels": LOCK_FILE,
+        "wheels-speakers": SPEAKERS_LOCK_FILE,
+        "wheels-cuda": CUDA_LOCK_FILE,
+    },
+    "multilingual": {
+        "wheels": LOCK_FILE,
+        "wheels-speakers": SPEAKERS_LOCK_FILE,
+        "wheels-multilingual": MULTILINGUAL_LOCK_FILE,
+    },
     "cuda-multilingual": {
         "wheels": LOCK_FILE,
+        "wheels-speakers": SPEAKERS_LOCK_FILE,
         "wheels-cuda": CUDA_LOCK_FILE,
         "wheels-multilingual": MULTILINGUAL_LOCK_FILE,
     },

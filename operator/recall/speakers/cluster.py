@@ -18,9 +18,9 @@ Contract:
 - At most `MAX_LINKED` windows are linked (the linkage is quadratic in memory: 2,000 windows
   take 16 MB); with more, an evenly spaced sample of them is, and every window then goes to
   the nearest cluster's centre. Memory and time therefore stay bounded whatever the length.
-- Small clusters (under `MIN_SHARE` of the windows and fewer than `MIN_WINDOWS`) are not
-  voices (a laugh, a cough, a cut) when the count is not fixed: their windows go to the nearest
-  voice.
+- Small clusters (under `MIN_SHARE` of the windows, or fewer than `MIN_WINDOWS`) are not
+  voices (a window mixing two voices at a change of turn, a laugh, a cough) when the count is
+  not fixed: their windows go to the nearest voice.
 - Labels are numbered by first appearance: the cluster of the first window is 0.
 - Deterministic: the same vectors give the same labels.
 """
@@ -38,8 +38,8 @@ SAME_VOICE = 0.87  # average cosine distance (of centred vectors) under which tw
 SURELY_SAME = 0.55  # ... under which they are one voice even when a larger count was asked
 ONE_VOICE = 0.12  # nine windows in ten this close to their mean (raw cosine distance): one voice
 MAX_LINKED = 2000
-MIN_SHARE = 0.02
-MIN_WINDOWS = 3
+MIN_SHARE = 0.02  # of the windows: a voice heard less is not one (when the count is free)
+MIN_WINDOWS = 2  # ... nor one heard in fewer windows than this
 
 Floats = npt.NDArray[np.float32]
 Ints = npt.NDArray[np.int64]
@@ -122,7 +122,7 @@ def _centres(vectors: Floats, labels: npt.NDArray[np.integer]) -> Floats:
 
 def _without_small(centres: Floats, labels: npt.NDArray[np.integer]) -> Floats:
     sizes = np.bincount(labels, minlength=len(centres))
-    small = (sizes < MIN_WINDOWS) & (sizes < MIN_SHARE * len(labels))
+    small = (sizes < MIN_WINDOWS) | (sizes < MIN_SHARE * len(labels))
     if small.all() or not small.any():
         return centres
     return centres[~small]

@@ -215,7 +215,13 @@ def test_dockerfile__base_is_official_python_311_pinned_by_digest(
 
 @pytest.mark.parametrize(
     ("variant", "wheel_dirs"),
-    [("cpu", ["build/image/wheels"]), ("cuda", ["build/image/wheels", "build/image/wheels-cuda"])],
+    [
+        ("cpu", ["build/image/wheels", "build/image/wheels-speakers"]),
+        (
+            "cuda",
+            ["build/image/wheels", "build/image/wheels-speakers", "build/image/wheels-cuda"],
+        ),
+    ],
 )
 def test_dockerfile__locked_dependencies_before_the_project_and_no_index(
     instructions: list[Instruction], variant: str, wheel_dirs: list[str]
