@@ -10,7 +10,7 @@ import pytest
 
 from recall.base.clock import FakeClock
 from recall.kube import Conflict, Invalid, Unavailable
-from recall.kube.memory import Fault, MemoryStore
+from recall.kube.memory import Fault, MemoryApi
 from recall.operator.peers.leader import Sole
 from recall.operator.reconcile.apply import CREATE_SECONDS
 from recall.operator.reconcile.cache import JobRecord
@@ -27,25 +27,25 @@ from tests.unit.fakes import (
 )
 
 
-def setup(keys: list[str], **spec: object) -> tuple[MemoryStore, FakeClock, Operator]:
-    store, clock = MemoryStore(), FakeClock()
+def setup(keys: list[str], **spec: object) -> tuple[MemoryApi, FakeClock, Operator]:
+    store, clock = MemoryApi(), FakeClock()
     store.create_batch(NS, batch_manifest("b", keys, **spec))
     op = Operator(store, clock)
     return store, clock, op
 
 
-def phases(store: MemoryStore) -> dict[str, ItemPhase]:
+def phases(store: MemoryApi) -> dict[str, ItemPhase]:
     batch = store.get_batch(NS, "b")
     assert batch is not None
     codes = stored_phases(batch.status, len(batch.spec.items))
     return {it.key: CODES[codes[i]] for i, it in enumerate(batch.spec.items)}
 
 
-def events(store: MemoryStore, reason: str) -> list[str]:
+def events(store: MemoryApi, reason: str) -> list[str]:
     return [e["message"] for e in store.events if e["reason"] == reason]
 
 
-def assert_healed_once(store: MemoryStore, key: str, phase: str) -> None:
+def assert_healed_once(store: MemoryApi, key: str, phase: str) -> None:
     """Batch b counted one heal, said in one Healed Event, and its item `key` is `phase`."""
     batch = store.get_batch(NS, "b")
     assert batch is not None and batch.status.heals == 1
@@ -147,7 +147,7 @@ def test_reclaim__never_a_lease_renewed_in_time() -> None:
 
 
 def test_reclaim__jobs_without_a_live_batch_too() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     op = Operator(store, clock)
     store.create_job(NS, job_manifest("solo"))
     store.create_job(NS, job_manifest("orphan", batchRef="gone", item="x"))
@@ -245,7 +245,7 @@ def test_backoff__ended_by_the_operator_clock_only() -> None:
 
 
 def test_exhausted_job__failed_by_the_operator() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     op = Operator(store, clock)
     # One attempt, no free releases: a release leaves the job Queued with its budget spent.
     store.create_job(NS, job_manifest("spent", maxAttempts=1, maxReleases=0))
@@ -283,7 +283,7 @@ def test_missing_job__recreated_as_a_heal_but_not_a_finished_one() -> None:
 
 
 def test_items_from_a_list__numbered_after_the_inline_ones() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.create_config_map(
         NS, "more", {"items": "# a list\nfile:///m/x.wav\nkey-y file:///m/y.wav\n"}, labels={}
     )
@@ -299,7 +299,7 @@ def test_items_from_a_list__numbered_after_the_inline_ones() -> None:
 
 
 def test_invalid_items__reported_not_fanned_out() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     manifest = batch_manifest("b", ["a"])
     manifest["spec"]["itemsFrom"] = [{"configMap": "absent"}]
     store.create_batch(NS, manifest)
@@ -312,7 +312,7 @@ def test_invalid_items__reported_not_fanned_out() -> None:
 
 
 def test_large_batch__status_stays_small() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     lines = "\n".join(f"file:///media/{i}.wav" for i in range(5000))
     store.create_config_map(NS, "list", {"items": lines}, labels={})
     manifest = batch_manifest("b", [])
@@ -355,7 +355,7 @@ def test_cleanup__a_failed_jobs_objects_are_deleted_from_the_store() -> None:
     assert op.results.get("scratch/notes.txt") == b"not ours"  # not a key the store writes
 
 
-def project_as_a_completion_lands(*, before_read: bool) -> tuple[MemoryStore, FakeClock, Operator]:
+def project_as_a_completion_lands(*, before_read: bool) -> tuple[MemoryApi, FakeClock, Operator]:
     """Items a and b claimed, the cache has seen b's claim; then one projection, during which
     a's completion reaches the cache just before it reads the jobs, or just after."""
     store, clock, op = setup(["a", "b"])
@@ -383,7 +383,7 @@ def project_as_a_completion_lands(*, before_read: bool) -> tuple[MemoryStore, Fa
 
 
 def assert_no_heal_at_the_next_full_reconcile(
-    store: MemoryStore, clock: FakeClock, op: Operator
+    store: MemoryApi, clock: FakeClock, op: Operator
 ) -> None:
     clock.step(31)
     op.tick()
@@ -518,7 +518,7 @@ def test_term__the_leader_knows_its_own_status_in_a_later_version() -> None:
 
 
 def test_fan_out__a_small_batch_goes_before_a_big_one_in_the_tick() -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     store.create_batch(NS, batch_manifest("big", [f"i{i}" for i in range(50)]))
     store.create_batch(NS, batch_manifest("small", ["a", "b"]))
     op = Operator(store, clock)
@@ -532,7 +532,7 @@ def test_fan_out__a_small_batch_goes_before_a_big_one_in_the_tick() -> None:
 def test_fan_out__a_stream_of_small_batches_does_not_starve_a_big_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store, clock = MemoryStore(), FakeClock()
+    store, clock = MemoryApi(), FakeClock()
     create = store.create_job
 
     def slow_create(namespace: str, manifest: dict[str, object]) -> object:

@@ -373,9 +373,7 @@ def end_backoff(store: MemoryApi, name: str) -> None:
     fenced_write(store, NS, name, lambda j: lease.end_backoff(j.status), action="end_backoff")
 
 
-def simulated_jobs(
-    *names: str, chunks: int, delay: float, **spec: Any
-) -> tuple[MemoryApi, Bucket]:
+def simulated_jobs(*names: str, chunks: int, delay: float, **spec: Any) -> tuple[MemoryApi, Bucket]:
     """A memory API server holding a job of the simulated engine (`chunks` chunks, `delay` s
     each) per name, and an empty results bucket."""
     store, results = MemoryApi(watch_seconds=1.0), memory_bucket()
