@@ -38,7 +38,7 @@ from recall.speakers.model import RATE, VoiceEncoder
 
 GAP = 0.4  # seconds of silence that end a stretch of speech
 WINDOW = 2.0  # seconds of audio a speaker vector is made from
-BATCH = 64  # windows embedded at once
+BATCH = 16  # windows embedded at once (more costs memory, not time)
 
 Floats = npt.NDArray[np.float32]
 

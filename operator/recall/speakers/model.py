@@ -269,6 +269,7 @@ class VoiceEncoder:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        options.enable_cpu_mem_arena = False  # a batch's buffers go back once it is done
         self.session = ort.InferenceSession(
             onnx.lstm_stack(layers, N_MELS, HIDDEN), options, providers=["CPUExecutionProvider"]
         )
