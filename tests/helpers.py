@@ -9,15 +9,22 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kubernetes.client.exceptions import ApiException
+
 from recall.bucket import Bucket
 from recall.kube.client import KubeClient
+from recall.kube.http import MERGE_PATCH
 from recall.resources import API_VERSION, GROUP, VERSION, TranscriptionJob
 from recall.worker.holder import LeaseHolder
+from recall_dev.cluster import ControlPlane
+from recall_dev.crds import install_crds
 from recall_dev.procs import die_with_parent
 
 Kube = KubeClient  # the name the tests use for the store on a real API server
@@ -66,10 +73,15 @@ def job_manifest(
         spec["checkpointSeconds"] = checkpoint
     if engine or simulate:
         spec["engine"] = {k: v for k, v in {"name": engine, "simulate": simulate}.items() if v}
+    return manifest("TranscriptionJob", name, spec, labels=labels or {})
+
+
+def manifest(kind: str, name: str, spec: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    """A recall.dev object of `kind` named `name`, with more `metadata` if given."""
     return {
         "apiVersion": API_VERSION,
-        "kind": "TranscriptionJob",
-        "metadata": {"name": name, "labels": labels or {}},
+        "kind": kind,
+        "metadata": {"name": name, **metadata},
         "spec": spec,
     }
 
@@ -82,6 +94,36 @@ def get_job(kube: Kube, namespace: str, name: str) -> TranscriptionJob:
     job = kube.get_job(namespace, name)
     assert job is not None, f"job {namespace}/{name} is missing"
     return job
+
+
+def wait_for_phase(
+    kube: Kube, namespace: str, name: str, phase: str, *, timeout: float, procs: Procs
+) -> None:
+    """Wait until job `name` is in `phase`; a time-out shows the tail of every process's log."""
+    wait_for(
+        lambda: get_job(kube, namespace, name).status.phase == phase,
+        timeout=timeout,
+        message=procs.dump,
+    )
+
+
+def merge_patch(kube: Kube, namespace: str, plural: str, name: str, body: dict[str, Any]) -> Any:
+    """A JSON merge patch of the recall.dev object `name`, as `kubectl patch --type merge`."""
+    return kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE_PATCH
+    )
+
+
+def refused_with(status: int, call: Callable[[], object]) -> bool:
+    """Whether the API server refuses `call` with HTTP `status` (False when it passes; any
+    other refusal is raised)."""
+    try:
+        call()
+    except ApiException as e:
+        if e.status != status:
+            raise
+        return True
+    return False
 
 
 def list_jobs(kube: Kube, namespace: str) -> list[TranscriptionJob]:
@@ -163,6 +205,12 @@ class Procs:
             name, "worker", "--id", name, *args, env={**self.worker_env, **(env or {})}
         )
 
+    def simulated_worker(
+        self, name: str, namespace: str, *args: str, env: dict[str, str] | None = None
+    ) -> Proc:
+        """A worker of the simulated engine on `namespace`."""
+        return self.worker(name, "--engine", "simulated", "--namespace", namespace, *args, env=env)
+
     def kill_all(self) -> None:
         for p in self.started:
             if p.popen.poll() is None:
@@ -238,6 +286,39 @@ class ControllerThread:
             t.join(timeout=10)
 
 
+def run_captured(
+    args: Sequence[str | Path], *, timeout: float, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """`args` run to their end, the output captured as text; the exit status is the caller's
+    to judge."""
+    return subprocess.run(
+        [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )
+
+
+def built(script: Path, *, timeout: float) -> Path:
+    """The folder of the tools a hack/*/build.sh builds (or found cached), the last line it
+    prints."""
+    out = subprocess.run([str(script)], capture_output=True, text=True, timeout=timeout, check=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def started(cp: ControlPlane) -> Iterator[ControlPlane]:
+    """`cp` started, the CRDs installed, and stopped at the end."""
+    cp.start(timeout=180)
+    try:
+        install_crds(str(cp.kubeconfig))
+        yield cp
+    finally:
+        cp.stop()
+
+
 def process_state(pid: int) -> str:
     """The state letter of a process (R, S, T for stopped, Z ...)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
@@ -253,21 +334,11 @@ def batch_manifest(
     simulate: dict[str, Any] | None = None,
     suspend: bool = False,
 ) -> dict[str, Any]:
-    from recall.resources import API_VERSION as _API
-
     defaults: dict[str, Any] = {"leaseDurationSeconds": lease, "maxAttempts": max_attempts}
     if simulate is not None:
         defaults["engine"] = {"name": "simulated", "simulate": simulate}
-    return {
-        "apiVersion": _API,
-        "kind": "Batch",
-        "metadata": {"name": name},
-        "spec": {
-            "items": [{"key": k, "source": {"url": f"file:///media/{k}.wav"}} for k in keys],
-            "defaults": defaults,
-            "suspend": suspend,
-        },
-    }
+    items = [{"key": k, "source": {"url": f"file:///media/{k}.wav"}} for k in keys]
+    return manifest("Batch", name, {"items": items, "defaults": defaults, "suspend": suspend})
 
 
 def create_batch(kube: Kube, namespace: str, name: str, keys: list[str], **kwargs: Any) -> None:
@@ -305,10 +376,30 @@ def events(kube: Kube, namespace: str, reason: str | None = None) -> list[Any]:
     return [e for e in out if reason is None or e.reason == reason]
 
 
+def http_get(url: str) -> tuple[int, str]:
+    """The status and body of a GET of `url`; (0, "") while nothing answers there."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def get_json(url: str) -> tuple[int, dict[str, Any]]:
+    """The status and JSON body of a GET of `url`; (0, {}) while nothing answers there."""
+    status, body = http_get(url)
+    return status, json.loads(body) if status else {}
+
+
+def readyz(port: int) -> tuple[int, str]:
+    """A local process's /readyz: its status and body."""
+    return http_get(f"http://127.0.0.1:{port}/readyz")
+
+
 def metric(port: int, name: str) -> float:
     """Sum of a Prometheus metric's samples (all labels) from a process's /metrics."""
-    import urllib.request
-
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
     total = 0.0
@@ -336,6 +427,22 @@ def store_keys(results: Bucket, namespace: str, job: TranscriptionJob | None = N
         else namespace_prefix(namespace)
     )
     return sorted(o.key for o in results.list(prefix))
+
+
+def wait_for_the_result_alone(
+    results: Bucket, namespace: str, job: TranscriptionJob, *, attempt: int, timeout: float
+) -> str:
+    """`job`'s accepted transcript, written by attempt `attempt`, once the store holds nothing
+    else of the job (every other attempt's chunks and cuttings collected)."""
+    assert job.status.result is not None
+    accepted = job.status.result.transcript
+    assert f"/a{attempt}-{job.status.result.token}/" in accepted
+    wait_for(
+        lambda: store_keys(results, namespace, job) == [accepted],
+        timeout=timeout,
+        message=lambda: f"only {accepted} to stay: {store_keys(results, namespace, job)}",
+    )
+    return accepted
 
 
 def complete_with_transcript(holder: LeaseHolder, results: Bucket, text: str = "done") -> None:

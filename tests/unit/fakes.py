@@ -190,3 +190,18 @@ class FaultyBucket(Bucket):
         if fault is not None:
             raise fault.error
         return super().get(key)
+
+
+class Leader:
+    """A leadership that a test takes away (`leading = False`)."""
+
+    term: int | None = None
+
+    def __init__(self) -> None:
+        self.leading = True
+
+    def holds(self) -> bool:
+        return self.leading
+
+    def need_term(self, at_least: int) -> None:
+        del at_least

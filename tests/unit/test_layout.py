@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import recall
+from tests.helpers import run_captured
 
 PACKAGE = Path(recall.__file__).resolve().parent
 REPO = PACKAGE.parents[1]
@@ -27,14 +28,11 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 def lint(root: Path) -> subprocess.CompletedProcess[str]:
     """`lint-imports` over the `recall` package under `root/operator`, with its contracts."""
     env = {**os.environ, "PYTHONPATH": str(root / "operator")}
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache"],
+    return run_captured(
+        [LINT_IMPORTS, "--config", root / "pyproject.toml", "--no-cache"],
+        timeout=120,
         cwd=root,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
     )
 
 

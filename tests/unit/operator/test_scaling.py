@@ -30,25 +30,10 @@ from recall.operator.scaling.workload import Workload
 from recall.protocol.workers import SELECTOR, lease_name, read, with_drain
 from recall.worker.drain import Drain
 from recall.worker.registration import Registration
-from tests.unit.fakes import NS, job_manifest
+from tests.unit.fakes import NS, Leader, job_manifest
 from tests.unit.operator.fleet import DEPLOYMENT, LABELS, ReplicaSet, phases
 
 POLICY = Policy(minimum=0, maximum=6, cooldown=5.0, step=2)
-
-
-class Leader:
-    """A leadership that a test takes away."""
-
-    term: int | None = None
-
-    def __init__(self) -> None:
-        self.leading = True
-
-    def holds(self) -> bool:
-        return self.leading
-
-    def need_term(self, at_least: int) -> None:
-        del at_least
 
 
 @dataclass

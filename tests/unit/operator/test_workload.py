@@ -3,10 +3,7 @@ KEDA's metrics-api trigger reads (`recall.operator.scaling.keda`), served on loo
 
 from __future__ import annotations
 
-import json
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +15,7 @@ from recall.operator.reconcile.cache import JobCache
 from recall.operator.scaling.keda import make_server
 from recall.operator.scaling.workload import Outstanding, Workload
 from recall.resources import LABEL_SUSPENDED
+from tests.helpers import get_json
 from tests.unit.fakes import NS, claim, job_manifest
 
 
@@ -99,14 +97,6 @@ def endpoint(
         thread.join(5)
 
 
-def get(url: str) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def test_endpoint__serves_the_outstanding_work_where_keda_looks_for_it(
     fed: tuple[MemoryApi, FakeClock, JobCache, Workload], endpoint: tuple[str, list[str]]
 ) -> None:
@@ -115,7 +105,7 @@ def test_endpoint__serves_the_outstanding_work_where_keda_looks_for_it(
     jobs(store, a="simulated", b="simulated", c="whisper")
     claim(store, clock, "a", worker="w1")
     relist(store, cache)
-    code, body = get(f"{url}/workload")
+    code, body = get_json(f"{url}/workload")
     assert code == 200
     # KEDA's metrics-api reads `valueLocation: outstanding` (a GJSON path): a number, one
     # slot per job (targetValue: the pool's slots per worker).
@@ -127,9 +117,9 @@ def test_endpoint__serves_the_outstanding_work_where_keda_looks_for_it(
         "leased": 1,
         "outstanding": 2,
     }
-    code, body = get(f"{url}/workload?namespace={NS}&engine=whisper")
+    code, body = get_json(f"{url}/workload?namespace={NS}&engine=whisper")
     assert (code, body["outstanding"]) == (200, 1)
-    code, _ = get(f"{url}/metrics")
+    code, _ = get_json(f"{url}/metrics")
     assert code == 404
 
 
@@ -138,7 +128,7 @@ def test_endpoint__a_view_not_current_answers_503_never_a_guess(
 ) -> None:
     url, stale = endpoint
     stale.append("the job informer is not current")
-    code, body = get(f"{url}/workload")
+    code, body = get_json(f"{url}/workload")
     assert code == 503, "KEDA counts a failure and, after failureThreshold, its fallback holds"
     assert "not current" in body["error"]
     assert "outstanding" not in body
