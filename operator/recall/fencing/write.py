@@ -1,6 +1,6 @@
 """Fenced writes: the only way lease state is written (DESIGN §3).
 
-`fenced_write(store, namespace, name, transition, known=...)`:
+`fenced_write(api, namespace, name, transition, known=...)`:
 
 1. take the job as read at resourceVersion R (the caller's last copy, or a fresh read);
 2. ask `transition(job)` — a pure function of `recall.protocol.lease` — for the new status; a
@@ -8,9 +8,10 @@
 3. PATCH `/status` with the merge patch from the status at R, carrying `resourceVersion: R` (or,
    for a write that neither keeps nor ends a lease, PUT the whole status at R: `LEASE_WRITES`);
    the API server applies it only if the job is still at R, else answers 409;
-4. on 409, read the job again and go back to 2: if the lease is still the writer's (someone
-   wrote something unrelated), the transition is the same and the write is retried with jittered
-   backoff; if not, `transition` refuses.
+4. on 409, read the job again and go back to 2. This is a new decision on a new version, not a
+   retry of the write: if the lease is still the writer's (someone wrote something unrelated),
+   the transition decides the same and a new write is sent after a short jittered pause
+   (`REDECIDE`, so that two writers drift apart); if not, `transition` refuses.
 
 Ambiguous outcomes (DESIGN §3): when the PATCH may have been applied but no answer came back
 (`Unavailable(maybe_applied=True)`: a timeout, a reset, a 5xx after commit), and whenever a
@@ -19,19 +20,21 @@ patch changes nothing on it, the write was applied (every lease write carries a 
 it, so this cannot be someone else's write) and the result is `applied`. Nothing is ever
 concluded lost because an answer went missing.
 
-A transient error that cannot have been applied is raised as it is (`Unavailable`); the caller
-decides how long to keep trying (a lease holder: until its renew deadline).
+A transient error that cannot have been applied is raised as it is (`Unavailable`): nothing is
+retried here. The caller decides how long to keep trying (a lease holder: until its renew
+deadline, with `retry=None` so that the API client does not retry a 429 underneath it either:
+one retry loop per write).
 """
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from recall.base import faults, metrics
-from recall.kube import Conflict, JobApi, NotFound, RawObject, Unavailable
+from recall.base.backoff import Backoff
+from recall.base.clock import SYSTEM, Clock
+from recall.kube import THROTTLE, Conflict, JobApi, NotFound, RawObject, Unavailable
 from recall.kube.patch import apply_merge_patch, merge_patch
 from recall.protocol import lease
 from recall.resources import JobStatus, TranscriptionJob
@@ -45,6 +48,10 @@ Transition = Callable[[TranscriptionJob], lease.Decision]
 # one small patch per job written at the cache's resourceVersion without a read, share that
 # level (recall.operator.reconcile.apply).
 LEASE_WRITES = frozenset({"renew", "complete", "fail", "release", "reclaim", "cancel"})
+
+# The pause before deciding again after a 409: 5-10 ms, doubling (jittered: two writers that
+# met drift apart).
+REDECIDE = Backoff(initial=0.005, cap=1.0, jitter=1.0)
 
 
 class Unsettled(Unavailable):
@@ -97,7 +104,7 @@ def visible(job: TranscriptionJob, patches: list[RawObject]) -> bool:
 
 
 def fenced_write(
-    store: JobApi,
+    api: JobApi,
     namespace: str,
     name: str,
     transition: Transition,
@@ -106,9 +113,10 @@ def fenced_write(
     known: TranscriptionJob | None = None,
     attempts: int = 6,
     retry_on_conflict: bool = True,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
     maybe_applied: list[RawObject] | None = None,
     timeout: float | None = None,
+    retry: Backoff | None = THROTTLE,
 ) -> WriteResult:
     """Apply `transition`'s status with a write guarded by the version it was decided on: a
     PATCH for the actions of `LEASE_WRITES`, else a PUT of the whole status at that version.
@@ -117,14 +125,16 @@ def fenced_write(
     won), unless reading back shows the write applied. Raises `Unavailable` for a transient
     error after which the write is known not to be applied, and for a conflict still unresolved
     after `attempts` tries; `Unsettled` when the outcome could not be read back.
-    `maybe_applied` are the patches of earlier, unsettled attempts of the same write.
+    `maybe_applied` are the patches of earlier, unsettled attempts of the same write. `timeout`
+    and `retry` are those of each request (`recall.kube.base`); a 409 is decided again, after
+    a `REDECIDE` pause on `clock`, up to `attempts` decisions.
     """
     job = known
     conflicts = 0
     sent = list(maybe_applied or [])  # every patch that may have been applied
     for attempt in range(attempts):
         if job is None:
-            job = store.get_job(namespace, name, timeout=timeout)
+            job = api.get_job(namespace, name, timeout=timeout, retry=retry)
             if job is None:
                 return _gone(conflicts)
         if sent and visible(job, sent):
@@ -143,12 +153,12 @@ def fenced_write(
                 # the status as read, with the change: fields this version does not know stay
                 whole = apply_merge_patch(job.raw_status or job.status.to_api(), patch)
                 assert isinstance(whole, dict)
-                written = store.replace_job_status(
-                    namespace, name, job.resource_version, whole, timeout=timeout
+                written = api.replace_job_status(
+                    namespace, name, job.resource_version, whole, timeout=timeout, retry=retry
                 )
             else:
-                written = store.patch_job_status(
-                    namespace, name, job.resource_version, patch, timeout=timeout
+                written = api.patch_job_status(
+                    namespace, name, job.resource_version, patch, timeout=timeout, retry=retry
                 )
             if faults.answer_lost(action):
                 raise Unavailable(f"{action}: the answer was lost (injected)", maybe_applied=True)
@@ -159,7 +169,7 @@ def fenced_write(
             if not e.maybe_applied:
                 raise
             metrics.AMBIGUOUS_WRITES.labels(action=action).inc()
-            job = _read_back(store, namespace, name, e, sent, timeout)  # settled at the top
+            job = _read_back(api, namespace, name, e, sent, timeout, retry)  # settled at the top
             if job is None:
                 return _gone(conflicts)
         except Conflict:
@@ -167,9 +177,8 @@ def fenced_write(
             metrics.CONFLICTS.labels(action=action).inc()
             job = None
             if not retry_on_conflict:
-                return _lost_race(store, namespace, name, action, sent, conflicts, timeout)
-            # Jittered backoff: 10, 20, 40 ... ms, so two retrying writers drift apart.
-            sleep(random.uniform(0.5, 1.0) * 0.01 * 2**attempt)
+                return _lost_race(api, namespace, name, action, sent, conflicts, timeout, retry)
+            clock.sleep(REDECIDE.delay(attempt))
     raise Unavailable(f"{action} {namespace}/{name}: still conflicting after {attempts} tries")
 
 
@@ -178,17 +187,18 @@ def _gone(conflicts: int) -> WriteResult:
 
 
 def _lost_race(
-    store: JobApi,
+    api: JobApi,
     namespace: str,
     name: str,
     action: str,
     sent: list[RawObject],
     conflicts: int,
     timeout: float | None,
+    retry: Backoff | None,
 ) -> WriteResult:
     """A 409 on a write that does not retry (a claim): someone else won, unless reading back
     shows this write applied after all (its answer was lost before)."""
-    job = store.get_job(namespace, name, timeout=timeout)
+    job = api.get_job(namespace, name, timeout=timeout, retry=retry)
     if job is None:
         return _gone(conflicts)
     if visible(job, sent):
@@ -199,15 +209,16 @@ def _lost_race(
 
 
 def _read_back(
-    store: JobApi,
+    api: JobApi,
     namespace: str,
     name: str,
     cause: Unavailable,
     patches: list[RawObject],
     timeout: float | None,
+    retry: Backoff | None,
 ) -> TranscriptionJob | None:
     """Read the job after an ambiguous write; if even that fails, the outcome stays unknown."""
     try:
-        return store.get_job(namespace, name, timeout=timeout)
+        return api.get_job(namespace, name, timeout=timeout, retry=retry)
     except Unavailable:
         raise Unsettled(f"{cause.message} (and the job could not be read back)", patches) from cause

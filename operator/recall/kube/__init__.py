@@ -23,6 +23,7 @@ May import `recall.resources` and `recall.base`; never the protocol, a component
 from recall.kube.base import (
     EVERYTHING,
     PERMANENT_ERRORS,
+    THROTTLE,
     Api,
     ApiError,
     BlobApi,
@@ -49,6 +50,7 @@ from recall.kube.base import (
 __all__ = [
     "EVERYTHING",
     "PERMANENT_ERRORS",
+    "THROTTLE",
     "Api",
     "ApiError",
     "BlobApi",

@@ -12,6 +12,9 @@ Contract of every method:
   lists and watches return raw dicts (`RawObject`), which callers parse only as far as they
   need (the operator keeps 100,000 jobs in memory).
 - `timeout` (where offered) bounds that one request; otherwise the client's default applies.
+- `retry` (where offered) is how a request turned away by API Priority and Fairness (429) is
+  sent again within that time (`THROTTLE` by default); None for a caller that retries on its
+  own terms (a lease holder), so that each write passes one retry loop only.
 - A write with `resource_version` is applied only if the object is still at that version, else
   `Conflict`. A write without it is applied to whatever is stored (the CRD's rules still apply).
 - Errors are typed so callers decide by kind, never by HTTP status:
@@ -32,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from recall.base.backoff import Backoff
 from recall.resources import Batch, TranscriptionJob
 from recall.resources import RawObject as RawObject  # re-exported: the clients speak it
 
@@ -101,6 +105,11 @@ class Unavailable(ApiError):
     def throttled(self) -> bool:
         """The API server refused the request to protect itself (429): it was not applied."""
         return self.status == 429
+
+
+THROTTLE = Backoff(initial=0.125, cap=2.5, jitter=1.0)
+"""A request turned away by a 429 without a Retry-After is sent again after 0.125-0.25 s,
+doubling, 2.5-5 s at most (jittered: the clients turned away together come back apart)."""
 
 
 def retry_pause(error: ApiError, pause: float, *, rng: random.Random | None = None) -> float:
@@ -185,7 +194,12 @@ class JobApi(Protocol):
 
     # TranscriptionJobs
     def get_job(
-        self, namespace: str, name: str, *, timeout: float | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> TranscriptionJob | None: ...
 
     def list_jobs(
@@ -211,6 +225,7 @@ class JobApi(Protocol):
         patch: RawObject,
         *,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> TranscriptionJob: ...
 
     def replace_job_status(
@@ -221,6 +236,7 @@ class JobApi(Protocol):
         status: RawObject,
         *,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> TranscriptionJob:
         """PUT the whole status, applied only at `resource_version` (a compare-and-swap).
 

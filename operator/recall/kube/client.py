@@ -39,7 +39,7 @@ class KubeClient(TypedClient):
         watch_seconds: int = 300,
         clock: Clock = SYSTEM,
     ) -> None:
-        self.http = HttpVerbs(api, timeout=timeout, watch_seconds=watch_seconds)
+        self.http = HttpVerbs(api, timeout=timeout, watch_seconds=watch_seconds, clock=clock)
         super().__init__(self.http, clock=clock)
         self.api = api
 

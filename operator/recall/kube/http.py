@@ -3,17 +3,17 @@ client's `ApiClient.call_api` (the generated per-kind clients are not used).
 
 Every request carries a timeout; every failure becomes one of the typed errors of
 `recall.kube.base`, so no caller looks at HTTP statuses. A 429 (API Priority and Fairness
-turning the request away before it ran) is sent again after its Retry-After, jittered, for as
-long as the request's own timeout allows; then the caller gets `Unavailable` with
-`retry_after`, and backs off on its own terms.
+turning the request away before it ran) is sent again on the call's `retry` backoff, no sooner
+than its Retry-After (jittered), for as long as the request's own timeout allows; then the
+caller gets `Unavailable` with `retry_after`, and backs off on its own terms. A caller that
+retries on its own (a lease holder, until its renew deadline) passes `retry=None` and gets the
+429 at once: one retry loop per write. Every wait and deadline is on the client's `Clock`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,8 +24,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from recall.base import faults, metrics
+from recall.base.backoff import Backoff
+from recall.base.clock import SYSTEM, Clock
 from recall.kube.base import (
     EVERYTHING,
+    THROTTLE,
     ApiError,
     Conflict,
     Forbidden,
@@ -44,7 +47,6 @@ from recall.resources import GROUP, VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-THROTTLE_PAUSE = 0.25  # first pause after a 429 without a Retry-After; doubles, up to 5 s
 T = TypeVar("T")
 
 # Transport failures that happen before the request is sent: a write cannot have been applied.
@@ -153,9 +155,15 @@ class HttpVerbs:
     """The verbs of `recall.kube.verbs` over one API client, with its timeouts."""
 
     def __init__(
-        self, api: client.ApiClient, *, timeout: float = 15.0, watch_seconds: int = 300
+        self,
+        api: client.ApiClient,
+        *,
+        timeout: float = 15.0,
+        watch_seconds: int = 300,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.api = api
+        self.clock = clock
         self.timeout = timeout
         self.watch_seconds = watch_seconds
         self.latency = faults.latency()  # tests only: a slow API server
@@ -169,16 +177,17 @@ class HttpVerbs:
         *args: Any,
         write: bool,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
         **kw: Any,
     ) -> T:
-        """`fn(*args, _request_timeout=..., **kw)`, its failures typed, a 429 sent again."""
+        """`fn(*args, _request_timeout=..., **kw)`, its failures typed, a 429 sent again on
+        `retry` within the request's time (never with `retry=None`)."""
         if self.latency:
-            time.sleep(self.latency)
-        budget = timeout or self.timeout
-        deadline = time.monotonic() + budget
-        pause = THROTTLE_PAUSE
+            self.clock.sleep(self.latency)
+        deadline = self.clock.monotonic() + (timeout or self.timeout)
+        retries = 0
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             try:
                 return fn(*args, _request_timeout=max(0.05, left), **kw)
             except (ApiException, *TRANSPORT) as e:
@@ -189,11 +198,13 @@ class HttpVerbs:
                 # may be sent again, no sooner than its Retry-After (jittered), within this
                 # request's own time.
                 metrics.API_THROTTLED.labels(verb=what.split(" ", 1)[0]).inc()
-                wait = retry_pause(error, pause * random.uniform(0.5, 1.0))
-                if time.monotonic() + wait >= deadline:
+                if retry is None or retry.exhausted(retries):
                     raise error from e
-                time.sleep(wait)
-                pause = min(pause * 2, 5.0)
+                wait = retry_pause(error, retry.delay(retries))
+                if self.clock.monotonic() + wait >= deadline:
+                    raise error from e
+                self.clock.sleep(wait)
+                retries += 1
 
     def _send(
         self,
@@ -231,10 +242,11 @@ class HttpVerbs:
         *,
         write: bool,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
         **kw: Any,
     ) -> RawObject:
         out: RawObject = self._call(
-            what, self._send, method, path, write=write, timeout=timeout, **kw
+            what, self._send, method, path, write=write, timeout=timeout, retry=retry, **kw
         )
         return out
 
@@ -248,11 +260,12 @@ class HttpVerbs:
         *,
         subresource: str | None = None,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> RawObject | None:
         what = describe("get", resource, namespace, name, subresource)
         path = resource.path(namespace, name, subresource)
         try:
-            return self._request(what, "GET", path, write=False, timeout=timeout)
+            return self._request(what, "GET", path, write=False, timeout=timeout, retry=retry)
         except NotFound:
             return None
 
@@ -337,10 +350,11 @@ class HttpVerbs:
         *,
         subresource: str | None = None,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> RawObject:
         what = describe("update", resource, namespace, name, subresource)
         path = resource.path(namespace, name, subresource)
-        return self._request(what, "PUT", path, write=True, body=body, timeout=timeout)
+        return self._request(what, "PUT", path, write=True, body=body, timeout=timeout, retry=retry)
 
     def patch(
         self,
@@ -351,6 +365,7 @@ class HttpVerbs:
         *,
         subresource: str | None = None,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> RawObject:
         what = describe("patch", resource, namespace, name, subresource)
         return self._request(
@@ -361,6 +376,7 @@ class HttpVerbs:
             body=patch,
             content_type=JSON_PATCH if isinstance(patch, list) else MERGE_PATCH,
             timeout=timeout,
+            retry=retry,
         )
 
     def delete(self, resource: Resource, namespace: str | None, name: str) -> bool:

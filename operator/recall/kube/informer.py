@@ -5,7 +5,7 @@ from the list's resourceVersion and hands over every change. It lists again when
 resourceVersion is too old (410), after `relist_seconds` at the latest, and after an error,
 with jittered backoff up to `max_backoff` (one second by default: the API server may be
 restarting, and the view must come back within a tick or two once it answers), and no sooner
-than a 429's Retry-After. It never
+than a 429's Retry-After; its waits and its relist deadline are on its `Clock`. It never
 raises: transient API errors delay the view by seconds, they never end it (DESIGN §5, 9).
 
 Not guaranteed: the consumer's view may lag the API server by one event; decisions that matter
@@ -16,14 +16,14 @@ on what is missing from the view, such as an autoscaler, holds while it is not).
 
 from __future__ import annotations
 
-import random
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from recall.base import log
+from recall.base.backoff import Backoff
+from recall.base.clock import SYSTEM, Clock
 from recall.kube import (
     EVERYTHING,
     ApiError,
@@ -99,6 +99,7 @@ class Informer:
         page_size: int = 500,
         relist_seconds: float = 300.0,
         max_backoff: float = 1.0,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.source = source
         self.consumer = consumer
@@ -106,6 +107,9 @@ class Informer:
         self.page_size = page_size
         self.relist_seconds = relist_seconds
         self.max_backoff = max_backoff
+        # 0.1-0.2 s after the first error, doubling, max_backoff / 2 to max_backoff at most
+        self.backoff = Backoff(initial=min(0.1, max_backoff / 2), cap=max_backoff / 2, jitter=1.0)
+        self.clock = clock
         self.synced = threading.Event()
         self._failed = False  # an error since the last successful list or event
         self._stop = threading.Event()
@@ -131,32 +135,32 @@ class Informer:
     def run(self, stop: threading.Event | None = None) -> None:
         """List and watch until `stop` (or `self.stop()`); never raises."""
         stop = stop or self._stop
-        backoff = 0.2
+        retries = 0  # errors since the last successful watch
         rv: str | None = None
         while not stop.is_set() and not self._stop.is_set():
             try:
                 if rv is None:
                     rv = self._relist()
                     self.synced.set()
-                    listed = time.monotonic()
+                    listed = self.clock.monotonic()
                 rv = self._watch(rv, stop)
-                backoff = 0.2
-                if time.monotonic() - listed > self.relist_seconds:
+                retries = 0
+                if self.clock.monotonic() - listed > self.relist_seconds:
                     rv = None
             except Conflict as e:
                 rv = None  # 410: our resourceVersion is too old; list again at once
                 self._failed = True
                 if e.status != 410:
                     _log.warning("informer_error", informer=self.name, error=e.message[:200])
-                    stop.wait(backoff)
+                    self.clock.wait(stop, 2 * self.backoff.base(retries))
             except Exception as e:  # the API server may be unreachable for a while
                 self._failed = True
                 _log.warning("informer_error", informer=self.name, error=str(e)[:200])
-                pause = backoff * random.uniform(0.5, 1.0)
+                pause = self.backoff.delay(retries)
                 if isinstance(e, ApiError):  # a 429: no sooner than its Retry-After
                     pause = retry_pause(e, pause)
-                stop.wait(pause)
-                backoff = min(backoff * 2, self.max_backoff)
+                self.clock.wait(stop, pause)
+                retries += 1
 
     def _pages(self, first: list[RawObject], next_page: str | None) -> Iterator[RawObject]:
         yield from first

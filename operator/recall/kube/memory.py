@@ -39,9 +39,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
 from recall.kube.base import (
     EVERYTHING,
+    THROTTLE,
     ApiError,
     Conflict,
     Invalid,
@@ -216,6 +218,7 @@ class MemoryVerbs:
         *,
         subresource: str | None = None,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> RawObject | None:
         with self._cond:
             self._check(_op("get", resource, subresource), name)
@@ -302,6 +305,7 @@ class MemoryVerbs:
         *,
         subresource: str | None = None,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> RawObject:
         ns = namespace or ""
         rv = (body.get("metadata") or {}).get("resourceVersion")
@@ -322,6 +326,7 @@ class MemoryVerbs:
         *,
         subresource: str | None = None,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> RawObject:
         ns = namespace or ""
         if isinstance(patch, list):

@@ -12,9 +12,11 @@ import base64
 import os
 from collections.abc import Iterator
 
+from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
 from recall.kube.base import (
     EVERYTHING,
+    THROTTLE,
     ConfigMapData,
     NotFound,
     ObjectRef,
@@ -101,9 +103,14 @@ class TypedClient:
     # -- TranscriptionJobs -------------------------------------------------------------------
 
     def get_job(
-        self, namespace: str, name: str, *, timeout: float | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> TranscriptionJob | None:
-        obj = self.verbs.get(JOBS, namespace, name, timeout=timeout)
+        obj = self.verbs.get(JOBS, namespace, name, timeout=timeout, retry=retry)
         return None if obj is None else TranscriptionJob.from_api(obj)
 
     def list_jobs(
@@ -132,9 +139,12 @@ class TypedClient:
         patch: RawObject,
         *,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> TranscriptionJob:
         body = _at(resource_version, {"status": patch})
-        obj = self.verbs.patch(JOBS, namespace, name, body, subresource="status", timeout=timeout)
+        obj = self.verbs.patch(
+            JOBS, namespace, name, body, subresource="status", timeout=timeout, retry=retry
+        )
         return TranscriptionJob.from_api(obj)
 
     def replace_job_status(
@@ -145,6 +155,7 @@ class TypedClient:
         status: RawObject,
         *,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> TranscriptionJob:
         # The status subresource takes a whole object and keeps all but its status.
         body: RawObject = {
@@ -153,7 +164,9 @@ class TypedClient:
             "metadata": {"name": name, "namespace": namespace, "resourceVersion": resource_version},
             "status": status,
         }
-        obj = self.verbs.replace(JOBS, namespace, name, body, subresource="status", timeout=timeout)
+        obj = self.verbs.replace(
+            JOBS, namespace, name, body, subresource="status", timeout=timeout, retry=retry
+        )
         return TranscriptionJob.from_api(obj)
 
     def patch_job_labels(

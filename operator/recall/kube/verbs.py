@@ -15,7 +15,8 @@ Contract of every verb:
 - the `status` subresource writes the status alone, the object itself everything but its
   status; the `scale` subresource reads and writes `spec.replicas` of its object;
 - `patch` is a JSON merge patch (RFC 7386), or a JSON patch (RFC 6902) when given a list;
-- `timeout` bounds that one request (the implementation's default otherwise);
+- `timeout` bounds that one request (the implementation's default otherwise), and `retry` says
+  how a 429 is sent again within it (None: not at all, the caller retries);
 - errors are the typed ones of `recall.kube.base`, never HTTP statuses.
 """
 
@@ -25,7 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from recall.kube.base import EVERYTHING, Page, RawObject, Selector, WatchEvent
+from recall.base.backoff import Backoff
+from recall.kube.base import EVERYTHING, THROTTLE, Page, RawObject, Selector, WatchEvent
 from recall.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 
 Patch = RawObject | list[dict[str, Any]]
@@ -124,6 +126,7 @@ class Verbs(Protocol):
         *,
         subresource: str | None = None,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> RawObject | None: ...
 
     def list(
@@ -158,6 +161,7 @@ class Verbs(Protocol):
         *,
         subresource: str | None = None,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> RawObject: ...
 
     def patch(
@@ -169,6 +173,7 @@ class Verbs(Protocol):
         *,
         subresource: str | None = None,
         timeout: float | None = None,
+        retry: Backoff | None = THROTTLE,
     ) -> RawObject: ...
 
     def delete(self, resource: Resource, namespace: str | None, name: str) -> bool: ...

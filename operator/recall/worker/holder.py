@@ -20,11 +20,12 @@ Guarantees:
   the lease counts as lost: the holder stops before the operator's reclaim could give the job to
   someone else. A slow answer therefore never extends the lease in the holder's eyes.
 - Transient API errors are retried until the renew deadline, then reported as a lost lease:
-  the outcome is always known in time. A 429 is retried no sooner than its Retry-After (jittered)
-  and never past the deadline. So is an RBAC refusal (a kube-apiserver that just started
-  refuses until its caches are filled); an admission policy's refusal is final. A write whose
-  answer was lost is settled by reading the job back (`fencing`): an applied complete is a
-  success, never a lost lease.
+  the outcome is always known in time. That is the write's one retry loop (`WRITE_RETRY`):
+  under it the fenced write decides again on a 409 and the API client retries nothing. A 429
+  is retried no sooner than its Retry-After (jittered) and never past the deadline. So is an
+  RBAC refusal (a kube-apiserver that just started refuses until its caches are filled); an
+  admission policy's refusal is final. A write whose answer was lost is settled by reading the
+  job back (`fencing`): an applied complete is a success, never a lost lease.
 - A refusal (the lease was reclaimed, re-issued, cancelled) marks the lease lost; from then on
   every write raises `LeaseLost` without reaching the API server. `lost` is an Event the work's
   stages wait on, so a lost lease stops all of them at once. `verify` (on the lease watch's hint)
@@ -38,6 +39,7 @@ import threading
 from collections.abc import Callable
 
 from recall.base import faults, log, metrics
+from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
 from recall.base.log import short_token
 from recall.fencing import Transition, Unsettled, WriteResult, fenced_write
@@ -53,6 +55,11 @@ from recall.kube import (
 from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.resources import Progress, Result, TranscriptionJob
+
+# Between tries of a lease write: half a second, a quarter of what is left before the renew
+# deadline when that is shorter (each try is one cheap request, and the deadline bounds them),
+# and no sooner than a 429's Retry-After.
+WRITE_RETRY = Backoff(initial=0.5, cap=0.5)
 
 
 def budget_of(job: TranscriptionJob) -> Budget:
@@ -362,7 +369,11 @@ class LeaseHolder:
         transition = make(self._seq)
         pending: list[RawObject] = []
         started = self.clock.monotonic()
+        retries = -1
+        # The one retry loop of this write: the fenced write under it decides again on a 409
+        # and retries nothing, and the API client does not retry a 429 (retry=None).
         while True:
+            retries += 1
             self.check()  # never send past the renew deadline, also after a retry's pause
             # (A process frozen here, past its last check, is what the API server's fence is
             # for: its write arrives late and is refused.)
@@ -380,19 +391,20 @@ class LeaseHolder:
                     maybe_applied=pending,
                     # a lost answer costs a second request (reading back): both fit
                     timeout=max(0.2, remaining / 2),
+                    retry=None,
                 )
                 break
             except Unsettled as e:
                 pending = e.patches
-                self._retry_pause(action, e, remaining)
+                self._retry_pause(action, e, remaining, retries)
             except Unavailable as e:
-                self._retry_pause(action, e, remaining)
+                self._retry_pause(action, e, remaining, retries)
             except PERMANENT_ERRORS as e:
                 if isinstance(e, Forbidden) and e.by_authorizer:
                     # RBAC said no: a kube-apiserver that just started does so until its caches
                     # are filled. Tried again until the renew deadline, which a real lack of
                     # permission reaches with this message in the log.
-                    self._retry_pause(action, e, remaining)
+                    self._retry_pause(action, e, remaining, retries)
                     continue
                 # The API server refused the write itself (a CEL rule, a policy): the lease
                 # cannot be used any more.
@@ -430,12 +442,12 @@ class LeaseHolder:
             raise LeaseLost(self.lost_reason)
         return result.job
 
-    def _retry_pause(self, action: str, error: ApiError, remaining: float) -> None:
+    def _retry_pause(self, action: str, error: ApiError, remaining: float, retry: int) -> None:
         self.log.warning(
             "write_error", action=action, error=error.message[:200], status=error.status
         )
         self.check()
         # Never past the renew deadline: a 429's Retry-After longer than what is left ends the
         # lease at the deadline (check) instead of being waited out.
-        pause = retry_pause(error, min(0.5, max(0.05, remaining / 4)))
+        pause = retry_pause(error, min(WRITE_RETRY.delay(retry), max(0.05, remaining / 4)))
         self.clock.sleep(min(pause, max(0.05, self.renew_deadline - self.seconds_since_renewal())))

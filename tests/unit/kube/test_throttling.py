@@ -4,13 +4,13 @@ own time, then raised with `retry_after` for the caller's backoff."""
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from recall.base.clock import FakeClock
 from recall.kube import Conflict, Unavailable, retry_pause
 from recall.kube.http import HttpVerbs
 
@@ -22,25 +22,9 @@ def throttled(retry_after: str | None = "1") -> ApiException:
     return e
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(time, "monotonic", c.monotonic)
-    monkeypatch.setattr(time, "sleep", c.sleep)
-    return c
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 def answers(*outcomes: object) -> Any:
@@ -57,8 +41,8 @@ def answers(*outcomes: object) -> Any:
     return fn
 
 
-def test_call__a_429_is_sent_again_no_sooner_than_its_retry_after(clock: Clock) -> None:
-    kc = HttpVerbs(client.ApiClient(), timeout=15.0)
+def test_call__a_429_is_sent_again_no_sooner_than_its_retry_after(clock: FakeClock) -> None:
+    kc = HttpVerbs(client.ApiClient(), timeout=15.0, clock=clock)
     fn = answers(throttled("1"), throttled("2"), {"ok": True})
     assert kc._call("patch status of job ns/a", fn, write=True) == {"ok": True}
     assert len(fn.calls) == 3
@@ -67,8 +51,10 @@ def test_call__a_429_is_sent_again_no_sooner_than_its_retry_after(clock: Clock) 
     assert fn.calls[0] == 15.0 and fn.calls[2] == pytest.approx(15.0 - sum(clock.slept))
 
 
-def test_call__a_retry_after_beyond_the_request_time_is_left_to_the_caller(clock: Clock) -> None:
-    kc = HttpVerbs(client.ApiClient(), timeout=15.0)
+def test_call__a_retry_after_beyond_the_request_time_is_left_to_the_caller(
+    clock: FakeClock,
+) -> None:
+    kc = HttpVerbs(client.ApiClient(), timeout=15.0, clock=clock)
     fn = answers(throttled("30"))
     with pytest.raises(Unavailable) as raised:
         kc._call("patch status of job ns/a", fn, write=True, timeout=2.0)
@@ -77,8 +63,8 @@ def test_call__a_retry_after_beyond_the_request_time_is_left_to_the_caller(clock
     assert clock.slept == [] and len(fn.calls) == 1
 
 
-def test_call__without_retry_after_backs_off_and_gives_up_at_the_deadline(clock: Clock) -> None:
-    kc = HttpVerbs(client.ApiClient(), timeout=3.0)
+def test_call__without_retry_after_backs_off_and_gives_up_at_the_deadline(clock: FakeClock) -> None:
+    kc = HttpVerbs(client.ApiClient(), timeout=3.0, clock=clock)
     fn = answers(*[throttled(None)] * 50)
     with pytest.raises(Unavailable):
         kc._call("list jobs", fn, write=False)
@@ -86,8 +72,8 @@ def test_call__without_retry_after_backs_off_and_gives_up_at_the_deadline(clock:
     assert all(b >= a * 0.9 for a, b in zip(clock.slept, clock.slept[1:], strict=False))
 
 
-def test_call__other_errors_are_not_retried(clock: Clock) -> None:
-    kc = HttpVerbs(client.ApiClient())
+def test_call__other_errors_are_not_retried(clock: FakeClock) -> None:
+    kc = HttpVerbs(client.ApiClient(), clock=clock)
     conflict = ApiException(status=409, reason="Conflict")
     fn = answers(conflict)
     with pytest.raises(Conflict):
@@ -104,3 +90,13 @@ def test_retry_pause__at_least_the_retry_after_spread_over_half_of_it() -> None:
     # a starting kube-apiserver's 503 says Retry-After 5 and serves within a second
     assert retry_pause(Unavailable("503", status=503, retry_after=5.0), 0.3) == 0.3
     assert retry_pause(error, 9.0, rng=rng) == 9.0  # the caller's own, longer pause stands
+
+
+def test_call__a_caller_that_retries_itself_gets_the_429_at_once(clock: FakeClock) -> None:
+    # one retry loop per write: a lease holder passes retry=None and backs off on its own
+    kc = HttpVerbs(client.ApiClient(), timeout=15.0, clock=clock)
+    fn = answers(throttled("1"), {"ok": True})
+    with pytest.raises(Unavailable) as raised:
+        kc._call("patch status of job ns/a", fn, write=True, retry=None)
+    assert raised.value.throttled and raised.value.retry_after == 1.0
+    assert clock.slept == [] and len(fn.calls) == 1

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from recall.base.backoff import Backoff
 from recall.base.clock import FakeClock
 from recall.fencing import fenced_write
 from recall.kube import Forbidden, Unavailable
@@ -79,9 +80,10 @@ def test_deadline__counts_from_when_the_renewal_was_sent() -> None:
         patch: dict[str, Any],
         *,
         timeout: float | None = None,
+        retry: Backoff | None = None,
     ) -> TranscriptionJob:
         clock.step(5.0)  # the answer takes 5 s to arrive
-        return real(namespace, name, resource_version, patch, timeout=timeout)
+        return real(namespace, name, resource_version, patch, timeout=timeout, retry=retry)
 
     store.patch_job_status = slow  # type: ignore[method-assign]
     clock.step(3.0)
