@@ -153,8 +153,8 @@ AUDIO_SECONDS = Counter(
 )
 ENGINE_SECONDS = Counter(
     "recall_engine_seconds_total",
-    "Wall seconds workers spent on attempts (failed and abandoned ones included), by "
-    "namespace, pool and engine.",
+    "Seconds workers held jobs, from each claim to the job's end or the lease's last renewal "
+    "seen (failed, released and reclaimed attempts included), by namespace, pool and engine.",
     ["job_namespace", "pool", "engine"],
 )
 
