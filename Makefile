@@ -82,11 +82,14 @@ demo: venv demo-deps
 bench: venv tools system-deps
 	@$(PY) -m bench.run $(BENCH_ARGS)
 
-# The long chaos runs, one per seed (a few minutes each); `make test` runs a short one.
+# The long chaos runs, one per seed (a few minutes each), and the events' run (the receiver down
+# and up, the operator killed mid-delivery: tests/chaos/test_notify.py, its first seed); `make
+# test` runs a short one of each.
 CHAOS_SEEDS ?= 1,2,3
 chaos: venv tools
 	@RECALL_CHAOS_PROFILE=long RECALL_CHAOS_SEEDS=$(CHAOS_SEEDS) \
-		$(PY) -m pytest -q -p no:cacheprovider tests/chaos/test_chaos.py $(PYTEST_ARGS)
+		$(PY) -m pytest -q -p no:cacheprovider tests/chaos/test_chaos.py tests/chaos/test_notify.py \
+		$(PYTEST_ARGS)
 
 # `recall dev up --kind` and the README's helm install as written, then the pod tests, the
 # start orders, the drills and the upgrade test (tests/e2e/pods) on a kind cluster of three

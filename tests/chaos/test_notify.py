@@ -1,0 +1,139 @@
+"""Events out under faults (`make chaos`; `make test` runs the short profile): a Batch and single
+jobs (some failing) with a sink, while the receiver goes down and comes back, turns slow or
+refuses, and the operator is killed, now at a random moment, now right after a request reached
+the sink and before its record (the `operator-after-notify` fault point), and started again.
+
+Invariant 13 (DESIGN §5), checked at the end: every finished job's event and the Batch's
+reached the sink at least once, signed, and every repeat carries an id of an expected event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from recall.kube.client import KubeClient as Kube
+from recall.operator.notify import events
+from recall.resources import BATCH_PLURAL, GROUP, VERSION
+from tests.helpers import Proc, Procs, batch_manifest, get_batch, job_manifest, list_jobs, wait_for
+from tests.receiver import Receiver
+
+pytestmark = pytest.mark.slow
+PROFILE = os.environ.get("RECALL_CHAOS_PROFILE", "short")
+SEED = int((os.environ.get("RECALL_CHAOS_SEEDS") or "1").split(",")[0])
+SECONDS = {"short": 25.0, "long": 90.0}[PROFILE]
+KEY = b"chaos-hmac-key"
+SINK = {"secretRef": {"name": "recall-notify", "key": "hmac"}}
+ENV = {
+    "RECALL_NOTIFY_ALLOW": json.dumps(["127.0.0.1"]),
+    "RECALL_NOTIFY_BACKOFF_INITIAL": "0.2",
+    "RECALL_NOTIFY_BACKOFF_CAP": "1.0",
+    "RECALL_NOTIFY_MAX_REFUSALS": "1000",
+    "RECALL_NOTIFY_TIMEOUT": "2",
+}
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver([KEY], slow=0.4)
+    r.start()
+    yield r
+    r.stop()
+
+
+def test_chaos__every_finished_jobs_event_delivered(
+    kube: Kube, api: client.ApiClient, namespace: str, procs: Procs, receiver: Receiver
+) -> None:
+    rng = random.Random(SEED)
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name="recall-notify"), string_data={"hmac": KEY.decode()}
+    )
+    client.CoreV1Api(api).create_namespaced_secret(namespace, secret)
+    sink = {**SINK, "url": receiver.url}
+    items = [f"i{n:02d}" for n in range(24 if PROFILE == "short" else 60)]
+    batch = batch_manifest("b", items, simulate={"chunks": 2, "chunkDelaySeconds": 0.3})
+    batch["spec"]["notify"] = [sink]
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BATCH_PLURAL, batch)
+    for n in range(8):
+        failing = {"failure": "permanent"} if n % 4 == 3 else {}
+        manifest = job_manifest(
+            f"s{n}", simulate={"chunks": 2, "chunkDelaySeconds": 0.3, **failing}
+        )
+        manifest["spec"]["notify"] = [sink]
+        kube.create_job(namespace, manifest)
+    for i in range(3):
+        procs.simulated_worker(f"w{i}", namespace)
+
+    kills = 0
+    operator = start(procs, namespace, rng, 0)
+    deadline = time.monotonic() + SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(rng.uniform(1.0, 3.0))
+        fault = rng.choice(["down", "slow", "refuse", "kill", "kill"])
+        if fault == "down":
+            receiver.stop()
+            time.sleep(rng.uniform(0.5, 3.0))
+            receiver.start()
+        elif fault in ("slow", "refuse"):
+            receiver.mode = fault
+            time.sleep(rng.uniform(0.5, 2.0))
+            receiver.mode = "ok"
+        elif operator.popen.poll() is None:
+            operator.signal(signal.SIGKILL)
+            operator.wait(10)
+        if operator.popen.poll() is not None:  # killed here, or at its fault point
+            kills += 1
+            operator = start(procs, namespace, rng, kills)
+    receiver.mode = "ok"
+    if operator.popen.poll() is not None:
+        operator = start(procs, namespace, rng, kills + 1, fault=False)
+
+    def settled() -> bool:
+        if operator.popen.poll() is not None:
+            return False
+        b = get_batch(kube, namespace, "b").status.notified
+        jobs = list_jobs(kube, namespace)
+        singles = [j for j in jobs if not j.spec.batch_ref]
+        return (
+            b is not None
+            and b.time is not None
+            and len(singles) == 8
+            and all(j.status.notified is not None and j.status.notified.time for j in singles)
+        )
+
+    wait_for(settled, timeout=240, message="every event settled")
+    expected = set()
+    for job in list_jobs(kube, namespace):
+        type_ = events.job_type(job)
+        assert type_ is not None, f"{job.name} did not finish"
+        expected.add(events.event_id(job.metadata.uid or "", type_))
+    b = get_batch(kube, namespace, "b")
+    expected.add(events.event_id(b.metadata.uid or "", events.BATCH_COMPLETED))
+    got = receiver.all()
+    unsigned = [d for d in got if not d.signed]
+    accepted = {d.id for d in receiver.accepted()}
+    missing = expected - accepted
+    unknown = {d.id for d in got} - expected
+    tries = Counter(d.id for d in got)
+    print(
+        f"\nnotify chaos ({PROFILE}, seed {SEED}): {len(expected)} events, {len(got)} requests, "
+        f"{kills} operator kills, {sum(1 for n in tries.values() if n > 1)} ids sent more than "
+        f"once, {len(missing)} missing, {len(unknown)} unknown ids, {len(unsigned)} unsigned"
+    )
+    assert not unsigned and not missing and not unknown
+
+
+def start(procs: Procs, namespace: str, rng: random.Random, n: int, fault: bool = True) -> Proc:
+    """An operator; half of them die right after their k-th request reached the sink."""
+    env = dict(ENV)
+    if fault and rng.random() < 0.5:
+        env["RECALL_FAULT"] = f"operator-after-notify:{rng.randint(1, 6)}"
+    return procs.recall(f"op{n}", "operator", "--namespace", namespace, env=env)
