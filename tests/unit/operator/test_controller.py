@@ -15,7 +15,7 @@ from recall.operator.peers.leader import Sole
 from recall.operator.reconcile.apply import CREATE_SECONDS
 from recall.operator.reconcile.cache import JobRecord
 from recall.operator.reconcile.project import CODES, stored_phases
-from recall.resources import ItemPhase, Phase, indexes
+from recall.resources import Batch, ItemPhase, Phase, indexes
 from tests.helpers import complete_with_transcript
 from tests.unit.fakes import (
     NS,
@@ -467,12 +467,18 @@ class Term(Sole):
         self.wanted = max(self.wanted, at_least)
 
 
-def test_term__a_status_from_an_older_term_is_refused_by_the_store() -> None:
+def written_in_term_3() -> tuple[MemoryApi, FakeClock, Operator, Batch]:
+    """Batch b, its status written by the leader of term 3."""
     store, clock, op = setup(["a"])
     op.controller.applier.leadership = Term(3)
     op.tick()
     batch = store.get_batch(NS, "b")
     assert batch is not None and batch.status.operator_term == 3
+    return store, clock, op, batch
+
+
+def test_term__a_status_from_an_older_term_is_refused_by_the_store() -> None:
+    store, clock, op, _ = written_in_term_3()
     # The previous leader (term 2), woken from a freeze, writes its stale view: refused.
     with pytest.raises(Invalid, match="operatorTerm is older"):
         store.patch_batch_status(NS, "b", None, {"operatorTerm": 2, "queuedIndexes": "0"})
@@ -504,11 +510,7 @@ def test_term__a_leader_below_the_stored_term_takes_a_higher_one() -> None:
 
 
 def test_term__the_leader_knows_its_own_status_in_a_later_version() -> None:
-    store, _, op = setup(["a"])
-    op.controller.applier.leadership = Term(3)
-    op.tick()
-    batch = store.get_batch(NS, "b")
-    assert batch is not None and batch.status.operator_term == 3
+    _, _, op, batch = written_in_term_3()
     # Another version of the Batch (another client changed its metadata) with our status.
     meta = batch.metadata.model_copy(update={"resource_version": "9999"})
     newer = batch.model_copy(update={"metadata": meta})

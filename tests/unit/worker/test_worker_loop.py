@@ -570,6 +570,19 @@ def test_worker__a_refused_complete_leaves_the_checkpoint_the_next_attempt_needs
     store.close()
 
 
+def batched_settings(tmp_path: Path, **settings: Any) -> WorkerSettings:
+    """A worker of the simulated engine taking 4 chunks a call, its record in `tmp_path`."""
+    return WorkerSettings(
+        id="w1",
+        engine="simulated",
+        idle_exit_seconds=1.0,
+        self_serve_seconds=0.2,
+        simulated_record=tmp_path / "chunks.jsonl",
+        batch_size=4,
+        **settings,
+    )
+
+
 class CountingEngine(SimulatedEngine):
     """The simulated engine, counting its calls and the chunks each took."""
 
@@ -588,14 +601,7 @@ def test_worker__a_batched_engine_takes_a_job_s_chunks_in_groups_and_stores_each
     """batch_size 4 over 10 chunks: three calls (4, 4, 2), every chunk stored once, in order,
     and a checkpoint names the chunks a batch held like any others."""
     store, results = simulated_jobs("b", chunks=10, delay=0.2, checkpointSeconds=1)
-    ws = WorkerSettings(
-        id="w1",
-        engine="simulated",
-        idle_exit_seconds=1.0,
-        self_serve_seconds=0.2,
-        simulated_record=tmp_path / "chunks.jsonl",
-        batch_size=4,
-    )
+    ws = batched_settings(tmp_path)
     engine = CountingEngine(
         chunks=2, chunk_delay_seconds=0, record_path=ws.simulated_record, batch_size=4
     )
@@ -663,15 +669,7 @@ def test_worker__batched_attempt_ended_mid_batch_resumes_exactly_after_the_store
     store, results = simulated_jobs("b", chunks=12, delay=0.05, checkpointSeconds=1)
 
     def worker(engine: CountingEngine, **kw: Any) -> Worker:
-        ws = WorkerSettings(
-            id="w1",
-            engine="simulated",
-            idle_exit_seconds=1.0,
-            self_serve_seconds=0.2,
-            simulated_record=tmp_path / "chunks.jsonl",
-            batch_size=4,
-            **kw,
-        )
+        ws = batched_settings(tmp_path, **kw)
         return Worker(store, ws, engine, namespace=NS, results=results)
 
     def engine(cls: type[CountingEngine]) -> CountingEngine:
