@@ -39,6 +39,11 @@ VALUES = Path(__file__).with_name("values.yaml")
 NAMESPACE = "recall"
 RELEASE = "recall"
 WORKER_NODES = 2
+# A simulated worker's requests and limits: small, so that a node holds several.
+SMALL_WORKER: dict[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
+    "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "256Mi"},
+}
 # One pytest process runs them, in this order (pytest_collection_modifyitems below).
 MODULES = (
     "test_pods.py", "test_scaling.py", "test_gpu_pools.py", "test_install.py", "test_drills.py",
@@ -89,6 +94,21 @@ class PodCluster:
         )  # fmt: skip
         items: list[dict[str, Any]] = json.loads(out)["items"]
         return items
+
+    def worker_events(self, namespace: str, pod: str, event: str) -> list[dict[str, Any]]:
+        """The JSON log lines of a pod's worker container with this event name."""
+        out = self.run("kubectl", "logs", "-n", namespace, pod, "-c", "worker", check=False)
+        found = []
+        for line in out.stdout.splitlines():
+            if f'"{event}"' not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("event") == event:
+                found.append(record)
+        return found
 
 
 def image_archives() -> list[Path]:

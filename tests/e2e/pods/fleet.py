@@ -4,20 +4,22 @@ wait on the fleet, the Batches and their first claims."""
 
 from __future__ import annotations
 
-import datetime as dt
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from kubernetes import client
 
 from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION
-from tests.e2e.pods.conftest import PodCluster
+from tests.e2e.pods.conftest import PodCluster, install
+from tests.e2e.pods.drills import epoch
 from tests.helpers import wait_for
 
 NS = "recall-scale"
@@ -132,48 +134,19 @@ class Scaling:
         """`kubectl apply` a Batch of `n` simulated jobs of about `seconds` each; returns the
         wall-clock time just before the apply."""
         chunks = max(1, round(seconds / 2))
-        batch = {
-            "apiVersion": API_VERSION,
-            "kind": "Batch",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "defaults": {
-                    "leaseDurationSeconds": 30,
-                    "maxAttempts": 3,
-                    "engine": {
-                        "name": "simulated",
-                        "simulate": {"chunks": chunks, "chunkDelaySeconds": seconds / chunks},
-                    },
-                },
-                "items": [
-                    {"key": f"k{k}", "source": {"url": f"file:///media/{name}-{k}.wav"}}
-                    for k in range(n)
-                ],
-            },
-        }
-        before = time.time()
-        self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(batch))
-        return before
+        simulate = {"chunks": chunks, "chunkDelaySeconds": seconds / chunks}
+        return apply_batch(self.cluster, NS, name, n, simulate)
 
     def jobs_of(self, batch: str) -> list[dict[str, Any]]:
-        return [
-            o
-            for o in self.kube.list_jobs(NS).items
-            if (o.get("spec") or {}).get("batchRef") == batch
-        ]
+        return jobs_of(self.kube, NS, batch)
 
     def first_claim(self, batch: str, applied: float) -> float:
         """Seconds from the apply to the first claim of the Batch (its jobs' startedAt)."""
-
-        def started() -> list[float]:
-            times = [(o.get("status") or {}).get("startedAt") for o in self.jobs_of(batch)]
-            return [_epoch(t) for t in times if t]
-
-        first = min(wait_for(started, timeout=180, interval=0.2, message=f"{batch} claimed"))
+        first = first_claim(self.kube, NS, batch, timeout=180)
         holder = next(
             str(((o.get("status") or {}).get("lease") or {}).get("holder") or "")
             for o in self.jobs_of(batch)
-            if _epoch(str((o.get("status") or {}).get("startedAt") or "1970-01-01")) == first
+            if epoch(str((o.get("status") or {}).get("startedAt") or "1970-01-01")) == first
         )
         self.steps.append(self._steps(applied, first, holder))
         return first - applied
@@ -183,7 +156,7 @@ class Scaling:
         out = self.cluster.run("kubectl", "logs", "-n", NS, pod, "-c", "worker", check=False)
         for line in out.stdout.splitlines():
             if '"worker_started"' in line:
-                return _epoch(str(json.loads(line)["timestamp"]))
+                return epoch(str(json.loads(line)["timestamp"]))
         return float("nan")
 
     def _steps(self, applied: float, claimed: float, holder: str) -> dict[str, float]:
@@ -191,7 +164,7 @@ class Scaling:
         container running, the worker loop started, and the claim (the API server keeps
         the first three to the second)."""
         scaled = [
-            _epoch(str(e.get("lastTimestamp") or e.get("eventTime")))
+            epoch(str(e.get("lastTimestamp") or e.get("eventTime")))
             for e in self.kube.list_events(NS)
             if e.get("reason") == "ScaledUp"
         ]
@@ -221,11 +194,7 @@ class Scaling:
         }
 
     def wait_done(self, batch: str, timeout: float = 300) -> list[dict[str, Any]]:
-        def done() -> list[dict[str, Any]] | None:
-            b = self.kube.get_batch(NS, batch)
-            return self.jobs_of(batch) if b is not None and b.status.complete else None
-
-        return wait_for(done, timeout=timeout, interval=1, message=f"Batch {batch} complete")
+        return wait_done(self.kube, NS, batch, timeout)
 
     def scale_downs(self) -> list[str]:
         return [
@@ -236,8 +205,95 @@ class Scaling:
         ]
 
 
-def _epoch(value: str) -> float:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+def apply_batch(
+    cluster: PodCluster,
+    namespace: str,
+    name: str,
+    n: int,
+    simulate: dict[str, Any],
+    **defaults: Any,
+) -> float:
+    """`kubectl apply` a Batch of `n` simulated jobs (3 attempts, leases of 30 s, `defaults`);
+    returns the wall-clock time just before the apply."""
+    batch = {
+        "apiVersion": API_VERSION,
+        "kind": "Batch",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "defaults": {
+                "leaseDurationSeconds": 30,
+                "maxAttempts": 3,
+                "engine": {"name": "simulated", "simulate": simulate},
+                **defaults,
+            },
+            "items": [
+                {"key": f"k{k}", "source": {"url": f"file:///media/{name}-{k}.wav"}}
+                for k in range(n)
+            ],
+        },
+    }
+    before = time.time()
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(batch))
+    return before
+
+
+def jobs_of(kube: Kube, namespace: str, batch: str) -> list[dict[str, Any]]:
+    return [
+        o for o in kube.list_jobs(namespace).items if (o.get("spec") or {}).get("batchRef") == batch
+    ]
+
+
+def first_claim(kube: Kube, namespace: str, batch: str, timeout: float) -> float:
+    """When the Batch's first job was claimed (the earliest startedAt), once one was."""
+
+    def started() -> list[float]:
+        times = [(o.get("status") or {}).get("startedAt") for o in jobs_of(kube, namespace, batch)]
+        return [epoch(t) for t in times if t]
+
+    return min(wait_for(started, timeout=timeout, interval=0.2, message=f"{batch} claimed"))
+
+
+def wait_done(kube: Kube, namespace: str, batch: str, timeout: float) -> list[dict[str, Any]]:
+    """The Batch's jobs, once it is complete."""
+
+    def done() -> list[dict[str, Any]] | None:
+        b = kube.get_batch(namespace, batch)
+        return jobs_of(kube, namespace, batch) if b is not None and b.status.complete else None
+
+    return wait_for(done, timeout=timeout, interval=1, message=f"Batch {batch} complete")
+
+
+class Sampler(Protocol):
+    stop: threading.Event
+
+    def run(self) -> None: ...
+
+
+@contextlib.contextmanager
+def sampling(sampler: Sampler, name: str) -> Iterator[None]:
+    """`sampler` running in a thread named `name` until the block ends."""
+    thread = threading.Thread(target=sampler.run, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sampler.stop.set()
+        thread.join(5)
+
+
+def install_with_own_store(
+    cluster: PodCluster, release: str, namespace: str, values: dict[str, Any], tmp: Path
+) -> Path:
+    """The chart installed as `release` in `namespace` with `values` (written to a file in
+    `tmp`, whose path is returned) and its own results store, in an emptyDir (the main
+    release's data stays its own)."""
+    path = tmp / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    install(
+        cluster, release, namespace, "--values", str(path),
+        "--set", "store.bundled.persistence.enabled=false",
+    )  # fmt: skip
+    return path
 
 
 def interrupted(jobs: list[dict[str, Any]]) -> list[str]:

@@ -44,7 +44,7 @@ from kubernetes import client
 
 from recall.kube.client import KubeClient as Kube
 from recall_dev.kind import dangling_volumes
-from tests.e2e.pods.conftest import PodCluster, install, uninstall
+from tests.e2e.pods.conftest import SMALL_WORKER, PodCluster, install, uninstall
 from tests.e2e.pods.drills import (
     Figures,
     Ledger,
@@ -114,10 +114,7 @@ def values(cluster: PodCluster) -> dict[str, Any]:
             "replicas": WORKERS,
             "graceSeconds": 20,  # a drained worker finishes its job (12 s) within its grace
             "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
-            "resources": {
-                "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
-                "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "256Mi"},
-            },
+            "resources": SMALL_WORKER,
         },
     }
 
@@ -397,18 +394,7 @@ class Drill:
         ]
 
     def worker_events(self, pod: str, event: str) -> list[dict[str, Any]]:
-        out = self.cluster.run("kubectl", "logs", "-n", NS, pod, "-c", "worker", check=False)
-        found = []
-        for line in out.stdout.splitlines():
-            if f'"{event}"' not in line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("event") == event:
-                found.append(record)
-        return found
+        return self.cluster.worker_events(NS, pod, event)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ loaded, the engine's speed and memory on the device (docs/gpu.md).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import threading
 import time
@@ -36,13 +35,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from recall.kube.client import KubeClient as Kube
-from recall.resources import API_VERSION, Phase
-from tests.e2e.pods.conftest import ROOT, PodCluster, install, uninstall
-from tests.e2e.pods.fleet import interrupted
+from recall.resources import Phase
+from tests.e2e.pods.conftest import ROOT, SMALL_WORKER, PodCluster, uninstall
+from tests.e2e.pods.fleet import (
+    apply_batch,
+    first_claim,
+    install_with_own_store,
+    interrupted,
+    jobs_of,
+    sampling,
+    wait_done,
+)
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -58,10 +64,6 @@ GPU_TAINT = f"{GPU_RESOURCE}=present:NoSchedule"
 SLOTS = 2
 GPU_MAX = 3
 COOLDOWN = 8
-SMALL = {
-    "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
-    "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "256Mi"},
-}
 VALUES: dict[str, Any] = {
     "engine": {"name": "simulated"},
     "operator": {"replicas": 1},
@@ -77,7 +79,7 @@ VALUES: dict[str, Any] = {
         },
         "readinessProbe": {"periodSeconds": 1, "timeoutSeconds": 2, "failureThreshold": 1},
         "extraEnv": [{"name": "RECALL_WORKER_REGISTRATION_SECONDS", "value": "3"}],
-        "resources": SMALL,
+        "resources": SMALL_WORKER,
     },
     "pools": [
         {
@@ -86,8 +88,8 @@ VALUES: dict[str, Any] = {
             "batchSize": 4,
             "device": "cpu",
             "resources": {
-                "requests": SMALL["requests"],
-                "limits": {**SMALL["limits"], GPU_RESOURCE: 1},
+                "requests": SMALL_WORKER["requests"],
+                "limits": {**SMALL_WORKER["limits"], GPU_RESOURCE: 1},
             },
             "nodeSelector": dict([GPU_LABEL]),
             "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
@@ -177,42 +179,14 @@ class Fleet:
     def apply(self, name: str, n: int, pool: str | None) -> float:
         """`kubectl apply` a Batch of `n` simulated jobs of 4 s (4 chunks of 1 s); returns the
         time just before."""
-        defaults: dict[str, Any] = {
-            "leaseDurationSeconds": 30,
-            "maxAttempts": 3,
-            "engine": {"name": "simulated", "simulate": {"chunks": 4, "chunkDelaySeconds": 1}},
-        }
-        if pool:
-            defaults["pool"] = pool
-        batch = {
-            "apiVersion": API_VERSION,
-            "kind": "Batch",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "defaults": defaults,
-                "items": [
-                    {"key": f"k{k}", "source": {"url": f"file:///media/{name}-{k}.wav"}}
-                    for k in range(n)
-                ],
-            },
-        }
-        before = time.time()
-        self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(batch))
-        return before
+        simulate = {"chunks": 4, "chunkDelaySeconds": 1}
+        return apply_batch(self.cluster, NS, name, n, simulate, **({"pool": pool} if pool else {}))
 
     def jobs_of(self, batch: str) -> list[dict[str, Any]]:
-        return [
-            o
-            for o in self.kube.list_jobs(NS).items
-            if (o.get("spec") or {}).get("batchRef") == batch
-        ]
+        return jobs_of(self.kube, NS, batch)
 
     def first_claim(self, batch: str) -> float:
-        def started() -> list[float]:
-            times = [(o.get("status") or {}).get("startedAt") for o in self.jobs_of(batch)]
-            return [epoch(t) for t in times if t]
-
-        return min(wait_for(started, timeout=300, interval=0.2, message=f"{batch} claimed"))
+        return first_claim(self.kube, NS, batch, timeout=300)
 
     def steps(self, pool: str, applied: float, claimed: float) -> dict[str, float]:
         """Seconds from the apply to the pool's first new pod created, scheduled and running,
@@ -235,15 +209,7 @@ class Fleet:
         }
 
     def wait_done(self, batch: str, timeout: float = 300) -> list[dict[str, Any]]:
-        def done() -> list[dict[str, Any]] | None:
-            b = self.kube.get_batch(NS, batch)
-            return self.jobs_of(batch) if b is not None and b.status.complete else None
-
-        return wait_for(done, timeout=timeout, interval=1, message=f"Batch {batch} complete")
-
-
-def epoch(value: str) -> float:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        return wait_done(self.kube, NS, batch, timeout)
 
 
 def allocatable_gpus(api: client.ApiClient, node: str) -> str | None:
@@ -285,20 +251,12 @@ def fleet(
     gpu_node: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Fleet]:
-    values = tmp_path_factory.mktemp("gpu") / "values.yaml"
-    values.write_text(yaml.safe_dump(VALUES))
-    install(
-        cluster, RELEASE, NS, "--values", str(values),
-        "--set", "store.bundled.persistence.enabled=false",
-    )  # fmt: skip
+    install_with_own_store(cluster, RELEASE, NS, VALUES, tmp_path_factory.mktemp("gpu"))
     seen = Seen(api, kube)
-    thread = threading.Thread(target=seen.run, name="gpu-pool-sampler", daemon=True)
-    thread.start()
     try:
-        yield Fleet(cluster, kube, api, gpu_node, seen)
+        with sampling(seen, "gpu-pool-sampler"):
+            yield Fleet(cluster, kube, api, gpu_node, seen)
     finally:
-        seen.stop.set()
-        thread.join(5)
         uninstall(cluster, RELEASE, NS)
 
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from recall.kube.client import KubeClient as Kube
-from tests.e2e.pods.conftest import PodCluster, install, uninstall
+from tests.e2e.pods.conftest import SMALL_WORKER, PodCluster, install, uninstall
 from tests.e2e.pods.drills import batch_manifest
 from tests.helpers import wait_for
 
@@ -36,10 +36,7 @@ VALUES: dict[str, Any] = {
     "worker": {
         "replicas": 2,
         "graceSeconds": 2,
-        "resources": {
-            "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
-            "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "256Mi"},
-        },
+        "resources": SMALL_WORKER,
     },
     "store": {"bundled": {"persistence": {"enabled": False}}},
 }

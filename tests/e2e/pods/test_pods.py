@@ -155,18 +155,7 @@ def store_keys(cluster: PodCluster, job: str) -> list[str]:
 
 def log_events(cluster: PodCluster, pod: str, event: str) -> list[dict[str, Any]]:
     """The JSON log lines of a pod's worker container with this event name."""
-    out = cluster.run("kubectl", "logs", "-n", NAMESPACE, pod, "-c", "worker", check=False)
-    found = []
-    for line in out.stdout.splitlines():
-        if event not in line:
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("event") == event:
-            found.append(record)
-    return found
+    return cluster.worker_events(NAMESPACE, pod, event)
 
 
 # Run in an operator pod (the operator's store identity writes anywhere in the bucket; the image

@@ -22,17 +22,15 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-import yaml
 from kubernetes import client
 
 from recall.kube.client import KubeClient as Kube
 from recall.resources import Phase
-from tests.e2e.pods.conftest import CHART, ROOT, PodCluster, install, uninstall
+from tests.e2e.pods.conftest import CHART, ROOT, PodCluster, uninstall
 from tests.e2e.pods.fleet import (
     MAX,
     NS,
@@ -40,8 +38,10 @@ from tests.e2e.pods.fleet import (
     VALUES,
     Recorder,
     Scaling,
+    install_with_own_store,
     interrupted,
     leased_jobs,
+    sampling,
 )
 from tests.helpers import wait_for
 
@@ -52,21 +52,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 def scaling(
     cluster: PodCluster, kube: Kube, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Scaling]:
-    values = tmp_path_factory.mktemp("scaling") / "values.yaml"
-    values.write_text(yaml.safe_dump(VALUES))
-    # its own results store, in an emptyDir (the main release's data stays its own)
-    install(
-        cluster, RELEASE, NS, "--values", str(values),
-        "--set", "store.bundled.persistence.enabled=false",
-    )  # fmt: skip
+    values = install_with_own_store(
+        cluster, RELEASE, NS, VALUES, tmp_path_factory.mktemp("scaling")
+    )
     recorder = Recorder(api, kube)
-    thread = threading.Thread(target=recorder.run, name="fleet-recorder", daemon=True)
-    thread.start()
     try:
-        yield Scaling(cluster, kube, api, recorder, values)
+        with sampling(recorder, "fleet-recorder"):
+            yield Scaling(cluster, kube, api, recorder, values)
     finally:
-        recorder.stop.set()
-        thread.join(5)
         uninstall(cluster, RELEASE, NS)
 
 

@@ -29,7 +29,6 @@ return until every job in flight when it began made progress.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,12 +43,14 @@ from recall_dev.release import Release
 from tests.e2e.pods.conftest import (
     CHART,
     NAMESPACE,
+    SMALL_WORKER,
     PodCluster,
     ensure_crds,
     release_values,
     uninstall,
 )
 from tests.e2e.pods.drills import Ledger, batch_manifest, figures
+from tests.e2e.pods.fleet import sampling
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -61,10 +62,7 @@ VALUES: dict[str, Any] = {
     "worker": {
         "replicas": 3,
         "graceSeconds": 20,
-        "resources": {
-            "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
-            "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "256Mi"},
-        },
+        "resources": SMALL_WORKER,
     },
 }
 JOBS = 6
@@ -168,13 +166,10 @@ def upgrade(
     values = tmp / "values.yaml"
     values.write_text(yaml.safe_dump(VALUES))
     ledger = Ledger(kube, NAMESPACE)
-    thread = threading.Thread(target=ledger.run, name="upgrade-ledger", daemon=True)
-    thread.start()
     try:
-        yield Upgrade(cluster, kube, previous, values, ledger)
+        with sampling(ledger, "upgrade-ledger"):
+            yield Upgrade(cluster, kube, previous, values, ledger)
     finally:
-        ledger.stop.set()
-        thread.join(5)
         uninstall(cluster, RELEASE, NAMESPACE)  # with the diagnostics of a failure
 
 
