@@ -237,6 +237,16 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         from bench import batching as batching_section
 
         lines += batching_section.markdown(batching)
+    enginecpu = results.get("enginecpu") or {}
+    if enginecpu and not _error(enginecpu):
+        from bench import enginecpu as enginecpu_section
+
+        lines += enginecpu_section.markdown(enginecpu)
+    gpu = results.get("gpu") or {}
+    if gpu and not _error(gpu):
+        from bench import gpu as gpu_section
+
+        lines += gpu_section.markdown(gpu)
     pools = results.get("pools") or {}
     if pools and not _error(pools):
         from bench import pools as pools_section
@@ -335,6 +345,11 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         from bench import transcripts as transcripts_section
 
         lines += transcripts_section.markdown(transcripts)
+    languages = results.get("languages") or {}
+    if languages and not _error(languages):
+        from bench import languages as languages_section
+
+        lines += languages_section.markdown(languages)
     for name in ("engine", "longfile"):
         section = results.get(name)
         if section and not _error(section):
@@ -345,11 +360,6 @@ def markdown(results: dict[str, Any], plot_names: list[str]) -> str:
         lines += ["## Sections that failed in this run", ""]
         lines += [f"- {k}: {results[k]['error']}" for k in failed] + [""]
     return "\n".join(lines)
-    languages = results.get("languages") or {}
-    if languages and not _error(languages):
-        from bench import languages as languages_section
-
-        lines += languages_section.markdown(languages)
 
 
 def _etcd(section: dict[str, Any]) -> list[str]:

@@ -20,8 +20,11 @@ transcripts (recall against bare faster-whisper on LibriVox speech, word timing 
 subtitle rules, the vocabulary), languages (the multilingual base model against faster-whisper
 on espeak-ng speech in nine languages: language identification, WER, segments of files that
 switch language, translation), batching (the Whisper engine batching 1, 4 and 8 chunks a
-call against one chunk a call, on this CPU), pools (a GPU pool's autoscaling from zero on a
-kind node that advertises nvidia.com/gpu: the pod test, several minutes). Every
+call against one chunk a call, on this CPU), enginecpu (where the worker's engine path spends
+its CPU per audio second: the model's calls against every stage around them), gpu (the engine
+over a grid of slots × batchSize on a CUDA device, skipped where none is visible), pools (a
+GPU pool's autoscaling from zero on a kind node that advertises nvidia.com/gpu: the pod test,
+several minutes). Every
 section runs even when another fails; the failure is recorded in the results.
 """
 
@@ -60,6 +63,8 @@ SECTIONS = [
     "etcd",
     "transcripts",
     "batching",
+    "enginecpu",
+    "gpu",
     "pools",
     "languages",
 ]
@@ -181,6 +186,14 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
         from bench import batching
 
         _section(results, "batching", lambda: batching.measure(4 if quick else 8))
+    if "enginecpu" in only:
+        from bench import enginecpu
+
+        _section(results, "enginecpu", lambda: enginecpu.measure(4 if quick else 8))
+    if "gpu" in only:
+        from bench import gpu
+
+        _section(results, "gpu", lambda: gpu.measure(quick))
     if "pools" in only:
         from bench import pools
 

@@ -176,10 +176,15 @@ class Decoder:
     def _resampled(self, frames: Iterator[Any], position: int) -> Iterator[Samples]:
         """Resampled blocks of `frames`; `self.position` counts from `position`."""
         self.position = position
+        # Blocks of a second, whatever the codec's frames (1,024 samples of a WAV): the same
+        # samples in 16 times fewer blocks, half the CPU of decoding (bench/enginecpu.py).
+        size = self.rate
         if self.channel is None:
-            resampler = av.AudioResampler(format="flt", layout="mono", rate=self.rate)
+            resampler = av.AudioResampler(
+                format="flt", layout="mono", rate=self.rate, frame_size=size
+            )
         else:  # every channel kept, planar: the one asked for is a row
-            resampler = av.AudioResampler(format="fltp", rate=self.rate)
+            resampler = av.AudioResampler(format="fltp", rate=self.rate, frame_size=size)
         try:
             for frame in frames:
                 if self.stop.is_set():

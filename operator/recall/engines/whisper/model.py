@@ -13,6 +13,13 @@ Contract:
   raises `JobFailure("ModelInvalid", permanent=True)`.
 - `available_cpus()` is what `threads` 0 means: every CPU the process may use (affinity and
   cgroup quota). CTranslate2 itself reads 0 as 4 threads, which oversubscribes a small pod.
+- `one_blas_thread()` holds numpy's OpenBLAS to one thread in the process (the engine's only
+  BLAS call is each window's log-mel filter bank, 80 × 201 × 3,000): its threads spin after
+  every call, and on 16 cores they burned more CPU than the product itself (bench/gpu.py's
+  stages: 4.6 ms of CPU per audio second in the features). One thread also makes the
+  features the same on every machine: OpenBLAS's kernels differ by thread count in the last
+  bit, enough for tiny.en to write a comma more or less (tests/integration/
+  test_whisper_cpu_path.py).
 - Not guaranteed: a loaded model is never unloaded; two keys for one directory are two copies.
 """
 
@@ -124,6 +131,24 @@ def _load(source: str, threads: int, placement: Placement, streams: int) -> Any:
         seconds=round(time.monotonic() - began, 3),
     )
     return model
+
+
+def one_blas_thread() -> bool:
+    """numpy's OpenBLAS (the scipy-openblas its wheels bundle) held to one thread in this
+    process; False where none is found (another BLAS: left as it is)."""
+    import ctypes
+    import glob
+
+    import numpy
+
+    for path in sorted(glob.glob(os.path.dirname(numpy.__file__) + ".libs/*openblas*")):
+        library = ctypes.CDLL(path)  # the copy numpy loaded: dlopen counts, it does not reload
+        for name in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads"):
+            setter = getattr(library, name, None)
+            if setter is not None:
+                setter(1)
+                return True
+    return False
 
 
 def available_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
