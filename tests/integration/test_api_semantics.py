@@ -11,7 +11,7 @@ from recall.kube.client import MERGE_PATCH, api_message
 from recall.kube.client import KubeClient as Kube
 from recall.resources import GROUP, JOB_PLURAL, VERSION
 from recall_dev.cluster import ControlPlane
-from tests.helpers import create_job, get_job
+from tests.helpers import create_job, get_job, merge_patch, refused_with, wait_for
 from tests.rbac import service_account_client
 
 
@@ -76,15 +76,8 @@ def test_status_patch__cannot_change_labels_annotations_or_spec(kube: Kube, name
 
 def test_main_resource_update__cannot_change_status(kube: Kube, namespace: str) -> None:
     create_job(kube, namespace, "j")
-    kube.custom.patch_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        JOB_PLURAL,
-        "j",
-        {"metadata": {"labels": {"a": "b"}}, "status": {"phase": "Succeeded"}},
-        _content_type=MERGE_PATCH,
-    )
+    change = {"metadata": {"labels": {"a": "b"}}, "status": {"phase": "Succeeded"}}
+    merge_patch(kube, namespace, JOB_PLURAL, "j", change)
     job = get_job(kube, namespace, "j")
     assert job.metadata.labels["a"] == "b"
     assert job.status.phase == "Queued"
@@ -141,16 +134,11 @@ def test_rbac__identity_without_binding_is_forbidden_and_with_binding_allowed(
             "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
         },
     )
+
     # RBAC changes reach the authorizer's cache within moments.
-    from tests.helpers import wait_for
+    def read() -> object:
+        return sa_custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOB_PLURAL, "j")
 
-    def allowed() -> bool:
-        try:
-            sa_custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOB_PLURAL, "j")
-        except ApiException as err:
-            if err.status != 403:
-                raise
-            return False
-        return True
-
-    wait_for(allowed, timeout=10, message="the RoleBinding to take effect")
+    wait_for(
+        lambda: not refused_with(403, read), timeout=10, message="the RoleBinding to take effect"
+    )

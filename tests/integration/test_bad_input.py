@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from recall.kube.client import MERGE_PATCH, api_message
 from recall.kube.client import KubeClient as Kube
+from recall.kube.client import api_message
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
-from tests.helpers import create_job
+from tests.helpers import create_job, merge_patch
 
 JOB: dict[str, Any] = {
     "apiVersion": API_VERSION,
@@ -154,38 +154,14 @@ def test_malformed_manifest__rejected_naming_the_field(
 def test_job_spec__is_immutable(kube: Kube, namespace: str) -> None:
     create_job(kube, namespace, "j")
     with pytest.raises(ApiException) as e:
-        kube.custom.patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            namespace,
-            JOB_PLURAL,
-            "j",
-            {"spec": {"priority": 7}},
-            _content_type=MERGE_PATCH,
-        )
+        merge_patch(kube, namespace, JOB_PLURAL, "j", {"spec": {"priority": 7}})
     assert e.value.status == 422
     assert "spec is immutable" in api_message(e.value)
 
 
 def test_batch_items__are_immutable_but_suspend_is_not(kube: Kube, namespace: str) -> None:
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BATCH_PLURAL, BATCH)
-    kube.custom.patch_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        BATCH_PLURAL,
-        "bad",
-        {"spec": {"suspend": True}},
-        _content_type=MERGE_PATCH,
-    )
+    merge_patch(kube, namespace, BATCH_PLURAL, "bad", {"spec": {"suspend": True}})
     with pytest.raises(ApiException) as e:
-        kube.custom.patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            namespace,
-            BATCH_PLURAL,
-            "bad",
-            {"spec": {"items": [item("b")]}},
-            _content_type=MERGE_PATCH,
-        )
+        merge_patch(kube, namespace, BATCH_PLURAL, "bad", {"spec": {"items": [item("b")]}})
     assert "spec.items is immutable" in api_message(e.value)
