@@ -280,6 +280,15 @@ def markdown(section: dict[str, Any]) -> list[str]:
         rows = [[name, old.get(name, "—"), value] for name, value in rows]
         headers = ["", f"before ({before.get('label', 'earlier')})", "now"]
     lines += _table(headers, rows)
+    if before:
+        ratio = before["outside_ms_per_audio_s"] / max(section["outside_ms_per_audio_s"], 1e-9)
+        vad = section["stages"].get("speech detection (VAD)", 0.0)
+        lines += [
+            f"Outside the model: {ratio:.2f} times less CPU than before. The speech detection "
+            f"({vad} ms) is Silero VAD's network over every sample once (once per chunk, not "
+            "per window); it is what is left.",
+            "",
+        ]
     lines += [
         "cProfile (the process's CPU clock): the functions with the most CPU of their own "
         "outside the model, now.",
