@@ -7,12 +7,14 @@
 - `verbs`: the resources as descriptors (group, version, plural, subresources) and the one set
   of generic verbs over them (get, list, watch, create, replace, patch, delete,
   delete-collection), as client-go's dynamic client;
-- `http`: the verbs against the API server (`ApiClient.call_api`, timeouts, 429s);
-- `memory`, `rules`, `patch`: the verbs over a dict for unit tests (resourceVersion and 409,
+- `http`: the verbs against the API server (`ApiClient.call_api`, timeouts, 429s); `config`:
+  the connection (kubeconfig or service account) and the namespace;
+- `twin`, `rules`, `patch`: the verbs over a dict for unit tests (resourceVersion and 409,
   the status and scale subresources, the CRDs' defaults and CEL transition rules, fault
-  injection), and `MemoryApi`, the typed calls over it;
+  injection);
 - `typed`: the typed calls (`get_job`, `patch_scale`, ...), each a thin wrapper of a verb;
-  `client`: `KubeClient`, the typed calls over the API server;
+  `client`: `KubeClient`, the typed calls over the API server; `memory`: `MemoryApi`, the
+  typed calls over the twin, with the controls a test plays the cluster with;
 - `informer`: list + watch of a selection, relisted on 410 and after errors;
 - `install`: `InstallReader`, the reads of an install `recall doctor` checks (CRDs,
   Deployments, pods, Leases, API fairness objects, SelfSubjectAccessReviews).

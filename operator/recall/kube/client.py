@@ -8,14 +8,8 @@ from functools import cached_property
 from kubernetes import client
 
 from recall.base.clock import SYSTEM, Clock
-from recall.kube.http import (
-    MERGE_PATCH,
-    HttpVerbs,
-    api_message,
-    current_namespace,
-    load_api_client,
-    translate,
-)
+from recall.kube.config import current_namespace, load_api_client
+from recall.kube.http import MERGE_PATCH, HttpVerbs, api_message, translate
 from recall.kube.typed import TypedClient
 
 __all__ = [

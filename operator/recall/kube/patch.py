@@ -1,9 +1,11 @@
-"""JSON merge patches (RFC 7386) and kubectl-style selectors, as pure functions.
+"""JSON merge patches (RFC 7386), JSON patches (RFC 6902) and kubectl-style selectors, as pure
+functions.
 
 `merge_patch(old, new)` is the patch that turns `old` into `new`; `apply_merge_patch(doc,
-patch)` applies one. `matches(obj, selector)` evaluates the field and label selectors the
-project uses (equality, inequality, existence, `in` / `notin`) against a raw object, as the API
-server does for lists and watches.
+patch)` applies one, `apply_json_patch(doc, ops)` a JSON patch. `matches_fields` and
+`matches_labels` evaluate the field and label selectors the project uses (equality,
+inequality, existence, `in` / `notin`) against a raw object, as the API server does for lists
+and watches; `selected` and `selected_event` say what a list or watch of a selection returns.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import copy
 import re
 from typing import Any
+
+from recall.kube.base import Selector
 
 
 def merge_patch(old: Any, new: Any) -> Any:
@@ -138,3 +142,26 @@ def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
         else:
             raise ValueError(f"unsupported JSON patch operation {kind!r}")
     return out
+
+
+def selected(obj: dict[str, Any], selector: Selector) -> bool:
+    """Whether `obj` is in the selection of a list or watch."""
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return matches_fields(obj, selector.fields) and matches_labels(labels, selector.labels)
+
+
+def selected_event(
+    type_: str, new: dict[str, Any], old: dict[str, Any] | None, selector: Selector
+) -> str | None:
+    """What a watch of the selection sends for a change (`old` → `new`): an object leaving
+    the selection arrives DELETED, one entering it ADDED, as the API server's watch cache does;
+    None when the change is outside it."""
+    now_in = type_ != "DELETED" and selected(new, selector)
+    was_in = old is not None and selected(old, selector)
+    if type_ == "DELETED":
+        return "DELETED" if was_in else None
+    if now_in and not was_in:
+        return "ADDED"
+    if was_in and not now_in:
+        return "DELETED"
+    return "MODIFIED" if now_in else None

@@ -10,6 +10,7 @@ generated name). Objects are raw API dicts (camelCase), as stored.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -254,3 +255,36 @@ def refusal(resource: Resource, name: str, old: RawObject | None, new: RawObject
     if not broken:
         return None
     return f"{resource.kind}.{resource.group} {name!r} is invalid: status: {'; '.join(broken)}"
+
+
+def scale_of(obj: RawObject) -> RawObject:
+    """A Deployment's scale subresource as the API server serves it."""
+    meta = obj["metadata"]
+    labels = obj["spec"]["selector"]["matchLabels"]
+    return {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
+        "spec": {"replicas": int(obj["spec"].get("replicas") or 0)},
+        "status": {
+            "replicas": int((obj.get("status") or {}).get("replicas") or 0),
+            "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        },
+    }
+
+
+def written(
+    resource: Resource, current: RawObject, new: RawObject, subresource: str | None
+) -> RawObject:
+    """What a write of `new` to `current` (or to its subresource) stores: the status alone, the
+    replicas alone, or all but the status of a resource that has a status subresource."""
+    if subresource == "status":
+        out = {**current, "status": new.get("status")}
+    elif subresource == "scale":
+        out = copy.deepcopy(current)
+        out["spec"]["replicas"] = int((new.get("spec") or {}).get("replicas") or 0)
+    else:
+        out = {**new, "metadata": {**current["metadata"], **(new.get("metadata") or {})}}
+        if "status" in resource.subresources:
+            out["status"] = current.get("status")
+    return {k: v for k, v in out.items() if v is not None}

@@ -4,11 +4,13 @@ status split, the CRD's rules, selections in lists and watches, ConfigMap size."
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
 from recall.kube import Conflict, Invalid, NotFound, Selector, Unavailable
 from recall.kube.memory import Fault, MemoryApi
+from recall.resources import TranscriptionJob
 from tests.unit.fakes import NS, job_manifest
 
 TOKEN = "c" * 32
@@ -117,3 +119,29 @@ def test_config_map__one_mebibyte_at_most() -> None:
         store.create_config_map(NS, "big", {"a": "x" * (1024 * 1024 + 1)}, labels={})
     with pytest.raises(Conflict):
         store.create_config_map(NS, "ok", {}, labels={})
+
+
+def test_json_patch__of_the_status_subresource_and_a_failed_test_changes_nothing() -> None:
+    from recall.kube.verbs import JOBS
+
+    store = MemoryApi()
+    store.create_job(NS, job_manifest("a"))
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/status/phase", "value": "Queued"}]
+    ops.append({"op": "add", "path": "/status/offer", "value": {"worker": "w1"}})
+    out = store.verbs.patch(JOBS, NS, "a", ops, subresource="status")
+    assert out["status"]["offer"] == {"worker": "w1"}
+    with pytest.raises(Invalid):
+        store.verbs.patch(JOBS, NS, "a", [{"op": "test", "path": "/status/phase", "value": "x"}])
+    assert store.get_job(NS, "a") == TranscriptionJob.from_api(out)
+
+
+def test_scale__reads_the_deployment_and_a_stale_version_conflicts() -> None:
+    store = MemoryApi()
+    store.put_deployment(NS, "workers", 2, {"app": "w"})
+    scale = store.get_scale(NS, "workers")
+    assert scale is not None and (scale.replicas, scale.selector) == (2, "app=w")
+    assert store.patch_scale(NS, "workers", 5, scale.resource_version).replicas == 5
+    with pytest.raises(Conflict):
+        store.patch_scale(NS, "workers", 1, scale.resource_version)
+    deployment = store.get_deployment(NS, "workers")
+    assert deployment is not None and deployment["spec"]["replicas"] == 5
