@@ -272,6 +272,8 @@ def test_template_defaults__least_privilege_secure_pods(tools: Tools, tmp_path: 
         + ["Secret"] * 3  # the store's identities, the operator's and the workers' keys
         + ["PersistentVolumeClaim"]  # the store's data
         + ["FlowSchema", "PriorityLevelConfiguration"] * 2  # API Priority and Fairness
+        # the event sinks' policy: no loopback, link-local or metadata host, only named Secrets
+        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )
     for doc in docs:
         labels = doc["metadata"].get("labels", {})
