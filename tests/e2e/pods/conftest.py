@@ -44,6 +44,18 @@ SMALL_WORKER: dict[str, Any] = {
     "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
     "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "256Mi"},
 }
+
+
+def simulated_release(operators: int, workers: int, grace_seconds: int) -> dict[str, Any]:
+    """The values of a release of the simulated engine: `operators` operators and `workers`
+    small workers with a grace of `grace_seconds`."""
+    return {
+        "engine": {"name": "simulated"},
+        "operator": {"replicas": operators},
+        "worker": {"replicas": workers, "graceSeconds": grace_seconds, "resources": SMALL_WORKER},
+    }
+
+
 # One pytest process runs them, in this order (pytest_collection_modifyitems below).
 MODULES = (
     "test_pods.py", "test_scaling.py", "test_gpu_pools.py", "test_install.py", "test_drills.py",

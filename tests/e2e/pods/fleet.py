@@ -18,7 +18,7 @@ from kubernetes import client
 
 from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION
-from tests.e2e.pods.conftest import PodCluster, install
+from tests.e2e.pods.conftest import PodCluster, install, uninstall
 from tests.e2e.pods.drills import epoch
 from tests.helpers import wait_for
 
@@ -281,19 +281,31 @@ def sampling(sampler: Sampler, name: str) -> Iterator[None]:
         thread.join(5)
 
 
-def install_with_own_store(
-    cluster: PodCluster, release: str, namespace: str, values: dict[str, Any], tmp: Path
-) -> Path:
+@contextlib.contextmanager
+def sampled_release(
+    cluster: PodCluster,
+    release: str,
+    namespace: str,
+    values: dict[str, Any],
+    tmp: Path,
+    sampler: Sampler,
+    name: str,
+) -> Iterator[Path]:
     """The chart installed as `release` in `namespace` with `values` (written to a file in
-    `tmp`, whose path is returned) and its own results store, in an emptyDir (the main
-    release's data stays its own)."""
+    `tmp`, the path given) and its own results store, in an emptyDir (the main release's data
+    stays its own), `sampler` running in a thread named `name` while it stands; uninstalled
+    at the end."""
     path = tmp / "values.yaml"
     path.write_text(yaml.safe_dump(values))
     install(
         cluster, release, namespace, "--values", str(path),
         "--set", "store.bundled.persistence.enabled=false",
     )  # fmt: skip
-    return path
+    try:
+        with sampling(sampler, name):
+            yield path
+    finally:
+        uninstall(cluster, release, namespace)
 
 
 def interrupted(jobs: list[dict[str, Any]]) -> list[str]:

@@ -39,14 +39,13 @@ from kubernetes import client
 
 from recall.kube.client import KubeClient as Kube
 from recall.resources import Phase
-from tests.e2e.pods.conftest import ROOT, SMALL_WORKER, PodCluster, uninstall
+from tests.e2e.pods.conftest import ROOT, SMALL_WORKER, PodCluster
 from tests.e2e.pods.fleet import (
     apply_batch,
     first_claim,
-    install_with_own_store,
     interrupted,
     jobs_of,
-    sampling,
+    sampled_release,
     wait_done,
 )
 from tests.helpers import wait_for
@@ -251,13 +250,10 @@ def fleet(
     gpu_node: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Fleet]:
-    install_with_own_store(cluster, RELEASE, NS, VALUES, tmp_path_factory.mktemp("gpu"))
     seen = Seen(api, kube)
-    try:
-        with sampling(seen, "gpu-pool-sampler"):
-            yield Fleet(cluster, kube, api, gpu_node, seen)
-    finally:
-        uninstall(cluster, RELEASE, NS)
+    tmp = tmp_path_factory.mktemp("gpu")
+    with sampled_release(cluster, RELEASE, NS, VALUES, tmp, seen, "gpu-pool-sampler"):
+        yield Fleet(cluster, kube, api, gpu_node, seen)
 
 
 def test_gpu_pool__scheduled_on_the_gpu_node_from_zero_and_back_beside_the_default_pool(

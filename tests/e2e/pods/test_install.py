@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from recall.kube.client import KubeClient as Kube
-from tests.e2e.pods.conftest import SMALL_WORKER, PodCluster, install, uninstall
+from tests.e2e.pods.conftest import PodCluster, install, simulated_release, uninstall
 from tests.e2e.pods.drills import batch_manifest
 from tests.helpers import wait_for
 
@@ -31,13 +31,7 @@ NS = "recall-install"
 RELEASE = "fresh"
 REPLICAS = {"store": 1, "operator": 1, "worker": 2}
 VALUES: dict[str, Any] = {
-    "engine": {"name": "simulated"},
-    "operator": {"replicas": 1},
-    "worker": {
-        "replicas": 2,
-        "graceSeconds": 2,
-        "resources": SMALL_WORKER,
-    },
+    **simulated_release(operators=1, workers=2, grace_seconds=2),
     "store": {"bundled": {"persistence": {"enabled": False}}},
 }
 

@@ -30,7 +30,7 @@ from kubernetes import client
 
 from recall.kube.client import KubeClient as Kube
 from recall.resources import Phase
-from tests.e2e.pods.conftest import CHART, ROOT, PodCluster, uninstall
+from tests.e2e.pods.conftest import CHART, ROOT, PodCluster
 from tests.e2e.pods.fleet import (
     MAX,
     NS,
@@ -38,10 +38,9 @@ from tests.e2e.pods.fleet import (
     VALUES,
     Recorder,
     Scaling,
-    install_with_own_store,
     interrupted,
     leased_jobs,
-    sampling,
+    sampled_release,
 )
 from tests.helpers import wait_for
 
@@ -52,15 +51,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 def scaling(
     cluster: PodCluster, kube: Kube, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Scaling]:
-    values = install_with_own_store(
-        cluster, RELEASE, NS, VALUES, tmp_path_factory.mktemp("scaling")
-    )
     recorder = Recorder(api, kube)
-    try:
-        with sampling(recorder, "fleet-recorder"):
-            yield Scaling(cluster, kube, api, recorder, values)
-    finally:
-        uninstall(cluster, RELEASE, NS)
+    tmp = tmp_path_factory.mktemp("scaling")
+    with sampled_release(cluster, RELEASE, NS, VALUES, tmp, recorder, "fleet-recorder") as values:
+        yield Scaling(cluster, kube, api, recorder, values)
 
 
 # -- the tests, in order -----------------------------------------------------------------------

@@ -32,7 +32,6 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -43,10 +42,10 @@ from recall_dev.release import Release
 from tests.e2e.pods.conftest import (
     CHART,
     NAMESPACE,
-    SMALL_WORKER,
     PodCluster,
     ensure_crds,
     release_values,
+    simulated_release,
     uninstall,
 )
 from tests.e2e.pods.drills import Ledger, batch_manifest, figures
@@ -56,15 +55,7 @@ from tests.helpers import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 RELEASE = "recall"
-VALUES: dict[str, Any] = {
-    "engine": {"name": "simulated"},
-    "operator": {"replicas": 2},
-    "worker": {
-        "replicas": 3,
-        "graceSeconds": 20,
-        "resources": SMALL_WORKER,
-    },
-}
+VALUES = simulated_release(operators=2, workers=3, grace_seconds=20)
 JOBS = 6
 LEASE = 20
 CRD_NAMES = ("transcriptionjobs.recall.dev", "batches.recall.dev")
