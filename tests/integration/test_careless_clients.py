@@ -208,26 +208,22 @@ def error(status: Status, reason: str, permanent: bool) -> dict[str, Any]:
     }
 
 
-def fail_retry(status: Status) -> Patch:
+def failed(status: Status, reason: str, permanent: bool) -> Patch:
+    """What every fail writes: the lease given up, the failure counted, its error."""
     return {
-        "phase": "Queued",
         "lease": None,
         "failures": status.get("failures", 0) + 1,
-        "lastError": error(status, "EngineUnavailable", False),
-        "backoffSeconds": 5,
+        "lastError": error(status, reason, permanent),
         "fence": next_fence(status),
     }
+
+
+def fail_retry(status: Status) -> Patch:
+    return {"phase": "Queued", **failed(status, "EngineUnavailable", False), "backoffSeconds": 5}
 
 
 def fail_final(status: Status) -> Patch:
-    return {
-        "phase": "Failed",
-        "lease": None,
-        "failures": status.get("failures", 0) + 1,
-        "lastError": error(status, "SourceNotFound", True),
-        "fence": next_fence(status),
-        "completedAt": now(),
-    }
+    return {"phase": "Failed", **failed(status, "SourceNotFound", True), "completedAt": now()}
 
 
 def release(status: Status) -> Patch:

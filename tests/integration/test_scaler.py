@@ -31,6 +31,7 @@ from recall.protocol.workers import SELECTOR, lease_name, read
 from recall.worker.drain import Drain
 from recall.worker.registration import Registration
 from tests.helpers import create_job
+from tests.unit.fakes import Leader
 
 pytestmark = pytest.mark.integration
 
@@ -185,22 +186,22 @@ def test_scale_subresource__any_change_to_the_deployment_fences_an_older_read(
     assert kube.patch_scale(namespace, NAME, 0, fresh.resource_version).replicas == 0
 
 
+def make_hpa(api: client.ApiClient, namespace: str, **spec: int) -> None:
+    """The HorizontalPodAutoscaler cpu, of 3 replicas at most (and `spec`), on the workers'
+    Deployment."""
+    target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME}
+    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(
+        namespace,
+        {"metadata": {"name": "cpu"}, "spec": {"scaleTargetRef": target, **spec, "maxReplicas": 3}},
+    )
+
+
 def test_autoscalers__an_hpa_is_found_and_no_keda_installed_is_none(
     api: client.ApiClient, kube: Kube, namespace: str
 ) -> None:
     make_deployment(api, namespace, 1)
     assert kube.list_autoscalers(namespace) == []  # no ScaledObject CRD here: not an error
-    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(
-        namespace,
-        {
-            "metadata": {"name": "cpu"},
-            "spec": {
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
-                "minReplicas": 1,
-                "maxReplicas": 3,
-            },
-        },
-    )
+    make_hpa(api, namespace, minReplicas=1)
     assert kube.list_autoscalers(namespace) == [
         ScalerRef("HorizontalPodAutoscaler", "cpu", "Deployment", NAME)
     ]
@@ -232,16 +233,7 @@ def test_scaler__refuses_with_an_event_and_a_condition_when_an_hpa_targets_it(
     api: client.ApiClient, kube: Kube, namespace: str, op: Operator
 ) -> None:
     make_deployment(api, namespace, 1)
-    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(
-        namespace,
-        {
-            "metadata": {"name": "cpu"},
-            "spec": {
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
-                "maxReplicas": 3,
-            },
-        },
-    )
+    make_hpa(api, namespace)
     create_job(kube, namespace, "j0")
     create_job(kube, namespace, "j1")
     op.sync()
@@ -260,19 +252,6 @@ def test_scaler__refuses_with_an_event_and_a_condition_when_an_hpa_targets_it(
         "False",
         "Refused",
     )
-
-
-class Leader:
-    term: int | None = None
-
-    def __init__(self) -> None:
-        self.leading = True
-
-    def holds(self) -> bool:
-        return self.leading
-
-    def need_term(self, at_least: int) -> None:
-        del at_least
 
 
 def test_scaler__a_deposed_leaders_late_write_cannot_land(
