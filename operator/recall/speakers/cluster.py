@@ -7,20 +7,18 @@ Pure.
 
 Contract:
 - A file whose windows lie (nine in ten) within `ONE_VOICE` of their mean direction has one
-  voice.
-  Otherwise the vectors are centred on the file's mean (what the file's voices share goes;
-  what tells them apart stays) and linked by average linkage on cosine distances. Without a
-  count, the voices are the clusters that are
-  further apart than `SAME_VOICE` (cosine distance between their windows, on average), then
-  held within [least, most]. With `count: N`, N clusters, unless fewer voices are clearly
-  there: clusters closer than `SURELY_SAME` are one voice, and `count` then says fewer than
-  asked (`Found.short`), never more than the windows.
+  voice. Otherwise the vectors are centred on the file's mean (what the file's voices share
+  goes; what tells them apart stays) and linked by average linkage on cosine distances. The
+  voices found are the clusters further apart than `SAME_VOICE` (cosine distance between
+  their windows, on average). More than `count` (or `max`) are merged down to it; fewer than
+  `count` (or `min`) are labelled as found, and `Found.short` says so: a voice is never
+  split to reach a count (it would be labelled twice).
 - At most `MAX_LINKED` windows are linked (the linkage is quadratic in memory: 2,000 windows
   take 16 MB); with more, an evenly spaced sample of them is, and every window then goes to
   the nearest cluster's centre. Memory and time therefore stay bounded whatever the length.
 - Small clusters (under `MIN_SHARE` of the windows, or fewer than `MIN_WINDOWS`) are not
-  voices (a window mixing two voices at a change of turn, a laugh, a cough) when the count is
-  not fixed: their windows go to the nearest voice.
+  voices (a window mixing two voices at a change of turn, a laugh, a cough) unless a count
+  merged them: their windows go to the nearest voice.
 - Labels are numbered by first appearance: the cluster of the first window is 0.
 - Deterministic: the same vectors give the same labels.
 """
@@ -35,7 +33,6 @@ from scipy.cluster.hierarchy import fcluster, linkage
 
 SAME_VOICE = 0.87  # average cosine distance (of centred vectors) under which two groups of
 # windows are one voice
-SURELY_SAME = 0.55  # ... under which they are one voice even when a larger count was asked
 ONE_VOICE = 0.12  # nine windows in ten this close to their mean (raw cosine distance): one voice
 MAX_LINKED = 2000
 MIN_SHARE = 0.02  # of the windows: a voice heard less is not one (when the count is free)
@@ -84,21 +81,17 @@ def cluster(vectors: Floats, bounds: Bounds) -> Found:
     def clusters_at(distance: float) -> int:
         return int(len(picked) - np.searchsorted(heights, distance, side="right"))
 
-    natural = clusters_at(SAME_VOICE)
-    present = clusters_at(SURELY_SAME)  # voices that are surely distinct
-    if bounds.count is not None:
-        want = min(bounds.count, present, len(picked))
-        short = want < bounds.count
-    else:
-        want = max(bounds.least, min(natural, bounds.most))
-        want = min(want, present, len(picked))
-        short = want < bounds.least
+    natural = clusters_at(SAME_VOICE)  # the voices found apart
+    most = bounds.count if bounds.count is not None else bounds.most
+    asked = bounds.count if bounds.count is not None else bounds.least
+    want = min(natural, most, len(picked))
     sample_labels = fcluster(tree, t=want, criterion="maxclust") - 1
     centres = _centres(vectors[picked], sample_labels)
-    if bounds.count is None:
-        centres = _without_small(centres, sample_labels)
+    if want == natural:  # not merged down to a count: a small group is not a voice
+        centres = _without_small(centres, sample_labels, MIN_SHARE)
     labels = np.argmax(vectors @ centres.T, axis=1)
-    return Found(_by_first_appearance(labels), len(np.unique(labels)), short)
+    count = len(np.unique(labels))
+    return Found(_by_first_appearance(labels), count, count < asked)
 
 
 def centred(vectors: Floats) -> Floats:
@@ -120,9 +113,9 @@ def _centres(vectors: Floats, labels: npt.NDArray[np.integer]) -> Floats:
     return np.asarray(centres / np.linalg.norm(centres, axis=1, keepdims=True), np.float32)
 
 
-def _without_small(centres: Floats, labels: npt.NDArray[np.integer]) -> Floats:
+def _without_small(centres: Floats, labels: npt.NDArray[np.integer], share: float) -> Floats:
     sizes = np.bincount(labels, minlength=len(centres))
-    small = (sizes < MIN_WINDOWS) | (sizes < MIN_SHARE * len(labels))
+    small = (sizes < MIN_WINDOWS) | (sizes < share * len(labels))
     if small.all() or not small.any():
         return centres
     return centres[~small]
