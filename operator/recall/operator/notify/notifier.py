@@ -312,7 +312,10 @@ class Notifier:
         if type_ is None or (recorded is not None and recorded.time is not None):
             return None
         if job.spec.batch_ref:
+            # The Batch as kopf delivered it; at start-up the jobs can come first: read it.
             batch = self.batches().get((namespace, job.spec.batch_ref))
+            if batch is None:
+                batch = self.store.get_batch(namespace, job.spec.batch_ref)
             own = batch.spec.notify if batch is not None else None
         else:
             own = job.spec.notify
