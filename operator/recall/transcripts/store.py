@@ -31,9 +31,10 @@ Contract (layout: `layout`):
   hold rule) so that an entity across the seam is found whole: no record, transcript or output
   holds the unredacted text. `redact.keepOriginal` stores each chunk's unredacted record beside
   it (`c000042.original.json`) and the unredacted transcript as `original.json`, deleted with
-  the job's other objects. A resume from a record that held words back transcribes that
-  record's chunk again and keeps only the words from where the hold began (the held words were
-  never written in the clear): one chunk more for the engine, nothing lost.
+  the job's other objects. A resume from a record that held words back transcribes the chunks
+  those words were said in again (the last one, or more when they go back over short chunks)
+  and keeps only the words from where the hold began (the held words were never written in the
+  clear): a chunk or two more for the engine, nothing lost.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from recall.bucket import Bucket
+from recall.media.media import CHANNEL_STRIDE
 from recall.media.types import Chunk, Cutting, Media, Resume, Segment
 from recall.resources import AUTO, OutputFormat, Part, RedactSpec, TranscriptionJob
 from recall.transcripts.assemble import assemble
@@ -81,7 +83,7 @@ class Checkpoint:
     parts: tuple[Part, ...]
     records: tuple[Record, ...]
     resume: Resume
-    retake: bool = False  # the last record held words back: its chunk is transcribed again
+    retake: int = 0  # the last chunks, transcribed again for the words their records held
 
     @property
     def chunks(self) -> int:
@@ -100,8 +102,8 @@ class Checkpoint:
     def context(self) -> str:
         """What the engine is prompted with next: the text of the last chunk that has text, as
         a running attempt keeps it (a silent chunk does not clear it); before a retake, the
-        text before the chunk transcribed again."""
-        records = self.records[:-1] if self.retake else self.records
+        text before the chunks transcribed again."""
+        records = self.records[: len(self.records) - self.retake]
         return next((r.text for r in reversed(records) if r.text), "")
 
     def describe(self) -> str:
@@ -188,13 +190,31 @@ def read_checkpoint(bucket: Bucket, job: TranscriptionJob) -> Checkpoint:
     if not records:
         raise CheckpointUnusable("none of the checkpoint's chunks could be read back")
     resume = Resume(chunks=len(records), position=position, tail=tail)
-    retake = records[-1].held is not None
-    if retake:  # the held words were never stored: transcribe the last chunk again
-        before = records[-2].tail if len(records) > 1 else ""
-        resume = Resume(chunks=len(records) - 1, position=records[-1].first, tail=before)
+    retake = retake_of(records, cutting.rate)
+    if retake:  # the held words were never stored: transcribe their chunks again
+        first = len(records) - retake
+        before = records[first - 1].tail if first else ""
+        resume = Resume(chunks=first, position=records[first].first, tail=before)
     return Checkpoint(
         cutting=cutting, parts=tuple(kept), records=tuple(records), resume=resume, retake=retake
     )
+
+
+def retake_of(records: list[Record], rate: int) -> int:
+    """How many of the last `records` a resume transcribes again: those whose audio holds the
+    words the last record held back (held words may go back over several short chunks)."""
+    since = records[-1].held if records else None
+    if since is None:
+        return 0
+    first = len(records) - 1
+    channel = records[-1].channel
+    while (
+        first > 0
+        and records[first - 1].channel == channel
+        and (records[first].first % CHANNEL_STRIDE) / rate > since
+    ):
+        first -= 1
+    return len(records) - first
 
 
 def load_transcript(bucket: Bucket, key: str) -> Transcript | None:
@@ -223,7 +243,7 @@ class AttemptWriter:
     detected: tuple[str, float | None] | None = None  # the file's language detected, if any
     pending: list[Segment] = field(default_factory=list)  # held back into the next record
     piece: bool = False  # the first pending segment continues the last stored one
-    retake: int | None = None  # the chunk transcribed again for the words its record held
+    retake: tuple[int, int, float] | None = None  # chunks [first, end) again, words from then
     originals: dict[int, Record] = field(default_factory=dict)  # unredacted, keepOriginal
 
     @property
@@ -269,7 +289,11 @@ class AttemptWriter:
         self.cutting, self.carried, self.records = cutting, parts, records
         self.own_first = 0 if not parts else len(records)
         self.pending, self.piece, self.originals = [], False, {}
-        self.retake = len(records) - 1 if carried is not None and carried.retake else None
+        self.retake = None
+        if carried is not None and carried.retake:
+            since = records[-1].held
+            assert since is not None
+            self.retake = (len(records) - carried.retake, len(records), since)
         if parts == () and carried is not None and self.keep_original:
             for i in range(len(records)):  # one part again: the originals go with it
                 raw = self.bucket.get(original_chunk_key(self._directory_of(i, carried), i))
@@ -308,11 +332,15 @@ class AttemptWriter:
         for the file (`language`, else the one an earlier record has); returns the parts."""
         if chunk.channel:
             segments = [labelled(s, chunk.channel) for s in segments]
-        if self.retake is not None and chunk.index == self.retake:
-            since = self.records[-1].held
-            assert since is not None
-            self.pending, self.piece = from_time(segments, since)
-            self.retake = None
+        if self.retake is not None and chunk.index < self.retake[1]:
+            first, end, since = self.retake
+            words, piece = from_time(segments, since)
+            if chunk.index == first:
+                self.pending, self.piece = words, piece
+            else:
+                self.pending = [*self.pending, *words]
+            if chunk.index == end - 1:
+                self.retake = None
             return self.parts()
         if chunk.index != self.chunks:
             raise ValueError(f"chunk {chunk.index} out of order: {self.chunks} stored")

@@ -198,3 +198,37 @@ def test_a_store_write_repeated_after_a_lost_answer_stores_the_same_record() -> 
     w.bucket = real
     w.add(chunk(1), said(1))
     assert w.chunks == 2
+
+
+SHORT = ["Hello and welcome.", "My email is", "maria at example", "dot org. Thanks", "and bye now."]
+
+
+def test_resume__held_words_that_go_back_over_short_chunks_are_all_transcribed_again() -> None:
+    def add(w: AttemptWriter, i: int) -> None:
+        w.add(chunk(i, len(SHORT)), said(i, SHORT[i]))
+
+    first_bucket = memory_bucket()
+    j = job(TYPES)
+    first = AttemptWriter(first_bucket, j, 1, TOKENS[1])
+    first.begin(CUT, None)
+    for i in range(3):
+        add(first, i)
+    checkpoint = read_checkpoint(first_bucket, job(TYPES, first.parts()))
+    assert checkpoint.retake > 1  # the held words begin two chunks back or more
+    second = AttemptWriter(first_bucket, job(TYPES, first.parts()), 2, TOKENS[2])
+    second.begin(CUT, checkpoint)
+    for i in range(checkpoint.resume.chunks, len(SHORT)):
+        add(second, i)
+    second.finish(150.0, "x", ["txt"])
+    fresh = memory_bucket()
+    unbroken = AttemptWriter(fresh, j, 1, TOKENS[1])
+    unbroken.begin(CUT, None)
+    for i in range(len(SHORT)):
+        add(unbroken, i)
+    unbroken.finish(150.0, "x", ["txt"])
+    resumed = load_transcript(first_bucket, second.transcript_key)
+    whole = load_transcript(fresh, unbroken.transcript_key)
+    assert resumed is not None and whole is not None
+    assert (
+        resumed.text == whole.text == "Hello and welcome. My email is [EMAIL]. Thanks and bye now."
+    )
