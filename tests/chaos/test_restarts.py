@@ -20,8 +20,7 @@ from recall.kube import Selector
 from recall.kube.client import KubeClient, load_api_client
 from recall.kube.informer import Informer, Jobs
 from recall_dev.cluster import ControlPlane
-from recall_dev.crds import install_crds
-from tests.helpers import create_job, wait_for
+from tests.helpers import create_job, started, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -29,13 +28,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def own_control_plane() -> Iterator[ControlPlane]:
     """A control plane this module may restart (the session's one is shared)."""
-    cp = ControlPlane(controller_manager=False)
-    cp.start(timeout=180)
-    try:
-        install_crds(str(cp.kubeconfig))
+    with started(ControlPlane(controller_manager=False)) as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 class Names:

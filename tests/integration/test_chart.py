@@ -32,7 +32,7 @@ from recall.bucket import Bucket
 from recall.kube.client import KubeClient as Kube
 from recall.resources import BATCH_PLURAL, GROUP, VERSION, BatchStatus, Phase
 from recall_dev.cluster import ControlPlane
-from tests.helpers import Procs, get_batch, list_jobs, wait_for
+from tests.helpers import Procs, built, get_batch, list_jobs, run_captured, wait_for
 from tests.rbac import service_account_token, token_kubeconfig
 
 pytestmark = pytest.mark.integration
@@ -78,16 +78,7 @@ class Tools:
         env = dict(self.env)
         if kubeconfig is not None:
             env["KUBECONFIG"] = str(kubeconfig)
-        return subprocess.run(
-            [str(self.bin / tool), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=ROOT,
-            timeout=60,
-            check=False,
-        )
+        return run_captured([self.bin / tool, *args], timeout=60, input=stdin, env=env, cwd=ROOT)
 
     def ok(self, tool: str, *args: str, **kwargs: Any) -> str:
         out = self.run(tool, *args, **kwargs)
@@ -107,14 +98,7 @@ class Tools:
 
 @pytest.fixture(scope="module")
 def tools(tmp_path_factory: pytest.TempPathFactory) -> Tools:
-    built = subprocess.run(
-        [str(ROOT / "hack" / "k8s-tools" / "build.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=True,
-    )
-    bin_dir = Path(built.stdout.strip().splitlines()[-1])
+    bin_dir = built(ROOT / "hack" / "k8s-tools" / "build.sh", timeout=1800)
     home = tmp_path_factory.mktemp("tools-home")
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env.update(

@@ -16,7 +16,6 @@ KEDA's own CRD schema on the real API server, and by the endpoint its trigger re
 from __future__ import annotations
 
 import copy
-import json
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,7 +30,7 @@ from kubernetes import client
 from recall.kube.client import KubeClient as Kube
 from recall_dev.cluster import ControlPlane, free_port
 from recall_dev.keda import KedaUnavailable, scaledobject_crd
-from tests.helpers import Procs, create_job, job_manifest, wait_for
+from tests.helpers import Procs, create_job, get_json, job_manifest, wait_for
 from tests.integration.test_chart import (
     CHART,
     RELEASE,
@@ -166,16 +165,6 @@ def test_trigger_url__names_the_chart_service_and_port_the_operator_serves(
     assert "RECALL_OPERATOR_AUTOSCALE_DEPLOYMENT" not in env_of(operator), "KEDA scales, not us"
 
 
-def get(url: str) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-    except OSError:
-        return 0, {}
-
-
 @pytest.mark.slow
 def test_endpoint__the_real_operator_serves_what_the_trigger_reads(
     tools: Tools, kube: Kube, api: client.ApiClient, namespace: str, procs: Procs, tmp_path: Path
@@ -194,11 +183,11 @@ def test_endpoint__the_real_operator_serves_what_the_trigger_reads(
         create_job(kube, namespace, f"j{k}")
 
     def outstanding() -> int | None:
-        code, body = get(url)
+        code, body = get_json(url)
         return body.get(trigger["valueLocation"]) if code == 200 else None
 
     wait_for(lambda: outstanding() == 4, timeout=60, interval=0.2, message=url)
-    assert get(url) == (
+    assert get_json(url) == (
         200,
         {
             "namespace": namespace,
@@ -222,9 +211,9 @@ def test_endpoint__the_real_operator_serves_what_the_trigger_reads(
         manifest = job_manifest(f"gpu{k}")
         manifest["spec"]["pool"] = "gpu"
         kube.create_job(namespace, manifest)
-    wait_for(lambda: get(gpu_url)[1].get("outstanding") == 3, timeout=60, interval=0.2,
+    wait_for(lambda: get_json(gpu_url)[1].get("outstanding") == 3, timeout=60, interval=0.2,
              message=gpu_url)  # fmt: skip
-    assert get(gpu_url)[1]["pool"] == "gpu"
+    assert get_json(gpu_url)[1]["pool"] == "gpu"
     assert outstanding() == 4, "the default pool's work is its own"
     kube.delete_jobs(namespace, "")
     wait_for(lambda: outstanding() == 0, timeout=60, interval=0.2, message=url)
