@@ -66,6 +66,7 @@ SECTIONS = [
     "enginecpu",
     "gpu",
     "pools",
+    "speakers",
     "languages",
 ]
 
@@ -198,6 +199,10 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
         from bench import pools
 
         _section(results, "pools", pools.measure)
+    if "speakers" in only:
+        from bench import speakers
+
+        _section(results, "speakers", lambda: speakers.measure(quick))
     if "languages" in only:
         from bench import languages
 
