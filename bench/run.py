@@ -24,7 +24,8 @@ call against one chunk a call, on this CPU), enginecpu (where the worker's engin
 its CPU per audio second: the model's calls against every stage around them), gpu (the engine
 over a grid of slots × batchSize on a CUDA device, skipped where none is visible), pools (a
 GPU pool's autoscaling from zero on a kind node that advertises nvidia.com/gpu: the pod test,
-several minutes). Every
+several minutes), speakers (DER and the voices found on espeak-ng dialogues of 2-4 voices, the
+labelling's CPU against the transcription's, a worker's memory labelling 0.5-2 hours). Every
 section runs even when another fails; the failure is recorded in the results.
 """
 
