@@ -59,23 +59,28 @@ def test_chaos__every_finished_jobs_event_delivered(
     client.CoreV1Api(api).create_namespaced_secret(namespace, secret)
     sink = {**SINK, "url": receiver.url}
     items = [f"i{n:02d}" for n in range(24 if PROFILE == "short" else 60)]
-    batch = batch_manifest("b", items, simulate={"chunks": 2, "chunkDelaySeconds": 0.3})
+    batch = batch_manifest("b", items, simulate={"chunks": 3, "chunkDelaySeconds": 0.5})
     batch["spec"]["notify"] = [sink]
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BATCH_PLURAL, batch)
     for n in range(8):
         failing = {"failure": "permanent"} if n % 4 == 3 else {}
         manifest = job_manifest(
-            f"s{n}", simulate={"chunks": 2, "chunkDelaySeconds": 0.3, **failing}
+            f"s{n}", simulate={"chunks": 3, "chunkDelaySeconds": 0.5, **failing}
         )
         manifest["spec"]["notify"] = [sink]
         kube.create_job(namespace, manifest)
-    for i in range(3):
+    for i in range(2):
         procs.simulated_worker(f"w{i}", namespace)
 
     kills = 0
-    operator = start(procs, namespace, rng, 0)
+    operator, started = start(procs, namespace, rng, 0), time.monotonic()
     deadline = time.monotonic() + SECONDS
-    while time.monotonic() < deadline:
+    # Faults go on for SECONDS at least, and until every job is final and some time after, so
+    # that they meet the deliveries (which start as the jobs finish).
+    finished_at: float | None = None
+    while time.monotonic() < deadline or finished_at is None or time.monotonic() < finished_at:
+        if finished_at is None and all_final(kube, namespace, len(items) + 8):
+            finished_at = time.monotonic() + 8.0
         time.sleep(rng.uniform(1.0, 3.0))
         fault = rng.choice(["down", "slow", "refuse", "kill", "kill"])
         if fault == "down":
@@ -86,12 +91,12 @@ def test_chaos__every_finished_jobs_event_delivered(
             receiver.mode = fault
             time.sleep(rng.uniform(0.5, 2.0))
             receiver.mode = "ok"
-        elif operator.popen.poll() is None:
-            operator.signal(signal.SIGKILL)
+        elif operator.popen.poll() is None and time.monotonic() - started > rng.uniform(6, 12):
+            operator.signal(signal.SIGKILL)  # after it has had time to start and deliver
             operator.wait(10)
         if operator.popen.poll() is not None:  # killed here, or at its fault point
             kills += 1
-            operator = start(procs, namespace, rng, kills)
+            operator, started = start(procs, namespace, rng, kills), time.monotonic()
     receiver.mode = "ok"
     if operator.popen.poll() is not None:
         operator = start(procs, namespace, rng, kills + 1, fault=False)
@@ -131,9 +136,14 @@ def test_chaos__every_finished_jobs_event_delivered(
     assert not unsigned and not missing and not unknown
 
 
+def all_final(kube: Kube, namespace: str, total: int) -> bool:
+    jobs = list_jobs(kube, namespace)
+    return len(jobs) >= total and all(j.status.effective_phase.terminal for j in jobs)
+
+
 def start(procs: Procs, namespace: str, rng: random.Random, n: int, fault: bool = True) -> Proc:
     """An operator; half of them die right after their k-th request reached the sink."""
     env = dict(ENV)
     if fault and rng.random() < 0.5:
-        env["RECALL_FAULT"] = f"operator-after-notify:{rng.randint(1, 6)}"
+        env["RECALL_FAULT"] = f"operator-after-notify:{rng.randint(2, 12)}"
     return procs.recall(f"op{n}", "operator", "--namespace", namespace, env=env)
