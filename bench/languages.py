@@ -288,15 +288,21 @@ def through_recall(items: list[dict[str, Any]], threads: int) -> dict[str, dict[
 # --- the figures ----------------------------------------------------------------------------
 
 
-def segment_accuracy(switch: list[list[Any]], segments: list[list[Any]]) -> float:
-    """The share of the spoken time whose segments carry the language spoken."""
+def overlaps(switch: list[list[Any]], segments: list[list[Any]]) -> tuple[float, float]:
+    """(seconds of segments over the spoken sentences in the language spoken, all of them)."""
     right = total = 0.0
     for language, a, b in switch:
-        total += b - a
         for start, end, said in segments:
-            overlap = min(b, end) - max(a, start)
-            if overlap > 0 and said == language:
-                right += overlap
+            overlap = max(0.0, min(b, end) - max(a, start))
+            total += overlap
+            right += overlap if said == language else 0.0
+    return right, total
+
+
+def segment_accuracy(switch: list[list[Any]], segments: list[list[Any]]) -> float:
+    """The share of the transcribed speech time (segments over the spoken sentences) whose
+    segments carry the language spoken."""
+    right, total = overlaps(switch, segments)
     return right / total if total else 0.0
 
 
@@ -369,13 +375,12 @@ def measure(threads: int = 0) -> dict[str, Any]:
                 }
             )
     out["switches"] = switches
-    total = sum(b - a for i in items if "switch" in i for _, a, b in i["switch"])
-    right = sum(
-        segment_accuracy(i["switch"], mine[f"{i['name']}-segment"]["segments"])
-        * sum(b - a for _, a, b in i["switch"])
+    pairs = [
+        overlaps(i["switch"], mine[f"{i['name']}-segment"]["segments"])
         for i in items
         if "switch" in i
-    )
+    ]
+    right, total = sum(r for r, _ in pairs), sum(t for _, t in pairs)
     out["segment_accuracy"] = round(right / total, 3) if total else None
     return out
 
