@@ -1,12 +1,11 @@
 """The language decisions of a multilingual model: the pick among the allowed languages, the
-spans segment scope decides on, the majority, and the codes aws.json writes. Pure."""
+spans segment scope decides on, and the majority. Pure."""
 
 from __future__ import annotations
 
 from recall.engines.languages import (
     LOW_PROBABILITY,
     SEGMENT_SPEECH_SECONDS,
-    aws_locale,
     choose,
     decision_spans,
     majority,
@@ -47,7 +46,3 @@ def test_decision_spans__short_pauses_never_split_and_30_s_is_the_most() -> None
 def test_majority__by_seconds_of_speech() -> None:
     assert majority([("de", 4.0), ("fr", 3.0), ("fr", 2.0), (None, 9.0)]) == "fr"
     assert majority([(None, 1.0)]) is None
-
-
-def test_aws_locale__as_aws_transcribe_writes_it() -> None:
-    assert (aws_locale("de"), aws_locale("en"), aws_locale("haw")) == ("de-DE", "en-US", "haw")
