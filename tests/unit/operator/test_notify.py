@@ -12,10 +12,11 @@ from typing import Any
 from recall.base.clock import FakeClock
 from recall.kube.memory import MemoryApi
 from recall.operator.notify import events
-from recall.operator.notify.notifier import Notifier, holds
+from recall.operator.notify.notifier import Notifier
 from recall.operator.notify.send import Answer, Outcome, Sender, classify, refused
 from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.sign import HEADER, sign, verify
+from recall.operator.notify.state import holds
 from recall.operator.reconcile.cache import JobCache
 from recall.resources import Published, is_true
 from tests.helpers import complete_with_transcript

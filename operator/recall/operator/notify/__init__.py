@@ -7,5 +7,7 @@
   metadata addresses unless allowed, checked on the address it connects to (DNS rebinding);
 - `settings`: `NotifySettings` (`RECALL_NOTIFY_*`): the cluster-wide default sinks, the
   allow-list, backoff, the bound on events in flight per sink;
-- `notifier`: `Notifier`, the leader's delivery loop and the records it keeps in status.
+- `state`: what is kept in memory of each owed event and sink (pure), and what is owed;
+- `records`: the events objects owe, read from the API server, and their records in status;
+- `notifier`: `Notifier`, the leader's delivery loop.
 """

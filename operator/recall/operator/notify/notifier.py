@@ -34,113 +34,33 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import Any, Literal
 
 from recall.base import faults, log, metrics
 from recall.base.clock import SYSTEM, Clock
 from recall.kube import Api, ApiError, NotFound, ObjectRef
-from recall.operator.notify import events
+from recall.operator.notify import events, records
+from recall.operator.notify.records import Sinks
 from recall.operator.notify.send import Answer, Outcome, Sender
 from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.sign import HEADER, sign
+from recall.operator.notify.state import (
+    Gate,
+    Key,
+    Owed,
+    Pass,
+    Try,
+    answered,
+    holds,
+    owes,
+    signing_keys,
+)
 from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord
-from recall.resources import Phase, set_condition
-from recall.resources.batch import Batch, BatchNotified, NotifiedItems
-from recall.resources.indexes import encode
-from recall.resources.job import Notified, Sink
-from recall.transcripts.outputs import OutputInvalid, output_url
+from recall.resources.batch import Batch, NotifiedItems
 
 _log = log.get("notify")
 LOAD_PER_PASS = 256
-Key = tuple[str, str, str]  # ("job" | "batch", namespace, name)
-ITEM_TYPES = (events.ITEM_SUCCEEDED, events.ITEM_FAILED)
-
-
-@dataclass
-class Try:
-    """One sink's tries of one event (in memory; the status keeps what must outlive us)."""
-
-    sink: Sink
-    secrets: str  # the namespace of its Secret
-    attempts: int = 0
-    refusals: int = 0
-    at: float = float("-inf")  # not before (monotonic)
-    busy: bool = False
-    done: str | None = None  # "delivered" | "givenUp"
-    error: str | None = None
-
-    @property
-    def gate(self) -> str:
-        ref = self.sink.secret_ref
-        return f"{self.sink.url} {self.secrets}/{ref.name}/{ref.key}"
-
-
-@dataclass
-class Owed:
-    """One event owed to its sinks."""
-
-    key: Key
-    event: events.Event
-    tries: dict[str, Try]
-    ref: ObjectRef
-    recorded: Notified | None  # the record in status when loaded
-    conditions: list[Any]
-    batch: BatchKey | None = None  # the Batch of an item event, or of the Batch event itself
-    deleted_at: float | None = None
-    failure_written: bool = False
-
-    @property
-    def attempts(self) -> int:
-        before = self.recorded.attempts if self.recorded else 0
-        return before + sum(t.attempts for t in self.tries.values())
-
-    @property
-    def settled(self) -> bool:
-        return all(t.done for t in self.tries.values())
-
-    def error(self) -> str | None:
-        errors = [t.error for t in self.tries.values() if t.error]
-        return errors[-1] if errors else None
-
-
-@dataclass
-class Gate:
-    """One sink's health: a sink that failed backs off as a whole and takes one try at a time."""
-
-    failures: int = 0
-    at: float = float("-inf")
-    in_flight: int = 0
-
-
-@dataclass
-class Pass:
-    loaded: int = 0
-    sent: int = 0
-    recorded: int = 0
-    given_up: int = 0
-    errors: list[str] = field(default_factory=list)
-
-
-def wants_events(batch: Batch, defaults: Iterable[Sink]) -> bool:
-    """Whether `batch` has any sink (its own or a default)."""
-    return bool(batch.spec.notify) or any(True for _ in defaults)
-
-
-def holds(batch: Batch, defaults: Iterable[Sink]) -> bool:
-    """Whether `batch`'s TTL must wait for its events (pure): it wants events and their
-    record is not settled yet."""
-    settled = batch.status.notified is not None and batch.status.notified.time is not None
-    return wants_events(batch, defaults) and not settled
-
-
-def owes(record: JobRecord) -> bool:
-    """Whether a job's event may be owed: final, published when Succeeded, not settled."""
-    if record.notified is not None:
-        return False
-    return record.phase is Phase.FAILED or (record.phase is Phase.SUCCEEDED and record.published)
 
 
 class Notifier:
@@ -277,13 +197,6 @@ class Notifier:
 
     # -- loading -----------------------------------------------------------------------------
 
-    def _sinks(self, own: list[Sink] | None, namespace: str, type_: str) -> dict[str, Try]:
-        tries = {s.url: Try(s, namespace) for s in own or [] if s.wants(type_)}
-        for s in self.settings.default_sinks:
-            if s.wants(type_):
-                tries.setdefault(s.url, Try(s, self.settings.secret_namespace))
-        return tries
-
     def _seed_batches(self) -> None:
         for key, batch in self.batches().items():
             if batch.status.complete and self.holds(batch):
@@ -294,93 +207,28 @@ class Notifier:
     def _load(self, key: Key, done: Pass) -> Owed | None:
         kind, namespace, name = key
         try:
+            sinks = Sinks(self.settings.default_sinks, self.settings.secret_namespace)
             if kind == "job":
-                return self._load_job(namespace, name)
-            return self._load_batch(namespace, name)
+                return records.load_job(self.store, namespace, name, self.batches(), sinks)
+            return records.load_batch(self.store, namespace, name, sinks)
         except ApiError as e:
             done.errors.append(e.message)
             with self._lock:
                 self._due.add(key)  # the next pass tries again
             return None
 
-    def _load_job(self, namespace: str, name: str) -> Owed | None:
-        job = self.store.get_job(namespace, name)
-        if job is None:
-            return None
-        type_ = events.job_type(job)
-        recorded = job.status.notified
-        if type_ is None or (recorded is not None and recorded.time is not None):
-            return None
-        if job.spec.batch_ref:
-            # The Batch as kopf delivered it; at start-up the jobs can come first: read it.
-            batch = self.batches().get((namespace, job.spec.batch_ref))
-            if batch is None:
-                batch = self.store.get_batch(namespace, job.spec.batch_ref)
-            own = batch.spec.notify if batch is not None else None
-        else:
-            own = job.spec.notify
-        tries = self._sinks(own, namespace, type_)
-        if not tries:
-            return None
-        outputs = []
-        if job.spec.output is not None and job.status.published is not None:
-            try:
-                outputs = [
-                    output_url(job.spec.output, f, job) for f in job.status.published.formats
-                ]
-            except OutputInvalid:
-                outputs = []
-        for url in recorded.delivered if recorded else []:
-            if url in tries:
-                tries[url].done = "delivered"
-        return Owed(
-            ("job", namespace, name),
-            events.job_event(job, type_, outputs),
-            tries,
-            ObjectRef("TranscriptionJob", namespace, name, job.metadata.uid),
-            recorded,
-            list(job.status.conditions),
-            batch=(namespace, job.spec.batch_ref) if job.spec.batch_ref else None,
-        )
-
-    def _load_batch(self, namespace: str, name: str) -> Owed | None:
-        batch = self.store.get_batch(namespace, name)
-        if batch is None or not batch.status.complete or not self.holds(batch):
-            return None
-        recorded = batch.status.notified
-        tries = self._sinks(batch.spec.notify, namespace, events.BATCH_COMPLETED)
-        for url in recorded.delivered if recorded else []:
-            if url in tries:
-                tries[url].done = "delivered"
-        return Owed(
-            ("batch", namespace, name),
-            events.batch_event(batch),
-            tries,
-            ObjectRef("Batch", namespace, name, batch.metadata.uid),
-            recorded,
-            list(batch.status.conditions),
-            batch=(namespace, name),
-        )
-
     # -- sending -----------------------------------------------------------------------------
 
     def _secret(self, t: Try) -> list[bytes] | str:
         """The signing keys of `t`'s sink (the key, and `<key>.next` while rotating), or why
-        there are none."""
+        there are none; a Secret is read again every `secret_seconds`."""
         ref = t.sink.secret_ref
         mono = self.clock.monotonic()
         cached = self._keys.get((t.secrets, ref.name))
         if cached is None or mono - cached[1] >= self.settings.secret_seconds:
-            data = self.store.get_secret(t.secrets, ref.name)
-            self._keys[(t.secrets, ref.name)] = (data, mono)
-        else:
-            data = cached[0]
-        if data is None:
-            return f"KeyMissing: Secret {t.secrets}/{ref.name} does not exist"
-        keys = [data[k] for k in (ref.key, f"{ref.key}.next") if data.get(k)]
-        if not data.get(ref.key):
-            return f"KeyMissing: Secret {t.secrets}/{ref.name} has no key {ref.key}"
-        return keys
+            cached = (self.store.get_secret(t.secrets, ref.name), mono)
+            self._keys[(t.secrets, ref.name)] = cached
+        return signing_keys(cached[0], t)
 
     def _send(self, pool: Executor | None, done: Pass) -> None:
         mono = self.clock.monotonic()
@@ -438,30 +286,11 @@ class Notifier:
 
     def _answered(self, o: Owed, t: Try, answer: Answer) -> None:
         mono = self.clock.monotonic()
-        given_up = False
         with self._lock:
             gate = self._gates.setdefault(t.gate, Gate())
             gate.in_flight = max(0, gate.in_flight - 1)
-            t.busy = False
-            t.attempts += 1
             metrics.NOTIFY_DELIVERIES.labels(outcome=answer.outcome.value).inc()
-            if answer.outcome is Outcome.DELIVERED:
-                t.done, t.error = "delivered", None
-                gate.failures, gate.at = 0, float("-inf")
-            elif answer.outcome is Outcome.UNAVAILABLE:
-                t.error = answer.error
-                delay = self.backoff.delay(gate.failures)
-                gate.failures += 1
-                gate.at = mono + max(delay, min(answer.retry_after or 0, self.backoff.cap))
-                t.at = gate.at
-            else:
-                t.error = answer.error
-                t.refusals += 1
-                gate.failures, gate.at = 0, float("-inf")  # it answers: not a sink failure
-                if t.refusals >= self.settings.max_refusals:
-                    t.done, given_up = "givenUp", True
-                else:
-                    t.at = mono + self.backoff.delay(t.refusals - 1)
+            given_up = answered(t, gate, answer, mono, self.backoff, self.settings.max_refusals)
         if answer.outcome is not Outcome.DELIVERED:
             _log.info(
                 "notify_failed",
@@ -525,7 +354,7 @@ class Notifier:
                 if o.failure_written or o.error() is None:
                     continue
             try:
-                self._write(o, settled, items)
+                records.write(self.store, o, settled, items, self.clock.now())
             except NotFound:
                 with self._lock:
                     self._owed.pop(o.key, None)
@@ -541,74 +370,9 @@ class Notifier:
                     self._owed.pop(o.key, None)
 
     def _items(self, o: Owed) -> NotifiedItems:
-        """A Batch's item events as counts and the given-up indexes as ranges."""
-        batch = self.batches().get((o.key[1], o.key[2]))
-        wanted = (batch.spec.notify if batch else None) or []
-        if not any(s.wants(t) for s in [*wanted, *self.settings.default_sinks] for t in ITEM_TYPES):
-            return NotifiedItems()
-        delivered, given_up, pending = 0, [], 0
-        for r in self.cache.batch_jobs((o.key[1], o.key[2])).values():
-            if r.notified == "delivered":
-                delivered += 1
-            elif r.notified == "givenUp":
-                given_up.append(r.index if r.index is not None else -1)
-            elif owes(r):
-                pending += 1
-        ranges, _ = encode(sorted(i for i in given_up if i >= 0))
-        return NotifiedItems(
-            delivered=delivered,
-            given_up=len(given_up),
-            pending=pending,
-            given_up_indexes=ranges or None,
-        )
-
-    def _write(self, o: Owed, settled: bool, items: NotifiedItems | None) -> None:
-        tries = o.tries.values()
-        record: dict[str, Any] = {
-            "id": o.event.id,
-            "type": o.event.type,
-            "attempts": o.attempts,
-            "delivered": sorted(u for u, t in o.tries.items() if t.done == "delivered"),
-            "givenUp": sorted(u for u, t in o.tries.items() if t.done == "givenUp"),
-            "lastError": (o.error() or "")[:1000] or None,
-        }
-        if o.recorded is not None:
-            record["delivered"] = sorted({*record["delivered"], *o.recorded.delivered})
-        now = self.clock.now()
-        status: Literal["True", "False"]
-        if settled:
-            record["time"] = now
-            lost = any(t.done == "givenUp" for t in tries)
-            status, reason = ("False", "GivenUp") if lost else ("True", "Delivered")
-            message = f"{o.event.type} ({o.event.id}): {len(record['delivered'])} sinks received it"
-        else:
-            status = "False"
-            reason = "KeyMissing" if (o.error() or "").startswith("KeyMissing") else "Retrying"
-            message = f"{o.event.type} ({o.event.id}): {o.error()}"
-        conditions = set_condition(o.conditions, "Notified", status, reason, message[:1000], now)
-        if o.key[0] == "job":
-            body = Notified.model_validate(record).to_api()
-            patch = {"notified": body, "conditions": [c.to_api() for c in conditions]}
-            self.store.patch_job_status(o.key[1], o.key[2], None, patch)
-        else:
-            fresh = self.store.get_batch(o.key[1], o.key[2])
-            if fresh is None:
-                raise NotFound(f"Batch {o.key[2]} is gone")
-            conditions = set_condition(
-                fresh.status.conditions, "Notified", status, reason, message[:1000], now
-            )
-            body = BatchNotified.model_validate({**record, "items": items}).to_api()
-            patch = {"notified": body, "conditions": [c.to_api() for c in conditions]}
-            self.store.patch_batch_status(
-                o.key[1], o.key[2], fresh.metadata.resource_version, patch
-            )
-        o.conditions = conditions
-        _log.info(
-            "notified" if settled else "notify_retrying",
-            id=o.event.id,
-            object=o.ref.name,
-            namespace=o.ref.namespace,
-            attempts=o.attempts,
+        key = (o.key[1], o.key[2])
+        return records.items_of(
+            self.cache, self.batches().get(key), key, self.settings.default_sinks
         )
 
     def _event(self, about: ObjectRef, reason: str, message: str) -> None:

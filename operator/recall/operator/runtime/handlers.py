@@ -33,8 +33,9 @@ from recall.base.settings import OperatorSettings
 from recall.bucket import Stores
 from recall.kube import Api
 from recall.kube.informer import Informer, Jobs, Leases
-from recall.operator.notify.notifier import Notifier, holds
+from recall.operator.notify.notifier import Notifier
 from recall.operator.notify.settings import NotifySettings
+from recall.operator.notify.state import holds
 from recall.operator.peers.leader import LeaderElector
 from recall.operator.runtime import readiness
 from recall.operator.runtime.wiring import wire

@@ -1,0 +1,179 @@
+"""What the notifier reads and writes: the events objects owe, and their records (DESIGN §4e).
+
+`load_job` and `load_batch` read an object and build the event it owes (`Owed`), for the sinks
+that want it (`Sinks`: its own and the cluster's defaults).
+`write` is one status write: `status.notified` (id, type, attempts, delivered, givenUp,
+lastError, and `time` once settled) and the `Notified` condition; a Batch's record also holds
+its items' events as counts and the given-up items as compressed index ranges (`items_of`),
+never a list.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from recall.base import log
+from recall.kube import Api, NotFound, ObjectRef
+from recall.operator.notify import events
+from recall.operator.notify.state import ITEM_TYPES, Owed, Try, holds, owes
+from recall.operator.reconcile.cache import BatchKey, JobCache
+from recall.resources import set_condition
+from recall.resources.batch import Batch, BatchNotified, NotifiedItems
+from recall.resources.indexes import encode
+from recall.resources.job import Notified, Sink
+from recall.transcripts.outputs import OutputInvalid, output_url
+
+_log = log.get("notify")
+
+
+@dataclass(frozen=True)
+class Sinks:
+    """The cluster-wide default sinks (their Secrets in `namespace`) beside an object's own."""
+
+    defaults: list[Sink]
+    namespace: str
+
+    def tries(self, own: list[Sink] | None, namespace: str, type_: str) -> dict[str, Try]:
+        """One `Try` per sink that wants `type_`: the object's own, then the defaults."""
+        tries = {s.url: Try(s, namespace) for s in own or [] if s.wants(type_)}
+        for s in self.defaults:
+            if s.wants(type_):
+                tries.setdefault(s.url, Try(s, self.namespace))
+        return tries
+
+
+def load_job(
+    api: Api, namespace: str, name: str, batches: dict[BatchKey, Batch], sinks: Sinks
+) -> Owed | None:
+    """The event a job owes now (read from the API server), or None: not final, settled, or
+    no sink wants it."""
+    job = api.get_job(namespace, name)
+    if job is None:
+        return None
+    type_ = events.job_type(job)
+    recorded = job.status.notified
+    if type_ is None or (recorded is not None and recorded.time is not None):
+        return None
+    if job.spec.batch_ref:
+        # The Batch as kopf delivered it; at start-up the jobs can come first: read it.
+        batch = batches.get((namespace, job.spec.batch_ref))
+        if batch is None:
+            batch = api.get_batch(namespace, job.spec.batch_ref)
+        own = batch.spec.notify if batch is not None else None
+    else:
+        own = job.spec.notify
+    tries = sinks.tries(own, namespace, type_)
+    if not tries:
+        return None
+    outputs = []
+    if job.spec.output is not None and job.status.published is not None:
+        try:
+            outputs = [output_url(job.spec.output, f, job) for f in job.status.published.formats]
+        except OutputInvalid:
+            outputs = []
+    for url in recorded.delivered if recorded else []:
+        if url in tries:
+            tries[url].done = "delivered"
+    return Owed(
+        ("job", namespace, name),
+        events.job_event(job, type_, outputs),
+        tries,
+        ObjectRef("TranscriptionJob", namespace, name, job.metadata.uid),
+        recorded,
+        list(job.status.conditions),
+        batch=(namespace, job.spec.batch_ref) if job.spec.batch_ref else None,
+    )
+
+
+def load_batch(api: Api, namespace: str, name: str, sinks: Sinks) -> Owed | None:
+    """The event of a complete Batch not settled yet, or None."""
+    batch = api.get_batch(namespace, name)
+    if batch is None or not batch.status.complete or not holds(batch, sinks.defaults):
+        return None
+    recorded = batch.status.notified
+    tries = sinks.tries(batch.spec.notify, namespace, events.BATCH_COMPLETED)
+    for url in recorded.delivered if recorded else []:
+        if url in tries:
+            tries[url].done = "delivered"
+    return Owed(
+        ("batch", namespace, name),
+        events.batch_event(batch),
+        tries,
+        ObjectRef("Batch", namespace, name, batch.metadata.uid),
+        recorded,
+        list(batch.status.conditions),
+        batch=(namespace, name),
+    )
+
+
+def items_of(
+    cache: JobCache, batch: Batch | None, key: BatchKey, defaults: list[Sink]
+) -> NotifiedItems:
+    """A Batch's item events as counts and the given-up indexes as ranges."""
+    wanted = (batch.spec.notify if batch else None) or []
+    if not any(s.wants(t) for s in [*wanted, *defaults] for t in ITEM_TYPES):
+        return NotifiedItems()
+    delivered, given_up, pending = 0, [], 0
+    for r in cache.batch_jobs(key).values():
+        if r.notified == "delivered":
+            delivered += 1
+        elif r.notified == "givenUp":
+            given_up.append(r.index if r.index is not None else -1)
+        elif owes(r):
+            pending += 1
+    ranges, _ = encode(sorted(i for i in given_up if i >= 0))
+    return NotifiedItems(
+        delivered=delivered,
+        given_up=len(given_up),
+        pending=pending,
+        given_up_indexes=ranges or None,
+    )
+
+
+def write(api: Api, o: Owed, settled: bool, items: NotifiedItems | None, now: dt.datetime) -> None:
+    tries = o.tries.values()
+    record: dict[str, Any] = {
+        "id": o.event.id,
+        "type": o.event.type,
+        "attempts": o.attempts,
+        "delivered": sorted(u for u, t in o.tries.items() if t.done == "delivered"),
+        "givenUp": sorted(u for u, t in o.tries.items() if t.done == "givenUp"),
+        "lastError": (o.error() or "")[:1000] or None,
+    }
+    if o.recorded is not None:
+        record["delivered"] = sorted({*record["delivered"], *o.recorded.delivered})
+    status: Literal["True", "False"]
+    if settled:
+        record["time"] = now
+        lost = any(t.done == "givenUp" for t in tries)
+        status, reason = ("False", "GivenUp") if lost else ("True", "Delivered")
+        message = f"{o.event.type} ({o.event.id}): {len(record['delivered'])} sinks received it"
+    else:
+        status = "False"
+        reason = "KeyMissing" if (o.error() or "").startswith("KeyMissing") else "Retrying"
+        message = f"{o.event.type} ({o.event.id}): {o.error()}"
+    conditions = set_condition(o.conditions, "Notified", status, reason, message[:1000], now)
+    if o.key[0] == "job":
+        body = Notified.model_validate(record).to_api()
+        patch = {"notified": body, "conditions": [c.to_api() for c in conditions]}
+        api.patch_job_status(o.key[1], o.key[2], None, patch)
+    else:
+        fresh = api.get_batch(o.key[1], o.key[2])
+        if fresh is None:
+            raise NotFound(f"Batch {o.key[2]} is gone")
+        conditions = set_condition(
+            fresh.status.conditions, "Notified", status, reason, message[:1000], now
+        )
+        body = BatchNotified.model_validate({**record, "items": items}).to_api()
+        patch = {"notified": body, "conditions": [c.to_api() for c in conditions]}
+        api.patch_batch_status(o.key[1], o.key[2], fresh.metadata.resource_version, patch)
+    o.conditions = conditions
+    _log.info(
+        "notified" if settled else "notify_retrying",
+        id=o.event.id,
+        object=o.ref.name,
+        namespace=o.ref.namespace,
+        attempts=o.attempts,
+    )
