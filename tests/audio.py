@@ -7,6 +7,9 @@ from pathlib import Path
 import av
 import numpy as np
 import numpy.typing as npt
+import pytest
+
+from recall_dev import librivox, speech
 
 
 def encode(
@@ -29,3 +32,13 @@ def encode(
         for packet in stream.encode(None):
             out.mux(packet)
     return path
+
+
+def librivox_twice(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The LibriVox clips twice over: ~58 s of read speech, and what is said in it."""
+    out = tmp_path_factory.mktemp("librivox") / "librivox.wav"
+    try:
+        _seconds, said = librivox.recording(out, repeat=2)
+    except speech.SpeechUnavailable as e:
+        pytest.fail(str(e))
+    return out, said

@@ -15,10 +15,11 @@ import pytest
 
 from recall.bucket import Bucket
 from recall.kube.client import KubeClient as Kube
-from recall.resources import API_VERSION, GROUP, JOB_PLURAL, VERSION, Phase
+from recall.resources import GROUP, JOB_PLURAL, VERSION, Phase
 from recall.transcripts import load_transcript
-from recall_dev import librivox, speech
-from tests.helpers import Procs, get_job, job_phase, wait_for
+from recall_dev import speech
+from tests.audio import librivox_twice
+from tests.helpers import Procs, get_job, job_phase, manifest, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -27,13 +28,7 @@ MAX_WORDS_CHANGED = 0.05  # the share of words batching may change (none did whe
 
 @pytest.fixture(scope="module")
 def read_speech(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The LibriVox clips twice over: ~58 s of read speech, and what is said in it."""
-    out = tmp_path_factory.mktemp("librivox") / "librivox.wav"
-    try:
-        _seconds, said = librivox.recording(out, repeat=2)
-    except speech.SpeechUnavailable as e:
-        pytest.fail(str(e))
-    return out, said
+    return librivox_twice(tmp_path_factory)
 
 
 def transcribe(
@@ -46,18 +41,17 @@ def transcribe(
         VERSION,
         namespace,
         JOB_PLURAL,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "TranscriptionJob",
-            "metadata": {"name": name},
-            "spec": {
+        manifest(
+            "TranscriptionJob",
+            name,
+            {
                 "source": {"url": path.as_uri()},
                 "language": "en",
                 "leaseDurationSeconds": 30,
                 "engine": {"name": "whisper", "chunkSeconds": 10},
                 "transcript": {"words": True},
             },
-        },
+        ),
     )
     worker = procs.worker(
         name,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -236,27 +237,40 @@ def test_operator_restart__never_reclaims_a_lease_being_renewed(
         assert "lease_lost" not in w.event_names()
 
 
+def failed_item(
+    kube: Kube,
+    namespace: str,
+    procs: Procs,
+    key: str,
+    failure: Mapping[str, object],
+    *,
+    max_attempts: int,
+    timeout: float,
+    idle_exit: int,
+    env: dict[str, str] | None = None,
+) -> TranscriptionJob:
+    """The job of item `key` of Batch p (2 simulated chunks that fail as `failure` says), under
+    an operator and a worker w that idles out after `idle_exit` s, once it failed."""
+    operator(procs, namespace)
+    simulate = {"chunks": 2, **failure}
+    create_batch(kube, namespace, "p", [key], max_attempts=max_attempts, simulate=simulate)
+    worker(procs, namespace, "w", "--idle-exit", str(idle_exit), env=env)
+    wait_for(
+        lambda: job_phase(kube, namespace, f"p-{key}") == Phase.FAILED,
+        timeout=timeout,
+        message=procs.dump,
+    )
+    return get_job(kube, namespace, f"p-{key}")
+
+
 def test_poison_job__fails_after_max_attempts_with_its_reason(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
-    operator(procs, namespace)
-    create_batch(
-        kube,
-        namespace,
-        "p",
-        ["poison"],
-        max_attempts=3,
-        simulate={"chunks": 2, "failure": "retriable", "failAtChunk": 1},
+    failure = {"failure": "retriable", "failAtChunk": 1}
+    env = {"RECALL_WORKER_RETRY_BASE_SECONDS": "0.2"}
+    job = failed_item(
+        kube, namespace, procs, "poison", failure, max_attempts=3, timeout=60, idle_exit=5, env=env
     )
-    worker(
-        procs, namespace, "w", "--idle-exit", "5", env={"RECALL_WORKER_RETRY_BASE_SECONDS": "0.2"}
-    )
-    wait_for(
-        lambda: job_phase(kube, namespace, "p-poison") == Phase.FAILED,
-        timeout=60,
-        message=procs.dump,
-    )
-    job = get_job(kube, namespace, "p-poison")
     assert (job.status.attempts, job.status.failures, job.status.expired_leases) == (3, 3, 0)
     assert job.status.last_error is not None and job.status.last_error.reason == "SimulatedFailure"
     assert any(
@@ -275,20 +289,10 @@ def test_poison_job__fails_after_max_attempts_with_its_reason(
 def test_permanent_error__fails_at_once_without_retries(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
-    operator(procs, namespace)
-    create_batch(
-        kube,
-        namespace,
-        "p",
-        ["bad"],
-        max_attempts=5,
-        simulate={"chunks": 2, "failure": "permanent"},
+    failure = {"failure": "permanent"}
+    job = failed_item(
+        kube, namespace, procs, "bad", failure, max_attempts=5, timeout=30, idle_exit=3
     )
-    worker(procs, namespace, "w", "--idle-exit", "3")
-    wait_for(
-        lambda: job_phase(kube, namespace, "p-bad") == Phase.FAILED, timeout=30, message=procs.dump
-    )
-    job = get_job(kube, namespace, "p-bad")
     assert (job.status.attempts, job.status.failures) == (1, 1)
     assert job.status.last_error is not None and job.status.last_error.permanent
 

@@ -17,10 +17,17 @@ import pytest
 
 from recall.bucket import Bucket
 from recall.kube.client import KubeClient as Kube
-from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
+from recall.resources import BATCH_PLURAL, GROUP, VERSION, Phase
 from recall.transcripts import load_transcript
 from recall_dev import speech
-from tests.helpers import Procs, get_job, job_phase, store_keys, wait_for
+from tests.helpers import (
+    Procs,
+    get_job,
+    job_phase,
+    manifest,
+    wait_for,
+    wait_for_the_result_alone,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -63,15 +70,14 @@ def whisper_batch(
         VERSION,
         namespace,
         BATCH_PLURAL,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "Batch",
-            "metadata": {"name": name},
-            "spec": {
+        manifest(
+            "Batch",
+            name,
+            {
                 "items": [{"key": k, "source": {"url": url}} for k, url in items.items()],
                 "defaults": defaults,
             },
-        },
+        ),
     )
 
 
@@ -139,13 +145,7 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     assert any(w.start < done * 10 for w in words) and any(w.start > done * 10 for w in words)
     # The accepted transcript is all that stays: both attempts' chunks and cuttings go once it
     # is accepted (the operator collects them), and nothing is in a ConfigMap.
-    accepted = job.status.result.transcript
-    assert f"/a2-{job.status.result.token}/" in accepted
-    wait_for(
-        lambda: store_keys(results, namespace, job) == [accepted],
-        timeout=30,
-        message=lambda: f"only the result to stay: {store_keys(results, namespace, job)}",
-    )
+    wait_for_the_result_alone(results, namespace, job, attempt=2, timeout=30)
     names = [c.metadata.name for c in kube.core.list_namespaced_config_map(namespace).items]
     assert [n for n in names if n != "kube-root-ca.crt"] == []
 

@@ -30,7 +30,6 @@ from recall.bucket import Bucket
 from recall.kube.client import KubeClient, load_api_client
 from recall.resources import Phase
 from recall_dev.cluster import ControlPlane
-from recall_dev.crds import install_crds
 from recall_dev.identities import (
     bind_cluster_role,
     chart_apf,
@@ -39,7 +38,7 @@ from recall_dev.identities import (
     token_kubeconfig,
 )
 from recall_dev.procs import die_with_parent
-from tests.helpers import Procs, batch_manifest, list_jobs, read_events, wait_for
+from tests.helpers import Procs, batch_manifest, list_jobs, read_events, started, wait_for
 
 RELEASE = "r"
 CHART = Path(__file__).resolve().parents[2] / "charts" / "recall"
@@ -52,15 +51,9 @@ FLOOD_CONNECTIONS = 600
 @pytest.fixture(scope="module")
 def busy_plane() -> Iterator[ControlPlane]:
     """A control plane whose API server has 16 seats in all (APF on, as in any cluster)."""
-    cp = ControlPlane(
-        apiserver_args=["--max-requests-inflight=10", "--max-mutating-requests-inflight=6"]
-    )
-    cp.start(timeout=180)
-    try:
-        install_crds(str(cp.kubeconfig))
+    seats = ["--max-requests-inflight=10", "--max-mutating-requests-inflight=6"]
+    with started(ControlPlane(apiserver_args=seats)) as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 FLOOD = textwrap.dedent(

@@ -14,8 +14,6 @@ from __future__ import annotations
 import itertools
 import shutil
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,20 +23,10 @@ from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION
 from recall_dev.cluster import free_port
 from recall_dev.objstore import PORT_FLAGS, ObjectStore
-from tests.helpers import Procs, get_batch, wait_for
+from tests.helpers import Procs, get_batch, readyz, wait_for
 
 BUCKET = "recall"
 COMPONENTS = ("store", "operator", "worker")
-
-
-def readyz(port: int) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except OSError:
-        return 0, ""
 
 
 @pytest.fixture

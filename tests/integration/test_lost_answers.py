@@ -12,12 +12,20 @@ import pytest
 from recall.bucket import Bucket
 from recall.kube.client import KubeClient as Kube
 from recall.resources import Phase
-from tests.helpers import Procs, create_job, get_job, wait_for
+from tests.helpers import Proc, Procs, create_job, get_job, wait_for_phase
 
 
 def settled(events: list[dict[str, object]], action: str) -> bool:
     return any(
         e.get("event") == "write_settled_by_read" and e.get("action") == action for e in events
+    )
+
+
+def losing_answers(procs: Procs, namespace: str, action: str, *args: str) -> Proc:
+    """A worker that never gets the answer of its `action` writes, though the server applies
+    them."""
+    return procs.simulated_worker(
+        "w", namespace, *args, env={"RECALL_FAULT": f"lose-answer:{action}"}
     )
 
 
@@ -34,21 +42,8 @@ def test_lost_answer__settled_by_reading_back(
         checkpoint=1,
         simulate={"chunks": 4, "chunkDelaySeconds": 0.5},
     )
-    w = procs.worker(
-        "w",
-        "--engine",
-        "simulated",
-        "--namespace",
-        namespace,
-        "--max-jobs",
-        "1",
-        env={"RECALL_FAULT": f"lose-answer:{action}"},
-    )
-    wait_for(
-        lambda: get_job(kube, namespace, "j").status.phase == Phase.SUCCEEDED,
-        timeout=30,
-        message=procs.dump,
-    )
+    w = losing_answers(procs, namespace, action, "--max-jobs", "1")
+    wait_for_phase(kube, namespace, "j", Phase.SUCCEEDED, timeout=30, procs=procs)
     assert w.wait(timeout=20) == 0
     job = get_job(kube, namespace, "j")
     assert job.status.result is not None
@@ -67,21 +62,8 @@ def test_lost_answer__settled_by_reading_back(
 
 def test_lost_answer_of_fail__recorded_once(kube: Kube, namespace: str, procs: Procs) -> None:
     create_job(kube, namespace, "bad", lease=6, simulate={"chunks": 2, "failure": "permanent"})
-    w = procs.worker(
-        "w",
-        "--engine",
-        "simulated",
-        "--namespace",
-        namespace,
-        "--max-jobs",
-        "1",
-        env={"RECALL_FAULT": "lose-answer:fail"},
-    )
-    wait_for(
-        lambda: get_job(kube, namespace, "bad").status.phase == Phase.FAILED,
-        timeout=30,
-        message=procs.dump,
-    )
+    w = losing_answers(procs, namespace, "fail", "--max-jobs", "1")
+    wait_for_phase(kube, namespace, "bad", Phase.FAILED, timeout=30, procs=procs)
     assert w.wait(timeout=20) == 0
     job = get_job(kube, namespace, "bad")
     assert (job.status.attempts, job.status.failures) == (1, 1)
@@ -93,21 +75,8 @@ def test_lost_answer_of_release__job_queued_worker_exits(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
     create_job(kube, namespace, "slow", lease=10, simulate={"chunks": 30, "chunkDelaySeconds": 0.5})
-    w = procs.worker(
-        "w",
-        "--engine",
-        "simulated",
-        "--namespace",
-        namespace,
-        "--grace",
-        "0",
-        env={"RECALL_FAULT": "lose-answer:release"},
-    )
-    wait_for(
-        lambda: get_job(kube, namespace, "slow").status.phase == Phase.LEASED,
-        timeout=20,
-        message=procs.dump,
-    )
+    w = losing_answers(procs, namespace, "release", "--grace", "0")
+    wait_for_phase(kube, namespace, "slow", Phase.LEASED, timeout=20, procs=procs)
     w.signal(signal.SIGTERM)
     assert w.wait(timeout=20) == 0
     job = get_job(kube, namespace, "slow")

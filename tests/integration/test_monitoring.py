@@ -27,6 +27,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from recall.base import metrics
 from recall_dev.cluster import tools_bin_dir
+from tests.helpers import built, run_captured
 from tests.unit.test_docs import _anchors
 
 pytestmark = pytest.mark.integration
@@ -39,14 +40,7 @@ DASHBOARD = ROOT / "charts" / "recall" / "files" / "dashboards" / "recall.json"
 @pytest.fixture(scope="module")
 def monitoring_bin() -> Path:
     """promtool and dashboardlint, built once and cached (hack/monitoring/build.sh)."""
-    built = subprocess.run(
-        [str(ROOT / "hack" / "monitoring" / "build.sh")],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=True,
-    )
-    return Path(built.stdout.strip().splitlines()[-1])
+    return built(ROOT / "hack" / "monitoring" / "build.sh", timeout=3600)
 
 
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -339,23 +333,13 @@ def test_alerts__each_fires_in_its_case_and_stays_quiet_beside_it(
     (tmp_path / "alerts.test.yaml").write_text(
         yaml.safe_dump({"rule_files": ["alerts.yaml"], "evaluation_interval": "1m", "tests": tests})
     )
-    promtool = str(monitoring_bin / "promtool")
-    check = subprocess.run(
-        [promtool, "check", "rules", "alerts.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert check.returncode == 0, check.stdout + check.stderr
-    run = subprocess.run(
-        [promtool, "test", "rules", "alerts.test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    promtool = monitoring_bin / "promtool"
+    for args, timeout in [
+        (["check", "rules", "alerts.yaml"], 120),
+        (["test", "rules", "alerts.test.yaml"], 300),
+    ]:
+        out = run_captured([promtool, *args], timeout=timeout, cwd=tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
     assert sum(len(c) for c in CASES.values()) == len(tests)
 
 

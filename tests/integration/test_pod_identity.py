@@ -29,7 +29,7 @@ from recall.kube import Forbidden
 from recall.kube.http import translate
 from recall_dev.cluster import ControlPlane
 from recall_dev.identities import token_client
-from tests.helpers import Kube, wait_for
+from tests.helpers import Kube, refused_with, run_captured, wait_for
 from tests.integration.test_careless_clients import (
     GROUP,
     MERGE_PATCH,
@@ -76,14 +76,7 @@ def helm(cp: ControlPlane, tmp: Path, *args: str) -> subprocess.CompletedProcess
         HELM_CONFIG_HOME=str(home / "config"),
         HELM_DATA_HOME=str(home / "data"),
     )
-    return subprocess.run(
-        [str(cp.bin_dir / "helm"), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    return run_captured([cp.bin_dir / "helm", *args], timeout=60, env=env)
 
 
 def render(cp: ControlPlane, tmp: Path, namespace: str, *sets: str) -> list[dict[str, Any]]:
@@ -97,13 +90,8 @@ def render(cp: ControlPlane, tmp: Path, namespace: str, *sets: str) -> list[dict
 
 def kubectl(cp: ControlPlane, *args: str, stdin: str | None = None) -> str:
     assert cp.bin_dir is not None
-    out = subprocess.run(
-        [str(cp.bin_dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    out = run_captured(
+        [cp.bin_dir / "kubectl", "--kubeconfig", cp.kubeconfig, *args], timeout=60, input=stdin
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -412,17 +400,13 @@ def test_deleted_pod__its_token_no_longer_authenticates_but_a_namesake_is_the_ho
         message="the pod to be gone",
     )
 
-    def unauthenticated() -> bool:
-        try:
-            old.write("j", {})  # changes nothing either way
-        except ApiException as e:
-            if e.status != 401:
-                raise
-            return True
-        return False
-
-    # The API server caches a successful token review for a few seconds.
-    wait_for(unauthenticated, timeout=30, message="the deleted pod's token to be refused")
+    # The API server caches a successful token review for a few seconds. (The empty write
+    # changes nothing either way.)
+    wait_for(
+        lambda: refused_with(401, lambda: old.write("j", {})),
+        timeout=30,
+        message="the deleted pod's token to be refused",
+    )
 
     uid = create_pod(api, cluster.namespace, "worker-c", WORKER_SA)
     namesake = cluster.writer_for_pod("worker-c", uid)

@@ -15,9 +15,9 @@ from kubernetes.client.exceptions import ApiException
 from recall.bucket import Bucket
 from recall.kube.client import MERGE_PATCH
 from recall.kube.client import KubeClient as Kube
-from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION, Phase
+from recall.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION, Phase
 from recall_dev.cluster import ControlPlane
-from tests.helpers import Procs, create_job, get_job, job_manifest, wait_for
+from tests.helpers import Procs, create_job, get_job, job_manifest, manifest, wait_for_phase
 from tests.rbac import service_account_client, service_account_token, token_kubeconfig
 
 WORKER_RULES = [
@@ -62,11 +62,7 @@ def test_least_privilege_worker__does_its_job_and_nothing_more(
     w = procs.worker(
         "w", "--engine", "simulated", "--max-jobs", "1", env={"KUBECONFIG": str(kubeconfig)}
     )
-    wait_for(
-        lambda: get_job(kube, namespace, "j1").status.phase == Phase.SUCCEEDED,
-        timeout=30,
-        message=procs.dump,
-    )
+    wait_for_phase(kube, namespace, "j1", Phase.SUCCEEDED, timeout=30, procs=procs)
     assert w.wait(timeout=20) == 0
     job = get_job(kube, namespace, "j1")
     assert job.status.result is not None
@@ -99,12 +95,7 @@ def test_least_privilege_worker__does_its_job_and_nothing_more(
             VERSION,
             namespace,
             BATCH_PLURAL,
-            {
-                "apiVersion": API_VERSION,
-                "kind": "Batch",
-                "metadata": {"name": "b"},
-                "spec": {"items": [{"key": "a", "source": {"url": "file:///a.wav"}}]},
-            },
+            manifest("Batch", "b", {"items": [{"key": "a", "source": {"url": "file:///a.wav"}}]}),
         ),
         "read Secrets": lambda: client.CoreV1Api(as_worker.api_client).list_namespaced_secret(
             namespace

@@ -10,33 +10,25 @@
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from recall.bucket import Bucket
 from recall.kube.client import KubeClient as Kube
-from recall.resources import API_VERSION, Phase, is_true
+from recall.resources import Phase, is_true
 from recall_dev.cluster import free_port
 from recall_dev.objstore import ObjectStore
-from tests.helpers import ControllerThread, Procs, get_job, read_jsonl, wait_for
+from tests.helpers import ControllerThread, Procs, get_job, manifest, read_jsonl, readyz, wait_for
 
 
 def batch(name: str, keys: list[str]) -> dict[str, object]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Batch",
-        "metadata": {"name": name},
-        "spec": {
-            "items": [{"key": k, "source": {"url": f"file:///media/{k}.wav"}} for k in keys],
-            "defaults": {
-                "leaseDurationSeconds": 5,
-                "engine": {"name": "simulated", "simulate": {"chunks": 2}},
-            },
-        },
+    items = [{"key": k, "source": {"url": f"file:///media/{k}.wav"}} for k in keys]
+    defaults = {
+        "leaseDurationSeconds": 5,
+        "engine": {"name": "simulated", "simulate": {"chunks": 2}},
     }
+    return manifest("Batch", name, {"items": items, "defaults": defaults})
 
 
 @pytest.mark.parametrize("fault", ["credentials", "bucket"])
@@ -97,16 +89,6 @@ def test_a_url_no_store_can_be_opened_from_stops_the_worker_and_the_operator_at_
     for proc in (worker, operator):
         text = proc.log.read_text()
         assert "unsupported store URL" in text and "s3://" in text, text[-2000:]
-
-
-def readyz(port: int) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except OSError:
-        return 0, ""
 
 
 @pytest.mark.parametrize("reachable", [True, False])

@@ -34,11 +34,12 @@ from recall.fencing import fenced_write
 from recall.kube.memory import MemoryApi
 from recall.media.types import Segment
 from recall.protocol import lease
-from recall.resources import API_VERSION, Phase, TranscriptionJob
+from recall.resources import Phase, TranscriptionJob
 from recall.resources.errors import JobFailure
 from recall.transcripts import load_transcript
 from recall.worker.loop import Worker
 from recall_dev import speech, timed_speech
+from tests.helpers import manifest
 
 pytestmark = pytest.mark.slow
 
@@ -149,18 +150,17 @@ def through_the_worker(engine: WhisperEngine, path: Path, name: str) -> tuple[in
     )
     store.create_job(
         "default",
-        {
-            "apiVersion": API_VERSION,
-            "kind": "TranscriptionJob",
-            "metadata": {"name": name},
-            "spec": {
+        manifest(
+            "TranscriptionJob",
+            name,
+            {
                 "source": {"url": path.as_uri()},
                 "language": "en",
                 "transcript": {"words": True},
                 "engine": {"name": "whisper", "chunkSeconds": 20},
                 "leaseDurationSeconds": 30,
             },
-        },
+        ),
     )
     settings = WorkerSettings(
         id="w1", engine="whisper", idle_exit_seconds=1.0, self_serve_seconds=0.2, max_jobs=1

@@ -8,7 +8,6 @@ faster-whisper's own one-at-a-time decoding of the same chunks, and one chunk a 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -22,7 +21,9 @@ from recall.engines.whisper import WhisperEngine, load_model
 from recall.engines.whisper.windows import RATE
 from recall.media.types import Chunk, Segment
 from recall.resources import TranscriptionJob
-from recall_dev import librivox, speech
+from recall_dev import speech
+from tests.audio import librivox_twice
+from tests.helpers import run_captured
 
 pytestmark = pytest.mark.slow
 
@@ -42,13 +43,7 @@ def job_for(path: Path, *, chunk_seconds: int, words: bool = True) -> Transcript
 
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The LibriVox clips twice over: ~58 s of read speech, and what is said in it."""
-    out = tmp_path_factory.mktemp("librivox") / "librivox.wav"
-    try:
-        _seconds, said = librivox.recording(out, repeat=2)
-    except speech.SpeechUnavailable as e:
-        pytest.fail(str(e))
-    return out, said
+    return librivox_twice(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -232,13 +227,10 @@ def test_worker__device_cuda_without_a_gpu_refuses_to_start(tmp_path: Path) -> N
         "KUBECONFIG": str(tmp_path / "none"),  # refused before any API server is asked
         "HOME": str(tmp_path),
     }
-    done = subprocess.run(
+    done = run_captured(
         [sys.executable, "-m", "recall", "worker", "--engine", "whisper", "--device", "cuda"],
-        env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
+        env=env,
     )
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()

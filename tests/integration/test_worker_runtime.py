@@ -14,7 +14,35 @@ from recall.kube.client import MERGE_PATCH
 from recall.kube.client import KubeClient as Kube
 from recall.resources import GROUP, JOB_PLURAL, VERSION, Phase
 from recall_dev.cluster import ControlPlane
-from tests.helpers import ControllerThread, Procs, create_job, get_job, wait_for
+from tests.helpers import (
+    ControllerThread,
+    Proc,
+    Procs,
+    create_job,
+    get_job,
+    merge_patch,
+    wait_for,
+    wait_for_phase,
+)
+
+
+def leased(
+    kube: Kube,
+    namespace: str,
+    procs: Procs,
+    name: str,
+    *args: str,
+    lease: int,
+    chunks: int,
+    delay: float,
+) -> Proc:
+    """The worker w, started with `args`, once it holds the lease of job `name` (`chunks`
+    simulated chunks of `delay` s each, a lease of `lease` s)."""
+    simulate = {"chunks": chunks, "chunkDelaySeconds": delay}
+    create_job(kube, namespace, name, lease=lease, simulate=simulate)
+    w = procs.simulated_worker("w", namespace, *args)
+    wait_for_phase(kube, namespace, name, Phase.LEASED, timeout=20, procs=procs)
+    return w
 
 
 @pytest.mark.slow
@@ -30,11 +58,9 @@ def test_engine_blocking_three_leases__completes_without_losing_the_lease(
         simulate={"chunks": 1, "blockSeconds": 3 * lease, "chunkDelaySeconds": 0},
     )
     with ControllerThread(kube, namespace, results) as reaper:
-        w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
-        wait_for(
-            lambda: get_job(kube, namespace, "long").status.phase == Phase.SUCCEEDED,
-            timeout=3 * lease + 15,
-            message=procs.dump,
+        w = procs.simulated_worker("w", namespace, "--max-jobs", "1")
+        wait_for_phase(
+            kube, namespace, "long", Phase.SUCCEEDED, timeout=3 * lease + 15, procs=procs
         )
         assert reaper.reclaimed == []
     job = get_job(kube, namespace, "long")
@@ -46,26 +72,13 @@ def test_engine_blocking_three_leases__completes_without_losing_the_lease(
 def test_unrelated_writes_during_a_lease__cause_no_lease_loss(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
-    create_job(kube, namespace, "busy", lease=4, simulate={"chunks": 6, "chunkDelaySeconds": 0.4})
-    w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
-    wait_for(
-        lambda: get_job(kube, namespace, "busy").status.phase == Phase.LEASED,
-        timeout=20,
-        message=procs.dump,
-    )
+    w = leased(kube, namespace, procs, "busy", "--max-jobs", "1", lease=4, chunks=6, delay=0.4)
     writes = refused = 0
     while get_job(kube, namespace, "busy").status.phase == Phase.LEASED and writes < 20:
         # Another client: a label change (applied, it moves the resourceVersion under the
         # worker), and a status write without the lease token (refused by the CRD).
-        kube.custom.patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            namespace,
-            JOB_PLURAL,
-            "busy",
-            {"metadata": {"labels": {"touched": str(writes)}}},
-            _content_type=MERGE_PATCH,
-        )
+        labels = {"metadata": {"labels": {"touched": str(writes)}}}
+        merge_patch(kube, namespace, JOB_PLURAL, "busy", labels)
         try:
             kube.custom.patch_namespaced_custom_object_status(
                 GROUP,
@@ -80,11 +93,7 @@ def test_unrelated_writes_during_a_lease__cause_no_lease_loss(
             refused += e.status == 422
         writes += 1
         time.sleep(0.15)
-    wait_for(
-        lambda: get_job(kube, namespace, "busy").status.phase == Phase.SUCCEEDED,
-        timeout=30,
-        message=procs.dump,
-    )
+    wait_for_phase(kube, namespace, "busy", Phase.SUCCEEDED, timeout=30, procs=procs)
     job = get_job(kube, namespace, "busy")
     assert writes >= 5 and refused >= 5
     assert job.status.attempts == 1
@@ -104,7 +113,7 @@ def test_sigterm__releases_the_lease_after_grace_and_exits_zero(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
     create_job(kube, namespace, "slow", lease=10, simulate={"chunks": 30, "chunkDelaySeconds": 1})
-    w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--grace", "1")
+    w = procs.simulated_worker("w", namespace, "--grace", "1")
 
     def working() -> bool:
         progress = get_job(kube, namespace, "slow").status.progress
@@ -132,13 +141,7 @@ def test_sigterm__releases_the_lease_after_grace_and_exits_zero(
 def test_sigterm__lets_the_current_job_finish_within_grace(
     kube: Kube, namespace: str, procs: Procs
 ) -> None:
-    create_job(kube, namespace, "short", lease=10, simulate={"chunks": 3, "chunkDelaySeconds": 0.5})
-    w = procs.worker("w", "--engine", "simulated", "--namespace", namespace, "--grace", "20")
-    wait_for(
-        lambda: get_job(kube, namespace, "short").status.phase == Phase.LEASED,
-        timeout=20,
-        message=procs.dump,
-    )
+    w = leased(kube, namespace, procs, "short", "--grace", "20", lease=10, chunks=3, delay=0.5)
     w.signal(signal.SIGTERM)
     assert w.wait(timeout=25) == 0
     job = get_job(kube, namespace, "short")
@@ -150,15 +153,7 @@ def test_renew_deadline__worker_stops_on_its_own_when_the_api_is_unreachable(
     control_plane: ControlPlane, kube: Kube, namespace: str, procs: Procs
 ) -> None:
     lease = 3
-    create_job(
-        kube, namespace, "cut", lease=lease, simulate={"chunks": 20, "chunkDelaySeconds": 0.5}
-    )
-    w = procs.worker("w", "--engine", "simulated", "--namespace", namespace)
-    wait_for(
-        lambda: get_job(kube, namespace, "cut").status.phase == Phase.LEASED,
-        timeout=20,
-        message=procs.dump,
-    )
+    w = leased(kube, namespace, procs, "cut", lease=lease, chunks=20, delay=0.5)
     apiserver = next(p for p in control_plane.procs if p.name == "kube-apiserver")
     frozen_at = time.monotonic()
     import os

@@ -21,8 +21,9 @@ from tests.helpers import (
     create_job,
     get_job,
     process_state,
-    store_keys,
     wait_for,
+    wait_for_phase,
+    wait_for_the_result_alone,
 )
 
 LEASE = 3
@@ -45,13 +46,8 @@ def test_zombie__write_rejected_after_reclaim_and_new_claim(
         checkpoint=1,
         simulate={"chunks": 6, "chunkDelaySeconds": 0.4},
     )
-    zombie = procs.worker(
-        "a",
-        "--engine",
-        "simulated",
-        "--namespace",
-        namespace,
-        env={"RECALL_FAULT": f"worker-pause-before-write:{frozen_at}"},
+    zombie = procs.simulated_worker(
+        "a", namespace, env={"RECALL_FAULT": f"worker-pause-before-write:{frozen_at}"}
     )
     wait_for(
         lambda: zombie.alive() and process_state(zombie.popen.pid) == "T",
@@ -64,12 +60,8 @@ def test_zombie__write_rejected_after_reclaim_and_new_claim(
 
     with ControllerThread(kube, namespace, results) as reaper:
         wait_for(lambda: reaper.reclaimed, timeout=LEASE + 5, message="the reclaim")
-        b = procs.worker("b", "--engine", "simulated", "--namespace", namespace, "--max-jobs", "1")
-        wait_for(
-            lambda: get_job(kube, namespace, "z").status.phase == Phase.SUCCEEDED,
-            timeout=30,
-            message=procs.dump,
-        )
+        b = procs.simulated_worker("b", namespace, "--max-jobs", "1")
+        wait_for_phase(kube, namespace, "z", Phase.SUCCEEDED, timeout=30, procs=procs)
         assert b.wait(timeout=30) == 0
 
         zombie.signal(signal.SIGCONT)
@@ -91,14 +83,8 @@ def test_zombie__write_rejected_after_reclaim_and_new_claim(
         assert final.status.phase == Phase.SUCCEEDED
         assert final.status.result is not None
         assert (final.status.result.worker, final.status.result.attempt) == ("b", 2)
-        accepted = final.status.result.transcript
-        assert f"/a2-{final.status.result.token}/" in accepted
         # Nothing of A's is left in the store: only the accepted transcript stays.
-        wait_for(
-            lambda: store_keys(results, namespace, final) == [accepted],
-            timeout=20,
-            message=lambda: f"only {accepted} to be left: {store_keys(results, namespace, final)}",
-        )
+        wait_for_the_result_alone(results, namespace, final, attempt=2, timeout=20)
     if frozen_at == "complete":
         assert "complete_refused_transcript_left" in zombie.event_names()
     assert "completed" not in zombie.event_names()
