@@ -103,7 +103,7 @@ def test_render__aws_json_layout() -> None:
     assert data["jobName"] == "talk" and data["status"] == "COMPLETED"
     results = data["results"]
     assert results["transcripts"] == [{"transcript": "Hello, Zarvethia! Yes."}]
-    assert results["language_code"] == "en"
+    assert results["language_code"] == "en-US"  # as AWS writes it: a locale
     items = results["items"]
     assert [(i["type"], i["alternatives"][0]["content"]) for i in items] == [
         ("pronunciation", "Hello"),
