@@ -7,7 +7,8 @@ turns, for the speaker-labelling tests and benchmarks.
 Each turn is one espeak-ng utterance of consecutive words from the project's sentences, as
 long as asked (`low`..`high` seconds, drawn per turn), its leading and trailing silence cut;
 a gap of 0.2-0.8 s follows it, or with probability `overlap` the next turn starts 0.5-1.5 s
-before it ends (the two mixed, each at its own level). A turn's reference span is its first to its last sound
+before it ends (the two mixed, each at its own level). A turn's reference span is its first
+to its last sound
 (pauses between its words are inside it, as a human annotator marks a turn). Same arguments,
 same file and turns (espeak-ng of one version; the draws are seeded).
 """

@@ -5,7 +5,6 @@ with a condition."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from recall.bucket import Bucket

@@ -19,8 +19,8 @@ from kubernetes import client
 
 from recall.base.clock import FakeClock
 from recall.fencing import fenced_write
-from recall.kube.informer import Informer, Jobs
 from recall.kube.client import KubeClient
+from recall.kube.informer import Informer, Jobs
 from recall.operator.notify import events
 from recall.operator.notify.notifier import Notifier
 from recall.operator.notify.send import Answer, Sender

@@ -51,8 +51,8 @@ from recall.base import log, metrics
 from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import WorkerSettings
-from recall.bucket import StoreError as BucketError
 from recall.bucket import Bucket
+from recall.bucket import StoreError as BucketError
 from recall.engines.base import Engine
 from recall.engines.models import ModelCacheUnwritable
 from recall.kube import PERMANENT_ERRORS, Api, ApiError, retry_pause

@@ -39,7 +39,9 @@ def test_usage__every_attempt_and_each_channel_counted_and_kept_in_a_config_map(
     store, clock, cache, u = setup()
     store.create_job(NS, job_manifest("j", pool="gpu", transcript={"channels": "split"}))
     sync(store, cache)
-    before = counter("recall_engine_seconds_total", job_namespace=NS, pool="gpu", engine="simulated")
+    before = counter(
+        "recall_engine_seconds_total", job_namespace=NS, pool="gpu", engine="simulated"
+    )
     # A first attempt is abandoned (its lease released after 20 s), the second completes.
     h = claim(store, clock, "j")
     sync(store, cache)
