@@ -131,9 +131,7 @@ def claim(store: MemoryApi, clock: FakeClock, name: str, worker: str = "w1") -> 
     """`worker` claims job `name` on the test's clock."""
     job = store.get_job(NS, name)
     assert job is not None
-    h = LeaseHolder.claim(
-        store, job, worker, renew_deadline_fraction=0.6, clock=clock
-    )
+    h = LeaseHolder.claim(store, job, worker, renew_deadline_fraction=0.6, clock=clock)
     assert isinstance(h, LeaseHolder)
     return h
 
