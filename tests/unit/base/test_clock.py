@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -87,6 +88,6 @@ def test_backoff__steps_bound_the_retries() -> None:
         {"initial": 1.0, "cap": 2.0, "factor": 0.5},
     ],
 )
-def test_backoff__refuses_a_shape_that_cannot_back_off(kw: dict[str, float]) -> None:
+def test_backoff__refuses_a_shape_that_cannot_back_off(kw: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="backoff"):
         Backoff(**kw)
