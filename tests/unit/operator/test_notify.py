@@ -16,9 +16,10 @@ from recall.operator.notify.notifier import Notifier
 from recall.operator.notify.send import Answer, Outcome, Sender, classify, refused
 from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.sign import HEADER, sign, verify
-from recall.operator.notify.state import holds
+from recall.operator.notify.state import Gate, Try, answered, holds
 from recall.operator.reconcile.cache import JobCache
 from recall.resources import Published, is_true
+from recall.resources.job import Sink
 from tests.helpers import complete_with_transcript
 from tests.unit.fakes import NS, Operator, batch_manifest, claim, job_manifest, result_of
 
@@ -262,3 +263,22 @@ def test_notifier__batch_items_then_the_batch_event_with_counts_and_the_ttl_wait
     assert is_true(batch.status.conditions, "Complete")  # the projection kept both
     op.tick()  # settled (items.delivered above: the jobs' records): the TTL deletes the jobs
     assert store.get_job(NS, "b-a") is None
+
+
+def test_answered__jitter_never_stretches_a_retry_past_the_cap() -> None:
+    backoff = NotifySettings(backoff_cap=8, backoff_jitter=0.5).backoff
+    sink = Sink.model_validate({"url": URL, "secretRef": {"name": "s", "key": "hmac"}})
+    gate, t = Gate(), Try(sink, NS)
+    for _ in range(30):  # the sink down: past the cap from the 4th retry on
+        answered(t, gate, Answer(Outcome.UNAVAILABLE, error="x"), 100.0, backoff, 5)
+        assert gate.at - 100.0 <= 8
+    refused_try = Try(sink, NS)
+    for _ in range(30):
+        answered(refused_try, Gate(), Answer(Outcome.REFUSED, error="x"), 100.0, backoff, 99)
+        assert refused_try.at - 100.0 <= 8
+
+
+def test_settings__a_cap_under_a_second_is_accepted_as_the_chart_allows() -> None:
+    settings = NotifySettings(backoff_cap=0.5)
+    assert (settings.backoff.initial, settings.backoff.cap) == (0.5, 0.5)
+    assert NotifySettings().backoff.initial == 1.0

@@ -30,10 +30,12 @@ class NotifySettings(BaseSettings):
         description="Addresses or networks (CIDR) a sink may use although loopback, "
         "link-local or a metadata address (the tests allow 127.0.0.1).",
     )
-    backoff_initial: float = Field(1.0, gt=0, description="First retry after, seconds.")
+    backoff_initial: float = Field(
+        1.0, gt=0, description="First retry after, seconds (unset: 1, or the cap if shorter)."
+    )
     backoff_cap: float = Field(300.0, gt=0, description="Retries back off to this, seconds.")
     backoff_jitter: float = Field(
-        0.5, ge=0, description="Each delay stretched by up to this share."
+        0.5, ge=0, description="Each delay stretched by up to this share, never past the cap."
     )
     max_refusals: int = Field(
         5,
@@ -53,6 +55,9 @@ class NotifySettings(BaseSettings):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        if "backoff_initial" not in self.model_fields_set:
+            # Any cap the chart accepts (> 0) works: a sub-second cap starts at the cap.
+            self.backoff_initial = min(self.backoff_initial, self.backoff_cap)
         if self.backoff_initial > self.backoff_cap:
             raise ValueError("backoff_initial must not exceed backoff_cap")
         for a in self.allow:

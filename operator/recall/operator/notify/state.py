@@ -113,7 +113,8 @@ def answered(
 ) -> bool:
     """Apply a try's `answer` to it and its sink's gate (pure); True when the event is given
     up for this sink. Unavailable: the whole sink backs off (Retry-After honoured to the cap);
-    refused: this event retries with backoff, `max_refusals` times."""
+    refused: this event retries with backoff, `max_refusals` times. No delay, jitter included,
+    is longer than `backoff.cap`."""
     t.busy = False
     t.attempts += 1
     if answer.outcome is Outcome.DELIVERED:
@@ -122,7 +123,7 @@ def answered(
         return False
     t.error = answer.error
     if answer.outcome is Outcome.UNAVAILABLE:
-        delay = backoff.delay(gate.failures)
+        delay = min(backoff.delay(gate.failures), backoff.cap)  # jitter never passes the cap
         gate.failures += 1
         gate.at = mono + max(delay, min(answer.retry_after or 0, backoff.cap))
         t.at = gate.at
@@ -132,7 +133,7 @@ def answered(
     if t.refusals >= max_refusals:
         t.done = "givenUp"
         return True
-    t.at = mono + backoff.delay(t.refusals - 1)
+    t.at = mono + min(backoff.delay(t.refusals - 1), backoff.cap)
     return False
 
 
