@@ -13,9 +13,11 @@ Contract:
   as a Bearer token. Without either, requests carry no Authorization (a local server).
 - Retries: on 408, 429, 5xx and transport errors (timeouts, refused or reset connections),
   up to `openai_max_retries` times, waiting as `retry_delay` decides: the server's
-  `Retry-After` (seconds or an HTTP date) when given, else exponential backoff with jitter.
-  Waits are `cancel.wait`, so a lost lease ends them at once; after `cancel` is set no new
-  request starts and `transcribe` returns `[]` (the caller discards it anyway).
+  `Retry-After` (seconds or an HTTP date) when given, else exponential backoff with jitter
+  (`retry_backoff`, a `recall.base.backoff.Backoff`). Waits are on the engine's `Clock`
+  (`recall.base.clock`), which ends them as soon as `cancel` is set, so a lost lease ends them
+  at once; after `cancel` is set no new request starts and `transcribe` returns `[]` (the
+  caller discards it anyway).
 - Errors: 401/403 → `EngineUnauthorized`; other 4xx → `EngineRejected` with
   "<status>: <the server's message>"; both permanent. Retries spent, a `Retry-After` longer
   than `RETRY_AFTER_MAX`, or an unreadable 2xx body → `EngineUnavailable` /
@@ -39,7 +41,6 @@ import datetime as dt
 import json
 import math
 import os
-import random
 import threading
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
@@ -49,6 +50,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from recall.base import log
+from recall.base.backoff import Backoff
+from recall.base.clock import SYSTEM, Clock
 from recall.engines.base import Detected, TranscribeRequest, primary_language, transcribe_each
 from recall.engines.languages import language_code
 from recall.engines.prompt import hotwords, prompt_of
@@ -96,26 +99,35 @@ def parse_retry_after(value: str | None, now: dt.datetime) -> float | None:
     return max(0.0, (when - now).total_seconds())
 
 
+def retry_backoff(max_retries: int, base: float = BACKOFF_BASE) -> Backoff:
+    """The engine's computed backoff: `min(BACKOFF_CAP, base * 2**retry)` spread over
+    [50 %, 100 %) of itself ("equal jitter": a `Backoff` from half of it, stretched by up to
+    itself), for `max_retries` retries."""
+    return Backoff(
+        initial=min(base, BACKOFF_CAP) / 2,
+        cap=BACKOFF_CAP / 2,
+        jitter=1.0,
+        steps=max(0, max_retries),
+    )
+
+
 def retry_delay(
     status: int | None,
     headers: Mapping[str, str],
-    attempt: int,
+    retry: int,
     now: dt.datetime,
     *,
-    max_retries: int,
-    jitter: float = 0.5,
-    base: float = BACKOFF_BASE,
-    cap: float = BACKOFF_CAP,
+    backoff: Backoff,
+    u: float | None = None,
 ) -> float | None:
     """Seconds to wait before retrying, or None to stop.
 
-    `status` is None for a transport error (no response); `attempt` counts the retries
-    already made (0 after the first failure); `jitter` is a random draw in [0, 1) that the
-    caller supplies, so this function stays pure. A computed backoff is
-    `min(cap, base * 2**attempt)` scaled into [50 %, 100 %) by `jitter`; a `Retry-After`
-    is obeyed as given, unless it exceeds `RETRY_AFTER_MAX`.
+    `status` is None for a transport error (no response); `retry` counts the retries already
+    made (0 after the first failure); none is left once `backoff` is exhausted. A `Retry-After`
+    is obeyed as given, unless it exceeds `RETRY_AFTER_MAX`; else the delay is
+    `backoff.delay(retry)`, its jitter share `u` given (pure) or drawn by the backoff.
     """
-    if attempt >= max_retries:
+    if backoff.exhausted(retry):
         return None
     if status is not None and not retriable_status(status):
         return None
@@ -123,8 +135,7 @@ def retry_delay(
     asked = parse_retry_after(header, now) if status is not None else None
     if asked is not None:
         return asked if asked <= RETRY_AFTER_MAX else None
-    backoff = min(cap, base * 2.0**attempt)
-    return backoff * (0.5 + 0.5 * min(max(jitter, 0.0), 1.0))
+    return backoff.delay(retry, u=u)
 
 
 # --- responses (pure) -----------------------------------------------------------------------
@@ -272,13 +283,14 @@ class OpenAIEngine:
         max_retries: int = 5,
         backoff_base: float = BACKOFF_BASE,
         media: MediaOptions | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.url = base_url.rstrip("/") + "/audio/transcriptions"
         self.model = model
         self.api_key_env = api_key_env
         self.api_key_file = api_key_file
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
+        self.backoff = retry_backoff(max_retries, backoff_base)
+        self.clock = clock
         self.media = media or MediaOptions()
         self._client = httpx.Client(timeout=httpx.Timeout(timeout))
         self._lock = threading.Lock()
@@ -400,13 +412,7 @@ class OpenAIEngine:
                 return self._json(answer)
             status, problem, response_headers = answer
             delay = retry_delay(
-                status,
-                response_headers,
-                retries,
-                dt.datetime.now(dt.UTC),
-                max_retries=self.max_retries,
-                jitter=random.random(),
-                base=self.backoff_base,
+                status, response_headers, retries, self.clock.now(), backoff=self.backoff
             )
             what = f"{status}: {problem}" if status is not None else problem
             if delay is None:
@@ -425,7 +431,7 @@ class OpenAIEngine:
                 delay=round(delay, 3),
             )
             retries += 1
-            cancel.wait(delay)
+            self.clock.wait(cancel, delay)
         return None
 
     def _keep(self, job: TranscriptionJob, chunk: Chunk, data: dict[str, Any]) -> None:

@@ -2,8 +2,9 @@
 
 The stub (aiohttp, in a background thread on a free loopback port) answers from a script of
 replies and records every request, so each test states what the server says and checks what
-the engine sent, how often, and how long it waited. The retry decision is tested as the pure
-function it is.
+the engine sent, how often, and how long it waited. The engine waits on a `FakeClock` that the
+test moves past each wait (`driven`): no retry test sleeps. The retry decision is tested as the
+pure function it is.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import socket
 import threading
 import time
 import wave
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email.utils import format_datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
+from recall.base.clock import EPOCH, FakeClock
 from recall.engines.base import TranscribeRequest, primary_language
 from recall.engines.languages import language_code
 from recall.engines.openai import (
@@ -34,6 +36,7 @@ from recall.engines.openai import (
     parse_retry_after,
     parse_segments,
     punctuated,
+    retry_backoff,
     retry_delay,
 )
 from recall.media.types import Chunk, Segment, Word
@@ -67,7 +70,6 @@ class Reply:
 
 @dataclass
 class Call:
-    at: float
     authorization: str | None
     fields: dict[str, str]
     filename: str | None
@@ -106,7 +108,6 @@ class Stub:
         upload = form.get("file")
         self.calls.append(
             Call(
-                at=time.monotonic(),
                 authorization=request.headers.get("Authorization"),
                 fields={k: v for k, v in form.items() if isinstance(v, str)},
                 filename=getattr(upload, "filename", None),
@@ -134,9 +135,30 @@ def stub() -> Iterator[Stub]:
 
 
 @pytest.fixture
-def engine(stub: Stub, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIEngine]:
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The engine's clock; `clock.waited` notes the timeout of every wait the engine began."""
+    c = FakeClock()
+    waited: list[float | None] = []
+    wait = c.wait
+
+    def noted(event: threading.Event, timeout: float | None) -> bool:
+        waited.append(timeout)
+        return wait(event, timeout)
+
+    monkeypatch.setattr(c, "wait", noted)
+    monkeypatch.setattr(c, "waited", waited, raising=False)
+    return c
+
+
+def waits(clock: FakeClock) -> list[float | None]:
+    found: list[float | None] = getattr(clock, "waited")  # noqa: B009 (set by the fixture)
+    return found
+
+
+@pytest.fixture
+def engine(stub: Stub, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIEngine]:
     monkeypatch.setenv(KEY_ENV, "sk-test")
-    e = make_engine(stub)
+    e = make_engine(stub, clock=clock)
     try:
         yield e
     finally:
@@ -154,6 +176,38 @@ def make_engine(stub: Stub, **kw: Any) -> OpenAIEngine:
         **kw,
     }
     return OpenAIEngine(**args)
+
+
+def driven(
+    clock: FakeClock, call: Callable[[], Any], *, then: Callable[[], None] | None = None
+) -> Any:
+    """`call()` in a thread; each time it waits on `clock`, the clock is moved past that wait
+    (or, with `then`, `then()` is called instead, once). What `call` returned, or raises what
+    it raised."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # handed to the test's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=target, name="engine-call", daemon=True)
+    thread.start()
+    moved, deadline = 0, time.monotonic() + 30
+    while thread.is_alive():
+        assert time.monotonic() < deadline, "the engine's call did not return"
+        if clock.waiters() and len(waits(clock)) > moved:  # a new wait has begun
+            moved = len(waits(clock))
+            if then is not None:
+                then()
+                then = None
+            else:
+                clock.step(waits(clock)[-1] or 0.0)
+        thread.join(0.001)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def chunk(seconds: float = 2.0, index: int = 3) -> Chunk:
@@ -183,9 +237,12 @@ def run(engine: OpenAIEngine, cancel: threading.Event | None = None, **kw: Any) 
     )
 
 
-def failure(engine: OpenAIEngine) -> JobFailure:
+def failure(engine: OpenAIEngine, clock: FakeClock | None = None) -> JobFailure:
+    def call() -> Any:
+        return run(engine) if clock is None else driven(clock, lambda: run(engine))
+
     with pytest.raises(JobFailure) as info:
-        run(engine)
+        call()
     return info.value
 
 
@@ -314,61 +371,81 @@ def test_unreadable_success_body_is_retriable(engine: OpenAIEngine, stub: Stub) 
 # --- retries --------------------------------------------------------------------------------
 
 
-def test_429_with_retry_after__waits_then_succeeds(engine: OpenAIEngine, stub: Stub) -> None:
+def test_429_with_retry_after__waits_then_succeeds(
+    engine: OpenAIEngine, stub: Stub, clock: FakeClock
+) -> None:
     stub.script = [Reply(429, {"error": {"message": "Rate limit"}}, {"Retry-After": "1"})]
-    began = time.monotonic()
-    segments = run(engine)
+    segments = driven(clock, lambda: run(engine))
     assert len(segments) == 2
     assert len(stub.calls) == 2
-    assert stub.calls[1].at - stub.calls[0].at >= 0.95
-    assert time.monotonic() - began < 5
+    assert waits(clock) == [1.0]  # as the server asked, on the engine's clock
 
 
-def test_500_then_success(engine: OpenAIEngine, stub: Stub) -> None:
+def test_429_with_retry_after_date__counted_from_the_engines_clock(
+    engine: OpenAIEngine, stub: Stub, clock: FakeClock
+) -> None:
+    clock.step(60.0)
+    later = format_datetime(EPOCH + dt.timedelta(seconds=67), usegmt=True)
+    stub.script = [Reply(429, {}, {"Retry-After": later})]
+    assert len(driven(clock, lambda: run(engine))) == 2
+    assert waits(clock) == [7.0]
+
+
+def test_500_then_success(engine: OpenAIEngine, stub: Stub, clock: FakeClock) -> None:
     stub.script = [Reply(500, {"error": {"message": "oops"}})]
-    assert len(run(engine)) == 2
+    assert len(driven(clock, lambda: run(engine))) == 2
     assert len(stub.calls) == 2
+    [delay] = waits(clock)
+    assert delay is not None and 0.025 <= delay < 0.05  # half the base, stretched by jitter
 
 
-def test_timeout_then_success(stub: Stub, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_timeout_then_success(
+    stub: Stub, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-test")
-    e = make_engine(stub, timeout=0.3)
-    stub.script = [Reply(delay=1.0)]
+    e = make_engine(stub, timeout=0.3, clock=clock)
+    stub.script = [Reply(delay=1.0)]  # the server's delay is real: httpx times out on it
     try:
-        assert len(run(e)) == 2
+        assert len(driven(clock, lambda: run(e))) == 2
     finally:
         e.close()
     assert len(stub.calls) == 2
+    assert len(waits(clock)) == 1
 
 
-def test_retries_exhausted__retriable_engine_unavailable(engine: OpenAIEngine, stub: Stub) -> None:
+def test_retries_exhausted__retriable_engine_unavailable(
+    engine: OpenAIEngine, stub: Stub, clock: FakeClock
+) -> None:
     stub.script = [Reply(503, {"error": {"message": "overloaded"}}) for _ in range(10)]
-    error = failure(engine)
+    error = failure(engine, clock)
     assert (error.reason, error.permanent) == ("EngineUnavailable", False)
     assert "503: overloaded" in error.message
     assert len(stub.calls) == 4  # the first try and max_retries=3 retries
+    delays = [d or 0.0 for d in waits(clock)]
+    assert len(delays) == 3
+    for retry, delay in enumerate(delays):  # exponential from the base, each jittered
+        assert 0.025 * 2**retry <= delay < 0.05 * 2**retry
+    assert clock.monotonic() == pytest.approx(1000.0 + sum(delays))  # no other wait
 
 
-def test_retry_after_too_long__gives_up_at_once(engine: OpenAIEngine, stub: Stub) -> None:
+def test_retry_after_too_long__gives_up_at_once(
+    engine: OpenAIEngine, stub: Stub, clock: FakeClock
+) -> None:
     stub.script = [Reply(429, {}, {"Retry-After": str(int(RETRY_AFTER_MAX) + 1)})]
-    began = time.monotonic()
-    error = failure(engine)
+    error = failure(engine, clock)
     assert (error.reason, error.permanent) == ("EngineUnavailable", False)
-    assert time.monotonic() - began < 2
+    assert waits(clock) == []
     assert len(stub.calls) == 1
 
 
-def test_cancel__ends_the_wait_and_sends_nothing_more(engine: OpenAIEngine, stub: Stub) -> None:
+def test_cancel__ends_the_wait_and_sends_nothing_more(
+    engine: OpenAIEngine, stub: Stub, clock: FakeClock
+) -> None:
     stub.script = [Reply(429, {}, {"Retry-After": "30"})]
     cancel = threading.Event()
-    timer = threading.Timer(0.3, cancel.set)
-    timer.start()
-    began = time.monotonic()
-    try:
-        assert run(engine, cancel) == []
-    finally:
-        timer.cancel()
-    assert time.monotonic() - began < 3
+    assert driven(clock, lambda: run(engine, cancel), then=cancel.set) == []
+    assert waits(clock) == [30.0]
+    assert clock.monotonic() == 1000.0  # the wait ended by the cancel, not by time
     assert len(stub.calls) == 1
 
 
@@ -399,7 +476,7 @@ def test_401_403__unauthorized_and_permanent(engine: OpenAIEngine, stub: Stub, s
     assert len(stub.calls) == 1
 
 
-def test_connection_refused__retried_then_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_connection_refused__retried_then_unavailable(clock: FakeClock) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -410,37 +487,44 @@ def test_connection_refused__retried_then_unavailable(monkeypatch: pytest.Monkey
         timeout=1.0,
         max_retries=2,
         backoff_base=0.01,
+        clock=clock,
     )
     try:
-        error = failure(e)
+        error = failure(e, clock)
     finally:
         e.close()
     assert (error.reason, error.permanent) == ("EngineUnavailable", False)
     assert "after 3 tries" in error.message
+    assert len(waits(clock)) == 2
 
 
 # --- the retry decision (pure) --------------------------------------------------------------
 
 
+RETRY = retry_backoff(5)
+
+
 def test_retry_delay__retry_after_seconds_is_obeyed() -> None:
-    assert retry_delay(429, {"Retry-After": "1"}, 0, NOW, max_retries=5) == 1.0
-    assert retry_delay(503, {"retry-after": "2.5"}, 2, NOW, max_retries=5) == 2.5
+    assert retry_delay(429, {"Retry-After": "1"}, 0, NOW, backoff=RETRY) == 1.0
+    assert retry_delay(503, {"retry-after": "2.5"}, 2, NOW, backoff=RETRY) == 2.5
 
 
 def test_retry_delay__retry_after_http_date() -> None:
     later = format_datetime(NOW + dt.timedelta(seconds=7), usegmt=True)
-    assert retry_delay(429, {"Retry-After": later}, 0, NOW, max_retries=5) == 7.0
+    assert retry_delay(429, {"Retry-After": later}, 0, NOW, backoff=RETRY) == 7.0
     earlier = format_datetime(NOW - dt.timedelta(seconds=7), usegmt=True)
-    assert retry_delay(429, {"Retry-After": earlier}, 0, NOW, max_retries=5) == 0.0
+    assert retry_delay(429, {"Retry-After": earlier}, 0, NOW, backoff=RETRY) == 0.0
 
 
 def test_retry_delay__retry_after_too_long_means_stop() -> None:
-    assert retry_delay(429, {"Retry-After": "3600"}, 0, NOW, max_retries=5) is None
+    assert retry_delay(429, {"Retry-After": "3600"}, 0, NOW, backoff=RETRY) is None
 
 
 def test_retry_delay__exponential_backoff_with_jitter_and_cap() -> None:
-    def delay(attempt: int, jitter: float) -> float | None:
-        return retry_delay(500, {}, attempt, NOW, max_retries=10, jitter=jitter, base=1.0, cap=30.0)
+    backoff = retry_backoff(10, base=1.0)
+
+    def delay(retry: int, u: float) -> float | None:
+        return retry_delay(500, {}, retry, NOW, backoff=backoff, u=u)
 
     assert delay(0, 0.0) == 0.5
     assert delay(0, 0.999) == pytest.approx(1.0, abs=0.001)
@@ -449,28 +533,34 @@ def test_retry_delay__exponential_backoff_with_jitter_and_cap() -> None:
     assert delay(9, 0.999) == pytest.approx(30.0, abs=0.02)  # capped
 
 
+def test_retry_delay__jitter_drawn_by_the_backoff_stays_within_half_to_whole() -> None:
+    for _ in range(50):
+        delay = retry_delay(500, {}, 2, NOW, backoff=retry_backoff(5, base=1.0))
+        assert delay is not None and 2.0 <= delay < 4.0
+
+
 def test_retry_delay__bad_retry_after_falls_back_to_backoff() -> None:
-    assert retry_delay(503, {"Retry-After": "soon"}, 1, NOW, max_retries=5, jitter=0.0) == 1.0
+    assert retry_delay(503, {"Retry-After": "soon"}, 1, NOW, backoff=RETRY, u=0.0) == 1.0
 
 
 def test_retry_delay__transport_error_backs_off() -> None:
-    assert retry_delay(None, {}, 0, NOW, max_retries=5, jitter=0.0) == 0.5
+    assert retry_delay(None, {}, 0, NOW, backoff=RETRY, u=0.0) == 0.5
 
 
 def test_retry_delay__stops_when_retries_are_spent() -> None:
-    assert retry_delay(500, {}, 5, NOW, max_retries=5) is None
-    assert retry_delay(429, {"Retry-After": "1"}, 5, NOW, max_retries=5) is None
-    assert retry_delay(None, {}, 0, NOW, max_retries=0) is None
+    assert retry_delay(500, {}, 5, NOW, backoff=RETRY) is None
+    assert retry_delay(429, {"Retry-After": "1"}, 5, NOW, backoff=RETRY) is None
+    assert retry_delay(None, {}, 0, NOW, backoff=retry_backoff(0)) is None
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 413, 422])
 def test_retry_delay__client_errors_are_not_retried(status: int) -> None:
-    assert retry_delay(status, {"Retry-After": "1"}, 0, NOW, max_retries=5) is None
+    assert retry_delay(status, {"Retry-After": "1"}, 0, NOW, backoff=RETRY) is None
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
 def test_retry_delay__retriable_statuses(status: int) -> None:
-    assert retry_delay(status, {}, 0, NOW, max_retries=5, jitter=0.0) == 0.5
+    assert retry_delay(status, {}, 0, NOW, backoff=RETRY, u=0.0) == 0.5
 
 
 def test_parse_retry_after__garbage_is_none() -> None:
