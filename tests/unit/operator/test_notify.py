@@ -19,6 +19,7 @@ from recall.operator.notify.sign import HEADER, sign, verify
 from recall.operator.notify.state import Gate, Try, answered, holds
 from recall.operator.reconcile.cache import JobCache
 from recall.resources import Published, is_true
+from recall.resources.batch import Batch
 from recall.resources.job import Sink
 from tests.helpers import complete_with_transcript
 from tests.unit.fakes import NS, Operator, batch_manifest, claim, job_manifest, result_of
@@ -282,3 +283,23 @@ def test_settings__a_cap_under_a_second_is_accepted_as_the_chart_allows() -> Non
     settings = NotifySettings(backoff_cap=0.5)
     assert (settings.backoff.initial, settings.backoff.cap) == (0.5, 0.5)
     assert NotifySettings().backoff.initial == 1.0
+
+
+def test_event__a_batch_without_completed_at_sends_the_same_bytes_on_every_try() -> None:
+    raw = batch_manifest("b", ["a"])
+    raw["metadata"]["uid"] = "u1"
+    raw["status"] = {
+        "conditions": [
+            {
+                "type": "Complete",
+                "status": "True",
+                "reason": "Done",
+                "message": "",
+                "lastTransitionTime": "2026-12-04T18:00:00Z",
+            }
+        ]
+    }
+    batch = Batch.from_api(raw)
+    first = events.batch_event(batch)
+    assert events.batch_event(batch) == first
+    assert json.loads(first.body)["time"].startswith("2026-12-04T18:00:00")

@@ -10,7 +10,8 @@
 
 A cancelled job sends nothing. An event's id is a hash of its object's uid and its type: every
 try, every operator replica and every restart sends the same id, so a receiver drops a repeat
-by its id. Its `time` is when the object finished, so a retry's body is the same bytes. The
+by its id. Its `time` is when the object finished, read from its record (never the clock), so a
+retry's body is the same bytes. The
 data names the object, the item, the Batch, where the result is (its keys and the published
 outputs) and the counts; never the transcript's text (redacted or not), so an event holds
 nothing `redact` keeps out of the bucket.
@@ -74,6 +75,13 @@ def _source(namespace: str, plural: str, name: str) -> str:
     return f"/apis/{API_VERSION}/namespaces/{namespace}/{plural}/{name}"
 
 
+def _time(*candidates: dt.datetime | None) -> dict[str, dt.datetime]:
+    """The event's `time`: the first of `candidates` the object's record holds, never the clock,
+    so that every try sends the same bytes (none: no `time`, which CloudEvents allows)."""
+    when = next((c for c in candidates if c is not None), None)
+    return {"time": when} if when is not None else {}
+
+
 def build(attributes: dict[str, Any], data: dict[str, Any]) -> bytes:
     """The structured-mode body of a CloudEvent 1.0 (the SDK's JSON format)."""
     attrs = {"specversion": "1.0", "datacontenttype": "application/json", **attributes}
@@ -117,13 +125,12 @@ def job_event(job: TranscriptionJob, type_: str, outputs: list[str]) -> Event:
         data["error"] = {"reason": e.reason, "message": (e.message or "")[:MAX_MESSAGE]}
     uid = job.metadata.uid or job.name
     eid = event_id(uid, type_)
-    when = status.completed_at or job.metadata.creation_timestamp or dt.datetime.now(dt.UTC)
     attrs = {
         "id": eid,
         "type": type_,
         "source": _source(job.namespace, JOB_PLURAL, job.name),
         "subject": job.spec.item or job.name,
-        "time": when,
+        **_time(status.completed_at, job.metadata.creation_timestamp),
     }
     return Event(eid, type_, build(attrs, data))
 
@@ -149,12 +156,16 @@ def batch_event(batch: Batch) -> Event:
         data["cancelledIndexes"] = status.cancelled_indexes
     uid = batch.metadata.uid or batch.name
     eid = event_id(uid, BATCH_COMPLETED)
-    when = status.completed_at or dt.datetime.now(dt.UTC)
+    complete = next((c for c in status.conditions if c.type == "Complete"), None)
     attrs = {
         "id": eid,
         "type": BATCH_COMPLETED,
         "source": _source(batch.namespace, BATCH_PLURAL, batch.name),
         "subject": batch.name,
-        "time": when,
+        **_time(
+            status.completed_at,
+            complete.last_transition_time if complete else None,
+            batch.metadata.creation_timestamp,
+        ),
     }
     return Event(eid, BATCH_COMPLETED, build(attrs, data))
