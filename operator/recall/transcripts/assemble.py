@@ -65,12 +65,14 @@ def assemble(records: Sequence[Record]) -> list[Segment]:
 
 
 def merged(a: Segment, b: Segment) -> Segment:
-    """Two pieces of one segment as one."""
+    """Two pieces of one segment as one (its translation is the piece's that has it: the held
+    one, see `recall.transcripts.redact.hold`)."""
     words = None if a.words is None and b.words is None else [*(a.words or []), *(b.words or [])]
     text = text_of_words(words) if words else a.text.rstrip() + " " + b.text.strip()
     confidence = a.confidence if b.confidence is None else b.confidence
+    translation = a.translation if a.translation is not None else b.translation
     return a.model_copy(update={"end": max(a.end, b.end), "text": text, "words": words,
-                                "confidence": confidence})  # fmt: skip
+                                "confidence": confidence, "translation": translation})  # fmt: skip
 
 
 def capitalised(segments: list[Segment]) -> set[str]:

@@ -36,6 +36,12 @@ and before them every word that could be part of an entity (a digit, a spoken di
 "dot", "@", a word next to "at" or "dot"), up to `MOST_HELD`; they are redacted with the next
 chunk's words and stored in its record, so an entity across a seam is found whole. The last
 chunk holds nothing back.
+
+Translations (`transcript.translate`): each segment's English text is redacted over all the
+segments' translations together, as the words are (an entity across two is the first one's
+tag). The hold rule keeps a translation with its segment's last piece, and holds back a whole
+segment whose translation ends in what could be part of an entity, so no record stores a piece
+of one.
 """
 
 from __future__ import annotations
@@ -324,24 +330,50 @@ def _tag(words: list[Word], kind: RedactType) -> Word:
 
 def redact(segments: list[Segment], types: Collection[str]) -> list[Segment]:
     """`segments` with every entity of `types` replaced by its tag (see the module contract).
-    An entity across segments goes into the first one's words; a segment keeps its times. A
-    segment's English translation (`transcript.translate`) is redacted on its own text."""
+    An entity across segments goes into the first one's words; a segment keeps its times. The
+    English translations (`transcript.translate`) are redacted the same way, over all segments'
+    translations together: an entity across two translations is the first one's tag, and a
+    translation left with nothing is None."""
+    found = _redact_words(segments, types)
+    translations = redact_texts([s.translation or "" for s in found], types)
     return [
-        s.model_copy(update={"translation": redact_text(s.translation, types)})
-        if s.translation
-        else s
-        for s in _redact_words(segments, types)
+        s if (s.translation or "") == t else s.model_copy(update={"translation": t or None})
+        for s, t in zip(found, translations, strict=True)
     ]
 
 
 def redact_text(text: str, types: Collection[str]) -> str:
-    """`text` with every entity of `types` replaced by its tag, the punctuation after it kept."""
-    words = text.split(" ")
-    for f in reversed(detect(words, types)):
-        last = words[f.end - 1]
-        after = last[len(last.rstrip(EDGE)) :]
-        words[f.first : f.end] = [TAGS[f.kind] + after]
-    return " ".join(words)
+    """`text` with every entity of `types` replaced by its tag, the punctuation around it kept."""
+    (out,) = redact_texts([text], types)
+    return out
+
+
+def redact_texts(texts: list[str], types: Collection[str]) -> list[str]:
+    """`texts` (one after the other, as a transcript's segments) with every entity of `types`
+    replaced by its tag, the punctuation around it kept. An entity across texts is found: its
+    tag goes into the first, the rest of it leaves the others (a text left with nothing is
+    ""). A changed text keeps its leading space; its words are joined by one space."""
+    flat = [(i, w) for i, text in enumerate(texts) for w in text.split()]
+    found = detect([w for _, w in flat], types)
+    if not found:
+        return texts
+    words: list[list[str]] = [[] for _ in texts]
+    starts = {f.first: f for f in found}
+    dropped = {k for f in found for k in range(f.first + 1, f.end)}
+    for k, (i, w) in enumerate(flat):
+        if (f := starts.get(k)) is not None:
+            last = flat[f.end - 1][1]
+            before = w[: len(w) - len(w.lstrip(EDGE))]
+            w = before + TAGS[f.kind] + last[len(last.rstrip(EDGE)) :]
+        if k not in dropped:
+            words[i].append(w)
+    changed = {flat[k][0] for f in found for k in range(f.first, f.end)}
+    return [
+        (text[: len(text) - len(text.lstrip())] + " ".join(words[i]) if words[i] else "")
+        if i in changed
+        else text
+        for i, text in enumerate(texts)
+    ]
 
 
 def _redact_words(segments: list[Segment], types: Collection[str]) -> list[Segment]:
@@ -388,19 +420,19 @@ def _could_be_part(cores: list[str], k: int) -> bool:
 
 def hold(segments: list[Segment]) -> tuple[list[Segment], list[Segment], bool]:
     """`segments` cut where the hold rule says: (what the record stores now, what is held
-    back, whether the first held segment continues the last stored one)."""
+    back, whether the first held segment continues the last stored one). The translation of
+    a segment cut in two goes with the piece held back."""
     words = [timed(s) for s in segments]
     flat = [(i, k) for i, ws in enumerate(words) for k in range(len(ws))]
     if not flat:
         return segments, [], False
-    cores = [core(words[i][k].text) for i, k in flat]
-    texts = [words[i][k].text for i, k in flat]
-    h = max(0, len(flat) - HOLD_WORDS)
-    while h > 0 and len(flat) - h < MOST_HELD and _could_be_part(cores, h - 1):
-        h -= 1
-    spaced = any(t[:1].isspace() for t in texts)
-    while h > 0 and spaced and texts[h].strip() and not texts[h][:1].isspace():
-        h -= 1  # a written word is never cut ("example" + ".com")
+    h = _held_from([words[i][k].text for i, k in flat])
+    firsts = {i: n for n, (i, k) in reversed(list(enumerate(flat)))}  # a segment's first word
+    while h > 0 and len(flat) - h < MOST_HELD:  # a translation that may go on: held too
+        n = firsts[flat[h][0]]  # the last segment kept whole ends before word n
+        if n == 0 or not _translation_goes_on(segments[flat[n - 1][0]]):
+            break
+        h = firsts[flat[n - 1][0]]
     if h == 0:
         return [], segments, False
     i, k = flat[h]
@@ -411,9 +443,32 @@ def hold(segments: list[Segment]) -> tuple[list[Segment], list[Segment], bool]:
         return kept, [s, *held], False
     before, after = words[i][:k], words[i][k:]
     first = s.model_copy(
-        update={"words": before, "text": text_of_words(before), "end": before[-1].end}
+        update={
+            "words": before,
+            "text": text_of_words(before),
+            "end": before[-1].end,
+            "translation": None,
+        }
     )
     second = s.model_copy(
         update={"words": after, "text": text_of_words(after), "start": after[0].start}
     )
     return [*kept, first], [second, *held], True
+
+
+def _held_from(texts: list[str]) -> int:
+    """Where the words held back begin among `texts` (a chunk's words, in order)."""
+    cores = [core(t) for t in texts]
+    h = max(0, len(texts) - HOLD_WORDS)
+    while h > 0 and len(texts) - h < MOST_HELD and _could_be_part(cores, h - 1):
+        h -= 1
+    spaced = any(t[:1].isspace() for t in texts)
+    while h > 0 and spaced and texts[h].strip() and not texts[h][:1].isspace():
+        h -= 1  # a written word is never cut ("example" + ".com")
+    return h
+
+
+def _translation_goes_on(segment: Segment) -> bool:
+    """Whether `segment`'s translation ends in what could be part of an entity."""
+    cores = [core(w) for w in (segment.translation or "").split()]
+    return bool(cores) and _could_be_part(cores, len(cores) - 1)

@@ -7,6 +7,8 @@ import pytest
 
 from recall.media.types import Segment, Word
 from recall.resources import REDACT_TYPES
+from recall.transcripts.formats import render
+from recall.transcripts.layout import Transcript
 from recall.transcripts.redact import HOLD_WORDS, detect, hold, redact
 
 ALL: set[str] = set(REDACT_TYPES)
@@ -144,3 +146,54 @@ def test_hold_then_redact__an_entity_across_a_seam_is_found_whole() -> None:
     assert "five" not in "".join(s.text for s in stored)
     later = redact(held + second, ALL)
     assert "[PHONE]" in later[0].text
+
+
+def translated_seg(text: str, translation: str, start: float = 0.0) -> Segment:
+    return seg(text, start).model_copy(update={"translation": " " + translation})
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "english"),
+    [
+        (
+            ("Meine Nummer ist 0176", "My number is 0176"),
+            ("5550123.", "5550123."),
+            "My number is [PHONE].",
+        ),
+        (
+            ("ruf an fünf fünf fünf,", "call five five five,"),
+            ("eins zwei drei vier.", "one two three four."),
+            "call [PHONE].",
+        ),
+    ],
+)
+def test_redact__a_translation_entity_across_segments_is_redacted_whole(
+    first: tuple[str, str], second: tuple[str, str], english: str
+) -> None:
+    """The translations are redacted over all segments together, as the words are: the tag in
+    the first segment's translation, nothing of the entity left in the second's."""
+    a, b = redact([translated_seg(*first), translated_seg(*second, start=5.0)], ALL)
+    assert a.translation == " " + english
+    assert b.translation is None
+    transcript = Transcript(segments=[a, b], duration=10.0, engine="x")
+    rendered = render(transcript, "en.txt") + render(transcript, "json")
+    for secret in ("0176", "5550123", "five", "four"):
+        assert secret not in rendered, secret
+
+
+def test_hold__a_segment_cut_by_the_hold_gives_its_translation_to_the_held_piece() -> None:
+    """The translation of a segment the hold rule cuts goes with the piece held back (it is
+    redacted with the next chunk's); a kept segment whose translation ends in what could be
+    part of an entity is held back whole."""
+    text = "hello and welcome to the show today my number is 0176"
+    kept, held, piece = hold([translated_seg(text, "hello ... my number is 0176")])
+    assert piece and kept[0].translation is None
+    assert held[0].translation == " hello ... my number is 0176"
+    segments = [
+        translated_seg("hallo und willkommen heute", "hello and welcome today"),
+        translated_seg("ja ja ja ja ja ja ja ja ja", "my number is 0176", 5.0),
+        translated_seg("a b c d e f g h", "a b c d e f g h", 20.0),
+    ]
+    kept, held, piece = hold(segments)
+    assert [s.translation for s in kept] == [" hello and welcome today"]
+    assert not piece and held[0].translation == " my number is 0176"

@@ -232,3 +232,24 @@ def test_resume__held_words_that_go_back_over_short_chunks_are_all_transcribed_a
     assert (
         resumed.text == whole.text == "Hello and welcome. My email is [EMAIL]. Thanks and bye now."
     )
+
+
+def test_translation__no_record_or_english_output_holds_an_entity_said_across_a_seam() -> None:
+    """A number said across a chunk's end: its translation is held back with its words and
+    redacted whole with the next chunk's, in the records and in en.txt and the json."""
+    bucket = memory_bucket()
+    w = AttemptWriter(bucket, job(TYPES), 1, TOKENS[1])
+    w.begin(CUT, None)
+    german = ["Hallo und willkommen heute zu unserer Sendung. Meine Nummer ist 0176", "5550123."]
+    english = [" Hello and welcome to our show today. My number is 0176", " 5550123."]
+    for i in range(2):
+        (s,) = said(i, german[i])
+        w.add(chunk(i, 2), [s.model_copy(update={"translation": english[i]})])
+    w.finish(60.0, "x", ["json", "en.txt"])
+    stored = everything(bucket)
+    assert "0176" not in stored and "5550123" not in stored
+    transcript = load_transcript(bucket, w.transcript_key)
+    assert transcript is not None
+    assert render(transcript, "en.txt").strip() == (
+        "Hello and welcome to our show today. My number is [PHONE]."
+    )
