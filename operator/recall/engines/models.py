@@ -69,7 +69,6 @@ import re
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +76,7 @@ from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 from recall.base import log
+from recall.base.clock import SYSTEM, Clock
 from recall.resources.errors import JobFailure
 
 MANIFEST = "SHA256SUMS"
@@ -336,7 +336,7 @@ class ModelCache:
         directory: Path,
         open_store: OpenStore | None,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.directory = directory
         self.open_store = open_store
@@ -383,7 +383,7 @@ class ModelCache:
         known = self._manifest(url)
         with self._lock:
             failed = self._corrupt.get((url, known.digest))
-        if failed is not None and self.clock() - failed[0] < CORRUPT_SECONDS:
+        if failed is not None and self.clock.monotonic() - failed[0] < CORRUPT_SECONDS:
             raise failed[1]
         final = self.directory / known.digest.replace(":", "-")
         try:
@@ -415,7 +415,7 @@ class ModelCache:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 with self._locked(final.with_suffix(".lock"), cancel):
                     if not final.is_dir():
-                        started = time.monotonic()
+                        started = self.clock.monotonic()
                         size = _join(model, sources, self.directory, final)
                         with self._lock:
                             self._seen.add(model.digest)
@@ -426,7 +426,7 @@ class ModelCache:
                             path=str(final),
                             files=len(model.parts),
                             bytes=size,
-                            seconds=round(time.monotonic() - started, 3),
+                            seconds=round(self.clock.monotonic() - started, 3),
                         )
         except OSError as e:
             if e.errno in UNWRITABLE:
@@ -440,13 +440,13 @@ class ModelCache:
         return LocalModel(final, model.name, model.digest)
 
     def _fetch_checked(self, url: str, known: _Known, final: Path) -> None:
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
             size = self._fetch(url, known, final)
         except JobFailure as e:
             if e.reason == "ModelCorrupt":
                 with self._lock:
-                    self._corrupt[(url, known.digest)] = (self.clock(), e)
+                    self._corrupt[(url, known.digest)] = (self.clock.monotonic(), e)
             raise
         with self._lock:
             self._seen.add(known.digest)
@@ -457,11 +457,11 @@ class ModelCache:
             path=str(final),
             files=len(known.entries),
             bytes=size,
-            seconds=round(time.monotonic() - started, 3),
+            seconds=round(self.clock.monotonic() - started, 3),
         )
 
     def _manifest(self, url: str) -> _Known:
-        now = self.clock()
+        now = self.clock.monotonic()
         with self._lock:
             known = self._known.get(url)
         if known is not None and now - known.at < RECHECK_SECONDS:
@@ -496,12 +496,12 @@ class ModelCache:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if cancel is not None and cancel.wait(LOCK_POLL):
+                    if cancel is None:
+                        self.clock.sleep(LOCK_POLL)
+                    elif self.clock.wait(cancel, LOCK_POLL):
                         raise JobFailure(
                             "ModelUnavailable", "stopped while waiting for a model", permanent=False
                         ) from None
-                    if cancel is None:
-                        time.sleep(LOCK_POLL)
             yield
         finally:
             os.close(fd)  # releases the lock

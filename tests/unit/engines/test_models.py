@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from recall.base.clock import FakeClock
 from recall.engines.models import (
+    CORRUPT_SECONDS,
     MANIFEST,
+    RECHECK_SECONDS,
     ModelCache,
     ModelCacheUnwritable,
     ModelStoreMissing,
@@ -237,6 +240,47 @@ def test_resolve__a_cache_owned_by_root_is_unwritable_naming_the_directory_uid_a
         assert again == {"path": str(fetched.path), "digest": fetched.digest}
     finally:
         shutil.rmtree(base)
+
+
+def test_resolve__a_corrupt_model_is_remembered_for_its_time_on_the_caches_clock(
+    tmp_path: Path,
+) -> None:
+    d = model_dir(tmp_path)
+    good = (d / "model.bin").read_bytes()
+    (d / "model.bin").write_bytes(b"other weights")
+    store, clock = DirStore(d), FakeClock()
+    cache = ModelCache(tmp_path / "cache", lambda url: store, clock=clock)
+    with pytest.raises(JobFailure, match=r"model\.bin"):
+        cache.resolve("s3://models/x/")
+    downloads = len(store.downloads)
+    (d / "model.bin").write_bytes(good)  # mended in the store, under the same manifest
+    clock.step(CORRUPT_SECONDS - 1)
+    with pytest.raises(JobFailure, match=r"model\.bin"):
+        cache.resolve("s3://models/x/")
+    assert len(store.downloads) == downloads  # remembered: not downloaded again
+    clock.step(1)
+    assert (cache.resolve("s3://models/x/").path / "model.bin").read_bytes() == good
+
+
+def test_resolve__the_manifest_is_read_again_once_a_minute_on_the_caches_clock(
+    tmp_path: Path,
+) -> None:
+    class CountingStore(DirStore):
+        reads = 0
+
+        def read(self, name: str) -> bytes | None:
+            self.reads += 1
+            return super().read(name)
+
+    store, clock = CountingStore(model_dir(tmp_path)), FakeClock()
+    cache = ModelCache(tmp_path / "cache", lambda url: store, clock=clock)
+    cache.resolve("s3://models/x/")
+    clock.step(RECHECK_SECONDS - 1)
+    cache.resolve("s3://models/x/")
+    assert store.reads == 1
+    clock.step(1)
+    cache.resolve("s3://models/x/")
+    assert store.reads == 2
 
 
 @pytest.mark.parametrize(
