@@ -25,11 +25,11 @@ import json
 import os
 import random
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from recall.base.clock import SYSTEM, Clock
 from recall.engines.base import Detected, TranscribeRequest
 from recall.media.types import Chunk, Cutting, Media, Resume, Segment
 from recall.resources import SimulateSpec, TranscriptionJob
@@ -99,6 +99,7 @@ class SimulatedEngine:
         vocabulary: Vocabulary = "english",
         batch_size: int = 1,
         batch_cost: float = 0.25,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.default = SimulateSpec(chunks=chunks, chunk_delay_seconds=chunk_delay_seconds)
         self.batch_size = batch_size
@@ -108,6 +109,7 @@ class SimulatedEngine:
         self.media = media
         self.words_per_minute = words_per_minute
         self.words = VOCABULARIES[vocabulary]
+        self.clock = clock  # the chunks' delays and the blocking call pass on it
 
     def label(self) -> str:
         return "simulated"
@@ -136,9 +138,9 @@ class SimulatedEngine:
         spec = self._spec(job)
         if chunk.index == 0 and spec.block_seconds:
             # A truly blocking call: it ignores `cancel`, like a C extension would.
-            time.sleep(spec.block_seconds)
+            self.clock.sleep(spec.block_seconds)
         if spec.chunk_delay_seconds:
-            request.cancel.wait(spec.chunk_delay_seconds)
+            self.clock.wait(request.cancel, spec.chunk_delay_seconds)
         self._fail_if_asked(spec, chunk, attempt)
         self._record(request, chunk)
         return self._segments(job, chunk)
@@ -149,8 +151,8 @@ class SimulatedEngine:
         chunks = request.chunks
         spec = self._spec(request.job)
         if spec.chunk_delay_seconds and chunks:
-            request.cancel.wait(
-                spec.chunk_delay_seconds * (1 + (len(chunks) - 1) * self.batch_cost)
+            self.clock.wait(
+                request.cancel, spec.chunk_delay_seconds * (1 + (len(chunks) - 1) * self.batch_cost)
             )
         out = []
         for chunk in chunks:
