@@ -446,14 +446,22 @@ def notify_resend(
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """Send the events given up for a job, or a Batch and its items, again (same ids)."""
-    from recall.cli.notify import resend
+    from recall.cli.notify import gone, resend
 
+    store, ns = _store(kubeconfig), _namespace(namespace, kubeconfig)
     try:
-        marked = resend(_store(kubeconfig), _namespace(namespace, kubeconfig), ref)
+        lost = gone(store, ns, ref)
+        marked = resend(store, ns, ref)
     except LookupError as e:
         raise CliError(str(e.args[0])) from e
     for m in marked:
         typer.echo(f"{m}: given-up events to be sent again")
+    if lost:
+        typer.echo(
+            f"{ref}: {lost} given-up item events cannot be sent again: the Batch's TTL deleted "
+            "their jobs (status.notified.items.givenUpIndexes names the items)",
+            err=True,
+        )
     if not marked:
         typer.echo("nothing was given up")
 

@@ -2,7 +2,8 @@
 
 - `resend(store, namespace, "job/NAME" | "batch/NAME")` clears the given-up sinks of a settled
   `status.notified` (a Batch: its own and its items'); the leading operator then sends those
-  events again, with their ids (docs/notify.md). One status write per record.
+  events again, with their ids (docs/notify.md). One status write per record. `gone` counts
+  the given-up item events that cannot be: their jobs were deleted by the Batch's TTL.
 - `usage(store, namespaces, since, until)` sums the per-day figures of each namespace's
   `recall-usage` ConfigMap (written by the operator, `recall.operator.usage`).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from recall.kube import Api, Selector
@@ -34,17 +36,9 @@ def resend(store: Api, namespace: str, ref: str) -> list[str]:
     batch = store.get_batch(namespace, name)
     if batch is None:
         raise LookupError(f"Batch {namespace}/{name} not found")
-    marked = []
-    selector = Selector(labels=f"{LABEL_BATCH}={label_value(name)}")
-    page = store.list_jobs(namespace, selector)
-    while True:
-        for raw in page.items:
-            job = TranscriptionJob.from_api(raw)
-            if _resend_job(store, job):
-                marked.append(f"job/{job.name}")
-        if not page.next:
-            break
-        page = store.list_jobs(namespace, selector, continue_from=page.next)
+    marked = [
+        f"job/{job.name}" for job in _jobs_of(store, namespace, name) if _resend_job(store, job)
+    ]
     record = batch.status.notified
     if record is not None and (record.given_up or marked):
         store.patch_batch_status(namespace, name, None, {"notified": RESEND})
@@ -52,9 +46,37 @@ def resend(store: Api, namespace: str, ref: str) -> list[str]:
     return marked
 
 
-def _resend_job(store: Api, job: TranscriptionJob) -> bool:
+def gone(store: Api, namespace: str, ref: str) -> int:
+    """How many of a Batch's given-up item events can no longer be sent again: their jobs
+    (which the events are built from, and their ids derived from) were deleted by the Batch's
+    `ttlSecondsAfterFinished`; only the Batch's record keeps them, as a count and index
+    ranges. 0 for a job, or a Batch whose given-up items' jobs all exist."""
+    kind, _, name = ref.partition("/")
+    batch = store.get_batch(namespace, name) if kind in ("batch", "batches", "rb") else None
+    record = batch.status.notified if batch is not None else None
+    if record is None or record.items is None or not record.items.given_up:
+        return 0
+    kept = sum(1 for job in _jobs_of(store, namespace, name) if _given_up(job))
+    return max(0, record.items.given_up - kept)
+
+
+def _jobs_of(store: Api, namespace: str, batch: str) -> Iterator[TranscriptionJob]:
+    selector = Selector(labels=f"{LABEL_BATCH}={label_value(batch)}")
+    page = store.list_jobs(namespace, selector)
+    while True:
+        yield from (TranscriptionJob.from_api(raw) for raw in page.items)
+        if not page.next:
+            return
+        page = store.list_jobs(namespace, selector, continue_from=page.next)
+
+
+def _given_up(job: TranscriptionJob) -> bool:
     record = job.status.notified
-    if record is None or record.time is None or not record.given_up:
+    return record is not None and record.time is not None and bool(record.given_up)
+
+
+def _resend_job(store: Api, job: TranscriptionJob) -> bool:
+    if not _given_up(job):
         return False
     store.patch_job_status(job.namespace, job.name, job.resource_version, {"notified": RESEND})
     return True

@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from recall.base.clock import FakeClock
+from recall.cli.notify import gone, resend
 from recall.kube.memory import MemoryApi
 from recall.operator.notify import events
 from recall.operator.notify.notifier import Notifier
@@ -18,7 +19,7 @@ from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.sign import HEADER, sign, verify
 from recall.operator.notify.state import Gate, Try, answered, holds
 from recall.operator.reconcile.cache import JobCache
-from recall.resources import Published, is_true
+from recall.resources import LABEL_BATCH, Published, is_true
 from recall.resources.batch import Batch
 from recall.resources.job import Sink
 from tests.helpers import complete_with_transcript
@@ -303,3 +304,27 @@ def test_event__a_batch_without_completed_at_sends_the_same_bytes_on_every_try()
     first = events.batch_event(batch)
     assert events.batch_event(batch) == first
     assert json.loads(first.body)["time"].startswith("2026-12-04T18:00:00")
+
+
+def test_resend__a_batch_whose_ttl_deleted_the_jobs_says_its_item_events_are_gone() -> None:
+    store, clock = MemoryApi(), FakeClock()
+    store.create_batch(NS, batch_manifest("b", ["a", "c", "d"]))
+    record = {
+        "id": "e1",
+        "attempts": 1,
+        "delivered": [URL],
+        "time": "2026-12-01T00:00:00Z",
+        "items": {"delivered": 1, "givenUp": 2, "pending": 0, "givenUpIndexes": "1-2"},
+    }
+    store.patch_batch_status(NS, "b", None, {"notified": record})
+    assert gone(store, NS, "batch/b") == 2  # the TTL deleted every job
+    job = job_manifest("b-c", batchRef="b", item="c")
+    job["metadata"]["labels"] = {LABEL_BATCH: "b"}
+    store.create_job(NS, job)
+    h = claim(store, clock, "b-c")
+    h.fail("SourceNotFound", "gone", permanent=True, backoff_base=1, backoff_cap=1)
+    given_up = {"id": "e2", "attempts": 5, "givenUp": [URL], "time": "2026-12-01T00:00:00Z"}
+    store.patch_job_status(NS, "b-c", None, {"notified": given_up})
+    assert gone(store, NS, "batch/b") == 1  # one job is still there: it can be resent
+    assert resend(store, NS, "batch/b") == ["job/b-c", "batch/b"]
+    assert gone(store, NS, "job/b-c") == 0
