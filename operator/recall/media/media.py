@@ -49,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +57,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from recall.base import log
+from recall.base.clock import SYSTEM, Clock
 from recall.media.common import SAMPLE_RATE, SNAP_SECONDS, Either, ResumeInvalid, Samples
 from recall.media.cut import Cutter, encode_wav
 from recall.media.decode import Decoder, channels_of, probe, tail_signature
@@ -86,6 +86,7 @@ class MediaOptions:
     workdir: Path | None = None  # where downloads go; None = the system temp directory
     objects: ObjectReader | None = None  # reads s3://, gs://, az:// sources (the worker's)
     split: bool = False  # each channel on its own (`spec.transcript.channels: split`)
+    clock: Clock = SYSTEM  # what the logged fetch and resume times are read from
 
     @classmethod
     def from_settings(
@@ -119,7 +120,7 @@ def load_job_media(job: TranscriptionJob, options: MediaOptions) -> AudioMedia:
 
 def load_media(url: str, options: MediaOptions) -> AudioMedia:
     """Fetch and probe the source at `url`; see the module contract."""
-    began = time.monotonic()
+    began = options.clock.monotonic()
     source = fetch(
         url,
         max_bytes=options.max_bytes,
@@ -149,7 +150,7 @@ def load_media(url: str, options: MediaOptions) -> AudioMedia:
         url=display_url(url),
         bytes=source.size,
         estimated_seconds=None if seconds is None else round(seconds, 3),
-        elapsed=round(time.monotonic() - began, 3),
+        elapsed=round(options.clock.monotonic() - began, 3),
     )
     return media
 
@@ -228,7 +229,7 @@ class AudioMedia(Media):
             self.source.path, self.source.url, max_samples=max_samples, stop=stop, channel=channel
         )
         start = resume.position if resume else 0
-        began = time.monotonic()
+        began = self.options.clock.monotonic()
         blocks: Iterator[Samples] | None = None
         if resume is not None and start > 0:
             blocks = decoder.seek(start, resume.tail)
@@ -286,7 +287,7 @@ class AudioMedia(Media):
             url=display_url(self.source.url),
             by=self.resumed_by,
             position=resume.position,
-            seconds=round(time.monotonic() - began, 3),
+            seconds=round(self.options.clock.monotonic() - began, 3),
         )
         if resume.tail and signature != resume.tail:
             # Positions are what prevent gaps and overlaps; a different decoder build may

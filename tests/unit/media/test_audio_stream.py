@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
+from structlog.testing import capture_logs
 
 from recall import media as audio
+from recall.base.clock import FakeClock
 from recall.media.types import Chunk, Resume
 from recall.resources.errors import JobFailure
 from tests.audio import encode
@@ -291,6 +293,26 @@ def test_resume__by_seeking_continues_exactly_after_the_checkpointed_cut(
             assert media.resumed_by == "seek"
         assert same(rest, full[k:]), f"resume at chunk {k} differs"
         assert rest[0].first == full[k - 1].end  # no gap, no overlap
+
+
+def test_media__the_logged_fetch_and_resume_times_are_read_from_the_options_clock(
+    sources: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    read = clock.monotonic
+
+    def ticking() -> float:  # every read one second after the one before
+        clock.step(1.0)
+        return read()
+
+    monkeypatch.setattr(clock, "monotonic", ticking)
+    url = sources["wav"].as_uri()
+    opts = audio.MediaOptions(chunk_seconds=10.0, clock=clock)
+    full = every_chunk(url, audio.MediaOptions(chunk_seconds=10.0))
+    with capture_logs() as logs, audio.load_media(url, opts) as media:
+        next(media.chunks(full[3].resume()))
+    timed = {e["event"]: e.get("elapsed", e.get("seconds")) for e in logs}
+    assert (timed["media_opened"], timed["media_resumed"]) == (1.0, 1.0)
 
 
 def test_resume__without_a_signature_decodes_from_the_start(sources: dict[str, Path]) -> None:

@@ -28,11 +28,11 @@ from __future__ import annotations
 import math
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from recall.base import log
+from recall.base.clock import SYSTEM
 from recall.engines.device import Placement
 from recall.engines.models import LocalModel, ModelCache, is_store_url, local_directory
 from recall.resources.errors import JobFailure
@@ -101,7 +101,7 @@ def load_model(source: str, threads: int, placement: Placement = CPU, streams: i
 
 
 def _load(source: str, threads: int, placement: Placement, streams: int) -> Any:
-    began = time.monotonic()
+    began = SYSTEM.monotonic()
     try:
         from faster_whisper import WhisperModel
 
@@ -128,7 +128,7 @@ def _load(source: str, threads: int, placement: Placement, streams: int) -> Any:
         streams=streams,
         device=str(model.model.device),
         compute_type=str(model.model.compute_type),
-        seconds=round(time.monotonic() - began, 3),
+        seconds=round(SYSTEM.monotonic() - began, 3),
     )
     return model
 
