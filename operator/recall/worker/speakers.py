@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from recall.base.clock import SYSTEM, Clock
 from recall.media.types import Media
 from recall.resources import TranscriptionJob
 from recall.resources.errors import JobFailure
@@ -53,8 +54,10 @@ def label_records(
     records: list[Record],
     poll: Callable[[], None],
     log: Any,
+    clock: Clock = SYSTEM,
 ) -> Speakers | None:
-    """The records labelled with speakers (see the module contract); None when not asked."""
+    """The records labelled with speakers (see the module contract); None when not asked.
+    The logged `seconds` are read from `clock`."""
     t = job.spec.transcript
     if t is None or t.speakers is None or t.split:
         return None
@@ -71,7 +74,8 @@ def label_records(
                 raise _NoAudio()
             yield chunk.first, chunk.audio
 
-    began, cpu = time.monotonic(), time.thread_time()
+    # CPU time has no read on the Clock: the labelling's own thread is measured by `time`.
+    began, cpu = clock.monotonic(), time.thread_time()
     try:
         labelling = labeller.label(segments, blocks(), bounds_of(t.speakers))
     except _NoAudio:
@@ -90,7 +94,7 @@ def label_records(
         speakers=labelling.speakers,
         asked=wanted,
         windows=labelling.windows,
-        seconds=round(time.monotonic() - began, 3),
+        seconds=round(clock.monotonic() - began, 3),
         cpu_seconds=round(time.thread_time() - cpu, 3),
     )
     short = labelling.found.short and wanted is not None and labelling.speakers < wanted
