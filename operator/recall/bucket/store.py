@@ -42,7 +42,7 @@ import obstore
 from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
 
 from recall.base import metrics
-from recall.base.clock import SYSTEM
+from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import SCHEMES, StoreSettings
 from recall.bucket.errors import (
     StoreBucketMissing,
@@ -108,11 +108,12 @@ def allow_http() -> bool:
 class FileCredentials:
     """S3 credentials read from files named like their variables (a mounted Secret), handed
     to obstore with an expiry (`refresh`, a minute by default) so a rotated Secret is read
-    again."""
+    again; the expiry is counted from `clock`'s wall time."""
 
-    def __init__(self, directory: Path, refresh: float = 60.0) -> None:
+    def __init__(self, directory: Path, refresh: float = 60.0, clock: Clock = SYSTEM) -> None:
         self.directory = directory
         self.refresh = dt.timedelta(seconds=refresh)
+        self.clock = clock
 
     def _read(self, name: str) -> str | None:
         path = self.directory / name
@@ -131,7 +132,7 @@ class FileCredentials:
             "access_key_id": key,
             "secret_access_key": secret,
             "token": self._read("AWS_SESSION_TOKEN"),
-            "expires_at": SYSTEM.now() + self.refresh,
+            "expires_at": self.clock.now() + self.refresh,
         }
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from recall.base.clock import EPOCH, FakeClock
 from recall.base.settings import StoreSettings
 from recall.bucket import Location, StoreConflict, Stores, StoreUrlInvalid
 from recall.bucket.errors import classify
@@ -86,15 +87,14 @@ def test_classify__a_missing_key_is_not_a_missing_bucket() -> None:
 def test_file_credentials__are_read_again_after_a_rotation(tmp_path: Path) -> None:
     (tmp_path / "AWS_ACCESS_KEY_ID").write_text("old\n")
     (tmp_path / "AWS_SECRET_ACCESS_KEY").write_text("s1")
-    provider = FileCredentials(tmp_path)
+    provider = FileCredentials(tmp_path, clock=FakeClock())
     first = provider()
     assert (first["access_key_id"], first["secret_access_key"], first["token"]) == (
         "old",
         "s1",
         None,
     )
-    expires = first["expires_at"]
-    assert expires is not None and expires - dt.datetime.now(dt.UTC) <= dt.timedelta(seconds=61)
+    assert first["expires_at"] == EPOCH + dt.timedelta(seconds=60)  # a minute on its clock
     (tmp_path / "AWS_ACCESS_KEY_ID").write_text("new")  # the Secret was rotated
     assert provider()["access_key_id"] == "new"
 
