@@ -7,9 +7,10 @@ import pytest
 
 from recall.media.types import Segment, Word
 from recall.resources import REDACT_TYPES
+from recall.transcripts.entities import detect
 from recall.transcripts.formats import render
 from recall.transcripts.layout import Transcript
-from recall.transcripts.redact import HOLD_WORDS, detect, hold, redact
+from recall.transcripts.redact import HOLD_WORDS, hold, redact
 
 ALL: set[str] = set(REDACT_TYPES)
 
@@ -197,3 +198,31 @@ def test_hold__a_segment_cut_by_the_hold_gives_its_translation_to_the_held_piece
     kept, held, piece = hold(segments)
     assert [s.translation for s in kept] == [" hello and welcome today"]
     assert not piece and held[0].translation == " my number is 0176"
+
+
+@pytest.mark.parametrize(
+    ("text", "spoken"),
+    [
+        ("mi número es cinco cinco cinco, uno dos tres cuatro.", "es"),
+        ("llama al doble cinco cinco uno dos tres cuatro", "es"),
+        ("meine Nummer ist null eins sieben sechs fünf fünf fünf null eins zwei drei.", "de"),
+        ("ruf zwo zwo eins drei vier fünf sechs an", "de"),
+        ("mon numéro est zéro six un deux trois quatre cinq six.", "fr"),
+        ("il mio numero è tre tre nove uno due tre quattro cinque sei sette", "it"),
+        ("meu número é nove nove meia um dois três quatro", "pt"),
+        ("mijn nummer is nul zes een twee drie vier vijf zes zeven acht", "nl"),
+    ],
+)
+def test_detect__digits_spoken_in_the_languages_read(text: str, spoken: str) -> None:
+    """Digits said one by one in German, Spanish, French, Italian, Portuguese and Dutch are a
+    phone number as English ones are."""
+    assert [kind for _, kind in found(text, {"phone"})] == ["phone"], spoken
+    (out,) = redact([seg(text)], {"phone"})
+    assert "[PHONE]" in out.text
+    assert not any(c in out.text.lower() for c in ("cinco", "fünf", "quatre", "sette", "zes"))
+
+
+def test_detect__a_few_number_words_in_a_sentence_are_no_number() -> None:
+    assert found("tengo dos perros y tres gatos, uno negro", ALL) == []
+    assert found("ich habe zwei Hunde und drei Katzen", ALL) == []
+    assert found("deux ou trois fois par an", ALL) == []
