@@ -14,6 +14,14 @@ Language decisions (`spec.language` auto or empty, `spec.languageOptions`, `spec
   3 s of the language before.
 - `majority(spans)`: the language with the most speech, a file's language under segment scope.
 
+What only a multilingual model does (`multilingual_asks`): `spec.language` auto,
+`spec.languageOptions`, `spec.languageScope` segment, `spec.transcript.translate`.
+`english_only(label, asks)` is the permanent failure of such a job on the English-only model
+`label` — the one the worker raises when it loads that model, and the one the operator writes
+when every live worker of the job's pool registered an English-only model
+(`recall.operator.dispatch.unsupported`): `LanguageDetectionUnsupported` for detection (auto,
+options, segment scope), else `TranslationUnsupported`.
+
 An OpenAI-compatible server reports the language it detected in its `verbose_json` answer:
 OpenAI's own API by Whisper's English name ("english"), others (faster-whisper servers) by
 code ("en"). `language_code` turns either into the code a result records, or None when it is
@@ -25,7 +33,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from recall.resources import LOW_LANGUAGE_PROBABILITY
+from recall.resources import AUTO, LOW_LANGUAGE_PROBABILITY
+from recall.resources.errors import JobFailure
 
 # Whisper's languages (its tokenizer's LANGUAGES): ISO 639-1 code (two letters, or three where
 # there is none) -> English name, lower case.
@@ -223,3 +232,42 @@ def majority(spans: Iterable[tuple[str | None, float]]) -> str | None:
         if language:
             totals[language] = totals.get(language, 0.0) + max(0.0, seconds)
     return max(totals, key=lambda k: totals[k]) if totals else None
+
+
+TRANSLATE = "spec.transcript.translate"
+MULTILINGUAL = (
+    "name a multilingual model (base: the recall[multilingual] extra, the multilingual image)"
+)
+
+
+def multilingual_asks(
+    language: str | None, options: Sequence[str], scope: str | None, translate: str | None
+) -> tuple[str, ...]:
+    """The fields of a job's spec that ask what only a multilingual model does (empty: none)."""
+    asks = (
+        f"spec.language {language!r}" if language == AUTO else "",
+        "spec.languageOptions" if options else "",
+        "spec.languageScope segment" if scope == "segment" else "",
+        TRANSLATE if translate == "en" else "",
+    )
+    return tuple(a for a in asks if a)
+
+
+def english_only(label: str, asks: Sequence[str]) -> JobFailure | None:
+    """The permanent failure of a job asking `asks` on the English-only model `label`."""
+    detect = [a for a in asks if a != TRANSLATE]
+    if detect:
+        return JobFailure(
+            "LanguageDetectionUnsupported",
+            f"model {label} is English-only: it cannot detect the language "
+            f"({', '.join(detect)}); set spec.language, or {MULTILINGUAL}",
+            permanent=True,
+        )
+    if asks:
+        return JobFailure(
+            "TranslationUnsupported",
+            f"model {label} is English-only: it cannot translate into English ({TRANSLATE}); "
+            f"{MULTILINGUAL}",
+            permanent=True,
+        )
+    return None

@@ -28,6 +28,8 @@ JOB_SPEC_DEFAULTS = {
 }
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
 COUNTERS = ("attempts", "expiredLeases", "failures", "releases")
+# What no worker of an English-only pool can do: the operator fails such a job unleased (reject)
+REJECT_REASONS = ("LanguageDetectionUnsupported", "TranslationUnsupported")
 TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
@@ -158,8 +160,15 @@ def queued_only(c: Change) -> Iterator[str]:
     backoff = c.new.get("backoffSeconds")
     if backoff is not None and backoff != c.old.get("backoffSeconds") and not c.ends_lease:
         yield "status.backoffSeconds is set only by the write that ends a lease (fail)"
-    if c.old_phase == "Queued" and c.phase == "Failed" and c.count("attempts") < c.budget():
-        yield "a Queued job fails only when its attempts are spent"
+    error = c.new.get("lastError") or {}
+    rejected = error.get("permanent") is True and error.get("reason") in REJECT_REASONS
+    if (
+        c.old_phase == "Queued"
+        and c.phase == "Failed"
+        and c.count("attempts") < c.budget()
+        and not rejected
+    ):
+        yield "a Queued job fails only when its attempts are spent (or is rejected)"
     if c.new.get("offer") is not None and c.phase != "Queued":
         yield "only a Queued job is offered"
     if backoff is not None and c.phase != "Queued":

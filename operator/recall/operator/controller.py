@@ -36,7 +36,7 @@ from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import OperatorSettings
 from recall.kube import Api, ApiError, ObjectRef
-from recall.operator.dispatch import Capacity, ReadyQueue, free_slots
+from recall.operator.dispatch import Capacity, ReadyQueue, free_slots, pick_supported
 from recall.operator.peers.registry import Registry
 from recall.operator.reconcile.apply import CREATE_SECONDS, Applier, Report
 from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord, KnownBatches
@@ -317,7 +317,10 @@ class Controller:
             offered = self.cache.get(stale)
             if offered is not None:
                 self.applier.withdraw(offered)
-        workers = [Capacity((w.namespace, w.worker), w.engine, w.pool, w.slots) for w in alive]
+        workers = [
+            Capacity((w.namespace, w.worker), w.engine, w.pool, w.slots, w.multilingual, w.model)
+            for w in alive
+        ]
         slots = {w.key: w.slots for w in workers}
         for key in self.ready.ahead_offers(slots):
             # An offer ahead waits for its worker: a more urgent job must not wait behind it.
@@ -328,10 +331,10 @@ class Controller:
                 self.applier.withdraw(offered)
         written = 0
         for w in free_slots(workers, self.ready):
-            chosen = self.ready.pick(w.key[0], w.engine, w.pool)
-            record = self.cache.get(chosen) if chosen is not None else None
-            if chosen is not None and record is not None and self.applier.offer(record, w.key[1]):
-                self.ready.offered_to(chosen, w.key)
+            # what no live worker of its lane can do is failed, unleased, instead (dispatch)
+            record = pick_supported(self.ready, w, workers, self.cache.get, self.applier.reject)
+            if record is not None and self.applier.offer(record, w.key[1]):
+                self.ready.offered_to(record.key, w.key)
                 written += 1
         return written
 

@@ -27,6 +27,16 @@ offer ahead, which is withdrawn after `offer_seconds` like any other. Jobs of mi
 one. An offer ahead is also withdrawn when a job of higher priority becomes claimable in its
 pool, but one claimed before that job appears has gone to a less urgent item: that is why it
 is off by default.
+
+**What the pool cannot do.** A job that asks what only a multilingual model does (language
+auto, options, segment scope, translation) and names no model of its own, in a lane whose every
+live worker registered an English-only model, is never offered: `pick_supported` has it failed
+unleased (`reject`) with the failure its worker would write
+(`recall.engines.languages.english_only`: `LanguageDetectionUnsupported`,
+`TranslationUnsupported`), at most `MAX_REJECTS` per offer. Not guaranteed: a worker that serves
+itself (no operator, or the `queue` dispatch mode) may claim such a job first and fail it
+itself, once; a worker that has not said (loading, an older release, an engine that loads no
+model) keeps its lane's jobs offerable.
 """
 
 from __future__ import annotations
@@ -34,12 +44,15 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from recall.base.clock import Clock
+from recall.engines.languages import english_only
 from recall.operator.reconcile.cache import JobRecord
 from recall.protocol.observer import JobKey
 from recall.resources import DEFAULT_POOL, Phase
+from recall.resources.errors import JobFailure
 
 WorkerKey = tuple[str, str]  # (namespace, worker id)
 Lane = tuple[str, str, str | None]  # (namespace, pool, the engine a job asks for or None: any)
@@ -75,6 +88,8 @@ class Capacity:
     engine: str
     pool: str = DEFAULT_POOL
     slots: int = 1
+    multilingual: bool | None = None  # its registered model's, None: not said
+    model: str = ""  # that model, `<model>@<digest>`
 
 
 @dataclass
@@ -318,3 +333,43 @@ def _discard(index: defaultdict[WorkerKey, set[JobKey]], worker: WorkerKey, key:
         jobs.discard(key)
         if not jobs:
             del index[worker]
+
+
+MAX_REJECTS = 50  # jobs failed unleased per offer: a pass never stalls on a long run of them
+
+
+def unsupported(record: JobRecord, workers: Sequence[Capacity]) -> JobFailure | None:
+    """The failure every live worker of `record`'s lane (`workers`: those that may be offered
+    work) would meet on it: when it asks what only a multilingual model does, names no model
+    of its own, and each of them registered an English-only model. None otherwise (no such
+    worker alive, or one multilingual or not saying)."""
+    if not record.asks or record.model:
+        return None
+    lane = (record.namespace, record.pool, record.engine)
+    serving = [w for w in workers if lane in lanes_for(w.key[0], w.engine, w.pool)]
+    if not serving or any(w.multilingual is not False for w in serving):
+        return None
+    models = sorted({w.model or w.engine for w in serving})
+    return english_only(" and ".join(models), record.asks)
+
+
+def pick_supported(
+    queue: ReadyQueue,
+    worker: Capacity,
+    workers: Sequence[Capacity],
+    get: Callable[[JobKey], JobRecord | None],
+    reject: Callable[[JobRecord, JobFailure], object],
+) -> JobRecord | None:
+    """The next job for `worker` (`ReadyQueue.pick`) that a live worker of its lane can do;
+    each picked before it that none can do is handed to `reject` (see the module docstring).
+    None when nothing is left, or after `MAX_REJECTS` rejects (the next pass goes on)."""
+    for _ in range(MAX_REJECTS + 1):
+        key = queue.pick(worker.key[0], worker.engine, worker.pool)
+        record = get(key) if key is not None else None
+        if record is None:
+            return None
+        failure = unsupported(record, workers)
+        if failure is None:
+            return record
+        reject(record, failure)
+    return None

@@ -1,5 +1,5 @@
 """The lease protocol as pure functions: claim, renew, complete, fail, release, reclaim, and the
-operator's cancel, exhaust, offer and end of backoff.
+operator's cancel, exhaust, reject, offer and end of backoff.
 
 Each function takes the job's status as read at some resourceVersion R, the time and who is
 asking, and returns either the new status or a `Refusal` saying why the action is not allowed
@@ -424,6 +424,27 @@ def exhaust(status: JobStatus, now: dt.datetime, *, budget: Budget) -> Decision:
             "conditions": set_condition(
                 status.conditions, "Failed", "True", "AttemptsExhausted", message, now
             ),
+        }
+    )
+
+
+def reject(status: JobStatus, now: dt.datetime, *, reason: str, message: str) -> Decision:
+    """Queued → Failed, permanently and unleased, with `reason` in lastError: the operator's
+    answer to a job no live worker of its pool can do (their registered model is English-only,
+    `recall.operator.dispatch.unsupported`); the same failure its worker would write."""
+    if refusal := _queued_check(status):
+        return refusal
+    error = JobError(
+        reason=reason, message=message, permanent=True, attempt=status.attempts, time=now
+    )
+    return status.model_copy(
+        update={
+            "phase": Phase.FAILED,
+            "offer": None,
+            "backoff_seconds": None,
+            "completed_at": now,
+            "last_error": error,
+            "conditions": set_condition(status.conditions, "Failed", "True", reason, message, now),
         }
     )
 

@@ -32,7 +32,11 @@ renewals (no write of their own):
 - `recall.dev/engine-model`: what was loaded, `<model>@<digest>` (the engine's label for an
   engine that loads no model here);
 - `recall.dev/engine-error`: while `failed`, the failure as a job would record it,
-  `<Reason>: <message>` (at most `MAX_ENGINE_ERROR` characters).
+  `<Reason>: <message>` (at most `MAX_ENGINE_ERROR` characters);
+- `recall.dev/engine-multilingual`: once `loaded`, `true` or `false`: whether the worker's own
+  model knows more than English (absent for an engine that loads no model here, or that cannot
+  say). The operator fails, unleased, a job that asks what only a multilingual model does when
+  every live worker of its pool said `false` (`recall.operator.dispatch.unsupported`).
 
 A job that names another model than its worker's loads it when it runs; its failures are the
 job's (`status.lastError`), not the registration's — but for a model cache the worker cannot
@@ -68,19 +72,27 @@ DRAINED = "drained"  # the answer that lets a scale-down remove the worker
 ANNOTATION_ENGINE_STATE = "recall.dev/engine-state"
 ANNOTATION_ENGINE_MODEL = "recall.dev/engine-model"
 ANNOTATION_ENGINE_ERROR = "recall.dev/engine-error"
+ANNOTATION_ENGINE_MULTILINGUAL = "recall.dev/engine-multilingual"
 LOADING, LOADED, FAILED = "loading", "loaded", "failed"
 MAX_ENGINE_ERROR = 512
-ENGINE_ANNOTATIONS = (ANNOTATION_ENGINE_STATE, ANNOTATION_ENGINE_MODEL, ANNOTATION_ENGINE_ERROR)
+ENGINE_ANNOTATIONS = (
+    ANNOTATION_ENGINE_STATE,
+    ANNOTATION_ENGINE_MODEL,
+    ANNOTATION_ENGINE_ERROR,
+    ANNOTATION_ENGINE_MULTILINGUAL,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class EngineState:
     """Whether a worker's engine and model loaded: `state` LOADING, LOADED or FAILED, the model
-    loaded (`<model>@<digest>`), and the failure (`<Reason>: <message>`)."""
+    loaded (`<model>@<digest>`), the failure (`<Reason>: <message>`), and whether the model
+    knows more than English (None: not said)."""
 
     state: str
     model: str = ""
     error: str = ""
+    multilingual: bool | None = None
 
     @property
     def reason(self) -> str:
@@ -93,6 +105,8 @@ class EngineState:
             out[ANNOTATION_ENGINE_MODEL] = self.model
         if self.error:
             out[ANNOTATION_ENGINE_ERROR] = self.error[:MAX_ENGINE_ERROR]
+        if self.multilingual is not None:
+            out[ANNOTATION_ENGINE_MULTILINGUAL] = "true" if self.multilingual else "false"
         return out
 
 
@@ -219,10 +233,12 @@ def _engine_state(annotations: dict[str, str]) -> EngineState | None:
     state = annotations.get(ANNOTATION_ENGINE_STATE)
     if not state:
         return None
+    said = annotations.get(ANNOTATION_ENGINE_MULTILINGUAL)
     return EngineState(
         str(state),
         str(annotations.get(ANNOTATION_ENGINE_MODEL) or ""),
         str(annotations.get(ANNOTATION_ENGINE_ERROR) or ""),
+        {"true": True, "false": False}.get(str(said)) if said else None,
     )
 
 

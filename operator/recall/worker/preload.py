@@ -5,9 +5,11 @@ for local Whisper `settings.whisper_model`, fetched and digest-checked as a job'
 would, and shared with the jobs afterwards (one load per process) — rather than at the first
 job, so a model that cannot load shows before any job fails on it. `state()` is what the
 registration's next renewal writes (`recall.protocol.workers.EngineState`): `loading`, then
-`loaded` with `<model>@<digest>`, or `failed` with `<Reason>: <message>` as a job would record
-it. After a failure the load is tried again every `retry_seconds` (a model uploaded later, a
-store that answers again), until it loads or the worker stops.
+`loaded` with `<model>@<digest>` (and, from an engine that says, whether that model is
+multilingual: the operator fails unleased what an English-only pool cannot do), or `failed` with
+`<Reason>: <message>` as a job would record it. After a failure the load is tried again every
+`retry_seconds` (a model uploaded later, a store that answers again), until it loads or the
+worker stops.
 
 An engine that loads nothing in this process (the simulated one, an OpenAI-compatible API: no
 `preload` method) is `loaded` at once, its label for the model. Not guaranteed: a job that names
@@ -73,7 +75,10 @@ class Preload:
                 state = EngineState(LOADED, self.engine.label())
             else:
                 model, digest = load()
-                state = EngineState(LOADED, f"{model}@{digest}" if digest else model)
+                label = f"{model}@{digest}" if digest else model
+                # whether the model knows more than English, for an engine that can say
+                said: bool | None = getattr(self.engine, "multilingual", None)
+                state = EngineState(LOADED, label, multilingual=said)
         except ModelCacheUnwritable as e:  # the worker's own fault: it claims nothing for now
             state = EngineState(FAILED, error=f"{e.reason}: {e.message}")
             self.cache_unwritable(e)

@@ -88,6 +88,7 @@ ACTIONS: dict[str, Callable[[JobStatus], lease.Decision]] = {
     "cancel": lambda s: lease.cancel(s, NOW, reason="BatchDeleted", message="m"),
     "end-backoff": lease.end_backoff,
     "offer": lambda s: lease.offer(s, ME),
+    "reject": lambda s: lease.reject(s, NOW, reason="TranslationUnsupported", message="m"),
 }
 
 R = RefusalReason
@@ -103,6 +104,7 @@ def queued(**over: Phase | RefusalReason) -> dict[str, Phase | RefusalReason]:
         "cancel": Phase.CANCELLED,
         "end-backoff": R.NO_BACKOFF,
         "offer": Phase.QUEUED,
+        "reject": Phase.FAILED,
     }
     return base | over
 
@@ -122,6 +124,7 @@ def leased_by(
         "cancel": Phase.CANCELLED,
         "end-backoff": R.NOT_QUEUED,
         "offer": R.NOT_QUEUED,
+        "reject": R.NOT_QUEUED,
     }
     if holder_refusal is not None:
         out |= dict.fromkeys(HOLDER_ACTIONS, holder_refusal)
@@ -281,6 +284,19 @@ def test_exhaust__fails_a_queued_job_without_attempts() -> None:
     assert isinstance(s, JobStatus) and s.phase == Phase.FAILED
     left = lease.exhaust(JobStatus(phase=Phase.QUEUED, attempts=1), NOW, budget=BUDGET)
     assert isinstance(left, Refusal) and left.reason == R.ATTEMPTS_LEFT
+
+
+def test_reject__fails_a_queued_job_with_attempts_left_only_for_a_pool_s_model() -> None:
+    s = lease.reject(
+        STATES["queued-offered"], NOW, reason="LanguageDetectionUnsupported", message="m"
+    )
+    assert isinstance(s, JobStatus) and s.phase == Phase.FAILED and s.offer is None
+    assert s.last_error is not None and s.last_error.permanent
+    assert (s.last_error.reason, s.attempts, s.lease) == ("LanguageDetectionUnsupported", 1, None)
+    # The CRD rules take it for these reasons only: any other Queued -> Failed needs spent attempts
+    other = lease.reject(STATES["queued"], NOW, reason="SourceNotFound", message="m")
+    assert isinstance(other, JobStatus)
+    assert job_status_rules(STATES["queued"].to_api(), other.to_api(), SPEC)
 
 
 def test_offer__and_withdraw() -> None:

@@ -36,6 +36,9 @@ def test_engine_state__written_by_the_renewal_and_read_back() -> None:
     assert read(renewed(engine_state=failed)).engine_state == failed
     assert failed.reason == "ModelNotFound"
     assert read(renewed(engine_state=EngineState(LOADING))).engine_state == EngineState(LOADING)
+    for said in (True, False):  # whether the model is multilingual, once it said
+        multilingual = EngineState(LOADED, "base@sha256:1", multilingual=said)
+        assert read(renewed(engine_state=multilingual)).engine_state == multilingual
 
 
 def test_engine_state__the_renewal_replaces_it_and_keeps_the_operators_request() -> None:

@@ -53,6 +53,13 @@ def test_preload__a_failure_as_a_job_would_record_it_then_tried_again() -> None:
 def test_preload__an_engine_that_loads_nothing_here_is_loaded_at_once() -> None:
     state = Preload(SimulatedEngine()).load_once()
     assert (state.state, state.model) == (LOADED, SimulatedEngine().label())
+    assert state.multilingual is None  # it cannot say: its pool's jobs stay offerable
+
+
+def test_preload__whisper_says_whether_its_own_model_is_multilingual() -> None:
+    state = Preload(WhisperEngine(device="cpu", threads=1)).load_once()  # the bundled tiny.en
+    assert (state.state, state.multilingual) == (LOADED, False)
+    assert state.model.startswith("tiny.en@")
 
 
 def test_preload__whisper_with_a_model_that_is_not_there_fails_with_the_jobs_reason(

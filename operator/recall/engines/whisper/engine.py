@@ -15,7 +15,8 @@ Contract:
   fetched once, digest-checked and cached on the node by `recall.engines.models.ModelCache`)
   or a directory on a volume; any other name fails the job with `ModelNotFound`. It is loaded
   at a job's first chunk (`model.load_model`, shared by the process); `preload()` loads the
-  worker's own model at once (the worker does at start-up, `recall.worker.preload`).
+  worker's own model at once (the worker does at start-up, `recall.worker.preload`) and says
+  whether it is multilingual (`multilingual`, which the worker's registration carries).
 - A model that is missing, corrupt or cannot be loaded fails the job permanently at its first
   chunk (`ModelNotFound`, `ModelCorrupt`, `ModelInvalid`; `ModelUnavailable` is retried: a
   store that does not answer, or a job's store model on an engine built without a store).
@@ -121,6 +122,7 @@ class WhisperEngine:
         one_blas_thread()  # the features' threads spun more than they computed (model.py)
         self._used: dict[str, LocalModel] = {}  # model name -> the copy last loaded for it
         self._ran: dict[str, tuple[str, str]] = {}  # model name -> (device, compute type)
+        self.multilingual: bool | None = None  # the worker's own model's, once `preload` ran
 
     @classmethod
     def from_settings(
@@ -166,6 +168,7 @@ class WhisperEngine:
         model = load_model(str(local.path), self.threads, self.placement, self.streams)
         self._used[name] = local
         self._ran[name] = (str(model.model.device), str(model.model.compute_type))
+        self.multilingual = bool(model.model.is_multilingual)
         return local.source, local.digest
 
     def _local(self, name: str | None, cancel: threading.Event | None) -> LocalModel:

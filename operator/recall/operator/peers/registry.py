@@ -5,7 +5,8 @@ as alive while its Lease's renewTime changed within `leaseDurationSeconds` on th
 own monotonic clock (observed, as job leases are; never compared with the worker's clock). A
 worker that let a job's lease expire is suspected: not alive until its renewTime changes again.
 A worker asked to drain (or draining) is alive but not offered work (`offerable`); its state and
-drain answer are kept current from every version of its Lease, whoever wrote it.
+drain answer are kept current from every version of its Lease, whoever wrote it, and so is
+what it says of its model (`model`, and `multilingual`: None while it has not said).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Seen:
     state: str | None = None
     drain: str | None = None
     answered: str | None = None
+    model: str = ""  # `<model>@<digest>` its engine loaded, as it registered it
+    multilingual: bool | None = None  # whether that model knows more than English
 
     def alive(self, now_mono: float) -> bool:
         return now_mono - self.observed_at < self.duration
@@ -90,8 +93,14 @@ class Registry:
                     slots=record.slots,
                 )
             # A write by someone else (a drain request) is no sign of life, but news.
+            engine = record.engine_state
             self._seen[key] = replace(
-                old, state=record.state, drain=record.drain, answered=record.answered
+                old,
+                state=record.state,
+                drain=record.drain,
+                answered=record.answered,
+                model=engine.model if engine else "",
+                multilingual=engine.multilingual if engine else None,
             )
         return key
 

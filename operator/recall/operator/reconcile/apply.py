@@ -53,6 +53,7 @@ from recall.resources import (
     Offer,
     TranscriptionJob,
 )
+from recall.resources.errors import JobFailure
 
 _log = log.get("operator")
 MAX_EVENTS = 20  # Events of one kind per apply; the rest are summed up in one more
@@ -181,6 +182,26 @@ class Applier:
             return False
         metrics.OFFERS_WITHDRAWN.inc()
         return True
+
+    def reject(self, record: JobRecord, failure: JobFailure) -> bool:
+        """Fail a Queued job, unleased, that no live worker of its pool can do (one fenced
+        write, `lease.reject`, with the failure its worker would write)."""
+        report = Report(None)
+        now = self.clock.now()
+        job = self._write(
+            record,
+            "reject",
+            lambda j: lease.reject(j.status, now, reason=failure.reason, message=failure.message),
+            report,
+        )
+        _log.info(
+            "rejected" if job else "reject_failed",
+            job=record.name,
+            namespace=record.namespace,
+            reason=failure.reason,
+            errors=report.errors[:1] or None,
+        )
+        return job is not None
 
     def event(self, about: ObjectRef, type_: str, reason: str, message: str) -> None:
         # An Event is best effort; the status and the logs say it too.

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recall.base.clock import Clock
+from recall.engines.languages import multilingual_asks
 from recall.kube import RawObject
 from recall.protocol.observer import JobKey, LeaseObserver, Observation
 from recall.resources import DEFAULT_POOL, LABEL_INDEX, LABEL_SUSPENDED, Batch, Lease, Part, Phase
@@ -83,8 +84,12 @@ class JobRecord:
     published: bool
     output: bool  # spec.output asks for outputs
     notified: str | None = None  # its event settled: "delivered" or "givenUp"; None: not yet
+    notify: bool = False  # spec.notify names sinks (a Batch's job uses the Batch's: see there)
     audio_seconds: float | None = None  # the result's duration × its channels (split)
     language: str | None = None  # status.result.language: the language transcribed
+    # what it asks that only a multilingual model does (`engines.languages.multilingual_asks`)
+    asks: tuple[str, ...] = ()
+    model: str | None = None  # spec.engine.model: a model of its own, loaded when it runs
 
     @property
     def key(self) -> JobKey:
@@ -138,8 +143,16 @@ class JobRecord:
             published=status.get("published") is not None,
             output=spec.get("output") is not None,
             notified=_notified(status.get("notified")),
+            notify=bool(spec.get("notify")),
             audio_seconds=_audio_seconds(status.get("result")),
             language=(status.get("result") or {}).get("language") or None,
+            asks=multilingual_asks(
+                spec.get("language"),
+                spec.get("languageOptions") or (),
+                spec.get("languageScope"),
+                (spec.get("transcript") or {}).get("translate"),
+            ),
+            model=(spec.get("engine") or {}).get("model") or None,
         )
 
     @property
