@@ -1,5 +1,5 @@
-"""Speaker labels measured: DER and the count found on espeak-ng dialogues of 2, 3 and 4
-voices, the labelling's CPU against the transcription's, overlapping speech, and a worker's
+"""Speaker labels measured: DER and the count found on espeak-ng speech of 1 to 4 voices,
+the labelling's CPU against the transcription's, overlapping speech, and a worker's
 memory on long recordings.
 
     .venv/bin/python -m bench.speakers --quick          # ~10 minutes on 2 cores
@@ -7,9 +7,11 @@ memory on long recordings.
 
 `measure(quick)` returns a flat dict (`make bench` calls it):
 
-- `der_<n>_*` for n = 2, 3, 4 voices: `files` dialogues each (`recall_dev.dialogue`: six
+- `der_<n>_*` for n = 1, 2, 3, 4 voices: `files` dialogues each (`recall_dev.dialogue`: six
   espeak-ng voices that differ in variant, pitch and speed, turns of 1 to 20 s drawn at random,
-  gaps of 0.2-0.8 s, one turn in five starting 0.5-1.5 s before the previous one ends),
+  gaps of 0.2-0.8 s, one turn in five starting 0.5-1.5 s before the previous one ends; one
+  voice: six turns of one of them), seeds `1000 n + k` (the thresholds were calibrated on
+  others: `bench.speakers_calibrate`),
   transcribed by faster-whisper with the bundled tiny.en and recall's options (beam 2, the
   VAD filter, word timestamps), then labelled from those words and the audio decoded again
   by `recall.media`, as the worker does (`{}`: the count found from the audio). DER with a
@@ -45,7 +47,31 @@ from bench.der import score
 from bench.transcripts import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEAKERS = (2, 3, 4)
+SPEAKERS = (1, 2, 3, 4)
+
+
+def monologue(out: Path, *, seed: int, turns: int) -> Any:
+    """A dialogue whose every turn is one voice (drawn by `seed`): a one-voice file with the
+    dialogues' turn lengths and gaps, its turns all speaker 0."""
+    import dataclasses
+    import random
+
+    from recall_dev import dialogue
+
+    voice = random.Random(seed).choice(dialogue.VOICES)
+    d = dialogue.make(out, speakers=2, turns=turns, seed=seed, voices=(voice, voice))
+    one = tuple(dataclasses.replace(t, speaker=0) for t in d.turns)
+    return dataclasses.replace(d, voices=(voice,), turns=one)
+
+
+def spoken(n: int, out: Path, seed: int) -> Any:
+    """The file of `n` voices for `seed` (one voice: a monologue of 6 turns; else a dialogue of
+    4 n turns, one in five overlapping the one before)."""
+    from recall_dev import dialogue
+
+    if n == 1:
+        return monologue(out, seed=seed, turns=6)
+    return dialogue.make(out, speakers=n, turns=4 * n, seed=seed, overlap=0.2)
 
 
 def _segments(path: Path, model: Any) -> list[Any]:
@@ -113,7 +139,6 @@ def der_runs(files: int) -> dict[str, Any]:
     from recall.engines.whisper import available_cpus, bundled_path, load_model
     from recall.media import MediaOptions, load_media
     from recall.speakers import Bounds, Labeller
-    from recall_dev import dialogue
 
     model = load_model(str(bundled_path()), available_cpus())
     labeller = Labeller.packaged()
@@ -123,8 +148,7 @@ def der_runs(files: int) -> dict[str, Any]:
         for n in SPEAKERS:
             ders, missed, fa, conf, right, shares, found_counts = [], [], [], [], [], [], []
             for k in range(files):
-                d = dialogue.make(Path(tmp) / f"d{n}-{k}.wav", speakers=n, turns=4 * n,
-                                  seed=1000 * n + k, overlap=0.2)  # fmt: skip
+                d = spoken(n, Path(tmp) / f"d{n}-{k}.wav", 1000 * n + k)
                 cpu = time.process_time()
                 segments = _segments(d.path, model)
                 transcribe_cpu = time.process_time() - cpu

@@ -2,23 +2,34 @@
 Pure.
 
     found = cluster(vectors, Bounds(count=None, least=1, most=20))
-    found.labels    # one cluster index per vector, 0 = the voice heard first
+    found.labels    # one cluster index per vector (in time order), 0 = the voice heard first
     found.count     # voices found
 
 Contract:
-- A file whose windows lie (nine in ten) within `ONE_VOICE` of their mean direction has one
-  voice. Otherwise the vectors are centred on the file's mean (what the file's voices share
-  goes; what tells them apart stays) and linked by average linkage on cosine distances. The
-  voices found are the clusters further apart than `SAME_VOICE` (cosine distance between
-  their windows, on average). More than `count` (or `max`) are merged down to it; fewer than
-  `count` (or `min`) are labelled as found, and `Found.short` says so: a voice is never
-  split to reach a count (it would be labelled twice).
+- Candidates: the vectors are centred on the file's mean (what the file's voices share goes;
+  what tells them apart stays), linked by average linkage on cosine distances, and cut where
+  groups lie further apart than `SAME_VOICE`. Every window goes to the nearest candidate's
+  centre.
+- Then a candidate must prove it is a voice of its own, else its windows go to the nearest
+  other one, the weakest first, until every one left passes:
+  1. it is heard in at least `MIN_WINDOWS` windows and `MIN_SHARE` of them (a window mixing
+     two voices at a change of turn, a laugh, a cough are not voices);
+  2. its centre (of the model's own vectors, not centred) is further from every other centre
+     than `SAME_CENTRE` in cosine similarity: halves of one voice lie closer than two voices;
+  3. where its centre is within `NEAR_CENTRE` of another's, it speaks in turns: its windows
+     come in runs of `MIN_RUN` or more on average (in time order). What tells apart the
+     phrases of one voice (a sentence's start, a vowel) comes and goes window by window; a
+     voice holds the floor for a turn. Two similar voices that only ever trade turns shorter
+     than `MIN_RUN` windows are therefore one voice here.
+  One voice (a file where no second candidate passes) is labelled S1 alone.
+- More voices than `count` (or `max`) are merged down to it, the two nearest first; fewer than
+  `count` (or `min`) are labelled as found, and `Found.short` says so: a voice is never split
+  to reach a count (it would be labelled twice).
+- The thresholds are calibrated on espeak-ng dialogues of 1-4 voices that the bench does not
+  score (`bench/speakers_calibrate.py`); docs/transcripts.md gives what they miss.
 - At most `MAX_LINKED` windows are linked (the linkage is quadratic in memory: 2,000 windows
-  take 16 MB); with more, an evenly spaced sample of them is, and every window then goes to
-  the nearest cluster's centre. Memory and time therefore stay bounded whatever the length.
-- Small clusters (under `MIN_SHARE` of the windows, or fewer than `MIN_WINDOWS`) are not
-  voices (a window mixing two voices at a change of turn, a laugh, a cough) unless a count
-  merged them: their windows go to the nearest voice.
+  take 16 MB); with more, an evenly spaced sample of them is. The checks run over every
+  window, a few passes of (windows × candidates): memory and time stay bounded.
 - Labels are numbered by first appearance: the cluster of the first window is 0.
 - Deterministic: the same vectors give the same labels.
 """
@@ -32,11 +43,13 @@ import numpy.typing as npt
 from scipy.cluster.hierarchy import fcluster, linkage
 
 SAME_VOICE = 0.87  # average cosine distance (of centred vectors) under which two groups of
-# windows are one voice
-ONE_VOICE = 0.12  # nine windows in ten this close to their mean (raw cosine distance): one voice
+# windows are one candidate
+SAME_CENTRE = 0.9  # cosine similarity of two candidates' centres above which they are one voice
+NEAR_CENTRE = 0.75  # ... above which a candidate must also speak in turns
+MIN_RUN = 2.0  # windows in a row, on average, that a voice near another holds
 MAX_LINKED = 2000
-MIN_SHARE = 0.02  # of the windows: a voice heard less is not one (when the count is free)
-MIN_WINDOWS = 2  # ... nor one heard in fewer windows than this
+MIN_SHARE = 0.02  # of the windows: a voice heard less is not one
+MIN_WINDOWS = 3  # ... nor one heard in fewer windows than this
 
 Floats = npt.NDArray[np.float32]
 Ints = npt.NDArray[np.int64]
@@ -65,33 +78,59 @@ def _sample(n: int) -> Ints:
 
 
 def cluster(vectors: Floats, bounds: Bounds) -> Found:
-    """The voices of `vectors` (unit rows); see the module contract."""
+    """The voices of `vectors` (unit rows, in time order); see the module contract."""
     n = len(vectors)
-    if n == 0:
-        return Found(np.zeros(0, np.int64), 0, bounds.count is not None or bounds.least > 0)
-    if n == 1:
-        return Found(np.zeros(1, np.int64), 1, (bounds.count or bounds.least) > 1)
-    picked = _sample(n)
-    if _one_voice(vectors[picked]):
-        return Found(np.zeros(n, np.int64), 1, (bounds.count or bounds.least) > 1)
-    vectors = centred(vectors)
-    tree = linkage(vectors[picked].astype(np.float64), method="average", metric="cosine")
-    heights = tree[:, 2]  # merge distances, ascending; k clusters remain before merge n-k
-
-    def clusters_at(distance: float) -> int:
-        return int(len(picked) - np.searchsorted(heights, distance, side="right"))
-
-    natural = clusters_at(SAME_VOICE)  # the voices found apart
-    most = bounds.count if bounds.count is not None else bounds.most
     asked = bounds.count if bounds.count is not None else bounds.least
-    want = min(natural, most, len(picked))
-    sample_labels = fcluster(tree, t=want, criterion="maxclust") - 1
-    centres = _centres(vectors[picked], sample_labels)
-    if want == natural:  # not merged down to a count: a small group is not a voice
-        centres = _without_small(centres, sample_labels, MIN_SHARE)
-    labels = np.argmax(vectors @ centres.T, axis=1)
+    most = bounds.count if bounds.count is not None else bounds.most
+    if n < 2:
+        return Found(np.zeros(n, np.int64), n, n < asked)
+    shifted = centred(vectors)
+    picked = _sample(n)
+    tree = linkage(shifted[picked].astype(np.float64), method="average", metric="cosine")
+    candidates = fcluster(tree, t=SAME_VOICE, criterion="distance") - 1
+    centres = _centres(shifted[picked], candidates)
+    while True:
+        labels = np.argmax(shifted @ centres.T, axis=1)
+        drop = _weakest(vectors, labels, len(centres), max(1, most))
+        if drop is None:
+            break
+        keep = np.ones(len(centres), bool)
+        keep[drop] = False
+        labels = np.argmax(shifted @ centres[keep].T, axis=1)
+        centres = _centres(shifted, labels)
     count = len(np.unique(labels))
     return Found(_by_first_appearance(labels), count, count < asked)
+
+
+def _weakest(vectors: Floats, labels: Ints, k: int, most: int) -> Ints | None:
+    """The candidates (of `k`) that are not voices (see the contract, in its order), or None."""
+    if k == 1:
+        return None
+    sizes = np.bincount(labels, minlength=k)
+    small = (sizes < MIN_WINDOWS) | (sizes < MIN_SHARE * len(labels))
+    if small.all():  # crumbs only: the smaller half goes, the rest grow
+        return np.flatnonzero(sizes <= np.median(sizes))[: k - 1]
+    if small.any():
+        return np.flatnonzero(small)
+    raw = _centres(vectors, labels)
+    near = raw @ raw.T
+    np.fill_diagonal(near, -1.0)
+    i, j = np.unravel_index(int(np.argmax(near)), near.shape)
+    smaller = i if sizes[i] < sizes[j] else j
+    if k > most or near[i, j] > SAME_CENTRE:
+        return np.array([smaller])
+    runs = np.array([_mean_run(labels, c) for c in range(k)])
+    fleeting = (runs < MIN_RUN) & (near.max(axis=1) > NEAR_CENTRE)
+    if fleeting.any():
+        return np.array([int(np.argmin(np.where(fleeting, runs, np.inf)))])
+    return None
+
+
+def _mean_run(labels: Ints, c: int) -> float:
+    """Windows in a row that candidate `c` holds, on average (in time order)."""
+    mine = np.concatenate([[False], labels == c])
+    runs = int(np.count_nonzero(mine[1:] & ~mine[:-1]))
+    return float(np.count_nonzero(mine)) / max(runs, 1)
 
 
 def centred(vectors: Floats) -> Floats:
@@ -100,25 +139,13 @@ def centred(vectors: Floats) -> Floats:
     return np.asarray(c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-9), np.float32)
 
 
-def _one_voice(vectors: Floats) -> bool:
-    """Nine windows in ten within `ONE_VOICE` of their mean direction: one voice."""
-    mean = vectors.mean(axis=0)
-    mean /= max(float(np.linalg.norm(mean)), 1e-9)
-    return bool(np.quantile(1 - vectors @ mean, 0.9) < ONE_VOICE)
-
-
 def _centres(vectors: Floats, labels: npt.NDArray[np.integer]) -> Floats:
-    k = int(labels.max()) + 1
-    centres = np.stack([vectors[labels == c].mean(axis=0) for c in range(k)])
-    return np.asarray(centres / np.linalg.norm(centres, axis=1, keepdims=True), np.float32)
-
-
-def _without_small(centres: Floats, labels: npt.NDArray[np.integer], share: float) -> Floats:
-    sizes = np.bincount(labels, minlength=len(centres))
-    small = (sizes < MIN_WINDOWS) | (sizes < share * len(labels))
-    if small.all() or not small.any():
-        return centres
-    return centres[~small]
+    """The unit mean of each label's vectors, in label order (a label without any has none)."""
+    order = np.argsort(labels, kind="stable")
+    starts = np.flatnonzero(np.diff(labels[order], prepend=-1))
+    sums = np.add.reduceat(vectors[order].astype(np.float64), starts, axis=0)
+    return np.asarray(sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-9),
+                      np.float32)  # fmt: skip
 
 
 def _by_first_appearance(labels: npt.NDArray[np.integer]) -> Ints:

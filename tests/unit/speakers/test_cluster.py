@@ -63,3 +63,67 @@ def test_cluster__a_long_file_is_linked_on_a_sample_and_every_window_labelled() 
 def test_cluster__no_windows_no_voices() -> None:
     found = cluster(np.zeros((0, 256), np.float32), Bounds())
     assert found.count == 0 and len(found.labels) == 0
+
+
+def two_centres(similarity: float, *, seed: int = 0, dims: int = 256) -> npt.NDArray[np.float64]:
+    """Two unit centres whose cosine similarity is `similarity`."""
+    rng = np.random.default_rng(seed)
+    u = np.abs(rng.standard_normal(dims))
+    u /= np.linalg.norm(u)
+    d = rng.standard_normal(dims)
+    d -= (d @ u) * u
+    d /= np.linalg.norm(d)
+    half = np.arccos(similarity) / 2
+    return np.stack([u * np.cos(half) + d * np.sin(half), u * np.cos(half) - d * np.sin(half)])
+
+
+def windows_of_turns(
+    centres: npt.NDArray[np.float64], turns: list[tuple[int, int]], *, spread: float = 0.45,
+    seed: int = 1,
+) -> tuple[npt.NDArray[np.float32], list[int]]:  # fmt: skip
+    """Windows (vectors in time order) for `turns` of (centre, windows): each its centre plus
+    noise of norm about `spread` (a window lies ~0.91 from its voice's centre, as the model's
+    do on speech)."""
+    rng = np.random.default_rng(seed)
+    order = [c for c, n in turns for _ in range(n)]
+    noise = rng.standard_normal((len(order), centres.shape[1])) * spread / np.sqrt(centres.shape[1])
+    out = centres[order] + noise
+    return np.asarray(out / np.linalg.norm(out, axis=1, keepdims=True), np.float32), order
+
+
+def turns_of(lengths: list[int], voices: int = 2) -> list[tuple[int, int]]:
+    return [(i % voices, n) for i, n in enumerate(lengths)]
+
+
+def test_cluster__one_voice_over_many_windows_is_one_label() -> None:
+    vectors, _ = windows_of_turns(two_centres(0.999), [(0, 600)], spread=0.6)  # ~0.86 apart
+    found = cluster(vectors, Bounds())
+    assert found.count == 1 and set(found.labels.tolist()) == {0}
+
+
+def test_cluster__one_voice_whose_phrases_differ_is_one_label() -> None:
+    """A voice's windows drift between two sounds (a sentence's start, a vowel) window by
+    window, their centres as far apart as two similar voices': no turns, one voice."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 3, 80).tolist()  # runs of 1-2 windows
+    vectors, _ = windows_of_turns(two_centres(0.85), turns_of(lengths))
+    assert cluster(vectors, Bounds()).count == 1
+    found = cluster(vectors, Bounds(count=2))  # a count asked never splits a voice
+    assert found.count == 1 and found.short
+
+
+def test_cluster__halves_of_one_voice_in_turns_are_one_label() -> None:
+    vectors, _ = windows_of_turns(two_centres(0.95), turns_of([6, 8, 5, 9, 7, 6]))
+    assert cluster(vectors, Bounds()).count == 1
+
+
+def test_cluster__two_similar_voices_taking_turns_are_two() -> None:
+    vectors, order = windows_of_turns(two_centres(0.85), turns_of([6, 3, 8, 5, 4, 7, 3, 6]))
+    found = cluster(vectors, Bounds())
+    assert found.count == 2 and found.labels.tolist() == order
+
+
+def test_cluster__two_distinct_voices_trading_one_window_turns_are_two() -> None:
+    vectors, order = windows_of_turns(two_centres(0.5), turns_of([1] * 40))
+    found = cluster(vectors, Bounds())
+    assert found.count == 2 and found.labels.tolist() == order
