@@ -3,7 +3,9 @@
 - `layout`: keys and encodings (pure): each attempt writes once under its own directory,
   keyed by the job's UID, the attempt and the lease token;
 - `store`: `AttemptWriter` (the worker's writes: cutting, one record per chunk, the
-  transcript and its rendered formats) and `read_checkpoint` / `load_transcript`;
+  transcript and its rendered formats) and `load_transcript`; `checkpoint`: `read_checkpoint`;
+- `redact` (with `entities`, what it finds) and `holding` (the hold rule from record to
+  record, and the engine's `Prompt`): what must not be kept, never written (pure);
 - `garbage`: which of a job's objects nothing accepted references (pure; the operator
   deletes them);
 - `outputs`: where an accepted result is published (`spec.output`, pure);
@@ -15,8 +17,15 @@ transcript is (`result.transcript`), and a renewal per chunk is the only API wri
 `recall.bucket`, `recall.media` (the chunk types), `recall.resources` and `recall.base`.
 """
 
+from recall.transcripts.checkpoint import (
+    Checkpoint,
+    CheckpointUnusable,
+    directory_of,
+    read_checkpoint,
+)
 from recall.transcripts.formats import output_formats, render, timestamp
 from recall.transcripts.garbage import JobView, garbage
+from recall.transcripts.holding import Prompt
 from recall.transcripts.layout import (
     MAX_PARTS,
     Record,
@@ -34,14 +43,7 @@ from recall.transcripts.layout import (
     transcript_key,
 )
 from recall.transcripts.outputs import OutputInvalid, output_url
-from recall.transcripts.store import (
-    AttemptWriter,
-    Checkpoint,
-    CheckpointUnusable,
-    directory_of,
-    load_transcript,
-    read_checkpoint,
-)
+from recall.transcripts.store import AttemptWriter, load_transcript
 
 __all__ = [
     "MAX_PARTS",
@@ -50,6 +52,7 @@ __all__ = [
     "CheckpointUnusable",
     "JobView",
     "OutputInvalid",
+    "Prompt",
     "Record",
     "ScratchKey",
     "Summary",

@@ -42,13 +42,14 @@ from recall.base.backoff import Backoff
 from recall.bucket import Bucket, StoreError, StoreUnavailable
 from recall.engines.base import Engine, TranscribeRequest
 from recall.media import ResumeInvalid
-from recall.media.types import Chunk, Media, Segment, text_of
+from recall.media.types import Chunk, Media, Segment
 from recall.resources import AUTO, Part, Progress, Result
 from recall.resources.errors import JobFailure
 from recall.transcripts import (
     AttemptWriter,
     Checkpoint,
     CheckpointUnusable,
+    Prompt,
     output_formats,
     read_checkpoint,
 )
@@ -276,11 +277,12 @@ class _Attempt:
             )
         done, position = (resume.chunks, resume.position) if resume else (0, 0)
         h.checkpoint(Progress.of(done, media.chunks_total(done, position), parts))
-        # The text before the first chunk: the checkpoint's last chunk with text, as `_run`
-        # keeps it from chunk to chunk.
-        context = checkpoint.context if checkpoint and resume else ""
+        # The engine's context: the stored text of the last chunk record with text (redacted,
+        # without held words), the same from a checkpoint as in an unbroken run.
+        types = writer.redact.types if writer.redact else None
+        prompt = Prompt.of(types, checkpoint if resume else None)
         try:
-            return self._run(media.chunks(resume, self.cancel), context)
+            return self._run(media.chunks(resume, self.cancel), prompt)
         except ResumeInvalid as e:  # raised before any chunk: start over from nothing
             h.log.warning("checkpoint_discarded", reason=e.message)
             parts = self.t.store(
@@ -290,9 +292,9 @@ class _Attempt:
                 lambda: writer.begin(media.cutting, None),
             )
             h.checkpoint(Progress.of(0, media.chunks_total(0, 0), parts))
-            return self._run(media.chunks(None, self.cancel), "")
+            return self._run(media.chunks(None, self.cancel), Prompt.of(types))
 
-    def _run(self, chunks: Iterator[Chunk], context: str) -> int:
+    def _run(self, chunks: Iterator[Chunk], prompt: Prompt) -> int:
         name, batch = self.h.name, max(1, self.t.engine.batch_size)
         decoder = Decoder(
             chunks,
@@ -312,12 +314,12 @@ class _Attempt:
         try:
             try:
                 for group in self._batches(decoder, batch):
-                    made = list(zip(group, self._transcribe(group, context), strict=True))
+                    made = list(zip(group, self._transcribe(group, prompt.text), strict=True))
                     while made:
                         chunk, segments = made[0]
                         self._waited(functools.partial(storer.put, chunk, segments, self.poll))
                         made.pop(0)
-                        context = text_of(segments) or context  # a silent chunk keeps it
+                        prompt.after(chunk, segments)  # a silent chunk keeps the text
                 storer.drain(self.poll)
             except LeaseLost:
                 raise  # nothing more is written: the finally aborts both stages

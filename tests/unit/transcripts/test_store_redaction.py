@@ -253,3 +253,30 @@ def test_translation__no_record_or_english_output_holds_an_entity_said_across_a_
     assert render(transcript, "en.txt").strip() == (
         "Hello and welcome to our show today. My number is [PHONE]."
     )
+
+
+def test_resume__held_words_of_a_segment_without_word_timings_are_not_lost() -> None:
+    """An engine that gives no word timings: the hold rule times the words in proportion, and
+    the retake takes the held ones again the same way."""
+
+    def attempt(bucket: Bucket, n: int, chunks: range, parts: list[Part] | None) -> AttemptWriter:
+        w = AttemptWriter(bucket, job(TYPES, parts), n, TOKENS[n])
+        w.begin(CUT, read_checkpoint(bucket, job(TYPES, parts)) if parts else None)
+        for i in chunks:
+            w.add(chunk(i), [s.model_copy(update={"words": None}) for s in said(i)])
+        return w
+
+    bucket = memory_bucket()
+    first = attempt(bucket, 1, range(2), None)
+    resume = read_checkpoint(bucket, job(TYPES, first.parts())).resume.chunks
+    second = attempt(bucket, 2, range(resume, 3), first.parts())
+    second.finish(90.0, "x", ["txt"])
+    fresh = memory_bucket()
+    unbroken = attempt(fresh, 1, range(3), None)
+    unbroken.finish(90.0, "x", ["txt"])
+    resumed, whole = (
+        load_transcript(b, w.transcript_key) for b, w in ((bucket, second), (fresh, unbroken))
+    )
+    assert resumed is not None and whole is not None
+    assert resumed.text == whole.text
+    assert "We talked about the weather" in resumed.text and "anna" not in everything(bucket)

@@ -1,6 +1,8 @@
 """The context (the text before a chunk) across a resume: the engine is given, for the first
 chunk after a resume, what an uninterrupted attempt gives it. The real worker loop on the
-memory store, with an engine double that records every `context`."""
+memory store, with an engine double that records every `context`; with redaction on, the
+context is what the chunk records store (redacted, without the words held back), in an unbroken
+run and after a resume alike."""
 
 from __future__ import annotations
 
@@ -35,15 +37,39 @@ class Recording(SimulatedEngine):
         ]
 
 
+CALL = [
+    " Hello and welcome. My number is five five five,",
+    " one two three four. Call me any time you like.",
+    " We talked about the weather and the trains today.",
+    " That was all for now.",
+    "",
+    " Bye.",
+]
+
+
+class Calling(Recording):
+    """A call whose phone number is said across the seam of chunks 0 and 1."""
+
+    def _segments(self, job: TranscriptionJob, chunk: Chunk) -> list[Segment]:
+        text = CALL[chunk.index]
+        return [Segment(start=0.0, end=10.0, text=text)] if text else []
+
+
 def transcribe(
-    simulate: dict[str, object], attempts: int, record: Path
+    simulate: dict[str, object],
+    attempts: int,
+    record: Path,
+    engine_type: type[Recording] = Recording,
+    **spec: object,
 ) -> list[tuple[int, int, str]]:
     """The contexts the engine was given for one job run `attempts` times."""
-    store, results, engine = MemoryApi(watch_seconds=1.0), memory_bucket(), Recording(record)
+    store, results, engine = MemoryApi(watch_seconds=1.0), memory_bucket(), engine_type(record)
     store.create_job(
         NS,
         job_manifest(
-            "talk", engine={"name": "simulated", "simulate": {"chunks": CHUNKS, **simulate}}
+            "talk",
+            engine={"name": "simulated", "simulate": {"chunks": CHUNKS, **simulate}},
+            **spec,
         ),
     )
     try:
@@ -81,3 +107,24 @@ def test_context__the_first_chunk_after_a_resume_gets_what_an_uninterrupted_atte
     second = [(c, context) for a, c, context in resumed if a == 2]
     assert [c for c, _ in second] == [3, 4, 5]  # resumed at chunk 3, chunks 0-2 not redone
     assert second == [(c, context) for _, c, context in whole if c >= 3]
+
+
+def test_context__with_redaction_a_resume_prompts_as_an_unbroken_run_and_nothing_unredacted(
+    tmp_path: Path,
+) -> None:
+    """The phone number is said across chunks 0 and 1 and held back to chunk 2's record;
+    attempt 1 fails at chunk 3, and chunk 2, whose record held words back, is transcribed
+    again. Every context is a stored record's text: redacted, the held words not in it."""
+    redact = {"transcript": {"redact": {"types": ["phone"]}}}
+    whole = transcribe({}, 1, tmp_path / "whole.jsonl", Calling, **redact)
+    contexts = dict((c, context) for _, c, context in whole)
+    assert contexts[1] == "Hello"  # the rest of chunk 0 is held back into chunk 1's record
+    assert contexts[2] == "and welcome. My number is"  # the number is held on to chunk 2
+    assert contexts[3] == "[PHONE]. Call me any time you like. We"
+    for _, _, context in whole:
+        assert "five" not in context and "four" not in context, context
+    failing = {"failure": "retriable", "failAtChunk": 3, "failAttempts": 1}
+    resumed = transcribe(failing, 2, tmp_path / "resumed.jsonl", Calling, **redact)
+    second = [(c, context) for a, c, context in resumed if a == 2]
+    assert [c for c, _ in second] == [2, 3, 4, 5]  # chunk 2 again, for the words it held
+    assert second == [(c, context) for _, c, context in whole if c >= 2]

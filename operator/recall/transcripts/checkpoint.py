@@ -1,0 +1,150 @@
+"""Reading a job's checkpoint back from the results store: what a resumed attempt may reuse.
+
+Contract:
+- `read_checkpoint(bucket, job)` returns the chunks the job's checkpoint parts
+  (`status.progress.parts`) name, read back from the store, contiguous from the first, each
+  continuing exactly where the previous one ended, and the resume point after the last.
+  Anything else (no parts, a missing cutting, a missing or malformed chunk record) ends the
+  usable part; when nothing is usable it raises `CheckpointUnusable` and the attempt starts
+  over, which is slower but never leaves a gap or an overlap.
+- A record that held words back (redaction's hold rule) was stored without them: the resume
+  transcribes again the chunks those words were said in (`Checkpoint.retake`), and starts
+  before them.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from recall.bucket import Bucket
+from recall.media.media import CHANNEL_STRIDE
+from recall.media.types import Cutting, Resume
+from recall.resources import Part, TranscriptionJob
+from recall.transcripts.layout import CUTTING, Record, attempt_dir, chunk_key, decode_cutting
+
+READERS = 8  # chunk records read at once when a resumed attempt reads its checkpoint
+
+
+class CheckpointUnusable(Exception):
+    """The checkpoint cannot be resumed from; the message says why."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a resumed attempt reuses: chunks [0, chunks) in `parts`, cut with `cutting`."""
+
+    cutting: Cutting
+    parts: tuple[Part, ...]
+    records: tuple[Record, ...]
+    resume: Resume
+    retake: int = 0  # the last chunks, transcribed again for the words their records held
+
+    @property
+    def chunks(self) -> int:
+        return len(self.records)
+
+    @property
+    def words(self) -> int:
+        return sum(r.words for r in self.records)
+
+    @property
+    def language(self) -> tuple[str, float | None] | None:
+        """The language detected for the file, with its probability (if any), if it was."""
+        return language_of(self.records)
+
+    @property
+    def context(self) -> str:
+        """What the engine is prompted with next: the text of the last chunk record that has
+        text, as stored (redacted, without the words it held back), as a running attempt keeps
+        it (`recall.transcripts.holding.Prompt`; a silent chunk does not clear it); before a
+        retake, the text before the chunks transcribed again."""
+        records = self.records[: len(self.records) - self.retake]
+        return next((r.text for r in reversed(records) if r.text), "")
+
+    def describe(self) -> str:
+        return ",".join(f"a{p.attempt}:{p.first}-{p.end}" for p in self.parts) or "empty"
+
+
+def language_of(
+    records: list[Record] | tuple[Record, ...],
+) -> tuple[str, float | None] | None:
+    for record in records:
+        if record.language:
+            return record.language, record.language_probability
+    return None
+
+
+def directory_of(job: TranscriptionJob, attempt: int, token: str) -> str:
+    return attempt_dir(job.namespace, job.name, job.metadata.uid or "-", attempt, token)
+
+
+def read_checkpoint(bucket: Bucket, job: TranscriptionJob) -> Checkpoint:
+    """The resumable part of `job`'s checkpoint; see the module contract."""
+    progress = job.status.progress
+    parts = list(progress.parts) if progress else []
+    if not parts:
+        raise CheckpointUnusable("the checkpoint names no stored chunks")
+    first_dir = directory_of(job, parts[0].attempt, parts[0].token)
+    raw = bucket.get(first_dir + CUTTING)
+    if raw is None:
+        raise CheckpointUnusable(f"{first_dir}{CUTTING} is missing")
+    try:
+        cutting = decode_cutting(raw)
+    except ValueError as e:
+        raise CheckpointUnusable(f"{first_dir}{CUTTING}: {e}") from None
+    records: list[Record] = []
+    kept: list[Part] = []
+    position, tail = 0, ""
+    for part in parts:
+        if part.first != len(records) or part.end <= part.first:
+            break
+        directory = directory_of(job, part.attempt, part.token)
+        keys = [chunk_key(directory, i) for i in range(part.first, part.end)]
+        with ThreadPoolExecutor(READERS, thread_name_prefix="checkpoint") as pool:
+            blobs = list(pool.map(bucket.get, keys))
+        taken = 0
+        for blob in blobs:
+            if blob is None:
+                break
+            try:
+                record = Record.decode(blob)
+            except ValueError:
+                break
+            if record.first != position or record.end <= record.first:
+                break  # a gap or an overlap: nothing from here on is usable
+            records.append(record)
+            position, tail = record.end, record.tail
+            taken += 1
+        if taken:
+            kept.append(part.model_copy(update={"end": part.first + taken}))
+        if taken < part.end - part.first:
+            break
+    if not records:
+        raise CheckpointUnusable("none of the checkpoint's chunks could be read back")
+    resume = Resume(chunks=len(records), position=position, tail=tail)
+    retake = retake_of(records, cutting.rate)
+    if retake:  # the held words were never stored: transcribe their chunks again
+        first = len(records) - retake
+        before = records[first - 1].tail if first else ""
+        resume = Resume(chunks=first, position=records[first].first, tail=before)
+    return Checkpoint(
+        cutting=cutting, parts=tuple(kept), records=tuple(records), resume=resume, retake=retake
+    )
+
+
+def retake_of(records: list[Record], rate: int) -> int:
+    """How many of the last `records` a resume transcribes again: those whose audio holds the
+    words the last record held back (held words may go back over several short chunks)."""
+    since = records[-1].held if records else None
+    if since is None:
+        return 0
+    first = len(records) - 1
+    channel = records[-1].channel
+    while (
+        first > 0
+        and records[first - 1].channel == channel
+        and (records[first].first % CHANNEL_STRIDE) / rate > since
+    ):
+        first -= 1
+    return len(records) - first
