@@ -181,12 +181,12 @@ def test_notify__every_event_at_least_once_through_outages_and_two_kills(
     for _ in range(12):
         op.notifier.run_once()
         tries.append(
-            sum(1 for o in op.notifier._owed.values() for t in o.tries.values() if t.attempts)
+            sum(1 for o in op.notifier.outbox.owed.values() for t in o.tries.values() if t.attempts)
         )
         clock.step(CAP * 1.6)  # past the cap and its jitter
-    gates = list(op.notifier._gates.values())
+    gates = list(op.notifier.outbox._gates.values())
     assert gates and gates[0].failures >= 10, "retries went on past the cap"
-    assert max(op.notifier.backoff.delay(g.failures) for g in gates) <= CAP * 1.5
+    assert max(op.notifier.outbox.backoff.delay(g.failures) for g in gates) <= CAP * 1.5
     # A first burst (at most in_flight), then one probe at a time while the sink fails: only
     # the events that were tried have a record (their first failure).
     retrying = [n for n in names if get_job(store, namespace, n).status.notified is not None]

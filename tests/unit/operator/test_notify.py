@@ -9,6 +9,8 @@ import json
 import threading
 from typing import Any
 
+import pytest
+
 from recall.base.clock import FakeClock
 from recall.cli.notify import gone, resend
 from recall.kube.memory import MemoryApi
@@ -17,9 +19,9 @@ from recall.operator.notify.notifier import Notifier
 from recall.operator.notify.send import Answer, Outcome, Sender, classify, refused
 from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.sign import HEADER, sign, verify
-from recall.operator.notify.state import Gate, Try, answered, holds
-from recall.operator.reconcile.cache import JobCache
-from recall.resources import LABEL_BATCH, Published, is_true
+from recall.operator.notify.state import Gate, Owed, Try, answered, holds
+from recall.operator.reconcile.cache import JobCache, JobRecord
+from recall.resources import LABEL_BATCH, LABEL_INDEX, Published, is_true
 from recall.resources.batch import Batch
 from recall.resources.job import Sink
 from tests.helpers import complete_with_transcript
@@ -328,3 +330,133 @@ def test_resend__a_batch_whose_ttl_deleted_the_jobs_says_its_item_events_are_gon
     assert gone(store, NS, "batch/b") == 1  # one job is still there: it can be resent
     assert resend(store, NS, "batch/b") == ["job/b-c", "batch/b"]
     assert gone(store, NS, "job/b-c") == 0
+
+
+SINK = {"url": URL, "secretRef": {"name": "s", "key": "hmac"}}
+COMPLETE = {
+    "type": "Complete",
+    "status": "True",
+    "reason": "Done",
+    "message": "",
+    "lastTransitionTime": "2026-12-04T18:00:00Z",
+}
+
+
+def failed_items(store: MemoryApi, clock: FakeClock, batch: str, n: int, **spec: Any) -> None:
+    """A complete Batch of `n` failed items (their jobs labelled as the Batch's)."""
+    store.create_batch(NS, batch_manifest(batch, [f"i{i}" for i in range(n)], **spec))
+    for i in range(n):
+        job = job_manifest(f"{batch}-{i}", batchRef=batch, item=f"i{i}")
+        job["metadata"]["labels"] = {LABEL_BATCH: batch, LABEL_INDEX: str(i)}
+        store.create_job(NS, job)
+        h = claim(store, clock, f"{batch}-{i}")
+        h.fail("SourceNotFound", "gone", permanent=True, backoff_base=1, backoff_cap=1)
+    store.patch_batch_status(NS, batch, None, {"conditions": [COMPLETE]})
+
+
+def known(store: MemoryApi, *names: str) -> Any:
+    def batches() -> dict[tuple[str, str], Batch]:
+        found = {(NS, n): store.get_batch(NS, n) for n in names}
+        return {k: b for k, b in found.items() if b is not None}
+
+    return batches
+
+
+def test_notifier__finished_jobs_no_sink_wants_are_never_read() -> None:
+    store, clock = MemoryApi(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": KEY})
+    for i in range(4):
+        store.create_job(NS, job_manifest(f"j{i}"))
+        h = claim(store, clock, f"j{i}")
+        h.fail("SourceNotFound", "gone", permanent=True, backoff_base=1, backoff_cap=1)
+    failed_items(store, clock, "b", 3)  # a Batch without sinks
+    finished_job(store, clock, "wanted")
+    sender = FakeSender()
+    n = notifier(store, clock, sender, batches=known(store, "b"))
+    before = len(store.calls)
+    for _ in range(2):  # a term, a leader change, another term
+        n.run_once()
+        n.run_once()
+        n.leading.clear()
+        n.run_once()
+        n.leading.set()
+    read = [name for op, name in store.calls[before:] if op == "get_job"]
+    assert read.count("wanted") == 2  # once a term (the cache is not told it settled)
+    assert set(read) == {"wanted"}
+    assert [body["subject"] for _, body, _ in sender.sent] == ["wanted"]
+
+
+def test_notifier__a_pass_looks_at_what_changed_not_at_every_item(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, clock = MemoryApi(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": KEY})
+    failed_items(store, clock, "b", 120, notify=[SINK])
+    sender = FakeSender()
+    n = notifier(store, clock, sender, batches=known(store, "b"), in_flight=4)
+    walked: list[tuple[str, str]] = []
+    looked = [0]
+    batch_jobs, settled = n.cache.batch_jobs, Owed.settled
+
+    def spy(batch: tuple[str, str]) -> dict[tuple[str, str], JobRecord]:
+        walked.append(batch)
+        return batch_jobs(batch)
+
+    def counted(o: Owed) -> bool:
+        looked[0] += 1
+        return bool(settled.fget(o))  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(n.cache, "batch_jobs", spy)
+    monkeypatch.setattr(Owed, "settled", property(counted))
+    n.run_once()  # the term's first pass loads 120 item events and the Batch's
+    for _ in range(100):
+        if not n.pending():
+            break
+        looked[0] = 0
+        n.run_once()
+        assert looked[0] <= 4 * 4, looked[0]  # what it sent and recorded, not 120
+        sync(n, store)
+    assert walked == []
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.notified is not None
+    assert batch.status.notified.time is not None and batch.status.notified.items is not None
+    items = batch.status.notified.items
+    assert (items.delivered, items.given_up, items.pending) == (120, 0, 0)
+    assert len(sender.sent) == 121
+
+
+def test_deletion__waits_for_the_notifier_to_load_and_for_the_batch_event() -> None:
+    store, clock = MemoryApi(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": KEY})
+    sink = {**SINK, "types": ["dev.recall.batch.completed"]}
+    failed_items(store, clock, "b", 2, notify=[sink])
+    sender = FakeSender(Outcome.UNAVAILABLE, Outcome.UNAVAILABLE, Outcome.DELIVERED)
+    n = notifier(store, clock, sender, batches=known(store, "b"), delete_seconds=60)
+    batch = store.get_batch(NS, "b")
+    assert batch is not None
+    assert n.deletion_pending(batch)  # restarted: nothing is known of what is owed yet
+    n.run_once()
+    assert n.deletion_pending(batch)  # batch.completed owed, its sink down
+    for _ in range(10):
+        clock.step(8)
+        n.run_once()
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.notified is not None and batch.status.notified.time
+    assert not n.deletion_pending(batch)
+    assert [body["type"] for _, body, _ in sender.sent] == ["dev.recall.batch.completed"] * 3
+
+
+def test_deletion__waits_delete_seconds_at_most() -> None:
+    store, clock = MemoryApi(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": KEY})
+    failed_items(store, clock, "b", 2, notify=[SINK])
+    n = notifier(store, clock, FakeSender(Outcome.UNAVAILABLE), batches=known(store, "b"))
+    batch = store.get_batch(NS, "b")
+    assert batch is not None
+    n.run_once()
+    assert n.deletion_pending(batch)
+    clock.step(299)
+    n.run_once()
+    assert n.deletion_pending(batch)
+    clock.step(1)
+    assert not n.deletion_pending(batch)

@@ -8,6 +8,9 @@
 - `settings`: `NotifySettings` (`RECALL_NOTIFY_*`): the cluster-wide default sinks, the
   allow-list, backoff, the bound on events in flight per sink;
 - `state`: what is kept in memory of each owed event and sink (pure), and what is owed;
+- `index`: a Batch's item events as counts, the tries queued per sink by time, the deleted
+  objects' deadlines: what keeps a pass from walking every event or item;
 - `records`: the events objects owe, read from the API server, and their records in status;
-- `notifier`: `Notifier`, the leader's delivery loop.
+- `outbox`: the loaded events and their deliveries (signed, bounded per sink, retried);
+- `notifier`: `Notifier`, the leader's loop: what is owed, loaded, recorded.
 """

@@ -26,38 +26,43 @@ per sink are in flight. A missing Secret or key posts a Warning Event and record
 `Notified=False KeyMissing` on the first event it holds up; nothing is ever sent unsigned.
 
 **Deletion**: an event already owed when its object is deleted is still tried for
-`delete_seconds`, then given up; a Batch's deletion waits for its items' events up to that
-bound (`deletion_pending`, called by its finalizer's handler). Only the leader delivers.
+`delete_seconds`, then given up; a Batch's deletion waits for its items' events and its own
+`batch.completed` up to that bound (`deletion_pending`, called by its finalizer's handler),
+and decides nothing before this term's first pass knows what is owed. Only the leader delivers.
+
+**Cost**: a finished job that no sink wants (its own, its Batch's, a default) is never read. A
+pass costs O(what it loads, sends and records): the tries wait per sink in a heap by time, a
+Batch's item events are counts kept from the job cache's changes (`index`), never a walk over
+its items, and only the events that changed are looked at for a record.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from recall.base import faults, log, metrics
+from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
-from recall.kube import Api, ApiError, NotFound, ObjectRef
-from recall.operator.notify import events, records
-from recall.operator.notify.records import Sinks
-from recall.operator.notify.send import Answer, Outcome, Sender
+from recall.kube import Api, ApiError, NotFound
+from recall.operator.notify import records
+from recall.operator.notify.index import Items
+from recall.operator.notify.outbox import Outbox
+from recall.operator.notify.records import Batches, Sinks
+from recall.operator.notify.send import Sender
 from recall.operator.notify.settings import NotifySettings
-from recall.operator.notify.sign import HEADER, sign
 from recall.operator.notify.state import (
-    Gate,
     Key,
     Owed,
     Pass,
-    Try,
-    answered,
     holds,
     owes,
-    signing_keys,
+    wanted,
+    wants_items,
 )
 from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord
-from recall.resources.batch import Batch, NotifiedItems
+from recall.resources.batch import Batch, BatchNotified, NotifiedItems
 
 _log = log.get("notify")
 LOAD_PER_PASS = 256
@@ -83,35 +88,48 @@ class Notifier:
         self.batches = batches
         self.settings = settings or NotifySettings()
         self.clock = clock
-        self.sender = sender or Sender(self.settings.allow, self.settings.timeout)
-        self.backoff = self.settings.backoff
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._due: set[Key] = set()
-        self._owed: dict[Key, Owed] = {}
-        self._gates: dict[str, Gate] = {}
-        self._keys: dict[tuple[str, str], tuple[dict[str, bytes] | None, float]] = {}
-        self._warned: set[str] = set()
+        self.outbox = Outbox(
+            store,
+            self.settings,
+            clock,
+            sender or Sender(self.settings.allow, self.settings.timeout),
+            self._lock,
+            self._wake,
+        )
+        self._due: deque[Key] = deque()  # jobs that may owe an event, in the order seen
+        self._due_set: set[Key] = set()
+        self._due_batches: set[Key] = set()
+        self._waiting: set[Key] = set()  # Batch events delivered, their items not settled
+        self._items = Items()
         self._deleting: dict[BatchKey, float] = {}
         self._term = False
-        self._tries = 0  # requests sent by this process
+        self.loaded = threading.Event()  # this term knows what is owed (its first pass ran)
+        # Made before the informer starts (a cache already filled is counted as it stands).
+        for record in cache.all():
+            self._items.changed(None, record)
         cache.listeners.append(self._changed)
 
     # -- inputs ------------------------------------------------------------------------------
 
     def _changed(self, old: JobRecord | None, new: JobRecord | None) -> None:
-        """The cache's listener (under its lock): note what became owed, or went."""
-        if new is None and old is not None:
-            gone = ("job", old.namespace, old.name)
-            with self._lock:
-                owed = self._owed.get(gone)
-                if owed is not None and owed.deleted_at is None:
-                    owed.deleted_at = self.clock.monotonic()
-            return
-        if new is not None and owes(new):
-            with self._lock:
-                self._due.add(("job", new.namespace, new.name))
-            self._wake.set()
+        """The cache's listener (under its lock): count it, note what became owed, or went."""
+        with self._lock:
+            self._items.changed(old, new)
+            if new is None and old is not None:
+                self.outbox.deleted(("job", old.namespace, old.name), self.clock.monotonic())
+                return
+            if new is None or not owes(new):
+                return
+            if not (new.notify or new.batch or self.settings.default_sinks):
+                return  # no sink can want it: nothing to read
+            key = ("job", new.namespace, new.name)
+            if key in self.outbox.owed or key in self._due_set:
+                return
+            self._due_set.add(key)
+            self._due.append(key)
+        self._wake.set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -120,24 +138,23 @@ class Notifier:
         return holds(batch, self.settings.default_sinks)
 
     def deletion_pending(self, batch: Batch) -> bool:
-        """For a deleted Batch's finalizer: True while its items' owed events are still being
-        tried, for `delete_seconds` at most after the first call."""
+        """For a deleted Batch's finalizer: True while its items' events or its own
+        `batch.completed` are owed and not settled, and while this term has not loaded what is
+        owed yet (an operator just started); `delete_seconds` at most after the first call."""
         key = batch.key
         mono = self.clock.monotonic()
+        defaults = self.settings.default_sinks
         with self._lock:
             first = self._deleting.setdefault(key, mono)
             if mono - first >= self.settings.delete_seconds:
                 self._deleting.pop(key, None)
                 return False
-            owed = [o for o in self._owed.values() if o.batch == key and o.key[0] == "job"]
-            due = [k for k in self._due if k[0] == "job"]
-        if any(not o.settled for o in owed):
-            return True
-        for k in due:
-            record = self.cache.get((k[1], k[2]))
-            if record is not None and record.batch_key == key:
+            if not self.loaded.is_set():
                 return True
-        with self._lock:
+            tally = self._items.of(key)
+            items = tally is not None and tally.pending > 0 and wants_items(batch, defaults)
+            if items or (batch.status.complete and holds(batch, defaults)):
+                return True
             self._deleting.pop(key, None)
         return False
 
@@ -154,7 +171,7 @@ class Notifier:
                     _log.exception("notify_pass_failed")
                 self.clock.wait(self._wake, period)
                 self._wake.clear()
-        self.sender.close()
+        self.outbox.sender.close()
 
     def run_once(self, pool: Executor | None = None) -> Pass:
         """One pass: load what became owed, send what is due, record what settled. Without a
@@ -162,219 +179,176 @@ class Notifier:
         done = Pass()
         if not self.leading.is_set() or not self.cache.synced.is_set():
             if self._term:
-                with self._lock:  # a standby keeps nothing: the next term starts from status
-                    self._owed.clear()
-                    self._due.clear()
-                    self._gates.clear()
-                self._term = False
+                self._forget()  # a standby keeps nothing: the next term starts from status
             return done
+        batches = Batches(self.store, self.batches())
         if not self._term:
             self._term = True
-            with self._lock:
-                self._due.update(("job", r.namespace, r.name) for r in self.cache.all() if owes(r))
-        self._seed_batches()
+            self._seed_jobs(batches, done)
+            self.loaded.set()
+        self._seed_batches(batches)
         with self._lock:
-            batch_keys = [k for k in self._due if k[0] == "batch"]
-            job_keys = [k for k in self._due if k[0] == "job"][:LOAD_PER_PASS]
-            for k in batch_keys + job_keys:
-                self._due.discard(k)
-        for key in job_keys + batch_keys:
-            owed = self._load(key, done)
+            batch_keys = list(self._due_batches)
+            self._due_batches.clear()
+        for key in self._take_jobs(batches, done) + batch_keys:
+            owed = self._load(key, batches, done)
             if owed is not None:
-                with self._lock:
-                    self._owed.setdefault(key, owed)
+                self.outbox.owe(owed)
                 done.loaded += 1
-        self._send(pool, done)
+        self.outbox.send(pool, done)
         self._record(done)
         with self._lock:
-            metrics.NOTIFY_PENDING.set(len(self._owed) + len(self._due))
+            metrics.NOTIFY_PENDING.set(len(self.outbox.owed) + len(self._due_set))
         return done
 
     def pending(self) -> int:
         """Events owed and not settled (loaded or not)."""
         with self._lock:
-            return len(self._due) + sum(1 for o in self._owed.values() if not o.settled)
+            return len(self._due_set) + sum(1 for o in self.outbox.owed.values() if not o.settled)
+
+    def _forget(self) -> None:
+        with self._lock:
+            self.loaded.clear()
+            self.outbox.clear()
+            self._due.clear()
+            self._due_set.clear()
+            self._due_batches.clear()
+            self._waiting.clear()
+        self._term = False
 
     # -- loading -----------------------------------------------------------------------------
 
-    def _seed_batches(self) -> None:
-        for key, batch in self.batches().items():
+    def _wanted(self, record: JobRecord, batches: Batches) -> bool:
+        try:
+            batch = batches.get(record.batch_key) if record.batch_key else None
+        except ApiError:
+            return True  # not known now: loading it tries again
+        return wanted(record, batch, self.settings.default_sinks)
+
+    def _seed_jobs(self, batches: Batches, done: Pass) -> None:
+        """A term's start: every finished job whose event a sink may want and is not settled."""
+        owing = [r for r in self.cache.all() if owes(r)]
+        keys = [("job", r.namespace, r.name) for r in owing if self._wanted(r, batches)]
+        done.skipped += len(owing) - len(keys)
+        with self._lock:
+            for key in keys:
+                if key not in self._due_set:
+                    self._due_set.add(key)
+                    self._due.append(key)
+
+    def _seed_batches(self, batches: Batches) -> None:
+        for key, batch in batches.known.items():
             if batch.status.complete and self.holds(batch):
                 with self._lock:
-                    if ("batch", *key) not in self._owed:
-                        self._due.add(("batch", *key))
+                    if ("batch", *key) not in self.outbox.owed:
+                        self._due_batches.add(("batch", *key))
 
-    def _load(self, key: Key, done: Pass) -> Owed | None:
+    def _take_jobs(self, batches: Batches, done: Pass) -> list[Key]:
+        """Up to LOAD_PER_PASS due jobs to read; those no sink wants are dropped unread."""
+        chosen: list[Key] = []
+        while len(chosen) < LOAD_PER_PASS:
+            with self._lock:
+                if not self._due:
+                    break
+                key = self._due.popleft()
+                self._due_set.discard(key)
+            record = self.cache.get((key[1], key[2]))
+            if record is None or not owes(record):
+                continue
+            if not self._wanted(record, batches):
+                done.skipped += 1
+                continue
+            chosen.append(key)
+        return chosen
+
+    def _load(self, key: Key, batches: Batches, done: Pass) -> Owed | None:
         kind, namespace, name = key
         try:
             sinks = Sinks(self.settings.default_sinks, self.settings.secret_namespace)
             if kind == "job":
-                return records.load_job(self.store, namespace, name, self.batches(), sinks)
+                return records.load_job(self.store, namespace, name, batches, sinks)
             return records.load_batch(self.store, namespace, name, sinks)
         except ApiError as e:
             done.errors.append(e.message)
-            with self._lock:
-                self._due.add(key)  # the next pass tries again
+            with self._lock:  # the next pass tries again
+                if kind == "batch":
+                    self._due_batches.add(key)
+                elif key not in self._due_set:
+                    self._due_set.add(key)
+                    self._due.append(key)
             return None
-
-    # -- sending -----------------------------------------------------------------------------
-
-    def _secret(self, t: Try) -> list[bytes] | str:
-        """The signing keys of `t`'s sink (the key, and `<key>.next` while rotating), or why
-        there are none; a Secret is read again every `secret_seconds`."""
-        ref = t.sink.secret_ref
-        mono = self.clock.monotonic()
-        cached = self._keys.get((t.secrets, ref.name))
-        if cached is None or mono - cached[1] >= self.settings.secret_seconds:
-            cached = (self.store.get_secret(t.secrets, ref.name), mono)
-            self._keys[(t.secrets, ref.name)] = cached
-        return signing_keys(cached[0], t)
-
-    def _send(self, pool: Executor | None, done: Pass) -> None:
-        mono = self.clock.monotonic()
-        chosen: list[tuple[Owed, Try, list[bytes]]] = []
-        with self._lock:
-            owed = list(self._owed.values())
-        for o in owed:
-            if o.deleted_at is not None and mono - o.deleted_at >= self.settings.delete_seconds:
-                self._give_up_all(o, "the object was deleted before its event was delivered")
-                continue
-            for t in o.tries.values():
-                if t.done or t.busy or t.at > mono:
-                    continue
-                with self._lock:
-                    gate = self._gates.setdefault(t.gate, Gate())
-                    limit = self.settings.in_flight if gate.failures == 0 else 1
-                    if gate.at > mono or gate.in_flight >= limit:
-                        continue
-                try:
-                    keys = self._secret(t)
-                except ApiError as e:
-                    done.errors.append(e.message)
-                    continue
-                if isinstance(keys, str):
-                    self._key_missing(o, t, keys, mono)
-                    continue
-                with self._lock:
-                    gate.in_flight += 1
-                    t.busy = True
-                chosen.append((o, t, keys))
-        for o, t, keys in chosen:
-            done.sent += 1
-            if pool is None:
-                self._deliver(o, t, keys)
-            else:
-                pool.submit(self._deliver, o, t, keys)
-
-    def _deliver(self, o: Owed, t: Try, keys: list[bytes]) -> None:
-        """One try, signed now (a retry gets a new timestamp; its id and body stay)."""
-        stamp = int(self.clock.now().timestamp())
-        headers = {
-            "Content-Type": events.CONTENT_TYPE,
-            HEADER: sign(o.event.body, keys, stamp),
-        }
-        try:
-            answer = self.sender.post(t.sink.url, headers, o.event.body)
-        except Exception as e:  # a bug in a sender must not leave the try busy for ever
-            answer = Answer(Outcome.UNAVAILABLE, error=f"{type(e).__name__}: {e}"[:300])
-        with self._lock:
-            self._tries += 1
-            tries = self._tries
-        faults.hit("operator-after-notify", tries=tries)  # sent, not recorded: a crash here
-        self._answered(o, t, answer)
-        self._wake.set()
-
-    def _answered(self, o: Owed, t: Try, answer: Answer) -> None:
-        mono = self.clock.monotonic()
-        with self._lock:
-            gate = self._gates.setdefault(t.gate, Gate())
-            gate.in_flight = max(0, gate.in_flight - 1)
-            metrics.NOTIFY_DELIVERIES.labels(outcome=answer.outcome.value).inc()
-            given_up = answered(t, gate, answer, mono, self.backoff, self.settings.max_refusals)
-        if answer.outcome is not Outcome.DELIVERED:
-            _log.info(
-                "notify_failed",
-                id=o.event.id,
-                type=o.event.type,
-                object=o.ref.name,
-                namespace=o.ref.namespace,
-                sink=t.sink.url,
-                outcome=answer.outcome.value,
-                attempt=t.attempts,
-                error=answer.error,
-            )
-        if given_up:
-            self._gave_up(o, t)
-
-    def _gave_up(self, o: Owed, t: Try) -> None:
-        metrics.NOTIFY_DELIVERIES.labels(outcome="given_up").inc()
-        _log.warning("notify_given_up", id=o.event.id, object=o.ref.name, sink=t.sink.url)
-        kind = "job" if o.key[0] == "job" else "batch"
-        self._event(
-            o.ref,
-            "NotifyGivenUp",
-            f"{o.event.type} to {t.sink.url} given up after {t.attempts} tries: {t.error}; "
-            f"send it again with: recall notify resend {kind}/{o.ref.name}",
-        )
-
-    def _give_up_all(self, o: Owed, why: str) -> None:
-        for t in o.tries.values():
-            if not t.done and not t.busy:
-                t.done, t.error = "givenUp", why
-                self._gave_up(o, t)
-
-    def _key_missing(self, o: Owed, t: Try, why: str, mono: float) -> None:
-        with self._lock:
-            gate = self._gates.setdefault(t.gate, Gate())
-            gate.at = mono + self.settings.secret_seconds  # one event asks again, later
-            t.error = why
-            warn = t.gate not in self._warned
-            self._warned.add(t.gate)
-        if warn:
-            _log.warning("notify_key_missing", sink=t.sink.url, error=why, object=o.ref.name)
-            self._event(o.ref, "NotifyKeyMissing", f"{t.sink.url}: {why}; its events wait")
 
     # -- records -----------------------------------------------------------------------------
 
     def _record(self, done: Pass) -> None:
+        """Write the record of each event that settled or first failed since the last pass,
+        and of each delivered Batch event whose items have settled since."""
         with self._lock:
-            owed = list(self._owed.values())
-        for o in owed:
+            keys = self.outbox.dirty | self._waiting
+            self.outbox.dirty = set()
+        for key in keys:
+            with self._lock:
+                o = self.outbox.owed.get(key)
+                if o is None:
+                    self._waiting.discard(key)
+                    continue
             settled = o.settled
             if not settled and (o.failure_written or o.error() is None):
                 continue
             if o.deleted_at is not None:
                 if settled:
                     with self._lock:
-                        self._owed.pop(o.key, None)
+                        self.outbox.owed.pop(o.key, None)
                 continue
-            items = self._items(o) if o.key[0] == "batch" else None
-            if settled and items is not None and items.pending:
+            if settled and o.key[0] == "batch" and self._items_pending(o):
                 settled = False  # the Batch settles once its items have
+                with self._lock:
+                    self._waiting.add(key)
                 if o.failure_written or o.error() is None:
                     continue
-            try:
-                records.write(self.store, o, settled, items, self.clock.now())
-            except NotFound:
-                with self._lock:
-                    self._owed.pop(o.key, None)
-                continue
-            except ApiError as e:
-                done.errors.append(e.message)
-                continue
-            done.recorded += 1
-            o.failure_written = True
-            if settled:
-                done.given_up += sum(1 for t in o.tries.values() if t.done == "givenUp")
-                with self._lock:
-                    self._owed.pop(o.key, None)
+            items = self._items_of(o) if o.key[0] == "batch" else None
+            self._write(o, settled, items, done)
 
-    def _items(self, o: Owed) -> NotifiedItems:
+    def _write(self, o: Owed, settled: bool, items: NotifiedItems | None, done: Pass) -> None:
+        try:
+            records.write(self.store, o, settled, items, self.clock.now())
+        except NotFound:  # deleted: a Batch after its finalizer's bound (delete_seconds)
+            _log.warning("notify_object_gone", id=o.event.id, object=o.ref.name)
+            with self._lock:
+                self.outbox.owed.pop(o.key, None)
+                self._waiting.discard(o.key)
+            return
+        except ApiError as e:
+            done.errors.append(e.message)
+            with self._lock:
+                self.outbox.dirty.add(o.key)  # the next pass writes it
+            return
+        done.recorded += 1
+        o.failure_written = True
+        if settled:
+            done.given_up += sum(1 for t in o.tries.values() if t.done == "givenUp")
+            with self._lock:
+                self.outbox.owed.pop(o.key, None)
+                self._waiting.discard(o.key)
+
+    def _items_pending(self, o: Owed) -> bool:
+        """Whether a Batch's item events are owed and not settled (a count: O(1))."""
         key = (o.key[1], o.key[2])
-        return records.items_of(
-            self.cache, self.batches().get(key), key, self.settings.default_sinks
-        )
+        if not wants_items(self.batches().get(key), self.settings.default_sinks):
+            return False
+        with self._lock:
+            tally = self._items.of(key)
+            return tally is not None and tally.pending > 0
 
-    def _event(self, about: ObjectRef, reason: str, message: str) -> None:
-        with contextlib.suppress(ApiError):  # best effort: the status and the log say it too
-            self.store.post_event(about, "Warning", reason, message[:1000])
+    def _items_of(self, o: Owed) -> NotifiedItems:
+        """A Batch's item events: the tally of its jobs; once the TTL deleted them, the
+        record it has (a resent Batch event keeps its items' counts)."""
+        key = (o.key[1], o.key[2])
+        if not wants_items(self.batches().get(key), self.settings.default_sinks):
+            return NotifiedItems()
+        with self._lock:
+            tally = self._items.of(key)
+            if tally is not None:
+                return tally.record()
+        kept = o.recorded.items if isinstance(o.recorded, BatchNotified) else None
+        return kept or NotifiedItems()

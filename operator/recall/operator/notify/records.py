@@ -4,8 +4,8 @@
 that want it (`Sinks`: its own and the cluster's defaults).
 `write` is one status write: `status.notified` (id, type, attempts, delivered, givenUp,
 lastError, and `time` once settled) and the `Notified` condition; a Batch's record also holds
-its items' events as counts and the given-up items as compressed index ranges (`items_of`),
-never a list.
+its items' events as counts and the given-up items as compressed index ranges
+(`index.ItemTally.record`), never a list. `Batches` finds a pass's Batches.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from typing import Any, Literal
 from recall.base import log
 from recall.kube import Api, NotFound, ObjectRef
 from recall.operator.notify import events
-from recall.operator.notify.state import ITEM_TYPES, Owed, Try, holds, owes
-from recall.operator.reconcile.cache import BatchKey, JobCache
+from recall.operator.notify.state import Owed, Try, holds
+from recall.operator.reconcile.cache import BatchKey
 from recall.resources import set_condition
 from recall.resources.batch import Batch, BatchNotified, NotifiedItems
-from recall.resources.indexes import encode
 from recall.resources.job import Notified, Sink
 from recall.transcripts.outputs import OutputInvalid, output_url
 
@@ -44,9 +43,26 @@ class Sinks:
         return tries
 
 
-def load_job(
-    api: Api, namespace: str, name: str, batches: dict[BatchKey, Batch], sinks: Sinks
-) -> Owed | None:
+class Batches:
+    """The Batches one pass looks at: those kopf delivered, and any other read once from the
+    API server (at start-up the jobs can come before their Batch)."""
+
+    def __init__(self, api: Api, known: dict[BatchKey, Batch]) -> None:
+        self.api = api
+        self.known = known
+        self._read: set[BatchKey] = set()
+
+    def get(self, key: BatchKey) -> Batch | None:
+        """The Batch, or None when there is none; raises ApiError (not remembered)."""
+        if key not in self.known and key not in self._read:
+            batch = self.api.get_batch(*key)
+            self._read.add(key)
+            if batch is not None:
+                self.known[key] = batch
+        return self.known.get(key)
+
+
+def load_job(api: Api, namespace: str, name: str, batches: Batches, sinks: Sinks) -> Owed | None:
     """The event a job owes now (read from the API server), or None: not final, settled, or
     no sink wants it."""
     job = api.get_job(namespace, name)
@@ -57,10 +73,7 @@ def load_job(
     if type_ is None or (recorded is not None and recorded.time is not None):
         return None
     if job.spec.batch_ref:
-        # The Batch as kopf delivered it; at start-up the jobs can come first: read it.
         batch = batches.get((namespace, job.spec.batch_ref))
-        if batch is None:
-            batch = api.get_batch(namespace, job.spec.batch_ref)
         own = batch.spec.notify if batch is not None else None
     else:
         own = job.spec.notify
@@ -105,30 +118,6 @@ def load_batch(api: Api, namespace: str, name: str, sinks: Sinks) -> Owed | None
         recorded,
         list(batch.status.conditions),
         batch=(namespace, name),
-    )
-
-
-def items_of(
-    cache: JobCache, batch: Batch | None, key: BatchKey, defaults: list[Sink]
-) -> NotifiedItems:
-    """A Batch's item events as counts and the given-up indexes as ranges."""
-    wanted = (batch.spec.notify if batch else None) or []
-    if not any(s.wants(t) for s in [*wanted, *defaults] for t in ITEM_TYPES):
-        return NotifiedItems()
-    delivered, given_up, pending = 0, [], 0
-    for r in cache.batch_jobs(key).values():
-        if r.notified == "delivered":
-            delivered += 1
-        elif r.notified == "givenUp":
-            given_up.append(r.index if r.index is not None else -1)
-        elif owes(r):
-            pending += 1
-    ranges, _ = encode(sorted(i for i in given_up if i >= 0))
-    return NotifiedItems(
-        delivered=delivered,
-        given_up=len(given_up),
-        pending=pending,
-        given_up_indexes=ranges or None,
     )
 
 

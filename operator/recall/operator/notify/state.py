@@ -86,6 +86,7 @@ class Pass:
     sent: int = 0
     recorded: int = 0
     given_up: int = 0
+    skipped: int = 0  # finished jobs no sink wants: never read
     errors: list[str] = field(default_factory=list)
 
 
@@ -99,6 +100,27 @@ def holds(batch: Batch, defaults: Iterable[Sink]) -> bool:
     record is not settled yet."""
     settled = batch.status.notified is not None and batch.status.notified.time is not None
     return wants_events(batch, defaults) and not settled
+
+
+def wants_items(batch: Batch | None, defaults: Iterable[Sink]) -> bool:
+    """Whether any sink of `batch` (its own or a default) wants its items' events."""
+    own = (batch.spec.notify if batch is not None else None) or []
+    return any(s.wants(t) for s in [*own, *defaults] for t in ITEM_TYPES)
+
+
+def wanted(record: JobRecord, batch: Batch | None, defaults: Iterable[Sink]) -> bool:
+    """Whether a sink may want the event `record` owes (pure): a default sink wanting its
+    type, its Batch's sinks (a Batch's job: `batch`, None when there is none any more), or
+    its own `spec.notify`. False: nothing to read or send for it."""
+    item = record.batch is not None
+    if record.phase is Phase.FAILED:
+        type_ = events.ITEM_FAILED if item else events.JOB_FAILED
+    else:
+        type_ = events.ITEM_SUCCEEDED if item else events.JOB_SUCCEEDED
+    own = (batch.spec.notify or []) if item and batch is not None else []
+    if any(s.wants(type_) for s in [*own, *defaults]):
+        return True
+    return not item and record.notify  # its own sinks' types are checked when it is loaded
 
 
 def owes(record: JobRecord) -> bool:
