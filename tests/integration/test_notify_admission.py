@@ -1,7 +1,7 @@
 """Bad sinks refused at admission, on the real API server: the CRD's CEL refuses a URL that is
 not http(s); the chart's ValidatingAdmissionPolicy (as `helm template` renders it, bound to the
 test's namespace only) refuses loopback, link-local and metadata hosts unless notify.allow
-names them, and Secrets outside notify.secretNames."""
+names them (an address or a network), and Secrets outside notify.secretNames."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def create(api: client.ApiClient, namespace: str, name: str, url: str, secret: s
 
 @pytest.fixture
 def policy(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[None]:
-    docs = render(control_plane, tmp_path, namespace, "notify.allow={127.0.0.1}")
+    allow = "notify.allow={127.0.0.1,169.254.170.0/24,fd00:ec2::/112}"
+    docs = render(control_plane, tmp_path, namespace, allow)
     objects = [
         d
         for d in docs
@@ -84,6 +85,11 @@ def test_sinks__refused_at_admission_unless_allowed(
         message = create(api, namespace, name, url, "recall-notify")
         assert message and "loopback, link-local or metadata" in message, (url, message)
     assert create(api, namespace, "allowed", "http://127.0.0.1:9/events", "recall-notify") is None
+    # Networks in notify.allow (CIDRs), as the operator reads them at connection.
+    assert create(api, namespace, "ecs", "http://169.254.170.2/v2/", "recall-notify") is None
+    assert create(api, namespace, "ec2v6", "http://[fd00:ec2::254]/", "recall-notify") is None
+    message = create(api, namespace, "ll", "http://169.254.171.2/", "recall-notify")
+    assert message and "loopback, link-local or metadata" in message
     assert create(api, namespace, "public", "https://hooks.example.com/r", "recall-notify") is None
     message = create(api, namespace, "other", "https://hooks.example.com/r", "db-password")
     assert message and "notify.secretNames" in message
