@@ -8,8 +8,10 @@ process, the real API server and SeaweedFS, on a few seconds of espeak-ng speech
   and the counts stay when its TTL deletes the jobs.
 - `languageScope: segment` on a file that switches from German to Spanish to Italian: each
   segment carries the language spoken and the result the language of most speech.
-- An English-only model (the bundled tiny.en) asked for options or a translation: each job
-  fails once, permanently, naming the model; its Batch says so once (ModelFailing).
+- An English-only model (the bundled tiny.en) asked for options or a translation: once the
+  worker has registered its model as English-only, the operator fails each job permanently,
+  naming the model, without a lease (no attempt, nothing loaded); its Batch says so once
+  (ModelFailing).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bench.languages import ENGLISH, LANGUAGES
 from recall.base.settings import StoreSettings
 from recall.bucket import Bucket, Stores
 from recall.kube.client import KubeClient as Kube
+from recall.protocol.workers import SELECTOR, EngineState, read
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Batch, Phase
 from recall.transcripts import load_transcript
 from recall_dev import speech
@@ -170,12 +173,20 @@ def test_languages__segment_scope_on_a_file_that_switches_language(
     assert job.status.result.language == max(seconds, key=lambda k: seconds[k])
 
 
-def test_languages__an_english_only_model_fails_once_naming_it_and_the_batch_says_so_once(
+def registered_english_only(kube: Kube, namespace: str) -> bool:
+    leases = kube.list_leases(namespace, SELECTOR).items
+    return any(
+        (read(lease).engine_state or EngineState("")).multilingual is False for lease in leases
+    )
+
+
+def test_languages__an_english_only_pool_fails_unleased_naming_it_and_the_batch_says_so_once(
     kube: Kube, namespace: str, procs: Procs, tmp_path: Path
 ) -> None:
     german, _ = spoken(tmp_path, "german", [("de", 1)])
     procs.recall("operator", "operator", "--namespace", namespace)
     procs.worker("worker", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "30")
+    wait_for(lambda: registered_english_only(kube, namespace), timeout=60, message=procs.dump)
     items = [{"key": f"f{i}", "source": {"url": german.as_uri()}} for i in range(3)]
     defaults = {"languageOptions": OPTIONS, "engine": {"name": "whisper"}, "maxAttempts": 3}
     create(kube, namespace, BATCH_PLURAL, "Batch", "old", {"items": items, "defaults": defaults})
@@ -195,7 +206,8 @@ def test_languages__an_english_only_model_fails_once_naming_it_and_the_batch_say
     for name in names:
         job = get_job(kube, namespace, name)
         error = job.status.last_error
-        assert job.status.attempts == 1 and error is not None and error.permanent
+        assert error is not None and error.permanent
+        assert (job.status.attempts, job.status.started_at) == (0, None)  # never leased
         assert "tiny.en" in (error.message or "") and "English-only" in (error.message or "")
         expected = (
             "TranslationUnsupported" if name == "translate" else "LanguageDetectionUnsupported"
