@@ -22,6 +22,10 @@ Contract:
 - Who said it (a speaker, else a channel): a cue never holds the words of two; `write` puts a
   WebVTT voice tag (`<v S1>`) on every cue, and with `cues(..., prefix=True)` (SubRip) the first
   cue after each change of speaker begins with `S1: `, which counts toward its line.
+- The language it was said in (a segment's `language`: `languageScope: segment`, and the
+  English of a translation): a cue never holds two; `write` puts WebVTT's language span around
+  each such cue's text (`<lang de>…</lang>`, inside the voice tag). SubRip has no language
+  markup: its cues carry none.
 - A word Whisper split at a hyphen ("ill" + "-disposed") is one word here ("ill-disposed"), as
   is a word it wrote in pieces (a piece without its leading space: "example" + ".com").
 - `write` formats with pysubs2 (SubRip and WebVTT writers) rather than by hand; times are
@@ -31,7 +35,7 @@ Contract:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, Literal
 
@@ -98,6 +102,7 @@ class Token:
     end: float
     segment_end: bool = False  # the last word of its segment
     who: str | None = None  # its speaker, else its channel
+    lang: str | None = None  # the language its segment was transcribed in
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Cue:
     end: float
     lines: tuple[str, ...]
     who: str | None = None
+    lang: str | None = None
 
     @property
     def text(self) -> str:
@@ -164,7 +170,8 @@ def split(segment: Segment) -> list[Token]:
     for part, weight in zip(parts, weights, strict=True):
         begin = segment.start + span * at / total
         at += weight
-        out.append(Token(part, begin, segment.start + span * at / total, who=segment.who))
+        end = segment.start + span * at / total
+        out.append(Token(part, begin, end, who=segment.who, lang=segment.language))
     return out
 
 
@@ -175,7 +182,7 @@ def tokens(segments: list[Segment]) -> list[Token]:
     for s in segments:
         words: list[Token] = []
         if timed_words(s):
-            pieces = spaced(s)
+            pieces, lang = spaced(s), s.language
             for w in s.words or []:
                 text = w.text.strip()
                 if not text:
@@ -187,14 +194,13 @@ def tokens(segments: list[Segment]) -> list[Token]:
                     and last.who == who
                     and goes_on(last.text, w.text, pieces=pieces)
                 ):
-                    words[-1] = Token(last.text + text, last.start, max(w.end, last.end), who=who)
+                    words[-1] = replace(last, text=last.text + text, end=max(w.end, last.end))
                 else:
-                    words.append(Token(text, w.start, max(w.end, w.start), who=who))
+                    words.append(Token(text, w.start, max(w.end, w.start), who=who, lang=lang))
         else:  # no word timings: in proportion
             words = split(s)
         if words:
-            last = words[-1]
-            words[-1] = Token(last.text, last.start, last.end, segment_end=True, who=last.who)
+            words[-1] = replace(words[-1], segment_end=True)
         out += words
     return out
 
@@ -204,7 +210,7 @@ def labelled(words: list[Token]) -> list[Token]:
     out: list[Token] = []
     for k, w in enumerate(words):
         if w.who and (k == 0 or words[k - 1].who != w.who):
-            w = Token(f"{w.who}: {w.text}", w.start, w.end, w.segment_end, w.who)
+            w = replace(w, text=f"{w.who}: {w.text}")
         out.append(w)
     return out
 
@@ -309,6 +315,7 @@ def cues(segments: list[Segment], rules: Rules | None = None, *, prefix: bool = 
                 used > most
                 or words[j - 1].end - words[i].start > rules.max_cue_seconds
                 or words[j - 1].who != words[i].who  # a cue never mixes two speakers
+                or words[j - 1].lang != words[i].lang  # nor two languages
             ):
                 break
             total = cost[i] + COST_CUE + _break_cost(words, j - 1)
@@ -327,15 +334,17 @@ def cues(segments: list[Segment], rules: Rules | None = None, *, prefix: bool = 
     for i, j in spans:
         text = [w.text for w in words[i:j]]
         layout = lines(text, width, most) or (" ".join(text),)
-        raw.append((words[i].start, words[j - 1].end, layout, words[i].who))
+        raw.append((words[i].start, words[j - 1].end, layout, words[i].who, words[i].lang))
     return timed(raw, rules)
 
 
-def timed(raw: list[tuple[float, float, tuple[str, ...], str | None]], rules: Rules) -> list[Cue]:
+def timed(
+    raw: list[tuple[float, float, tuple[str, ...], str | None, str | None]], rules: Rules
+) -> list[Cue]:
     """Cue times that keep the gap, the longest and (where there is room) the shortest time."""
     out: list[Cue] = []
     floor = 0.0
-    for k, (first, last, text, who) in enumerate(raw):
+    for k, (first, last, text, who, lang) in enumerate(raw):
         start = max(first, floor)
         end = min(max(last, start + 0.001), start + rules.max_cue_seconds)
         if k + 1 < len(raw):
@@ -346,7 +355,7 @@ def timed(raw: list[tuple[float, float, tuple[str, ...], str | None]], rules: Ru
                 end = max(limit, start + 0.001)
         else:
             end = max(end, start + rules.min_cue_seconds)
-        out.append(Cue(round(start, 3), round(end, 3), text, who))
+        out.append(Cue(round(start, 3), round(end, 3), text, who, lang))
         floor = end + rules.min_gap_seconds
     return out
 
@@ -377,12 +386,14 @@ def check(found: list[Cue], rules: Rules | None = None) -> list[str]:
 
 def write(found: list[Cue], fmt: Literal["srt", "vtt"]) -> str:
     """`found` as a SubRip or WebVTT file, by pysubs2 (a WebVTT cue with a speaker in its
-    voice tag)."""
+    voice tag, its language in a language span)."""
     subs = pysubs2.SSAFile()
     for cue in found:
         text = cue.text
         if fmt == "vtt":  # cue text is HTML-like in WebVTT
             text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            if cue.lang:
+                text = f"<lang {cue.lang}>{text}</lang>"
             if cue.who:
                 text = f"<v {cue.who}>{text}"
         subs.append(

@@ -114,3 +114,32 @@ def test_translation__redacted_and_labelled_as_its_segment() -> None:
     assert done.translation == " My number is [PHONE], and my email is [EMAIL]."
     english = render(Transcript(segments=[done], duration=5.0, engine="whisper/base"), "en.vtt")
     assert "<v S2>" in english and "[PHONE]" in english and "555" not in english
+
+
+def test_vtt__each_cue_in_its_segments_language_srt_without_markup() -> None:
+    vtt = render(SWITCHED, "vtt")
+    assert "<lang de>Guten Morgen.</lang>" in vtt
+    assert "<lang es>Buenos días.</lang>" in vtt
+    assert "<lang de>Wie geht es?</lang>" in vtt
+    texts = [e.plaintext for e in pysubs2.SSAFile.from_string(vtt, format_="vtt")]
+    assert texts == ["Guten Morgen.", "Buenos días.", "Wie geht es?"]  # players read the text
+    assert "<lang" not in render(SWITCHED, "srt")  # SubRip has no language markup
+
+
+def test_cues__never_mix_two_languages_and_the_span_sits_inside_the_voice() -> None:
+    close = Transcript(
+        segments=[
+            Segment(start=0.0, end=1.0, text="Guten Morgen,", language="de", speaker="S1"),
+            Segment(start=1.1, end=2.0, text="buenos días.", language="es", speaker="S1"),
+        ],
+        duration=2.5,
+        engine="whisper/base",
+        job="talk",
+    )
+    vtt = render(close, "vtt")  # one short cue would hold both: two languages make two
+    assert "<v S1><lang de>Guten Morgen,</lang>" in vtt
+    assert "<v S1><lang es>buenos días.</lang>" in vtt
+    one = Transcript(
+        segments=[Segment(start=0.0, end=1.0, text="Hello.")], duration=1.0, engine="whisper"
+    )
+    assert "<lang" not in render(one, "vtt")  # file scope: the segments carry no language
