@@ -62,6 +62,7 @@ from recall.resources.errors import JobFailure
 from recall.worker.attempt import Stopped, Transcription
 from recall.worker.cadence import Cadence
 from recall.worker.drain import Drain
+from recall.worker.failures import unexpected
 from recall.worker.heartbeat import Heartbeater
 from recall.worker.held import HeldJobs
 from recall.worker.holder import LeaseHolder, LeaseLost
@@ -371,8 +372,7 @@ class Worker:
             self._fail(h, JobFailure("ApiRefused", e.message, permanent=True))
         except Exception as e:  # a bug or an unexpected error: let the job retry elsewhere
             cancel.set()
-            h.log.exception("work_error")
-            self._fail(h, JobFailure("WorkerError", f"{type(e).__name__}: {e}", permanent=False))
+            self._fail(h, unexpected(h, e))
         finally:
             self.held.let_go(h)
 
