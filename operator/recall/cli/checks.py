@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import re
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recall import __version__
+from recall.base.clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
     from recall.bucket import Bucket, StoreError
@@ -115,17 +115,16 @@ def renewed(
     read: Callable[[], dict[str, str]],
     seconds: float,
     *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
     every: float = 0.5,
 ) -> set[str]:
     """Read `{name: renewTime}` until every name first read was seen to change, or `seconds`
     passed on `clock`; return the names seen renewed."""
     first = read()
     moved: set[str] = set()
-    deadline = clock() + seconds
-    while first and moved != set(first) and clock() < deadline:
-        sleep(every)
+    deadline = clock.monotonic() + seconds
+    while first and moved != set(first) and clock.monotonic() < deadline:
+        clock.sleep(every)
         moved |= {n for n, at in read().items() if n in first and at != first[n]}
     return moved
 

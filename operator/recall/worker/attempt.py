@@ -133,7 +133,9 @@ class Transcription:
         model, digest = self.engine.model_of(h.known) or (None, None)
         device, compute_type = self.engine.device_of(h.known) or (None, None)
         # Speaker labels: once the last chunk is in, from the whole file (recall.worker.speakers)
-        speakers = label_records(h.known, media, writer.records, lambda: self.check_stop(h), h.log)
+        speakers = label_records(
+            h.known, media, writer.records, lambda: self.check_stop(h), h.log, h.clock
+        )
         if speakers is not None:
             writer.records = speakers.records
         summary = self.store(
