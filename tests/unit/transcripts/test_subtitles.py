@@ -9,16 +9,8 @@ import pytest
 
 from recall.media.types import Segment, Word
 from recall.resources import SubtitleSpec
-from recall.transcripts.subtitles import (
-    Rules,
-    check,
-    cues,
-    lines,
-    parse,
-    proportional,
-    tokens,
-    write,
-)
+from recall.transcripts.subtitles import Rules, check, cues, lines, parse, write
+from recall.transcripts.words import proportional, tokens
 
 # Whisper's segments of a LibriVox reading: one-line cues of up to 88 characters and 7.35 s
 # when each segment is a cue.
