@@ -39,9 +39,10 @@ from recall.kube import Api, ApiError, ObjectRef
 from recall.operator.dispatch import Capacity, ReadyQueue, free_slots, pick_supported
 from recall.operator.peers.registry import Registry
 from recall.operator.reconcile.apply import CREATE_SECONDS, Applier, Report
-from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord, KnownBatches
+from recall.operator.reconcile.cache import JobCache, KnownBatches
 from recall.operator.reconcile.items import Item, ItemsInvalid, resolve
 from recall.operator.reconcile.plan import BatchView, plan_batch, plan_jobs
+from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.operator.results.publish import Results
 from recall.operator.results.retention import expire_finished, never
 from recall.protocol.observer import next_expiry

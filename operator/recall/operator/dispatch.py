@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 from recall.base.clock import Clock
 from recall.engines.languages import english_only
-from recall.operator.reconcile.cache import JobRecord
+from recall.operator.reconcile.record import JobRecord
 from recall.protocol.observer import JobKey
 from recall.resources import DEFAULT_POOL, Phase
 from recall.resources.errors import JobFailure

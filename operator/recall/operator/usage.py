@@ -28,7 +28,8 @@ from collections import defaultdict
 from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
 from recall.kube import Api, ApiError, NotFound
-from recall.operator.reconcile.cache import JobCache, JobRecord
+from recall.operator.reconcile.cache import JobCache
+from recall.operator.reconcile.record import JobRecord
 from recall.resources import Phase
 
 _log = log.get("usage")

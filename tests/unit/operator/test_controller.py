@@ -13,8 +13,8 @@ from recall.kube import Conflict, Invalid, Unavailable
 from recall.kube.memory import Fault, MemoryApi
 from recall.operator.peers.leader import Sole
 from recall.operator.reconcile.apply import CREATE_SECONDS
-from recall.operator.reconcile.cache import JobRecord
 from recall.operator.reconcile.project import CODES, stored_phases
+from recall.operator.reconcile.record import JobRecord
 from recall.resources import Batch, ItemPhase, Phase, indexes
 from tests.helpers import complete_with_transcript
 from tests.unit.fakes import (

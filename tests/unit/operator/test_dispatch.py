@@ -15,7 +15,7 @@ from recall.base.settings import WorkerSettings
 from recall.engines.simulated import SimulatedEngine
 from recall.kube.memory import MemoryApi
 from recall.operator.dispatch import ReadyQueue
-from recall.operator.reconcile.cache import JobRecord
+from recall.operator.reconcile.record import JobRecord
 from recall.resources import Phase
 from recall.worker.holder import LeaseHolder
 from recall.worker.loop import Worker

@@ -9,7 +9,7 @@ from typing import Any
 from recall.base.clock import FakeClock
 from recall.kube.memory import MemoryApi
 from recall.operator.dispatch import Capacity, unsupported
-from recall.operator.reconcile.cache import JobRecord
+from recall.operator.reconcile.record import JobRecord
 from recall.protocol.workers import LOADED, EngineState
 from recall.worker.registration import Registration
 from tests.unit.fakes import NS, Operator, batch_manifest, job_manifest

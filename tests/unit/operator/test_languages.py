@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from recall.operator.reconcile.cache import JobRecord
 from recall.operator.reconcile.project import project
+from recall.operator.reconcile.record import JobRecord
 from recall.resources import Batch, BatchStatus
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)

@@ -20,7 +20,8 @@ from recall.operator.notify.send import Answer, Outcome, Sender, classify, refus
 from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.sign import HEADER, sign, verify
 from recall.operator.notify.state import Gate, Owed, Try, answered, holds
-from recall.operator.reconcile.cache import JobCache, JobRecord
+from recall.operator.reconcile.cache import JobCache
+from recall.operator.reconcile.record import JobRecord
 from recall.resources import LABEL_BATCH, LABEL_INDEX, Published, is_true
 from recall.resources.batch import Batch
 from recall.resources.job import Sink

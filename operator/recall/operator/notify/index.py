@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from recall.operator.notify.state import Key, owes
-from recall.operator.reconcile.cache import BatchKey, JobRecord
+from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.protocol.observer import JobKey
 from recall.resources.batch import NotifiedItems
 from recall.resources.indexes import encode

@@ -61,7 +61,8 @@ from recall.operator.notify.state import (
     wanted,
     wants_items,
 )
-from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord
+from recall.operator.reconcile.cache import JobCache
+from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.resources.batch import Batch, BatchNotified, NotifiedItems
 
 _log = log.get("notify")

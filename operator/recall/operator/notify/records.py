@@ -18,7 +18,7 @@ from recall.base import log
 from recall.kube import Api, NotFound, ObjectRef
 from recall.operator.notify import events
 from recall.operator.notify.state import Owed, Try, holds
-from recall.operator.reconcile.cache import BatchKey
+from recall.operator.reconcile.record import BatchKey
 from recall.resources import set_condition
 from recall.resources.batch import Batch, BatchNotified, NotifiedItems
 from recall.resources.job import Notified, Sink

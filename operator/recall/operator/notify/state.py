@@ -15,7 +15,7 @@ from recall.base.backoff import Backoff
 from recall.kube import ObjectRef
 from recall.operator.notify import events
 from recall.operator.notify.send import Answer, Outcome
-from recall.operator.reconcile.cache import BatchKey, JobRecord
+from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.resources import Phase
 from recall.resources.batch import Batch
 from recall.resources.job import Notified, Sink

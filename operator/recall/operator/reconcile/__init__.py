@@ -1,6 +1,7 @@
 """Reconciliation: a Batch's items, the jobs they become, the plan, the projection, the apply.
 
-`cache` keeps compact records of every job; `items` and `fanout` say what a Batch asks for;
-`plan` (pure) decides what a Batch and its jobs need now, `project` (pure) derives the Batch
-status from its jobs, and `apply` performs a plan, the only writer of these decisions.
+`cache` keeps a compact `record` of every job and `marks` the items they changed; `items` and
+`fanout` say what a Batch asks for; `plan` (pure) decides what a Batch and its jobs need now,
+`project` (pure) derives the Batch status from its jobs, and `apply` performs a plan, the only
+writer of these decisions.
 """

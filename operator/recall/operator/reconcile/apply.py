@@ -38,11 +38,12 @@ from recall.kube import (
 )
 from recall.kube.patch import merge_patch
 from recall.operator.peers.leader import Leadership, Sole
-from recall.operator.reconcile.cache import BatchKey, JobRecord, Marks
 from recall.operator.reconcile.fanout import job_for_item
 from recall.operator.reconcile.items import Item
+from recall.operator.reconcile.marks import Marks
 from recall.operator.reconcile.plan import Plan, budget
 from recall.operator.reconcile.project import CODE, Projection, project, stored_phases
+from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.protocol import lease
 from recall.protocol.observer import JobKey
 from recall.resources import (

@@ -14,151 +14,18 @@ Thread-safe: the informer thread writes, the controller thread reads snapshots.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from recall.base.clock import Clock
-from recall.engines.languages import multilingual_asks
 from recall.kube import RawObject
+from recall.operator.reconcile.marks import Marks
+from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.protocol.observer import JobKey, LeaseObserver, Observation
-from recall.resources import DEFAULT_POOL, LABEL_INDEX, LABEL_SUSPENDED, Batch, Lease, Part, Phase
-
-BatchKey = tuple[str, str]  # (namespace, batch name)
-
-
-def _time(value: Any) -> dt.datetime | None:
-    if not value:
-        return None
-    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
-def _audio_seconds(result: Any) -> float | None:
-    if not isinstance(result, dict) or result.get("durationSeconds") is None:
-        return None
-    return float(result["durationSeconds"]) * int(result.get("channels") or 1)
-
-
-def _notified(record: Any) -> str | None:
-    if not isinstance(record, dict) or not record.get("time"):
-        return None
-    return "givenUp" if record.get("givenUp") else "delivered"
-
-
-@dataclass(slots=True)
-class JobRecord:
-    """What the operator needs of one job to plan: identity, phase, counters, lease, errors."""
-
-    namespace: str
-    name: str
-    uid: str
-    resource_version: str
-    batch: str | None
-    item: str | None
-    index: int | None
-    phase: Phase
-    attempts: int
-    expired_leases: int
-    failures: int
-    releases: int
-    max_attempts: int
-    max_releases: int
-    lease: Lease | None
-    backoff_seconds: float | None
-    offer: str | None
-    priority: int
-    created: dt.datetime | None
-    suspended: bool
-    engine: str | None
-    pool: str  # the worker pool it belongs to (spec.pool, else the default pool)
-    started_at: dt.datetime | None
-    completed_at: dt.datetime | None
-    error_reason: str | None
-    error_message: str | None
-    result: str | None  # status.result.transcript: the accepted transcript's key
-    parts: tuple[Part, ...]  # the checkpoint: where its chunks are in the results store
-    published: bool
-    output: bool  # spec.output asks for outputs
-    notified: str | None = None  # its event settled: "delivered" or "givenUp"; None: not yet
-    notify: bool = False  # spec.notify names sinks (a Batch's job uses the Batch's: see there)
-    audio_seconds: float | None = None  # the result's duration × its channels (split)
-    language: str | None = None  # status.result.language: the language transcribed
-    # what it asks that only a multilingual model does (`engines.languages.multilingual_asks`)
-    asks: tuple[str, ...] = ()
-    model: str | None = None  # spec.engine.model: a model of its own, loaded when it runs
-
-    @property
-    def key(self) -> JobKey:
-        return (self.namespace, self.name)
-
-    @property
-    def batch_key(self) -> BatchKey | None:
-        return (self.namespace, self.batch) if self.batch else None
-
-    @classmethod
-    def from_raw(cls, raw: RawObject) -> JobRecord:
-        meta = raw.get("metadata") or {}
-        spec = raw.get("spec") or {}
-        status = raw.get("status") or {}
-        labels = meta.get("labels") or {}
-        index = labels.get(LABEL_INDEX)
-        lease = status.get("lease")
-        error = status.get("lastError") or {}
-        engine = (spec.get("engine") or {}).get("name")
-        return cls(
-            namespace=meta.get("namespace") or "default",
-            name=meta["name"],
-            uid=meta.get("uid") or "",
-            resource_version=str(meta.get("resourceVersion") or ""),
-            batch=spec.get("batchRef") or None,
-            item=spec.get("item") or None,
-            index=int(index) if index and str(index).isdigit() else None,
-            phase=Phase(status.get("phase") or "Queued"),
-            attempts=int(status.get("attempts") or 0),
-            expired_leases=int(status.get("expiredLeases") or 0),
-            failures=int(status.get("failures") or 0),
-            releases=int(status.get("releases") or 0),
-            max_attempts=int(spec.get("maxAttempts") or 5),
-            max_releases=int(spec.get("maxReleases", 10)),
-            lease=Lease.model_validate(lease) if lease else None,
-            backoff_seconds=status.get("backoffSeconds"),
-            offer=(status.get("offer") or {}).get("worker"),
-            priority=int(spec.get("priority") or 0),
-            created=_time(meta.get("creationTimestamp")),
-            suspended=labels.get(LABEL_SUSPENDED) == "true",
-            engine=engine,
-            pool=str(spec.get("pool") or DEFAULT_POOL),
-            started_at=_time(status.get("startedAt")),
-            completed_at=_time(status.get("completedAt")),
-            error_reason=error.get("reason"),
-            error_message=error.get("message"),
-            result=(status.get("result") or {}).get("transcript"),
-            parts=tuple(
-                Part.model_validate(p) for p in (status.get("progress") or {}).get("parts") or ()
-            ),
-            published=status.get("published") is not None,
-            output=spec.get("output") is not None,
-            notified=_notified(status.get("notified")),
-            notify=bool(spec.get("notify")),
-            audio_seconds=_audio_seconds(status.get("result")),
-            language=(status.get("result") or {}).get("language") or None,
-            asks=multilingual_asks(
-                spec.get("language"),
-                spec.get("languageOptions") or (),
-                spec.get("languageScope"),
-                (spec.get("transcript") or {}).get("translate"),
-            ),
-            model=(spec.get("engine") or {}).get("model") or None,
-        )
-
-    @property
-    def to_publish(self) -> bool:
-        """Succeeded, and its outputs and index entry not recorded as written yet."""
-        return self.phase is Phase.SUCCEEDED and not self.published
+from recall.resources import Batch, Phase
 
 
 @dataclass(frozen=True)
@@ -171,56 +38,6 @@ class BackoffObservation:
 
     def over(self, now_mono: float) -> bool:
         return now_mono >= self.observed_at + self.seconds
-
-
-class Marks:
-    """Per Batch, which items changed since the last projection that was written.
-
-    A mark carries a sequence number; `clear(batch, upto)` removes only marks made up to the
-    projection's snapshot, so a change seen while a write is in flight is never dropped. A mark
-    also says whether the item's phase may have moved (`moved`: the job's phase or attempt
-    changed, or the job went). Every mark makes its Batch projected again; only a moved item's
-    stored phase may differ from its job's without that being a heal. A change that cannot
-    move the phase (a publish record, counters, a store verdict) leaves the judgement intact.
-    """
-
-    def __init__(self) -> None:
-        self._seq = 0
-        self._marks: defaultdict[BatchKey, dict[int, tuple[int, bool]]] = defaultdict(dict)
-        self._lock = threading.Lock()
-
-    def mark(self, batch: BatchKey, index: int, *, moved: bool = True) -> None:
-        with self._lock:
-            self._seq += 1
-            _, before = self._marks[batch].get(index, (0, False))
-            self._marks[batch][index] = (self._seq, moved or before)
-
-    def seq(self) -> int:
-        """The last mark's sequence number: taken before the jobs are read, the point to clear
-        up to once their projection is written (a later change keeps its mark)."""
-        with self._lock:
-            return self._seq
-
-    def moved(self, batch: BatchKey) -> frozenset[int]:
-        """The items of `batch` whose phase may have moved. Taken after the jobs are read, so
-        that a change that reached them after `seq()` is judged a change, not a heal."""
-        with self._lock:
-            marks = self._marks.get(batch, {})
-            return frozenset(i for i, (_, moved) in marks.items() if moved)
-
-    def clear(self, batch: BatchKey, upto: int) -> None:
-        with self._lock:
-            marks = self._marks.get(batch)
-            if marks is None:
-                return
-            for index in [i for i, (seq, _) in marks.items() if seq <= upto]:
-                del marks[index]
-            if not marks:
-                del self._marks[batch]
-
-    def dirty(self) -> set[BatchKey]:
-        with self._lock:
-            return set(self._marks)
 
 
 def needs_cleanup(old: JobRecord | None, new: JobRecord) -> bool:

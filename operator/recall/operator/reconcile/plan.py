@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from recall.operator.reconcile.cache import BackoffObservation, BatchKey, JobRecord
+from recall.operator.reconcile.cache import BackoffObservation
 from recall.operator.reconcile.items import Item
 from recall.operator.reconcile.project import CODES, fanned_out, stored_phases
+from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.protocol.lease import Budget
 from recall.protocol.observer import JobKey, Observation
 from recall.resources import Batch, Phase

@@ -25,7 +25,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from recall.operator.reconcile.cache import JobRecord
+from recall.operator.reconcile.record import JobRecord
 from recall.resources import (
     ITEM_PHASE_OF_JOB,
     MAX_ATTENTION,

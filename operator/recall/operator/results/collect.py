@@ -25,7 +25,8 @@ from collections.abc import Callable
 from recall.base import log, metrics
 from recall.bucket import Bucket, StoreError
 from recall.kube import Api
-from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord
+from recall.operator.reconcile.cache import JobCache
+from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.resources import Batch
 from recall.transcripts import JobView, garbage, job_prefix, parse_scratch
 from recall.transcripts.layout import INDEX, SCRATCH

@@ -41,7 +41,8 @@ from recall.base.clock import SYSTEM, Clock
 from recall.bucket import Bucket, StoreError, Stores, StoreUnavailable
 from recall.fencing import fenced_write
 from recall.kube import Api, ApiError, ObjectRef
-from recall.operator.reconcile.cache import BatchKey, JobCache, JobRecord
+from recall.operator.reconcile.cache import JobCache
+from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.operator.results.collect import Collector
 from recall.protocol import lease
 from recall.resources import Batch, Phase, Published, TranscriptionJob

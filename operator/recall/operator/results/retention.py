@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from recall.base import log
 from recall.kube import Api, ApiError, ObjectRef
-from recall.operator.reconcile.cache import BatchKey, JobCache
+from recall.operator.reconcile.cache import JobCache
+from recall.operator.reconcile.record import BatchKey
 from recall.resources import LABEL_BATCH, Batch, label_value
 
 _log = log.get("operator")

@@ -26,7 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from recall.operator.dispatch import Lane, lanes_for
-from recall.operator.reconcile.cache import JobRecord
+from recall.operator.reconcile.record import JobRecord
 from recall.resources import DEFAULT_POOL, Phase
 
 
