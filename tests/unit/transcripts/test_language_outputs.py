@@ -13,7 +13,7 @@ import pysubs2
 from recall.media.types import Segment
 from recall.resources import TranscriptionJob
 from recall.transcripts import Transcript, output_formats, render
-from recall.transcripts.layout import decode_segment, encode_segment
+from recall.transcripts.records import decode_segment, encode_segment
 from recall.transcripts.redact import redact
 
 SWITCHED = Transcript(
