@@ -245,13 +245,48 @@ class AttemptWriter:
         is what it was transcribed from (its channels, and with `redact.audio` the audio copy
         with the redacted spans silenced, `out.redacted.wav`, when it has audio)."""
         segments = assemble(self.records)
+        transcript = self._transcript(segments, duration, engine, model, model_digest)
+        if self.keep_original:
+            originals = assemble(self._originals())
+            original = dataclasses.replace(transcript, segments=originals, redacted=None)
+            self.bucket.put(original_key(self.directory), original.encode())
+        self.bucket.put(self.transcript_key, transcript.encode())
+        for fmt in formats:
+            body = render(transcript, fmt).encode()
+            self.bucket.put(output_key(self.directory, fmt), body)
+        audio = self._redacted_audio(segments, media)
+        return Summary(
+            chunks=self.chunks,
+            duration=transcript.duration,
+            engine=engine,
+            words=transcript.words,
+            segments=len(segments),
+            model=model,
+            model_digest=model_digest,
+            language=transcript.language,
+            language_probability=transcript.language_probability,
+            channels=int(getattr(media, "channels", 1)),
+            mono=bool(getattr(media, "mono", False)),
+            audio=audio,
+        )
+
+    def _transcript(
+        self,
+        segments: list[Segment],
+        duration: float,
+        engine: str,
+        model: str | None,
+        model_digest: str | None,
+    ) -> Transcript:
+        """The transcript of `segments`, with the file's language: the one most spoken when
+        segments carry their own, else the one detected, else the one the job asks for."""
         spec = self.job.spec
         detected = self.language
         spoken = most_spoken(segments)  # languageScope segment: each segment has its own
         if spoken is not None and (detected is None or detected[0] != spoken):
             detected = (spoken, None)
         rules = subtitle_rules(self.job)
-        transcript = Transcript(
+        return Transcript(
             segments=segments,
             duration=round(duration, 3),
             engine=engine,
@@ -272,34 +307,17 @@ class AttemptWriter:
             subtitles=rules.to_data() if rules != Rules() else None,
             redacted=list(self.redact.types) if self.redact else None,
         )
-        if self.keep_original:
-            originals = assemble(self._originals())
-            original = dataclasses.replace(transcript, segments=originals, redacted=None)
-            self.bucket.put(original_key(self.directory), original.encode())
-        self.bucket.put(self.transcript_key, transcript.encode())
-        for fmt in formats:
-            body = render(transcript, fmt).encode()
-            self.bucket.put(output_key(self.directory, fmt), body)
-        audio = None
+
+    def _redacted_audio(self, segments: list[Segment], media: Media | None) -> str | None:
+        """With `redact.audio`, write the media's audio with the redacted words silenced;
+        returns its key (None: not asked, or the media has no audio)."""
         silenced = getattr(media, "silenced", None)
-        if self.redact is not None and self.redact.audio and callable(silenced):
-            spans = [(w.start, w.end) for s in segments for w in s.words or [] if w.redacted]
-            audio = output_key(self.directory, REDACTED_AUDIO)
-            self.bucket.put(audio, silenced(spans))
-        return Summary(
-            chunks=self.chunks,
-            duration=transcript.duration,
-            engine=engine,
-            words=transcript.words,
-            segments=len(segments),
-            model=model,
-            model_digest=model_digest,
-            language=transcript.language,
-            language_probability=transcript.language_probability,
-            channels=int(getattr(media, "channels", 1)),
-            mono=bool(getattr(media, "mono", False)),
-            audio=audio,
-        )
+        if self.redact is None or not self.redact.audio or not callable(silenced):
+            return None
+        spans = [(w.start, w.end) for s in segments for w in s.words or [] if w.redacted]
+        audio = output_key(self.directory, REDACTED_AUDIO)
+        self.bucket.put(audio, silenced(spans))
+        return audio
 
     def _originals(self) -> list[Record]:
         """Every chunk's unredacted record: this attempt's from memory, the carried ones read
