@@ -137,31 +137,12 @@ def fenced_write(
             job = api.get_job(namespace, name, timeout=timeout, retry=retry)
             if job is None:
                 return _gone(conflicts)
-        if sent and visible(job, sent):
-            return WriteResult(job, None, conflicts, settled_by_read=True)
-        decision = transition(job)
-        if isinstance(decision, lease.Refusal):
-            if conflicts:
-                metrics.FENCED_REJECTIONS.labels(action=action, reason=decision.reason).inc()
-            return WriteResult(job, decision, conflicts)
-        patch = status_patch(job.status, decision)
-        if not patch:
-            return WriteResult(job, None, conflicts)
-        sent.append(patch)
+        decided = _decide(job, transition, sent, conflicts, action)
+        if isinstance(decided, WriteResult):
+            return decided
+        sent.append(decided)
         try:
-            if action not in LEASE_WRITES and job.resource_version is not None:
-                # the status as read, with the change: fields this version does not know stay
-                whole = apply_merge_patch(job.raw_status or job.status.to_api(), patch)
-                assert isinstance(whole, dict)
-                written = api.replace_job_status(
-                    namespace, name, job.resource_version, whole, timeout=timeout, retry=retry
-                )
-            else:
-                written = api.patch_job_status(
-                    namespace, name, job.resource_version, patch, timeout=timeout, retry=retry
-                )
-            if faults.answer_lost(action):
-                raise Unavailable(f"{action}: the answer was lost (injected)", maybe_applied=True)
+            written = _send(api, namespace, name, job, decided, action, timeout, retry)
             return WriteResult(written, None, conflicts)
         except NotFound:
             return _gone(conflicts)
@@ -180,6 +161,56 @@ def fenced_write(
                 return _lost_race(api, namespace, name, action, sent, conflicts, timeout, retry)
             clock.sleep(REDECIDE.delay(attempt))
     raise Unavailable(f"{action} {namespace}/{name}: still conflicting after {attempts} tries")
+
+
+def _decide(
+    job: TranscriptionJob,
+    transition: Transition,
+    sent: list[RawObject],
+    conflicts: int,
+    action: str,
+) -> WriteResult | RawObject:
+    """The patch to send for `job` as read, or how the write ends without one: an earlier
+    patch found applied, a refusal, or nothing left to change."""
+    if sent and visible(job, sent):
+        return WriteResult(job, None, conflicts, settled_by_read=True)
+    decision = transition(job)
+    if isinstance(decision, lease.Refusal):
+        if conflicts:
+            metrics.FENCED_REJECTIONS.labels(action=action, reason=decision.reason).inc()
+        return WriteResult(job, decision, conflicts)
+    patch = status_patch(job.status, decision)
+    if not patch:
+        return WriteResult(job, None, conflicts)
+    return patch
+
+
+def _send(
+    api: JobApi,
+    namespace: str,
+    name: str,
+    job: TranscriptionJob,
+    patch: RawObject,
+    action: str,
+    timeout: float | None,
+    retry: Backoff | None,
+) -> TranscriptionJob:
+    """One request at the version `job` was read at: a PATCH for the actions of
+    `LEASE_WRITES`, else a PUT of the status as read with `patch` applied."""
+    if action not in LEASE_WRITES and job.resource_version is not None:
+        # the status as read, with the change: fields this version does not know stay
+        whole = apply_merge_patch(job.raw_status or job.status.to_api(), patch)
+        assert isinstance(whole, dict)
+        written = api.replace_job_status(
+            namespace, name, job.resource_version, whole, timeout=timeout, retry=retry
+        )
+    else:
+        written = api.patch_job_status(
+            namespace, name, job.resource_version, patch, timeout=timeout, retry=retry
+        )
+    if faults.answer_lost(action):
+        raise Unavailable(f"{action}: the answer was lost (injected)", maybe_applied=True)
+    return written
 
 
 def _gone(conflicts: int) -> WriteResult:
