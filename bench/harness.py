@@ -303,7 +303,7 @@ def list_batch(
     delay: float = 0.0,
 ) -> None:
     """A Batch of `items` simulated items from item lists in ConfigMaps (any size)."""
-    from recall.cli.client import Media, submission_for, submit_to
+    from recall.cli.submission import Media, submission_for, submit_to
 
     media = [Media(key=f"{i:06d}", url=f"file:///bench/{i}.wav") for i in range(items)]
     plan = submission_for(media, name=name, engine="simulated", lease_seconds=lease)

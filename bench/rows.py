@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from bench.harness import Env, simulated_batch, wait
-from recall.cli.client import Media, submission_for, submit_to
+from recall.cli.submission import Media, submission_for, submit_to
 from recall.kube import ApiError
 from recall.resources import API_VERSION
 

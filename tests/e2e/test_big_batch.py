@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from recall.cli.client import MAX_ITEMS, Media, submission_for, submit_to
+from recall.cli.submission import MAX_ITEMS, Media, submission_for, submit_to
 from recall.kube.client import KubeClient as Kube
 from recall_dev.cluster import ControlPlane
 from tests.helpers import Procs, get_batch, wait_for

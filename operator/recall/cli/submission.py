@@ -1,0 +1,195 @@
+"""What `recall submit` creates: media items collected from files, folders, URLs and bucket
+prefixes, one Batch of them (its items inline, or in item-list ConfigMaps when many), and the
+calls that create them. Pure builders, then `submit_to`, the one that talks to the API server.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recall.kube import Api, Conflict, Owner
+from recall.resources import API_VERSION, LABEL_BATCH, LABEL_COMPONENT, Batch, label_value
+
+MEDIA_SUFFIXES = frozenset(
+    {
+        ".wav",
+        ".mp3",
+        ".m4a",
+        ".flac",
+        ".ogg",
+        ".oga",
+        ".opus",
+        ".webm",
+        ".mp4",
+        ".mkv",
+        ".mov",
+        ".aac",
+        ".wma",
+        ".aiff",
+        ".aif",
+    }
+)
+MAX_ITEMS = 1000  # the CRD's bound on inline spec.items
+
+
+class SubmitError(ValueError):
+    """The inputs cannot be submitted (a missing path, nothing to transcribe, ...)."""
+
+
+@dataclass(frozen=True)
+class Media:
+    key: str
+    url: str
+
+
+def slug(text: str, limit: int = 63) -> str:
+    """A DNS label from a file name: lower case, [a-z0-9-], no leading or trailing '-'."""
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return s[:limit].rstrip("-") or "item"
+
+
+OBJECT_URL = re.compile(r"^(s3|gs|az)://[^/]+(/.*)?$")
+
+
+def collect(
+    inputs: Sequence[str], list_objects: Callable[[str], Iterable[str]] | None = None
+) -> list[Media]:
+    """Turn files, folders and URLs into media items with unique keys, in a stable order.
+
+    A bucket prefix (`s3://bucket/talks/`, ending in '/') stands for every media object under
+    it, listed with `list_objects` (the object URLs under a prefix, any number of them)."""
+    urls: list[tuple[str, str]] = []  # (name for the key, url)
+    for raw in inputs:
+        if OBJECT_URL.match(raw) and raw.endswith("/"):
+            if list_objects is None:
+                raise SubmitError(f"{raw}: listing a bucket needs the store's credentials")
+            found = sorted(
+                u
+                for u in list_objects(raw)
+                if Path(u.split("?", 1)[0]).suffix.lower() in MEDIA_SUFFIXES
+            )
+            if not found:
+                raise SubmitError(f"{raw}: no media objects under this prefix")
+            urls += [(Path(u).stem or "media", u) for u in found]
+            continue
+        if re.match(r"^(https?|file|s3|gs|az)://", raw):
+            name = raw.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
+            urls.append((Path(name).stem or "media", raw))
+            continue
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            files = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in MEDIA_SUFFIXES
+            )
+            if not files:
+                raise SubmitError(f"{raw}: no media files in this folder")
+            urls += [(p.stem, p.resolve().as_uri()) for p in files]
+        elif path.is_file():
+            urls.append((path.stem, path.resolve().as_uri()))
+        else:
+            raise SubmitError(f"{raw}: no such file, folder or URL")
+    if not urls:
+        raise SubmitError("nothing to submit")
+    seen: dict[str, int] = {}
+    out = []
+    for name, url in urls:
+        base = slug(name, 56)
+        n = seen.get(base, 0) + 1
+        seen[base] = n
+        out.append(Media(key=base if n == 1 else f"{base}-{n}", url=url))
+    return out
+
+
+LIST_BYTES = 900_000  # text per item-list ConfigMap, under the 1 MiB a ConfigMap holds
+INLINE_BYTES = 120_000  # larger item sets go to lists (the CRD allows 150,000 characters)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What `recall submit` creates: item lists (ConfigMaps, name → text), then one Batch."""
+
+    batch: dict[str, Any]
+    lists: dict[str, str]
+
+
+def submission_for(
+    media: list[Media],
+    *,
+    name: str,
+    language: str | None = None,
+    engine: str | None = None,
+    lease_seconds: int | None = None,
+    max_attempts: int | None = None,
+    priority: int | None = None,
+    output: str | None = None,
+    formats: Sequence[str] = (),
+    ttl_seconds: int | None = None,
+) -> Submission:
+    """One Batch for `media`: inline items when few and small, else lists in ConfigMaps
+    (`<name>-items-<n>`, each under `LIST_BYTES`) that the Batch references."""
+    defaults: dict[str, Any] = {}
+    if language:
+        defaults["language"] = language
+    if engine:
+        defaults["engine"] = {"name": engine}
+    if lease_seconds is not None:
+        defaults["leaseDurationSeconds"] = lease_seconds
+    if max_attempts is not None:
+        defaults["maxAttempts"] = max_attempts
+    if priority is not None:
+        defaults["priority"] = priority
+    if output:
+        defaults["output"] = {"url": output, "formats": list(formats) or ["json"]}
+    spec: dict[str, Any] = {"defaults": defaults}
+    if ttl_seconds is not None:
+        spec["ttlSecondsAfterFinished"] = ttl_seconds
+    size = sum(len(m.key) + len(m.url) + 40 for m in media)
+    lists: dict[str, str] = {}
+    if len(media) <= MAX_ITEMS and size <= INLINE_BYTES:
+        spec["items"] = [{"key": m.key, "source": {"url": m.url}} for m in media]
+    else:
+        lines: list[str] = []
+        used = 0
+        for m in media:
+            line = f"{m.key} {m.url}"
+            if lines and used + len(line) + 1 > LIST_BYTES:
+                lists[f"{name}-items-{len(lists) + 1}"] = "\n".join(lines) + "\n"
+                lines, used = [], 0
+            lines.append(line)
+            used += len(line) + 1
+        lists[f"{name}-items-{len(lists) + 1}"] = "\n".join(lines) + "\n"
+        spec["itemsFrom"] = [{"configMap": cm, "key": "items"} for cm in lists]
+    batch = {"apiVersion": API_VERSION, "kind": "Batch", "metadata": {"name": name}, "spec": spec}
+    return Submission(batch=batch, lists=lists)
+
+
+def default_batch_name(inputs: Sequence[str], now: dt.datetime) -> str:
+    """The folder's name for one folder, else recall-<UTC timestamp>."""
+    if len(inputs) == 1 and Path(inputs[0]).is_dir():
+        return slug(Path(inputs[0]).resolve().name, 40)
+    return f"recall-{now:%Y%m%d-%H%M%S}"
+
+
+def submit_to(store: Api, namespace: str, plan: Submission) -> Batch:
+    """Create the item lists (immutable ConfigMaps), then the Batch, then make the Batch own
+    the lists, so deleting it removes them. A list left by an interrupted submit is reused."""
+    name = plan.batch["metadata"]["name"]
+    labels = {LABEL_BATCH: label_value(name), LABEL_COMPONENT: "items"}
+    for cm, text in plan.lists.items():
+        try:
+            store.create_config_map(namespace, cm, {"items": text}, labels=labels, immutable=True)
+        except Conflict:
+            existing = store.get_config_map(namespace, cm)
+            if existing is None or existing.data.get("items") != text:
+                raise
+    batch = store.create_batch(namespace, plan.batch)
+    if batch.metadata.uid:
+        owner = Owner(batch.api_version, batch.kind, batch.name, batch.metadata.uid)
+        for cm in plan.lists:
+            store.own_config_map(namespace, cm, owner)
+    return batch
