@@ -5,7 +5,8 @@
 - `components`: `recall worker` and `recall operator`; `commands`: the users' commands, each
   calling one of `submission` (`recall submit`), `listing` (`recall get`), `watch` (live
   progress of a Batch), `transcript` (where a transcript is) and `notify` (resend, usage);
-- `doctor` and `checks`: `recall doctor`, which checks an install, one function per check.
+- `doctor` and `checks` (with `crd_check` and `store_check`): `recall doctor`, which checks an
+  install, one function per check.
 
 The top layer: may import every other package. It is the only place that imports the
 development tools (`recall dev …` imports `recall_dev` lazily, when that command runs).

@@ -1,4 +1,6 @@
-"""The checks of `recall doctor`, one function each, each returning one `Check`.
+"""The checks of `recall doctor`, one function each, each returning one `Check`; the `crds`
+check is in `recall.cli.crd_check` and the `store` check in `recall.cli.store_check`, both on
+the `Check` and the readings here.
 
 Each reads what it needs through `recall.kube.install.InstallReader` (or the results store)
 and decides from what it read; none writes anything to the API server, and the store check
@@ -11,26 +13,18 @@ clock, to leave out failures older than an hour.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import re
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recall import __version__
 from recall.base.clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
-    from recall.bucket import Bucket, StoreError
     from recall.kube.install import InstallReader
 
 OK, FAIL, SKIP = "ok", "FAIL", "skip"
-CRDS = ("transcriptionjobs.recall.dev", "batches.recall.dev")
-RELEASE_LABEL = "app.kubernetes.io/version"  # on each CRD: the release that made it
 # The reasons a job records when its engine or model, not its source, failed it.
 ENGINE_REASONS = {
     "ModelNotFound": "engine.whisper.model names a model the workers cannot find",
@@ -55,7 +49,6 @@ USER_NEEDS = (
     ("list", "recall.dev", "transcriptionjobs", ""),
     ("create", "", "pods", "exec"),
 )
-POLICIES = "docs/results-store.md, Bucket policies"
 
 
 @dataclass(frozen=True)
@@ -161,7 +154,7 @@ def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes")
 
 
-# --- crds ----------------------------------------------------------------------------------
+# --- schemas (the crds check, and recall_dev.crds) ---------------------------------------
 
 
 def field_paths(schema: dict[str, Any], defs: dict[str, Any], path: str = "") -> Iterator[str]:
@@ -178,88 +171,6 @@ def field_paths(schema: dict[str, Any], defs: dict[str, Any], path: str = "") ->
         yield from field_paths(schema["items"], defs, f"{path}[]")
     if isinstance(schema.get("additionalProperties"), dict):
         yield from field_paths(schema["additionalProperties"], defs, f"{path}{{}}")
-
-
-def _spec_and_status(paths: Iterable[str]) -> set[str]:
-    return {p for p in paths if p.startswith((".spec", ".status"))}
-
-
-def _some(paths: list[str]) -> str:
-    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-
-
-def release_key(release: str) -> tuple[int, ...]:
-    """The numbers of a release (`0.2.0`, `v0.3.0-rc.1` → (0, 2, 0), (0, 3, 0)), to order two."""
-    return tuple(int(n) for n in re.findall(r"\d+", release.lstrip("v").split("+")[0])[:3])
-
-
-def release_problem(installed: str, cli: str) -> tuple[str, str] | None:
-    """What a CRD's release label (`app.kubernetes.io/version`) says against this CLI's release,
-    and the fix: which one is newer, and what to upgrade; None when they are the same."""
-    if installed == cli:
-        return None
-    what = f"is of release {installed}, this CLI of {cli}"
-    if release_key(installed) < release_key(cli):
-        return f"{what}: the CRDs are older", (
-            f"upgrade the chart and its CRDs to {cli} (helm upgrade; kubectl apply -f crds/ "
-            "where crds.install=false)"
-        )
-    if release_key(installed) > release_key(cli):
-        return f"{what}: the CLI is older", (
-            f"upgrade the recall CLI to {installed} (pip install recall-operator=={installed}; "
-            "helm test runs that release's image)"
-        )
-    return f"{what}", "use the CLI and the chart of one release"
-
-
-def crd_problem(
-    crd: dict[str, Any], model: type[Any], version: str, release: str
-) -> tuple[str, str] | None:
-    """What keeps this CLI (of `release`, for API `version`) from working with an installed
-    CRD, and the fix; None if nothing. A CRD without a release label is judged by its fields."""
-    conditions = {c.get("type"): c for c in (crd.get("status") or {}).get("conditions") or []}
-    established = conditions.get("Established") or {}
-    if established.get("status") != "True":
-        why = established.get("message") or "no condition yet"
-        return f"is not Established ({why})", f"kubectl describe crd {crd['metadata']['name']}"
-    served = {v["name"]: v for v in crd["spec"]["versions"] if v.get("served")}
-    if version not in served:
-        names = ", ".join(sorted(served)) or "nothing"
-        return f"serves {names}, not {version}", "install the CRDs of this recall's release"
-    label = ((crd.get("metadata") or {}).get("labels") or {}).get(RELEASE_LABEL)
-    if label and (problem := release_problem(str(label), release)):
-        return problem
-    installed = _spec_and_status(field_paths(served[version]["schema"]["openAPIV3Schema"], {}))
-    schema = model.model_json_schema(by_alias=True)
-    mine = _spec_and_status(field_paths(schema, schema.get("$defs", {})))
-    if older := sorted(mine - installed):
-        return f"lacks {_some(older)}: older than this CLI", (
-            "upgrade the CRDs to this release (helm upgrade, or kubectl apply -f crds/)"
-        )
-    if newer := sorted(installed - mine):
-        return f"has {_some(newer)}: newer than this CLI", (
-            "use the recall CLI and image of the release that installed the CRDs"
-        )
-    return None
-
-
-def check_crds(reader: InstallReader, release: str = __version__) -> Check:
-    from recall.resources import VERSION, Batch, TranscriptionJob
-
-    models = dict(zip(CRDS, (TranscriptionJob, Batch), strict=True))
-    for name in CRDS:
-        crd = reader.crd(name)
-        if crd is None:
-            fix = "helm upgrade --install with crds.install=true, or kubectl apply -f crds/"
-            return fail("crds", f"CRD {name} is not installed", fix)
-        problem = crd_problem(crd, models[name], VERSION, release)
-        if problem is not None:
-            return fail("crds", f"CRD {name} {problem[0]}", problem[1])
-    return ok(
-        "crds",
-        f"{' and '.join(CRDS)} established, of release {release} as this CLI, serving "
-        f"{VERSION} with its fields",
-    )
 
 
 # --- operator ------------------------------------------------------------------------------
@@ -310,77 +221,6 @@ def check_operator(reader: InstallReader, install: Install, wait: float) -> Chec
         fix = f"kubectl -n {ns} get pods -l {selector}"
         return fail("operator", f"the leader {holder} is not a ready pod of {name}", fix)
     return ok("operator", f"{pod} leads (Lease {where} renewing); {len(live)} of {len(pods)} ready")
-
-
-# --- store ---------------------------------------------------------------------------------
-
-
-def _store_fix(error: StoreError, whose: str) -> str:
-    from recall.bucket import StoreAccessDenied, StoreBucketMissing, StoreUnavailable
-
-    if isinstance(error, StoreAccessDenied):
-        return f"give the {whose} identity its bucket policy ({POLICIES})"
-    if isinstance(error, StoreBucketMissing):
-        return "create the bucket, or set store.url to one that exists"
-    if isinstance(error, StoreUnavailable):
-        return "check the endpoint (AWS_ENDPOINT_URL, store.env) and networkPolicy.storeEgress"
-    return "set store.url to s3://bucket/prefix, gs://…, az://… or file:///…"
-
-
-def open_bucket(url: str, credentials: Path | None) -> Bucket:
-    from recall.base.settings import StoreSettings
-    from recall.bucket import Stores
-
-    return Stores(StoreSettings(url=url, credentials_dir=credentials)).results()
-
-
-def check_store(url: str, operator_dir: Path | None, worker_dir: Path | None) -> Check:
-    """The operator's identity writes, reads and deletes under index/ and lists scratch/; the
-    workers' writes and reads under scratch/ and is refused at index/ and the top level."""
-    from recall.bucket import StoreAccessDenied, StoreError
-
-    if not url:
-        fix = "pass --store, or install the chart here (its operator names the store)"
-        return fail("store", "no results store URL", fix)
-    probe = f".doctor/{uuid.uuid4().hex}"
-    try:
-        operator = open_bucket(url, operator_dir)
-        operator.put(f"index/{probe}", b"doctor")
-        if operator.get(f"index/{probe}") != b"doctor":
-            return fail("store", f"{url} gave other bytes back", "check the store's endpoint")
-        operator.delete([f"index/{probe}"])
-        next(iter(operator.list("scratch/")), None)
-    except StoreError as e:
-        detail = f"{url} refuses the operator's identity: {e.reason}: {e.message}"
-        return fail("store", detail, _store_fix(e, "operator's"))
-    if worker_dir is None:
-        return ok("store", f"{url} answers the operator (the workers' identity: no credentials)")
-    try:
-        worker = open_bucket(url, worker_dir)
-        worker.put(f"scratch/{probe}", b"doctor")
-        if worker.get(f"scratch/{probe}") != b"doctor":
-            return fail("store", f"{url} gave other bytes back", "check the store's endpoint")
-    except StoreError as e:
-        detail = f"{url} refuses the workers' identity under scratch/: {e.reason}: {e.message}"
-        return fail("store", detail, _store_fix(e, "workers'"))
-    finally:
-        with contextlib.suppress(StoreError):  # else the operator's sweep collects it
-            operator.delete([f"scratch/{probe}"])
-    reached = []
-    for where, key in (("index/", f"index/{probe}"), ("the prefix's top level", probe)):
-        try:
-            worker.put(key, b"doctor")
-        except StoreAccessDenied:
-            continue
-        except StoreError as e:
-            detail = f"{url}: the workers' identity outside scratch/: {e.reason}: {e.message}"
-            return fail("store", detail, _store_fix(e, "workers'"))
-        reached.append(where)
-        operator.delete([key])
-    if reached:
-        detail = f"{url}: the workers' identity reaches {' and '.join(reached)}, not only scratch/"
-        return fail("store", detail, f"narrow it to <prefix>/scratch/* ({POLICIES})")
-    return ok("store", f"{url} answers the operator; the workers reach scratch/ and nothing more")
 
 
 # --- workers and engines -------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """`recall doctor`: checks an install the way the chart sets it up, and says how to fix it.
 
 One line per check — `ok`, `FAIL` with the fix, or `skip` with why — and exit code 1 when any
-check failed (`recall.cli.checks` has each one). In order:
+check failed (`recall.cli.checks` has each one; the crds and store checks are in
+`crd_check` and `store_check`). In order:
 
 - `crds`: both CRDs exist, are Established, serve this CLI's API version, carry this CLI's
   release in their `app.kubernetes.io/version` label (the line says which is newer, and
@@ -43,15 +44,15 @@ from recall.cli.checks import (
     Install,
     check_access,
     check_apf,
-    check_crds,
     check_engines,
     check_operator,
-    check_store,
     check_workers,
     env_of,
     fail,
     fullname,
 )
+from recall.cli.crd_check import check_crds
+from recall.cli.store_check import check_store
 
 if TYPE_CHECKING:
     from recall.kube.install import InstallReader

@@ -12,17 +12,9 @@ import yaml
 
 from recall import __version__
 from recall.bucket import StoreAccessDenied, StoreBucketMissing
-from recall.cli.checks import (
-    ENGINE_REASONS,
-    RELEASE_LABEL,
-    Check,
-    Install,
-    _store_fix,
-    check_workers,
-    crd_problem,
-    release_key,
-    release_problem,
-)
+from recall.cli.checks import ENGINE_REASONS, Check, Install, check_workers
+from recall.cli.crd_check import RELEASE_LABEL, crd_problem, release_key, release_problem
+from recall.cli.store_check import _store_fix
 from recall.protocol.workers import FAILED, LOADED, LOADING, EngineState, registration
 from recall.resources import VERSION, RawObject, TranscriptionJob
 
