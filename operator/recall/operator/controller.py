@@ -38,11 +38,12 @@ from recall.base.settings import OperatorSettings
 from recall.kube import Api, ApiError, ObjectRef
 from recall.operator.dispatch import Capacity, ReadyQueue, free_slots, pick_supported
 from recall.operator.peers.registry import Registry
-from recall.operator.reconcile.apply import CREATE_SECONDS, Applier, Report
+from recall.operator.reconcile.apply import CREATE_SECONDS, Applier
 from recall.operator.reconcile.cache import JobCache, KnownBatches
 from recall.operator.reconcile.items import Item, ItemsInvalid, resolve
 from recall.operator.reconcile.plan import BatchView, plan_batch, plan_jobs
 from recall.operator.reconcile.record import BatchKey, JobRecord
+from recall.operator.reconcile.report import Report, log_report
 from recall.operator.results.publish import Results
 from recall.operator.results.retention import expire_finished, never
 from recall.protocol.observer import next_expiry
@@ -274,7 +275,7 @@ class Controller:
         self.expire_finished(batches)
         self.results.wake()
         for report in reports:
-            self._log(report)
+            log_report(report, self.applier.event)
         for phase, n in self.cache.phase_counts.items():
             metrics.JOBS.labels(phase=phase).set(n)
         self.export_batches(self.batches())
@@ -417,31 +418,6 @@ class Controller:
             resolved = Resolved(uid, gen, [], invalid=f"cannot read the item lists: {e.message}")
         self._resolved[batch.key] = resolved
         return resolved
-
-    def _log(self, report: Report) -> None:
-        ns, name = report.batch or (None, None)
-        for r in report.reclaimed:
-            _log.info(
-                "reclaimed",
-                job=r.job,
-                namespace=ns,
-                batch=name,
-                phase=r.phase,
-                overdue=round(r.overdue, 3),
-                since_renewal=None if r.since_renewal is None else round(r.since_renewal, 3),
-            )
-        if report.created:
-            _log.info("fanned_out", batch=name, namespace=ns, jobs=len(report.created))
-        if report.heals:
-            _log.info("healed", batch=name, namespace=ns, heals=report.heals[:20])
-        for conflict in report.conflicts:
-            _log.warning("job_name_conflict", batch=name, namespace=ns, detail=conflict)
-            if report.batch:
-                self.applier.event(
-                    ObjectRef("Batch", ns or "", name or ""), "Warning", "JobNameConflict", conflict
-                )
-        for error in report.errors:
-            _log.warning("apply_error", batch=name, namespace=ns, error=error[:300])
 
     # -- deletion ----------------------------------------------------------------------------
 

@@ -3,5 +3,6 @@
 `cache` keeps a compact `record` of every job and `marks` the items they changed; `items` and
 `fanout` say what a Batch asks for; `plan` (pure) decides what a Batch and its jobs need now,
 `project` (pure) derives the Batch status from its jobs, and `apply` performs a plan, the only
-writer of these decisions.
+writer of these decisions: the jobs' writes itself, the Batch status through `status`; its
+`report` says what it did.
 """
