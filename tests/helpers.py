@@ -86,6 +86,25 @@ def manifest(kind: str, name: str, spec: dict[str, Any], **metadata: Any) -> dic
     }
 
 
+def admission_job(name: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A job of one file with `fields` in its spec, for what admission accepts or refuses."""
+    return manifest("TranscriptionJob", name, {"source": {"url": "file:///media/a.wav"}, **fields})
+
+
+def admission_batch(name: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """A Batch of one item with `defaults`, for what admission accepts or refuses."""
+    item = {"key": "a", "source": {"url": "file:///media/a.wav"}}
+    return manifest("Batch", name, {"items": [item], "defaults": defaults})
+
+
+def create_raw(kube: Kube, namespace: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Create a recall.dev object as a client would, answering the API server's object."""
+    out: dict[str, Any] = kube.custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, plural, body
+    )
+    return out
+
+
 def create_job(kube: Kube, namespace: str, name: str, **kwargs: Any) -> TranscriptionJob:
     return kube.create_job(namespace, job_manifest(name, **kwargs))
 

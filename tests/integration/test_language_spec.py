@@ -5,7 +5,6 @@ options or segment scope with a fixed language)."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -16,46 +15,20 @@ from kubernetes.client.exceptions import ApiException
 from recall.kube.client import KubeClient as Kube
 from recall.kube.client import api_message
 from recall.resources import (
-    API_VERSION,
     BATCH_PLURAL,
-    GROUP,
     JOB_PLURAL,
-    VERSION,
     Batch,
     TranscriptionJob,
 )
-
-JOB: dict[str, Any] = {
-    "apiVersion": API_VERSION,
-    "kind": "TranscriptionJob",
-    "metadata": {"name": "talk"},
-    "spec": {"source": {"url": "file:///media/a.wav"}},
-}
-BATCH: dict[str, Any] = {
-    "apiVersion": API_VERSION,
-    "kind": "Batch",
-    "metadata": {"name": "talks"},
-    "spec": {"items": [{"key": "a", "source": {"url": "file:///media/a.wav"}}]},
-}
+from tests.helpers import admission_batch, admission_job, create_raw
 
 
 def job(fields: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(JOB)
-    out["spec"].update(fields)
-    return out
+    return admission_job("talk", fields)
 
 
 def batch(fields: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(BATCH)
-    out["spec"]["defaults"] = fields
-    return out
-
-
-def create(kube: Kube, namespace: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = kube.custom.create_namespaced_custom_object(
-        GROUP, VERSION, namespace, plural, body
-    )
-    return out
+    return admission_batch("talks", fields)
 
 
 GOOD: list[dict[str, Any]] = [
@@ -85,10 +58,10 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
 def test_language_fields__accepted_on_a_job_and_as_batch_defaults(
     kube: Kube, namespace: str, fields: dict[str, Any]
 ) -> None:
-    made = TranscriptionJob.from_api(create(kube, namespace, JOB_PLURAL, job(fields)))
+    made = TranscriptionJob.from_api(create_raw(kube, namespace, JOB_PLURAL, job(fields)))
     spec = made.spec.model_dump(by_alias=True, exclude_none=True)
     assert {k: spec[k] for k in fields} == fields
-    defaults = Batch.from_api(create(kube, namespace, BATCH_PLURAL, batch(fields)))
+    defaults = Batch.from_api(create_raw(kube, namespace, BATCH_PLURAL, batch(fields)))
     got = defaults.spec.defaults.model_dump(by_alias=True, exclude_none=True)
     assert {k: got[k] for k in fields} == fields
 
@@ -99,16 +72,16 @@ def test_language_fields__refused_at_admission_naming_the_field(
 ) -> None:
     for plural, body in ((JOB_PLURAL, job(fields)), (BATCH_PLURAL, batch(fields))):
         with pytest.raises(ApiException) as refused:
-            create(kube, namespace, plural, body)
+            create_raw(kube, namespace, plural, body)
         assert refused.value.status == 422, case
         assert says in api_message(refused.value), api_message(refused.value)
 
 
 def test_language__an_items_unknown_code_is_refused(kube: Kube, namespace: str) -> None:
-    body = copy.deepcopy(BATCH)
+    body = batch({})
     body["spec"]["items"][0]["language"] = "qq"
     with pytest.raises(ApiException) as refused:
-        create(kube, namespace, BATCH_PLURAL, body)
+        create_raw(kube, namespace, BATCH_PLURAL, body)
     assert refused.value.status == 422
     assert "an item's language must be auto or a language code" in api_message(refused.value)
 
@@ -116,9 +89,9 @@ def test_language__an_items_unknown_code_is_refused(kube: Kube, namespace: str) 
 def test_example__the_multilingual_batch_and_job_are_accepted(kube: Kube, namespace: str) -> None:
     example = Path(__file__).resolve().parents[2] / "examples" / "batch-multilingual.yaml"
     batch, job = yaml.safe_load_all(example.read_text())
-    made = Batch.from_api(create(kube, namespace, BATCH_PLURAL, batch))
+    made = Batch.from_api(create_raw(kube, namespace, BATCH_PLURAL, batch))
     assert made.spec.defaults.language_options == ["de", "fr", "es", "en"]
     assert made.spec.items[-1].language == "de"
-    panel = TranscriptionJob.from_api(create(kube, namespace, JOB_PLURAL, job))
+    panel = TranscriptionJob.from_api(create_raw(kube, namespace, JOB_PLURAL, job))
     assert panel.spec.language_scope == "segment"
     assert panel.spec.transcript is not None and panel.spec.transcript.translate == "en"

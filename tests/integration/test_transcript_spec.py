@@ -4,7 +4,6 @@ the job's spec stays immutable."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -13,7 +12,6 @@ from kubernetes.client.exceptions import ApiException
 from recall.kube.client import MERGE_PATCH, api_message
 from recall.kube.client import KubeClient as Kube
 from recall.resources import (
-    API_VERSION,
     BATCH_PLURAL,
     GROUP,
     JOB_PLURAL,
@@ -22,31 +20,15 @@ from recall.resources import (
     Batch,
     TranscriptionJob,
 )
-
-JOB: dict[str, Any] = {
-    "apiVersion": API_VERSION,
-    "kind": "TranscriptionJob",
-    "metadata": {"name": "calls"},
-    "spec": {"source": {"url": "file:///media/a.wav"}},
-}
-BATCH: dict[str, Any] = {
-    "apiVersion": API_VERSION,
-    "kind": "Batch",
-    "metadata": {"name": "calls"},
-    "spec": {"items": [{"key": "a", "source": {"url": "file:///media/a.wav"}}]},
-}
+from tests.helpers import admission_batch, admission_job, create_raw
 
 
 def job(transcript: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(JOB)
-    out["spec"]["transcript"] = transcript
-    return out
+    return admission_job("calls", {"transcript": transcript})
 
 
 def batch(transcript: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(BATCH)
-    out["spec"]["defaults"] = {"transcript": transcript}
-    return out
+    return admission_batch("calls", {"transcript": transcript})
 
 
 GOOD = [
@@ -76,21 +58,14 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
-def create(kube: Kube, namespace: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = kube.custom.create_namespaced_custom_object(
-        GROUP, VERSION, namespace, plural, body
-    )
-    return out
-
-
 @pytest.mark.parametrize("transcript", GOOD, ids=lambda t: "-".join(sorted(t)))
 def test_transcript__accepted_on_a_job_and_as_a_batch_default(
     kube: Kube, namespace: str, transcript: dict[str, Any]
 ) -> None:
-    made = TranscriptionJob.from_api(create(kube, namespace, JOB_PLURAL, job(transcript)))
+    made = TranscriptionJob.from_api(create_raw(kube, namespace, JOB_PLURAL, job(transcript)))
     assert made.spec.transcript is not None
     assert made.spec.transcript.model_dump(by_alias=True, exclude_none=True) == transcript
-    defaults = Batch.from_api(create(kube, namespace, BATCH_PLURAL, batch(transcript)))
+    defaults = Batch.from_api(create_raw(kube, namespace, BATCH_PLURAL, batch(transcript)))
     assert defaults.spec.defaults.transcript == made.spec.transcript
 
 
@@ -100,13 +75,13 @@ def test_transcript__refused_at_admission_with_the_field_named(
 ) -> None:
     for plural, body in ((JOB_PLURAL, job(transcript)), (BATCH_PLURAL, batch(transcript))):
         with pytest.raises(ApiException) as refused:
-            create(kube, namespace, plural, body)
+            create_raw(kube, namespace, plural, body)
         assert refused.value.status == 422, case
         assert says in api_message(refused.value), api_message(refused.value)
 
 
 def test_transcript__the_spec_stays_immutable(kube: Kube, namespace: str) -> None:
-    create(kube, namespace, JOB_PLURAL, job({"redact": {"types": ["email"]}}))
+    create_raw(kube, namespace, JOB_PLURAL, job({"redact": {"types": ["email"]}}))
     with pytest.raises(ApiException) as refused:
         kube.custom.patch_namespaced_custom_object(
             GROUP,
