@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from recall.bucket import Bucket
@@ -103,6 +104,12 @@ def create_raw(kube: Kube, namespace: str, plural: str, body: dict[str, Any]) ->
         GROUP, VERSION, namespace, plural, body
     )
     return out
+
+
+def secret(api: client.ApiClient, namespace: str, name: str, data: dict[str, str]) -> None:
+    """Create a Secret of string `data`."""
+    body = client.V1Secret(metadata=client.V1ObjectMeta(name=name), string_data=data)
+    client.CoreV1Api(api).create_namespaced_secret(namespace, body)
 
 
 def create_job(kube: Kube, namespace: str, name: str, **kwargs: Any) -> TranscriptionJob:

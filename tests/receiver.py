@@ -22,6 +22,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TOLERANCE = 300
+# The operator's notify settings for tests: quick retries to a short cap, a refusing phase
+# never giving an event up, the sink on loopback allowed.
+OPERATOR_ENV = {
+    "RECALL_NOTIFY_ALLOW": json.dumps(["127.0.0.1"]),
+    "RECALL_NOTIFY_BACKOFF_INITIAL": "0.2",
+    "RECALL_NOTIFY_BACKOFF_CAP": "1.0",
+    "RECALL_NOTIFY_MAX_REFUSALS": "1000",
+    "RECALL_NOTIFY_TIMEOUT": "2",
+}
 
 
 def verify(header: str, body: bytes, keys: list[bytes], now: float) -> bool:
@@ -81,6 +90,13 @@ class Receiver:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self.url
+
+    def __enter__(self) -> Receiver:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         if self._server is not None:

@@ -9,7 +9,6 @@ reached the sink at least once, signed, and every repeat carries an id of an exp
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -23,8 +22,17 @@ from kubernetes import client
 from recall.kube.client import KubeClient as Kube
 from recall.operator.notify import events
 from recall.resources import BATCH_PLURAL, GROUP, VERSION
-from tests.helpers import Proc, Procs, batch_manifest, get_batch, job_manifest, list_jobs, wait_for
-from tests.receiver import Receiver
+from tests.helpers import (
+    Proc,
+    Procs,
+    batch_manifest,
+    get_batch,
+    job_manifest,
+    list_jobs,
+    secret,
+    wait_for,
+)
+from tests.receiver import OPERATOR_ENV, Receiver
 
 pytestmark = pytest.mark.slow
 PROFILE = os.environ.get("RECALL_CHAOS_PROFILE", "short")
@@ -32,31 +40,19 @@ SEED = int((os.environ.get("RECALL_CHAOS_SEEDS") or "1").split(",")[0])
 SECONDS = {"short": 25.0, "long": 90.0}[PROFILE]
 KEY = b"chaos-hmac-key"
 SINK = {"secretRef": {"name": "recall-notify", "key": "hmac"}}
-ENV = {
-    "RECALL_NOTIFY_ALLOW": json.dumps(["127.0.0.1"]),
-    "RECALL_NOTIFY_BACKOFF_INITIAL": "0.2",
-    "RECALL_NOTIFY_BACKOFF_CAP": "1.0",
-    "RECALL_NOTIFY_MAX_REFUSALS": "1000",
-    "RECALL_NOTIFY_TIMEOUT": "2",
-}
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    r = Receiver([KEY], slow=0.4)
-    r.start()
-    yield r
-    r.stop()
+    with Receiver([KEY], slow=0.4) as r:
+        yield r
 
 
 def test_chaos__every_finished_jobs_event_delivered(
     kube: Kube, api: client.ApiClient, namespace: str, procs: Procs, receiver: Receiver
 ) -> None:
     rng = random.Random(SEED)
-    secret = client.V1Secret(
-        metadata=client.V1ObjectMeta(name="recall-notify"), string_data={"hmac": KEY.decode()}
-    )
-    client.CoreV1Api(api).create_namespaced_secret(namespace, secret)
+    secret(api, namespace, "recall-notify", {"hmac": KEY.decode()})
     sink = {**SINK, "url": receiver.url}
     items = [f"i{n:02d}" for n in range(24 if PROFILE == "short" else 60)]
     batch = batch_manifest("b", items, simulate={"chunks": 3, "chunkDelaySeconds": 0.5})
@@ -143,7 +139,7 @@ def all_final(kube: Kube, namespace: str, total: int) -> bool:
 
 def start(procs: Procs, namespace: str, rng: random.Random, n: int, fault: bool = True) -> Proc:
     """An operator; half of them die right after their k-th request reached the sink."""
-    env = dict(ENV)
+    env = dict(OPERATOR_ENV)
     if fault and rng.random() < 0.5:
         env["RECALL_FAULT"] = f"operator-after-notify:{rng.randint(2, 12)}"
     return procs.recall(f"op{n}", "operator", "--namespace", namespace, env=env)

@@ -8,7 +8,6 @@ once, signed, a repeat only with the same id; the Batch's TTL waits for its even
 
 from __future__ import annotations
 
-import json
 import signal
 from collections import Counter
 from collections.abc import Iterator
@@ -19,40 +18,28 @@ from kubernetes import client
 from recall.kube.client import KubeClient as Kube
 from recall.operator.notify import events
 from recall.resources import BATCH_PLURAL, GROUP, VERSION
-from tests.helpers import Procs, batch_manifest, get_batch, list_jobs, wait_for
-from tests.receiver import Receiver
+from tests.helpers import Procs, batch_manifest, get_batch, list_jobs, secret, wait_for
+from tests.receiver import OPERATOR_ENV, Receiver
 
 pytestmark = pytest.mark.slow
 KEY = b"e2e-hmac-key"
 ITEMS = [f"k{i:02d}" for i in range(12)]
-ENV = {
-    "RECALL_NOTIFY_ALLOW": json.dumps(["127.0.0.1"]),
-    "RECALL_NOTIFY_BACKOFF_INITIAL": "0.2",
-    "RECALL_NOTIFY_BACKOFF_CAP": "1.0",
-    "RECALL_NOTIFY_MAX_REFUSALS": "1000",  # a refusing phase must not give events up here
-    "RECALL_NOTIFY_TIMEOUT": "2",
-}
 
 
 def kill_after(tries: int) -> dict[str, str]:
-    return {**ENV, "RECALL_FAULT": f"operator-after-notify:{tries}"}
+    return {**OPERATOR_ENV, "RECALL_FAULT": f"operator-after-notify:{tries}"}
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    r = Receiver([KEY], slow=0.5)
-    r.start()
-    yield r
-    r.stop()
+    with Receiver([KEY], slow=0.5) as r:
+        yield r
 
 
 def test_notify__every_event_delivered_through_a_refusing_slow_and_down_sink_and_two_kills(
     kube: Kube, api: client.ApiClient, namespace: str, procs: Procs, receiver: Receiver
 ) -> None:
-    secret = client.V1Secret(
-        metadata=client.V1ObjectMeta(name="recall-notify"), string_data={"hmac": KEY.decode()}
-    )
-    client.CoreV1Api(api).create_namespaced_secret(namespace, secret)
+    secret(api, namespace, "recall-notify", {"hmac": KEY.decode()})
     manifest = batch_manifest("b", ITEMS, simulate={"chunks": 2, "chunkDelaySeconds": 0.2})
     manifest["spec"]["notify"] = [
         {"url": receiver.url, "secretRef": {"name": "recall-notify", "key": "hmac"}}
@@ -72,7 +59,7 @@ def test_notify__every_event_delivered_through_a_refusing_slow_and_down_sink_and
     # The sink is down while the second operator starts and publishes the jobs; it comes back
     # slow, and that operator is killed while it delivers.
     receiver.stop()
-    op = procs.recall("op2", "operator", "--namespace", namespace, env=ENV)
+    op = procs.recall("op2", "operator", "--namespace", namespace, env=OPERATOR_ENV)
     wait_for(lambda: all_final(kube, namespace), timeout=120, message="every job final")
     seen = len(receiver.accepted())
     receiver.start()
@@ -84,7 +71,7 @@ def test_notify__every_event_delivered_through_a_refusing_slow_and_down_sink_and
 
     # A third operator settles everything.
     expected = expected_ids(kube, namespace)
-    procs.recall("op3", "operator", "--namespace", namespace, env=ENV)
+    procs.recall("op3", "operator", "--namespace", namespace, env=OPERATOR_ENV)
 
     def settled() -> bool:
         n = get_batch(kube, namespace, "b").status.notified

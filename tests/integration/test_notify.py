@@ -32,7 +32,7 @@ from recall.resources import Published, Result, is_true
 from recall.transcripts import directory_of, transcript_key
 from recall.worker.holder import LeaseHolder
 from tests.helpers import events as k8s_events
-from tests.helpers import get_job, job_manifest, wait_for
+from tests.helpers import get_job, job_manifest, secret, wait_for
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.integration
@@ -97,11 +97,6 @@ def start(store: KubeClient, namespace: str, clock: FakeClock, sender: Sender) -
     return Operator(notifier, stop)
 
 
-def secret(api: client.ApiClient, namespace: str, name: str, data: dict[str, str]) -> None:
-    body = client.V1Secret(metadata=client.V1ObjectMeta(name=name), string_data=data)
-    client.CoreV1Api(api).create_namespaced_secret(namespace, body)
-
-
 def notifying_job(store: KubeClient, namespace: str, name: str, url: str, ref: str) -> None:
     manifest = job_manifest(name)
     manifest["spec"]["notify"] = [{"url": url, "secretRef": {"name": ref, "key": "hmac"}}]
@@ -140,9 +135,8 @@ def receiver() -> Iterator[Receiver]:
     clock = FakeClock(wall=FakeClock().now())
     r = Receiver([KEY], now=lambda: clock.now().timestamp())
     r.clock = clock  # type: ignore[attr-defined]
-    r.start()
-    yield r
-    r.stop()
+    with r:
+        yield r
 
 
 def run_until(
