@@ -106,6 +106,17 @@ def results(bucket: str, store_env: dict[str, str]) -> Bucket:
 
 
 @pytest.fixture
+def outputs(object_store: ObjectStore, store_env: dict[str, str]) -> Iterator[Bucket]:
+    """A second bucket: where the users want their outputs, deleted afterwards."""
+    name = f"out-{uuid.uuid4().hex[:12]}"
+    object_store.create_bucket(name)
+    try:
+        yield Stores(StoreSettings(url=f"s3://{name}/")).results()
+    finally:
+        object_store.delete_bucket(name)
+
+
+@pytest.fixture
 def procs(
     control_plane: ControlPlane,
     object_store: ObjectStore,

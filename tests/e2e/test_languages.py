@@ -17,37 +17,23 @@ process, the real API server and SeaweedFS, on a few seconds of espeak-ng speech
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.languages import ENGLISH, LANGUAGES
-from recall.base.settings import StoreSettings
-from recall.bucket import Bucket, Stores
+from recall.bucket import Bucket
 from recall.kube.client import KubeClient as Kube
 from recall.protocol.workers import SELECTOR, EngineState, read
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Batch, Phase
 from recall.transcripts import load_transcript
 from recall_dev import speech
-from recall_dev.objstore import ObjectStore
 from tests.helpers import Procs, get_job, list_jobs, wait_for
 
 pytestmark = pytest.mark.slow
 OPTIONS = ["de", "es", "it", "en"]
 BASE = {"name": "whisper", "model": "base", "chunkSeconds": 30}
-
-
-@pytest.fixture
-def outputs(object_store: ObjectStore, store_env: dict[str, str]) -> Iterator[Bucket]:
-    name = f"out-{uuid.uuid4().hex[:12]}"
-    object_store.create_bucket(name)
-    try:
-        yield Stores(StoreSettings(url=f"s3://{name}/")).results()
-    finally:
-        object_store.delete_bucket(name)
 
 
 def spoken(tmp_path: Path, name: str, said: list[tuple[str, int]]) -> tuple[Path, list[Any]]:

@@ -14,19 +14,15 @@ import json
 import subprocess
 import sys
 import urllib.request
-import uuid
 import wave
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from recall.base.settings import StoreSettings
-from recall.bucket import Bucket, Stores
+from recall.bucket import Bucket
 from recall.kube.client import KubeClient as Kube
 from recall.resources import BATCH_PLURAL, GROUP, VERSION, Phase
-from recall_dev.objstore import ObjectStore
 from tests.helpers import Procs, get_batch, list_jobs, store_keys, wait_for
 
 pytestmark = pytest.mark.slow
@@ -53,17 +49,6 @@ def recall_cli(procs: Procs, namespace: str, *args: str) -> subprocess.Completed
         timeout=60,
         check=False,
     )
-
-
-@pytest.fixture
-def outputs(object_store: ObjectStore, store_env: dict[str, str]) -> Iterator[Bucket]:
-    """A second bucket: where the users want their outputs."""
-    name = f"out-{uuid.uuid4().hex[:12]}"
-    object_store.create_bucket(name)
-    try:
-        yield Stores(StoreSettings(url=f"s3://{name}/")).results()
-    finally:
-        object_store.delete_bucket(name)
 
 
 def test_a_bucket_prefix_in_outputs_out_then_the_index_after_the_ttl(

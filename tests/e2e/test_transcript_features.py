@@ -15,9 +15,7 @@ from __future__ import annotations
 import io
 import json
 import re
-import uuid
 import wave
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +23,11 @@ import jiwer
 import numpy as np
 import pytest
 
-from recall.base.settings import StoreSettings
-from recall.bucket import Bucket, Stores
+from recall.bucket import Bucket
 from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
 from recall.transcripts import load_transcript
 from recall_dev import speech
-from recall_dev.objstore import ObjectStore
 from tests.helpers import Procs, get_job, job_phase, wait_for
 
 pytestmark = pytest.mark.slow
@@ -47,16 +43,6 @@ LONG = [
     "Scientists at the university have built a small robot that can walk across sand and "
     "climb over rocks without falling down, and the students who helped them are proud."
 ]
-
-
-@pytest.fixture
-def outputs(object_store: ObjectStore, store_env: dict[str, str]) -> Iterator[Bucket]:
-    name = f"out-{uuid.uuid4().hex[:12]}"
-    object_store.create_bucket(name)
-    try:
-        yield Stores(StoreSettings(url=f"s3://{name}/")).results()
-    finally:
-        object_store.delete_bucket(name)
 
 
 def spoken(tmp_path: Path, name: str, sentences: list[str]) -> Path:
