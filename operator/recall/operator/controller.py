@@ -26,7 +26,6 @@ removes its series, so a stale replica's figures never stand beside the leader's
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -35,31 +34,22 @@ from dataclasses import dataclass
 from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import OperatorSettings
-from recall.kube import Api, ApiError, ObjectRef
+from recall.kube import Api
 from recall.operator.dispatch import Capacity, ReadyQueue, free_slots, pick_supported
 from recall.operator.peers.registry import Registry
 from recall.operator.reconcile.apply import CREATE_SECONDS, Applier
 from recall.operator.reconcile.cache import JobCache, KnownBatches
-from recall.operator.reconcile.items import Item, ItemsInvalid, resolve
+from recall.operator.reconcile.gauges import BatchGauges
 from recall.operator.reconcile.plan import BatchView, plan_batch, plan_jobs
 from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.operator.reconcile.report import Report, log_report
+from recall.operator.reconcile.resolved import Resolver
 from recall.operator.results.publish import Results
 from recall.operator.results.retention import expire_finished, never
 from recall.protocol.observer import next_expiry
-from recall.resources import LABEL_BATCH, Batch, Counts, ItemPhase, Phase, label_value
+from recall.resources import Batch
 
 _log = log.get("operator")
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A Batch's items as resolved for one generation, or why they cannot be used."""
-
-    uid: str
-    generation: int
-    items: list[Item]
-    invalid: str | None = None
 
 
 def projection_interval(items: int, settings: OperatorSettings) -> float:
@@ -119,7 +109,7 @@ class Controller:
         # Set while this replica leads (the elector's event, shared by every loop that acts).
         self.leading = leading
         self._batches = peers.batches
-        self._resolved: dict[BatchKey, Resolved] = {}
+        self._resolver = Resolver(store, self.applier.event)
         self._last_full: dict[BatchKey, float] = {}
         self._last_projection: dict[BatchKey, float] = {}
         self._lock = threading.Lock()
@@ -131,7 +121,7 @@ class Controller:
         self._ticks = 0
         # Batches the create budget left with jobs to create, and the tick it first did
         self._short: dict[BatchKey, int] = {}
-        self._exported: set[str] = set()  # the Batches recall_batch_items has series of
+        self._gauges = BatchGauges()
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -147,7 +137,7 @@ class Controller:
     def forget_batch(self, key: BatchKey) -> None:
         with self._lock:
             self._batches.pop(key)
-            self._resolved.pop(key, None)
+            self._resolver.forget(key)
             self._last_full.pop(key, None)
             self._last_projection.pop(key, None)
             self._short.pop(key, None)
@@ -159,11 +149,6 @@ class Controller:
     def batches(self) -> dict[BatchKey, Batch]:
         with self._lock:
             return self._batches.snapshot()
-
-    def wake_dispatch(self) -> None:
-        """A job or a worker changed: someone may have become idle, or work ready."""
-        self._dispatch_due.set()
-        self._wake.set()
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -220,12 +205,9 @@ class Controller:
         started = self.clock.monotonic()
         leases, backoffs = self.cache.observations(), self.cache.backoffs()
         dirty = self.cache.marks.dirty()
-        watched: defaultdict[BatchKey | None, list[JobRecord]] = defaultdict(list)
         with self._lock:
             batches = self._batches.snapshot()
-        for r in self.cache.watched():
-            covered = r.batch_key in batches and r.index is not None
-            watched[r.batch_key if covered else None].append(r)
+        watched = self._watched(batches)
         reports = []
         if watched.get(None):
             # Jobs no Batch covers first: their reclaims must not wait behind fan-outs.
@@ -234,16 +216,40 @@ class Controller:
                 uncovered = Report(None)
                 self.applier.apply_jobs(plan, self.clock.now(), mono, uncovered)
                 reports.append(uncovered)
+        reports += self._reconcile_batches(batches, watched, dirty, mono)
+        self._after_tick(reports, batches, mono, started)
+        return reports
+
+    def _watched(
+        self, batches: Mapping[BatchKey, Batch]
+    ) -> defaultdict[BatchKey | None, list[JobRecord]]:
+        """The cache's watched jobs by the Batch that covers them; None: no Batch does (no
+        Batch, one not known, or no item)."""
+        watched: defaultdict[BatchKey | None, list[JobRecord]] = defaultdict(list)
+        for r in self.cache.watched():
+            covered = r.batch_key in batches and r.index is not None
+            watched[r.batch_key if covered else None].append(r)
+        return watched
+
+    def _reconcile_batches(
+        self,
+        batches: Mapping[BatchKey, Batch],
+        watched: Mapping[BatchKey | None, list[JobRecord]],
+        dirty: set[BatchKey],
+        mono: float,
+    ) -> list[Report]:
+        """Plan and apply for every Batch that needs it, in the order the create budget asks."""
         # One budget for creating jobs in this tick, shared by every Batch: a fan-out never
         # holds the next Batch's reclaims back by more than CREATE_SECONDS. Smaller Batches
         # come first, so a small one submitted behind a big fan-out starts at once; every
         # other tick, Batches the budget left with jobs to create go first, the longest
         # waiting first, so a stream of small Batches cannot starve a big fan-out.
         self._create_until = self.clock.monotonic() + CREATE_SECONDS
-        order = sorted(batches.items(), key=lambda kv: self._size_hint(kv[1]))
+        order = sorted(batches.items(), key=lambda kv: self._resolver.size_hint(kv[1]))
         self._ticks += 1
         if self._ticks % 2 == 0:
             order.sort(key=lambda kv: self._short.get(kv[0], float("inf")))
+        reports = []
         for key, batch in order:
             full = self._full_due(batch, mono)
             # A complete Batch is frozen: every item final and published. Only a foreign
@@ -266,6 +272,17 @@ class Controller:
                     self._short.setdefault(key, self._ticks)
                 else:
                     self._short.pop(key, None)
+        return reports
+
+    def _after_tick(
+        self,
+        reports: Sequence[Report],
+        batches: dict[BatchKey, Batch],
+        mono: float,
+        started: float,
+    ) -> None:
+        """What follows the tick's applies: workers whose leases expired are suspected, offers,
+        the TTL of finished Batches, the results loop woken, the logs and the gauges."""
         for report in reports:
             for namespace, worker in report.expired_holders:
                 # Its lease expired: it is dead or cut off. Offer it nothing more until it
@@ -280,28 +297,10 @@ class Controller:
             metrics.JOBS.labels(phase=phase).set(n)
         self.export_batches(self.batches())
         metrics.TICK_SECONDS.observe(self.clock.monotonic() - started)
-        return reports
 
     def export_batches(self, batches: Mapping[BatchKey, Batch]) -> None:
-        """`recall_batch_items` and `recall_batch_suspended` of each Batch of `batches` as its
-        status last seen counts them; the series of a Batch not among them (deleted, or every
-        one on a replica that does not lead) are removed."""
-        names = set()
-        for batch in batches.values():
-            name = f"{batch.namespace}/{batch.name}"
-            names.add(name)
-            counts = batch.status.counts or Counts()
-            for phase in ItemPhase:
-                metrics.BATCH_ITEMS.labels(batch=name, phase=phase.value).set(
-                    getattr(counts, phase.value)
-                )
-            metrics.BATCH_SUSPENDED.labels(batch=name).set(1 if batch.spec.suspend else 0)
-        for name in self._exported - names:
-            with contextlib.suppress(KeyError):  # another controller of the process (tests)
-                for phase in ItemPhase:
-                    metrics.BATCH_ITEMS.remove(name, phase.value)
-                metrics.BATCH_SUSPENDED.remove(name)
-        self._exported = names
+        """The per-Batch gauges of `batches`; those of every other Batch removed (`BatchGauges`)."""
+        self._gauges.export(batches)
 
     def dispatch_once(self, now_mono: float | None = None) -> int:
         """Withdraw stale offers, then offer a claimable job to every idle worker. Returns the
@@ -346,13 +345,6 @@ class Controller:
             self.store, self.cache, self.applier.event, batches, self.clock.now(), self.held
         )
 
-    def _size_hint(self, batch: Batch) -> float:
-        """How many items `batch` has, as far as known without reading its lists."""
-        known = self._resolved.get(batch.key)
-        if known is not None and known.generation == (batch.metadata.generation or 0):
-            return len(known.items)
-        return float("inf") if batch.spec.items_from else len(batch.spec.items)
-
     def _full_due(self, batch: Batch, mono: float) -> bool:
         last = self._last_full.get(batch.key)
         return last is None or mono - last >= self.settings.reconcile_interval
@@ -360,7 +352,7 @@ class Controller:
     def _reconcile(
         self, batch: Batch, watched: Sequence[JobRecord], mono: float, *, full: bool, dirty: bool
     ) -> Report | None:
-        resolved = self._items(batch)
+        resolved = self._resolver.items(batch)
         batch = batch.model_copy(update={"status": self.applier.baseline(batch)})
         leases, backoffs = self.cache.observations(), self.cache.backoffs()
         if not full and not plan_jobs(watched, mono, leases, backoffs).job_writes:
@@ -392,56 +384,13 @@ class Controller:
             self._last_full[batch.key] = mono
         return report
 
-    def _items(self, batch: Batch) -> Resolved:
-        """The Batch's items, resolved once per generation (lists are read from ConfigMaps)."""
-        uid, gen = batch.metadata.uid or "", batch.metadata.generation or 0
-        known = self._resolved.get(batch.key)
-        if known is not None and (known.uid, known.generation) == (uid, gen) and not known.invalid:
-            return known
-        lists: dict[str, str] = {}
-        try:
-            for ref in batch.spec.items_from:
-                cm = self.store.get_config_map(batch.namespace, ref.config_map)
-                if cm is not None and ref.key in cm.data:
-                    lists[f"{ref.config_map}/{ref.key}"] = cm.data[ref.key]
-            resolved = Resolved(uid, gen, resolve(batch, lists))
-        except ItemsInvalid as e:
-            resolved = Resolved(uid, gen, [], invalid=str(e))
-            if known is None or known.invalid != str(e):
-                self.applier.event(
-                    ObjectRef("Batch", batch.namespace, batch.name, uid),
-                    "Warning",
-                    "ItemsInvalid",
-                    str(e),
-                )
-        except ApiError as e:
-            resolved = Resolved(uid, gen, [], invalid=f"cannot read the item lists: {e.message}")
-        self._resolved[batch.key] = resolved
-        return resolved
-
     # -- deletion ----------------------------------------------------------------------------
 
     def cancel_batch(self, batch: Batch) -> int:
-        """A deleted Batch: cancel its leased jobs (fenced: their holders stop at their next
-        write), then delete all its jobs with one request. Returns how many were cancelled."""
-        from recall.fencing import fenced_write
-        from recall.protocol import lease
-
+        """A deleted Batch: cancel its leased jobs and delete all its jobs (`Applier.cancel`),
+        then forget it. Returns how many were cancelled."""
         now = self.clock.now()
-        cancelled = 0
-        message = f"Batch {batch.name} was deleted"
-        for r in self.cache.batch_jobs(batch.key).values():
-            if r.phase is not Phase.LEASED:
-                continue  # deleted below before anyone can claim it; a claimer then finds it gone
-            result = fenced_write(
-                self.store,
-                r.namespace,
-                r.name,
-                lambda j: lease.cancel(j.status, now, reason="BatchDeleted", message=message),
-                action="cancel",
-            )
-            cancelled += result.applied
-        self.store.delete_jobs(batch.namespace, f"{LABEL_BATCH}={label_value(batch.name)}")
+        cancelled = self.applier.cancel(batch, self.cache.batch_jobs(batch.key).values(), now)
         self.forget_batch(batch.key)
         if batch.metadata.uid:
             self.results.forget_batch(batch.namespace, batch.name, batch.metadata.uid)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from recall.base import faults, log, metrics
 from recall.base.clock import SYSTEM, Clock
@@ -29,7 +29,16 @@ from recall.operator.reconcile.report import Reclaimed, Report
 from recall.operator.reconcile.status import StatusWriter
 from recall.protocol import lease
 from recall.protocol.observer import JobKey
-from recall.resources import Batch, BatchStatus, JobStatus, Offer, TranscriptionJob
+from recall.resources import (
+    LABEL_BATCH,
+    Batch,
+    BatchStatus,
+    JobStatus,
+    Offer,
+    Phase,
+    TranscriptionJob,
+    label_value,
+)
 from recall.resources.errors import JobFailure
 
 _log = log.get("operator")
@@ -139,6 +148,26 @@ class Applier:
             errors=report.errors[:1] or None,
         )
         return job is not None
+
+    def cancel(self, batch: Batch, jobs: Iterable[JobRecord], now: dt.datetime) -> int:
+        """A deleted Batch: cancel its leased `jobs` (fenced: their holders stop at their next
+        write), then delete all its jobs with one request. Returns how many were cancelled.
+        Raises what the API server answers (the caller, kopf's delete handler, tries again)."""
+        cancelled = 0
+        message = f"Batch {batch.name} was deleted"
+        for r in jobs:
+            if r.phase is not Phase.LEASED:
+                continue  # deleted below before anyone can claim it; a claimer then finds it gone
+            result = fenced_write(
+                self.store,
+                r.namespace,
+                r.name,
+                lambda j: lease.cancel(j.status, now, reason="BatchDeleted", message=message),
+                action="cancel",
+            )
+            cancelled += result.applied
+        self.store.delete_jobs(batch.namespace, f"{LABEL_BATCH}={label_value(batch.name)}")
+        return cancelled
 
     def event(self, about: ObjectRef, type_: str, reason: str, message: str) -> None:
         # An Event is best effort; the status and the logs say it too.
