@@ -54,7 +54,8 @@ from recall.transcripts import (
     read_checkpoint,
 )
 from recall.worker.cadence import Cadence
-from recall.worker.holder import LeaseHolder, LeaseLost
+from recall.worker.deadline import LeaseLost
+from recall.worker.holder import LeaseHolder
 from recall.worker.pipeline import Decoder, Stopwatch, Storer, Transcribed
 from recall.worker.speakers import label_records
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 
 from recall.worker.cadence import Cadence
-from recall.worker.holder import LeaseHolder, LeaseLost
+from recall.worker.deadline import LeaseLost
+from recall.worker.holder import LeaseHolder
 
 
 class Heartbeater:

@@ -14,13 +14,14 @@ Guarantees:
   chunks whose objects are durable), so the status never names a chunk that is not stored;
   fail and release carry it too, so the next attempt resumes from it. When writes fall due is
   the heartbeater's cadence (`recall.worker.cadence`), never one write per chunk.
-- The renew deadline (a share of the lease, shorter than it) counts from when the last
-  successful write was SENT, on an injected monotonic clock (by default CLOCK_BOOTTIME, which
-  keeps counting while the machine is suspended). Once it passes without a successful write,
-  the lease counts as lost: the holder stops before the operator's reclaim could give the job to
-  someone else. A slow answer therefore never extends the lease in the holder's eyes.
+- The renew deadline (`recall.worker.deadline`: a share of the lease, shorter than it) counts
+  from when the last successful write was SENT, on an injected monotonic clock (by default
+  CLOCK_BOOTTIME, which keeps counting while the machine is suspended). Once it passes without
+  a successful write, the lease counts as lost: the holder stops before the operator's reclaim
+  could give the job to someone else. A slow answer therefore never extends the lease in the
+  holder's eyes.
 - Transient API errors are retried until the renew deadline, then reported as a lost lease:
-  the outcome is always known in time. That is the write's one retry loop (`WRITE_RETRY`):
+  the outcome is always known in time. That is the write's one retry loop (`RenewDeadline.send`):
   under it the fenced write decides again on a 409 and the API client retries nothing. A 429
   is retried no sooner than its Retry-After (jittered) and never past the deadline. So is an
   RBAC refusal (a kube-apiserver that just started refuses until its caches are filled); an
@@ -39,39 +40,18 @@ import threading
 from collections.abc import Callable
 
 from recall.base import faults, log, metrics
-from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
 from recall.base.log import short_token
-from recall.fencing import Transition, Unsettled, WriteResult, fenced_write
-from recall.kube import (
-    PERMANENT_ERRORS,
-    ApiError,
-    Forbidden,
-    JobApi,
-    RawObject,
-    Unavailable,
-    retry_pause,
-)
+from recall.fencing import Transition, WriteResult, fenced_write
+from recall.kube import ApiError, JobApi, RawObject
 from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.resources import Progress, Result, TranscriptionJob
-
-# Between tries of a lease write: half a second, a quarter of what is left before the renew
-# deadline when that is shorter (each try is one cheap request, and the deadline bounds them),
-# and no sooner than a 429's Retry-After.
-WRITE_RETRY = Backoff(initial=0.5, cap=0.5)
+from recall.worker.deadline import LeaseLost, RenewDeadline
 
 
 def budget_of(job: TranscriptionJob) -> Budget:
     return Budget(max_attempts=job.spec.max_attempts, max_releases=job.spec.max_releases)
-
-
-class LeaseLost(Exception):
-    """The lease is no longer ours: refused by a fenced write, or the renew deadline passed."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
 
 
 class LeaseHolder:
@@ -94,11 +74,8 @@ class LeaseHolder:
         self.token = token
         self.renew_deadline = renew_deadline
         self.clock = clock
-        self.lost = threading.Event()
-        self.lost_reason = ""
         self.writes = 1  # the claim
         self._seq = 1  # the claim's fence suffix
-        self._renewed_at = sent_at  # when the last successful write was sent
         self._checkpointed_at = sent_at  # ... and the last one that carried a checkpoint
         self._pending: Progress | None = None  # durable progress no write has carried yet
         progress = job.status.progress
@@ -107,7 +84,6 @@ class LeaseHolder:
         self._final = False  # a complete, fail or release was sent: the lease ends by our hand
         self._lock = threading.Lock()  # one write at a time
         self._pending_lock = threading.Lock()  # the pending checkpoint (the store stage sets it)
-        self._lost_lock = threading.Lock()
         self.log = log.get("worker").bind(
             job=job.name,
             namespace=job.namespace,
@@ -115,6 +91,8 @@ class LeaseHolder:
             attempt=job.status.attempts,
             token=short_token(token),
         )
+        self.deadline = RenewDeadline(renew_deadline, sent_at, clock, self.log)
+        self.lost = self.deadline.lost  # an Event the work's stages wait on
 
     # -- the claim ---------------------------------------------------------------------------
 
@@ -182,8 +160,12 @@ class LeaseHolder:
     def attempt(self) -> int:
         return self.known.status.attempts
 
+    @property
+    def lost_reason(self) -> str:
+        return self.deadline.reason
+
     def seconds_since_renewal(self) -> float:
-        return self.clock.monotonic() - self._renewed_at
+        return self.deadline.since_renewal()
 
     def seconds_since_checkpoint(self) -> float:
         return self.clock.monotonic() - self._checkpointed_at
@@ -207,10 +189,7 @@ class LeaseHolder:
 
     def check(self) -> None:
         """Raise `LeaseLost` if the lease is lost or the renew deadline has passed. Lock-free."""
-        if not self.lost.is_set() and self.seconds_since_renewal() > self.renew_deadline:
-            self._mark_lost("RenewDeadline", f"no renewal for {self.seconds_since_renewal():.1f} s")
-        if self.lost.is_set():
-            raise LeaseLost(self.lost_reason)
+        self.deadline.check()
 
     def verify(self, why: str) -> None:
         """Something suggests the lease is gone (the lease watch, `recall.worker.held`): read
@@ -224,21 +203,12 @@ class LeaseHolder:
             self.log.info("lease_check_failed", why=why, error=e.message[:200])
             return
         if job is None:
-            self._mark_lost("Gone", f"{why}: the job was deleted")
+            self.deadline.mark_lost("Gone", f"{why}: the job was deleted")
             return
         refusal = lease.holder_refusal(job.status, self.worker, self.token)
         if refusal is not None and not self._final:
             # the reason the next write would be refused with (Terminal, NotLeased, ...)
-            self._mark_lost(refusal.reason, f"{why}: {refusal.detail}")
-
-    def _mark_lost(self, reason: str, detail: str, **context: object) -> None:
-        with self._lost_lock:  # several threads check the deadline: one loss, counted once
-            if self.lost.is_set():
-                return
-            self.lost_reason = reason
-            self.lost.set()
-        metrics.LEASES_LOST.labels(reason=reason).inc()
-        self.log.warning("lease_lost", reason=reason, detail=detail, **context)
+            self.deadline.mark_lost(refusal.reason, f"{why}: {refusal.detail}")
 
     # -- the writes --------------------------------------------------------------------------
 
@@ -355,7 +325,7 @@ class LeaseHolder:
 
     def _checkpointed(self, carried: Progress) -> None:
         """`carried` is in the status now (the write that carried it succeeded)."""
-        self._checkpointed_at = self._renewed_at
+        self._checkpointed_at = self.deadline.renewed_at
         with self._pending_lock:  # a newer checkpoint given meanwhile stays pending
             if self._pending is carried:
                 self._pending = None
@@ -367,49 +337,10 @@ class LeaseHolder:
     def _locked_write(self, action: str, make: Callable[[int], Transition]) -> TranscriptionJob:
         self._seq += 1
         transition = make(self._seq)
-        pending: list[RawObject] = []
         started = self.clock.monotonic()
-        retries = -1
-        # The one retry loop of this write: the fenced write under it decides again on a 409
-        # and retries nothing, and the API client does not retry a 429 (retry=None).
-        while True:
-            retries += 1
-            self.check()  # never send past the renew deadline, also after a retry's pause
-            # (A process frozen here, past its last check, is what the API server's fence is
-            # for: its write arrives late and is refused.)
-            faults.pause("worker-pause-before-write", action=action)
-            sent_at = self.clock.monotonic()
-            remaining = self.renew_deadline - (sent_at - self._renewed_at)
-            try:
-                result = fenced_write(
-                    self.store,
-                    self.known.namespace,
-                    self.known.name,
-                    transition,
-                    action=action,
-                    known=self.known,
-                    maybe_applied=pending,
-                    # a lost answer costs a second request (reading back): both fit
-                    timeout=max(0.2, remaining / 2),
-                    retry=None,
-                )
-                break
-            except Unsettled as e:
-                pending = e.patches
-                self._retry_pause(action, e, remaining, retries)
-            except Unavailable as e:
-                self._retry_pause(action, e, remaining, retries)
-            except PERMANENT_ERRORS as e:
-                if isinstance(e, Forbidden) and e.by_authorizer:
-                    # RBAC said no: a kube-apiserver that just started does so until its caches
-                    # are filled. Tried again until the renew deadline, which a real lack of
-                    # permission reaches with this message in the log.
-                    self._retry_pause(action, e, remaining, retries)
-                    continue
-                # The API server refused the write itself (a CEL rule, a policy): the lease
-                # cannot be used any more.
-                self._mark_lost("Refused", e.message, action=action)
-                raise LeaseLost("Refused", e.message) from e
+        result, sent_at = self.deadline.send(
+            action, lambda sent, timeout: self._fenced(transition, action, sent, timeout)
+        )
         self.writes += 1
         metrics.LEASE_WRITES.labels(action=action).inc()
         if action == "renew":
@@ -424,7 +355,7 @@ class LeaseHolder:
                 reason=result.refusal.reason,
                 conflicts=result.conflicts,
             )
-            self._mark_lost(
+            self.deadline.mark_lost(
                 result.refusal.reason,
                 result.refusal.detail,
                 action=action,
@@ -434,7 +365,7 @@ class LeaseHolder:
         if result.settled_by_read:
             self.log.info("write_settled_by_read", action=action)
         self.known = result.job
-        self._renewed_at = sent_at
+        self.deadline.renewed_at = sent_at
         self.wake.set()
         if action == "renew" and self.lost.is_set():
             # Another thread passed the renew deadline while this write was in flight: the
@@ -442,12 +373,19 @@ class LeaseHolder:
             raise LeaseLost(self.lost_reason)
         return result.job
 
-    def _retry_pause(self, action: str, error: ApiError, remaining: float, retry: int) -> None:
-        self.log.warning(
-            "write_error", action=action, error=error.message[:200], status=error.status
+    def _fenced(
+        self, transition: Transition, action: str, sent: list[RawObject], timeout: float
+    ) -> WriteResult:
+        """One try of a holder's write: `sent` are the patches of earlier tries that may have
+        been applied; the API client retries nothing (the deadline's loop does)."""
+        return fenced_write(
+            self.store,
+            self.known.namespace,
+            self.known.name,
+            transition,
+            action=action,
+            known=self.known,
+            maybe_applied=sent,
+            timeout=timeout,
+            retry=None,
         )
-        self.check()
-        # Never past the renew deadline: a 429's Retry-After longer than what is left ends the
-        # lease at the deadline (check) instead of being waited out.
-        pause = retry_pause(error, min(WRITE_RETRY.delay(retry), max(0.05, remaining / 4)))
-        self.clock.sleep(min(pause, max(0.05, self.renew_deadline - self.seconds_since_renewal())))

@@ -61,11 +61,12 @@ from recall.resources import Phase, TranscriptionJob
 from recall.resources.errors import JobFailure
 from recall.worker.attempt import Stopped, Transcription
 from recall.worker.cadence import Cadence
+from recall.worker.deadline import LeaseLost
 from recall.worker.drain import Drain
 from recall.worker.failures import unexpected
 from recall.worker.heartbeat import Heartbeater
 from recall.worker.held import HeldJobs
-from recall.worker.holder import LeaseHolder, LeaseLost
+from recall.worker.holder import LeaseHolder
 from recall.worker.pipeline import Stopwatch
 from recall.worker.preload import Preload
 from recall.worker.probes import CacheProbe

@@ -16,7 +16,8 @@ from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.protocol.observer import LeaseObserver
 from recall.resources import Phase, Progress, TranscriptionJob
-from recall.worker.holder import LeaseHolder, LeaseLost
+from recall.worker.deadline import LeaseLost
+from recall.worker.holder import LeaseHolder
 from tests.unit.fakes import NS, PARTS, job_manifest, result_of
 
 

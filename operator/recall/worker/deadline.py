@@ -1,0 +1,121 @@
+"""The renew deadline of one held lease: when the lease counts as lost, and the one retry loop
+of its writes, which the deadline bounds.
+
+Guarantees (the holder's, `recall.worker.holder`, which owns one `RenewDeadline`):
+- The deadline (a share of the lease, shorter than it) counts from when the last successful
+  write was SENT (`renewed_at`), on the holder's monotonic clock. Once it passes without a
+  successful write, `check` marks the lease lost and raises `LeaseLost`.
+- A loss is final and counted once, however many threads notice it (`mark_lost`).
+- `send` tries one write until it gets an answer: an ambiguous outcome is tried again with
+  the patches that may have been applied (so the fenced write settles it by reading), a
+  transient error or an RBAC refusal after a pause, never sent past the deadline; a 429 waits
+  no sooner than its Retry-After, unless that is past the deadline. Any other refusal of the
+  API server marks the lease lost.
+
+Not guaranteed: that a write sent before the deadline lands before it (the API server's fence
+refuses a late one).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from recall.base import faults, metrics
+from recall.base.backoff import Backoff
+from recall.base.clock import Clock
+from recall.fencing import Unsettled, WriteResult
+from recall.kube import PERMANENT_ERRORS, ApiError, Forbidden, RawObject, Unavailable, retry_pause
+
+# Between tries of a lease write: half a second, a quarter of what is left before the renew
+# deadline when that is shorter (each try is one cheap request, and the deadline bounds them),
+# and no sooner than a 429's Retry-After.
+WRITE_RETRY = Backoff(initial=0.5, cap=0.5)
+
+
+class LeaseLost(Exception):
+    """The lease is no longer ours: refused by a fenced write, or the renew deadline passed."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+class RenewDeadline:
+    """One lease's renew deadline and its loss. Thread-safe: `check` is lock-free."""
+
+    def __init__(self, seconds: float, sent_at: float, clock: Clock, log: Any) -> None:
+        self.seconds = seconds
+        self.clock = clock
+        self.log = log  # the holder's, bound to the job and the lease
+        self.renewed_at = sent_at  # when the last successful write was sent
+        self.lost = threading.Event()
+        self.reason = ""
+        self._lock = threading.Lock()
+
+    def since_renewal(self) -> float:
+        return self.clock.monotonic() - self.renewed_at
+
+    def check(self) -> None:
+        """Raise `LeaseLost` if the lease is lost or the renew deadline has passed. Lock-free."""
+        if not self.lost.is_set() and self.since_renewal() > self.seconds:
+            self.mark_lost("RenewDeadline", f"no renewal for {self.since_renewal():.1f} s")
+        if self.lost.is_set():
+            raise LeaseLost(self.reason)
+
+    def mark_lost(self, reason: str, detail: str, **context: object) -> None:
+        with self._lock:  # several threads check the deadline: one loss, counted once
+            if self.lost.is_set():
+                return
+            self.reason = reason
+            self.lost.set()
+        metrics.LEASES_LOST.labels(reason=reason).inc()
+        self.log.warning("lease_lost", reason=reason, detail=detail, **context)
+
+    def send(
+        self, action: str, write: Callable[[list[RawObject], float], WriteResult]
+    ) -> tuple[WriteResult, float]:
+        """`write(maybe_applied, timeout)` tried until it answers, within the deadline; returns
+        the answer and when the try that got it was sent. Raises `LeaseLost`."""
+        pending: list[RawObject] = []
+        retries = -1
+        # The one retry loop of this write: the fenced write under it decides again on a 409
+        # and retries nothing, and the API client does not retry a 429 (retry=None).
+        while True:
+            retries += 1
+            self.check()  # never send past the renew deadline, also after a retry's pause
+            # (A process frozen here, past its last check, is what the API server's fence is
+            # for: its write arrives late and is refused.)
+            faults.pause("worker-pause-before-write", action=action)
+            sent_at = self.clock.monotonic()
+            remaining = self.seconds - (sent_at - self.renewed_at)
+            try:
+                # a lost answer costs a second request (reading back): both fit
+                return write(pending, max(0.2, remaining / 2)), sent_at
+            except Unsettled as e:
+                pending = e.patches
+                self._pause(action, e, remaining, retries)
+            except Unavailable as e:
+                self._pause(action, e, remaining, retries)
+            except PERMANENT_ERRORS as e:
+                if isinstance(e, Forbidden) and e.by_authorizer:
+                    # RBAC said no: a kube-apiserver that just started does so until its caches
+                    # are filled. Tried again until the renew deadline, which a real lack of
+                    # permission reaches with this message in the log.
+                    self._pause(action, e, remaining, retries)
+                    continue
+                # The API server refused the write itself (a CEL rule, a policy): the lease
+                # cannot be used any more.
+                self.mark_lost("Refused", e.message, action=action)
+                raise LeaseLost("Refused", e.message) from e
+
+    def _pause(self, action: str, error: ApiError, remaining: float, retry: int) -> None:
+        self.log.warning(
+            "write_error", action=action, error=error.message[:200], status=error.status
+        )
+        self.check()
+        # Never past the renew deadline: a 429's Retry-After longer than what is left ends the
+        # lease at the deadline (check) instead of being waited out.
+        pause = retry_pause(error, min(WRITE_RETRY.delay(retry), max(0.05, remaining / 4)))
+        self.clock.sleep(min(pause, max(0.05, self.seconds - self.since_renewal())))
