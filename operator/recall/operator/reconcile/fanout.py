@@ -34,6 +34,16 @@ def job_name(batch: str, key: str) -> str:
 
 def job_for_item(batch: Batch, item: Item) -> dict[str, Any]:
     """The TranscriptionJob manifest for one item of `batch`."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TranscriptionJob",
+        "metadata": _metadata(batch, item),
+        "spec": _spec(batch, item),
+    }
+
+
+def _spec(batch: Batch, item: Item) -> dict[str, Any]:
+    """The job's spec: the item's own fields over the Batch's defaults."""
     d = batch.spec.defaults
     spec: dict[str, Any] = {
         "source": {"url": item.url},
@@ -64,6 +74,11 @@ def job_for_item(batch: Batch, item: Item) -> dict[str, Any]:
         spec["transcript"] = d.transcript.to_api()
     if d.vocabulary:
         spec["vocabulary"] = list(d.vocabulary)
+    return spec
+
+
+def _metadata(batch: Batch, item: Item) -> dict[str, Any]:
+    """The job's name, labels (its Batch, item and index) and its Batch as owner."""
     labels = {
         LABEL_BATCH: label_value(batch.name),
         LABEL_ITEM: item.key,
@@ -88,9 +103,4 @@ def job_for_item(batch: Batch, item: Item) -> dict[str, Any]:
                 "blockOwnerDeletion": False,
             }
         ]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "TranscriptionJob",
-        "metadata": metadata,
-        "spec": spec,
-    }
+    return metadata

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from recall.operator.reconcile.cache import BackoffObservation
+from recall.operator.reconcile.conditions import fanned_out
 from recall.operator.reconcile.items import Item
-from recall.operator.reconcile.project import CODES, fanned_out, stored_phases
+from recall.operator.reconcile.project import CODES, stored_phases
 from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.protocol.lease import Budget
 from recall.protocol.observer import JobKey, Observation

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,23 +33,11 @@ KOPF_WATCHES = (BATCH_PLURAL,)
 
 
 def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> None:
-    if kubeconfig is not None:
-        os.environ["KUBECONFIG"] = str(kubeconfig)  # kopf's own login reads it from here
-    api = ApiSettings()
-    store = KubeClient(
-        load_api_client(kubeconfig, pool_size=32),
-        timeout=api.timeout,
-        watch_seconds=api.watch_seconds,
-    )
+    store = _client(kubeconfig)
     # kopf logs every handler run at INFO; our handlers log what they do themselves.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     registry = kopf.OperatorRegistry()
-    try:
-        stores = Stores(StoreSettings())
-        stores.results()  # fail now, with the reason, when no usable URL is set
-    except StoreError as e:
-        raise SystemExit(f"recall operator: {e.message}") from None
-    handlers.register(registry, settings, store, stores)
+    handlers.register(registry, settings, store, _stores())
     try:
         discovery.wait_served(store, NEEDED, settings.discovery_seconds)
     except discovery.NotServed as e:
@@ -61,16 +50,7 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
         reasons.append(reason)
         stopped.set()
 
-    checks: list[asyncio.Task[None]] = []
-
-    @kopf.on.startup(id="resources_check", registry=registry)
-    async def resources_check(**_: Any) -> None:
-        checks.append(asyncio.create_task(discovery.check_insights(insights, KOPF_WATCHES, stop)))
-
-    @kopf.on.cleanup(id="resources_check_end", registry=registry)
-    async def resources_check_end(**_: Any) -> None:
-        stopped.set()  # kopf's exit waits for every task, its waiter on this flag too
-
+    _check_resources(registry, insights, stop, stopped)
     metrics.serve(settings.metrics_port)
     liveness = (
         f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
@@ -93,3 +73,44 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
     )
     if reasons:
         raise SystemExit(f"recall operator: {reasons[0]}")
+
+
+def _client(kubeconfig: Path | None) -> KubeClient:
+    """The API client: from `kubeconfig`, $KUBECONFIG, ~/.kube/config, or in-cluster."""
+    if kubeconfig is not None:
+        os.environ["KUBECONFIG"] = str(kubeconfig)  # kopf's own login reads it from here
+    api = ApiSettings()
+    return KubeClient(
+        load_api_client(kubeconfig, pool_size=32),
+        timeout=api.timeout,
+        watch_seconds=api.watch_seconds,
+    )
+
+
+def _stores() -> Stores:
+    """The object stores; exits now, with the reason, when no usable results URL is set."""
+    try:
+        stores = Stores(StoreSettings())
+        stores.results()
+    except StoreError as e:
+        raise SystemExit(f"recall operator: {e.message}") from None
+    return stores
+
+
+def _check_resources(
+    registry: kopf.OperatorRegistry,
+    insights: Insights,
+    stop: Callable[[str], None],
+    stopped: asyncio.Event,
+) -> None:
+    """Register the check that kopf resolved the resources it watches (`stop` with the reason
+    when it did not), and its end at kopf's cleanup."""
+    checks: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(id="resources_check", registry=registry)
+    async def resources_check(**_: Any) -> None:
+        checks.append(asyncio.create_task(discovery.check_insights(insights, KOPF_WATCHES, stop)))
+
+    @kopf.on.cleanup(id="resources_check_end", registry=registry)
+    async def resources_check_end(**_: Any) -> None:
+        stopped.set()  # kopf's exit waits for every task, its waiter on this flag too
