@@ -80,7 +80,7 @@ class Applier:
     ) -> None:
         self.store = store
         self.clock = clock  # times the creation budget (`CREATE_SECONDS`)
-        self.leadership: Leadership = leadership or Sole()  # fences every write of the apply
+        self.leadership: Leadership = leadership or Sole()  # `_write` and the status write check it
         self.storage = storage  # the results store's last refusal for a Batch, if any
         self.status = StatusWriter(store, self.event)
 
