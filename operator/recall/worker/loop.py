@@ -42,17 +42,14 @@ Guarantees:
 
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 from collections.abc import Callable
-from typing import TypeVar
 
 from recall.base import log, metrics
 from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import WorkerSettings
 from recall.bucket import Bucket
-from recall.bucket import StoreError as BucketError
 from recall.engines.base import Engine
 from recall.engines.models import ModelCacheUnwritable
 from recall.kube import PERMANENT_ERRORS, Api, ApiError, retry_pause
@@ -63,21 +60,19 @@ from recall.worker.attempt import Stopped, Transcription
 from recall.worker.cadence import Cadence
 from recall.worker.deadline import LeaseLost
 from recall.worker.drain import Drain
+from recall.worker.engine_thread import EngineThreads
 from recall.worker.failures import unexpected
 from recall.worker.heartbeat import Heartbeater
 from recall.worker.held import HeldJobs
 from recall.worker.holder import LeaseHolder
 from recall.worker.pipeline import Stopwatch
 from recall.worker.preload import Preload
-from recall.worker.probes import CacheProbe
-from recall.worker.queue import JobQueue, OfferQueue, Queue
+from recall.worker.probes import PROBE_KEY as PROBE_KEY  # read here by the chaos invariants
+from recall.worker.probes import STORE_REFUSALS, CacheProbe, StoreProbe
+from recall.worker.queue import Queue, queue_of
 from recall.worker.registration import Registration
+from recall.worker.slots import Slots
 
-T = TypeVar("T")
-# Refusals of the results store that no job of this worker can get past: claim nothing more
-# until a probe write succeeds.
-STORE_REFUSALS = ("StorageAccessDenied", "StorageBucketMissing", "StorageUrlInvalid")
-PROBE_KEY = "scratch/.probe"
 CACHE_PROBE_CAP = 600.0  # seconds between two probes of a model cache at most (each may fetch)
 # After a claim the API server could not answer (restarting, or 429): 0.1-0.2 s, doubling to 5 s.
 CLAIM_RETRY = Backoff(initial=0.1, cap=2.5, jitter=1.0)
@@ -101,21 +96,12 @@ class Worker:
         self.namespace = namespace
         self.clock = clock
         self.beat = beat  # called on every turn of the loop (the liveness endpoint)
-        self.queue: Queue
         self.registration: Registration | None = None
         self.drain = Drain(settings.id, clock=clock)
         # Its outcome rides on the registration's renewals; a cache it cannot write stops claims.
         self.preload = Preload(engine, cache_unwritable=self._preload_cache_unwritable, clock=clock)
+        self.queue: Queue = queue_of(store, namespace, settings, engine.name, clock)
         if settings.dispatch == "offers":
-            self.queue = OfferQueue(
-                store,
-                namespace,
-                settings.id,
-                engine.name,
-                self_serve_seconds=settings.self_serve_seconds,
-                clock=clock,
-                pool=settings.pool,
-            )
             self.registration = Registration(
                 store,
                 namespace,
@@ -129,33 +115,23 @@ class Worker:
                 engine_state=self.engine_state,
                 clock=clock,
             )
-        else:
-            self.queue = JobQueue(
-                store,
-                namespace,
-                engine.name,
-                window=settings.pick_window,
-                relist_seconds=settings.relist_seconds,
-                pool=settings.pool,
-            )
         self.held = HeldJobs(store, namespace, settings.id)
         self.stopping = threading.Event()
         self._stop_deadline: float | None = None
-        self._slot = threading.local()  # each slot's engine thread (its executor)
-        self._executors: list[concurrent.futures.ThreadPoolExecutor] = []
-        self._lock = threading.Lock()  # the slots' shared counts and reservations
-        self._taking: set[tuple[str, str]] = set()  # jobs a slot picked and is claiming or works
-        self._reserved = 0  # slots between a pick and the end of a claim or its work
-        self._enough = threading.Event()  # max_jobs reached: no slot takes another
+        self.engine_threads = EngineThreads(self._check_stop)
+        self._lock = threading.Lock()  # the claim counts
+        self.slots = Slots(settings)  # the jobs the slots took, within max_jobs
         self.results = results
-        self.transcription = Transcription(results, engine, self._call, self._check_stop)
-        self.store_broken: str | None = None  # why the results store refused, until a probe works
-        self._next_probe = 0.0
+        self.transcription = Transcription(
+            results, engine, self.engine_threads.call, self._check_stop
+        )
         self._claim_failures = 0
-        self.jobs_done = 0
         self.claims = 0
         self.claim_conflicts = 0
         self.log = log.get("worker").bind(worker=settings.id)
+        self.store_probe = StoreProbe(
+            results, settings.id.encode(), settings.store_probe_seconds, clock, self.log
+        )
         self.cache = CacheProbe(
             Backoff(initial=settings.store_probe_seconds, cap=CACHE_PROBE_CAP), clock, self.log
         )
@@ -205,8 +181,7 @@ class Worker:
             self.preload.stop()
             if self.registration is not None:
                 self.registration.stop()
-            for executor in self._executors:
-                executor.shutdown(wait=False, cancel_futures=True)
+            self.engine_threads.shutdown()
             self.log.info(
                 "worker_stopped",
                 jobs=self.jobs_done,
@@ -218,13 +193,13 @@ class Worker:
     def _slot_loop(self) -> None:
         """One slot: take a job, work it, and again, until stopped, idle or enough jobs."""
         idle_since = self.clock.monotonic()
-        while not self.stopping.is_set() and not self._enough.is_set():
+        while not self.stopping.is_set() and not self.slots.enough.is_set():
             self.beat()
             seen = self.queue.changes()  # before the pick: an offer after it wakes the wait
             if self.run_once():
                 idle_since = self.clock.monotonic()
                 continue
-            if self._spoken_for():
+            if self.slots.spoken_for():
                 return  # every job left to max_jobs is another slot's, which goes on
             idle = self.settings.idle_exit_seconds
             if idle and self.clock.monotonic() - idle_since > idle:
@@ -241,6 +216,11 @@ class Worker:
         self.drain.pause(1.0)  # drained: nothing to do until the request is removed
         return False
 
+    @property
+    def jobs_done(self) -> int:
+        """The jobs the slots worked (claimed, and then completed, failed or given back)."""
+        return self.slots.done
+
     def engine_state(self) -> EngineState:
         """What the registration says of the engine: `failed` with the model cache's reason
         while the worker cannot write it, else how its own model's load went (the preload)."""
@@ -251,15 +231,15 @@ class Worker:
         return EngineState(FAILED, loaded.model, f"{broken.reason}: {broken.message}")
 
     def _take_one(self) -> bool:
-        if self.store_broken is not None and not self._probe_store():
+        if self.store_probe.broken is not None and not self.store_probe.probe():
             return False  # the results store refuses: claim nothing that would fail too
         if self.cache.broken is not None and not self.cache.probe():
             return False  # the model cache cannot be written: claim nothing to give back
-        if not self._reserve():
+        if not self.slots.reserve():
             return False  # the jobs left to max_jobs are other slots' to take
         worked = False
         try:
-            job = self._pick()
+            job = self.slots.pick(self.queue)
             if job is None:
                 return False
             try:
@@ -269,48 +249,10 @@ class Worker:
                 self.work(holder)
                 worked = True
             finally:
-                with self._lock:
-                    self._taking.discard(job.key)
+                self.slots.let_go(job)
         finally:
-            with self._lock:
-                self._reserved -= 1
-                if worked:
-                    self.jobs_done += 1
-                    if self.settings.max_jobs and self.jobs_done >= self.settings.max_jobs:
-                        self._enough.set()
+            self.slots.end(worked=worked)
         return True
-
-    def _reserve(self) -> bool:
-        """A place for one more job within `max_jobs`, counting the jobs done and those other
-        slots picked, claim or work: so slots together claim at most `max_jobs`. Given back at
-        the end of `_take_one` (a job done, or no claim made)."""
-        with self._lock:
-            if self._spoken_for_locked():
-                return False
-            self._reserved += 1
-            return True
-
-    def _spoken_for(self) -> bool:
-        """Every job left to `max_jobs` is done or in another slot's hands."""
-        with self._lock:
-            return self._spoken_for_locked()
-
-    def _spoken_for_locked(self) -> bool:
-        most = self.settings.max_jobs
-        return most is not None and self.jobs_done + self._reserved >= most
-
-    def _pick(self) -> TranscriptionJob | None:
-        """A claimable job no other slot took (the pick, maybe a list, runs unlocked)."""
-        while True:
-            with self._lock:
-                taken = frozenset(self._taking)
-            job = self.queue.pick(taken)
-            if job is None:
-                return None
-            with self._lock:
-                if job.key not in self._taking:
-                    self._taking.add(job.key)
-                    return job
 
     # -- claim -------------------------------------------------------------------------------
 
@@ -387,39 +329,6 @@ class Worker:
             renew_deadline=lease * self.settings.renew_deadline_fraction,
         )
 
-    def _engine_thread(self) -> concurrent.futures.ThreadPoolExecutor:
-        """This slot's engine thread (one per slot: their engine calls run side by side)."""
-        executor: concurrent.futures.ThreadPoolExecutor | None = getattr(
-            self._slot, "executor", None
-        )
-        if executor is None:
-            executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
-            self._slot.executor = executor
-            with self._lock:
-                self._executors.append(executor)
-        return executor
-
-    def _call(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T:
-        """Run `fn` on the slot's engine thread; return early if the lease is lost or grace
-        ends."""
-        self._check_stop(h)  # nothing starts on a lease known lost
-        executor = self._engine_thread()
-        future = executor.submit(fn)
-        while True:
-            try:
-                return future.result(timeout=0.1)
-            except concurrent.futures.TimeoutError:
-                try:
-                    self._check_stop(h)
-                except (LeaseLost, Stopped):
-                    cancel.set()
-                    # The engine thread may still be busy; a new one serves the next job.
-                    executor.shutdown(wait=False, cancel_futures=True)
-                    self._slot.executor = None
-                    with self._lock:
-                        self._executors.remove(executor)
-                    raise
-
     def _check_stop(self, h: LeaseHolder) -> None:
         h.check()
         if self._stop_deadline is not None and self.clock.monotonic() > self._stop_deadline:
@@ -432,21 +341,6 @@ class Worker:
             metrics.JOBS_FINISHED.labels(outcome="released").inc()
         except (LeaseLost, ApiError) as e:
             h.log.warning("release_failed", error=str(e)[:200])
-
-    def _probe_store(self) -> bool:
-        """After a refusal of the results store: True once a probe write succeeds again."""
-        now = self.clock.monotonic()
-        if now < self._next_probe:
-            return False
-        self._next_probe = now + self.settings.store_probe_seconds
-        try:
-            self.results.put(PROBE_KEY, self.settings.id.encode(), once=False)
-        except BucketError as e:
-            self.log.warning("store_still_refused", reason=e.reason, error=e.message[:300])
-            return False
-        self.log.info("store_usable_again", after=self.store_broken)
-        self.store_broken = None
-        return True
 
     def _cache_unwritable(self, h: LeaseHolder, error: ModelCacheUnwritable) -> None:
         """Claim nothing more until the cache can be written (set before the release, so no
@@ -484,8 +378,7 @@ class Worker:
             h.log.warning("fail_not_recorded", error=str(e)[:200])
             return
         if error.reason in STORE_REFUSALS:
-            self.store_broken = error.reason
-            self._next_probe = self.clock.monotonic() + self.settings.store_probe_seconds
+            self.store_probe.failed(error.reason)
         requeued = job.status.phase is Phase.QUEUED
         metrics.JOBS_FINISHED.labels(outcome="retry" if requeued else "failed").inc()
         h.log.warning(

@@ -1,12 +1,16 @@
-"""The model cache's probe: after the cache refused a write, claim nothing until it works again.
+"""The worker's probes: after the model cache or the results store refused for good, claim
+nothing until it works again.
 
     probe = CacheProbe(Backoff(initial=30, cap=600), clock, log)
     probe.failed(error, retry)      # what failed, to repeat (None: a file made in the cache)
     if probe.broken is None or probe.probe(): ...   # True once what failed works again
 
-One slot probes at a time, on a backoff (a probe may fetch a model: a download). A refusal for
-another reason than the cache (the model missing) is not the cache's: the probe passes and the
-next job meets it as its own. Thread-safe.
+One slot probes the cache at a time, on a backoff (a probe may fetch a model: a download). A
+refusal for another reason than the cache (the model missing) is not the cache's: the probe
+passes and the next job meets it as its own. Thread-safe.
+
+`StoreProbe` does the same for the results store (`STORE_REFUSALS`: refusals no job of the
+worker can get past): a probe write to `PROBE_KEY`, at most every `seconds`.
 """
 
 from __future__ import annotations
@@ -17,8 +21,15 @@ from typing import Any
 
 from recall.base.backoff import Backoff
 from recall.base.clock import Clock
+from recall.bucket import Bucket
+from recall.bucket import StoreError as BucketError
 from recall.engines.models import ModelCacheUnwritable, probe_cache
 from recall.resources.errors import JobFailure
+
+# Refusals of the results store that no job of this worker can get past: claim nothing more
+# until a probe write succeeds.
+STORE_REFUSALS = ("StorageAccessDenied", "StorageBucketMissing", "StorageUrlInvalid")
+PROBE_KEY = "scratch/.probe"
 
 
 class CacheProbe:
@@ -70,4 +81,39 @@ class CacheProbe:
         with self._lock:
             if self.broken is broken:
                 self.broken = None
+        return True
+
+
+class StoreProbe:
+    """The results store's probe: `broken` says why the store refused, until a probe works."""
+
+    def __init__(
+        self, results: Bucket, body: bytes, seconds: float, clock: Clock, log: Any
+    ) -> None:
+        self.results = results
+        self.body = body  # what the probe writes (the worker's id)
+        self.seconds = seconds
+        self.clock = clock
+        self.log = log
+        self.broken: str | None = None  # why the results store refused, until a probe works
+        self._next = 0.0
+
+    def failed(self, reason: str) -> None:
+        """A job failed with `reason`, one of `STORE_REFUSALS`: probe first after `seconds`."""
+        self.broken = reason
+        self._next = self.clock.monotonic() + self.seconds
+
+    def probe(self) -> bool:
+        """After a refusal of the results store: True once a probe write succeeds again."""
+        now = self.clock.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.seconds
+        try:
+            self.results.put(PROBE_KEY, self.body, once=False)
+        except BucketError as e:
+            self.log.warning("store_still_refused", reason=e.reason, error=e.message[:300])
+            return False
+        self.log.info("store_usable_again", after=self.broken)
+        self.broken = None
         return True

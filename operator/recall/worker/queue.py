@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from recall.base.clock import SYSTEM, Clock
+from recall.base.settings import WorkerSettings
 from recall.kube import ApiError, JobApi, RawObject, Selector
 from recall.kube.informer import Informer, Jobs
 from recall.resources import DEFAULT_POOL, LABEL_SUSPENDED, TranscriptionJob
@@ -258,3 +259,27 @@ class OfferQueue(WatchedJobs):
         """Block until an offer changes, `timeout` passes, or it is time to serve oneself."""
         left = self.self_serve_seconds - (self.clock.monotonic() - self._last_work)
         self._wait(max(0.05, min(timeout, left)), since)
+
+
+def queue_of(
+    store: JobApi, namespace: str, settings: WorkerSettings, engine: str, clock: Clock
+) -> Queue:
+    """The worker's view of the queue for its `dispatch` mode: its offers, or every job."""
+    if settings.dispatch == "offers":
+        return OfferQueue(
+            store,
+            namespace,
+            settings.id,
+            engine,
+            self_serve_seconds=settings.self_serve_seconds,
+            clock=clock,
+            pool=settings.pool,
+        )
+    return JobQueue(
+        store,
+        namespace,
+        engine,
+        window=settings.pick_window,
+        relist_seconds=settings.relist_seconds,
+        pool=settings.pool,
+    )
