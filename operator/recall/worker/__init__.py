@@ -5,7 +5,8 @@
   thread) and `probes` (a model cache or results store that refused, until it works again);
 - `holder`: one held lease — claim, renew, complete, fail, release — with `deadline` (the
   renew deadline, and the one retry loop of a lease write) and `heartbeat`;
-- `attempt`: one attempt's transcription (fetch, decode, engine calls, checkpoints, result);
+- `attempt`: one attempt's transcription (fetch, decode, engine calls, checkpoints), with
+  `storing` (its results-store calls, retried) and `hand_in` (the transcript, then complete);
 - `queue`: the worker's view of its offers (or of the whole queue);
 - `registration`: the worker's own registration Lease; `health`: `/healthz` and `/readyz`.
 

@@ -20,11 +20,11 @@ good: wrong credentials, a missing bucket, a bad URL).
   seconds succeeded (else the call waits for a renewal), and once the lease is lost every
   stage stops at once and nothing more is written, to the API server or the store.
 - The transcript (and the output formats the job asks for) is written before `complete`, whose
-  fenced write alone makes it the result. What an attempt wrote and no accepted result
-  references is deleted by the operator.
+  fenced write alone makes it the result (`recall.worker.hand_in`). What an attempt wrote and
+  no accepted result references is deleted by the operator.
 - Store calls are retried on transient errors while the lease holds (the heartbeater keeps it
   renewed): a store that is down or slow delays the job, never the worker. A refusal (access,
-  a missing bucket) is never retried.
+  a missing bucket) is never retried (`recall.worker.storing`).
 - On `Stopped`, and on a failure of the engine or the store (or a bug), what the engine already
   transcribed is stored first (a batch or two at most, within `DRAIN_SECONDS`), so the release
   or fail carries it as the checkpoint. A lost lease stores nothing more.
@@ -37,33 +37,31 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
-from recall.base import faults, metrics
-from recall.base.backoff import Backoff
-from recall.bucket import Bucket, StoreError, StoreUnavailable
+from recall.base import metrics
+from recall.bucket import Bucket, StoreError
 from recall.engines.base import Engine, TranscribeRequest
 from recall.media import ResumeInvalid
 from recall.media.types import Chunk, Media, Segment
-from recall.resources import AUTO, Part, Progress, Result
+from recall.resources import AUTO, Part, Progress
 from recall.resources.errors import JobFailure
 from recall.transcripts import (
     AttemptWriter,
     Checkpoint,
     CheckpointUnusable,
     Prompt,
-    output_formats,
     read_checkpoint,
 )
 from recall.worker.cadence import Cadence
 from recall.worker.deadline import LeaseLost
+from recall.worker.hand_in import hand_in
 from recall.worker.holder import LeaseHolder
 from recall.worker.pipeline import Decoder, Stopwatch, Storer, Transcribed
-from recall.worker.speakers import label_records
+from recall.worker.storing import store_call
 
 T = TypeVar("T")
 DRAIN_SECONDS = 10.0  # how long a stopping attempt waits for the chunks it already transcribed
 DECODE_DEPTH = 2  # chunks decoded ahead of the engine at most (their audio is in memory)
 STORE_DEPTH = 4  # transcribed chunks waiting for the store at most (then the engine waits)
-STORE_RETRY = Backoff(initial=0.1, cap=5.0)  # a results-store call the store did not answer
 
 
 class Stopped(Exception):
@@ -123,68 +121,7 @@ class Transcription:
                 checkpoint = None
             writer = AttemptWriter(self.results, h.known, h.attempt, h.token)
             chunks = _Attempt(self, h, cancel, watch, cadence, media, writer).transcribe(checkpoint)
-            return self._hand_in(h, watch, media, writer, chunks)
-
-    def _hand_in(
-        self, h: LeaseHolder, watch: Stopwatch, media: Media, writer: AttemptWriter, chunks: int
-    ) -> str:
-        """Write the transcript (and the output formats), then complete with it (fenced)."""
-        h.check()
-        formats = output_formats(h.known)
-        model, digest = self.engine.model_of(h.known) or (None, None)
-        device, compute_type = self.engine.device_of(h.known) or (None, None)
-        # Speaker labels: once the last chunk is in, from the whole file (recall.worker.speakers)
-        speakers = label_records(
-            h.known, media, writer.records, lambda: self.check_stop(h), h.log, h.clock
-        )
-        if speakers is not None:
-            writer.records = speakers.records
-        summary = self.store(
-            h,
-            watch,
-            "to store the transcript",
-            lambda: writer.finish(
-                media.duration,
-                self.engine.label(),
-                formats,
-                model=model,
-                model_digest=digest or None,
-                media=media,
-            ),
-        )
-        split = bool(h.known.spec.transcript and h.known.spec.transcript.split)
-        result_ref = Result(
-            transcript=writer.transcript_key,
-            worker=h.worker,
-            engine=summary.engine,
-            words=summary.words,
-            duration_seconds=summary.duration,
-            model=summary.model,
-            model_digest=summary.model_digest,
-            language=summary.language,
-            language_probability=summary.language_probability,
-            device=device,
-            compute_type=compute_type,
-            channels=summary.channels if split else None,
-            speakers=speakers.found if speakers else None,
-            speakers_asked=speakers.asked if speakers else None,
-        )
-        faults.hit("worker-before-complete")
-        try:
-            watch.timed("lease", lambda: h.complete(result_ref, chunks=chunks))
-        except LeaseLost:
-            h.log.warning("complete_refused_transcript_left", transcript=writer.transcript_key)
-            raise
-        h.log.info(
-            "completed",
-            transcript=writer.transcript_key,
-            words=summary.words,
-            chunks=summary.chunks,
-            audio_seconds=round(summary.duration, 2),
-            lease_writes=h.writes,
-            **watch.fields(),
-        )
-        return "succeeded"
+            return hand_in(h, watch, self.engine, media, writer, chunks, self.check_stop)
 
     def _read_checkpoint(self, h: LeaseHolder, watch: Stopwatch) -> Checkpoint | None:
         """The checkpoint to resume from, or None (there is none, or it cannot be used)."""
@@ -210,35 +147,9 @@ class Transcription:
         *,
         aborted: threading.Event | None = None,
     ) -> T:
-        """A results-store call, retried on transient errors while the lease holds.
-
-        A refusal (access denied, a missing bucket, a bad URL, an object that exists with other
-        bytes) is never retried: it becomes a permanent `JobFailure` with the store's reason
-        (`StorageAccessDenied`, ...), saying what was refused and why. `aborted` (a pipeline
-        stage's) ends the retries too.
-        """
-        retries = 0
-        while True:
-            try:
-                return watch.timed("store", fn)
-            except StoreUnavailable as e:
-                h.log.warning("store_error", error=e.message[:300])
-                metrics.STORE_ERRORS.labels(reason=e.reason).inc()
-                h.check()
-                pause = STORE_RETRY.delay(retries)
-                retries += 1
-                if aborted is None:
-                    self.check_stop(h)
-                    h.clock.sleep(pause)
-                elif h.clock.wait(aborted, pause):
-                    raise _Aborted() from None
-            except StoreError as e:
-                metrics.STORE_ERRORS.labels(reason=e.reason).inc()
-                raise JobFailure(
-                    e.reason,
-                    f"the results store refused {what} (not retried): {e.message}",
-                    permanent=True,
-                ) from None
+        """A results-store call, retried on transient errors while the lease holds
+        (`recall.worker.storing`); `aborted` (a pipeline stage's) ends the retries too."""
+        return store_call(h, watch, what, fn, self.check_stop, aborted=aborted)
 
 
 class _Attempt:
@@ -447,10 +358,6 @@ class _Attempt:
         total = self.media.chunks_total(done, chunk.end, finished=chunk.last)
         h.checkpoint(Progress.of(done, total, self.writer.parts()))
         h.log.info("chunk_done", chunk=chunk.index, chunks_done=done, chunks_total=total)
-
-
-class _Aborted(Exception):
-    """The store stage was aborted while it retried: it ends without writing."""
 
 
 class _Opening:
