@@ -548,11 +548,11 @@ def test_doctor__missing_unestablished_newer_and_older_crds_fail_the_crds_check(
         # An older CRD: a field this CLI writes is missing from its schema.
         crd = ext.read_custom_resource_definition("transcriptionjobs.recall.dev")
         spec = crd.spec.versions[0].schema.open_apiv3_schema.properties["spec"]
-        del spec.properties["language"]
+        del spec.properties["priority"]  # a field no CEL rule reads
         ext.replace_custom_resource_definition(crd.metadata.name, crd)
         line = crds_line()
         assert line.startswith("FAIL  crds      CRD transcriptionjobs.recall.dev lacks ")
-        assert ".spec.language" in line and "older than this CLI" in line
+        assert ".spec.priority" in line and "older than this CLI" in line
         assert "— fix: upgrade the CRDs to this release" in line
     finally:
         cp.stop()
