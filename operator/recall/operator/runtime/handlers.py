@@ -260,8 +260,9 @@ def register(
             raise kopf.TemporaryError("not the leader; the leading replica handles it", delay=5)
         batch = Batch.from_api(dict(body))
         if runtime.notifier.deletion_pending(batch):
-            # Its items' events are still being tried (for notify.delete_seconds at most):
-            # the jobs they are recorded on stay until then.
+            # Its items' events or its own batch.completed are still being tried, or this
+            # term has not loaded what is owed yet (notify.delete_seconds at most in all): the
+            # jobs the items' events are recorded on stay until then.
             raise kopf.TemporaryError("the Batch's events are still being delivered", delay=5)
         cancelled = await asyncio.to_thread(runtime.controller.cancel_batch, batch)
         _log.info("batch_deleted", batch=batch.name, namespace=batch.namespace, cancelled=cancelled)
