@@ -3,17 +3,12 @@
 
 from __future__ import annotations
 
-from recall.protocol import lease
 from recall.resources import JobStatus, Result
-from tests.unit.protocol.test_lease import KEY, ME, NOW, TOKEN, leased
+from tests.unit.protocol.test_lease import KEY, completed
 
 
 def complete(channels: int | None) -> JobStatus:
-    s = lease.complete(
-        leased(), NOW, ME, TOKEN, seq=1, result=Result(transcript=KEY, channels=channels)
-    )
-    assert isinstance(s, JobStatus)
-    return s
+    return completed(Result(transcript=KEY, channels=channels))
 
 
 def test_complete__a_mono_file_under_split_says_so() -> None:

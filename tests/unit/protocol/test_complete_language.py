@@ -3,16 +3,12 @@ with a LanguageUncertain condition naming the language and its probability."""
 
 from __future__ import annotations
 
-from recall.protocol import lease
 from recall.resources import LOW_LANGUAGE_PROBABILITY, JobStatus, Phase, Result
-from tests.unit.protocol.test_lease import KEY, ME, NOW, TOKEN, leased
+from tests.unit.protocol.test_lease import KEY, completed
 
 
 def complete(language: str | None, probability: float | None) -> JobStatus:
-    result = Result(transcript=KEY, language=language, language_probability=probability)
-    s = lease.complete(leased(), NOW, ME, TOKEN, seq=1, result=result)
-    assert isinstance(s, JobStatus)
-    return s
+    return completed(Result(transcript=KEY, language=language, language_probability=probability))
 
 
 def test_complete__an_unlikely_language_succeeds_with_a_condition_naming_it() -> None:

@@ -3,16 +3,12 @@ SpeakersFewer condition, not a failure."""
 
 from __future__ import annotations
 
-from recall.protocol import lease
 from recall.resources import JobStatus, Result
-from tests.unit.protocol.test_lease import KEY, ME, NOW, TOKEN, leased
+from tests.unit.protocol.test_lease import KEY, completed
 
 
 def complete(speakers: int | None, asked: int | None) -> JobStatus:
-    result = Result(transcript=KEY, speakers=speakers, speakers_asked=asked)
-    s = lease.complete(leased(), NOW, ME, TOKEN, seq=1, result=result)
-    assert isinstance(s, JobStatus)
-    return s
+    return completed(Result(transcript=KEY, speakers=speakers, speakers_asked=asked))
 
 
 def test_complete__fewer_voices_than_asked_say_so() -> None:

@@ -39,6 +39,13 @@ def leased(holder: str = ME, token: str = TOKEN, attempts: int = 1, **kw: object
     )
 
 
+def completed(result: Result) -> JobStatus:
+    """The leased job completed by its holder ME (write 1) with `result`."""
+    s = lease.complete(leased(), NOW, ME, TOKEN, seq=1, result=result)
+    assert isinstance(s, JobStatus)
+    return s
+
+
 def fail(
     status: JobStatus, reason: str, *, permanent: bool, message: str = "m", jitter: float = 0.0
 ) -> lease.Decision:
