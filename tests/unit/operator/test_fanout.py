@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from recall.operator.reconcile.fanout import job_for_item
 from recall.operator.reconcile.items import Item
 from recall.resources import Batch, TranscriptionJob
 
 
-def test_job_for_item__carries_transcript_and_vocabulary_defaults() -> None:
-    batch = Batch.from_api(
+def batch_of(defaults: dict[str, Any]) -> Batch:
+    """The Batch `talks` with `defaults`."""
+    return Batch.from_api(
         {
             "metadata": {"name": "talks", "namespace": "ns", "uid": "u1"},
-            "spec": {
-                "defaults": {
-                    "language": "auto",
-                    "transcript": {"words": True, "subtitles": {"maxLines": 1}},
-                    "vocabulary": ["Zarvethia", "Quonbril Station"],
-                }
-            },
+            "spec": {"defaults": defaults},
+        }
+    )
+
+
+def test_job_for_item__carries_transcript_and_vocabulary_defaults() -> None:
+    batch = batch_of(
+        {
+            "language": "auto",
+            "transcript": {"words": True, "subtitles": {"maxLines": 1}},
+            "vocabulary": ["Zarvethia", "Quonbril Station"],
         }
     )
     item = Item(index=0, key="monday", url="file:///media/monday.wav")
@@ -30,17 +37,12 @@ def test_job_for_item__carries_transcript_and_vocabulary_defaults() -> None:
 
 
 def test_job_for_item__language_options_and_scope_unless_the_item_fixes_its_language() -> None:
-    batch = Batch.from_api(
+    batch = batch_of(
         {
-            "metadata": {"name": "talks", "namespace": "ns", "uid": "u1"},
-            "spec": {
-                "defaults": {
-                    "language": "auto",
-                    "languageOptions": ["de", "fr", "en"],
-                    "languageScope": "segment",
-                    "transcript": {"translate": "en"},
-                }
-            },
+            "language": "auto",
+            "languageOptions": ["de", "fr", "en"],
+            "languageScope": "segment",
+            "transcript": {"translate": "en"},
         }
     )
     open_item = Item(index=0, key="monday", url="file:///media/monday.wav")
