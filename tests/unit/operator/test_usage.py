@@ -15,6 +15,7 @@ from recall.kube.memory import MemoryApi
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.usage import Usage
 from recall.resources import Published
+from recall.worker.holder import LeaseHolder
 from tests.unit.fakes import NS, claim, job_manifest, result_of
 
 
@@ -31,6 +32,18 @@ def sync(store: MemoryApi, cache: JobCache) -> None:
         cache.changed("MODIFIED", raw)
 
 
+def held(store: MemoryApi, clock: FakeClock, cache: JobCache, *, renewals: int) -> LeaseHolder:
+    """Job `j` claimed, then renewed `renewals` times 5 s apart; the cache synced after each
+    write."""
+    h = claim(store, clock, "j")
+    sync(store, cache)
+    for _ in range(renewals):
+        clock.step(5)
+        h.renew()
+        sync(store, cache)
+    return h
+
+
 def counter(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
@@ -43,20 +56,10 @@ def test_usage__every_attempt_and_each_channel_counted_and_kept_in_a_config_map(
         "recall_engine_seconds_total", job_namespace=NS, pool="gpu", engine="simulated"
     )
     # A first attempt is abandoned (its lease released after 20 s), the second completes.
-    h = claim(store, clock, "j")
-    sync(store, cache)
-    for _ in range(4):
-        clock.step(5)
-        h.renew()
-        sync(store, cache)
+    h = held(store, clock, cache, renewals=4)
     h.release()
     sync(store, cache)
-    h = claim(store, clock, "j")
-    sync(store, cache)
-    for _ in range(6):
-        clock.step(5)
-        h.renew()
-        sync(store, cache)
+    h = held(store, clock, cache, renewals=6)
     h.complete(result_of(h).model_copy(update={"duration_seconds": 60.0, "channels": 2}))
     sync(store, cache)
     store.patch_job_status(NS, "j", None, {"published": Published(time=clock.now()).to_api()})
