@@ -16,9 +16,10 @@ from recall.base.settings import OperatorSettings, StoreSettings, WorkerSettings
 from recall.bucket import Bucket, Stores
 from recall.engines.simulated import SimulatedEngine
 from recall.kube.memory import MemoryApi
+from recall.operator.reconcile.record import JobRecord
 from recall.operator.runtime.wiring import wire
 from recall.protocol.workers import SELECTOR
-from recall.resources import API_VERSION, Part, Result
+from recall.resources import API_VERSION, Batch, Part, Result
 from recall.worker.holder import LeaseHolder
 from recall.worker.loop import Worker
 
@@ -55,6 +56,22 @@ def batch_manifest(name: str, keys: list[str], **spec: Any) -> dict[str, Any]:
             **spec,
         },
     }
+
+
+def item_record(batch: Batch, index: int, status: dict[str, Any]) -> JobRecord:
+    """The operator's record of item `index` of `batch` (its job `<batch>-<index>`) in
+    `status`."""
+    return JobRecord.from_raw(
+        {
+            "metadata": {
+                "name": f"{batch.name}-{index}",
+                "namespace": batch.namespace,
+                "labels": {"recall.dev/index": str(index)},
+            },
+            "spec": {"batchRef": batch.name, "item": str(index), "source": {"url": "file:///a"}},
+            "status": status,
+        }
+    )
 
 
 class Operator:

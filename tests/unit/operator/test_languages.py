@@ -8,6 +8,7 @@ import datetime as dt
 from recall.operator.reconcile.project import project
 from recall.operator.reconcile.record import JobRecord
 from recall.resources import Batch, BatchStatus
+from tests.unit.fakes import item_record
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 BATCH = Batch.from_api({"metadata": {"name": "talks", "namespace": "ns", "uid": "b1"}, "spec": {}})
@@ -17,17 +18,7 @@ def job(index: int, phase: str, language: str | None = None) -> JobRecord:
     status: dict[str, object] = {"phase": phase, "attempts": 1}
     if phase == "Succeeded":
         status["result"] = {"transcript": f"k{index}", "language": language}
-    return JobRecord.from_raw(
-        {
-            "metadata": {
-                "name": f"talks-{index}",
-                "namespace": "ns",
-                "labels": {"recall.dev/index": str(index)},
-            },
-            "spec": {"batchRef": "talks", "item": str(index), "source": {"url": "file:///a"}},
-            "status": status,
-        }
-    )
+    return item_record(BATCH, index, status)
 
 
 def test_project__counts_completed_items_by_language() -> None:

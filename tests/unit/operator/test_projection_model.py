@@ -8,26 +8,21 @@ import datetime as dt
 from recall.operator.reconcile.project import project
 from recall.operator.reconcile.record import JobRecord
 from recall.resources import Batch, BatchStatus, Condition
+from tests.unit.fakes import item_record
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 BATCH = Batch.from_api({"metadata": {"name": "talks", "namespace": "ns", "uid": "b1"}, "spec": {}})
 
 
 def failed(index: int, reason: str, message: str) -> JobRecord:
-    return JobRecord.from_raw(
+    return item_record(
+        BATCH,
+        index,
         {
-            "metadata": {
-                "name": f"talks-{index}",
-                "namespace": "ns",
-                "labels": {"recall.dev/index": str(index)},
-            },
-            "spec": {"batchRef": "talks", "item": str(index), "source": {"url": "file:///a"}},
-            "status": {
-                "phase": "Failed",
-                "attempts": 1,
-                "lastError": {"reason": reason, "message": message, "permanent": True},
-            },
-        }
+            "phase": "Failed",
+            "attempts": 1,
+            "lastError": {"reason": reason, "message": message, "permanent": True},
+        },
     )
 
 
