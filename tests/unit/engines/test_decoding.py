@@ -225,39 +225,25 @@ def test_transcribe__a_prompted_window_that_skips_speech_is_decoded_again_withou
         "in his power to do for them. He was not an ill-disposed young man, unless to be "
         "rather cold-hearted and rather selfish is to be ill-disposed."
     )
-    found = engine.transcribe(
-        TranscribeRequest.of(
-            chunk_of(30),
-            language="en",
-            cancel=threading.Event(),
-            job=job,
-            attempt=1,
-            context=context,
-        )
+    prompted = TranscribeRequest.of(
+        chunk_of(30),
+        language="en",
+        cancel=threading.Event(),
+        job=job,
+        attempt=1,
+        context=context,
     )
+    found = engine.transcribe(prompted)
     first, again = pipeline.calls
     assert len(first["initial_prompt"]) <= WHISPER_CONTEXT_CHARACTERS
     assert again["initial_prompt"] is None and len(again["clip_timestamps"]) == 1
     assert [s.start for s in found] == pytest.approx([1.0], abs=0.011)  # the window's start
     # Without a prompt there is nothing to decode again without: one call.
     pipeline.calls.clear()
-    engine.transcribe(
-        TranscribeRequest.of(
-            chunk_of(30), language="en", cancel=threading.Event(), job=job, attempt=1
-        )
-    )
+    engine.transcribe(prompted.but(context=""))
     assert len(pipeline.calls) == 1
     # A prompted window whose words reach its speech is decoded once.
     pipeline.calls.clear()
     pipeline.skips = 0.0
-    engine.transcribe(
-        TranscribeRequest.of(
-            chunk_of(30),
-            language="en",
-            cancel=threading.Event(),
-            job=job,
-            attempt=1,
-            context=context,
-        )
-    )
+    engine.transcribe(prompted)
     assert len(pipeline.calls) == 1
