@@ -50,6 +50,21 @@ def job_for(url: str, language: str | None = "en") -> TranscriptionJob:
     return TranscriptionJob.from_api({"metadata": {"name": "speech"}, "spec": spec})
 
 
+def silent_second() -> Chunk:
+    """A chunk of one second of silence, made afresh."""
+    return Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
+
+
+def one_second(engine: WhisperEngine, job: TranscriptionJob, language: str) -> list[Segment]:
+    """`engine`'s transcript of one second of silence for `job` in `language`, attempt 1, as
+    a worker asks for a chunk."""
+    return engine.transcribe(
+        TranscribeRequest.of(
+            silent_second(), language=language, cancel=threading.Event(), job=job, attempt=1
+        )
+    )
+
+
 @pytest.fixture(scope="module")
 def speech(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
     out = tmp_path_factory.mktemp("speech") / "speech.wav"
@@ -74,15 +89,7 @@ def test_transcribe__synthesized_speech_within_word_error_rate(
     assert len(chunks) == 2
     assert media.duration == pytest.approx(seconds, abs=0.05)  # decoded
 
-    engine.transcribe(
-        TranscribeRequest.of(
-            Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32)),
-            language="en",
-            cancel=threading.Event(),
-            job=job,
-            attempt=1,
-        )
-    )  # load the model first
+    one_second(engine, job, "en")  # load the model first
     wall, cpu = time.perf_counter(), time.process_time()
     transcript: list[Segment] = []
     for chunk in chunks:
@@ -196,17 +203,8 @@ def test_transcribe__cancelled_before_start_returns_nothing(
 
 
 def test_transcribe__language_the_model_lacks_is_permanent(engine: WhisperEngine) -> None:
-    chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     with pytest.raises(JobFailure) as info:
-        engine.transcribe(
-            TranscribeRequest.of(
-                chunk,
-                language="fr-FR",
-                cancel=threading.Event(),
-                job=job_for("file:///x.wav", "fr-FR"),
-                attempt=1,
-            )
-        )
+        one_second(engine, job_for("file:///x.wav", "fr-FR"), "fr-FR")
     assert (info.value.reason, info.value.permanent) == ("UnsupportedLanguage", True)
     assert "English-only" in info.value.message
 
@@ -219,50 +217,27 @@ def test_model__unloadable_directory_is_permanent(tmp_path: Path) -> None:
     (broken / "config.json").write_text("{}")
     engine = WhisperEngine(model=str(broken))
     assert engine.label() == "whisper/not-a-model"
-    chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     with pytest.raises(JobFailure) as info:
-        engine.transcribe(
-            TranscribeRequest.of(
-                chunk,
-                language="en",
-                cancel=threading.Event(),
-                job=job_for("file:///x.wav"),
-                attempt=1,
-            )
-        )
+        one_second(engine, job_for("file:///x.wav"), "en")
     assert (info.value.reason, info.value.permanent) == ("ModelInvalid", True)
     assert str(broken) in info.value.message
 
 
 def test_model__a_name_that_is_not_bundled_is_not_downloaded() -> None:
     engine = WhisperEngine(model="large-v3")
-    chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     with pytest.raises(JobFailure) as info:
-        engine.transcribe(
-            TranscribeRequest.of(
-                chunk,
-                language="en",
-                cancel=threading.Event(),
-                job=job_for("file:///x.wav"),
-                attempt=1,
-            )
-        )
+        one_second(engine, job_for("file:///x.wav"), "en")
     assert (info.value.reason, info.value.permanent) == ("ModelNotFound", True)
     assert "large-v3" in info.value.message and "internet" in info.value.message
 
 
 def test_language__auto_on_an_english_only_model_names_the_model(engine: WhisperEngine) -> None:
     job = job_for("file:///x.wav", "auto")
-    chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     for call in (
         lambda: engine.detect_language(
-            TranscribeRequest.of(chunk, job=job, cancel=threading.Event())
+            TranscribeRequest.of(silent_second(), job=job, cancel=threading.Event())
         ),
-        lambda: engine.transcribe(
-            TranscribeRequest.of(
-                chunk, language="auto", cancel=threading.Event(), job=job, attempt=1
-            )
-        ),
+        lambda: one_second(engine, job, "auto"),
     ):
         with pytest.raises(JobFailure) as info:
             call()
@@ -271,9 +246,10 @@ def test_language__auto_on_an_english_only_model_names_the_model(engine: Whisper
 
 
 def test_language__empty_on_an_english_only_model_is_english(engine: WhisperEngine) -> None:
-    chunk = Chunk(0, 0.0, 1.0, np.zeros(16_000, np.float32))
     found = engine.detect_language(
-        TranscribeRequest.of(chunk, job=job_for("file:///x.wav", None), cancel=threading.Event())
+        TranscribeRequest.of(
+            silent_second(), job=job_for("file:///x.wav", None), cancel=threading.Event()
+        )
     )
     # the model's own language, not detected: no probability is recorded
     assert found is not None and (found.language, found.probability) == ("en", None)
