@@ -125,12 +125,9 @@ def get_job(kube: Kube, namespace: str, name: str) -> TranscriptionJob:
 def wait_for_phase(
     kube: Kube, namespace: str, name: str, phase: str, *, timeout: float, procs: Procs
 ) -> None:
-    """Wait until job `name` is in `phase`; a time-out shows the tail of every process's log."""
-    wait_for(
-        lambda: get_job(kube, namespace, name).status.phase == phase,
-        timeout=timeout,
-        message=procs.dump,
-    )
+    """Wait until job `name` is in `phase`, through the time it does not exist yet (a Batch's
+    items are made by the operator); a time-out shows the tail of every process's log."""
+    wait_for(lambda: job_phase(kube, namespace, name) == phase, timeout=timeout, message=procs.dump)
 
 
 def merge_patch(kube: Kube, namespace: str, plural: str, name: str, body: dict[str, Any]) -> Any:

@@ -13,7 +13,7 @@ from recall.media.types import Word
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
 from recall.transcripts import load_transcript
 from recall_dev import dialogue, speech
-from tests.helpers import Procs, get_job, job_phase, wait_for
+from tests.helpers import Procs, get_job, wait_for_phase
 
 pytestmark = pytest.mark.slow
 
@@ -86,11 +86,7 @@ def test_speakers__labelled_by_voice_and_the_same_after_a_kill_and_resume(
     whisper_batch(kube, namespace, "whole", source, transcript=speakers)
     whole = procs.worker("whole", "--engine", "whisper", "--namespace", namespace,
                          "--idle-exit", "5")  # fmt: skip
-    wait_for(
-        lambda: job_phase(kube, namespace, "whole-talk") == Phase.SUCCEEDED,
-        timeout=240,
-        message=procs.dump,
-    )
+    wait_for_phase(kube, namespace, "whole-talk", Phase.SUCCEEDED, timeout=240, procs=procs)
     assert whole.wait(timeout=60) == 0
     assert "speakers_labelled" in whole.event_names()
     words, found = labelled_words(kube, results, namespace, "whole-talk")
@@ -108,11 +104,7 @@ def test_speakers__labelled_by_voice_and_the_same_after_a_kill_and_resume(
     assert first.wait(timeout=180) < 0, "the fault should have killed the first worker"
     second = procs.worker("second", "--engine", "whisper", "--namespace", namespace,
                           "--idle-exit", "30")  # fmt: skip
-    wait_for(
-        lambda: job_phase(kube, namespace, "again-talk") == Phase.SUCCEEDED,
-        timeout=240,
-        message=procs.dump,
-    )
+    wait_for_phase(kube, namespace, "again-talk", Phase.SUCCEEDED, timeout=240, procs=procs)
     assert second.wait(timeout=60) == 0
     assert "resumed" in second.event_names()
     again, found_again = labelled_words(kube, results, namespace, "again-talk")
@@ -129,11 +121,7 @@ def test_speakers__more_voices_asked_than_there_are_completes_with_a_condition(
     whisper_batch(kube, namespace, "four", {"talk": talk.path.as_uri()},
                   transcript={"speakers": {"count": 4}})  # fmt: skip
     procs.worker("w", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "5")
-    wait_for(
-        lambda: job_phase(kube, namespace, "four-talk") == Phase.SUCCEEDED,
-        timeout=240,
-        message=procs.dump,
-    )
+    wait_for_phase(kube, namespace, "four-talk", Phase.SUCCEEDED, timeout=240, procs=procs)
     job = get_job(kube, namespace, "four-talk")
     assert job.status.result is not None
     assert job.status.result.speakers == 2 and job.status.result.speakers_asked == 4

@@ -25,10 +25,10 @@ import pytest
 
 from recall.bucket import Bucket
 from recall.kube.client import KubeClient as Kube
-from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase
+from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, VERSION, Phase, TranscriptionJob
 from recall.transcripts import load_transcript
 from recall_dev import speech
-from tests.helpers import Procs, get_job, job_phase, wait_for
+from tests.helpers import Procs, get_job, wait_for, wait_for_phase
 
 pytestmark = pytest.mark.slow
 FORMATS = ["json", "aws.json", "srt", "vtt", "txt"]
@@ -57,6 +57,16 @@ def spoken(tmp_path: Path, name: str, sentences: list[str]) -> Path:
 def create_job(kube: Kube, namespace: str, name: str, spec: dict[str, Any]) -> None:
     body = {"apiVersion": API_VERSION, "kind": "TranscriptionJob", "metadata": {"name": name}}
     kube.create_job(namespace, {**body, "spec": spec})
+
+
+def wait_published(kube: Kube, namespace: str, name: str, procs: Procs) -> TranscriptionJob:
+    """Job `name`, read again once its outputs are published."""
+    wait_for(
+        lambda: (j := get_job(kube, namespace, name)).status.published is not None and j,
+        timeout=240,
+        message=procs.dump,
+    )
+    return get_job(kube, namespace, name)
 
 
 def texts(bucket: Bucket, skip: tuple[str, ...] = ()) -> dict[str, str]:
@@ -108,12 +118,7 @@ def test_redaction__nothing_redacted_reaches_the_store_status_events_or_logs(
     killed = texts(results, skip=(".original.json",))  # the killed attempt's chunk records
     assert any("/c00000" in k for k in killed)
     procs.worker("second", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "30")
-    wait_for(
-        lambda: (j := get_job(kube, namespace, "call")).status.published is not None and j,
-        timeout=240,
-        message=procs.dump,
-    )
-    job = get_job(kube, namespace, "call")
+    job = wait_published(kube, namespace, "call", procs)
     assert job.status.phase == Phase.SUCCEEDED and job.status.result is not None
     directory = job.status.result.transcript.rsplit("/", 1)[0] + "/"
     redacted = load_transcript(results, job.status.result.transcript)
@@ -212,11 +217,7 @@ def test_channels__a_batch_default_of_split_on_a_mixed_archive(
     )
     procs.worker("w", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "20")
     for name in ("calls-stereo", "calls-mono"):
-        wait_for(
-            lambda n=name: job_phase(kube, namespace, n) == Phase.SUCCEEDED,  # type: ignore[misc]
-            timeout=240,
-            message=procs.dump,
-        )
+        wait_for_phase(kube, namespace, name, Phase.SUCCEEDED, timeout=240, procs=procs)
     job = get_job(kube, namespace, "calls-stereo")
     assert job.status.result is not None and job.status.result.channels == 2
     assert not any(c.type == "MonoSource" for c in job.status.conditions)
@@ -255,12 +256,7 @@ def test_seams__a_recording_cut_mid_sentence_reads_as_one_sentence(
         },
     )
     procs.worker("w", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "10")
-    wait_for(
-        lambda: (j := get_job(kube, namespace, "long")).status.published is not None and j,
-        timeout=240,
-        message=procs.dump,
-    )
-    job = get_job(kube, namespace, "long")
+    job = wait_published(kube, namespace, "long", procs)
     assert job.status.progress is not None and job.status.progress.chunks_total >= 3
     for fmt in FORMATS:
         body = (outputs.get(f"long.{fmt}") or b"").decode()

@@ -23,9 +23,8 @@ from recall_dev import speech
 from tests.helpers import (
     Procs,
     get_job,
-    job_phase,
     manifest,
-    wait_for,
+    wait_for_phase,
     wait_for_the_result_alone,
 )
 
@@ -114,11 +113,7 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     second = procs.worker(
         "second", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "30"
     )
-    wait_for(
-        lambda: job_phase(kube, namespace, "talk-six") == Phase.SUCCEEDED,
-        timeout=180,
-        message=procs.dump,
-    )
+    wait_for_phase(kube, namespace, "talk-six", Phase.SUCCEEDED, timeout=180, procs=procs)
     assert second.wait(timeout=60) == 0
     # The engine ran only for the chunks the checkpoint did not hold.
     assert chunk_events(second.events()) == list(range(done, 6))
@@ -160,11 +155,7 @@ def test_bad_media__fails_at_once_with_a_clear_reason(
     whisper_batch(kube, namespace, "bad", {"missing": missing.as_uri(), "text": not_audio.as_uri()})
     procs.worker("w", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "5")
     for name in ("bad-missing", "bad-text"):
-        wait_for(
-            lambda n=name: job_phase(kube, namespace, n) == Phase.FAILED,  # type: ignore[misc]
-            timeout=60,
-            message=procs.dump,
-        )
+        wait_for_phase(kube, namespace, name, Phase.FAILED, timeout=60, procs=procs)
     gone = get_job(kube, namespace, "bad-missing").status
     text = get_job(kube, namespace, "bad-text").status
     assert gone.last_error is not None and text.last_error is not None
@@ -184,11 +175,7 @@ def test_transcript__json_and_aws_json_show_the_words_the_job_asked_for(
     procs.recall("operator", "operator", "--namespace", namespace)
     whisper_batch(kube, namespace, "talk", {"six": path.as_uri()}, lease=30, words=True)
     procs.worker("w", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "5")
-    wait_for(
-        lambda: job_phase(kube, namespace, "talk-six") == Phase.SUCCEEDED,
-        timeout=180,
-        message=procs.dump,
-    )
+    wait_for_phase(kube, namespace, "talk-six", Phase.SUCCEEDED, timeout=180, procs=procs)
 
     def transcript(fmt: str) -> dict[str, Any]:
         args = ["transcript", "talk/six", "--format", fmt, "--namespace", namespace]
