@@ -112,6 +112,25 @@ def secret(api: client.ApiClient, namespace: str, name: str, data: dict[str, str
     client.CoreV1Api(api).create_namespaced_secret(namespace, body)
 
 
+def notify_sink(api: client.ApiClient, namespace: str, url: str, key: bytes) -> dict[str, Any]:
+    """A sink of `spec.notify` for `url`, signed with `key`: the Secret `recall-notify` that
+    holds the key is created in `namespace`."""
+    secret(api, namespace, "recall-notify", {"hmac": key.decode()})
+    return {"url": url, "secretRef": {"name": "recall-notify", "key": "hmac"}}
+
+
+def job_event_ids(kube: Kube, namespace: str) -> set[str]:
+    """The id of every job's event in `namespace`, each job finished."""
+    from recall.operator.notify import events
+
+    ids = set()
+    for job in list_jobs(kube, namespace):
+        type_ = events.job_type(job)
+        assert type_ is not None, f"{job.name} did not finish"
+        ids.add(events.event_id(job.metadata.uid or "", type_))
+    return ids
+
+
 def create_job(kube: Kube, namespace: str, name: str, **kwargs: Any) -> TranscriptionJob:
     return kube.create_job(namespace, job_manifest(name, **kwargs))
 

@@ -27,9 +27,10 @@ from tests.helpers import (
     Procs,
     batch_manifest,
     get_batch,
+    job_event_ids,
     job_manifest,
     list_jobs,
-    secret,
+    notify_sink,
     wait_for,
 )
 from tests.receiver import OPERATOR_ENV, Receiver
@@ -39,7 +40,6 @@ PROFILE = os.environ.get("RECALL_CHAOS_PROFILE", "short")
 SEED = int((os.environ.get("RECALL_CHAOS_SEEDS") or "1").split(",")[0])
 SECONDS = {"short": 25.0, "long": 90.0}[PROFILE]
 KEY = b"chaos-hmac-key"
-SINK = {"secretRef": {"name": "recall-notify", "key": "hmac"}}
 
 
 @pytest.fixture
@@ -52,8 +52,7 @@ def test_chaos__every_finished_jobs_event_delivered(
     kube: Kube, api: client.ApiClient, namespace: str, procs: Procs, receiver: Receiver
 ) -> None:
     rng = random.Random(SEED)
-    secret(api, namespace, "recall-notify", {"hmac": KEY.decode()})
-    sink = {**SINK, "url": receiver.url}
+    sink = notify_sink(api, namespace, receiver.url, KEY)
     items = [f"i{n:02d}" for n in range(24 if PROFILE == "short" else 60)]
     batch = batch_manifest("b", items, simulate={"chunks": 3, "chunkDelaySeconds": 0.5})
     batch["spec"]["notify"] = [sink]
@@ -111,11 +110,7 @@ def test_chaos__every_finished_jobs_event_delivered(
         )
 
     wait_for(settled, timeout=240, message="every event settled")
-    expected = set()
-    for job in list_jobs(kube, namespace):
-        type_ = events.job_type(job)
-        assert type_ is not None, f"{job.name} did not finish"
-        expected.add(events.event_id(job.metadata.uid or "", type_))
+    expected = job_event_ids(kube, namespace)
     b = get_batch(kube, namespace, "b")
     expected.add(events.event_id(b.metadata.uid or "", events.BATCH_COMPLETED))
     got = receiver.all()

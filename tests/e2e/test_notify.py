@@ -18,7 +18,15 @@ from kubernetes import client
 from recall.kube.client import KubeClient as Kube
 from recall.operator.notify import events
 from recall.resources import BATCH_PLURAL, GROUP, VERSION
-from tests.helpers import Procs, batch_manifest, get_batch, list_jobs, secret, wait_for
+from tests.helpers import (
+    Procs,
+    batch_manifest,
+    get_batch,
+    job_event_ids,
+    list_jobs,
+    notify_sink,
+    wait_for,
+)
 from tests.receiver import OPERATOR_ENV, Receiver
 
 pytestmark = pytest.mark.slow
@@ -39,11 +47,8 @@ def receiver() -> Iterator[Receiver]:
 def test_notify__every_event_delivered_through_a_refusing_slow_and_down_sink_and_two_kills(
     kube: Kube, api: client.ApiClient, namespace: str, procs: Procs, receiver: Receiver
 ) -> None:
-    secret(api, namespace, "recall-notify", {"hmac": KEY.decode()})
     manifest = batch_manifest("b", ITEMS, simulate={"chunks": 2, "chunkDelaySeconds": 0.2})
-    manifest["spec"]["notify"] = [
-        {"url": receiver.url, "secretRef": {"name": "recall-notify", "key": "hmac"}}
-    ]
+    manifest["spec"]["notify"] = [notify_sink(api, namespace, receiver.url, KEY)]
     manifest["spec"]["ttlSecondsAfterFinished"] = 0
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BATCH_PLURAL, manifest)
     receiver.refuse_first, receiver.mode = 3, "slow"
@@ -70,7 +75,7 @@ def test_notify__every_event_delivered_through_a_refusing_slow_and_down_sink_and
     receiver.mode = "ok"
 
     # A third operator settles everything.
-    expected = expected_ids(kube, namespace)
+    expected = job_event_ids(kube, namespace)
     procs.recall("op3", "operator", "--namespace", namespace, env=OPERATOR_ENV)
 
     def settled() -> bool:
@@ -104,12 +109,3 @@ def all_final(kube: Kube, namespace: str) -> bool:
         j.status.effective_phase.terminal and (j.status.phase != "Succeeded" or j.status.published)
         for j in jobs
     )
-
-
-def expected_ids(kube: Kube, namespace: str) -> set[str]:
-    ids = set()
-    for job in list_jobs(kube, namespace):
-        type_ = events.job_type(job)
-        assert type_ is not None, job.name
-        ids.add(events.event_id(job.metadata.uid or "", type_))
-    return ids
