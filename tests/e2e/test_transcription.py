@@ -139,10 +139,13 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     assert all(a.end <= b.start for a, b in itertools.pairwise(words)), "word times go back"
     assert any(w.start < done * 10 for w in words) and any(w.start > done * 10 for w in words)
     # The accepted transcript is all that stays: both attempts' chunks and cuttings go once it
-    # is accepted (the operator collects them), and nothing is in a ConfigMap.
+    # is accepted (the operator collects them), and no ConfigMap holds the work: the only one
+    # the operator writes is the usage record, counts per day.
     wait_for_the_result_alone(results, namespace, job, attempt=2, timeout=30)
-    names = [c.metadata.name for c in kube.core.list_namespaced_config_map(namespace).items]
-    assert [n for n in names if n != "kube-root-ca.crt"] == []
+    maps = {c.metadata.name: c.data for c in kube.core.list_namespaced_config_map(namespace).items}
+    assert set(maps) - {"kube-root-ca.crt", "recall-usage"} == set()
+    for day in (maps.get("recall-usage") or {}).values():
+        assert set(json.loads(day)) == {"jobs", "audioSeconds", "engineSeconds"}
 
 
 def test_bad_media__fails_at_once_with_a_clear_reason(

@@ -19,8 +19,9 @@ Checks: 8, every required object exists; and, once the drain finished and the op
 time to collect (`History.settled`), nothing is left over (which objects are, by attempt).
 6 for the second record of a job (DESIGN §4b): by then every Succeeded job is published.
 4, a published copy (index entry, output) holds the bytes of what it copies. 10, loosely: no
-ConfigMap holds the work (the namespace holds only the run's probe and the cluster's CA), and
-every job stays under `JOB_BYTES` as the API server serves it.
+ConfigMap holds the work (the namespace holds only the run's probe, the cluster's CA and the
+operator's usage record of counts per day), and every job stays under `JOB_BYTES` as the API
+server serves it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from recall_dev.chaos.invariants.verdict import Verdict
 JOB_BYTES = 4096
 # ConfigMaps the namespace may hold: the cluster's CA, the run's own write probe
 KNOWN_CONFIG_MAPS = {"kube-root-ca.crt", "chaos-probe"}
+# The operator's usage record: counts per UTC day (about 70 bytes a day), never the work; a
+# run spans at most two days.
+USAGE_CONFIG_MAP, USAGE_BYTES = "recall-usage", 1024
 SHOWN = 12  # keys shown per violation
 PROBES = (WORKER_PROBE, OPERATOR_PROBE)
 
@@ -202,8 +206,9 @@ def check_objects(h: History, verdict: Verdict) -> None:
 def check_ledger(h: History, verdict: Verdict) -> None:
     """10, loosely: no ConfigMap but the known ones; every job under `JOB_BYTES`."""
     for name, size in sorted(h.final.config_maps.items()):
-        if name not in KNOWN_CONFIG_MAPS:
-            verdict.add(10, None, f"ConfigMap {name} ({size} bytes of data) in the namespace")
+        if name in KNOWN_CONFIG_MAPS or (name == USAGE_CONFIG_MAP and size < USAGE_BYTES):
+            continue
+        verdict.add(10, None, f"ConfigMap {name} ({size} bytes of data) in the namespace")
     big = sorted(
         ((n, b) for n, b in h.final.job_bytes.items() if b >= JOB_BYTES), key=lambda x: -x[1]
     )
