@@ -7,11 +7,14 @@
 
 The calibration set: 1 to 4 voices, `FILES` files each, seeds `CALIBRATION + 1000 n + k`
 (the bench scores seeds `1000 n + k`, k < 5: the two sets share no file). A one-voice file is
-a dialogue whose turns all have one voice (`monologue`). Each file is transcribed as the
-bench does, its windows embedded once, both kept in `CACHE`; each window's vectors twice,
-from the words' windows and from the segments' (a job whose engine gives no words), so any
-clustering can be scored on them in seconds. Scored: the share of files whose count is the
-true one, and the mean DER (`bench.der`, 0.25 s collar).
+a dialogue whose turns all have one voice (`monologue`). Besides, `CLOSE_FILES` files each of
+2 to 4 voices that always hold the nearest pair of the dialogues' voices (`CLOSE`, espeak-ng's
+two female variants), seeds `CLOSE_SEEDS + 1000 n + k`: drawn at random, only a few files of
+four voices would hold both. Each file is transcribed as the bench does, its windows
+embedded once, both kept in `CACHE`; each window's vectors twice, from the words' windows
+and from the segments' (a job whose engine gives no words), so any clustering can be scored
+on them in seconds. Scored: the share of files whose count is the true one, and the mean DER
+(`bench.der`, 0.25 s collar).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import statistics
 import sys
 import wave
@@ -36,6 +40,9 @@ CACHE = Path.home() / ".cache" / "recall" / "speakers-calibration"
 CALIBRATION = 100  # seed offset of the calibration files
 FILES = 6
 VOICES = (1, 2, 3, 4)
+CLOSE = ("en+f1", "en+f2")  # the nearest two voices of `recall_dev.dialogue.VOICES`
+CLOSE_SEEDS = 200  # seed offset of the files that hold both
+CLOSE_FILES = 4
 
 
 @dataclass
@@ -62,6 +69,28 @@ def _embed(labeller: Any, path: Path, segments: list[Any]) -> tuple[list[Any], A
     return windows, embedder.finish()
 
 
+def close(n: int, out: Path, seed: int) -> Any:
+    """A dialogue of `n` voices (as `spoken` makes them) of which two are `CLOSE`, the others
+    drawn by `seed`, in an order drawn by `seed`."""
+    from recall_dev import dialogue
+
+    pick = random.Random(seed)
+    pair = [v for v in dialogue.VOICES if v.name in CLOSE]
+    others = pick.sample([v for v in dialogue.VOICES if v.name not in CLOSE], n - 2)
+    voices = [*pair, *others]
+    pick.shuffle(voices)
+    return dialogue.make(out, speakers=n, turns=4 * n, seed=seed, overlap=0.2,
+                         voices=tuple(voices))  # fmt: skip
+
+
+def _files(files: int) -> Iterator[tuple[int, int, Callable[[int, Path, int], Any]]]:
+    """(voices, seed, maker) of every file of the calibration set."""
+    for n, k in itertools.product(VOICES, range(files)):
+        yield n, CALIBRATION + 1000 * n + k, spoken
+    for n, k in itertools.product(VOICES[1:], range(CLOSE_FILES)):
+        yield n, CLOSE_SEEDS + 1000 * n + k, close
+
+
 def make(files: int) -> None:
     """Transcribe and embed the calibration set into `CACHE` (files already there are kept)."""
     from recall.engines.whisper import available_cpus, bundled_path, load_model
@@ -70,12 +99,11 @@ def make(files: int) -> None:
     CACHE.mkdir(parents=True, exist_ok=True)
     model = load_model(str(bundled_path()), available_cpus())
     labeller = Labeller.packaged()
-    for n, k in itertools.product(VOICES, range(files)):
-        seed = CALIBRATION + 1000 * n + k
+    for n, seed, maker in _files(files):
         target = CACHE / f"v{n}-{seed}.json"
         if target.exists():
             continue
-        d = spoken(n, CACHE / "audio.wav", seed)
+        d = maker(n, CACHE / "audio.wav", seed)
         segments = _segments(d.path, model)
         windows, vectors = _embed(labeller, d.path, segments)
         bare = [s.model_copy(update={"words": None}) for s in segments]
@@ -168,7 +196,7 @@ def shipped(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 
 SWEEP = {
-    "SAME_VOICE": (0.8, 0.87, 0.95),
+    "SAME_VOICE": (0.6, 0.65, 0.75, 0.87, 0.9),
     "SAME_CENTRE": (0.86, 0.88, 0.9, 0.92, 0.94),
     "NEAR_CENTRE": (0.65, 0.7, 0.75, 0.8, 0.85),
     "MIN_RUN": (1.5, 2.0, 2.5, 3.0, 3.5),
