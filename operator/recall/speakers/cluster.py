@@ -26,7 +26,8 @@ Contract:
   `count` (or `min`) are labelled as found, and `Found.short` says so: a voice is never split
   to reach a count (it would be labelled twice).
 - The thresholds are calibrated on espeak-ng dialogues of 1-4 voices that the bench does not
-  score (`bench/speakers_calibrate.py`); docs/transcripts.md gives what they miss.
+  score, some holding the two nearest voices (`bench/speakers_calibrate.py`);
+  docs/transcripts.md gives what they miss.
 - At most `MAX_LINKED` windows are linked (the linkage is quadratic in memory: 2,000 windows
   take 16 MB); with more, an evenly spaced sample of them is. The checks run over every
   window, a few passes of (windows × candidates): memory and time stay bounded.
@@ -42,8 +43,9 @@ import numpy as np
 import numpy.typing as npt
 from scipy.cluster.hierarchy import fcluster, linkage
 
-SAME_VOICE = 0.87  # average cosine distance (of centred vectors) under which two groups of
-# windows are one candidate
+SAME_VOICE = 0.75  # average cosine distance (of centred vectors) under which two groups of
+# windows are one candidate: low enough that two close voices stay two candidates (the checks
+# below merge the pieces of one voice; no check parts what this cut has joined)
 SAME_CENTRE = 0.9  # cosine similarity of two candidates' centres above which they are one voice
 NEAR_CENTRE = 0.75  # ... above which a candidate must also speak in turns
 MIN_RUN = 2.0  # windows in a row, on average, that a voice near another holds
