@@ -4,6 +4,7 @@
     url = receiver.start()          # up; .stop() takes it down (connections refused), .start()
     receiver.mode = "refuse"        # ok | refuse (400) | unavailable (503) | slow | redirect
     receiver.received               # every request: its event id and type, signed or not
+    receiver.broken                 # requests whose body ended early (a sender killed mid-send)
 
 The check is the one docs/notify.md gives receivers, written here from the document (not
 imported from the operator), so a test of the operator is also a test of the document.
@@ -64,6 +65,7 @@ class Receiver:
         self.mode = "ok"
         self.refuse_first = 0  # the first this many requests are refused (400), whatever the mode
         self.received: list[Delivery] = []
+        self.broken = 0
         self.port = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -78,7 +80,13 @@ class Receiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                if len(body) < length:  # the connection closed mid-body: no request was made
+                    with receiver._lock:
+                        receiver.broken += 1
+                    self.close_connection = True
+                    return
                 receiver._take(self, body)
 
             def log_message(self, *args: Any) -> None:
