@@ -122,7 +122,8 @@ def test_chaos__every_finished_jobs_event_delivered(
     print(
         f"\nnotify chaos ({PROFILE}, seed {SEED}): {len(expected)} events, {len(got)} requests, "
         f"{kills} operator kills, {sum(1 for n in tries.values() if n > 1)} ids sent more than "
-        f"once, {len(missing)} missing, {len(unknown)} unknown ids, {len(unsigned)} unsigned"
+        f"once, {len(missing)} missing, {len(unknown)} unknown ids, {len(unsigned)} unsigned, "
+        f"{receiver.broken} cut off mid-send"
     )
     assert not unsigned and not missing and not unknown
 

@@ -171,7 +171,20 @@ def test_languages__an_english_only_pool_fails_unleased_naming_it_and_the_batch_
 ) -> None:
     german, _ = spoken(tmp_path, "german", [("de", 1)])
     procs.recall("operator", "operator", "--namespace", namespace)
-    procs.worker("worker", "--engine", "whisper", "--namespace", namespace, "--idle-exit", "30")
+    # The operator's promise (recall.operator.dispatch): a worker that only claims what it is
+    # offered never leases such a job. Serving itself (after 10 s without an offer, by default)
+    # it may claim one before the operator fails it: that path is not under test here.
+    no_self_service = {"RECALL_WORKER_SELF_SERVE_SECONDS": "3600"}
+    procs.worker(
+        "worker",
+        "--engine",
+        "whisper",
+        "--namespace",
+        namespace,
+        "--idle-exit",
+        "30",
+        env=no_self_service,
+    )
     wait_for(lambda: registered_english_only(kube, namespace), timeout=60, message=procs.dump)
     items = [{"key": f"f{i}", "source": {"url": german.as_uri()}} for i in range(3)]
     defaults = {"languageOptions": OPTIONS, "engine": {"name": "whisper"}, "maxAttempts": 3}

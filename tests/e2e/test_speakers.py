@@ -109,9 +109,16 @@ def test_speakers__labelled_by_voice_and_the_same_after_a_kill_and_resume(
     assert "resumed" in second.event_names()
     again, found_again = labelled_words(kube, results, namespace, "again-talk")
     assert found_again == 2
-    assert [(w.text, w.start, w.speaker) for w in again] == [
-        (w.text, w.start, w.speaker) for w in words
-    ]
+    # The words themselves may differ between two runs (a window decoded in another batch,
+    # with other text before it as its prompt), the voices do not: both runs label by voice as
+    # well, with the same names, and a word of one said within a word of the other (by its
+    # middle) has that word's label.
+    right_again = sum(w.speaker == names[truth_of(talk, w) or 0] for w in again)
+    assert right_again >= 0.9 * len(again), f"{right_again} of {len(again)} words right again"
+    paired = [(w, u) for w in again for u in words if u.start <= (w.start + w.end) / 2 <= u.end]
+    same = sum(w.speaker == u.speaker for w, u in paired)
+    assert len(paired) >= 0.5 * len(again), f"{len(paired)} of {len(again)} words paired"
+    assert same >= 0.95 * len(paired), [(w.text, u.text, w.speaker, u.speaker) for w, u in paired]
 
 
 def test_speakers__more_voices_asked_than_there_are_completes_with_a_condition(
