@@ -60,13 +60,12 @@ def create_job(kube: Kube, namespace: str, name: str, spec: dict[str, Any]) -> N
 
 
 def wait_published(kube: Kube, namespace: str, name: str, procs: Procs) -> TranscriptionJob:
-    """Job `name`, read again once its outputs are published."""
-    wait_for(
+    """Job `name` as read once its outputs are published."""
+    return wait_for(
         lambda: (j := get_job(kube, namespace, name)).status.published is not None and j,
         timeout=240,
         message=procs.dump,
     )
-    return get_job(kube, namespace, name)
 
 
 def texts(bucket: Bucket, skip: tuple[str, ...] = ()) -> dict[str, str]:

@@ -17,6 +17,7 @@ import pytest
 
 from recall.bucket import Bucket
 from recall.kube.client import KubeClient as Kube
+from recall.operator import usage
 from recall.resources import BATCH_PLURAL, GROUP, VERSION, Phase
 from recall.transcripts import load_transcript
 from recall_dev import speech
@@ -143,8 +144,8 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     # the operator writes is the usage record, counts per day.
     wait_for_the_result_alone(results, namespace, job, attempt=2, timeout=30)
     maps = {c.metadata.name: c.data for c in kube.core.list_namespaced_config_map(namespace).items}
-    assert set(maps) - {"kube-root-ca.crt", "recall-usage"} == set()
-    for day in (maps.get("recall-usage") or {}).values():
+    assert set(maps) - {"kube-root-ca.crt", usage.CONFIG_MAP} == set()
+    for day in (maps.get(usage.CONFIG_MAP) or {}).values():
         assert set(json.loads(day)) == {"jobs", "audioSeconds", "engineSeconds"}
 
 

@@ -101,14 +101,12 @@ if __name__ == "__main__":
     parser.add_argument("--write", action="store_true", help="write the reference")
     parser.add_argument("--words", type=Path, help="write the words to this file")
     args = parser.parse_args()
-    if args.write:
-        import tempfile
+    import tempfile
 
+    if args.write:
         with tempfile.TemporaryDirectory() as tmp:
             REFERENCE.write_text(json.dumps(pinned_words(Path(tmp))) + "\n")
     elif args.words:
-        import tempfile
-
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 words = words_of(Path(tmp))

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from recall.kube import Api, Selector
+from recall.operator.usage import CONFIG_MAP as USAGE_CONFIG_MAP
 from recall.resources import LABEL_BATCH, TranscriptionJob, label_value
 
-USAGE_CONFIG_MAP = "recall-usage"
 RESEND = {"time": None, "givenUp": None}  # a merge patch: unsettled, nothing given up
 
 

@@ -30,6 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from recall.operator import usage
 from recall.operator.results.publish import PROBE_KEY as OPERATOR_PROBE
 from recall.resources import Phase, TranscriptionJob
 from recall.transcripts import attempt_dir, chunk_key, output_url, parse_scratch
@@ -44,7 +45,7 @@ JOB_BYTES = 4096
 KNOWN_CONFIG_MAPS = {"kube-root-ca.crt", "chaos-probe"}
 # The operator's usage record: counts per UTC day (about 70 bytes a day), never the work; a
 # run spans at most two days.
-USAGE_CONFIG_MAP, USAGE_BYTES = "recall-usage", 1024
+USAGE_BYTES = 1024
 SHOWN = 12  # keys shown per violation
 PROBES = (WORKER_PROBE, OPERATOR_PROBE)
 
@@ -206,7 +207,7 @@ def check_objects(h: History, verdict: Verdict) -> None:
 def check_ledger(h: History, verdict: Verdict) -> None:
     """10, loosely: no ConfigMap but the known ones; every job under `JOB_BYTES`."""
     for name, size in sorted(h.final.config_maps.items()):
-        if name in KNOWN_CONFIG_MAPS or (name == USAGE_CONFIG_MAP and size < USAGE_BYTES):
+        if name in KNOWN_CONFIG_MAPS or (name == usage.CONFIG_MAP and size < USAGE_BYTES):
             continue
         verdict.add(10, None, f"ConfigMap {name} ({size} bytes of data) in the namespace")
     big = sorted(
