@@ -24,6 +24,7 @@ import enum
 import importlib
 import inspect
 import json
+import pkgutil
 import re
 import sys
 import tomllib
@@ -55,17 +56,31 @@ class DocsError(Exception):
 # --- the settings models ---------------------------------------------------------------------
 
 
-def settings_classes(module: ModuleType) -> list[type[BaseSettings]]:
-    """The module's own `BaseSettings` classes, in the order they are defined."""
-    found = [
-        obj
-        for obj in vars(module).values()
-        if inspect.isclass(obj)
-        and issubclass(obj, BaseSettings)
-        and obj is not BaseSettings
-        and obj.__module__ == module.__name__
-    ]
-    return sorted(found, key=lambda cls: inspect.getsourcelines(cls)[1])
+# The modules of the settings package, in the order the configuration reference shows them.
+SETTINGS_MODULES = ("shared", "worker", "operator")
+
+
+def settings_classes(package: ModuleType) -> list[type[BaseSettings]]:
+    """The `BaseSettings` classes of the settings package: its modules in `SETTINGS_MODULES`'
+    order, each module's classes in the order they are defined."""
+    modules = {m.name for m in pkgutil.iter_modules(package.__path__)}
+    if modules != set(SETTINGS_MODULES):
+        raise ValueError(
+            f"{package.__name__} holds {sorted(modules)}: name each in SETTINGS_MODULES"
+        )
+    found: list[type[BaseSettings]] = []
+    for name in SETTINGS_MODULES:
+        module = importlib.import_module(f"{package.__name__}.{name}")
+        own = [
+            obj
+            for obj in vars(module).values()
+            if inspect.isclass(obj)
+            and issubclass(obj, BaseSettings)
+            and obj is not BaseSettings
+            and obj.__module__ == module.__name__
+        ]
+        found += sorted(own, key=lambda cls: inspect.getsourcelines(cls)[1])
+    return found
 
 
 def _literal(value: object) -> str:
@@ -322,7 +337,7 @@ def configuration_page(root: Path = ROOT) -> str:
         "the chart's values.yaml and values.schema.json, and the metrics module: do not edit.",
         "tests/unit/test_docs.py fails when this page is stale. -->",
         "",
-        "Generated from `operator/recall/base/settings.py` (the settings models), "
+        "Generated from `operator/recall/base/settings/` (the settings models), "
         "`charts/recall/values.yaml` with `values.schema.json`, and "
         "`operator/recall/base/metrics.py`: edit those, then run `make docs`.",
         "",
