@@ -40,8 +40,10 @@ Contract (one chunk a call, `batch_size` 1, and batches alike: `BatchedInference
 - Languages (`recall.engines.whisper.language`): under `languageScope: segment` (`per_segment`)
   a chunk's speech is cut into the spans a language is decided for
   (`recall.engines.languages.decision_spans`: 3 s of speech at least, a switch at a pause of
-  0.5 s) instead of 30 s windows; each span's language is detected on its own speech among the
-  job's options, it is decoded in that language, and its segments carry it. The windows of
+  0.5 s) instead of 30 s windows; each span's language is detected on its own audio as it is
+  decoded (`language.decide`: from its first sound to its last, its pauses kept, its speech not
+  looked for again) among the job's options, it is decoded in that language, and its segments
+  carry it. The windows of
   one language are decoded in one pipeline call, each language in turn.
 - Translation (`translate`): every window is decoded a second time with Whisper's translate
   task, in the window's language and without the prompt (text in the spoken language would
@@ -117,9 +119,8 @@ def transcribe(
     each = [d] * len(windows)
     if d.per_segment:  # each span decided on its own speech
         for i, w in enumerate(windows):
-            said = language.detect(d.model, chunks[w.chunk].audio[w.first : w.end], d.options)
-            if said is not None:
-                each[i] = replace(d, language=said.language)
+            said = language.decide(d.model, chunks[w.chunk].audio[w.first : w.end], d.options)
+            each[i] = replace(d, language=said.language)
     results = in_languages(each, chunks, windows, prompt)
     english = in_languages([replace(x, task="translate") for x in each], chunks, windows, None)
     sounds: dict[int, Sounds] = {}

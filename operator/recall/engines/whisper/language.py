@@ -14,7 +14,9 @@ Contract:
   the most likely among `options` (all of the model's languages when there are none), with the
   model's own probability for it (`recall.engines.languages.choose`); None when `audio` holds
   no speech. Options the model does not know are left out (`yue` on a model before large-v3);
-  none known fails the job with `UnsupportedLanguage`.
+  none known fails the job with `UnsupportedLanguage`. `decide(model, said, options)` is the
+  same on audio that is speech already: a segment-scope span, from its first sound to its last
+  with its pauses, as it is decoded (its speech is not looked for again).
 - `attach(segments, words)`: a window's translation (the words of the translate task, timed by
   the model's alignment) given to its segments: each word to the segment its middle falls in
   (the nearest one when it falls between two), so each segment carries the English of its own
@@ -83,6 +85,12 @@ def detect(model: Any, audio: Any, options: Sequence[str] | None) -> Detected | 
     said = speech(audio)
     if said is None:
         return None
+    return decide(model, said, options)
+
+
+def decide(model: Any, said: Any, options: Sequence[str] | None) -> Detected:
+    """The language of `said`, audio that is speech already (a stretch of it, or stretches put
+    together), among `options` (see the module contract)."""
     known = [o for o in options or () if o in model.supported_languages]
     if options and not known:
         raise JobFailure(
