@@ -19,40 +19,50 @@ if TYPE_CHECKING:
     from recall.cli.submission import Submission
 
 
+# The options of `submit`, one alias each (the command's signature stays a list of names).
+InputsArg = Annotated[
+    list[str], typer.Argument(help="Media files, folders or URLs.", metavar="PATH|URL...")
+]
+NameOpt = Annotated[
+    str | None,
+    typer.Option("--name", help="Batch name (default: the folder's, or recall-<time>)."),
+]
+LanguageOpt = Annotated[str | None, typer.Option(help="Spoken language (ISO 639-1), e.g. en.")]
+EngineOpt = Annotated[
+    str | None, typer.Option(help="Require this engine: whisper, openai or simulated.")
+]
+LeaseOpt = Annotated[int | None, typer.Option(help="Lease duration of each job, seconds.")]
+AttemptsOpt = Annotated[int | None, typer.Option(help="Claims each job may take.")]
+PriorityOpt = Annotated[int | None, typer.Option(help="Priority of the jobs.")]
+OutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Publish each accepted transcript here: a URL with {key} (the item), e.g. "
+        "s3://media-out/talks/{key}."
+    ),
+]
+FormatsOpt = Annotated[
+    str, typer.Option(help="Formats to publish with --output: json, srt, vtt, txt.")
+]
+TtlOpt = Annotated[
+    int | None,
+    typer.Option(help="Delete the finished jobs this many seconds after the Batch ends."),
+]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the manifests, create nothing.")]
+
+
 def submit(
-    inputs: Annotated[
-        list[str], typer.Argument(help="Media files, folders or URLs.", metavar="PATH|URL...")
-    ],
-    name: Annotated[
-        str | None,
-        typer.Option("--name", help="Batch name (default: the folder's, or recall-<time>)."),
-    ] = None,
-    language: Annotated[
-        str | None, typer.Option(help="Spoken language (ISO 639-1), e.g. en.")
-    ] = None,
-    engine: Annotated[
-        str | None, typer.Option(help="Require this engine: whisper, openai or simulated.")
-    ] = None,
-    lease: Annotated[int | None, typer.Option(help="Lease duration of each job, seconds.")] = None,
-    max_attempts: Annotated[int | None, typer.Option(help="Claims each job may take.")] = None,
-    priority: Annotated[int | None, typer.Option(help="Priority of the jobs.")] = None,
-    output: Annotated[
-        str | None,
-        typer.Option(
-            help="Publish each accepted transcript here: a URL with {key} (the item), e.g. "
-            "s3://media-out/talks/{key}."
-        ),
-    ] = None,
-    formats: Annotated[
-        str, typer.Option(help="Formats to publish with --output: json, srt, vtt, txt.")
-    ] = "json",
-    ttl: Annotated[
-        int | None,
-        typer.Option(help="Delete the finished jobs this many seconds after the Batch ends."),
-    ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the manifests, create nothing.")
-    ] = False,
+    inputs: InputsArg,
+    name: NameOpt = None,
+    language: LanguageOpt = None,
+    engine: EngineOpt = None,
+    lease: LeaseOpt = None,
+    max_attempts: AttemptsOpt = None,
+    priority: PriorityOpt = None,
+    output: OutputOpt = None,
+    formats: FormatsOpt = "json",
+    ttl: TtlOpt = None,
+    dry_run: DryRunOpt = False,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
