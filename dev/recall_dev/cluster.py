@@ -90,10 +90,25 @@ def tools_bin_dir(build: bool = True, *, control_plane: bool = False) -> Path:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct TCP ports on 127.0.0.1 that were free a moment ago (each held until all
+    are chosen, so the system cannot hand the same one out twice)."""
+    held = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in held:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
+# A port chosen free can be taken by another process before ours binds it: start again on
+# new ports, this many times at most.
+PORT_TRIES = 3
 
 
 @dataclass
@@ -167,23 +182,37 @@ class ControlPlane:
                 raise ControlPlaneError(f"{bin_dir / tool} is missing: run hack/k8s-tools/build.sh")
         self.logs_dir.mkdir(exist_ok=True)
         pki = write_pki(self.workdir / "pki")
-        self.etcd_port = self.etcd_port or free_port()
-        self.etcd_peer_port = self.etcd_peer_port or free_port()
-        self.apiserver_port = self.apiserver_port or free_port()
-        try:
-            say(f"starting etcd on 127.0.0.1:{self.etcd_port}")
-            self._spawn("etcd", self._etcd_args(bin_dir))
-            say(f"starting kube-apiserver on {self.server}")
-            self._spawn("kube-apiserver", self._apiserver_args(bin_dir, pki))
-            self._write_kubeconfig(pki)
-            self._wait_ready(timeout)
-            if self.controller_manager and (bin_dir / "kube-controller-manager").exists():
-                say("starting kube-controller-manager")
-                self._spawn("kube-controller-manager", self._kcm_args(bin_dir, pki))
-            self._write_state()
-        except BaseException:
-            self.stop(keep_logs=True)
-            raise
+        chosen = not (self.etcd_port or self.etcd_peer_port or self.apiserver_port)
+        for attempt in range(1, PORT_TRIES + 1):
+            if chosen:
+                self.etcd_port, self.etcd_peer_port, self.apiserver_port = free_ports(3)
+            try:
+                self._start(bin_dir, pki, timeout, say)
+                return
+            except ControlPlaneError as e:
+                if not (chosen and attempt < PORT_TRIES and "address already in use" in str(e)):
+                    self.stop(keep_logs=True)
+                    raise
+                say("a port was taken before it was bound; starting again on new ports")
+                terminate(list(reversed(self.procs)), 3.0)
+                self.procs.clear()
+                shutil.rmtree(self.workdir / "etcd", ignore_errors=True)  # bootstrapped on the old
+            except BaseException:
+                self.stop(keep_logs=True)
+                raise
+
+    def _start(self, bin_dir: Path, pki: Pki, timeout: float, say: Callable[[str], None]) -> None:
+        """Start the processes on the ports chosen; the caller stops them if this raises."""
+        say(f"starting etcd on 127.0.0.1:{self.etcd_port}")
+        self._spawn("etcd", self._etcd_args(bin_dir))
+        say(f"starting kube-apiserver on {self.server}")
+        self._spawn("kube-apiserver", self._apiserver_args(bin_dir, pki))
+        self._write_kubeconfig(pki)
+        self._wait_ready(timeout)
+        if self.controller_manager and (bin_dir / "kube-controller-manager").exists():
+            say("starting kube-controller-manager")
+            self._spawn("kube-controller-manager", self._kcm_args(bin_dir, pki))
+        self._write_state()
         say("control plane ready")
 
     def stop(self, keep_logs: bool = False, grace: float = 3.0) -> Path | None:

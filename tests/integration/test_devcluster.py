@@ -163,3 +163,44 @@ def test_kubeconfig__a_killed_client_leaves_no_files(
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert sorted(p.name for p in scratch.iterdir()) == []
+
+
+def test_control_plane__a_port_taken_before_it_is_bound__starts_on_new_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import recall_dev.cluster as cluster
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        choices: list[list[int]] = []
+        real = cluster.free_ports
+
+        def first_one_taken(n: int) -> list[int]:
+            ports = real(n)
+            if n == 3:  # etcd's two and the API server's
+                ports[-1] = busy if not choices else ports[-1]  # the API server's, first time
+                choices.append(ports)
+            return ports
+
+        monkeypatch.setattr(cluster, "free_ports", first_one_taken)
+        said: list[str] = []
+        cp = ControlPlane(workdir=tmp_path / "cp")
+        cp.start(progress=said.append)
+        try:
+            assert len(choices) == 2, choices
+            assert cp.apiserver_port == choices[1][2] != busy
+            assert any("starting again on new ports" in line for line in said), said
+            assert cp.ready()
+        finally:
+            cp.stop()
+    assert port_free(choices[1][2]) and port_free(choices[1][0])
+
+
+def test_free_ports__are_distinct() -> None:
+    from recall_dev.cluster import free_ports
+
+    for _ in range(50):
+        ports = free_ports(3)
+        assert len(set(ports)) == 3
