@@ -96,14 +96,28 @@ def free_port() -> int:
 def free_ports(n: int) -> list[int]:
     """`n` distinct TCP ports on 127.0.0.1 that were free a moment ago (each held until all
     are chosen, so the system cannot hand the same one out twice)."""
-    held = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    held = hold_ports(n)
     try:
-        for s in held:
-            s.bind(("127.0.0.1", 0))
         return [int(s.getsockname()[1]) for s in held]
     finally:
         for s in held:
             s.close()
+
+
+def hold_ports(n: int) -> list[socket.socket]:
+    """`n` sockets bound to distinct free ports on 127.0.0.1 and not listening: while they are
+    open no other process can bind or connect from those ports, and a client is refused there
+    as where no server runs. Close one just before its server binds the port."""
+    held: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            held.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            held[-1].bind(("127.0.0.1", 0))
+    except BaseException:
+        for s in held:
+            s.close()
+        raise
+    return held
 
 
 # A port chosen free can be taken by another process before ours binds it: start again on

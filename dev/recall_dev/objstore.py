@@ -12,11 +12,13 @@ Contract:
   the chart's bundled store makes its bucket), after its S3 port opens: `start()` does not
   wait for them (`has_bucket()` says when they are there).
 - Every port weed opens (master, volume, filer, S3, admin; each with its gRPC port: ten TCP
-  ports) is set by flag to a loopback port free at start, and every one binds 127.0.0.1
-  only. The optional parts (WebDAV, the Admin UI, the Iceberg and Lance endpoints, the
-  admin's legacy ports, telemetry) are off. Its unix sockets are in the work directory,
-  except the five gRPC ones weed names itself (/tmp/seaweedfs-<part>-grpc-<port>.sock),
-  which `stop()` removes if weed could not.
+  ports) is set by flag to a distinct loopback port free at start, and every one binds
+  127.0.0.1 only. A chosen port another process takes before weed binds it makes `start()`
+  begin again on new ports (`PORT_TRIES` times at most); ports `reserve_ports()` chose are
+  held until weed starts. The optional parts (WebDAV, the Admin UI, the Iceberg and Lance
+  endpoints, the admin's legacy ports, telemetry) are off. Its unix sockets are in the work
+  directory, except the five gRPC ones weed names itself
+  (/tmp/seaweedfs-<part>-grpc-<port>.sock), which `stop()` removes if weed could not.
 - S3 authentication is on: `admin` may do everything; `worker` may read, write and delete
   only keys under `scratch_prefix` (in any bucket), read sources under `media/`, and list
   buckets, nothing else. Wrong or
@@ -43,6 +45,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -53,7 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recall_dev.cluster import free_port, repo_root
+from recall_dev.cluster import PORT_TRIES, free_ports, hold_ports, repo_root
 from recall_dev.procs import Proc, spawn, tail, terminate
 from recall_dev.s3_admin import S3Admin, S3Error
 
@@ -80,6 +83,11 @@ SCRUBBED_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "S3_BUCKET", "S3_T
 
 class ObjectStoreError(RuntimeError):
     """The local object store could not be started or reached."""
+
+
+def _port_taken(message: str) -> bool:
+    """Whether weed's failure says one of its ports was taken by another process."""
+    return "Port allocation failed" in message or "address already in use" in message
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,7 @@ class ObjectStore:
     proc: Proc | None = None
     ready_seconds: float = 0.0  # how long the last (re)start took to answer
     _owns_workdir: bool = False
+    _held: list[socket.socket] = field(default_factory=list, repr=False)
 
     # -- public ----------------------------------------------------------------------------
 
@@ -153,6 +162,19 @@ class ObjectStore:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def reserve_ports(self) -> None:
+        """Choose every port now, for clients told the endpoint before weed starts, and hold
+        them until `start()` (bound, not listening: a client is refused as by a stopped
+        store, and no other process can take them meanwhile)."""
+        self.release_ports()
+        self._held = hold_ports(len(PORT_FLAGS))
+        self.ports = {f: s.getsockname()[1] for f, s in zip(PORT_FLAGS, self._held, strict=True)}
+
+    def release_ports(self) -> None:
+        for s in self._held:
+            s.close()
+        self._held = []
+
     def start(self, timeout: float = 60.0, progress: Callable[[str], None] | None = None) -> None:
         say = progress or (lambda _msg: None)
         if self.workdir is None:
@@ -165,23 +187,40 @@ class ObjectStore:
             raise ObjectStoreError(
                 f"{self.bin_dir / 'weed'} is missing: run hack/seaweedfs/build.sh"
             )
-        for flag in PORT_FLAGS:
-            self.ports[flag] = self.ports.get(flag) or free_port()
+        unset = [flag for flag in PORT_FLAGS if not self.ports.get(flag)]
+        fresh = not any(self.data_dir.iterdir())
         self._write_identities()
-        try:
-            say(f"starting SeaweedFS (weed mini) with S3 on {self.endpoint}")
-            self._spawn()
-            self.wait_ready(timeout)
-            for bucket in self.buckets:
-                self.create_bucket(bucket)
-            self._write_state()
-        except BaseException:
-            self.stop(keep_logs=True)
-            raise
+        for attempt in range(1, PORT_TRIES + 1):
+            self.ports.update(zip(unset, free_ports(len(unset)), strict=True))
+            try:
+                self._start(timeout, say)
+                break
+            except ObjectStoreError as e:
+                if not (unset and fresh and attempt < PORT_TRIES and _port_taken(str(e))):
+                    self.stop(keep_logs=True)
+                    raise
+                say("a port was taken before weed bound it; starting again on new ports")
+                self.kill()
+                self.remove_grpc_sockets()
+                shutil.rmtree(self.data_dir, ignore_errors=True)  # it knew the old ports
+                self.data_dir.mkdir()
+            except BaseException:
+                self.stop(keep_logs=True)
+                raise
         say(f"object store ready in {self.ready_seconds:.1f} s")
+
+    def _start(self, timeout: float, say: Callable[[str], None]) -> None:
+        """Start weed on the ports chosen; the caller stops it if this raises."""
+        say(f"starting SeaweedFS (weed mini) with S3 on {self.endpoint}")
+        self._spawn()
+        self.wait_ready(timeout)
+        for bucket in self.buckets:
+            self.create_bucket(bucket)
+        self._write_state()
 
     def stop(self, keep_logs: bool = False, grace: float = 10.0) -> Path | None:
         """Stop weed (SIGKILL after `grace` s). Returns where the log was kept, if anywhere."""
+        self.release_ports()
         if self.proc is not None:
             terminate([self.proc], grace)
             self.proc = None
@@ -355,6 +394,7 @@ class ObjectStore:
 
     def _spawn(self) -> None:
         assert self.workdir is not None
+        self.release_ports()
         env = dict.fromkeys(SCRUBBED_ENV, "")
         self.proc = spawn(
             "weed", self._args(), self.logs_dir, self.workdir, owned=self.die_with_parent, env=env

@@ -22,7 +22,7 @@ import pytest
 from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION
 from recall_dev.cluster import free_port
-from recall_dev.objstore import PORT_FLAGS, ObjectStore
+from recall_dev.objstore import ObjectStore
 from tests.helpers import Procs, get_batch, readyz, wait_for
 
 BUCKET = "recall"
@@ -33,8 +33,7 @@ COMPONENTS = ("store", "operator", "worker")
 def store(tmp_path: Path) -> Iterator[ObjectStore]:
     """The bundled store's stand-in, on ports chosen now and started when the test says."""
     weed = ObjectStore(workdir=tmp_path / "store", startup_buckets=(BUCKET,))
-    for flag in PORT_FLAGS:
-        weed.ports[flag] = free_port()
+    weed.reserve_ports()
     try:
         yield weed
     finally:
@@ -121,8 +120,7 @@ def test_install__a_store_that_makes_its_bucket_on_the_first_write_and_starts_la
     store made it so then), and the operator started first. Its probe at start met no store;
     it must probe again (with backoff) and so make the bucket, not wait for good."""
     late = ObjectStore(workdir=tmp_path / "late-store", auto_create_buckets=True)
-    for flag in PORT_FLAGS:
-        late.ports[flag] = free_port()
+    late.reserve_ports()
     try:
         install = Install(procs, late, namespace)
         install.start("operator")

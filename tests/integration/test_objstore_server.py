@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -294,3 +295,61 @@ def test_dev_up__reused_then_down_leaves_nothing(tmp_path: Path) -> None:
     assert not store.proc.alive()
     assert not workdir.exists()
     assert not list(Path("/tmp").glob(f"seaweedfs-*-grpc-{store.ports['s3.port.grpc']}.sock"))
+
+
+def test_start__a_port_taken_before_weed_binds_it__starts_on_new_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from recall_dev import objstore as objstore_module
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        choices: list[list[int]] = []
+        real = objstore_module.free_ports
+
+        def s3_port_taken_first(n: int) -> list[int]:
+            ports = real(n)
+            if not choices:
+                ports[PORT_FLAGS.index("s3.port")] = busy
+            choices.append(ports)
+            return ports
+
+        monkeypatch.setattr(objstore_module, "free_ports", s3_port_taken_first)
+        said: list[str] = []
+        store = ObjectStore(workdir=tmp_path / "store", buckets=("port-test",))
+        store.start(progress=said.append)
+        try:
+            assert len(choices) == 2, choices
+            assert store.s3_port == choices[1][PORT_FLAGS.index("s3.port")] != busy
+            assert len(set(store.ports.values())) == len(PORT_FLAGS)
+            assert any("starting again on new ports" in line for line in said), said
+            assert store.has_bucket("port-test")
+        finally:
+            store.stop()
+    assert store.proc is None
+
+
+def test_reserve_ports__held_refused_until_start_then_weed_binds_them(tmp_path: Path) -> None:
+    store = ObjectStore(workdir=tmp_path / "store")
+    store.reserve_ports()
+    try:
+        ports = dict(store.ports)
+        assert len(set(ports.values())) == len(PORT_FLAGS)
+        for port in ports.values():
+            with socket.socket() as other, pytest.raises(OSError, match="in use"):
+                other.bind(("127.0.0.1", port))  # nobody else can take it
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", ports["s3.port"]), timeout=5).close()
+        store.start()
+        assert store.ports == ports
+        proc = store.proc
+        assert proc is not None
+        wait_for(
+            lambda: set(listening_ports(proc.pid)) == set(ports.values()),
+            timeout=10,
+            message=lambda: f"weed to listen on {ports}: {listening_ports(proc.pid)}",
+        )
+    finally:
+        store.stop()
