@@ -301,16 +301,16 @@ def test_start__a_port_taken_before_weed_binds_it__starts_on_new_ports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from recall_dev import objstore as objstore_module
+    from recall_dev.cluster import free_ports
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
         choices: list[list[int]] = []
-        real = objstore_module.free_ports
 
         def s3_port_taken_first(n: int) -> list[int]:
-            ports = real(n)
+            ports = free_ports(n)
             if not choices:
                 ports[PORT_FLAGS.index("s3.port")] = busy
             choices.append(ports)
