@@ -167,9 +167,13 @@ def build_project_wheel(root: Path, dist: Path, step: Step | None = None, epoch:
 
 def stage(root: Path, step: Step | None = None, epoch: str = "", variant: str = "cpu") -> Path:
     """Fill build/image/ (the variant's wheel directories and dist/) in the checkout: the build
-    context's offline inputs."""
+    context's offline inputs. A lock file the checkout lacks (an older release, built from its
+    commit) stages no directory: that tree's Dockerfile names none; the main lock must be
+    there."""
     staging = root / STAGE_DIR
     for directory, lock_file in VARIANTS[variant].items():
+        if lock_file != LOCK_FILE and not (root / lock_file).exists():
+            continue
         wheels = download_wheels(root, step, lock_file)
         staged = staging / directory
         shutil.rmtree(staged, ignore_errors=True)

@@ -374,3 +374,33 @@ def test_dockerignore__excludes_the_virtualenv_git_and_caches() -> None:
 )
 def test_ignored__matches_like_dockerignore(path: str, patterns: list[str], expected: bool) -> None:
     assert ignored(path, patterns) is expected
+
+
+def test_stage__an_older_tree_without_a_lock_file_stages_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous release is built from its commit, whose tree may predate a lock file."""
+    from recall_dev import image
+
+    (tmp_path / image.LOCK_FILE).parent.mkdir(parents=True)
+    (tmp_path / image.LOCK_FILE).write_text("")
+    downloaded: list[Path] = []
+
+    def download(root: Path, step: object, lock_file: Path) -> Path:
+        (root / lock_file).read_text()  # as pip reads it
+        downloaded.append(lock_file)
+        wheels = tmp_path / f"cache-{lock_file.stem}"
+        wheels.mkdir(exist_ok=True)
+        (wheels / f"{lock_file.stem}-1.0-py3-none-any.whl").write_text("")
+        return wheels
+
+    monkeypatch.setattr(image, "download_wheels", download)
+    monkeypatch.setattr(image, "build_project_wheel", lambda *a, **k: tmp_path / "w.whl")
+    staging = image.stage(tmp_path, variant="cpu")
+    assert downloaded == [image.LOCK_FILE]
+    assert sorted(p.name for p in staging.iterdir()) == ["wheels"]
+    assert [p.name for p in (staging / "wheels").iterdir()] == ["requirements-1.0-py3-none-any.whl"]
+
+    (tmp_path / image.LOCK_FILE).unlink()  # the main lock is never optional
+    with pytest.raises(FileNotFoundError):
+        image.stage(tmp_path, variant="cpu")
