@@ -42,7 +42,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("media: decode and resample", "recall.media.media", "AudioMedia.chunks"),
     ("media: cut", "recall.media.cut", "Cutter._cut"),
     ("media: cut", "recall.media.cut", "Cutter._chunk"),
-    ("speech detection (VAD)", "faster_whisper.vad", "get_speech_timestamps"),
+    ("speech detection (VAD)", "recall.engines.whisper.vad", "speech_timestamps"),
     ("features (log-mel)", "faster_whisper.feature_extractor", "FeatureExtractor.__call__"),
     ("windows and batch audio", "recall.engines.whisper.windows", "plan"),
     ("windows and batch audio", "recall.engines.whisper.decode", "decoded"),

@@ -4,7 +4,8 @@ in windows of up to 30 s, each window once.
 
 The parts, each with its own contract:
 - `model`: which model a name means, and the process's loaded copies of it;
-- `windows`: where a call's speech is (the VAD) and the 30 s windows it is decoded in;
+- `vad`: Silero VAD's speech probabilities and the stretches of speech they make;
+- `windows`: where a call's speech is and the 30 s windows it is decoded in;
 - `decode`: the windows through faster-whisper's batched pipeline, prompts and the re-decodes;
 - `align`: the model's words and segments as recall's, timed to the sound;
 - `engine`: `WhisperEngine`, the `recall.engines.base.Engine` over them (models per job,

@@ -3,7 +3,7 @@
 Contract:
 - `speech_of(audio)` finds the stretches of speech in a chunk (sample ranges, in order) as
   faster-whisper's batched pipeline's own VAD does: Silero VAD, speech split at 160 ms
-  silences, at most a window each.
+  silences, at most a window each (`vad`: the same stretches, a third of the CPU).
 - `windows_of(speech)` joins them into windows while they fit `WINDOW_SECONDS` (the model's
   input): a chunk of 30 s or less with speech is one window, from its first sound to its
   last, and a silent chunk none (it costs no model time and gets no invented "You": tiny.en
@@ -14,7 +14,8 @@ Contract:
   and `Window.shift` moves a time in the joined audio back into its chunk exactly.
 - `unreached(speech, words)` measures the speech a decoding wrote no word near: a prompted
   window that leaves `LOST_SECONDS` of it farther than `REACH` from every word lost words.
-- Pure but for the VAD's model (Silero, bundled with faster-whisper); nothing here decodes.
+- Pure but for the VAD's model (Silero, bundled with faster-whisper, run by `vad`); nothing
+  here decodes.
 """
 
 from __future__ import annotations
@@ -57,9 +58,11 @@ def speech_of(audio: Any) -> list[Span]:
     own VAD finds them: Silero VAD, speech split at 160 ms silences, at most a window each."""
     if audio is None or len(audio) == 0:
         return []
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
+    from faster_whisper.vad import VadOptions
 
-    speech = get_speech_timestamps(
+    from recall.engines.whisper.vad import speech_timestamps
+
+    speech = speech_timestamps(
         audio, VadOptions(max_speech_duration_s=WINDOW_SECONDS, min_silence_duration_ms=160)
     )
     return [(int(s["start"]), min(int(s["end"]), len(audio))) for s in speech]

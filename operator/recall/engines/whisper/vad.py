@@ -1,0 +1,316 @@
+"""Speech detection: Silero VAD (the v6 weights faster-whisper bundles) over a whole chunk at once.
+
+Contract:
+- `probabilities(audio)`: the network's speech probability for each 32 ms frame (512 samples at
+  16 kHz) of `audio`, as faster-whisper's `SileroVADModel` gives them (within 1e-5; the same
+  frames, the last one padded with zeros and its last 64 samples read as zeros, as
+  faster-whisper pads and reads it). The encoder (a short-time
+  Fourier transform as a convolution, then four small convolutions) runs as a few large
+  matrix products over every frame of a block in numpy; only the LSTM and its one-channel
+  decoder run in onnxruntime, cut out of the same ONNX file. faster-whisper's session runs the
+  encoder as thousands of products of a few columns each, at a fraction of what the CPU does
+  on large ones: the encoder was 80 % of the VAD's time and the VAD three quarters of the
+  worker's CPU outside the Whisper model (docs/benchmarks.md, enginecpu).
+- `speech(probs, length, options)`: the stretches of speech those probabilities make (sample
+  ranges of `length` samples), by the rules `faster_whisper.vad.VadOptions` documents: a
+  stretch starts at a frame of at least `threshold` and ends after `min_silence_duration_ms`
+  below `neg_threshold` (threshold − 0.15 when not set), one longer than
+  `max_speech_duration_s` is split at its last pause over 98 ms (else cut where it reaches
+  the limit), and each is padded by `speech_pad_ms`, halving the gap between two closer than
+  twice that. The same sample ranges as faster-whisper's `get_speech_timestamps` on the same
+  probabilities (tests/unit/engines/test_vad.py checks them against it).
+- `speech_timestamps(audio, options)` = `speech(probabilities(audio), len(audio), options)`.
+- The model loads once per process, under a lock. A bundled file whose graph is not the one
+  this module knows (another faster-whisper) falls back to faster-whisper's own session for
+  the probabilities, with a warning: slower, never wrong.
+- Not thread-safe to load concurrently without the lock; calls after loading are (numpy and
+  onnxruntime sessions are).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from recall.base import log
+
+if TYPE_CHECKING:
+    from faster_whisper.vad import VadOptions
+
+RATE = 16_000
+FRAME = 512  # samples per decision: 32 ms
+CONTEXT = 64  # samples of the frame before that each frame also sees
+N_FFT, STFT_HOP = 256, 128
+BINS = N_FFT // 2 + 1
+STEPS = 4  # STFT columns per frame the encoder keeps
+BLOCK = 2048  # frames per encoder pass (65 s of audio): bounded memory on long chunks
+# The ONNX graph this module knows: the encoder's nodes up to the LSTM, in order.
+STFT_OPS = ["Pad", "Unsqueeze", "Conv", "Slice", "Slice", "Pow", "Pow", "Add", "Sqrt"]
+ENCODER_OPS = [*STFT_OPS, *["Conv", "Relu"] * 4, "Transpose"]
+CONVS = ((0, 1), (1, 2), (2, 2), (3, 1))  # (layer, stride); kernel 3, padding 1
+
+_log = log.get("engine")
+Array = np.ndarray[Any, np.dtype[np.float32]]
+
+
+class Probabilities(Protocol):
+    def __call__(self, audio: Array) -> Array: ...
+
+
+class UnknownGraph(Exception):
+    """The bundled VAD file is not the network this module computes."""
+
+
+@dataclass(frozen=True)
+class Conv:
+    """A kernel-3, padding-1 convolution over time, in the (frames, steps, channels) layout:
+    for each input step, one product with the kernel's columns that step feeds."""
+
+    weights: Array  # (in channels, 3 × out channels): tap k's (in, out) matrix at [:, k*out:]
+    bias: Array
+    stride: int
+
+    @property
+    def out(self) -> int:
+        return int(self.bias.shape[0])
+
+    def __call__(self, x: Array) -> Array:
+        frames, steps, _ = x.shape
+        n_out = (steps - 1) // self.stride + 1
+        y = np.empty((frames, n_out, self.out), np.float32)
+        y[:] = self.bias
+        for t in range(steps):
+            # Input step t is tap k of output step o where o·stride = t + 1 − k.
+            taps = [
+                (k, (t + 1 - k) // self.stride)
+                for k in range(3)
+                if (t + 1 - k) % self.stride == 0 and 0 <= t + 1 - k < n_out * self.stride
+            ]
+            if not taps:
+                continue
+            z = x[:, t, :] @ np.concatenate([self.tap(k) for k, _ in taps], 1)
+            for j, (_, o) in enumerate(taps):
+                y[:, o, :] += z[:, j * self.out : (j + 1) * self.out]
+        return np.maximum(y, 0, out=y)
+
+    def tap(self, k: int) -> Array:
+        """Tap k's (in channels, out channels) matrix."""
+        return self.weights[:, k * self.out : (k + 1) * self.out]
+
+
+class Silero:
+    """The network, its encoder in numpy and its LSTM and decoder in onnxruntime."""
+
+    def __init__(self, path: Path) -> None:
+        import onnx
+        import onnxruntime
+        from onnx import helper, numpy_helper
+
+        model = onnx.load(str(path))
+        graph = model.graph
+        ops = [node.op_type for node in graph.node]
+        if ops[: len(ENCODER_OPS)] != ENCODER_OPS or ops[len(ENCODER_OPS)] != "LSTM":
+            raise UnknownGraph(f"{path.name}: nodes {ops[: len(ENCODER_OPS) + 1]}")
+        weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        try:
+            basis = weights["encoder.feature_extractor.forward_basis_buffer"]
+            self.basis: Array = np.ascontiguousarray(basis[:, 0, :].T, np.float32)
+            self.convs = [
+                Conv(
+                    np.ascontiguousarray(
+                        np.concatenate(
+                            [
+                                weights[f"encoder.conv_layers.{k}.weight"][:, :, tap].T
+                                for tap in range(3)
+                            ],
+                            1,
+                        ),
+                        np.float32,
+                    ),
+                    weights[f"encoder.conv_layers.{k}.bias"].astype(np.float32),
+                    stride,
+                )
+                for k, stride in CONVS
+            ]
+        except KeyError as e:
+            raise UnknownGraph(f"{path.name}: no weight {e}") from None
+        if self.basis.shape != (N_FFT, 2 * BINS):
+            raise UnknownGraph(f"{path.name}: STFT basis {basis.shape}")
+        # The LSTM and what follows it, fed the encoder's output.
+        tail = list(graph.node)[len(ENCODER_OPS) :]
+        tail[0].input[0] = "encoded"
+        used = {name for node in tail for name in node.input}
+        inputs = [
+            helper.make_tensor_value_info("encoded", onnx.TensorProto.FLOAT, ["frames", 1, 128])
+        ]
+        inputs += [i for i in graph.input if i.name in ("h", "c")]
+        cut = helper.make_model(
+            helper.make_graph(
+                tail,
+                "silero-decoder",
+                inputs,
+                list(graph.output),
+                [t for t in graph.initializer if t.name in used],
+            ),
+            opset_imports=model.opset_import,
+        )
+        cut.ir_version = model.ir_version
+        options = onnxruntime.SessionOptions()
+        options.inter_op_num_threads = 1
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 4
+        self.session = onnxruntime.InferenceSession(
+            cut.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+
+    def encode(self, audio: Array, before: Array) -> Array:
+        """The encoder's output (frames, 1, 128) for `audio` (whole frames), `before` the
+        CONTEXT samples in front of its first frame."""
+        frames = len(audio) // FRAME
+        signal = np.concatenate([before, audio])
+        # Each frame is its CONTEXT samples and its own, reflected 64 further at its right
+        # edge; its STFT columns start at 0, 128, 256 and 384 in it. The first three lie in
+        # the signal as it is.
+        columns = np.empty((frames, STEPS, N_FFT), np.float32)
+        straight = np.lib.stride_tricks.sliding_window_view(signal, N_FFT)[::STFT_HOP]
+        flat = columns.reshape(frames * STEPS, N_FFT)
+        flat[: frames * STEPS - 1] = straight[: frames * STEPS - 1]
+        last = 3 * STFT_HOP  # 384
+        edge = CONTEXT + FRAME  # 576: a frame's length with its context
+        starts = np.arange(frames) * FRAME
+        own = edge - last  # 192 samples of the frame in the last column
+        index = starts[:, None] + last + np.arange(own)[None, :]
+        columns[:, 3, :own] = signal[index]
+        mirror = starts[:, None] + (edge - 2) - np.arange(N_FFT - own)[None, :]
+        columns[:, 3, own:] = signal[mirror]
+        spectrum = flat @ self.basis  # (frames·4, 258): real parts, then imaginary
+        real, imag = spectrum[:, :BINS], spectrum[:, BINS:]
+        x: Array = np.sqrt(real * real + imag * imag).reshape(frames, STEPS, BINS)
+        for conv in self.convs:
+            x = conv(x)
+        return x  # (frames, 1, 128)
+
+    def __call__(self, audio: Array) -> Array:
+        """Speech probabilities of `audio` (a whole number of frames), one per frame."""
+        audio = np.asarray(audio, np.float32)
+        h = np.zeros((1, 1, 128), np.float32)
+        c = np.zeros((1, 1, 128), np.float32)
+        before = np.zeros(CONTEXT, np.float32)
+        out: list[Array] = []
+        step = BLOCK * FRAME
+        for at in range(0, len(audio), step):
+            block = audio[at : at + step]
+            if at + step >= len(audio):
+                # faster-whisper's session reads the last CONTEXT samples as zeros.
+                block = block.copy()
+                block[-CONTEXT:] = 0
+            encoded = self.encode(block, before)
+            before = block[-CONTEXT:]
+            probs, h, c = self.session.run(None, {"encoded": encoded, "h": h, "c": c})
+            out.append(np.asarray(probs, np.float32).reshape(-1))
+        return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+_model: Probabilities | None = None
+_lock = threading.Lock()
+
+
+def model() -> Probabilities:
+    """The process's VAD network, loaded once."""
+    global _model
+    with _lock:
+        if _model is None:
+            from faster_whisper.utils import get_assets_path
+            from faster_whisper.vad import get_vad_model
+
+            path = Path(get_assets_path()) / "silero_vad_v6.onnx"
+            try:
+                _model = Silero(path)
+            except (UnknownGraph, FileNotFoundError) as e:
+                _log.warning("vad_fallback", reason=str(e))
+                fallback = get_vad_model()
+                _model = lambda audio: np.asarray(fallback(audio), np.float32).reshape(-1)  # noqa: E731
+        return _model
+
+
+def probabilities(audio: Array) -> Array:
+    """One speech probability per 512 samples of `audio`, the last frame padded with zeros
+    (a full frame of them when `audio` is a whole number of frames, as faster-whisper pads)."""
+    audio = np.asarray(audio, np.float32)
+    padded = np.pad(audio, (0, FRAME - len(audio) % FRAME))
+    return model()(padded)
+
+
+def speech(probs: Array, length: int, options: VadOptions) -> list[dict[str, int]]:
+    """The stretches of speech (`{"start", "end"}` in samples) that `probs` make in audio of
+    `length` samples, by `options`' rules (the module's contract)."""
+    # numpy compares float32 probabilities with a Python float in float32.
+    on = float(np.float32(options.threshold))
+    off = options.neg_threshold
+    off = float(np.float32(off if off is not None else max(options.threshold - 0.15, 0.01)))
+    shortest = RATE * options.min_speech_duration_ms / 1000
+    pad = RATE * options.speech_pad_ms / 1000
+    longest = RATE * options.max_speech_duration_s - FRAME - 2 * pad
+    pause = RATE * options.min_silence_duration_ms / 1000
+    split_pause = RATE * 98 / 1000  # a pause a too-long stretch may be split at
+
+    found: list[dict[str, int]] = []
+    start: int | None = None  # the open stretch's first sample
+    quiet = 0  # where the open stretch fell below `off`, 0 while it has not
+    split = 0  # the end of the open stretch's last pause over `split_pause`, 0 if none
+    resume = 0  # where speech came back after that pause
+
+    for i, p in enumerate(np.asarray(probs, np.float32).reshape(-1).tolist()):
+        x = i * FRAME
+        if p >= on and quiet:
+            quiet = 0
+            if resume < split:
+                resume = x
+        if p >= on and start is None:
+            start = x
+            continue
+        if start is not None and x - start > longest:
+            if split:
+                found.append({"start": start, "end": split})
+                start = None if resume < split else resume
+                split = resume = quiet = 0
+            else:
+                found.append({"start": start, "end": x})
+                start, split, resume, quiet = None, 0, 0, 0
+                continue
+        if p < off and start is not None:
+            quiet = quiet or x
+            if x - quiet > split_pause:
+                split = quiet
+            if x - quiet < pause:
+                continue
+            if quiet - start > shortest:
+                found.append({"start": start, "end": quiet})
+            start, split, resume, quiet = None, 0, 0, 0
+    if start is not None and length - start > shortest:
+        found.append({"start": start, "end": length})
+
+    for k, stretch in enumerate(found):
+        if k == 0:
+            stretch["start"] = int(max(0, stretch["start"] - pad))
+        if k + 1 < len(found):
+            after = found[k + 1]
+            gap = after["start"] - stretch["end"]
+            if gap < 2 * pad:
+                stretch["end"] += gap // 2
+                after["start"] = max(0, after["start"] - gap // 2)
+            else:
+                stretch["end"] = int(min(length, stretch["end"] + pad))
+                after["start"] = int(max(0, after["start"] - pad))
+        else:
+            stretch["end"] = int(min(length, stretch["end"] + pad))
+    return found
+
+
+def speech_timestamps(audio: Array, options: VadOptions) -> list[dict[str, int]]:
+    """`speech(probabilities(audio), len(audio), options)`."""
+    return speech(probabilities(audio), len(audio), options)
