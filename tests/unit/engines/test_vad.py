@@ -65,7 +65,7 @@ def test_probabilities__those_of_faster_whispers_session_on_read_speech(
         ours = vad.probabilities(audio)
         theirs = reference_probabilities(audio)
         assert ours.shape == theirs.shape == (len(audio) // vad.FRAME + 1,)
-        assert float(np.abs(ours - theirs).max()) < 1e-5
+        assert float(np.abs(ours - theirs).max()) < 2e-5
     assert float(vad.probabilities(speech).max()) > 0.9  # the speech is heard
 
 

@@ -2,15 +2,16 @@
 
 Contract:
 - `probabilities(audio)`: the network's speech probability for each 32 ms frame (512 samples at
-  16 kHz) of `audio`, as faster-whisper's `SileroVADModel` gives them (within 1e-5; the same
+  16 kHz) of `audio`, as faster-whisper's `SileroVADModel` gives them (within 2e-5; the same
   frames, the last one padded with zeros and its last 64 samples read as zeros, as
-  faster-whisper pads and reads it). The encoder (a short-time
-  Fourier transform as a convolution, then four small convolutions) runs as a few large
-  matrix products over every frame of a block in numpy; only the LSTM and its one-channel
-  decoder run in onnxruntime, cut out of the same ONNX file. faster-whisper's session runs the
-  encoder as thousands of products of a few columns each, at a fraction of what the CPU does
-  on large ones: the encoder was 80 % of the VAD's time and the VAD three quarters of the
-  worker's CPU outside the Whisper model (docs/benchmarks.md, enginecpu).
+  faster-whisper pads and reads it). The encoder (a short-time Fourier transform written as a
+  convolution, then four small convolutions) runs in numpy over a block of frames at once:
+  the transform as an FFT, each convolution as one matrix product per input step; only the
+  LSTM and its one-channel decoder run in onnxruntime, cut out of the same ONNX file.
+  faster-whisper's session runs the encoder as thousands of products of a few columns each,
+  at a fraction of what the CPU does on large ones: the encoder was 80 % of the VAD's time and
+  the VAD three quarters of the worker's CPU outside the Whisper model (docs/benchmarks.md,
+  enginecpu).
 - `speech(probs, length, options)`: the stretches of speech those probabilities make (sample
   ranges of `length` samples), by the rules `faster_whisper.vad.VadOptions` documents: a
   stretch starts at a frame of at least `threshold` and ends after `min_silence_duration_ms`
@@ -30,7 +31,6 @@ Contract:
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -47,7 +47,7 @@ CONTEXT = 64  # samples of the frame before that each frame also sees
 N_FFT, STFT_HOP = 256, 128
 BINS = N_FFT // 2 + 1
 STEPS = 4  # STFT columns per frame the encoder keeps
-BLOCK = 2048  # frames per encoder pass (65 s of audio): bounded memory on long chunks
+BLOCK = 256  # frames per encoder pass (8 s of audio): its arrays stay in the CPU's cache
 # The ONNX graph this module knows: the encoder's nodes up to the LSTM, in order.
 STFT_OPS = ["Pad", "Unsqueeze", "Conv", "Slice", "Slice", "Pow", "Pow", "Add", "Sqrt"]
 ENCODER_OPS = [*STFT_OPS, *["Conv", "Relu"] * 4, "Transpose"]
@@ -65,41 +65,42 @@ class UnknownGraph(Exception):
     """The bundled VAD file is not the network this module computes."""
 
 
-@dataclass(frozen=True)
 class Conv:
-    """A kernel-3, padding-1 convolution over time, in the (frames, steps, channels) layout:
-    for each input step, one product with the kernel's columns that step feeds."""
+    """A kernel-3, padding-1 convolution over time with a ReLU, in the (frames, steps, channels)
+    layout: for each input step, one product with the columns of the taps it feeds."""
 
-    weights: Array  # (in channels, 3 × out channels): tap k's (in, out) matrix at [:, k*out:]
-    bias: Array
-    stride: int
+    def __init__(self, weight: Array, bias: Array, stride: int) -> None:
+        self.weight = weight  # (out channels, in channels, 3), as the ONNX file holds it
+        self.bias = bias.astype(np.float32)
+        self.stride = stride
+        self.out = int(weight.shape[0])
+        self._plans: dict[int, list[tuple[int, Array, list[int]]]] = {}
 
-    @property
-    def out(self) -> int:
-        return int(self.bias.shape[0])
+    def plan(self, steps: int) -> list[tuple[int, Array, list[int]]]:
+        """For `steps` input steps: (input step, its taps' (in, out × taps) matrix, the output
+        step of each tap). Input step t is tap k of output step o where o·stride = t + 1 − k."""
+        if steps not in self._plans:
+            n_out = (steps - 1) // self.stride + 1
+            plan = []
+            for t in range(steps):
+                taps = [k for k in range(3) if 0 <= t + 1 - k < n_out * self.stride]
+                taps = [k for k in taps if (t + 1 - k) % self.stride == 0]
+                if taps:
+                    matrix = np.concatenate([self.weight[:, :, k].T for k in taps], 1)
+                    outs = [(t + 1 - k) // self.stride for k in taps]
+                    plan.append((t, np.ascontiguousarray(matrix, np.float32), outs))
+            self._plans[steps] = plan
+        return self._plans[steps]
 
     def __call__(self, x: Array) -> Array:
         frames, steps, _ = x.shape
-        n_out = (steps - 1) // self.stride + 1
-        y = np.empty((frames, n_out, self.out), np.float32)
+        y = np.empty((frames, (steps - 1) // self.stride + 1, self.out), np.float32)
         y[:] = self.bias
-        for t in range(steps):
-            # Input step t is tap k of output step o where o·stride = t + 1 − k.
-            taps = [
-                (k, (t + 1 - k) // self.stride)
-                for k in range(3)
-                if (t + 1 - k) % self.stride == 0 and 0 <= t + 1 - k < n_out * self.stride
-            ]
-            if not taps:
-                continue
-            z = x[:, t, :] @ np.concatenate([self.tap(k) for k, _ in taps], 1)
-            for j, (_, o) in enumerate(taps):
+        for t, matrix, outs in self.plan(steps):
+            z = x[:, t, :] @ matrix
+            for j, o in enumerate(outs):
                 y[:, o, :] += z[:, j * self.out : (j + 1) * self.out]
         return np.maximum(y, 0, out=y)
-
-    def tap(self, k: int) -> Array:
-        """Tap k's (in channels, out channels) matrix."""
-        return self.weights[:, k * self.out : (k + 1) * self.out]
 
 
 class Silero:
@@ -117,29 +118,24 @@ class Silero:
             raise UnknownGraph(f"{path.name}: nodes {ops[: len(ENCODER_OPS) + 1]}")
         weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
         try:
-            basis = weights["encoder.feature_extractor.forward_basis_buffer"]
-            self.basis: Array = np.ascontiguousarray(basis[:, 0, :].T, np.float32)
+            basis = weights["encoder.feature_extractor.forward_basis_buffer"][:, 0, :]
             self.convs = [
                 Conv(
-                    np.ascontiguousarray(
-                        np.concatenate(
-                            [
-                                weights[f"encoder.conv_layers.{k}.weight"][:, :, tap].T
-                                for tap in range(3)
-                            ],
-                            1,
-                        ),
-                        np.float32,
-                    ),
-                    weights[f"encoder.conv_layers.{k}.bias"].astype(np.float32),
+                    weights[f"encoder.conv_layers.{k}.weight"],
+                    weights[f"encoder.conv_layers.{k}.bias"],
                     stride,
                 )
                 for k, stride in CONVS
             ]
         except KeyError as e:
             raise UnknownGraph(f"{path.name}: no weight {e}") from None
-        if self.basis.shape != (N_FFT, 2 * BINS):
-            raise UnknownGraph(f"{path.name}: STFT basis {basis.shape}")
+        # The STFT's basis is a window times the DFT's cosines and sines: an FFT computes it.
+        self.window: Array = np.ascontiguousarray(basis[0], np.float32)  # bin 0's cosine is 1
+        n = np.arange(N_FFT)
+        turns = 2 * np.pi * np.outer(np.arange(BINS), n) / N_FFT
+        dft = np.concatenate([np.cos(turns), -np.sin(turns)]) * self.window
+        if basis.shape != dft.shape or float(np.abs(basis - dft).max()) > 1e-5:
+            raise UnknownGraph(f"{path.name}: the STFT's basis is not a windowed DFT")
         # The LSTM and what follows it, fed the encoder's output.
         tail = list(graph.node)[len(ENCODER_OPS) :]
         tail[0].input[0] = "encoded"
@@ -170,26 +166,22 @@ class Silero:
     def encode(self, audio: Array, before: Array) -> Array:
         """The encoder's output (frames, 1, 128) for `audio` (whole frames), `before` the
         CONTEXT samples in front of its first frame."""
+        import scipy.fft
+
         frames = len(audio) // FRAME
         signal = np.concatenate([before, audio])
-        # Each frame is its CONTEXT samples and its own, reflected 64 further at its right
-        # edge; its STFT columns start at 0, 128, 256 and 384 in it. The first three lie in
-        # the signal as it is.
+        # A frame is its CONTEXT samples and its own, reflected 64 further at its right edge;
+        # its STFT columns start at 0, 128, 256 and 384 in it.
+        framed = np.lib.stride_tricks.sliding_window_view(signal, CONTEXT + FRAME)[::FRAME]
         columns = np.empty((frames, STEPS, N_FFT), np.float32)
-        straight = np.lib.stride_tricks.sliding_window_view(signal, N_FFT)[::STFT_HOP]
-        flat = columns.reshape(frames * STEPS, N_FFT)
-        flat[: frames * STEPS - 1] = straight[: frames * STEPS - 1]
-        last = 3 * STFT_HOP  # 384
-        edge = CONTEXT + FRAME  # 576: a frame's length with its context
-        starts = np.arange(frames) * FRAME
-        own = edge - last  # 192 samples of the frame in the last column
-        index = starts[:, None] + last + np.arange(own)[None, :]
-        columns[:, 3, :own] = signal[index]
-        mirror = starts[:, None] + (edge - 2) - np.arange(N_FFT - own)[None, :]
-        columns[:, 3, own:] = signal[mirror]
-        spectrum = flat @ self.basis  # (frames·4, 258): real parts, then imaginary
-        real, imag = spectrum[:, :BINS], spectrum[:, BINS:]
-        x: Array = np.sqrt(real * real + imag * imag).reshape(frames, STEPS, BINS)
+        for j in range(STEPS - 1):
+            columns[:, j] = framed[:, j * STFT_HOP : j * STFT_HOP + N_FFT]
+        own = CONTEXT + FRAME - (STEPS - 1) * STFT_HOP  # the frame's samples in the last column
+        columns[:, -1, :own] = framed[:, -own:]
+        columns[:, -1, own:] = framed[:, -2 : -2 - (N_FFT - own) : -1]
+        columns *= self.window
+        spectrum = scipy.fft.rfft(columns, axis=2)
+        x: Array = np.sqrt(spectrum.real**2 + spectrum.imag**2)
         for conv in self.convs:
             x = conv(x)
         return x  # (frames, 1, 128)
