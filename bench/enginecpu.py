@@ -17,6 +17,10 @@ Two runs over the same chunks, after a warm-up call:
   is *other* (the engine's own Python, the pipeline's glue).
 - *profile*: the same path under cProfile with the process's CPU clock, the functions that
   spend the most CPU outside the model by their own time, as evidence for the stages.
+- *before*: the same measure of the path before the CPU cuts (`BEFORE`, the commit before
+  them), in the same run on the same machine: this script run again in a process whose
+  `recall` is that commit's (a temporary git worktree, removed after). `--before ''` skips it;
+  outside a git checkout that has the commit, the section says so and shows "now" alone.
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ import argparse
 import contextlib
 import cProfile
 import functools
+import json
+import os
 import pstats
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -35,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 MODEL_CALLS = ("encode", "generate", "align", "detect_language")
+BEFORE = "d0eb7c8^"  # the engine path before the CPU cuts
+ROOT = Path(__file__).resolve().parents[1]
 _WORDS = "WhisperModel.add_word_timestamps"
 _FORWARD = "BatchedInferencePipeline.forward"
 # (stage, module, attribute path): the functions whose CPU a stage counts, innermost wins
@@ -177,7 +187,66 @@ def _job(path: Path) -> Any:
     return TranscriptionJob.from_api({"metadata": {"name": "librivox"}, "spec": spec})
 
 
-def measure(repeat: int = 8, batch: int = 8, top: int = 12, rounds: int = 2) -> dict[str, Any]:
+def measure_before(ref: str, repeat: int, batch: int, rounds: int) -> dict[str, Any]:
+    """`measure` of the path at `ref`, in a process whose `recall` is that commit's: its
+    figures with a `label`, or {"error": why} when it cannot be measured here."""
+    git = ["git", "-C", str(ROOT)]
+    found = subprocess.run(
+        [*git, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        return {"error": f"{ref} is not in this checkout (a git clone with its history has it)"}
+    commit = found.stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="recall-enginecpu-before-") as tmp:
+        tree, out = Path(tmp) / "tree", Path(tmp) / "before.json"
+        subprocess.run(
+            [*git, "worktree", "add", "--detach", "--quiet", str(tree), commit],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            path = os.pathsep.join([str(tree / "operator"), str(ROOT / "dev"), str(ROOT)])
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.enginecpu",
+                    "--before",
+                    "",
+                    "--out",
+                    str(out),
+                    "--repeat",
+                    str(repeat),
+                    "--batch",
+                    str(batch),
+                    "--rounds",
+                    str(rounds),
+                ],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": path},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if run.returncode != 0:
+                return {"error": f"the run at {ref} failed: {run.stderr.strip()[-400:]}"}
+            figures: dict[str, Any] = json.loads(out.read_text())
+        finally:
+            subprocess.run(
+                [*git, "worktree", "remove", "--force", str(tree)], check=False, capture_output=True
+            )
+    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    figures["label"] = f"{when}, the path before the cuts, {ref} = {commit[:7]}"
+    figures.pop("profile", None)
+    return figures
+
+
+def measure(
+    repeat: int = 8, batch: int = 8, top: int = 12, rounds: int = 2, before: str = BEFORE
+) -> dict[str, Any]:
     """The figures of the module docstring."""
     from recall.engines.whisper import WhisperEngine
     from recall.engines.whisper.model import load_model
@@ -203,7 +272,10 @@ def measure(repeat: int = 8, batch: int = 8, top: int = 12, rounds: int = 2) -> 
         _outside, ledger, wall, cpu = min(runs, key=lambda r: r[0])
         profile = cProfile.Profile(time.process_time)
         profile.runcall(transcribed, engine, job, batch)
-    return _figures(ledger, profile, seconds, cpu, wall, engine, batch, texts, top)
+    figures = _figures(ledger, profile, seconds, cpu, wall, engine, batch, texts, top)
+    if before:
+        figures["before"] = measure_before(before, repeat, batch, rounds)
+    return figures
 
 
 def _figures(
@@ -261,6 +333,9 @@ def markdown(section: dict[str, Any]) -> list[str]:
     from bench.report import _table
 
     before = section.get("before") or {}
+    missing = before.get("error")
+    if missing:
+        before = {}
     lines = [
         "## The engine's CPU outside the model",
         "",
@@ -290,13 +365,14 @@ def markdown(section: dict[str, Any]) -> list[str]:
     lines += _table(headers, rows)
     if before:
         ratio = before["outside_ms_per_audio_s"] / max(section["outside_ms_per_audio_s"], 1e-9)
-        vad = section["stages"].get("speech detection (VAD)", 0.0)
+        first, most = next(iter(section["stages"].items()))
         lines += [
-            f"Outside the model: {ratio:.2f} times less CPU than before. The speech detection "
-            f"({vad} ms) is Silero VAD's network over every sample once (once per chunk, not "
-            "per window); it is what is left.",
+            f"Outside the model: {ratio:.2f} times less CPU than before, measured in the same "
+            f"run on the same machine; the most of what is left: {first} ({most} ms).",
             "",
         ]
+    elif missing:
+        lines += [f'No "before" figures in this run: {missing}.', ""]
     lines += [
         "cProfile (the process's CPU clock): the functions with the most CPU of their own "
         "outside the model, now.",
@@ -312,10 +388,10 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--before", default=BEFORE, help="the commit to compare with ('' none)")
     args = parser.parse_args()
-    import json
 
-    result = measure(args.repeat, args.batch, rounds=args.rounds)
+    result = measure(args.repeat, args.batch, rounds=args.rounds, before=args.before)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     for line in markdown(result):

@@ -54,7 +54,8 @@ def test_markdown__both_sections_render_their_figures() -> None:
     }  # fmt: skip
     text = "\n".join(enginecpu.markdown(now))
     assert "| **outside the model** | 7.7 | 6.1 |" in text
-    assert "1.26 times less CPU" in text
+    assert "1.26 times less CPU than before" in text
+    assert "the most of what is left: speech detection (VAD) (3.8 ms)" in text
     row = {"processes": 1, "slots": 16, "batch": 16, "audio_per_wall_second": 1142.8,
            "gpu_busy_percent": 23.8, "gpu_memory_gib": 4.08, "cpu_cores_busy": 11.81,
            "wer": 0.0282}  # fmt: skip
@@ -63,3 +64,19 @@ def test_markdown__both_sections_render_their_figures() -> None:
     text = "\n".join(gpu.markdown(section))
     assert "| 16 × 16 | 1142.8 | 23.8 | 4.08 | 11.81 | 0.0282 |" in text
     assert "Recommended: slots 16, batchSize 16." in text
+
+
+def test_before__a_commit_this_checkout_lacks_is_said_not_measured() -> None:
+    found = enginecpu.measure_before("0" * 40, repeat=1, batch=1, rounds=1)
+    assert found == {
+        "error": f"{'0' * 40} is not in this checkout (a git clone with its history has it)"
+    }
+    now = {
+        "batch": 8, "audio_seconds": 229.8, "device": "cpu/int8", "threads": 2,
+        "cpu_ms_per_audio_s": 109.0, "model_ms_per_audio_s": 102.8,
+        "outside_ms_per_audio_s": 6.1, "stages": {"features (log-mel)": 0.9},
+        "profile": [["f", 1.0, 3]], "before": found,
+    }  # fmt: skip
+    text = "\n".join(enginecpu.markdown(now))
+    assert "| **outside the model** | 6.1 |" in text
+    assert f'No "before" figures in this run: {"0" * 40} is not in this checkout' in text
