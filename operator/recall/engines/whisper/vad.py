@@ -286,6 +286,12 @@ def speech(probs: Array, length: int, options: VadOptions) -> list[dict[str, int
     if start is not None and length - start > shortest:
         found.append({"start": start, "end": length})
 
+    return padded(found, pad, length)
+
+
+def padded(found: list[dict[str, int]], pad: float, length: int) -> list[dict[str, int]]:
+    """`found` (in order) each widened by `pad` samples within [0, `length`], two closer than
+    twice that meeting halfway between them."""
     for k, stretch in enumerate(found):
         if k == 0:
             stretch["start"] = int(max(0, stretch["start"] - pad))
