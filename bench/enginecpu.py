@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 MODEL_CALLS = ("encode", "generate", "align", "detect_language")
-BEFORE = "d0eb7c8^"  # the engine path before the CPU cuts
+BEFORE = "992b289567106a96c71a741517278f1552eba27e"  # the engine path before the CPU cuts
 ROOT = Path(__file__).resolve().parents[1]
 _WORDS = "WhisperModel.add_word_timestamps"
 _FORWARD = "BatchedInferencePipeline.forward"
@@ -189,58 +189,65 @@ def _job(path: Path) -> Any:
 
 def measure_before(ref: str, repeat: int, batch: int, rounds: int) -> dict[str, Any]:
     """`measure` of the path at `ref`, in a process whose `recall` is that commit's: its
-    figures with a `label`, or {"error": why} when it cannot be measured here."""
+    figures with a `label`, or {"error": why} when it cannot be measured here. The temporary
+    worktree is removed whatever happens, a SIGTERM included."""
+    import signal
+
     git = ["git", "-C", str(ROOT)]
-    found = subprocess.run(
-        [*git, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        found = subprocess.run(
+            [*git, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    except OSError as e:
+        return {"error": f"git cannot run here ({e})"}
     if found.returncode != 0:
         return {"error": f"{ref} is not in this checkout (a git clone with its history has it)"}
     commit = found.stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="recall-enginecpu-before-") as tmp:
-        tree, out = Path(tmp) / "tree", Path(tmp) / "before.json"
-        subprocess.run(
-            [*git, "worktree", "add", "--detach", "--quiet", str(tree), commit],
-            check=True,
-            capture_output=True,
-        )
-        try:
-            path = os.pathsep.join([str(tree / "operator"), str(ROOT / "dev"), str(ROOT)])
-            run = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.enginecpu",
-                    "--before",
-                    "",
-                    "--out",
-                    str(out),
-                    "--repeat",
-                    str(repeat),
-                    "--batch",
-                    str(batch),
-                    "--rounds",
-                    str(rounds),
-                ],
-                cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": path},
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if run.returncode != 0:
-                return {"error": f"the run at {ref} failed: {run.stderr.strip()[-400:]}"}
-            figures: dict[str, Any] = json.loads(out.read_text())
-        finally:
-            subprocess.run(
-                [*git, "worktree", "remove", "--force", str(tree)], check=False, capture_output=True
-            )
-    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
-    figures["label"] = f"{when}, the path before the cuts, {ref} = {commit[:7]}"
-    figures.pop("profile", None)
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stop) if main else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="recall-enginecpu-before-") as tmp:
+            tree, out = Path(tmp) / "tree", Path(tmp) / "before.json"
+            added = subprocess.run(
+                [*git, "worktree", "add", "--detach", "--quiet", str(tree), commit],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if added.returncode != 0:
+                return {"error": f"git worktree add failed: {added.stderr.strip()[-300:]}"}
+            try:
+                figures = _run_before(tree, out, ref, repeat, batch, rounds)
+            finally:
+                subprocess.run([*git, "worktree", "remove", "--force", str(tree)],
+                               check=False, capture_output=True)  # fmt: skip
+                subprocess.run([*git, "worktree", "prune"], check=False, capture_output=True)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+    if "error" not in figures:
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+        figures["label"] = f"{when}, the path before the cuts, {commit[:7]}"
+        figures.pop("profile", None)
+    return figures
+
+
+def _run_before(
+    tree: Path, out: Path, ref: str, repeat: int, batch: int, rounds: int
+) -> dict[str, Any]:
+    path = os.pathsep.join([str(tree / "operator"), str(ROOT / "dev"), str(ROOT)])
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.enginecpu", "--before", "", "--out", str(out),
+         "--repeat", str(repeat), "--batch", str(batch), "--rounds", str(rounds)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": path},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if run.returncode != 0:
+        return {"error": f"the run at {ref} failed: {run.stderr.strip()[-400:]}"}
+    figures: dict[str, Any] = json.loads(out.read_text())
     return figures
 
 

@@ -147,3 +147,45 @@ def test_model__an_unknown_graph_falls_back_to_faster_whispers_session(
     assert vad.speech_timestamps(audio, OPTIONS[0]) == fw_vad.get_speech_timestamps(
         audio, OPTIONS[0]
     )
+
+
+def test_speech__thresholds_compared_as_numpy_compares_them() -> None:
+    """A Python threshold is compared in float32, a numpy float64 one in float64."""
+    at = np.float32(0.35)  # 0.3499999940395355, below the float64 0.35
+    probs = np.asarray([0.9, at, 0.9, 0.9, 0.1], np.float32)
+    fake = probs[:, None]
+    for options in (
+        VadOptions(neg_threshold=0.35, min_silence_duration_ms=0, speech_pad_ms=0),
+        VadOptions(
+            threshold=np.float64(0.5),
+            neg_threshold=np.float64(0.35),
+            min_silence_duration_ms=0,
+            speech_pad_ms=0,
+        ),
+    ):
+        ours = vad.speech(probs, 5 * vad.FRAME, options)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(fw_vad, "get_vad_model", lambda: lambda padded: fake)
+            assert ours == fw_vad.get_speech_timestamps(np.zeros(5 * vad.FRAME - 1), options)
+    assert vad.speech(probs, 5 * vad.FRAME, options) != vad.speech(
+        probs,
+        5 * vad.FRAME,
+        VadOptions(neg_threshold=0.35, min_silence_duration_ms=0, speech_pad_ms=0),
+    )
+
+
+def test_model__a_failed_load_of_any_kind_falls_back_once(
+    speech: np.ndarray[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tries: list[Path] = []
+
+    def broken(path: Path) -> vad.Silero:
+        tries.append(path)
+        raise ImportError("No module named 'onnx'")
+
+    monkeypatch.setattr(vad, "_model", None)
+    monkeypatch.setattr(vad, "Silero", broken)
+    audio = speech[: 3 * 16_000]
+    for _ in range(3):
+        assert np.array_equal(vad.probabilities(audio), reference_probabilities(audio))
+    assert len(tries) == 1

@@ -3,7 +3,7 @@
 Contract:
 - `speech_of(audio)` finds the stretches of speech in a chunk (sample ranges, in order) as
   faster-whisper's batched pipeline's own VAD does: Silero VAD, speech split at 160 ms
-  silences, at most a window each (`vad`: the same stretches, a third of the CPU).
+  silences, at most a window each (`vad`: the same stretches in a quarter of the CPU).
 - `windows_of(speech)` joins them into windows while they fit `WINDOW_SECONDS` (the model's
   input): a chunk of 30 s or less with speech is one window, from its first sound to its
   last, and a silent chunk none (it costs no model time and gets no invented "You": tiny.en
