@@ -3,7 +3,9 @@
 Contract: one call to `configure()` per process. Log lines carry the event name as a constant
 message and the data in fixed keys (`job`, `batch`, `item`, `worker`, `attempt`, `token`).
 The format is JSON when the process does not write to a terminal or when `RECALL_LOG_FORMAT=json`
-(in a cluster), and readable key=value lines on a terminal.
+(in a cluster), and readable key=value lines on a terminal. structlog's lines and the standard
+library's (faster-whisper, kopf, the clients) go to stderr whole, one at a time: two threads'
+lines never share a line, so every JSON line parses.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from typing import Literal
 
 import structlog
@@ -24,13 +27,22 @@ def short_token(token: str | None) -> str | None:
 
 
 class _Stderr:
-    """Writes to whatever `sys.stderr` is at the moment of writing (test runners swap it)."""
+    """Writes to whatever `sys.stderr` is at the moment of writing (test runners swap it), one
+    write at a time. Each caller writes a whole line in one write: structlog's `WriteLogger`
+    and `logging.StreamHandler` both do (structlog's `PrintLogger` printed the line and its
+    newline apart, and a faster-whisper line from another thread once landed between them)."""
+
+    _lock = threading.Lock()
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        with self._lock:
+            return sys.stderr.write(text)
 
     def flush(self) -> None:
         sys.stderr.flush()
+
+
+_STDERR = _Stderr()
 
 
 def configure(level: str = "info", fmt: LogFormat | None = None) -> None:
@@ -54,10 +66,10 @@ def configure(level: str = "info", fmt: LogFormat | None = None) -> None:
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
+        logger_factory=structlog.WriteLoggerFactory(file=_STDERR),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(_Stderr())
+    handler = logging.StreamHandler(_STDERR)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
