@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
 
 from bench.languages import LANGUAGES
 from recall.engines.base import TranscribeRequest
 from recall.engines.languages import LOW_PROBABILITY
+from recall.engines.prompt import REPETITIVE, compression_ratio
 from recall.engines.whisper import WhisperEngine
 from recall.media.types import Chunk
 from recall.resources import TranscriptionJob
@@ -83,3 +85,20 @@ def test_segment_scope__each_segment_in_its_language_with_its_translation(
         assert inside and all(s.language == language for s in inside), segments
     english = " ".join(s.translation or "" for s in segments).lower()
     assert "family" in english or "bread" in english or "library" in english, english
+
+
+def test_translation__english_that_repeats_itself_is_translated_again(
+    engine: WhisperEngine, tmp_path: Path
+) -> None:
+    # The window's batched translation of these two German sentences is one phrase over and
+    # over; translated again one at a time (the temperature fallback) it says the sentences.
+    audio, _ = audio_of(tmp_path, [("de", 0), ("de", 1)])
+    j = job(language="de", transcript={"translate": "en"})
+    with capture_logs() as logs:
+        segments = engine.transcribe(request(audio, j, "de"))
+    english = " ".join(s.translation or "" for s in segments)
+    assert compression_ratio(english) <= REPETITIVE, english
+    found = {"new", "morning", "family", "bread", "grandmother", "budget", "council"}
+    assert found & set(english.lower().replace(".", " ").replace(",", " ").split()), english
+    again = [e for e in logs if e.get("reason") == "repetitive_translation"]
+    assert again, logs  # the batched English did repeat itself: the case this test is for

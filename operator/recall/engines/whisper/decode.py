@@ -49,6 +49,8 @@ Contract (one chunk a call, `batch_size` 1, and batches alike: `BatchedInference
   task, in the window's language and without the prompt (text in the spoken language would
   steer the English), with word timings; the English words go to the window's segments by
   their times (`language.attach`): each segment carries the translation of its own speech.
+  English that repeats itself (compression ratio over 2.4) is translated once more alone, one
+  at a time, with the temperature fallback, as a repetitive transcript is.
 """
 
 from __future__ import annotations
@@ -139,10 +141,11 @@ def transcribe(
         )
         if d.per_segment:
             found = [s.model_copy(update={"language": each[i].language}) for s in found]
-        if d.translate and found:
-            found = language.attach(found, translation(next(english), window))
-        elif d.translate:
-            next(english)
+        if d.translate:
+            raw_english = next(english)
+            if found:
+                words = translation(each[i], chunk, window, raw_english)
+                found = language.attach(found, words)
         out[window.chunk] += found
     return out
 
@@ -166,13 +169,43 @@ def in_languages(
     return (answers[i] for i in range(len(windows)))
 
 
-def translation(raw: Any, window: Window) -> list[tuple[float, float, str]]:
-    """The translated words of one window (`raw`, the translate task's answer), timed in the
-    window's chunk; the whole text over the window when the model aligned no word."""
+def translation(
+    d: Decoding, chunk: Chunk, window: Window, raw: Any
+) -> list[tuple[float, float, str]]:
+    """The translated words of one window of `chunk` (`raw`, the translate task's answer), timed
+    in the chunk; the whole text over the window when the model aligned no word. English that
+    repeats itself is translated again one at a time, as a repetitive transcript is."""
+    text = raw.text.strip()
+    if compression_ratio(text) > REPETITIVE:
+        _log.info("window_decoded_again", chunk=chunk.index, reason="repetitive_translation")
+        audio = chunk.audio[window.first : window.end]
+        return translated_alone(d, audio, shift=window.first / RATE)
     if raw.words:
         return [(w.start + window.shift, w.end + window.shift, w.word) for w in raw.words]
-    text = raw.text.strip()
     return [(window.first / RATE, window.end / RATE, text)] if text else []
+
+
+def translated_alone(d: Decoding, audio: Any, *, shift: float) -> list[tuple[float, float, str]]:
+    """`audio`, a window `shift` seconds into its chunk, translated one at a time with the
+    temperature fallback (faster-whisper's own decoding): its English words, timed in the
+    chunk; a segment's whole text where no word was aligned."""
+    generated, _info = d.model.transcribe(
+        audio,
+        language=d.language,
+        task="translate",
+        beam_size=d.beam_size,
+        vad_filter=False,  # the window is speech already
+        condition_on_previous_text=False,  # as `one_at_a_time`: no repetition spread
+        hotwords=d.hotwords,
+        word_timestamps=True,
+    )
+    words: list[tuple[float, float, str]] = []
+    for s in generated:
+        if s.words:
+            words += [(w.start + shift, w.end + shift, w.word) for w in s.words]
+        elif s.text.strip():
+            words.append((s.start + shift, s.end + shift, " " + s.text.strip()))
+    return words
 
 
 def window_result(
