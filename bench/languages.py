@@ -5,7 +5,7 @@
 
 Speech made with espeak-ng (`recall_dev.speech.synthesize_voices`) with known text: `FILES`
 files a language (2), each two sentences (about 8 s; the four sentences once over), in German,
-Spanish, Italian, Finnish, Polish and English (`LANGUAGES`), and in French, Portuguese and
+Spanish, Italian, Finnish, Polish, Hungarian and English (`LANGUAGES`), and in French, Portuguese and
 Russian apart (`HARD`: espeak-ng's voices for them are not what Whisper base learned those
 languages from, see the results). And files
 that switch language at known times (`SWITCHES`, four sentences each, 1 s between them). The
@@ -15,13 +15,13 @@ model is the packaged base model (`recall.engines.models.BASE`), int8 on this CP
 identified right, from all of Whisper's languages; faster-whisper's `WhisperModel.transcribe`
 with the VAD filter, and a job with `language: auto` through the real worker loop, its
 `status.result.language`), `recall_options_id` (for the `HARD` languages: the same with
-`languageOptions` the six languages and the hard one), `bare_wer` / `recall_wer` (word error
+`languageOptions` the seven languages and the hard one), `bare_wer` / `recall_wer` (word error
 rate against the text spoken, each in the language it identified; words lower-cased,
 punctuation removed), `bare_translation` / `recall_translation` (the share of the English
 reference's content words found in the translation: faster-whisper's translate task, and
 `transcript.translate: en`). For the switching files: `segment_accuracy`, the share of the
 speech time whose segment carries the language spoken (`languageScope: segment`,
-`languageOptions` the six).
+`languageOptions` the seven).
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ LANGUAGES: dict[str, list[str]] = {
         "Moja babcia codziennie rano piecze świeży chleb dla całej rodziny.",
         "Jeśli pogoda będzie sucha, rolnicy zaczną żniwa w przyszłym tygodniu.",
         "Biblioteka otwiera się wcześnie rano i zamyka późno wieczorem.",
+    ],
+    "hu": [
+        "A városi tanács kedd este ülésezett, hogy megvitassa az új költségvetést.",
+        "A nagymamám minden reggel friss kenyeret süt az egész családnak.",
+        "Ha az idő száraz marad, a gazdák jövő héten kezdik az aratást.",
+        "A könyvtár korán reggel nyit és késő este zár.",
     ],
     "en": ENGLISH,
 }
@@ -400,7 +406,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
         "reference's content words found (faster-whisper's translate task against "
         "`transcript.translate: en`). Languages in *italics*: espeak-ng's voice is not "
         "identified by the base model (docs/languages.md); for them a second job chooses among "
-        "`languageOptions` (the six and the language itself).",
+        "`languageOptions` (the seven and the language itself).",
         "",
         "| language | ID bare | ID recall | ID recall, options | WER bare | WER recall "
         "| translation bare | translation recall | detected |",
