@@ -5,9 +5,9 @@
 
 Speech made with espeak-ng (`recall_dev.speech.synthesize_voices`) with known text: `FILES`
 files a language (2), each two sentences (about 8 s; the four sentences once over), in German,
-Spanish, Italian, Finnish, Polish, Hungarian and English (`LANGUAGES`), and in French, Portuguese and
-Russian apart (`HARD`: espeak-ng's voices for them are not what Whisper base learned those
-languages from, see the results). And files
+Spanish, Italian, Finnish, Polish, Hungarian and English (`LANGUAGES`), and in French,
+Portuguese and Russian apart (`HARD`: espeak-ng's voices for them are not what Whisper base
+learned those languages from, see the results). And files
 that switch language at known times (`SWITCHES`, four sentences each, 1 s between them). The
 model is the packaged base model (`recall.engines.models.BASE`), int8 on this CPU, beam 2.
 
