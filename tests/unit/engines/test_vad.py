@@ -15,7 +15,7 @@ from faster_whisper.vad import VadOptions
 from onnx import TensorProto, helper
 
 from recall.engines.whisper import vad
-from recall.engines.whisper.windows import WINDOW_SECONDS
+from recall.engines.whisper.windows import WINDOW_SECONDS, speech_of
 from recall_dev import librivox
 
 # What the engine asks (`windows.speech_of`), faster-whisper's defaults, and options that
@@ -189,3 +189,25 @@ def test_model__a_failed_load_of_any_kind_falls_back_once(
     for _ in range(3):
         assert np.array_equal(vad.probabilities(audio), reference_probabilities(audio))
     assert len(tries) == 1
+
+
+def test_language_speech__what_faster_whisper_detects_its_language_on(
+    speech: np.ndarray[Any, Any],
+) -> None:
+    """A file's language is detected on its speech gathered as faster-whisper's transcribe
+    gathers it (default options: short pauses kept), the first 30 s of it; silence in front
+    is left out."""
+    from recall.engines.whisper import language
+
+    theirs = np.concatenate(
+        fw_vad.collect_chunks(speech, fw_vad.get_speech_timestamps(speech, VadOptions()))[0]
+    )[: WINDOW_SECONDS * 16_000]
+    ours = language.speech(speech)
+    assert ours is not None and np.array_equal(ours, theirs)
+    cut = sum(b - a for a, b in speech_of(speech))  # the decoding windows' stretches
+    assert len(ours) > cut  # the pauses between those are kept
+    lead = np.concatenate([np.zeros(10 * 16_000, np.float32), speech])
+    again = language.speech(lead)
+    # the same speech, its first stretch padded 0.4 s into the silence (none of the 10 s else)
+    assert again is not None and abs(len(again) - len(ours)) <= 0.4 * 16_000 + vad.FRAME
+    assert language.speech(np.zeros(5 * 16_000, np.float32)) is None

@@ -10,7 +10,8 @@ Contract:
   `recall.engines.languages.english_only`, which the operator also writes, unleased, when every
   live worker of a job's pool registered an English-only model.
 - `detect(model, audio, options)`: the language of the speech in `audio` (its stretches of
-  speech, `windows.speech_of`, put together, at most 30 s of them: never a silent window),
+  speech as faster-whisper finds them for its own detection, short pauses kept, put together,
+  at most 30 s of them: never a silent window),
   the most likely among `options` (all of the model's languages when there are none), with the
   model's own probability for it (`recall.engines.languages.choose`); None when `audio` holds
   no speech. Options the model does not know are left out (`yue` on a model before large-v3);
@@ -30,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from recall.engines.base import Detected
 from recall.engines.languages import choose, english_only, multilingual_asks
-from recall.engines.whisper.windows import RATE, WINDOW_SECONDS, speech_of
+from recall.engines.whisper.vad import speech_timestamps
+from recall.engines.whisper.windows import RATE, WINDOW_SECONDS
 from recall.media.types import Segment
 from recall.resources.errors import JobFailure
 
@@ -68,13 +70,18 @@ def require(model: Any, label: str, job: TranscriptionJob) -> None:
 
 
 def speech(audio: Any) -> Any:
-    """The stretches of speech in `audio` put together, at most one window of them."""
+    """The speech in `audio` as faster-whisper gathers it for its own detection: stretches by
+    the VAD's default options (a pause under 2 s kept inside a stretch, each padded by 0.4 s),
+    put together, at most one window of them. Deciding on speech with its short pauses is surer
+    than on speech cut at every pause of 160 ms (the decoding windows' stretches): 35 of 60
+    espeak-ng files in 15 languages identified right against 31 (2026-12-06)."""
     import numpy as np
+    from faster_whisper.vad import VadOptions
 
-    stretches = speech_of(audio)
+    stretches = speech_timestamps(audio, VadOptions())
     if not stretches:
         return None
-    joined = np.concatenate([audio[a:b] for a, b in stretches])
+    joined = np.concatenate([audio[s["start"] : s["end"]] for s in stretches])
     return joined[: WINDOW_SECONDS * RATE]
 
 
