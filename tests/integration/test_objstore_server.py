@@ -38,7 +38,10 @@ def listening_ports(pid: int) -> dict[int, str]:
     """The TCP ports process `pid` listens on, with the address each is bound to."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd)
+        try:
+            target = os.readlink(fd)
+        except FileNotFoundError:  # closed since the listing: a starting weed opens and closes
+            continue
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
     out: dict[int, str] = {}

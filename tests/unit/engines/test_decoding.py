@@ -247,3 +247,53 @@ def test_transcribe__a_prompted_window_that_skips_speech_is_decoded_again_withou
     pipeline.skips = 0.0
     engine.transcribe(prompted)
     assert len(pipeline.calls) == 1
+
+
+class Translator:
+    """faster-whisper's `WhisperModel.transcribe` for the translate task: two segments of
+    English, the first with its words aligned, the second without; each call recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, dict[str, Any]]] = []
+
+    def transcribe(self, audio: Any, **options: Any) -> tuple[Iterator[Any], None]:
+        self.calls.append((audio, options))
+        words = [
+            SimpleNamespace(word=" The", start=0.5, end=0.75),
+            SimpleNamespace(word=" bread.", start=0.75, end=1.25),
+        ]
+        first = SimpleNamespace(text=" The bread.", start=0.5, end=1.25, words=words)
+        second = SimpleNamespace(text=" For the family.", start=2.0, end=3.0, words=None)
+        return iter([first, second]), None
+
+
+def test_translation__english_that_repeats_itself_is_translated_again_alone_in_the_chunk() -> None:
+    from recall.engines.whisper.decode import Decoding, translation
+    from recall.engines.whisper.windows import Window
+
+    model = Translator()
+    d = Decoding(model=model, language="de", context="", hotwords=None, task="translate")
+    chunk = Chunk(3, 90.0, 30.0, np.arange(30 * RATE, dtype=np.float32))
+    window = Window(chunk=0, first=4 * RATE, end=12 * RATE, at=RATE)
+    again = SimpleNamespace(text=" I have been waiting for you." * 5, words=[])
+    words = translation(d, chunk, window, again, threading.Event())
+    ((audio, options),) = model.calls
+    assert np.array_equal(audio, chunk.audio[4 * RATE : 12 * RATE])  # the window's audio alone
+    assert options["task"] == "translate" and options["language"] == "de"
+    assert options["condition_on_previous_text"] is False and options["word_timestamps"]
+    # Timed in the chunk: the window starts 4 s into it; a segment without words is one text.
+    assert words == [(4.5, 4.75, " The"), (4.75, 5.25, " bread."), (6.0, 7.0, " For the family.")]
+    # A cancelled call stops after the segment in hand.
+    cancel = threading.Event()
+    cancel.set()
+    assert translation(d, chunk, window, again, cancel) == [
+        (4.5, 4.75, " The"),
+        (4.75, 5.25, " bread."),
+    ]
+    # English that does not repeat itself is taken as the batched task gave it.
+    model.calls.clear()
+    fine = SimpleNamespace(
+        text=" The bread.", words=[SimpleNamespace(word=" The", start=0.0, end=0.5)]
+    )
+    assert translation(d, chunk, window, fine, threading.Event()) == [(3.0, 3.5, " The")]
+    assert model.calls == []

@@ -14,7 +14,7 @@ import pytest
 from faster_whisper.vad import VadOptions
 from onnx import TensorProto, helper
 
-from recall.engines.whisper import vad
+from recall.engines.whisper import language, vad
 from recall.engines.whisper.windows import WINDOW_SECONDS, speech_of
 from recall_dev import librivox
 
@@ -195,19 +195,24 @@ def test_language_speech__what_faster_whisper_detects_its_language_on(
     speech: np.ndarray[Any, Any],
 ) -> None:
     """A file's language is detected on its speech gathered as faster-whisper's transcribe
-    gathers it (default options: short pauses kept), the first 30 s of it; silence in front
-    is left out."""
-    from recall.engines.whisper import language
-
-    theirs = np.concatenate(
-        fw_vad.collect_chunks(speech, fw_vad.get_speech_timestamps(speech, VadOptions()))[0]
-    )[: WINDOW_SECONDS * 16_000]
-    ours = language.speech(speech)
+    gathers it with its VAD filter (default options: short pauses kept, stretches put
+    together), the first 30 s of it; silence in front is left out."""
+    rate = 16_000
+    pause = np.zeros(3 * rate, np.float32)  # longer than the 2 s a stretch keeps inside it
+    audio = np.concatenate(
+        [speech[: 10 * rate], pause, speech[10 * rate : 20 * rate], pause, speech]
+    )
+    stretches = fw_vad.get_speech_timestamps(audio, VadOptions())
+    assert len(stretches) >= 3  # the two long pauses part the speech
+    theirs = np.concatenate(fw_vad.collect_chunks(audio, stretches)[0])[: WINDOW_SECONDS * rate]
+    ours = language.speech(audio)
     assert ours is not None and np.array_equal(ours, theirs)
+    assert len(ours) == WINDOW_SECONDS * rate  # 55 s of speech: its first 30 s
+    whole = language.speech(speech)
     cut = sum(b - a for a, b in speech_of(speech))  # the decoding windows' stretches
-    assert len(ours) > cut  # the pauses between those are kept
-    lead = np.concatenate([np.zeros(10 * 16_000, np.float32), speech])
+    assert whole is not None and len(whole) > cut  # the pauses between those are kept
+    lead = np.concatenate([np.zeros(10 * rate, np.float32), speech])
     again = language.speech(lead)
     # the same speech, its first stretch padded 0.4 s into the silence (none of the 10 s else)
-    assert again is not None and abs(len(again) - len(ours)) <= 0.4 * 16_000 + vad.FRAME
-    assert language.speech(np.zeros(5 * 16_000, np.float32)) is None
+    assert again is not None and abs(len(again) - len(whole)) <= 0.4 * rate + vad.FRAME
+    assert language.speech(np.zeros(5 * rate, np.float32)) is None

@@ -144,7 +144,7 @@ def transcribe(
         if d.translate:
             raw_english = next(english)
             if found:
-                words = translation(each[i], chunk, window, raw_english)
+                words = translation(each[i], chunk, window, raw_english, cancel)
                 found = language.attach(found, words)
         out[window.chunk] += found
     return out
@@ -170,7 +170,7 @@ def in_languages(
 
 
 def translation(
-    d: Decoding, chunk: Chunk, window: Window, raw: Any
+    d: Decoding, chunk: Chunk, window: Window, raw: Any, cancel: threading.Event
 ) -> list[tuple[float, float, str]]:
     """The translated words of one window of `chunk` (`raw`, the translate task's answer), timed
     in the chunk; the whole text over the window when the model aligned no word. English that
@@ -179,16 +179,19 @@ def translation(
     if compression_ratio(text) > REPETITIVE:
         _log.info("window_decoded_again", chunk=chunk.index, reason="repetitive_translation")
         audio = chunk.audio[window.first : window.end]
-        return translated_alone(d, audio, shift=window.first / RATE)
+        return translated_alone(d, audio, cancel, shift=window.first / RATE)
     if raw.words:
         return [(w.start + window.shift, w.end + window.shift, w.word) for w in raw.words]
     return [(window.first / RATE, window.end / RATE, text)] if text else []
 
 
-def translated_alone(d: Decoding, audio: Any, *, shift: float) -> list[tuple[float, float, str]]:
+def translated_alone(
+    d: Decoding, audio: Any, cancel: threading.Event, *, shift: float
+) -> list[tuple[float, float, str]]:
     """`audio`, a window `shift` seconds into its chunk, translated one at a time with the
     temperature fallback (faster-whisper's own decoding): its English words, timed in the
-    chunk; a segment's whole text where no word was aligned."""
+    chunk; a segment's whole text where no word was aligned. Stops after the segment in hand
+    when `cancel` is set."""
     generated, _info = d.model.transcribe(
         audio,
         language=d.language,
@@ -205,6 +208,8 @@ def translated_alone(d: Decoding, audio: Any, *, shift: float) -> list[tuple[flo
             words += [(w.start + shift, w.end + shift, w.word) for w in s.words]
         elif s.text.strip():
             words.append((s.start + shift, s.end + shift, " " + s.text.strip()))
+        if cancel.is_set():
+            break
     return words
 
 

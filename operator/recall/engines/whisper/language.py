@@ -10,10 +10,10 @@ Contract:
   `recall.engines.languages.english_only`, which the operator also writes, unleased, when every
   live worker of a job's pool registered an English-only model.
 - `detect(model, audio, options)`: the language of the speech in `audio` (its stretches of
-  speech as faster-whisper finds them for its own detection, short pauses kept, put together,
-  at most 30 s of them: never a silent window),
-  the most likely among `options` (all of the model's languages when there are none), with the
-  model's own probability for it (`recall.engines.languages.choose`); None when `audio` holds
+  speech as faster-whisper's VAD-filtered `transcribe` finds them before detecting, short
+  pauses kept, put together, at most 30 s of them: never a silent window), the most likely
+  among `options` (all of the model's languages when there are none), with the model's own
+  probability for it (`recall.engines.languages.choose`); None when `audio` holds
   no speech. Options the model does not know are left out (`yue` on a model before large-v3);
   none known fails the job with `UnsupportedLanguage`. `decide(model, said, options)` is the
   same on audio that is speech already: a segment-scope span, from its first sound to its last
@@ -70,11 +70,11 @@ def require(model: Any, label: str, job: TranscriptionJob) -> None:
 
 
 def speech(audio: Any) -> Any:
-    """The speech in `audio` as faster-whisper gathers it for its own detection: stretches by
-    the VAD's default options (a pause under 2 s kept inside a stretch, each padded by 0.4 s),
-    put together, at most one window of them. Deciding on speech with its short pauses is surer
-    than on speech cut at every pause of 160 ms (the decoding windows' stretches): 35 of 60
-    espeak-ng files in 15 languages identified right against 31 (2026-12-06)."""
+    """The speech in `audio` as faster-whisper's VAD-filtered `transcribe` gathers it before
+    detecting: stretches by the VAD's default options (a pause under 2 s kept inside a stretch,
+    each padded by 0.4 s), put together, at most one window of them. Deciding on speech with
+    its short pauses is surer than on speech cut at every pause of 160 ms (the decoding
+    windows' stretches): docs/languages.md."""
     import numpy as np
     from faster_whisper.vad import VadOptions
 
