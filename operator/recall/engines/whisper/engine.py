@@ -41,7 +41,7 @@ Contract:
 
 from __future__ import annotations
 
-import os
+import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,7 +110,8 @@ class WhisperEngine:
         self.media = media or MediaOptions()
         self.beam_size = beam_size
         self.vad_filter = vad_filter
-        self.models = models or ModelCache(Path(os.environ.get("TMPDIR", "/tmp")), None)
+        # The worker settings' default cache: one copy of a packaged model on the machine.
+        self.models = models or ModelCache(Path(tempfile.gettempdir()) / "recall-models", None)
         if model and is_store_url(model) and self.models.open_store is None:
             raise ModelStoreMissing(
                 f"the worker's model {model} is in a store, but this worker has no store to "
