@@ -185,15 +185,16 @@ class ControlPlane:
 
     def start(self, timeout: float = 120.0, progress: Callable[[str], None] | None = None) -> None:
         say = progress or (lambda _msg: None)
-        if self.workdir is None:
-            self.workdir = Path(tempfile.mkdtemp(prefix="recall-dev-"))
-            self._owns_workdir = True
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        # The binaries first: a control plane that cannot start leaves no directory behind.
         bin_dir = self.bin_dir or tools_bin_dir(build=True, control_plane=True)
         self.bin_dir = bin_dir
         for tool in ("etcd", "kube-apiserver"):
             if not (bin_dir / tool).exists():
                 raise ControlPlaneError(f"{bin_dir / tool} is missing: run hack/k8s-tools/build.sh")
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="recall-dev-"))
+            self._owns_workdir = True
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
         pki = write_pki(self.workdir / "pki")
         chosen = not (self.etcd_port or self.etcd_peer_port or self.apiserver_port)

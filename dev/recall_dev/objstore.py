@@ -177,16 +177,17 @@ class ObjectStore:
 
     def start(self, timeout: float = 60.0, progress: Callable[[str], None] | None = None) -> None:
         say = progress or (lambda _msg: None)
-        if self.workdir is None:
-            self.workdir = Path(tempfile.mkdtemp(prefix="recall-objstore-"))
-            self._owns_workdir = True
-        for d in (self.workdir, self.logs_dir, self.data_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        # The binary first: a store that cannot start leaves no directory behind.
         self.bin_dir = self.bin_dir or weed_bin_dir(build=True)
         if not (self.bin_dir / "weed").exists():
             raise ObjectStoreError(
                 f"{self.bin_dir / 'weed'} is missing: run hack/seaweedfs/build.sh"
             )
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="recall-objstore-"))
+            self._owns_workdir = True
+        for d in (self.workdir, self.logs_dir, self.data_dir):
+            d.mkdir(parents=True, exist_ok=True)
         unset = [flag for flag in PORT_FLAGS if not self.ports.get(flag)]
         fresh = not any(self.data_dir.iterdir())
         self._write_identities()
