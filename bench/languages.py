@@ -180,11 +180,12 @@ def files(workdir: Path) -> list[dict[str, Any]]:
 
 
 def base_model(threads: int) -> Any:
+    from recall.base.settings import default_model_cache_dir
     from recall.engines.models import BASE, ModelCache
     from recall.engines.whisper import load_model
     from recall.engines.whisper.model import CPU
 
-    local = ModelCache(Path(tempfile.gettempdir()) / "recall-models", None).packaged(BASE)
+    local = ModelCache(default_model_cache_dir(), None).packaged(BASE)
     return load_model(str(local.path), threads, CPU)
 
 

@@ -9,7 +9,7 @@ each class is imported from here.
 
 from recall.base.settings.operator import OperatorSettings, PoolScaling
 from recall.base.settings.shared import SCHEMES, ApiSettings, StoreSettings, default_worker_id
-from recall.base.settings.worker import WorkerSettings
+from recall.base.settings.worker import WorkerSettings, default_model_cache_dir
 
 __all__ = [
     "SCHEMES",
@@ -18,5 +18,6 @@ __all__ = [
     "PoolScaling",
     "StoreSettings",
     "WorkerSettings",
+    "default_model_cache_dir",
     "default_worker_id",
 ]

@@ -12,6 +12,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from recall.base.settings.shared import default_worker_id
 
 
+def default_model_cache_dir() -> Path:
+    """`recall-models` in the temporary directory (`TMPDIR`, else `/tmp`)."""
+    return Path(tempfile.gettempdir()) / "recall-models"
+
+
 class WorkerSettings(BaseSettings):
     """Settings of `recall worker`."""
 
@@ -132,7 +137,7 @@ class WorkerSettings(BaseSettings):
     )
     whisper_threads: int = Field(0, ge=0, description="CPU threads for faster-whisper; 0 = all.")
     model_cache_dir: Path = Field(
-        default_factory=lambda: Path(tempfile.gettempdir()) / "recall-models",
+        default_factory=default_model_cache_dir,
         description="Where models fetched from a store (s3://, gs://, az://) are kept, checked, "
         "and shared by the worker processes that mount it (the chart's cache volume).",
     )

@@ -188,28 +188,14 @@ def translation(
 def translated_alone(
     d: Decoding, audio: Any, cancel: threading.Event, *, shift: float
 ) -> list[tuple[float, float, str]]:
-    """`audio`, a window `shift` seconds into its chunk, translated one at a time with the
-    temperature fallback (faster-whisper's own decoding): its English words, timed in the
-    chunk; a segment's whole text where no word was aligned. Stops after the segment in hand
-    when `cancel` is set."""
-    generated, _info = d.model.transcribe(
-        audio,
-        language=d.language,
-        task="translate",
-        beam_size=d.beam_size,
-        vad_filter=False,  # the window is speech already
-        condition_on_previous_text=False,  # as `one_at_a_time`: no repetition spread
-        hotwords=d.hotwords,
-        word_timestamps=True,
-    )
+    """`audio`, a window `shift` seconds into its chunk, translated `alone`: its English words,
+    timed in the chunk; a segment's whole text where no word was aligned."""
     words: list[tuple[float, float, str]] = []
-    for s in generated:
+    for s in alone(d, audio, cancel, task="translate", prompt=None, words=True):
         if s.words:
             words += [(w.start + shift, w.end + shift, w.word) for w in s.words]
         elif s.text.strip():
             words.append((s.start + shift, s.end + shift, " " + s.text.strip()))
-        if cancel.is_set():
-            break
     return words
 
 
@@ -308,28 +294,37 @@ def one_at_a_time(
     d: Decoding, chunk: Chunk, audio: Any, cancel: threading.Event, *, shift: float, floor: float
 ) -> list[Segment]:
     """`audio`, a window of the chunk `shift` seconds in whose text repeated itself, decoded
-    again one at a time (faster-whisper's own decoding, with the temperature fallback);
-    segments relative to the chunk."""
-    generated, _info = d.model.transcribe(
-        audio,
-        language=d.language,
-        beam_size=d.beam_size,
-        vad_filter=False,  # the window is speech already
-        # Each 30 s window starts afresh: conditioning on the one before only spreads a
-        # repetition loop. The text before the call is the prompt.
-        condition_on_previous_text=False,
-        initial_prompt=d.prompt,
-        hotwords=d.hotwords,
-        word_timestamps=d.keep_words,
-    )
+    again `alone`, the text before the call its prompt; segments relative to the chunk."""
     segments: list[Segment] = []
     sounds: Sounds | None = None
-    for s in generated:
+    for s in alone(d, audio, cancel, task="transcribe", prompt=d.prompt, words=d.keep_words):
         if s.text.strip():
             if d.keep_words and sounds is None:
                 sounds = islands(chunk.audio)
             low = segments[-1].end if segments else floor
             segments.append(segment_of(s, chunk.duration, sounds, shift=shift, floor=low))
-        if cancel.is_set():
-            break
     return segments
+
+
+def alone(
+    d: Decoding, audio: Any, cancel: threading.Event, *, task: str, prompt: str | None, words: bool
+) -> Iterator[Any]:
+    """faster-whisper's segments of `audio`, a window that is speech already, decoded one at a
+    time (its own decoding, with the temperature fallback); none after `cancel` is set."""
+    generated, _info = d.model.transcribe(
+        audio,
+        language=d.language,
+        task=task,
+        beam_size=d.beam_size,
+        vad_filter=False,  # the window is speech already
+        # Each 30 s window starts afresh: conditioning on the one before only spreads a
+        # repetition loop.
+        condition_on_previous_text=False,
+        initial_prompt=prompt,
+        hotwords=d.hotwords,
+        word_timestamps=words,
+    )
+    for s in generated:
+        yield s
+        if cancel.is_set():
+            return

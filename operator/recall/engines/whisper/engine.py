@@ -41,11 +41,10 @@ Contract:
 
 from __future__ import annotations
 
-import tempfile
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recall.base.settings import default_model_cache_dir
 from recall.engines.base import Detected, TranscribeRequest, primary_language
 from recall.engines.device import place
 from recall.engines.models import (
@@ -110,8 +109,8 @@ class WhisperEngine:
         self.media = media or MediaOptions()
         self.beam_size = beam_size
         self.vad_filter = vad_filter
-        # The worker settings' default cache: one copy of a packaged model on the machine.
-        self.models = models or ModelCache(Path(tempfile.gettempdir()) / "recall-models", None)
+        # The worker's default cache: one copy of a packaged model on the machine.
+        self.models = models or ModelCache(default_model_cache_dir(), None)
         if model and is_store_url(model) and self.models.open_store is None:
             raise ModelStoreMissing(
                 f"the worker's model {model} is in a store, but this worker has no store to "
