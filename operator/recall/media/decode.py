@@ -23,10 +23,19 @@ if TYPE_CHECKING:
 # --- decode ---------------------------------------------------------------------------------
 
 
+# A PCM WAV is read a second a packet: FFmpeg's wav demuxer reads 4,096 bytes (128 ms of
+# 16 kHz mono), and each packet is decoded and resampled on its own, at four times the CPU
+# (bench/enginecpu.py). Its header says all there is to know of the stream, so FFmpeg reads no
+# packets ahead to learn it (probesize): at a second a packet, that read was most of the cost.
+WAV_PCM_TAGS = (1, 3)  # WAVE_FORMAT_PCM, WAVE_FORMAT_IEEE_FLOAT
+WAV_EXTENSIBLE = 0xFFFE
+WAV_PACKET_BYTES = (1024, 1 << 22)  # the bounds FFmpeg's wav demuxer takes for max_size
+
+
 def _open(path: Path, shown: str) -> tuple[Any, Any]:
     """The container at `path` and its first audio stream."""
     try:
-        container = av.open(str(path))
+        container = av.open(str(path), options=_wav_options(path))
     except av.FFmpegError as e:
         raise JobFailure(
             "UndecodableMedia",
@@ -37,6 +46,35 @@ def _open(path: Path, shown: str) -> tuple[Any, Any]:
         container.close()
         raise JobFailure("UndecodableMedia", f"{shown}: no audio stream", permanent=True)
     return container, container.streams.audio[0]
+
+
+def _wav_options(path: Path) -> dict[str, str]:
+    """FFmpeg's options for reading `path` in packets of about a second, when it is a PCM WAV
+    (RIFF or RF64) whose format chunk lies in its first 64 KiB; none for anything else."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(65_536)
+    except OSError:
+        return {}  # opening it says what is wrong
+    if len(head) < 12 or head[:4] not in (b"RIFF", b"RF64") or head[8:12] != b"WAVE":
+        return {}
+    at = 12
+    while at + 8 <= len(head):
+        kind, size = head[at : at + 4], int.from_bytes(head[at + 4 : at + 8], "little")
+        body = head[at + 8 : at + 8 + size]
+        if kind == b"fmt ":
+            if len(body) < 16:
+                return {}
+            tag = int.from_bytes(body[0:2], "little")
+            if tag == WAV_EXTENSIBLE and len(body) >= 26:
+                tag = int.from_bytes(body[24:26], "little")  # the subformat GUID's first field
+            byte_rate = int.from_bytes(body[8:12], "little")
+            if tag not in WAV_PCM_TAGS:
+                return {}
+            low, high = WAV_PACKET_BYTES
+            return {"max_size": str(min(max(byte_rate, low), high)), "probesize": "32"}
+        at += 8 + size + size % 2  # chunks are padded to an even length
+    return {}
 
 
 def probe(path: Path, url: str) -> float | None:

@@ -12,6 +12,7 @@ import wave
 from collections.abc import Iterator
 from pathlib import Path
 
+import av
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -19,6 +20,7 @@ from structlog.testing import capture_logs
 
 from recall import media as audio
 from recall.base.clock import FakeClock
+from recall.media import decode
 from recall.media.types import Chunk, Resume
 from recall.resources.errors import JobFailure
 from tests.audio import encode
@@ -222,6 +224,83 @@ def test_media__decodes_lazily_with_bounded_memory(tmp_path: Path) -> None:
     assert media.duration == pytest.approx(600.0, abs=0.01)
     assert count == 20
     assert peak < 16 * 1024**2, f"peak {peak / 1024**2:.1f} MiB for 38 MB of decoded audio"
+
+
+def pcm_wav(path: Path, codec: str, rate: int, layout: str, seconds: float) -> Path:
+    """Noise over a tone as a WAV of `codec` samples (the format chunk FFmpeg writes: an
+    extensible one for more than two channels)."""
+    with av.open(str(path), "w", format="wav") as out:
+        stream = out.add_stream(codec, rate=rate, layout=layout)
+        assert isinstance(stream, av.AudioStream)
+        fmt = stream.codec_context.format.name
+        channels = len(stream.layout.channels)
+        n = round(seconds * rate)
+        tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(n) / rate)
+        noise = 0.05 * np.random.default_rng(3).standard_normal((channels, n))
+        samples = (tone + noise).astype(np.float32).T.reshape(1, -1)  # interleaved
+        if fmt.startswith("s16"):
+            data: npt.NDArray[np.generic] = (samples * 32767).astype(np.int16)
+        elif fmt.startswith("s32"):
+            data = (samples * 2**30).astype(np.int32)
+        else:
+            data = samples
+        frame = av.AudioFrame.from_ndarray(data, format=fmt.rstrip("p"), layout=layout)
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    return path
+
+
+def decoded_by_default(path: Path, monkeypatch: pytest.MonkeyPatch, **kw: int) -> Samples:
+    """`path` decoded as FFmpeg reads it by default (4,096-byte packets)."""
+    with monkeypatch.context() as m:
+        m.setattr(decode, "_wav_options", lambda _path: {})
+        return np.concatenate(list(audio.Decoder(path, path.as_uri(), **kw).from_start()))
+
+
+@pytest.mark.parametrize(
+    ("codec", "rate", "layout"),
+    [
+        ("pcm_s16le", 16_000, "mono"),
+        ("pcm_f32le", 48_000, "stereo"),
+        ("pcm_s32le", 22_050, "5.1"),  # WAVE_FORMAT_EXTENSIBLE
+    ],
+)
+def test_decoder__a_pcm_wav_is_read_a_second_a_packet_to_the_same_samples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: str, rate: int, layout: str
+) -> None:
+    path = pcm_wav(tmp_path / "a.wav", codec, rate, layout, seconds=12.5)
+    container, stream = decode._open(path, "a.wav")
+    with container:
+        packets = sum(1 for p in container.demux(stream) if p.size)
+        assert packets <= 14, f"{packets} packets for 12.5 s"
+    for kw in ({}, {"channel": 1} if layout != "mono" else {}):
+        got = np.concatenate(list(audio.Decoder(path, path.as_uri(), **kw).from_start()))
+        assert np.array_equal(got, decoded_by_default(path, monkeypatch, **kw))
+    # A resume by seeking lands on the same samples as decoding from the start.
+    full = audio.Decoder(path, path.as_uri())
+    rest = np.concatenate(list(full.from_start(100_003)))
+    resumed = audio.Decoder(path, path.as_uri()).seek(100_003, decode.tail_signature(full.tail))
+    assert resumed is not None
+    assert np.array_equal(np.concatenate(list(resumed)), rest)
+
+
+def test_decoder__only_a_pcm_wav_is_read_in_larger_packets(tmp_path: Path) -> None:
+    pcm = pcm_wav(tmp_path / "pcm.wav", "pcm_s16le", 16_000, "mono", seconds=1.0)
+    assert decode._wav_options(pcm)["max_size"] == "32000"  # a second of 16-bit mono
+    # A format chunk after another chunk of odd length (padded to even) is found.
+    raw = pcm.read_bytes()
+    junk = b"JUNK" + (3).to_bytes(4, "little") + b"abc\0"
+    moved = tmp_path / "junk.wav"
+    moved.write_bytes(raw[:12] + junk + raw[12:])
+    assert decode._wav_options(moved)["max_size"] == "32000"
+    got = np.concatenate(list(audio.Decoder(moved, moved.as_uri()).from_start()))
+    assert np.array_equal(got, np.concatenate(list(audio.Decoder(pcm, pcm.as_uri()).from_start())))
+    # Compressed samples in a WAV, other containers and no file at all: FFmpeg's defaults.
+    adpcm = pcm_wav(tmp_path / "adpcm.wav", "adpcm_ms", 16_000, "mono", seconds=1.0)
+    flac = encode(tmp_path / "a.flac", np.zeros(16_000, np.float32), 16_000, "flac", 1024)
+    for other in (adpcm, flac, tmp_path / "missing.wav"):
+        assert decode._wav_options(other) == {}
 
 
 def test_media__progress_total_is_honest_and_exact_at_the_end(tmp_path: Path) -> None:
