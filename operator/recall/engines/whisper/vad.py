@@ -72,39 +72,38 @@ class UnknownGraph(Exception):
 
 class Conv:
     """A kernel-3, padding-1 convolution over time with a ReLU, in the (frames, steps, channels)
-    layout: for each input step, one product with the columns of the taps it feeds."""
+    layout: each output step one product of the input steps it reads, side by side in memory,
+    with their taps' weights stacked (no sums of partial products to add up after)."""
 
     def __init__(self, weight: Array, bias: Array, stride: int) -> None:
         self.weight = weight  # (out channels, in channels, 3), as the ONNX file holds it
         self.bias = bias.astype(np.float32)
         self.stride = stride
         self.out = int(weight.shape[0])
-        self._plans: dict[int, list[tuple[int, Array, list[int]]]] = {}
+        self._plans: dict[int, list[tuple[int, int, Array]]] = {}
 
-    def plan(self, steps: int) -> list[tuple[int, Array, list[int]]]:
-        """For `steps` input steps: (input step, its taps' (in, out × taps) matrix, the output
-        step of each tap). Input step t is tap k of output step o where o·stride = t + 1 − k."""
+    def plan(self, steps: int) -> list[tuple[int, int, Array]]:
+        """For `steps` input steps, each output step o's (first input step, input steps, their
+        taps' weights as one (steps × in, out) matrix): o reads input steps o·stride − 1 + k
+        for the taps k that fall inside the input (padding reads zeros)."""
         if steps not in self._plans:
-            n_out = (steps - 1) // self.stride + 1
             plan = []
-            for t in range(steps):
-                taps = [k for k in range(3) if 0 <= t + 1 - k < n_out * self.stride]
-                taps = [k for k in taps if (t + 1 - k) % self.stride == 0]
-                if taps:
-                    matrix = np.concatenate([self.weight[:, :, k].T for k in taps], 1)
-                    outs = [(t + 1 - k) // self.stride for k in taps]
-                    plan.append((t, np.ascontiguousarray(matrix, np.float32), outs))
+            for o in range((steps - 1) // self.stride + 1):
+                taps = [k for k in range(3) if 0 <= o * self.stride - 1 + k < steps]
+                matrix = np.concatenate([self.weight[:, :, k].T for k in taps], 0)
+                first = o * self.stride - 1 + taps[0]
+                plan.append((first, len(taps), np.ascontiguousarray(matrix, np.float32)))
             self._plans[steps] = plan
         return self._plans[steps]
 
     def __call__(self, x: Array) -> Array:
-        frames, steps, _ = x.shape
-        y = np.empty((frames, (steps - 1) // self.stride + 1, self.out), np.float32)
-        y[:] = self.bias
-        for t, matrix, outs in self.plan(steps):
-            z = x[:, t, :] @ matrix
-            for j, o in enumerate(outs):
-                y[:, o, :] += z[:, j * self.out : (j + 1) * self.out]
+        frames, steps, channels = x.shape
+        plan = self.plan(steps)
+        y = np.empty((frames, len(plan), self.out), np.float32)
+        for o, (first, count, matrix) in enumerate(plan):
+            read = x[:, first : first + count, :].reshape(frames, count * channels)  # a view
+            np.matmul(read, matrix, out=y[:, o, :])
+        y += self.bias
         return np.maximum(y, 0, out=y)
 
 
