@@ -3,7 +3,8 @@
 Contract:
 - `read_checkpoint(bucket, job)` returns the chunks the job's checkpoint parts
   (`status.progress.parts`) name, read back from the store, contiguous from the first, each
-  continuing exactly where the previous one ended, and the resume point after the last.
+  continuing exactly where the previous one ended (in a file split by channel, or at the start
+  of the next channel), and the resume point after the last.
   Anything else (no parts, a missing cutting, a missing or malformed chunk record) ends the
   usable part; when nothing is usable it raises `CheckpointUnusable` and the attempt starts
   over, which is slower but never leaves a gap or an overlap.
@@ -111,7 +112,7 @@ def read_checkpoint(bucket: Bucket, job: TranscriptionJob) -> Checkpoint:
                 record = Record.decode(blob)
             except ValueError:
                 break
-            if record.first != position or record.end <= record.first:
+            if not follows(record, position, first=not records):
                 break  # a gap or an overlap: nothing from here on is usable
             records.append(record)
             position, tail = record.end, record.tail
@@ -131,6 +132,17 @@ def read_checkpoint(bucket: Bucket, job: TranscriptionJob) -> Checkpoint:
     return Checkpoint(
         cutting=cutting, parts=tuple(kept), records=tuple(records), resume=resume, retake=retake
     )
+
+
+def follows(record: Record, position: int, *, first: bool) -> bool:
+    """Whether `record` continues exactly where the one before it ended (`position`): at it,
+    or, in a split file, at the start of the next channel (its chunks come after all of the
+    channel before, so a record there means that channel was cut to its end)."""
+    if record.end <= record.first:
+        return False
+    if record.first == position:
+        return True
+    return not first and record.first == (position // CHANNEL_STRIDE + 1) * CHANNEL_STRIDE
 
 
 def retake_of(records: list[Record], rate: int) -> int:

@@ -3,9 +3,12 @@ resume from a checkpoint exactly where it ended."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from recall.bucket import Bucket, StoreConflict
+from recall.media.media import CHANNEL_STRIDE
 from recall.media.types import Chunk, Cutting, Segment
 from recall.resources import Output, Part, Progress, TranscriptionJob
 from recall.transcripts import (
@@ -19,6 +22,8 @@ from recall.transcripts import (
     parse_scratch,
     read_checkpoint,
 )
+from recall.transcripts.checkpoint import follows
+from recall.transcripts.records import Record
 from tests.unit.fakes import memory_bucket
 
 CUT = Cutting(chunk_seconds=30, snap_seconds=2, rate=16000, source="sha256:abc")
@@ -104,6 +109,34 @@ def test_resume__stops_at_a_gap_in_the_cuts() -> None:
     gap = Chunk(index=1, start=40.0, duration=30.0, first=600_000, end=1_000_000)
     parts = w.add(gap, segments(1))
     assert read_checkpoint(bucket, job(parts)).chunks == 1
+
+
+def test_resume__a_file_split_by_channel_continues_in_the_channel_after_the_last_record() -> None:
+    """Channel c's chunks count their samples from c × CHANNEL_STRIDE: the first chunk of the
+    next channel follows the last of the channel before, and nothing stored is redone."""
+    bucket = memory_bucket()
+    w = AttemptWriter(bucket, job(), 1, TOKENS[1])
+    w.begin(CUT, None)
+    parts: list[Part] = []
+    for i, (channel, local) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+        base = chunk(local)
+        offset = channel * CHANNEL_STRIDE
+        split = replace(
+            base, index=i, first=base.first + offset, end=base.end + offset, channel=f"ch{channel}"
+        )
+        parts = w.add(split, segments(i))
+    checkpoint = read_checkpoint(bucket, job(parts))
+    assert checkpoint.chunks == 4
+    assert checkpoint.resume.position == CHANNEL_STRIDE + 2 * 480_000
+    # A gap within a channel, or a channel skipped, still ends what can be reused.
+    assert follows_at(CHANNEL_STRIDE + 480_000, after=480_000) is False
+    assert follows_at(2 * CHANNEL_STRIDE, after=480_000) is False
+    assert follows_at(CHANNEL_STRIDE, after=480_000) is True
+
+
+def follows_at(first: int, *, after: int) -> bool:
+    record = Record(first=first, end=first + 480_000, tail="", segments=[])
+    return follows(record, after, first=False)
 
 
 @pytest.mark.parametrize("what", ["no parts", "no cutting", "no chunk"])
