@@ -118,7 +118,11 @@ def _said(s: Segment) -> list[_Said]:
             continue
         speaker, channel = w.speaker or s.speaker, w.channel or s.channel
         last = out[-1] if out else None
-        glue = last is not None and goes_on(last.text, w.text, pieces=pieces)
+        glue = (
+            last is not None
+            and (last.speaker, last.channel) == (speaker, channel)
+            and goes_on(last.text, w.text, pieces=pieces)
+        )
         if last is not None and glue and not w.redacted and not last.redacted:
             out[-1] = _Said(
                 last.text + text,

@@ -48,7 +48,7 @@ from recall.resources import Format, OutputFormat, TranscriptionJob
 from recall.transcripts.aws import aws_json
 from recall.transcripts.layout import Transcript
 from recall.transcripts.subtitles import Rules, cues, write
-from recall.transcripts.words import joined, timed_words
+from recall.transcripts.words import Token, text_of, timed_words, tokens
 
 CONTENT_TYPES = {
     "json": "application/json",
@@ -121,18 +121,13 @@ def labelled(segments: list[Segment]) -> bool:
 
 def turns(segments: list[Segment]) -> list[tuple[str | None, str]]:
     """The text of `segments` in turns: (who, what they said), one per change of speaker."""
-    out: list[tuple[str | None, list[str]]] = []
-    for s in segments:
-        if timed_words(s):
-            said = [(w.who or s.who, w.text.strip()) for w in s.words or [] if w.text.strip()]
+    out: list[tuple[str | None, list[Token]]] = []
+    for word in tokens(segments):
+        if out and out[-1][0] == word.who:
+            out[-1][1].append(word)
         else:
-            said = [(s.who, t) for t in s.text.split()]
-        for who, word in said:
-            if out and out[-1][0] == who:
-                out[-1][1].append(word)
-            else:
-                out.append((who, [word]))
-    return [(who, joined(words)) for who, words in out]
+            out.append((word.who, [word]))
+    return [(who, text_of(words)) for who, words in out]
 
 
 def txt(transcript: Transcript, segments: list[Segment]) -> str:

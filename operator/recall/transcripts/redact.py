@@ -31,6 +31,7 @@ from recall.media.types import Segment, Word
 from recall.resources import RedactType
 from recall.transcripts.entities import EDGE, core, could_be_part, detect
 from recall.transcripts.subtitles import split
+from recall.transcripts.words import apart
 
 HOLD_WORDS = 8
 MOST_HELD = 64
@@ -61,7 +62,10 @@ def text_of_words(words: list[Word]) -> str:
     """A segment's text from its words (as Whisper writes them, each with its leading space)."""
     if all(w.text[:1].isspace() for w in words if w.text):
         return "".join(w.text for w in words)
-    return " " + " ".join(w.text.strip() for w in words if w.text.strip())
+    out = ""
+    for word in (w.text.strip() for w in words):  # no space inside unspaced text
+        out += word if not out or not apart(out, word) else " " + word
+    return " " + out
 
 
 def _tag(words: list[Word], kind: RedactType) -> Word:

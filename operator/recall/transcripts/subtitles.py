@@ -14,7 +14,10 @@ Contract:
 - Every cue is at most `max_lines` lines of at most `max_line_characters` characters (a single
   word longer than a line is the one exception: it stands alone, over-long), is shown at most
   `max_cue_seconds`, at least `min_cue_seconds` where the next cue leaves room, and starts at
-  least `min_gap_seconds` after the previous one ends. Cues never overlap and are in order.
+  least `min_gap_seconds` after the previous one ends. Cues never overlap and are in order,
+  but for a file split by channel: each channel's cues are cut on their own and never overlap
+  one another, and the cues are in order of their start (two channels may speak at once; with
+  `prefix`, a cue whose channel differs from the one before begins with its label).
 - Where to break is chosen over the whole transcript at once (a shortest path over the word
   boundaries): after a sentence's end first, then after a clause (a comma, a semicolon), then at
   a pause, a segment's end, and last between any two words (never after an article or a
@@ -45,11 +48,12 @@ import pysubs2
 
 from recall.media.types import Segment
 from recall.resources import SubtitleSpec
-from recall.transcripts.words import Token, tokens
+from recall.transcripts.words import Token, text_of, tokens
 from recall.transcripts.words import split as split  # recall.transcripts.redact reads it here
+from recall.transcripts.words import width as columns
 
-SENTENCE_END = (".", "?", "!", "…", '."', '?"', '!"', ".'", "?'", "!'")
-CLAUSE_END = (",", ";", ":", "—", "–", '"', ")")
+SENTENCE_END = (".", "?", "!", "…", '."', '?"', '!"', ".'", "?'", "!'", "。", "！", "？", "。」")
+CLAUSE_END = (",", ";", ":", "—", "–", '"', ")", "、", "，", "；", "：", "」", "）")
 # Words a line or a cue should not end with while another break is possible.
 _WEAK = (
     "a an the of to in on at by for from with and or but that as is was his her its their my "
@@ -104,6 +108,7 @@ class Cue:
     lines: tuple[str, ...]
     who: str | None = None
     lang: str | None = None
+    channel: str | None = None  # of a file split by channel: its cues may overlap another's
 
     @property
     def text(self) -> str:
@@ -152,14 +157,24 @@ def _line_cost(words: list[str], k: int) -> int:
     return 3
 
 
-def lines(words: list[str], width: int, most: int) -> tuple[str, ...] | None:
-    """`words` in at most `most` lines of at most `width` characters, breaking where it reads
-    best and as evenly as possible; None when they do not fit (a lone over-long word is one
-    line)."""
+def lines(
+    words: list[str], width: int, most: int, spaces: list[bool] | None = None
+) -> tuple[str, ...] | None:
+    """`words` in at most `most` lines of at most `width` columns (`recall.transcripts.words.
+    width`), breaking where it reads best and as evenly as possible; None when they do not fit
+    (a lone over-long word is one line). `spaces`: whether a space goes before each word (all,
+    when not given; none between the words of a script written without spaces)."""
+    tokens = [
+        Token(w, 0.0, 0.0, space=True if spaces is None else spaces[k]) for k, w in enumerate(words)
+    ]
+
+    def line(i: int, j: int) -> str:
+        return text_of(tokens[i:j])
+
     if len(words) == 1:
         return (words[0],)
-    if len(" ".join(words)) <= width:
-        return (" ".join(words),)
+    if columns(line(0, len(words))) <= width:
+        return (line(0, len(words)),)
     n = len(words)
 
     @cache
@@ -168,20 +183,19 @@ def lines(words: list[str], width: int, most: int) -> tuple[str, ...] | None:
         if left == 0:
             return None
         found: tuple[float, tuple[str, ...]] | None = None
-        length = -1
         for j in range(i + 1, n + 1):
-            length += len(words[j - 1]) + 1
+            length = columns(line(i, j))
             if length > width and j > i + 1:
                 break  # (a lone word longer than a line is a line of its own)
             if j == n:
-                candidate: tuple[float, tuple[str, ...]] = (0.0, (" ".join(words[i:j]),))
+                candidate: tuple[float, tuple[str, ...]] = (0.0, (line(i, j),))
             else:
                 rest = best(j, left - 1)
                 if rest is None:
                     continue
                 slack = (width - length) / width
                 cost = rest[0] + _line_cost(words, j - 1) + 4 * slack * slack
-                candidate = (cost, (" ".join(words[i:j]), *rest[1]))
+                candidate = (cost, (line(i, j), *rest[1]))
             if found is None or candidate[0] < found[0]:
                 found = candidate
         return found
@@ -194,6 +208,24 @@ def cues(segments: list[Segment], rules: Rules | None = None, *, prefix: bool = 
     """The cues of `segments` under `rules` (see the module contract); `prefix`: the first cue
     after each change of speaker begins with its label (SubRip's way)."""
     rules = rules or Rules()
+    channels = list(dict.fromkeys(s.channel for s in segments))
+    if len(channels) < 2:
+        return _cut(segments, rules, prefix=prefix)
+    # A file split by channel: each channel's cues on their own, shown as they come (two
+    # channels may speak at once), and labelled where the channel shown changes.
+    found = sorted(
+        (c for ch in channels for c in _cut([s for s in segments if s.channel == ch], rules)),
+        key=lambda c: c.start,
+    )
+    if prefix:
+        for k, c in enumerate(found):
+            if c.who and (k == 0 or found[k - 1].who != c.who):
+                found[k] = replace(c, lines=(f"{c.who}: {c.lines[0]}", *c.lines[1:]))
+    return found
+
+
+def _cut(segments: list[Segment], rules: Rules, *, prefix: bool = False) -> list[Cue]:
+    """The cues of one stream of `segments` (one channel), in order, none overlapping."""
     words = tokens(segments)
     if prefix:
         words = labelled(words)
@@ -210,10 +242,11 @@ def cues(segments: list[Segment], rules: Rules | None = None, *, prefix: bool = 
             continue
         used, line, length = 0, 0, -1  # greedy filling: the fewest lines words[i:j] need
         for j in range(i + 1, n + 1):
-            size = len(words[j - 1].text)
-            length += size + 1
-            if line and line + 1 + size <= width:
-                line += 1 + size
+            size = columns(words[j - 1].text)
+            gap = 1 if words[j - 1].space else 0
+            length += size + gap
+            if line and line + gap + size <= width:
+                line += gap + size
             else:  # a new line; a word longer than a line fills one alone
                 used, line = used + 1, max(size, width if size > width else 0) or size
             if j > i + 1 and (
@@ -238,13 +271,16 @@ def cues(segments: list[Segment], rules: Rules | None = None, *, prefix: bool = 
     raw = []
     for i, j in spans:
         text = [w.text for w in words[i:j]]
-        layout = lines(text, width, most) or (" ".join(text),)
+        spaces = [w.space for w in words[i:j]]
+        layout = lines(text, width, most, spaces) or (text_of(words[i:j]),)
         raw.append((words[i].start, words[j - 1].end, layout, words[i].who, words[i].lang))
-    return timed(raw, rules)
+    return timed(raw, rules, segments[0].channel)
 
 
 def timed(
-    raw: list[tuple[float, float, tuple[str, ...], str | None, str | None]], rules: Rules
+    raw: list[tuple[float, float, tuple[str, ...], str | None, str | None]],
+    rules: Rules,
+    channel: str | None = None,
 ) -> list[Cue]:
     """Cue times that keep the gap, the longest and (where there is room) the shortest time."""
     out: list[Cue] = []
@@ -260,7 +296,7 @@ def timed(
                 end = max(limit, start + 0.001)
         else:
             end = max(end, start + rules.min_cue_seconds)
-        out.append(Cue(round(start, 3), round(end, 3), text, who, lang))
+        out.append(Cue(round(start, 3), round(end, 3), text, who, lang, channel))
         floor = end + rules.min_gap_seconds
     return out
 
@@ -280,8 +316,9 @@ def check(found: list[Cue], rules: Rules | None = None) -> list[str]:
             problems.append(f"cue {i}: ends at {cue.end:.3f} s, before it starts")
         if cue.end - cue.start > rules.max_cue_seconds + EPSILON:
             problems.append(f"cue {i}: {cue.end - cue.start:.2f} s on screen")
-        if i > 1:
-            gap = cue.start - found[i - 2].end
+        before = [c for c in found[: i - 1] if c.channel == cue.channel]
+        if before:  # the cues of two channels may overlap: each channel's may not
+            gap = cue.start - before[-1].end
             if gap < rules.min_gap_seconds - EPSILON:
                 problems.append(f"cue {i}: {gap:.3f} s after the previous cue")
         if not words:

@@ -5,7 +5,12 @@
   split into its text's words in proportion to their characters over its time (`split`).
 - A word Whisper split at a hyphen ("ill" + "-disposed") is one word here ("ill-disposed"), as
   is a word it wrote in pieces (a piece without its leading space: "example" + ".com"):
-  `continues`, `goes_on`, `joined`.
+  `continues`, `goes_on`.
+- Scripts written without spaces between words (Chinese, Japanese, Thai, Lao, Myanmar, Khmer:
+  `unspaced`) keep each word Whisper gave as a word of its own, with a space before it only
+  where Whisper wrote one (`Token.space`, `text_of`); a segment of them without word timings is
+  split into its Chinese and Japanese characters (a line may break between any two). A wide
+  character is two columns of a line (`width`).
 - Each word carries who said it (its speaker, else its channel) and the language its segment was
   transcribed in, so subtitle cues (`recall.transcripts.subtitles`) and aws.json's items
   (`recall.transcripts.aws`) never mix two.
@@ -14,8 +19,46 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from unicodedata import east_asian_width
 
 from recall.media.types import Segment
+
+# Unicode blocks of the scripts written without spaces between words, and their punctuation.
+UNSPACED = (
+    (0x0E00, 0x0EFF),  # Thai, Lao
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0x2E80, 0x2FDF),  # CJK radicals
+    (0x3000, 0x31FF),  # CJK punctuation, Hiragana, Katakana, Bopomofo
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF00, 0xFFEF),  # fullwidth and halfwidth forms
+    (0x20000, 0x3FFFF),  # CJK extensions B and after
+)
+CHARACTERS = ((0x2E80, 0x9FFF), (0xF900, 0xFAFF), (0xFF00, 0xFFEF), (0x20000, 0x3FFFF))
+# Marks a Chinese or Japanese line does not begin with: closing punctuation, the prolonged
+# sound mark, small kana.
+NO_LINE_START = frozenset(
+    "、。，．！？）」』】〕〉》：；”’ー…ゝゞヽヾぁぃぅぇぉっゃゅょゎァィゥェォッャュョヮヵヶ"
+)
+
+
+def unspaced(ch: str) -> bool:
+    """Whether the character `ch` is of a script written without spaces between words."""
+    code = ord(ch)
+    return any(low <= code <= high for low, high in UNSPACED)
+
+
+def apart(left: str, right: str) -> bool:
+    """Whether a space goes between the words `left` and `right` (not between two of a
+    script written without spaces)."""
+    return not (left and right and unspaced(left[-1]) and unspaced(right[0]))
+
+
+def _character(ch: str) -> bool:
+    code = ord(ch)
+    return any(low <= code <= high for low, high in CHARACTERS)
 
 
 @dataclass(frozen=True)
@@ -26,6 +69,7 @@ class Token:
     start: float
     end: float
     segment_end: bool = False  # the last word of its segment
+    space: bool = True  # a space before it, after the word before (none inside unspaced text)
     who: str | None = None  # its speaker, else its channel
     lang: str | None = None  # the language its segment was transcribed in
 
@@ -60,30 +104,51 @@ def goes_on(previous: str, raw: str, *, pieces: bool) -> bool:
     """Whether the word `raw` (as written) is part of the word before it (`previous`,
     stripped): a hyphen-split word, or a piece without its leading space when `pieces`."""
     text = raw.strip()
+    if not apart(previous, text):
+        return False  # each its own word, written against the one before (`Token.space`)
     return continues(previous, text) or (pieces and bool(text) and not raw[:1].isspace())
 
 
-def joined(words: list[str]) -> str:
-    """`words` (stripped) as text: one space between them, none inside a hyphenated word."""
-    out = ""
-    for word in words:
-        out += word if not out or continues(out, word) else " " + word
+def text_of(words: list[Token]) -> str:
+    """`words` as text: a space before each that has one (`Token.space`)."""
+    return "".join((" " if k and w.space else "") + w.text for k, w in enumerate(words))
+
+
+def width(text: str) -> int:
+    """`text`'s width on screen in columns: a wide (Chinese, Japanese, Korean) character two."""
+    return len(text) + sum(1 for ch in text if east_asian_width(ch) in "WF")
+
+
+def parts_of(text: str) -> list[tuple[str, bool]]:
+    """`text`'s words, each with whether a space comes before it: split at spaces, and a run of
+    Chinese or Japanese characters into each character (written without spaces, a line may
+    break between any two), the marks that may not begin a line (。、」 and the like) and
+    letters of other scripts kept with the character before them."""
+    out: list[tuple[str, bool]] = []
+    for part in text.split():
+        pieces: list[str] = []
+        for ch in part:
+            if not pieces or (_character(ch) and ch not in NO_LINE_START):
+                pieces.append(ch)
+            else:
+                pieces[-1] += ch
+        out += [(piece, k == 0) for k, piece in enumerate(pieces)]
     return out
 
 
 def split(segment: Segment) -> list[Token]:
     """The words of `segment`'s text with times in proportion to their characters over the
     segment's time: for a segment without word timings."""
-    parts = segment.text.split()
-    weights = [len(p) + 1 for p in parts]
+    parts = parts_of(segment.text)
+    weights = [len(p) + 1 for p, _ in parts]
     total, at = sum(weights) or 1, 0
     span = max(0.0, segment.end - segment.start)
     out = []
-    for part, weight in zip(parts, weights, strict=True):
+    for (part, space), weight in zip(parts, weights, strict=True):
         begin = segment.start + span * at / total
         at += weight
         end = segment.start + span * at / total
-        out.append(Token(part, begin, end, who=segment.who, lang=segment.language))
+        out.append(Token(part, begin, end, space=space, who=segment.who, lang=segment.language))
     return out
 
 
@@ -108,7 +173,11 @@ def tokens(segments: list[Segment]) -> list[Token]:
                 ):
                     words[-1] = replace(last, text=last.text + text, end=max(w.end, last.end))
                 else:
-                    words.append(Token(text, w.start, max(w.end, w.start), who=who, lang=lang))
+                    # Unspaced text has a space only where Whisper wrote one.
+                    space = apart(last.text, text) or w.text[:1].isspace() if last else True
+                    words.append(
+                        Token(text, w.start, max(w.end, w.start), space=space, who=who, lang=lang)
+                    )
         else:  # no word timings: in proportion
             words = split(s)
         if words:

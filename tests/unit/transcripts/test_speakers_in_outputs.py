@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from recall.media.types import Segment, Word
 from recall.transcripts import Transcript
 from recall.transcripts.formats import render
 from recall.transcripts.layout import Record
+from recall.transcripts.redact import text_of_words
 from recall.transcripts.subtitles import Rules, check, cues, parse
 
 
@@ -174,3 +177,93 @@ def test_a_word_whisper_wrote_in_pieces_is_one_item() -> None:
     said = [i["alternatives"][0]["content"] for i in items if i["type"] == "pronunciation"]
     assert said == ["Write", "to", "example.com", "555-1234"]
     assert "Write to example.com. 555-1234." in render(t, "srt")
+
+
+def test_txt__a_word_written_in_pieces_is_one_word_in_each_turn() -> None:
+    words = [w(0.0, " Visit", "S1"), w(0.5, " example", "S1"), w(0.9, ".com", "S1")]
+    words.append(w(1.5, " now.", "S1"))
+    t = Transcript(segments=[seg(words, speaker="S1")], duration=2, engine="x", word_timings=True)
+    assert render(t, "txt") == "S1: Visit example.com now.\n"
+
+
+def test_channels__speaking_at_once_each_channel_keeps_its_own_times() -> None:
+    """A long turn on one channel and a short answer on the other said during it: each cue is
+    shown when its words are said, the cues of the two channels overlapping."""
+    long = [w(0.6 * k, f" word{k}") for k in range(20)]  # 0 to 12 s
+    left = seg(long, channel="ch0")
+    right = seg([w(1.0, " Right.")], channel="ch1")
+    later = seg([w(12.5, " Okay"), w(13.0, " then.")], channel="ch1")
+    t = Transcript(segments=[left, right, later], duration=14, engine="x", word_timings=True)
+    found = cues(t.segments)
+    assert check(found) == []
+    answer = next(c for c in found if "Right." in c.text)
+    assert answer.channel == "ch1" and answer.start == 1.0
+    for c in found:  # every cue shown while its words are said
+        said = [x for s in t.segments if s.channel == c.channel for x in s.words or []]
+        first = next(x for x in said if x.text.strip() in c.text.split()[0])
+        assert c.start == pytest.approx(first.start, abs=0.001)
+    assert [c.start for c in found] == sorted(c.start for c in found)
+    srt = render(t, "srt")
+    assert "ch1: Right." in srt and srt.count("ch0: ") >= 2  # labelled at each change
+
+
+def test_unspaced_scripts__words_written_as_whisper_wrote_them() -> None:
+    """Japanese: Whisper's words have no spaces between them (the first may have one)."""
+    said = [
+        "今日",
+        "は",
+        "とても",
+        "良い",
+        "天気",
+        "です。",
+        "明日",
+        "も",
+        "晴れ",
+        "る",
+        "でしょう。",
+    ]
+    words = [w(0.8 * k, (" " if k == 0 else "") + x) for k, x in enumerate(said)]
+    t = Transcript(segments=[seg(words)], duration=9, engine="x", word_timings=True, language="ja")
+    assert render(t, "txt") == "今日はとても良い天気です。明日も晴れるでしょう。\n"
+    assert "今日はとても良い天気です。" in render(t, "vtt")
+    found = cues(t.segments)
+    assert check(found) == [] and found[-1].end >= 8.0  # no cue cut short of the speech
+    items = json.loads(render(t, "aws.json"))["results"]["items"]
+    assert [i["alternatives"][0]["content"] for i in items if i["type"] == "pronunciation"][:3] == [
+        "今日",
+        "は",
+        "とても",
+    ]
+    # Where Whisper wrote a space (Thai between phrases), it stays.
+    thai = seg([w(0.0, " สวัสดี"), w(0.5, "ครับ"), w(1.0, " ผม")])
+    t = Transcript(segments=[thai], duration=2, engine="x", word_timings=True, language="th")
+    assert render(t, "txt") == "สวัสดีครับ ผม\n"
+
+
+def test_unspaced_scripts__without_word_timings_a_line_breaks_between_characters() -> None:
+    text = "今日はとても良い天気です明日も晴れるでしょうそれではまた会いましょう皆さんさようなら"
+    segment = Segment(start=0.0, end=12.0, text=text, confidence=0.8)
+    found = cues([segment])
+    assert check(found) == []
+    assert "".join(line for c in found for line in c.lines) == text
+    wide = Rules().max_line_characters // 2  # a wide character is two columns
+    assert all(len(line) <= wide for c in found for line in c.lines)
+    assert not any(line.startswith(("。", "、", "ょ")) for c in found for line in c.lines)
+
+
+def test_aws_json__a_piece_is_not_glued_to_another_speakers_word() -> None:
+    words = [w(0.0, " Call", "S1"), w(0.5, " me", "S1"), w(1.0, ".", "S2"), w(1.5, " Sure.", "S2")]
+    t = Transcript(segments=[seg(words)], duration=2, engine="x", word_timings=True)
+    items = json.loads(render(t, "aws.json"))["results"]["items"]
+    assert [(i["alternatives"][0]["content"], i["speaker_label"]) for i in items][:3] == [
+        ("Call", "spk_0"),
+        ("me", "spk_0"),
+        (".", "spk_1"),
+    ]
+
+
+def test_redaction__a_changed_unspaced_text_keeps_no_spaces() -> None:
+    said = [Word(start=k, end=k + 0.5, text=x, probability=0.9) for k, x in enumerate("電話は番号")]
+    assert text_of_words(said) == " 電話は番号"
+    latin = [Word(start=0, end=1, text="call", probability=0.9)]
+    assert text_of_words([*latin, *latin]) == " call call"
