@@ -204,7 +204,7 @@ def labelled(
     segments: Sequence[Segment], windows: Sequence[Window], labels: npt.NDArray[np.int64]
 ) -> list[Segment]:
     """`segments` with each word's and segment's speaker (see the module contract); labels
-    renumbered by first appearance in the words' order."""
+    renumbered by first appearance in time (of the words, and of the segments without words)."""
     if not windows:
         return list(segments)
     starts = [w.start for w in windows]
@@ -216,21 +216,27 @@ def labelled(
         label = int(labels[_best_window(start, end, windows, lo)])
         return order.setdefault(label, f"S{len(order) + 1}")
 
+    # Every word, and every segment of text without words (k = -1), named in time order.
     spoken = sorted(
-        (
+        [
             (w.start, w.end, i, k)
             for i, s in enumerate(segments)
             for k, w in enumerate(s.words or [])
-        ),
+        ]
+        + [
+            (s.start, s.end, i, -1)
+            for i, s in enumerate(segments)
+            if not s.words and s.text.strip()
+        ]
     )
-    word_names: dict[tuple[int, int], str] = {(i, k): name(a, b) for a, b, i, k in spoken}
+    names: dict[tuple[int, int], str] = {(i, k): name(a, b) for a, b, i, k in spoken}
     for i, s in enumerate(segments):
         if s.words:
-            words = [w.model_copy(update={"speaker": word_names[(i, k)]})
+            words = [w.model_copy(update={"speaker": names[(i, k)]})
                      for k, w in enumerate(s.words)]  # fmt: skip
             out.append(s.model_copy(update={"words": words, "speaker": _most(words)}))
         elif s.text.strip():
-            out.append(s.model_copy(update={"speaker": name(s.start, s.end)}))
+            out.append(s.model_copy(update={"speaker": names[(i, -1)]}))
         else:
             out.append(s)
     return out

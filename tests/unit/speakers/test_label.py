@@ -145,3 +145,12 @@ def test_label__segments_without_words_are_labelled_by_their_span() -> None:
 )
 def test_bounds__from_the_spec(spec: SpeakerSpec, bounds: Bounds) -> None:
     assert bounds_of(spec) == bounds
+
+
+def test_label__numbered_in_time_order_with_segments_without_words() -> None:
+    windows = [Window(0, 2 * RATE), Window(3 * RATE, 5 * RATE)]
+    first = Segment(start=0.0, end=2.0, text=" hello")  # no words
+    words = [Word(start=3.0, end=4.5, text=" there", probability=1.0)]
+    second = Segment(start=3.0, end=5.0, text=" there", words=words)
+    out = labelled([first, second], windows, np.array([0, 1]))
+    assert [(s.start, s.speaker) for s in out] == [(0.0, "S1"), (3.0, "S2")]
