@@ -203,12 +203,16 @@ class AttemptWriter:
             raise ValueError(f"chunk {chunk.index} out of order: {self.chunks} stored")
         language = language or self.language
         original = None
+        # Each record kept as stored (times to the millisecond): what a resume reads back, so
+        # a resumed attempt labels and writes the same as an unbroken one.
         if self.keep_original:  # the unredacted record, under its own key
-            original = self._record(chunk, [*cut.ended, *cut.kept], language, cut)
-            self.bucket.put(original_chunk_key(self.directory, chunk.index), original.encode())
+            raw = self._record(chunk, [*cut.ended, *cut.kept], language, cut).encode()
+            self.bucket.put(original_chunk_key(self.directory, chunk.index), raw)
+            original = Record.decode(raw)
         types = spec.types if spec is not None else None
-        record = self._record(chunk, stored(cut, types), language, cut)
-        self.bucket.put(chunk_key(self.directory, chunk.index), record.encode())
+        raw = self._record(chunk, stored(cut, types), language, cut).encode()
+        self.bucket.put(chunk_key(self.directory, chunk.index), raw)
+        record = Record.decode(raw)
         # Only now, the writes done: a write repeated after a lost answer sees the same state.
         if original is not None:
             self.originals[chunk.index] = original

@@ -9,7 +9,7 @@ import pytest
 
 from recall.bucket import Bucket, StoreConflict
 from recall.media.media import CHANNEL_STRIDE
-from recall.media.types import Chunk, Cutting, Segment
+from recall.media.types import Chunk, Cutting, Segment, Word
 from recall.resources import Output, Part, Progress, TranscriptionJob
 from recall.transcripts import (
     MAX_PARTS,
@@ -137,6 +137,18 @@ def test_resume__a_file_split_by_channel_continues_in_the_channel_after_the_last
 def follows_at(first: int, *, after: int) -> bool:
     record = Record(first=first, end=first + 480_000, tail="", segments=[])
     return follows(record, after, first=False)
+
+
+def test_resume__reads_back_the_records_an_unbroken_attempt_holds() -> None:
+    """Times to the microsecond are stored to the millisecond: the attempt keeps its records
+    as stored, so a resume (and the speakers labelled over them) sees what it saw."""
+    bucket = memory_bucket()
+    w = AttemptWriter(bucket, job(), 1, TOKENS[1])
+    w.begin(CUT, None)
+    said = [Word(start=0.0123456, end=0.4987654, text=" hello", probability=0.912345)]
+    parts = w.add(chunk(0), [Segment(start=0.0123456, end=0.5, text=" hello", words=said)])
+    assert list(read_checkpoint(bucket, job(parts)).records) == w.records
+    assert w.records[0].segments[0].start == 0.012
 
 
 @pytest.mark.parametrize("what", ["no parts", "no cutting", "no chunk"])
