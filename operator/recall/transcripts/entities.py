@@ -6,12 +6,13 @@ replaces what is found).
 
 What is found (`spec.transcript.redact.types`):
 - `email`: written (`anna@example.com`) or spoken (`anna at example dot com`, `anna dot smith
-  at example.co.uk`): a local part, "at" (or @), then a domain whose last label is a known
-  top-level domain; and a word shaped as a domain (`mariratexample.org`), as a speech model
-  often writes a spoken address run together: a web address is redacted too. Spoken addresses
-  are read in English ("at", "dot").
-- `phone`: 7 to 15 digits in a row, written (`555-1234`, `(555) 123-4567`, `+44 20 7946 0958`)
-  or spoken ("five five five, one two three four", "oh", "double five").
+  at example.co.uk`, `anna.smith at example dot com`): a local part, "at" (or @), then a
+  domain whose last label is a known top-level domain; and a word shaped as a domain
+  (`mariratexample.org`), as a speech model often writes a spoken address run together: a web
+  address is redacted too. Spoken addresses are read in English ("at", "dot").
+- `phone`: 7 to 15 digits in a row, written (`555-1234`, `(555) 123-4567`, `555.123.4567`,
+  `+44 20 7946 0958`) or spoken ("five five five, one two three four", "five five five - one
+  two", "oh", "double five").
 - `card`: 13 to 19 digits that pass the Luhn check.
 - `iban`: a country code, two check digits and 10 to 30 letters or digits whose ISO 13616
   checksum (mod 97) holds, in one piece or in groups (`DE89 3704 0044 0532 0130 00`).
@@ -22,10 +23,11 @@ What is found (`spec.transcript.redact.types`):
 - Person names are not found: no offline named-entity model ships in a package from its
   authors (what the index has are unofficial copies of spaCy's), and a list of names is not one.
 
-Digits are read across words: a run of words that are digits (with `-`, `(`, `)`, `/`, `+`),
-spoken digits, or letters and digits (`DE89`, `12345678Z`) is one number, and within a run the
-longest stretch from each word on that is one of the asked types is taken. A comma does not end
-a run ("five five five, one two three four"); any other word does.
+Digits are read across words: a run of words that are digits (with `-`, `(`, `)`, `/`, `+`, or
+dots between groups), spoken digits, dashes alone, or letters and digits (`DE89`, `12345678Z`)
+is one number, and within a run the longest stretch from each word on that is one of the asked
+types is taken. A comma does not end a run ("five five five, one two three four"); any other
+word does.
 
 Spoken digits are read in English, German, Spanish, French, Italian, Portuguese and Dutch
 (`DIGIT_WORDS`: the words for 0 to 9, "oh", "zwo", the Brazilian "meia" for six; "double",
@@ -66,6 +68,9 @@ EDGE = "\"'“”‘’()[]{}<>.,;:!?…"
 WRITTEN_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(\.[\w-]+)+")
 DIGITS = re.compile(r"\+?[0-9A-Za-z()/-]*[0-9][0-9A-Za-z()/-]*")
 WORDY = re.compile(r"[a-z0-9-]+")
+LOCAL = re.compile(r"[a-z0-9_+-]+(\.[a-z0-9_+-]+)*")  # a local part: anna.smith, a_b+tag
+DOTTED = re.compile(r"\+?[0-9]+(\.[0-9]+){2,}")  # digits in groups between dots: 555.123.4567
+SEPARATORS = frozenset("-–—/")  # a word that only joins the digits around it
 IBAN = re.compile(r"[A-Z]{2}[0-9]{2}[A-Z0-9]{10,30}")
 DNI = re.compile(r"([0-9]{8})([A-Z])")
 NIE = re.compile(r"([XYZ])([0-9]{7})([A-Z])")
@@ -162,8 +167,10 @@ def number_of(text: str) -> str | None:
         return SPOKEN[word.lower()]
     if "-" in word and all(p.lower() in SPOKEN for p in word.split("-")):
         return "".join(SPOKEN[p.lower()] for p in word.split("-"))  # "five-five-five"
-    if DIGITS.fullmatch(word):
+    if DIGITS.fullmatch(word) or DOTTED.fullmatch(word):
         return re.sub(r"[^0-9A-Za-z]", "", word).upper()
+    if word and all(ch in SEPARATORS for ch in word):
+        return ""  # "five five five - one two three four": the run goes on
     return None
 
 
@@ -184,6 +191,9 @@ def _numbers(words: list[str], types: Collection[str]) -> list[Found]:
             end += 1
         i = k
         while i < end:  # the longest stretch from each word on
+            if not parts[i]:  # a separator starts nothing
+                i += 1
+                continue
             for j in range(min(end, i + 40), i, -1):
                 kind = kind_of("".join(p or "" for p in parts[i:j]), types)
                 if kind is not None:
@@ -224,7 +234,7 @@ def _emails(words: list[str]) -> list[Found]:
         if c in ("at", "@") and k > 0:
             end = _domain(cores, k + 1)
             local = cores[k - 1]
-            if end is None or not WORDY.fullmatch(local) or local in NOT_NAMES:
+            if end is None or not LOCAL.fullmatch(local) or local in NOT_NAMES:
                 continue
             first = k - 1
             while first >= 2 and cores[first - 1] in ("dot", "underscore") and cores[first - 2]:
