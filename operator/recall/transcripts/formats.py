@@ -110,7 +110,8 @@ def render(transcript: Transcript, fmt: Format | str) -> str:
         return _dump(aws_json(transcript, segments))
     if fmt in ("srt", "vtt"):
         rules = Rules.from_data(transcript.subtitles)
-        return write(cues(segments, rules, prefix=fmt == "srt"), "srt" if fmt == "srt" else "vtt")
+        found = cues(segments, rules, prefix=fmt == "srt", duration=transcript.duration or None)
+        return write(found, "srt" if fmt == "srt" else "vtt")
     raise ValueError(f"unknown format {fmt!r}")
 
 

@@ -13,7 +13,8 @@ Contract:
   segment.
 - Every cue is at most `max_lines` lines of at most `max_line_characters` characters (a single
   word longer than a line is the one exception: it stands alone, over-long), is shown at most
-  `max_cue_seconds`, at least `min_cue_seconds` where the next cue leaves room, and starts at
+  `max_cue_seconds`, at least `min_cue_seconds` where the next cue (and the end of the audio,
+  when `cues` is given its duration) leaves room, and starts at
   least `min_gap_seconds` after the previous one ends. Cues never overlap and are in order,
   but for a file split by channel: each channel's cues are cut on their own and never overlap
   one another, and the cues are in order of their start (two channels may speak at once; with
@@ -204,17 +205,28 @@ def lines(
     return layout[1] if layout else None
 
 
-def cues(segments: list[Segment], rules: Rules | None = None, *, prefix: bool = False) -> list[Cue]:
+def cues(
+    segments: list[Segment],
+    rules: Rules | None = None,
+    *,
+    prefix: bool = False,
+    duration: float | None = None,
+) -> list[Cue]:
     """The cues of `segments` under `rules` (see the module contract); `prefix`: the first cue
-    after each change of speaker begins with its label (SubRip's way)."""
+    after each change of speaker begins with its label (SubRip's way); `duration`: the audio's
+    length, which no cue is held past (the last one's shortest time gives way)."""
     rules = rules or Rules()
     channels = list(dict.fromkeys(s.channel for s in segments))
     if len(channels) < 2:
-        return _cut(segments, rules, prefix=prefix)
+        return _cut(segments, rules, prefix=prefix, duration=duration)
     # A file split by channel: each channel's cues on their own, shown as they come (two
     # channels may speak at once), and labelled where the channel shown changes.
     found = sorted(
-        (c for ch in channels for c in _cut([s for s in segments if s.channel == ch], rules)),
+        (
+            c
+            for ch in channels
+            for c in _cut([s for s in segments if s.channel == ch], rules, duration=duration)
+        ),
         key=lambda c: c.start,
     )
     if prefix:
@@ -224,7 +236,9 @@ def cues(segments: list[Segment], rules: Rules | None = None, *, prefix: bool = 
     return found
 
 
-def _cut(segments: list[Segment], rules: Rules, *, prefix: bool = False) -> list[Cue]:
+def _cut(
+    segments: list[Segment], rules: Rules, *, prefix: bool = False, duration: float | None = None
+) -> list[Cue]:
     """The cues of one stream of `segments` (one channel), in order, none overlapping."""
     words = tokens(segments)
     if prefix:
@@ -274,13 +288,14 @@ def _cut(segments: list[Segment], rules: Rules, *, prefix: bool = False) -> list
         spaces = [w.space for w in words[i:j]]
         layout = lines(text, width, most, spaces) or (text_of(words[i:j]),)
         raw.append((words[i].start, words[j - 1].end, layout, words[i].who, words[i].lang))
-    return timed(raw, rules, segments[0].channel)
+    return timed(raw, rules, segments[0].channel, duration)
 
 
 def timed(
     raw: list[tuple[float, float, tuple[str, ...], str | None, str | None]],
     rules: Rules,
     channel: str | None = None,
+    duration: float | None = None,
 ) -> list[Cue]:
     """Cue times that keep the gap, the longest and (where there is room) the shortest time."""
     out: list[Cue] = []
@@ -296,6 +311,8 @@ def timed(
                 end = max(limit, start + 0.001)
         else:
             end = max(end, start + rules.min_cue_seconds)
+            if duration is not None:  # not past the audio, unless its words are
+                end = max(min(end, duration), last, start + 0.001)
         out.append(Cue(round(start, 3), round(end, 3), text, who, lang, channel))
         floor = end + rules.min_gap_seconds
     return out

@@ -61,7 +61,7 @@ def test_render__srt_reparsed_by_the_library() -> None:
     assert out.startswith("1\n00:00:00,000 --> 00:00:01,500\nhello there.\n\n2\n01:01:01,250 --> ")
     cues = parse(out, "srt")
     assert [c.text for c in cues] == ["hello there.", "general kenobi."]
-    assert cues[1].start == 3661.25 and cues[1].end == 3662.25  # lengthened to a second
+    assert cues[1].start == 3661.25 and cues[1].end == 3662.0  # not lengthened past the audio
     assert check(cues) == []
 
 

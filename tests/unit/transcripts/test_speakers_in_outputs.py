@@ -267,3 +267,15 @@ def test_redaction__a_changed_unspaced_text_keeps_no_spaces() -> None:
     assert text_of_words(said) == " 電話は番号"
     latin = [Word(start=0, end=1, text="call", probability=0.9)]
     assert text_of_words([*latin, *latin]) == " call call"
+
+
+def test_srt__the_last_cue_is_not_held_past_the_audio() -> None:
+    words = [
+        w(0.0, " Hello"),
+        w(0.5, " there."),
+        Word(start=9.8, end=9.95, text=" Bye.", probability=0.9),
+    ]
+    t = Transcript(segments=[seg(words)], duration=10.0, engine="x", word_timings=True)
+    found = parse(render(t, "srt"), "srt")
+    assert found[-1].end == 10.0 and found[-1].start == 9.8
+    assert found[0].end >= 1.0  # the shortest time still holds where the audio goes on
