@@ -13,9 +13,10 @@ Languages (docs/languages.md): every pronunciation has its `language_code`, and
 under segment scope each language's share of the speech, in AWS's locales (`de-DE`;
 `aws_locale`). Who said it: each item and audio segment has its `speaker_label` (`spk_0` for S1,
 as AWS numbers them) and `channel_label` (`ch_0`), with `results.speaker_labels` (turns: runs of
-one speaker's items) and `results.channel_labels` (each channel's items). Redacted spans are
-written as AWS's content redaction writes them: `[PII]` with a `redactions` entry naming the
-category, and `isRedacted` true.
+one speaker's items) and `results.channel_labels` (each channel's items). In a file split by
+channel the items are in order of their start, the channels' words interleaved as said.
+Redacted spans are written as AWS's content redaction writes them: `[PII]` with a `redactions`
+entry naming the category, and `isRedacted` true.
 """
 
 from __future__ import annotations
@@ -162,6 +163,8 @@ def aws_json(transcript: Transcript, segments: list[Segment]) -> dict[str, Any]:
             "items": list(range(first, len(items))),
         }
         audio_segments.append(_labels(segment, s.speaker, s.channel))
+    if len({s.channel for s in segments}) > 1:  # channels speak at once: items in time order
+        items, audio_segments = in_time_order(items, audio_segments)
     results: dict[str, Any] = {
         "transcripts": [{"transcript": TAG.sub("[PII]", transcript.text)}],
         "items": items,
@@ -181,6 +184,27 @@ def aws_json(transcript: Transcript, segments: list[Segment]) -> dict[str, Any]:
         out["isRedacted"] = True
     out["results"] = results
     return out
+
+
+def in_time_order(
+    items: list[dict[str, Any]], audio_segments: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`items` by their start (a punctuation item stays after the word before it), numbered
+    again, and `audio_segments` naming them by their new ids."""
+    groups: list[list[dict[str, Any]]] = []
+    for item in items:
+        if groups and item["type"] == "punctuation":
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    groups.sort(key=lambda g: float(g[0].get("start_time", "inf")))
+    ordered = [item for g in groups for item in g]
+    moved = {item["id"]: new for new, item in enumerate(ordered)}
+    for new, item in enumerate(ordered):
+        item["id"] = new
+    for segment in audio_segments:
+        segment["items"] = sorted(moved[i] for i in segment["items"])
+    return ordered, audio_segments
 
 
 def _items(said: _Said, first: int, language: str | None) -> list[dict[str, Any]]:

@@ -279,3 +279,18 @@ def test_srt__the_last_cue_is_not_held_past_the_audio() -> None:
     found = parse(render(t, "srt"), "srt")
     assert found[-1].end == 10.0 and found[-1].start == 9.8
     assert found[0].end >= 1.0  # the shortest time still holds where the audio goes on
+
+
+def test_aws_json__the_items_of_channels_speaking_at_once_in_time_order() -> None:
+    left = seg([w(0.0, " I"), w(2.4, " said,"), w(3.0, " yes.")], channel="ch0")
+    right = seg([w(1.0, " Right.")], channel="ch1")
+    t = Transcript(segments=[left, right], duration=4, engine="x", word_timings=True)
+    results = json.loads(render(t, "aws.json"))["results"]
+    items = results["items"]
+    assert [i["id"] for i in items] == list(range(len(items)))
+    said = [(i["alternatives"][0]["content"], i.get("start_time")) for i in items]
+    first = [("I", "0.0"), ("Right", "1.0"), (".", None), ("said", "2.4"), (",", None)]
+    assert said == [*first, ("yes", "3.0"), (".", None)]
+    by_id = {i["id"]: i for i in items}
+    for segment in results["audio_segments"]:  # each segment still names its own items
+        assert {by_id[i]["channel_label"] for i in segment["items"]} == {segment["channel_label"]}
