@@ -7,27 +7,55 @@ The leader counts, from the job changes its cache sees:
 - **engine seconds** when an attempt ends (its lease goes: completed, failed, released or
   reclaimed): from the lease's acquireTime to the job's completedAt when it ended the job, else
   to the lease's last renewal. Failed and abandoned attempts count: they cost.
-- **audio seconds** when a Succeeded job's result is published (a record only the operator
+- **audio seconds** of each Succeeded job whose result is published (a record only the operator
   writes, so a job that finished while no operator ran is counted too): the result's duration
-  times its channels (a file split into channels counts each channel's seconds).
+  times its channels (a file split into channels counts each channel's seconds). **Once per
+  job**, whatever the restarts, relists and leader changes: the job is marked counted in the
+  same write that adds its seconds (below), and a job already marked is never counted again.
 
 Both go to the Prometheus counters `recall_audio_seconds_total` and
 `recall_engine_seconds_total` by namespace, pool and engine, and to each namespace's ConfigMap
 `recall-usage`, one key per UTC day (`{"jobs", "audioSeconds", "engineSeconds"}`), which
-outlives the jobs' TTL and Prometheus' retention (`recall usage`). The ConfigMap is written at
-most every `every` seconds per namespace; what a killed operator had not written yet (at most
-that long) is lost, and an attempt that ended while no operator led is not counted.
+outlives the jobs' TTL and Prometheus' retention (`recall usage`).
+
+**The record** is written at most every `every` seconds per namespace, each time as one
+update applied only at the version read (a conflict: read again and decide again), so two
+leaders' writes never lose each other's figures. Beside the days it keeps:
+- `counted.<day>`: a mark (48 bits of a hash of the uid) of each job whose audio was counted
+  for that day (the job's completedAt), for the last `KEEP_DAYS` days, `MAX_MARKS` a day at most.
+  A job is counted when its mark is not there, and the mark goes in with its seconds: a
+  restarted operator or a new leader, which finds every published job again, counts only
+  those no one wrote, a job whose count a killed leader had not written yet included.
+- `writes`: the ids of the last writes: a write whose answer was lost is settled by reading
+  them, never added twice.
+
+Not guaranteed; every doubt is settled by not counting (usage errs low, never twice):
+- engine seconds a killed operator had not written yet (`every` seconds at most) are lost, and
+  an attempt that ended while no operator led is not counted;
+- a job already published when this term first saw it is counted only if its day's marks are
+  kept and not full (its day is one of the last `KEEP_DAYS`, under `MAX_MARKS` jobs): a job
+  published long before (counted then) or past a day's marks is left out, unless this process
+  saw it being published, and such a job is not marked (only a change seen by two leaders at
+  once, past the marks, counts twice);
+- a false match of two marks (one in 2^48 per job and mark) leaves a job out.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import hashlib
 import json
 import threading
+import uuid
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
-from recall.kube import Api, ApiError, NotFound
+from recall.kube import Api, ApiError, ConfigMapData, Conflict
+from recall.kube.typed import TypedClient
+from recall.kube.verbs import CONFIG_MAPS
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.reconcile.record import JobRecord
 from recall.resources import Phase
@@ -35,12 +63,25 @@ from recall.resources import Phase
 _log = log.get("usage")
 CONFIG_MAP = "recall-usage"
 LABELS = {"app.kubernetes.io/name": "recall", "app.kubernetes.io/component": "usage"}
+MARKS = "counted."  # + YYYY-MM-DD: the marks of the jobs counted for that day
+WRITES = "writes"  # the ids of the last writes, newest last
+KEEP_DAYS = 2  # a job's day and the day after: a job finished before midnight, published after
+MAX_MARKS = 40_000  # a day (9 bytes each: two days' marks stay well under a ConfigMap's 1 MiB)
+KEEP_WRITES = 16
+TRIES = 5  # conflicts in one flush before it waits for the next
 
 Day = tuple[str, str]  # (namespace, YYYY-MM-DD)
+Labels = tuple[str, str, str]  # (namespace, pool, engine)
 
 
 def _zero() -> dict[str, float]:
     return {"jobs": 0.0, "audioSeconds": 0.0, "engineSeconds": 0.0}
+
+
+def mark(uid: str) -> str:
+    """A job's mark in `counted.<day>`: 48 bits of a hash of its uid, 8 characters."""
+    digest = hashlib.blake2b(uid.encode(), digest_size=6).digest()
+    return base64.urlsafe_b64encode(digest).decode()
 
 
 def attempt_seconds(old: JobRecord, new: JobRecord | None) -> float | None:
@@ -57,13 +98,86 @@ def attempt_seconds(old: JobRecord, new: JobRecord | None) -> float | None:
     return max(0.0, (end - lease.acquire_time).total_seconds())
 
 
-def published_audio(old: JobRecord | None, new: JobRecord | None) -> float | None:
-    """The audio seconds of a result published between `old` and `new` (pure)."""
-    if new is None or new.phase is not Phase.SUCCEEDED or not new.published:
+def published_audio(record: JobRecord | None) -> float | None:
+    """The audio seconds of `record`'s published result (pure), or None: not Succeeded, not
+    published, or no duration. Whether it was counted already, the record's marks say."""
+    if record is None or record.phase is not Phase.SUCCEEDED or not record.published:
         return None
-    if old is not None and old.published:
-        return None
-    return new.audio_seconds
+    return record.audio_seconds
+
+
+@dataclass
+class Candidate:
+    """A published job whose audio may still have to be counted (its mark decides)."""
+
+    day: Day
+    labels: Labels
+    seconds: float
+    seen: bool  # this process saw it being published (not only published already)
+
+
+@dataclass
+class Write:
+    """One namespace's flush: what it adds, under one id (kept when its answer is lost)."""
+
+    id: str
+    engine: dict[str, float] = field(default_factory=dict)  # day: engine seconds
+    candidates: dict[str, Candidate] = field(default_factory=dict)  # uid: the job
+    counted: list[Candidate] = field(default_factory=list)  # decided at the last try
+
+
+def decide(
+    data: dict[str, str], w: Write, today: dt.date
+) -> tuple[dict[str, str | None], list[Candidate]]:
+    """The changes of `w` to the record `data` (pure), and the jobs it counts.
+
+    A candidate is counted when its mark is not in its day's marks and either its day's marks
+    are kept and not full (the mark goes in) or this process saw it published (not marked).
+    Marks of days older than `KEEP_DAYS` are dropped. The write's id joins `writes`."""
+    oldest = today - dt.timedelta(days=KEEP_DAYS - 1)
+    figures: defaultdict[str, dict[str, float]] = defaultdict(_zero)
+    for day, seconds in w.engine.items():
+        figures[day]["engineSeconds"] += seconds
+    marks: dict[str, set[str]] = {}
+    marked: set[str] = set()  # the days whose marks change
+    counted = []
+    for uid, c in w.candidates.items():
+        day = c.day[1]
+        if day not in marks:
+            marks[day] = set((data.get(MARKS + day) or "").split())
+        kept = dt.date.fromisoformat(day) >= oldest and len(marks[day]) < MAX_MARKS
+        m = mark(uid)
+        if m in marks[day] or not (kept or c.seen):
+            continue
+        if kept:
+            marks[day].add(m)
+            marked.add(day)
+        figures[day]["audioSeconds"] += c.seconds
+        figures[day]["jobs"] += 1
+        counted.append(c)
+    changes: dict[str, str | None] = {}
+    for day, added in figures.items():
+        try:
+            stored = json.loads(data.get(day) or "{}")
+        except ValueError:
+            stored = {}
+        merged = {k: round(float(stored.get(k, 0)) + v, 3) for k, v in added.items()}
+        merged["jobs"] = int(merged["jobs"])
+        changes[day] = json.dumps(merged, sort_keys=True)
+    for day in marked:
+        changes[MARKS + day] = " ".join(sorted(marks[day]))
+    for key in data:
+        if key.startswith(MARKS) and _older(key[len(MARKS) :], oldest):
+            changes[key] = None
+    changes[WRITES] = " ".join([*(data.get(WRITES) or "").split(), w.id][-KEEP_WRITES:])
+    return changes, counted
+
+
+def _older(day: str, oldest: dt.date) -> bool:
+    try:
+        return dt.date.fromisoformat(day) < oldest
+    except ValueError:
+        return False
 
 
 class Usage:
@@ -73,10 +187,14 @@ class Usage:
         self, api: Api, cache: JobCache, *, leading: threading.Event, clock: Clock = SYSTEM
     ) -> None:
         self.api = api
+        self.cache = cache
         self.leading = leading
         self.clock = clock
         self._lock = threading.Lock()
-        self._pending: defaultdict[Day, dict[str, float]] = defaultdict(_zero)
+        self._engine: defaultdict[Day, float] = defaultdict(float)
+        self._candidates: dict[str, Candidate] = {}  # by job uid
+        self._unsure: dict[str, Write] = {}  # by namespace: a write whose answer was lost
+        self._term = False
         cache.listeners.append(self.changed)
 
     def changed(self, old: JobRecord | None, new: JobRecord | None) -> None:
@@ -88,18 +206,24 @@ class Usage:
         labels = (record.namespace, record.pool, record.engine or "default")
         day = (self.clock.now() if new is None else new.completed_at or self.clock.now()).date()
         engine = attempt_seconds(old, new) if old is not None else None
-        audio = published_audio(old, new)
-        if engine is None and audio is None:
+        if engine is not None:
+            metrics.ENGINE_SECONDS.labels(*labels).inc(engine)
+            with self._lock:
+                self._engine[(record.namespace, day.isoformat())] += engine
+        if new is not None and (old is None or not old.published):
+            seen = old is not None  # a change seen, not a job found published already
+            self._candidate(new, seen)
+
+    def _candidate(self, record: JobRecord, seen: bool) -> None:
+        seconds = published_audio(record)
+        if seconds is None or not record.uid:
             return
+        day = (record.completed_at or self.clock.now()).date().isoformat()
+        labels = (record.namespace, record.pool, record.engine or "default")
         with self._lock:
-            figures = self._pending[(record.namespace, day.isoformat())]
-            if engine is not None:
-                metrics.ENGINE_SECONDS.labels(*labels).inc(engine)
-                figures["engineSeconds"] += engine
-            if audio is not None:
-                metrics.AUDIO_SECONDS.labels(*labels).inc(audio)
-                figures["audioSeconds"] += audio
-                figures["jobs"] += 1
+            known = self._candidates.get(record.uid)
+            seen = seen or (known is not None and known.seen)
+            self._candidates[record.uid] = Candidate((record.namespace, day), labels, seconds, seen)
 
     def run(self, stop: threading.Event, every: float = 30.0) -> None:
         while not self.clock.wait(stop, every):
@@ -107,42 +231,106 @@ class Usage:
         self.flush()
 
     def flush(self) -> int:
-        """Add what was counted to each namespace's ConfigMap; how many namespaces were
-        written. What could not be written is kept for the next flush."""
+        """Write what was counted to each namespace's ConfigMap; how many namespaces were
+        written. A term's first flush looks at every published job in the cache (the marks
+        decide which were counted). What could not be written is kept for the next flush."""
+        if not self.leading.is_set():
+            self._term = False
+        elif not self._term:
+            self._term = True
+            for record in self.cache.all():
+                self._candidate(record, seen=False)
         with self._lock:
-            pending, self._pending = self._pending, defaultdict(_zero)
-        by_namespace: defaultdict[str, dict[str, dict[str, float]]] = defaultdict(dict)
-        for (namespace, day), figures in pending.items():
-            by_namespace[namespace][day] = figures
+            engine, self._engine = self._engine, defaultdict(float)
+            candidates, self._candidates = self._candidates, {}
+            unsure = self._unsure
+            self._unsure = {}
+        writes: dict[str, Write] = {}
+        for (namespace, day), seconds in engine.items():
+            adding = writes.setdefault(namespace, Write(uuid.uuid4().hex[:12]))
+            adding.engine[day] = adding.engine.get(day, 0.0) + seconds
+        for uid, c in candidates.items():
+            writes.setdefault(c.day[0], Write(uuid.uuid4().hex[:12])).candidates[uid] = c
         written = 0
-        for namespace, days in by_namespace.items():
+        for namespace in sorted({*writes, *unsure}):
+            w: Write | None = writes.get(namespace)
             try:
-                self._write(namespace, days)
+                if namespace in unsure:
+                    w = self._settle(namespace, unsure[namespace], w)
+                    del unsure[namespace]
+            except ApiError as e:  # not read: the lost write stays unsure, the rest waits
+                _log.warning("usage_read_failed", namespace=namespace, error=e.message[:200])
+                if w is not None:
+                    self._keep(namespace, w, lost=False)
+                continue
+            if w is None:
+                continue
+            try:
+                self._write(namespace, w)
                 written += 1
             except ApiError as e:
                 _log.warning("usage_write_failed", namespace=namespace, error=e.message[:200])
-                with self._lock:
-                    for day, figures in days.items():
-                        kept = self._pending[(namespace, day)]
-                        for k, v in figures.items():
-                            kept[k] += v
+                self._keep(namespace, w, lost=not isinstance(e, Conflict))
+        with self._lock:
+            self._unsure.update(unsure)  # not settled: the next flush reads again
         return written
 
-    def _write(self, namespace: str, days: dict[str, dict[str, float]]) -> None:
+    def _settle(self, namespace: str, lost: Write, w: Write | None) -> Write | None:
+        """A write whose answer was lost: when its id is in the record it was applied, and
+        `w` is what is left to write; else it is written again, with `w`'s figures if any
+        (raises ApiError when the record cannot be read)."""
         cm = self.api.get_config_map(namespace, CONFIG_MAP)
-        data = dict(cm.data) if cm is not None else {}
-        for day, figures in days.items():
+        if cm is not None and lost.id in (cm.data.get(WRITES) or "").split():
+            self._counted(lost.counted)
+            return w
+        if w is None:
+            return lost
+        for day, seconds in lost.engine.items():
+            w.engine[day] = w.engine.get(day, 0.0) + seconds
+        for uid, c in lost.candidates.items():
+            w.candidates.setdefault(uid, c)
+        return w
+
+    def _keep(self, namespace: str, w: Write, *, lost: bool) -> None:
+        """Keep `w` for the next flush: as a write that may have been applied (`lost`), or
+        as figures to write again."""
+        with self._lock:
+            if lost:
+                self._unsure[namespace] = w
+                return
+            for day, seconds in w.engine.items():
+                self._engine[(namespace, day)] += seconds
+            for uid, c in w.candidates.items():
+                self._candidates.setdefault(uid, c)
+
+    def _write(self, namespace: str, w: Write) -> None:
+        """One update of the record at the version read; a conflict reads again (`TRIES`)."""
+        for attempt in range(TRIES):
+            cm = self.api.get_config_map(namespace, CONFIG_MAP)
+            changes, w.counted = decide(cm.data if cm else {}, w, self.clock.now().date())
             try:
-                stored = json.loads(data.get(day) or "{}")
-            except ValueError:
-                stored = {}
-            merged = {k: round(float(stored.get(k, 0)) + v, 3) for k, v in figures.items()}
-            merged["jobs"] = int(merged["jobs"])
-            data[day] = json.dumps(merged, sort_keys=True)
+                self._apply(namespace, cm, changes)
+            except Conflict:
+                if attempt == TRIES - 1:
+                    raise
+                continue
+            self._counted(w.counted)
+            return
+
+    def _apply(
+        self, namespace: str, cm: ConfigMapData | None, changes: dict[str, str | None]
+    ) -> None:
         if cm is None:
+            data = {k: v for k, v in changes.items() if v is not None}
             self.api.create_config_map(namespace, CONFIG_MAP, data, labels=LABELS)
-        else:
-            try:
-                self.api.patch_config_map(namespace, CONFIG_MAP, {d: data[d] for d in days})
-            except NotFound:
-                self.api.create_config_map(namespace, CONFIG_MAP, data, labels=LABELS)
+            return
+        # `Api.patch_config_map` names no version: the update goes to the client's verbs,
+        # a merge patch applied only at the version read (409 otherwise), as a PUT would be.
+        assert isinstance(self.api, TypedClient), "usage writes need the typed client"
+        at = {"metadata": {"resourceVersion": cm.resource_version}, "data": changes}
+        self.api.verbs.patch(CONFIG_MAPS, namespace, CONFIG_MAP, at)
+
+    @staticmethod
+    def _counted(counted: list[Candidate]) -> None:
+        for c in counted:
+            metrics.AUDIO_SECONDS.labels(*c.labels).inc(c.seconds)

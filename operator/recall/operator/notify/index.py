@@ -1,8 +1,10 @@
 """The notifier's indexes: what a pass needs, found without walking every owed event or item.
 
-- `Items`: each Batch's item events as counts (delivered, pending) and its given-up items,
-  kept current from the job cache's changes, O(1) per change. A Batch's record, its settling
-  and its finalizer read them instead of walking the Batch's jobs (100,000 of them).
+- `Items`: each Batch's item events as counts (delivered, pending by type) and its given-up
+  items, kept current from the job cache's changes, O(1) per change. A Batch's record, its
+  settling and its finalizer read them instead of walking the Batch's jobs (100,000 of them),
+  counting as pending only the types some sink wants (`state.item_types`): an item event no
+  sink wants is settled as it happens.
 - `Ready`: per sink (its gate), the tries waiting to be sent, in a heap by the time each may
   go: a pass takes what is due, O(log n) a try, and never looks at a sink that backs off.
 - `Deadlines`: deleted objects' events, in the order their `delete_seconds` run out.
@@ -15,10 +17,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from recall.operator.notify.state import Key, owes
+from recall.operator.notify.state import Key, event_type, owes
 from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.protocol.observer import JobKey
 from recall.resources.batch import NotifiedItems
@@ -27,21 +30,27 @@ from recall.resources.indexes import encode
 
 @dataclass
 class ItemTally:
-    """One Batch's jobs and their events: settled (delivered, given up by index) or owed."""
+    """One Batch's jobs and their events: settled (delivered, given up by index) or owed (by
+    type: whether it is pending depends on which types the Batch's sinks want)."""
 
     jobs: int = 0
     delivered: int = 0
-    pending: int = 0
+    owed: Counter[str] = field(default_factory=Counter)  # event type: items that owe it
     given_up: dict[JobKey, int] = field(default_factory=dict)  # the job: its index (-1: none)
 
-    def record(self) -> NotifiedItems:
+    def pending(self, types: Collection[str]) -> int:
+        """The item events of `types` (those some sink wants) owed and not settled: O(1)."""
+        return sum(self.owed[t] for t in types)
+
+    def record(self, types: Collection[str]) -> NotifiedItems:
         """The counts and the given-up indexes as ranges, as `status.notified.items` keeps
-        them (sorting the given-up ones: done for a write, not for a check)."""
+        them (sorting the given-up ones: done for a write, not for a check). An item whose
+        event no sink wants (not of `types`) is in none of the counts."""
         ranges, _ = encode(sorted(i for i in self.given_up.values() if i >= 0))
         return NotifiedItems(
             delivered=self.delivered,
             given_up=len(self.given_up),
-            pending=self.pending,
+            pending=self.pending(types),
             given_up_indexes=ranges or None,
         )
 
@@ -73,7 +82,7 @@ class Items:
             else:
                 tally.given_up.pop(r.key, None)
         elif owes(r):
-            tally.pending += sign
+            tally.owed[event_type(r)] += sign
 
     def of(self, batch: BatchKey) -> ItemTally | None:
         """The Batch's tally; None when the cache holds none of its jobs (the TTL deleted them)."""

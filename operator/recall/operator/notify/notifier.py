@@ -28,10 +28,18 @@ per sink are in flight. A missing Secret or key posts a Warning Event and record
 **Deletion**: an event already owed when its object is deleted is still tried for
 `delete_seconds`, then given up; a Batch's deletion waits for its items' events and its own
 `batch.completed` up to that bound (`deletion_pending`, called by its finalizer's handler),
-and decides nothing before this term's first pass knows what is owed. Only the leader delivers.
+and decides nothing before this term's first pass knows what is owed. An item event that no
+sink of its Batch wants (the types they name) is settled as it happens: it holds neither the
+Batch's record nor its deletion.
 
-**Cost**: a finished job that no sink wants (its own, its Batch's, a default) is never read. A
-pass costs O(what it loads, sends and records): the tries wait per sink in a heap by time, a
+**Leadership**: only the leader delivers, and only the leader keeps anything: a standby queues
+nothing (a term's first pass finds what is owed in the cache) and forgets, when it stops
+leading, what it owed, loaded and timed (the deletions it was waiting for included).
+
+**Cost**: a finished job that no sink wants (its Batch's, a default; its own sinks' types are
+not in the cache) is never read; one whose own sinks want none of its type is read once, and
+that version of it is then known to owe nothing (no read at a relist or a new term). A pass
+costs O(what it loads, sends and records): the tries wait per sink in a heap by time, a
 Batch's item events are counts kept from the job cache's changes (`index`), never a walk over
 its items, and only the events that changed are looked at for a record.
 """
@@ -52,17 +60,10 @@ from recall.operator.notify.outbox import Outbox
 from recall.operator.notify.records import Batches, Sinks
 from recall.operator.notify.send import Sender
 from recall.operator.notify.settings import NotifySettings
-from recall.operator.notify.state import (
-    Key,
-    Owed,
-    Pass,
-    holds,
-    owes,
-    wanted,
-    wants_items,
-)
+from recall.operator.notify.state import Key, Owed, Pass, holds, item_types, owes, wanted
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.reconcile.record import BatchKey, JobRecord
+from recall.protocol.observer import JobKey
 from recall.resources.batch import Batch, BatchNotified, NotifiedItems
 
 _log = log.get("notify")
@@ -105,6 +106,9 @@ class Notifier:
         self._waiting: set[Key] = set()  # Batch events delivered, their items not settled
         self._items = Items()
         self._deleting: dict[BatchKey, float] = {}
+        # Jobs read and found to owe nothing (no sink of theirs wants the type): the version
+        # read. Kept across terms (a fact of that version), dropped when the job goes.
+        self._unowed: dict[JobKey, str] = {}
         self._term = False
         self.loaded = threading.Event()  # this term knows what is owed (its first pass ran)
         # Made before the informer starts (a cache already filled is counted as it stands).
@@ -119,12 +123,15 @@ class Notifier:
         with self._lock:
             self._items.changed(old, new)
             if new is None and old is not None:
+                self._unowed.pop(old.key, None)
                 self.outbox.deleted(("job", old.namespace, old.name), self.clock.monotonic())
                 return
-            if new is None or not owes(new):
-                return
+            if new is None or not owes(new) or not self.leading.is_set():
+                return  # a standby queues nothing: a term's first pass seeds from the cache
             if not (new.notify or new.batch or self.settings.default_sinks):
                 return  # no sink can want it: nothing to read
+            if self._unowed.get(new.key) == new.resource_version:
+                return  # read already: no sink of its own wants it
             key = ("job", new.namespace, new.name)
             if key in self.outbox.owed or key in self._due_set:
                 return
@@ -153,7 +160,7 @@ class Notifier:
             if not self.loaded.is_set():
                 return True
             tally = self._items.of(key)
-            items = tally is not None and tally.pending > 0 and wants_items(batch, defaults)
+            items = tally is not None and tally.pending(item_types(batch, defaults)) > 0
             if items or (batch.status.complete and holds(batch, defaults)):
                 return True
             self._deleting.pop(key, None)
@@ -178,9 +185,10 @@ class Notifier:
         """One pass: load what became owed, send what is due, record what settled. Without a
         pool the deliveries run here, one after another. Never raises for a sink or the API."""
         done = Pass()
-        if not self.leading.is_set() or not self.cache.synced.is_set():
-            if self._term:
-                self._forget()  # a standby keeps nothing: the next term starts from status
+        if not self.leading.is_set():
+            self._forget()  # a standby keeps nothing: the next term starts from status
+            return done
+        if not self.cache.synced.is_set():
             return done
         batches = Batches(self.store, self.batches())
         if not self._term:
@@ -191,8 +199,9 @@ class Notifier:
         with self._lock:
             batch_keys = list(self._due_batches)
             self._due_batches.clear()
-        for key in self._take_jobs(batches, done) + batch_keys:
-            owed = self._load(key, batches, done)
+        jobs = self._take_jobs(batches, done)
+        for key, version in [*jobs, *((k, None) for k in batch_keys)]:
+            owed = self._load(key, batches, done, version)
             if owed is not None:
                 self.outbox.owe(owed)
                 done.loaded += 1
@@ -208,6 +217,7 @@ class Notifier:
             return len(self._due_set) + sum(1 for o in self.outbox.owed.values() if not o.settled)
 
     def _forget(self) -> None:
+        """Not leading: keep nothing of a term (what it owed, loaded, queued or waited for)."""
         with self._lock:
             self.loaded.clear()
             self.outbox.clear()
@@ -215,11 +225,15 @@ class Notifier:
             self._due_set.clear()
             self._due_batches.clear()
             self._waiting.clear()
+            self._deleting.clear()
         self._term = False
 
     # -- loading -----------------------------------------------------------------------------
 
     def _wanted(self, record: JobRecord, batches: Batches) -> bool:
+        with self._lock:
+            if self._unowed.get(record.key) == record.resource_version:
+                return False  # read already: no sink of its own wants it
         try:
             batch = batches.get(record.batch_key) if record.batch_key else None
         except ApiError:
@@ -244,9 +258,10 @@ class Notifier:
                     if ("batch", *key) not in self.outbox.owed:
                         self._due_batches.add(("batch", *key))
 
-    def _take_jobs(self, batches: Batches, done: Pass) -> list[Key]:
-        """Up to LOAD_PER_PASS due jobs to read; those no sink wants are dropped unread."""
-        chosen: list[Key] = []
+    def _take_jobs(self, batches: Batches, done: Pass) -> list[tuple[Key, str]]:
+        """Up to LOAD_PER_PASS due jobs to read, each with the version the cache has; those no
+        sink wants are dropped unread."""
+        chosen: list[tuple[Key, str]] = []
         while len(chosen) < LOAD_PER_PASS:
             with self._lock:
                 if not self._due:
@@ -259,15 +274,22 @@ class Notifier:
             if not self._wanted(record, batches):
                 done.skipped += 1
                 continue
-            chosen.append(key)
+            chosen.append((key, record.resource_version))
         return chosen
 
-    def _load(self, key: Key, batches: Batches, done: Pass) -> Owed | None:
+    def _load(self, key: Key, batches: Batches, done: Pass, version: str | None) -> Owed | None:
+        """The event `key` owes, read now; None when it owes none or could not be read (then
+        the next pass tries again). A job at `version` in the cache (what was read is that
+        version or later) that owes none is remembered at `version`: read again only once the
+        cache holds another version of it (a resend, say)."""
         kind, namespace, name = key
         try:
             sinks = Sinks(self.settings.default_sinks, self.settings.secret_namespace)
             if kind == "job":
-                return records.load_job(self.store, namespace, name, batches, sinks)
+                owed = records.load_job(self.store, namespace, name, batches, sinks)
+                if owed is None and version is not None:
+                    self._owes_nothing((namespace, name), version)
+                return owed
             return records.load_batch(self.store, namespace, name, sinks)
         except ApiError as e:
             done.errors.append(e.message)
@@ -278,6 +300,15 @@ class Notifier:
                     self._due_set.add(key)
                     self._due.append(key)
             return None
+
+    def _owes_nothing(self, key: JobKey, version: str) -> None:
+        """Remember that `key` at `version` owes nothing, unless it went meanwhile (its
+        deletion drops the memory: the cache's lock is never taken under ours)."""
+        with self._lock:
+            self._unowed[key] = version
+        if self.cache.get(key) is None:
+            with self._lock:
+                self._unowed.pop(key, None)
 
     # -- records -----------------------------------------------------------------------------
 
@@ -335,21 +366,21 @@ class Notifier:
     def _items_pending(self, o: Owed) -> bool:
         """Whether a Batch's item events are owed and not settled (a count: O(1))."""
         key = (o.key[1], o.key[2])
-        if not wants_items(self.batches().get(key), self.settings.default_sinks):
-            return False
+        types = item_types(self.batches().get(key), self.settings.default_sinks)
         with self._lock:
             tally = self._items.of(key)
-            return tally is not None and tally.pending > 0
+            return tally is not None and tally.pending(types) > 0
 
     def _items_of(self, o: Owed) -> NotifiedItems:
         """A Batch's item events: the tally of its jobs; once the TTL deleted them, the
         record it has (a resent Batch event keeps its items' counts)."""
         key = (o.key[1], o.key[2])
-        if not wants_items(self.batches().get(key), self.settings.default_sinks):
+        types = item_types(self.batches().get(key), self.settings.default_sinks)
+        if not types:
             return NotifiedItems()
         with self._lock:
             tally = self._items.of(key)
             if tally is not None:
-                return tally.record()
+                return tally.record(types)
         kept = o.recorded.items if isinstance(o.recorded, BatchNotified) else None
         return kept or NotifiedItems()

@@ -1,8 +1,10 @@
 """What the notifier keeps in memory of the events owed, and the pure tests of what is owed.
 
 `Owed` is one event and its `Try` per sink; `Gate` is one sink's health (shared by every event
-to it); `owes` and `holds` say, from a job's record and a Batch, whether an event may be owed
-and whether a Batch's TTL waits for its events. Nothing here calls the API.
+to it); `owes`, `wanted`, `item_types` and `holds` say, from a job's record and a Batch, whether
+an event may be owed, whether a sink may want it, which of a Batch's item events its sinks want
+(an item event no sink wants is settled as it happens) and whether a Batch's TTL waits for its
+events. Nothing here calls the API.
 """
 
 from __future__ import annotations
@@ -102,25 +104,35 @@ def holds(batch: Batch, defaults: Iterable[Sink]) -> bool:
     return wants_events(batch, defaults) and not settled
 
 
-def wants_items(batch: Batch | None, defaults: Iterable[Sink]) -> bool:
-    """Whether any sink of `batch` (its own or a default) wants its items' events."""
+def item_types(batch: Batch | None, defaults: Iterable[Sink]) -> tuple[str, ...]:
+    """The item event types (`ITEM_TYPES`) some sink of `batch` (its own or a default) wants
+    (pure): an item whose event is of another type owes nothing, and does not hold the Batch's
+    record or its deletion."""
     own = (batch.spec.notify if batch is not None else None) or []
-    return any(s.wants(t) for s in [*own, *defaults] for t in ITEM_TYPES)
+    sinks = [*own, *defaults]
+    return tuple(t for t in ITEM_TYPES if any(s.wants(t) for s in sinks))
+
+
+def event_type(record: JobRecord) -> str:
+    """The type of the event a final job owes (pure): an item's or a job's, failed or not."""
+    item = record.batch is not None
+    if record.phase is Phase.FAILED:
+        return events.ITEM_FAILED if item else events.JOB_FAILED
+    return events.ITEM_SUCCEEDED if item else events.JOB_SUCCEEDED
 
 
 def wanted(record: JobRecord, batch: Batch | None, defaults: Iterable[Sink]) -> bool:
     """Whether a sink may want the event `record` owes (pure): a default sink wanting its
     type, its Batch's sinks (a Batch's job: `batch`, None when there is none any more), or
-    its own `spec.notify`. False: nothing to read or send for it."""
+    its own `spec.notify`. False: nothing to read or send for it. A job's own sinks are known
+    only as named (the record keeps no types): whether they want its type is read once, when
+    it is loaded (the notifier remembers that version of the job owes nothing)."""
+    type_ = event_type(record)
     item = record.batch is not None
-    if record.phase is Phase.FAILED:
-        type_ = events.ITEM_FAILED if item else events.JOB_FAILED
-    else:
-        type_ = events.ITEM_SUCCEEDED if item else events.JOB_SUCCEEDED
     own = (batch.spec.notify or []) if item and batch is not None else []
     if any(s.wants(type_) for s in [*own, *defaults]):
         return True
-    return not item and record.notify  # its own sinks' types are checked when it is loaded
+    return not item and record.notify
 
 
 def owes(record: JobRecord) -> bool:
