@@ -66,6 +66,7 @@ PAUSE_SECONDS = 0.5  # silence between two words that reads as a pause
 COST_SENTENCE, COST_CLAUSE, COST_PAUSE, COST_SEGMENT, COST_ANY, COST_WEAK = 0, 2, 2, 3, 6, 9
 COST_CUE = 3  # every cue costs this: fuller cues beat more cues
 COST_SHORT = 4  # a cue under a third of a line and a second: a flash on screen
+BACKSLASH = "\ue000"  # a text's backslash while pysubs2 writes it (a private-use character)
 EPSILON = 0.0015  # tolerance of `check` for times rounded to milliseconds
 
 
@@ -348,7 +349,7 @@ def write(found: list[Cue], fmt: Literal["srt", "vtt"]) -> str:
     voice tag, its language in a language span)."""
     subs = pysubs2.SSAFile()
     for cue in found:
-        text = cue.text
+        text = cue.text.replace("\\", BACKSLASH)  # pysubs2 reads \N, \n and \h as its own
         if fmt == "vtt":  # cue text is HTML-like in WebVTT
             text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             if cue.lang:
@@ -363,7 +364,7 @@ def write(found: list[Cue], fmt: Literal["srt", "vtt"]) -> str:
             )
         )
     out: str = subs.to_string(fmt, apply_styles=False, keep_ssa_tags=True)
-    return out
+    return out.replace(BACKSLASH, "\\")
 
 
 def parse(text: str, fmt: Literal["srt", "vtt"]) -> list[Cue]:

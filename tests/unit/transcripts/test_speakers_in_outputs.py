@@ -294,3 +294,10 @@ def test_aws_json__the_items_of_channels_speaking_at_once_in_time_order() -> Non
     by_id = {i["id"]: i for i in items}
     for segment in results["audio_segments"]:  # each segment still names its own items
         assert {by_id[i]["channel_label"] for i in segment["items"]} == {segment["channel_label"]}
+
+
+def test_subtitles__a_backslash_in_a_word_is_written_as_said() -> None:
+    words = [w(0.0, " open"), w(0.5, " C:\\new\\Notes"), w(1.0, " a\\hb")]
+    t = Transcript(segments=[seg(words)], duration=2, engine="x", word_timings=True)
+    for fmt in ("srt", "vtt"):
+        assert "open C:\\new\\Notes a\\hb\n" in render(t, fmt)
