@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -309,7 +309,16 @@ class BlobApi(Protocol):
         immutable: bool = False,
     ) -> None: ...
 
-    def patch_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None: ...
+    def patch_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str | None],
+        *,
+        resource_version: str | None = None,
+    ) -> None:
+        """A merge patch of the ConfigMap's data (None removes a key); with `resource_version`,
+        applied only at that version (a 409 `Conflict` otherwise)."""
 
     def own_config_map(self, namespace: str, name: str, owner: Owner) -> None:
         """Make `owner` the ConfigMap's owner (garbage-collected with it)."""

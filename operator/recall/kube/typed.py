@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
@@ -292,8 +293,18 @@ class TypedClient:
             body["immutable"] = True
         self.verbs.create(CONFIG_MAPS, namespace, body)
 
-    def patch_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
-        self.verbs.patch(CONFIG_MAPS, namespace, name, {"data": data})
+    def patch_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str | None],
+        *,
+        resource_version: str | None = None,
+    ) -> None:
+        patch: dict[str, Any] = {"data": dict(data)}
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
+        self.verbs.patch(CONFIG_MAPS, namespace, name, patch)
 
     def own_config_map(self, namespace: str, name: str, owner: Owner) -> None:
         patch = {"metadata": {"ownerReferences": [_owner_ref(owner)]}}

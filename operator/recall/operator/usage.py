@@ -54,8 +54,6 @@ from dataclasses import dataclass, field
 from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
 from recall.kube import Api, ApiError, ConfigMapData, Conflict
-from recall.kube.typed import TypedClient
-from recall.kube.verbs import CONFIG_MAPS
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.reconcile.record import JobRecord
 from recall.resources import Phase
@@ -324,11 +322,10 @@ class Usage:
             data = {k: v for k, v in changes.items() if v is not None}
             self.api.create_config_map(namespace, CONFIG_MAP, data, labels=LABELS)
             return
-        # `Api.patch_config_map` names no version: the update goes to the client's verbs,
-        # a merge patch applied only at the version read (409 otherwise), as a PUT would be.
-        assert isinstance(self.api, TypedClient), "usage writes need the typed client"
-        at = {"metadata": {"resourceVersion": cm.resource_version}, "data": changes}
-        self.api.verbs.patch(CONFIG_MAPS, namespace, CONFIG_MAP, at)
+        # A merge patch applied only at the version read (409 otherwise), as a PUT would be.
+        self.api.patch_config_map(
+            namespace, CONFIG_MAP, changes, resource_version=cm.resource_version
+        )
 
     @staticmethod
     def _counted(counted: list[Candidate]) -> None:
