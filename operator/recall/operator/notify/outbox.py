@@ -6,7 +6,9 @@
 
 A try is signed at each send (a new timestamp, the same id and body) with the keys of its
 sink's Secret (read again every `secret_seconds`; none: nothing is sent, a Warning Event says
-so once per sink). An answer goes through `state.answered`: a sink that is unavailable backs
+so once per sink). A Secret that cannot be read (forbidden, any API error) counts as a missing
+key: the reason is the event's lastError, the sink waits `secret_seconds` and the Secret is
+not read again before. An answer goes through `state.answered`: a sink that is unavailable backs
 off as a whole, an event refused `max_refusals` times is given up with a Warning Event. Each
 event whose record may have to change is put in `dirty`, which the notifier's records read.
 Shares the notifier's lock; the deliveries run on its pool's threads.
@@ -55,7 +57,8 @@ class Outbox:
         self._gates: dict[str, Gate] = {}
         self._ready = Ready()
         self._deadlines = Deadlines(settings.delete_seconds)
-        self._keys: dict[tuple[str, str], tuple[dict[str, bytes] | None, float]] = {}
+        # A Secret's data as last read (a str: why it could not be read), and when.
+        self._keys: dict[tuple[str, str], tuple[dict[str, bytes] | str | None, float]] = {}
         self._warned: set[str] = set()
         self._tries = 0  # requests sent by this process
 
@@ -86,15 +89,25 @@ class Outbox:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def _secret(self, t: Try) -> list[bytes] | str:
+    def _secret(self, t: Try, done: Pass) -> list[bytes] | str:
         """The signing keys of `t`'s sink (the key, and `<key>.next` while rotating), or why
-        there are none; a Secret is read again every `secret_seconds`."""
+        there are none (`KeyMissing: ...`, also when the Secret cannot be read); a Secret is
+        read again every `secret_seconds`, whatever the last read gave. Never raises ApiError."""
         ref = t.sink.secret_ref
         mono = self.clock.monotonic()
         cached = self._keys.get((t.secrets, ref.name))
         if cached is None or mono - cached[1] >= self.settings.secret_seconds:
-            cached = (self.store.get_secret(t.secrets, ref.name), mono)
+            data: dict[str, bytes] | str | None
+            try:
+                data = self.store.get_secret(t.secrets, ref.name)
+            except ApiError as e:
+                done.errors.append(e.message)
+                data = f"KeyMissing: Secret {t.secrets}/{ref.name} cannot be read: {e.message}"
+                data = data[:500]
+            cached = (data, mono)
             self._keys[(t.secrets, ref.name)] = cached
+        if isinstance(cached[0], str):
+            return cached[0]
         return signing_keys(cached[0], t)
 
     def send(self, pool: Executor | None, done: Pass) -> None:
@@ -135,16 +148,11 @@ class Outbox:
             if o.deleted_at is not None and mono - o.deleted_at >= self.settings.delete_seconds:
                 self._give_up_all(o)
                 continue
-            try:
-                keys = self._secret(t)
-            except ApiError as e:
-                done.errors.append(e.message)
-                keys = "the Secret could not be read"
-            if isinstance(keys, str):
+            keys = self._secret(t, done)
+            if isinstance(keys, str):  # nothing is sent unsigned: the sink waits for its keys
                 with self._lock:
                     self._ready.push(g, t.at, o.key, taken[1])
-                if keys.startswith("KeyMissing"):
-                    self._key_missing(o, t, keys, mono)
+                self._key_missing(o, t, keys, mono)
                 return chosen
             with self._lock:
                 gate.in_flight += 1

@@ -3,36 +3,69 @@
     sender = Sender(allow=["127.0.0.1"], timeout=10)
     answer = sender.post(url, headers, body)     # never raises; answer.outcome says what to do
 
-Safety (SSRF): the sink's host is resolved here and every address it resolves to is checked;
-a loopback, link-local (metadata services live there: 169.254.169.254, fd00:ec2::254),
-unspecified, multicast or other metadata address is refused unless `allow` names it. The
-request then goes to the checked address itself (the Host header and TLS server name keep the
-sink's name, so certificates are verified against it): a DNS answer that changes between the
-check and the connection (rebinding) cannot move it. Redirects are never followed: a 3xx is a
-refusal. The chart's admission policy refuses such URLs at admission too; this is the check
-that holds when DNS says otherwise later.
+Safety (SSRF): the sink's host is resolved when a connection to it is opened and every address
+it resolves to is checked; a loopback, link-local (metadata services live there:
+169.254.169.254, fd00:ec2::254), unspecified, multicast or other metadata address is refused
+unless `allow` names it. The connection goes to a checked address itself: a DNS answer that
+changes between the check and the connection (rebinding) cannot move it. Connections are pooled
+per scheme, host name and port: a connection (and the certificate checked on it, against the
+sink's own name) is only ever reused for the same host name, never for another name that
+resolves to the same address. Redirects are never followed: a 3xx is a refusal. The chart's
+admission policy refuses such URLs at admission too; this is the check that holds when DNS says
+otherwise later.
+
+Bounds: a request has one deadline, `timeout` seconds from its start, over every wait it makes
+(a free connection, connecting, TLS, sending, the answer's headers and body), however slowly a
+sink trickles its bytes; past it the sink is unavailable, as on any timeout. The resolution of
+the host (the system's resolver) is outside that deadline. Of the answer's body at most
+`HEAD_BYTES` are read (a piece of it names the error), never the whole body.
 
 Outcomes (`classify`, pure): 2xx delivered; 408, 429, 5xx and transport errors mean the sink is
 unavailable (the sink backs off as a whole: one probe at a time until it answers); any other
-answer is a refusal of this event, given up after a bounded number of tries.
+answer is a refusal of this event, given up after a bounded number of tries. So are a URL that
+cannot be a sink's (not http(s), a port out of range, an invalid host name) and a TLS
+certificate that fails verification: configuration errors, which no retry mends. Errors name the
+URL without its user information (`redact`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import email.utils
 import ipaddress
+import math
+import re
 import socket
-from collections.abc import Sequence
+import ssl
+import threading
+import typing
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+import httpcore
 import httpx
+
+from recall.base.clock import SYSTEM, Clock
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # Metadata services outside the link-local ranges (Alibaba Cloud, Oracle Cloud's v2).
 METADATA = (ipaddress.ip_network("100.100.100.200/32"), ipaddress.ip_network("192.0.0.192/32"))
+
+HEAD_BYTES = 4096  # of an answer's body, read at most (the network reads it 64 KiB at a time)
+SHOWN = 200  # characters of an answer's body an error keeps
+_WRITE_PIECE = 65536  # a write waits this much at a time, so the deadline bounds a slow reader
+_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)", re.IGNORECASE)
+_USERINFO = re.compile(r"(?<=//)[^/?#]*@")
+_TRANSPORT = (
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.ProxyError,
+    httpcore.UnsupportedProtocol,
+)
 
 
 class Outcome(StrEnum):
@@ -74,19 +107,211 @@ def refused(address: IpAddress, allow: Sequence[IpNetwork]) -> str | None:
     return None
 
 
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
+def redact(url: str) -> str:
+    """`url` without its user information (a password), also when it is not a valid URL."""
+    return _USERINFO.sub("", url)
+
+
+def retry_after(value: str | None, now: dt.datetime) -> float | None:
+    """The seconds a `Retry-After` value asks to wait (pure): delay-seconds or an HTTP-date
+    (RFC 9110 §10.2.3) taken from `now` (the wall clock, UTC); never negative, None when absent
+    or unreadable. The caller caps it (`state.answered`: to the backoff's cap)."""
+    if not value or not value.strip():
         return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value.strip())
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:  # "-0000": UTC, as HTTP-dates are
+            when = when.replace(tzinfo=dt.UTC)
+        seconds = (when - now).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _host_invalid(host: str) -> str | None:
+    """Why `host` (ASCII, IDNA-encoded) is no host name (None: it is one)."""
+    name = host[:-1] if host.endswith(".") else host
+    if not name or len(name) > 253:
+        return "the host name is empty or too long"
+    for label in name.split("."):
+        if not _LABEL.fullmatch(label):
+            return f"{label!r} is not a valid label of a host name"
+        if label.lower().startswith("xn--"):
+            try:
+                label.encode("ascii").decode("idna")
+            except UnicodeError:
+                return f"{label!r} is not a valid IDNA label"
+    return None
+
+
+@dataclass(frozen=True)
+class _Target:
+    url: httpcore.URL
+    host: str  # ASCII: the IDNA form of a name, or an address
+    netloc: str  # the Host header
+
+
+def _target(url: str) -> _Target | Answer:
+    """Where `url` sends a request, or the refusal of a URL that cannot be a sink's."""
+    shown = redact(url)
+    try:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return Answer(Outcome.REFUSED, error=f"not an http(s) URL: {shown}")
+        port = parts.port  # ValueError when out of range
+        if port == 0:
+            raise ValueError("port 0")
+        parsed = httpx.URL(url)  # the IDNA form of the name, the path percent-encoded
+        host = parsed.raw_host.decode("ascii")
+    except (ValueError, httpx.InvalidURL) as e:  # UnicodeError (IDNA) is a ValueError
+        return Answer(Outcome.REFUSED, error=f"invalid sink URL {shown}: {e}"[:300])
+    try:
+        literal: IpAddress | None = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    why = _host_invalid(host) if literal is None else None
+    if why is not None:
+        return Answer(Outcome.REFUSED, error=f"invalid sink URL {shown}: {why}"[:300])
+    default = 443 if parts.scheme == "https" else 80
+    shown_host = f"[{host}]" if literal is not None and literal.version == 6 else host
+    netloc = shown_host if port is None or port == default else f"{shown_host}:{port}"
+    return _Target(
+        httpcore.URL(
+            scheme=parts.scheme.encode(),
+            host=host.encode("ascii"),
+            port=port or default,
+            target=parsed.raw_path or b"/",
+        ),
+        host,
+        netloc,
+    )
+
+
+class _Stop(Exception):
+    """Ends a request with `answer` (a refused address, a certificate not accepted)."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(answer.error)
+        self.answer = answer
+
+
+class _Deadline(threading.local):
+    """The deadline of the request the current thread makes (monotonic; None: none)."""
+
+    at: float | None = None
+
+
+class _Stream(httpcore.NetworkStream):
+    """A connection whose every wait ends by the deadline of the request using it."""
+
+    def __init__(self, inner: httpcore.NetworkStream, bound: _Bound) -> None:
+        self._inner = inner
+        self._bound = bound
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._bound(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        for i in range(0, len(buffer), _WRITE_PIECE):
+            piece = buffer[i : i + _WRITE_PIECE]
+            self._inner.write(piece, self._bound(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        bounded = self._bound(timeout, httpcore.ConnectTimeout)
+        try:
+            inner = self._inner.start_tls(ssl_context, server_hostname, bounded)
+        except httpcore.ConnectError as e:
+            if isinstance(e.__cause__, ssl.SSLCertVerificationError):
+                error = f"TLS certificate of {server_hostname} not accepted: {e.__cause__}"
+                raise _Stop(Answer(Outcome.REFUSED, error=error[:300])) from e
+            raise
+        return _Stream(inner, self._bound)
+
+    def get_extra_info(self, info: str) -> typing.Any:
+        return self._inner.get_extra_info(info)
+
+
+class _Bound(typing.Protocol):
+    def __call__(self, timeout: float | None, expired: type[Exception]) -> float | None: ...
+
+
+class _Connector(httpcore.NetworkBackend):
+    """Opens a Sender's connections: to a checked address of the host, bounded by the deadline."""
+
+    def __init__(self, sender: Sender) -> None:
+        self._sender = sender
+        self._tcp = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        addresses = self._sender.checked(host, port)
+        failed: httpcore.ConnectError | None = None
+        for address in addresses:  # each one checked; the first that answers
+            bounded = self._sender.bound(timeout, httpcore.ConnectTimeout)
+            try:
+                stream = self._tcp.connect_tcp(
+                    str(address), port, bounded, local_address, socket_options
+                )
+            except httpcore.ConnectError as e:
+                failed = e
+                continue
+            return _Stream(stream, self._sender.bound)
+        assert failed is not None  # `checked` never returns no address
+        raise failed
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        raise httpcore.UnsupportedProtocol("a sink is never a unix socket")
 
 
 class Sender:
-    """POSTs events; thread-safe (one connection pool for every sink)."""
+    """POSTs events; thread-safe (one connection pool for every sink, keyed by host name).
 
-    def __init__(self, allow: Sequence[str] = (), timeout: float = 10.0) -> None:
+    `clock` measures each request's deadline (the system clock: sockets wait in real time)
+    and reads the wall time a `Retry-After` date is taken from. `ssl_context` verifies sinks'
+    certificates (default: httpx's, the certifi bundle)."""
+
+    def __init__(
+        self,
+        allow: Sequence[str] = (),
+        timeout: float = 10.0,
+        clock: Clock = SYSTEM,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.allow = [ipaddress.ip_network(a, strict=False) for a in allow]
-        self.client = httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False)
+        self.timeout = timeout
+        self.clock = clock
+        self._deadline = _Deadline()
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=ssl_context or httpx.create_ssl_context(trust_env=False),
+            max_connections=100,  # httpx's defaults
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            http1=True,
+            http2=False,
+            network_backend=_Connector(self),
+        )
 
     def resolve(self, host: str, port: int) -> list[IpAddress]:
         try:
@@ -96,45 +321,104 @@ class Sender:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
-    def post(self, url: str, headers: dict[str, str], body: bytes) -> Answer:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return Answer(Outcome.REFUSED, error=f"not an http(s) URL: {url}")
-        host = parts.hostname
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+    def checked(self, host: str, port: int) -> list[IpAddress]:
+        """The addresses of `host` a connection may use (at least one); raises `_Stop` with
+        the answer when there are none: unresolved (unavailable) or any refused (refused)."""
         try:
             addresses = self.resolve(host, port)
         except OSError as e:
-            return Answer(Outcome.UNAVAILABLE, error=f"cannot resolve {host}: {e}")
+            raise _Stop(Answer(Outcome.UNAVAILABLE, error=f"cannot resolve {host}: {e}")) from e
+        except ValueError as e:  # UnicodeError: a name the resolver cannot encode
+            error = f"invalid sink host {host}: {e}"[:300]
+            raise _Stop(Answer(Outcome.REFUSED, error=error)) from e
+        if not addresses:
+            raise _Stop(Answer(Outcome.UNAVAILABLE, error=f"cannot resolve {host}: no address"))
         for address in addresses:
             why = refused(address, self.allow)
             if why is not None:
-                return Answer(Outcome.REFUSED, error=f"sink address refused: {why}")
-        address = addresses[0]
-        literal = f"[{address}]" if address.version == 6 else str(address)
-        pinned = urlunsplit(parts._replace(netloc=f"{literal}:{port}"))
-        extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+                raise _Stop(Answer(Outcome.REFUSED, error=f"sink address refused: {why}"))
+        return addresses
+
+    def bound(self, timeout: float | None, expired: type[Exception]) -> float | None:
+        """`timeout` shortened to what is left of this thread's request's deadline; raises
+        `expired` once the deadline has passed."""
+        at = self._deadline.at
+        if at is None:
+            return timeout
+        left = at - self.clock.monotonic()
+        if left <= 0:
+            raise expired(f"no answer within {self.timeout:g} s")
+        return left if timeout is None else min(timeout, left)
+
+    def post(self, url: str, headers: dict[str, str], body: bytes) -> Answer:
+        """POST `body` to `url` within `timeout` seconds in all; never raises."""
+        target = _target(url)
+        if isinstance(target, Answer):
+            return target
+        self._deadline.at = self.clock.monotonic() + self.timeout
         try:
-            response = self.client.post(
-                pinned,
-                content=body,
-                headers={**headers, "Host": parts.netloc.rsplit("@", 1)[-1]},
-                extensions=extensions,
-            )
-        except httpx.HTTPError as e:
+            return self._post(target, headers, body)
+        except _Stop as e:
+            return e.answer
+        except httpcore.TimeoutException:
+            return Answer(Outcome.UNAVAILABLE, error=f"no answer within {self.timeout:g} s")
+        except _TRANSPORT as e:
             return Answer(Outcome.UNAVAILABLE, error=f"{type(e).__name__}: {e}"[:300])
-        outcome = classify(response.status_code)
-        error = None
-        if outcome is not Outcome.DELIVERED:
-            error = f"HTTP {response.status_code}"
-            if 300 <= response.status_code < 400:
-                error += " (redirects are not followed)"
-        return Answer(
-            outcome,
-            status=response.status_code,
-            error=error,
-            retry_after=_retry_after(response.headers.get("retry-after")),
-        )
+        finally:
+            self._deadline.at = None
+
+    def _post(self, target: _Target, headers: dict[str, str], body: bytes) -> Answer:
+        left = self.bound(None, httpcore.PoolTimeout)
+        timeouts = dict.fromkeys(("pool", "connect", "read", "write"), left)
+        with self._pool.stream(
+            "POST",
+            target.url,
+            headers=[*headers.items(), ("Host", target.netloc)],
+            content=body,
+            extensions={"timeout": timeouts},
+        ) as response:
+            status = response.status
+            head = _head(response)
+            outcome = classify(status)
+            error = None
+            if outcome is not Outcome.DELIVERED:
+                error = f"HTTP {status}"
+                if 300 <= status < 400:
+                    error += " (redirects are not followed)"
+                shown = _shown(head)
+                if shown:
+                    error += f": {shown}"
+            value = next(
+                (v.decode("latin-1") for k, v in response.headers if k.lower() == b"retry-after"),
+                None,
+            )
+            return Answer(
+                outcome,
+                status=status,
+                error=error,
+                retry_after=retry_after(value, self.clock.now()),
+            )
 
     def close(self) -> None:
-        self.client.close()
+        self._pool.close()
+
+
+def _head(response: httpcore.Response) -> bytes:
+    """The first `HEAD_BYTES` of an answer's body (what arrives before the deadline); the
+    connection is closed on leaving unless the body was read to its end."""
+    head = b""
+    try:
+        for chunk in response.iter_stream():
+            head += chunk[: HEAD_BYTES - len(head)]
+            if len(head) >= HEAD_BYTES:
+                break
+    except (httpcore.TimeoutException, *_TRANSPORT):
+        pass  # the status is the answer; the body only names an error
+    return head
+
+
+def _shown(head: bytes) -> str:
+    """A piece of an answer's body fit for an error message: one line, printable."""
+    text = head.decode("utf-8", errors="replace")
+    text = "".join(c if c.isprintable() else " " for c in text)
+    return " ".join(text.split())[:SHOWN]
