@@ -145,8 +145,12 @@ def test_resume__second_attempt_transcribes_only_the_chunks_after_the_checkpoint
     wait_for_the_result_alone(results, namespace, job, attempt=2, timeout=30)
     maps = {c.metadata.name: c.data for c in kube.core.list_namespaced_config_map(namespace).items}
     assert set(maps) - {"kube-root-ca.crt", usage.CONFIG_MAP} == set()
-    for day in (maps.get(usage.CONFIG_MAP) or {}).values():
-        assert set(json.loads(day)) == {"jobs", "audioSeconds", "engineSeconds"}
+    record = maps.get(usage.CONFIG_MAP) or {}
+    days = [key for key in record if key[:1].isdigit()]
+    for day in days:
+        assert set(json.loads(record[day])) == {"jobs", "audioSeconds", "engineSeconds"}
+    # Beside the days: the marks of the jobs counted, and the ids of the last writes.
+    assert {key for key in record if key not in days} <= {f"counted.{d}" for d in days} | {"writes"}
 
 
 def test_bad_media__fails_at_once_with_a_clear_reason(
