@@ -43,7 +43,11 @@ class NotifySettings(BaseSettings):
         description="Tries of an event a sink refuses (4xx but 408/429) before it is given up.",
     )
     in_flight: int = Field(8, ge=1, description="Events in flight per sink at most.")
-    timeout: float = Field(10.0, gt=0, description="One delivery's timeout, seconds.")
+    timeout: float = Field(
+        10.0,
+        gt=0,
+        description="One delivery's timeout, seconds: the whole request, connecting to reading.",
+    )
     delete_seconds: float = Field(
         300.0,
         gt=0,
