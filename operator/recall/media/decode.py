@@ -1,8 +1,22 @@
 """Decoding lazily: open and probe a source, decode and resample it frame by frame, and
-seek back to a recorded sample for a resume (checked by the tail signature)."""
+seek back to a recorded sample for a resume (checked by the tail signature).
+
+- A packet the codec refuses (`InvalidDataError`) is skipped with a warning, within a budget:
+  at most `SKIP_IN_A_ROW` in a row and `SKIP_ALLOWANCE` plus `SKIP_SHARE` of the packets read
+  in that decoding; past it the file is `UndecodableMedia`. The skipped packet's samples are
+  left out (the audio after it moves earlier by its length: 26 ms for an MP3 frame).
+- A frame whose sample format, layout or rate differs from the one before (concatenated
+  files) flushes the resampler and starts a new one; a channel split keeps the first frame's
+  layout (later frames are rematrixed into it).
+- Only codecs that decode the same samples after a seek (`SEEK_EXACT`) are resumed by seeking;
+  FFmpeg's AAC decoder, among others, draws its noise substitution from a random generator that
+  a seek resets. A seek is also refused when it lands in a stretch whose format differs from
+  the file's first frame, and when it skips a packet before the resume position.
+"""
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Iterator
 from fractions import Fraction
@@ -12,12 +26,51 @@ from typing import TYPE_CHECKING, Any
 import av
 import numpy as np
 
+from recall.base import log
 from recall.media.common import PREROLL_SECONDS, SAMPLE_RATE, TAIL_SECONDS, Either, Samples
 from recall.media.fetch import display_url, one_line
 from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:
     pass
+
+
+_log = log.get("engine")
+
+# A source may be this share longer than `max_seconds`: encoder padding and priming make an
+# m4a stated as 100.0 s decode to 100.008 s.
+LIMIT_TOLERANCE = 0.01
+
+# Decoders known to give the same samples after a seek once they have decoded the preroll
+# (measured with the tests' files). Others (AAC's noise substitution uses a random generator
+# that a seek resets) resume by decoding from the start.
+SEEK_EXACT = frozenset({"flac", "mp3", "mp3float", "opus", "libopus", "vorbis", "libvorbis"})
+
+# Undecodable packets skipped before a file is refused: in a row, and in all (a fixed allowance
+# plus a share of the packets read).
+SKIP_IN_A_ROW = 10
+SKIP_ALLOWANCE = 10
+SKIP_SHARE = 0.01
+
+
+def seconds_text(seconds: float) -> str:
+    """`seconds` as a limit message shows them: to the millisecond, without trailing zeros."""
+    return f"{seconds:.3f}".rstrip("0").rstrip(".")
+
+
+def over_limit(seconds: float, max_seconds: float | None) -> bool:
+    """Whether a source `seconds` long is refused under `max_seconds` (with the tolerance)."""
+    return max_seconds is not None and seconds > max_seconds * (1 + LIMIT_TOLERANCE)
+
+
+def _tolerated(max_samples: int) -> int:
+    return math.floor(max_samples * (1 + LIMIT_TOLERANCE))
+
+
+def seek_exact(stream: Any) -> bool:
+    """Whether the stream's codec decodes the same samples after a seek (PCM or `SEEK_EXACT`)."""
+    name = str(getattr(stream.codec_context.codec, "name", "") or "")
+    return name.startswith("pcm_") or name in SEEK_EXACT
 
 
 # --- decode ---------------------------------------------------------------------------------
@@ -102,7 +155,8 @@ class Decoder:
     its channels mixed down, or only `channel` (counted from 0).
 
     After the first block (or the end), `tail` holds up to `TAIL_SECONDS` of the samples just
-    before the start position; `position` counts the samples decoded up to the latest block.
+    before the start position; `position` counts the samples decoded up to the latest block;
+    `skipped` counts the undecodable packets left out so far.
     """
 
     def __init__(
@@ -122,30 +176,36 @@ class Decoder:
         self.max_samples = max_samples
         self.stop = stop or Either()
         self.position = 0
+        self.skipped = 0
         self.tail: Samples = np.zeros(0, np.float32)
         self.tail_samples = round(TAIL_SECONDS * rate)
+        self._layout: Any = None  # a channel split's output layout: the first frame's
 
     def from_start(self, start: int = 0) -> Iterator[Samples]:
         """Decode from the first sample; blocks begin at sample `start`."""
         container, stream = _open(self.path, self.shown)
         with container:
-            yield from self._trimmed(self._resampled(container.decode(stream), 0), start)
+            yield from self._trimmed(self._resampled(self._frames(container, stream), 0), start)
 
     def seek(self, start: int, tail: str) -> Iterator[Samples] | None:
         """Blocks from sample `start`, reached by seeking; None when that cannot be done
-        exactly (no timestamps, a landing too late, or samples whose signature is not `tail`).
+        exactly (a codec outside `SEEK_EXACT`, no timestamps, a landing too late or in another
+        format, a skipped packet, or samples whose signature is not `tail`).
         """
         signed = start - self.tail_samples
         if not tail or signed < PREROLL_SECONDS * self.rate:
             return None
         container, stream = _open(self.path, self.shown)
         try:
-            found = self._seek(container, stream, signed, start, tail)
+            found = (
+                self._seek(container, stream, signed, start, tail) if seek_exact(stream) else None
+            )
         except (av.FFmpegError, ValueError, OverflowError, JobFailure):
             found = None  # decoding from the start says what is wrong, if anything is
         if found is None:
             container.close()
-            self.position, self.tail = 0, np.zeros(0, np.float32)
+            self.position, self.skipped = 0, 0
+            self.tail, self._layout = np.zeros(0, np.float32), None
             return None
         return self._after_seek(container, found, start)
 
@@ -156,22 +216,24 @@ class Decoder:
         base = stream.time_base
         if not src or base is None:
             return None
-        frames = container.decode(stream)
+        frames = self._frames(container, stream)
         first = next(frames, None)
-        if first is None or first.pts is None:
+        if first is None or first.pts is None or first.sample_rate != src:
             return None
         origin = first.pts  # the first decoded sample is sample 0
+        kind = _kind(first)
+        self._layout = first.layout  # a channel split's output, as in an uninterrupted run
         target = Fraction(signed, self.rate) - Fraction(PREROLL_SECONDS).limit_denominator(1000)
         container.seek(int(target / base) + origin, stream=stream, backward=True)
-        frames = container.decode(stream)
+        frames = self._frames(container, stream)
         # Resampling starts afresh at an input sample whose output sample is on the grid of
         # the uninterrupted run: the first input sample ≥ the landing that is a multiple of
         # in_unit, so both resamplers see the same phase.
         g = np.gcd(src, self.rate)
         in_unit, out_unit = src // g, self.rate // g
         for frame in frames:
-            if frame.pts is None:
-                return None
+            if frame.pts is None or _kind(frame) != kind:
+                return None  # another format than the file's first: positions would differ
             offset = (frame.pts - origin) * base * src
             if offset.denominator != 1 or offset < 0:
                 return None
@@ -183,7 +245,8 @@ class Decoder:
             if position > signed:
                 return None  # landed after the signed samples
             self.position = position
-            blocks = self._resampled(_chain(_dropped(frame, drop), frames), position)
+            checked = self._same_kind(_chain(_dropped(frame, drop), frames), kind, start)
+            blocks = self._resampled(checked, position)
             held: list[Samples] = []  # the latest blocks up to `start`, to check and hand on
             for block in blocks:
                 held.append(block)
@@ -191,7 +254,7 @@ class Decoder:
                     held.pop(0)  # entirely before the signed samples
                 if self.position >= start:
                     break
-            if self.position < start:
+            if self.position < start or self.skipped:
                 return None
             joined = np.concatenate(held)
             before = joined[: len(joined) - (self.position - start)]
@@ -200,6 +263,17 @@ class Decoder:
             self.tail = before[-self.tail_samples :].copy()
             return [joined[len(before) :]], blocks
         return None
+
+    def _same_kind(
+        self, frames: Iterator[Any], kind: tuple[str, str, int], start: int
+    ) -> Iterator[Any]:
+        """`frames`; one of another kind than `kind` before sample `start` ends the seek (a
+        ValueError): the positions counted from the landing would not be the uninterrupted
+        run's."""
+        for frame in frames:
+            if self.position < start and _kind(frame) != kind:
+                raise ValueError("the audio format changes before the resume position")
+            yield frame
 
     def _after_seek(
         self, container: Any, found: tuple[list[Samples], Iterator[Samples]], start: int
@@ -211,26 +285,55 @@ class Decoder:
                     yield block
             yield from blocks
 
+    def _frames(self, container: Any, stream: Any) -> Iterator[Any]:
+        """The stream's decoded frames, packet by packet; a packet the codec refuses is
+        skipped (logged) within the budget of the module contract."""
+        read = in_a_row = skipped = 0
+        for packet in container.demux(stream):
+            read += 1
+            try:
+                frames = packet.decode()
+            except av.InvalidDataError as e:
+                in_a_row += 1
+                skipped += 1
+                self.skipped += 1
+                if in_a_row > SKIP_IN_A_ROW or skipped > SKIP_ALLOWANCE + SKIP_SHARE * read:
+                    raise JobFailure(
+                        "UndecodableMedia",
+                        f"{self.shown}: cannot decode the audio ({skipped} of {read} packets "
+                        f"undecodable; {_av_reason(e)})",
+                        permanent=True,
+                    ) from None
+                _log.warning(
+                    "packet_skipped",
+                    url=self.shown,
+                    pts=packet.pts,
+                    position=self.position,
+                    reason=_av_reason(e),
+                )
+                continue
+            in_a_row = 0
+            yield from frames
+
     def _resampled(self, frames: Iterator[Any], position: int) -> Iterator[Samples]:
         """Resampled blocks of `frames`; `self.position` counts from `position`."""
         self.position = position
-        # Blocks of a second, whatever the codec's frames (1,024 samples of a WAV): the same
-        # samples in 16 times fewer blocks, half the CPU of decoding (bench/enginecpu.py).
-        size = self.rate
-        if self.channel is None:
-            resampler = av.AudioResampler(
-                format="flt", layout="mono", rate=self.rate, frame_size=size
-            )
-        else:  # every channel kept, planar: the one asked for is a row
-            resampler = av.AudioResampler(format="fltp", rate=self.rate, frame_size=size)
+        resampler: Any = None
+        kind: tuple[str, str, int] | None = None
         try:
             for frame in frames:
                 if self.stop.is_set():
                     return
+                if _kind(frame) != kind:  # the first frame, or a change of format mid-stream
+                    if resampler is not None:
+                        for out in resampler.resample(None):
+                            yield from self._counted(self._samples(out))
+                    resampler, kind = self._resampler(frame), _kind(frame)
                 for out in resampler.resample(frame):
                     yield from self._counted(self._samples(out))
-            for out in resampler.resample(None):
-                yield from self._counted(self._samples(out))
+            if resampler is not None:
+                for out in resampler.resample(None):
+                    yield from self._counted(self._samples(out))
         except (av.FFmpegError, ValueError) as e:
             raise JobFailure(
                 "UndecodableMedia",
@@ -238,17 +341,40 @@ class Decoder:
                 permanent=True,
             ) from None
 
+    def _resampler(self, frame: Any) -> Any:
+        # Blocks of a second, whatever the codec's frames (1,024 samples of a WAV): the same
+        # samples in 16 times fewer blocks, half the CPU of decoding (bench/enginecpu.py).
+        size = self.rate
+        if self.channel is None:
+            return av.AudioResampler(format="flt", layout="mono", rate=self.rate, frame_size=size)
+        # Every channel kept, packed (interleaved): PyAV gets the planes of a planar frame of
+        # 8 channels or more wrong, and its `to_ndarray` crashes the process on one.
+        if self._layout is None:
+            self._layout = frame.layout
+        channels = len(self._layout.channels)
+        if self.channel >= channels:
+            raise JobFailure(
+                "UndecodableMedia",
+                f"{self.shown}: no channel {self.channel} (the audio has {channels})",
+                permanent=True,
+            )
+        return av.AudioResampler(format="flt", layout=self._layout, rate=self.rate, frame_size=size)
+
     def _samples(self, frame: av.AudioFrame) -> Samples:
         if self.channel is None:
             return _mono(frame)
-        return np.ascontiguousarray(frame.to_ndarray()[self.channel], dtype=np.float32)
+        channels = len(frame.layout.channels)
+        interleaved = frame.to_ndarray()[0]
+        return np.ascontiguousarray(interleaved[self.channel :: channels], dtype=np.float32)
 
     def _counted(self, block: Samples) -> Iterator[Samples]:
         self.position += len(block)
-        if self.max_samples is not None and self.position > self.max_samples:
+        limit = self.max_samples
+        if limit is not None and self.position > (allowed := _tolerated(limit)):
             raise JobFailure(
                 "SourceTooLarge",
-                f"{self.shown}: longer than the limit of {self.max_samples / self.rate:g} s",
+                f"{self.shown}: more than {seconds_text(allowed / self.rate)} s long, "
+                f"the limit is {seconds_text(limit / self.rate)} s",
                 permanent=True,
             )
         if len(block):
@@ -270,18 +396,36 @@ class Decoder:
         self.tail = recent
 
 
+def _kind(frame: Any) -> tuple[str, str, int]:
+    """What a resampler is set up for: the frame's sample format, layout and rate."""
+    return frame.format.name, frame.layout.name, frame.sample_rate
+
+
 def _dropped(frame: Any, drop: int) -> Any:
-    """`frame` without its first `drop` samples."""
+    """`frame` without its first `drop` samples, in its own format. PyAV gets the planes of a
+    planar frame of 8 channels or more wrong (its `to_ndarray` crashes the process), so a
+    planar frame is cut packed: FFmpeg converts it there and back, exactly."""
     if drop == 0:
         return frame
+    rate, layout, name = frame.sample_rate, frame.layout, frame.format.name
+    packed = frame.format.packed.name
+    if frame.format.is_planar:
+        frame = _converted(frame, packed)
     data = frame.to_ndarray()
-    channels = len(frame.layout.channels)
-    cut = data[:, drop:] if frame.format.is_planar else data[:, drop * channels :]
     out = av.AudioFrame.from_ndarray(
-        np.ascontiguousarray(cut), format=frame.format.name, layout=frame.layout.name
+        np.ascontiguousarray(data[:, drop * len(layout.channels) :]), format=packed, layout=layout
     )
-    out.sample_rate = frame.sample_rate
-    return out
+    out.sample_rate = rate
+    return out if packed == name else _converted(out, name)
+
+
+def _converted(frame: Any, format: str) -> Any:
+    """`frame` in another sample format (planar or packed), by FFmpeg."""
+    out = av.AudioResampler(format=format, layout=frame.layout, rate=frame.sample_rate)
+    frames = out.resample(frame)
+    if len(frames) != 1 or frames[0].samples != frame.samples:
+        raise ValueError("a frame did not convert to one frame of another sample format")
+    return frames[0]
 
 
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

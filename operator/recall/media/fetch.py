@@ -56,7 +56,12 @@ def fetch(
     objects: ObjectReader | None = None,
 ) -> Fetched:
     """The source's bytes in a local file, with their fingerprint."""
-    scheme = urlsplit(url).scheme.lower()
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:  # an unclosed IPv6 literal, say; the reason may quote the credentials
+        raise JobFailure(
+            "SourceRejected", f"{display_url(url)}: not a valid URL", permanent=True
+        ) from None
     if scheme == "file":
         path = local_path(url, max_bytes=max_bytes)
         st = path.stat()
@@ -185,16 +190,30 @@ def too_large(shown: str, max_bytes: int, size: int | None) -> JobFailure:
 
 
 def display_url(url: str) -> str:
-    """The URL without its user info and query string, which often carry credentials."""
+    """The URL on one line, without its user info, query string and fragment (which often
+    carry credentials: a presigned signature, an access token)."""
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
         port = f":{parts.port}" if parts.port else ""
-    except ValueError:  # a malformed port or IPv6 literal: show what the scheme says
-        return url.split("?", 1)[0].split("@")[-1]
+    except ValueError:  # a malformed port or IPv6 literal: cut by hand
+        return _display_malformed(url)
     netloc = ("***@" if "@" in parts.netloc else "") + host + port
     query = "…" if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    return one_line(urlunsplit((parts.scheme, netloc, parts.path, query, "")), 1000)
+
+
+def _display_malformed(url: str) -> str:
+    """`display_url` of a URL `urlsplit` refuses: its scheme, its host and port as written
+    (user info hidden) and its path; no query, no fragment, no line breaks."""
+    flat = "".join(url.split())
+    query = "?…" if "?" in flat else ""
+    flat = re.split(r"[?#]", flat, maxsplit=1)[0]
+    scheme, sep, rest = flat.partition("://") if "://" in flat else ("", "", flat)
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{authority}{slash}{path}{query}"
 
 
 def _suffix(url: str) -> str:

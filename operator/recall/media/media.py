@@ -14,22 +14,30 @@ Contract:
 - Resume (`chunks(resume)`): the decoder seeks to a little before the resume position, re-aligns
   the resampler on the sample grid, and checks the samples just before the position against
   the signature recorded with the checkpoint (`tail_signature`). On a match (measured:
-  bit-exact for WAV, FLAC, MP3 and Opus less than 0.5 s after the seek point), it continues
-  from there: a resume at hour 9 of a 10-hour Opus file costs a fraction of a second instead of
-  ~80 s of decoding. Otherwise it decodes from the start and skips to the position. Either way
-  the first chunk starts at exactly the recorded sample: no gap, no overlap. A source that ends
-  before the position raises `ResumeInvalid` before any chunk is yielded.
+  bit-exact for WAV, FLAC, MP3, Opus and Vorbis less than 0.5 s after the seek point), it
+  continues from there: a resume at hour 9 of a 10-hour Opus file costs a fraction of a second
+  instead of ~80 s of decoding. Only those codecs are resumed by seeking (AAC's decoder draws
+  noise from a generator a seek resets: the samples after a resume would differ), and not
+  after a skipped packet (its chunks carry no signature) nor across a change of sample rate,
+  layout or format in the stream. Otherwise it decodes from the start and skips to the
+  position. Either way the first chunk starts at exactly the recorded sample: no gap, no
+  overlap. A source that ends before the position raises `ResumeInvalid` before any chunk is
+  yielded.
 - Sources: `file:///path` is read in place and fingerprinted by size and mtime; `http(s)://` is
   streamed to a temporary file (removed by `AudioMedia.close()`, or at once when opening
   fails) with `http_timeout` on connect and on every read, at most `max_bytes` accepted (by
   Content-Length and by counting), and fingerprinted by the SHA-256 of its bytes (computed
   while downloading: validators such as ETag differ between replicas or are missing).
-- Every failure is an `JobFailure` with a one-line message naming the URL (user info and
-  query string hidden: they often hold credentials). Permanent: SourceNotFound (missing file,
-  HTTP 404/410), SourceRejected (other 4xx, unsupported URL), SourceTooLarge (bytes, or longer
-  than `max_seconds` by the container's estimate or while decoding), UndecodableMedia (not
-  media, no audio stream, no samples). Retriable: SourceUnavailable (timeouts, connection
-  errors, HTTP 5xx, 408 and 429, I/O errors).
+- Every failure is an `JobFailure` with a one-line message naming the URL (user info, query
+  string and fragment hidden: they often hold credentials). Permanent: SourceNotFound (missing file,
+  HTTP 404/410), SourceRejected (other 4xx, an unsupported or malformed URL), SourceTooLarge
+  (bytes, or longer than `max_seconds` by more than 1 % — encoder padding makes a file stated
+  as 100.0 s decode to 100.008 s — by the container's estimate or while decoding),
+  UndecodableMedia (not media, no audio stream, no samples, more undecodable packets than the
+  budget: a few bad packets are skipped with a warning, their samples left out). Retriable:
+  SourceUnavailable (timeouts, connection errors, HTTP 5xx, 408 and 429, I/O errors).
+- A stream whose sample rate, layout or format changes midway (files concatenated) is decoded
+  through: the resampler starts again at the change.
 
 - Channels (`spec.transcript.channels: split`): a file of several channels is cut channel after
   channel, each decoded on its own (not mixed down), its chunks labelled `ch0`, `ch1`, ...;
@@ -60,7 +68,14 @@ from recall.base import log
 from recall.base.clock import SYSTEM, Clock
 from recall.media.common import SAMPLE_RATE, SNAP_SECONDS, Either, ResumeInvalid, Samples
 from recall.media.cut import Cutter, encode_wav
-from recall.media.decode import Decoder, channels_of, probe, tail_signature
+from recall.media.decode import (
+    Decoder,
+    channels_of,
+    over_limit,
+    probe,
+    seconds_text,
+    tail_signature,
+)
 from recall.media.fetch import Fetched, ObjectReader, display_url, fetch
 from recall.media.types import Chunk, Cutting, Media, Resume
 from recall.resources.errors import JobFailure
@@ -130,14 +145,11 @@ def load_media(url: str, options: MediaOptions) -> AudioMedia:
     )
     try:
         seconds = probe(source.path, url)
-        if (
-            options.max_seconds is not None
-            and seconds is not None
-            and seconds > options.max_seconds
-        ):
+        if seconds is not None and over_limit(seconds, options.max_seconds):
             raise JobFailure(
                 "SourceTooLarge",
-                f"{display_url(url)}: {seconds:.0f} s long, the limit is {options.max_seconds:g} s",
+                f"{display_url(url)}: {seconds_text(seconds)} s long, the limit is "
+                f"{seconds_text(options.max_seconds or 0)} s",
                 permanent=True,
             )
         channels = channels_of(source.path, url) if options.split else 1
@@ -249,7 +261,7 @@ class AudioMedia(Media):
                 primed = True
                 self._check_tail(decoder, resume, began)
                 cutter.recent = decoder.tail
-            yield from cutter.feed(block)
+            yield from self._signed(cutter.feed(block), decoder)
         if stop.is_set():
             return
         if decoder.position == 0:
@@ -264,7 +276,14 @@ class AudioMedia(Media):
         if not primed:
             self._check_tail(decoder, resume, began)
         self.decoded_samples = decoder.position
-        yield from cutter.finish()
+        yield from self._signed(cutter.finish(), decoder)
+
+    @staticmethod
+    def _signed(chunks: Iterator[Chunk], decoder: Decoder) -> Iterator[Chunk]:
+        """`chunks`, without a tail signature once the decoder has skipped a packet: a seek
+        would not count the skipped samples, so a resume after one decodes from the start."""
+        for chunk in chunks:
+            yield dataclasses.replace(chunk, tail="") if decoder.skipped else chunk
 
     def silenced(self, spans: list[tuple[float, float]]) -> bytes:
         """The whole audio (mixed down, 16 kHz mono) as a WAV file with every span of
