@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from recall.base.clock import FakeClock
 from recall.kube import ApiError
 from recall.kube.memory import MemoryApi
+from recall.media.fetch import display_url
 from recall.operator.notify.send import IpAddress, Outcome, Sender, retry_after
 from recall.operator.notify.sign import HEADER, sign
 from recall.resources import Published
@@ -253,7 +255,7 @@ def test_post__an_invalid_url_is_refused_naming_it_without_credentials(url: str)
         answer = post(s, url)
     assert answer.outcome is Outcome.REFUSED
     assert "s3cret" not in (answer.error or "") and "user:" not in (answer.error or "")
-    assert url.replace("user:s3cret@", "") in (answer.error or "")
+    assert display_url(url) in (answer.error or "")
 
 
 def test_notifier__an_invalid_url_is_given_up_not_retried_for_ever() -> None:
@@ -273,7 +275,7 @@ def test_notifier__an_invalid_url_is_given_up_not_retried_for_ever() -> None:
     assert job is not None and job.status.notified is not None
     assert job.status.notified.time is not None and job.status.notified.attempts == 3
     error = job.status.notified.last_error or ""
-    assert "invalid sink URL http://127.0.0.1:99999/events" in error and "s3cret" not in error
+    assert "invalid sink URL http://***@127.0.0.1:99999/events" in error and "s3cret" not in error
     assert [e["reason"] for e in store.events] == ["NotifyGivenUp"]
 
 
@@ -462,3 +464,25 @@ def test_notifier__an_unreadable_secret_waits_as_a_missing_key_and_says_why() ->
     job = store.get_job(NS, "j")
     assert job is not None and job.status.notified is not None and job.status.notified.time
     assert len(s.sent) == 1
+
+
+def test_notifier__a_sinks_secrets_in_its_url_stay_out_of_logs_and_events() -> None:
+    """Its user info and query (a token) are not in the operator's log lines nor in the
+    Kubernetes Events anyone who lists events reads."""
+    store, clock = MemoryApi(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": b"k"})
+    url = "http://user:s3cret@127.0.0.1:99999/events?token=t0ken"
+    finished_job(store, clock, "j", url)
+    s = Pinned(allow=["127.0.0.1"])
+    n = notifier(store, clock, s, max_refusals=2)
+    try:
+        with capture_logs() as logs:
+            for _ in range(4):
+                n.run_once()
+                clock.step(8)
+    finally:
+        s.close()
+    said = [str(e.get("message", "")) for e in store.events]
+    assert any("http://***@127.0.0.1:99999/events?…" in m for m in said), said
+    seen = [str(line) for line in logs if "sink" in line]
+    assert seen and all("s3cret" not in x and "t0ken" not in x for x in seen + said)

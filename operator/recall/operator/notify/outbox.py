@@ -23,6 +23,7 @@ from concurrent.futures import Executor
 from recall.base import faults, log, metrics
 from recall.base.clock import Clock
 from recall.kube import Api, ApiError, ObjectRef
+from recall.media.fetch import display_url
 from recall.operator.notify import events
 from recall.operator.notify.index import Deadlines, Ready
 from recall.operator.notify.send import Answer, Outcome, Sender
@@ -194,7 +195,7 @@ class Outbox:
                 type=o.event.type,
                 object=o.ref.name,
                 namespace=o.ref.namespace,
-                sink=t.sink.url,
+                sink=display_url(t.sink.url),
                 outcome=answer.outcome.value,
                 attempt=t.attempts,
                 error=answer.error,
@@ -204,12 +205,13 @@ class Outbox:
 
     def _gave_up(self, o: Owed, t: Try) -> None:
         metrics.NOTIFY_DELIVERIES.labels(outcome="given_up").inc()
-        _log.warning("notify_given_up", id=o.event.id, object=o.ref.name, sink=t.sink.url)
+        sink = display_url(t.sink.url)  # its user info and query may hold a secret
+        _log.warning("notify_given_up", id=o.event.id, object=o.ref.name, sink=sink)
         kind = "job" if o.key[0] == "job" else "batch"
         self._event(
             o.ref,
             "NotifyGivenUp",
-            f"{o.event.type} to {t.sink.url} given up after {t.attempts} tries: {t.error}; "
+            f"{o.event.type} to {sink} given up after {t.attempts} tries: {t.error}; "
             f"send it again with: recall notify resend {kind}/{o.ref.name}",
         )
 
@@ -234,8 +236,9 @@ class Outbox:
             self._warned.add(t.gate)
             self.dirty.add(o.key)
         if warn:
-            _log.warning("notify_key_missing", sink=t.sink.url, error=why, object=o.ref.name)
-            self._event(o.ref, "NotifyKeyMissing", f"{t.sink.url}: {why}; its events wait")
+            sink = display_url(t.sink.url)
+            _log.warning("notify_key_missing", sink=sink, error=why, object=o.ref.name)
+            self._event(o.ref, "NotifyKeyMissing", f"{sink}: {why}; its events wait")
 
     def _event(self, about: ObjectRef, reason: str, message: str) -> None:
         with contextlib.suppress(ApiError):  # best effort: the status and the log say it too

@@ -48,6 +48,7 @@ import httpcore
 import httpx
 
 from recall.base.clock import SYSTEM, Clock
+from recall.media.fetch import display_url
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -59,7 +60,6 @@ HEAD_BYTES = 4096  # of an answer's body, read at most (the network reads it 64 
 SHOWN = 200  # characters of an answer's body an error keeps
 _WRITE_PIECE = 65536  # a write waits this much at a time, so the deadline bounds a slow reader
 _LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)", re.IGNORECASE)
-_USERINFO = re.compile(r"(?<=//)[^/?#]*@")
 _TRANSPORT = (
     httpcore.NetworkError,
     httpcore.ProtocolError,
@@ -107,11 +107,6 @@ def refused(address: IpAddress, allow: Sequence[IpNetwork]) -> str | None:
     return None
 
 
-def redact(url: str) -> str:
-    """`url` without its user information (a password), also when it is not a valid URL."""
-    return _USERINFO.sub("", url)
-
-
 def retry_after(value: str | None, now: dt.datetime) -> float | None:
     """The seconds a `Retry-After` value asks to wait (pure): delay-seconds or an HTTP-date
     (RFC 9110 §10.2.3) taken from `now` (the wall clock, UTC); never negative, None when absent
@@ -156,7 +151,7 @@ class _Target:
 
 def _target(url: str) -> _Target | Answer:
     """Where `url` sends a request, or the refusal of a URL that cannot be a sink's."""
-    shown = redact(url)
+    shown = display_url(url)  # no user info nor query: they may hold a secret
     try:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
