@@ -53,6 +53,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("media: cut", "recall.media.cut", "Cutter._cut"),
     ("media: cut", "recall.media.cut", "Cutter._chunk"),
     ("speech detection (VAD)", "recall.engines.whisper.vad", "speech_timestamps"),
+    ("speech detection (VAD)", "recall.engines.whisper.vad", "speech_timestamps_of"),
     ("speech detection (VAD)", "faster_whisper.vad", "get_speech_timestamps"),  # trees before it
     ("features (log-mel)", "faster_whisper.feature_extractor", "FeatureExtractor.__call__"),
     ("windows and batch audio", "recall.engines.whisper.windows", "plan"),
@@ -147,6 +148,9 @@ def instrumented(ledger: Ledger, model: Any) -> Iterator[None]:
         *outer, name = path.split(".")
         for part in outer:
             owner = getattr(owner, part)
+        if not hasattr(owner, name) and module.startswith("recall."):
+            print(f"enginecpu: {module}.{path} is not in this tree; it counts nothing")
+            continue
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         undo.append((owner, name, original))
         setattr(owner, name, ledger.timed(stage, original))

@@ -69,6 +69,25 @@ def test_probabilities__those_of_faster_whispers_session_on_read_speech(
     assert float(vad.probabilities(speech).max()) > 0.9  # the speech is heard
 
 
+def test_probabilities_of__several_audios_side_by_side_as_each_alone(
+    speech: np.ndarray[Any, Any],
+) -> None:
+    """A call's chunks of different lengths (within a block, across blocks, a frame, nothing)
+    detected together: each gets the probabilities it gets alone."""
+    audios = [speech[: 3 * 16_000], speech, speech[5 * 16_000 : 14 * 16_000 + 7], speech[:100]]
+    audios.append(np.zeros(0, np.float32))
+    together = vad.probabilities_of(audios)
+    assert len(together) == len(audios)
+    for audio, found in zip(audios, together, strict=True):
+        alone = vad.probabilities(audio)
+        assert found.shape == alone.shape == (len(audio) // vad.FRAME + 1,)
+        assert float(np.abs(found - alone).max()) <= 1e-6
+    options = OPTIONS[0]
+    assert vad.speech_timestamps_of(audios, options) == [
+        vad.speech_timestamps(a, options) for a in audios
+    ]
+
+
 @pytest.mark.parametrize("options", OPTIONS, ids=range(len(OPTIONS)))
 def test_speech_timestamps__those_of_faster_whisper_on_read_speech(
     speech: np.ndarray[Any, Any], options: VadOptions

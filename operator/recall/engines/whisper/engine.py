@@ -7,7 +7,8 @@ Contract:
   a visible CUDA device, int8 on a CPU, float16 on a GPU. `device_of(job)` names what the job's
   model ran with, as CTranslate2 reports it, for the result. `threads` 0 means every CPU the
   process may use (`model.available_cpus`). Building one holds numpy's BLAS to one thread in
-  the process (`model.one_blas_thread`).
+  the process (`model.one_blas_thread`) and has glibc keep freed memory for the next window's
+  arrays (`model.keep_freed_memory`).
 - The model is the job's `spec.engine.model`, else the worker's (`settings.whisper_model`),
   else the bundled tiny.en. It may be "tiny.en", "base" (the multilingual base model of the
   `recall[multilingual]` extra and the multilingual image, joined from its packages into the
@@ -63,6 +64,7 @@ from recall.engines.whisper.model import (
     BUNDLED,
     available_cpus,
     bundled_local,
+    keep_freed_memory,
     load_model,
     one_blas_thread,
     resolve_model,
@@ -120,6 +122,7 @@ class WhisperEngine:
         self.batch_size = max(1, batch_size)
         self.placement = place(device, compute_type)  # raises DeviceUnavailable: see the contract
         one_blas_thread()  # the features' threads spun more than they computed (model.py)
+        keep_freed_memory()  # each window's arrays in the pages the last one freed (model.py)
         self._used: dict[str, LocalModel] = {}  # model name -> the copy last loaded for it
         self._ran: dict[str, tuple[str, str]] = {}  # model name -> (device, compute type)
         self.multilingual: bool | None = None  # the worker's own model's, once `preload` ran

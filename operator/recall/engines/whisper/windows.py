@@ -3,7 +3,8 @@
 Contract:
 - `speech_of(audio)` finds the stretches of speech in a chunk (sample ranges, in order) as
   faster-whisper's batched pipeline's own VAD does: Silero VAD, speech split at 160 ms
-  silences, at most a window each (`vad`: the same stretches in a quarter of the CPU).
+  silences, at most a window each (`vad`: the same stretches in a quarter of the CPU);
+  `plan` detects a call's chunks side by side (`speech_of_each`).
 - `windows_of(speech)` joins them into windows while they fit `WINDOW_SECONDS` (the model's
   input): a chunk of 30 s or less with speech is one window, from its first sound to its
   last, and a silent chunk none (it costs no model time and gets no invented "You": tiny.en
@@ -56,16 +57,24 @@ class Window:
 def speech_of(audio: Any) -> list[Span]:
     """The stretches of speech in `audio` (sample ranges, in order), as the batched pipeline's
     own VAD finds them: Silero VAD, speech split at 160 ms silences, at most a window each."""
-    if audio is None or len(audio) == 0:
-        return []
+    return speech_of_each([audio])[0]
+
+
+def speech_of_each(audios: list[Any]) -> list[list[Span]]:
+    """`speech_of` each of `audios` (a call's chunks), detected side by side."""
     from faster_whisper.vad import VadOptions
 
-    from recall.engines.whisper.vad import speech_timestamps
+    from recall.engines.whisper.vad import speech_timestamps_of
 
-    speech = speech_timestamps(
-        audio, VadOptions(max_speech_duration_s=WINDOW_SECONDS, min_silence_duration_ms=160)
-    )
-    return [(int(s["start"]), min(int(s["end"]), len(audio))) for s in speech]
+    some = [a for a in audios if a is not None and len(a)]
+    options = VadOptions(max_speech_duration_s=WINDOW_SECONDS, min_silence_duration_ms=160)
+    found = iter(speech_timestamps_of(some, options) if some else [])
+    return [
+        [(int(s["start"]), min(int(s["end"]), len(a))) for s in next(found)]
+        if a is not None and len(a)
+        else []
+        for a in audios
+    ]
 
 
 def windows_of(speech: list[Span]) -> list[Span]:
@@ -100,11 +109,10 @@ def plan(
     end to end in the order of the chunks; `group` makes a chunk's windows of its speech
     (`windows_of` by default; segment scope decides a language per span of it)."""
     group = group or windows_of
-    speech: list[list[Span]] = []
     windows: list[Window] = []
     at = 0
+    speech = speech_of_each([c.audio for c in chunks]) if vad_filter else [[] for _ in chunks]
     for k, chunk in enumerate(chunks):
-        speech.append(speech_of(chunk.audio) if vad_filter else [])
         spans = group(speech[k]) if vad_filter else speech_windows(chunk.audio, False)
         for first, end in spans:
             windows.append(Window(k, first, end, at))
