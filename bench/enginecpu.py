@@ -256,7 +256,7 @@ def _run_before(
 
 
 def measure(
-    repeat: int = 8, batch: int = 8, top: int = 12, rounds: int = 2, before: str = BEFORE
+    repeat: int = 8, batch: int = 8, top: int = 12, rounds: int = 3, before: str = BEFORE
 ) -> dict[str, Any]:
     """The figures of the module docstring."""
     from recall.engines.whisper import WhisperEngine
@@ -284,6 +284,7 @@ def measure(
         profile = cProfile.Profile(time.process_time)
         profile.runcall(transcribed, engine, job, batch)
     figures = _figures(ledger, profile, seconds, cpu, wall, engine, batch, texts, top)
+    figures["rounds"] = rounds
     if before:
         figures["before"] = measure_before(before, repeat, batch, rounds)
     return figures
@@ -354,7 +355,8 @@ def markdown(section: dict[str, Any]) -> list[str]:
         f"{section['batch']} chunks a call, words asked for) over {section['audio_seconds']} s "
         f"of LibriVox read speech, bundled tiny.en on {section['device']} with "
         f"{section['threads']} threads: CPU milliseconds per audio second, each stage exclusive "
-        "of those it calls, the quietest of two rounds (`bench/enginecpu.py`).",
+        f"of those it calls, the quietest of {section.get('rounds', 2)} rounds "
+        "(`bench/enginecpu.py`).",
         "",
     ]
     rows = [
@@ -397,7 +399,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=8, help="the LibriVox clips, times over")
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
     parser.add_argument("--before", default=BEFORE, help="the commit to compare with ('' none)")
     args = parser.parse_args()

@@ -71,6 +71,12 @@ SECTIONS = [
     "languages",
 ]
 
+# The sections measured against the shared control plane and store (`bench.harness.environment`).
+ON_THE_CONTROL_PLANE = frozenset(
+    {"pace", "slots", "rows", "limit", "throughput", "fairness", "reclaim", "big", "huge"}
+    | {"etcd", "versus"}
+)
+
 
 def _section(results: dict[str, Any], name: str, fn: Callable[[], Any]) -> None:
     print(f"[bench] {name} ...", file=sys.stderr, flush=True)
@@ -94,6 +100,8 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
 
     results: dict[str, Any] = {}
     workers = (1, 4, 16) if quick else (1, 4, 16, 64)
+    if not set(only) & ON_THE_CONTROL_PLANE:
+        return run_alone(only, quick, results)
     with environment() as env:
         if "pace" in only:
             from bench import pace
@@ -168,6 +176,12 @@ def run(only: list[str], quick: bool) -> dict[str, Any]:
             tp = (results.get("throughput") or _saved("throughput")).get("offers") or {}
             rate = {w: r["jobs_per_second"] for w, r in tp.items() if w in (1, 4, 16)}
             _section(results, "versus", lambda: versus.figures(env, rate))
+    return run_alone(only, quick, results)
+
+
+def run_alone(only: list[str], quick: bool, results: dict[str, Any]) -> dict[str, Any]:
+    """The sections that start what they measure themselves (no shared control plane: an idle
+    API server and etcd would be counted in the engine sections' CPU)."""
     if "compare" in only:
         from bench import compare
 
