@@ -191,7 +191,13 @@ def too_large(shown: str, max_bytes: int, size: int | None) -> JobFailure:
 
 def display_url(url: str) -> str:
     """The URL on one line, without its user info, query string and fragment (which often
-    carry credentials: a presigned signature, an access token)."""
+    carry credentials: a presigned signature, an access token). A `user:password@` is hidden
+    up to the URL's last `@`, whatever the password holds (`/`, `?` or `#` unencoded: a
+    token's base64), at the price of hiding more of a URL whose path holds an `@`."""
+    scheme, sep, rest = url.partition("://")
+    at = rest.rfind("@")
+    if sep and at >= 0 and ":" in rest[:at]:
+        return display_url(f"{scheme}://{rest[at + 1 :]}").replace("://", "://***@", 1)
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""

@@ -189,16 +189,23 @@ def aws_json(transcript: Transcript, segments: list[Segment]) -> dict[str, Any]:
 def in_time_order(
     items: list[dict[str, Any]], audio_segments: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """`items` by their start (a punctuation item stays after the word before it), numbered
-    again, and `audio_segments` naming them by their new ids."""
-    groups: list[list[dict[str, Any]]] = []
-    for item in items:
-        if groups and item["type"] == "punctuation":
-            groups[-1].append(item)
-        else:
-            groups.append([item])
-    groups.sort(key=lambda g: float(g[0].get("start_time", "inf")))
-    ordered = [item for g in groups for item in g]
+    """`items` by their start, numbered again, and `audio_segments` naming them by their new
+    ids: a punctuation item stays after the word before it in its segment, and a segment's
+    marks before its first word stay at the segment's start."""
+    groups: list[tuple[float, list[dict[str, Any]]]] = []
+    for segment in audio_segments:
+        at = float(segment["start_time"])
+        for j, i in enumerate(segment["items"]):
+            item = items[i]
+            if "start_time" in item:
+                at = float(item["start_time"])
+                groups.append((at, [item]))
+            elif j:
+                groups[-1][1].append(item)  # a mark after the word before it
+            else:
+                groups.append((at, [item]))  # marks before the segment's first word
+    groups.sort(key=lambda g: g[0])  # stable: a segment's order kept at equal starts
+    ordered = [item for _, g in groups for item in g]
     moved = {item["id"]: new for new, item in enumerate(ordered)}
     for new, item in enumerate(ordered):
         item["id"] = new

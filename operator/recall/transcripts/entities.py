@@ -69,7 +69,10 @@ WRITTEN_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(\.[\w-]+)+")
 DIGITS = re.compile(r"\+?[0-9A-Za-z()/-]*[0-9][0-9A-Za-z()/-]*")
 WORDY = re.compile(r"[a-z0-9-]+")
 LOCAL = re.compile(r"[a-z0-9_+-]+(\.[a-z0-9_+-]+)*")  # a local part: anna.smith, a_b+tag
-DOTTED = re.compile(r"\+?[0-9]+(\.[0-9]+){2,}")  # digits in groups between dots: 555.123.4567
+# Digits in groups of 2 to 4 between dots, as phone numbers are written (555.123.4567,
+# 01.23.45.67.89); not a date (12.05.2023), an amount (1.250.000) or an IPv4 address.
+DOTTED = re.compile(r"\+?[0-9]{2,4}(\.[0-9]{2,4}){2,}")
+DATE = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}\.[0-9]{2,4}")
 SEPARATORS = frozenset("-–—/")  # a word that only joins the digits around it
 IBAN = re.compile(r"[A-Z]{2}[0-9]{2}[A-Z0-9]{10,30}")
 DNI = re.compile(r"([0-9]{8})([A-Z])")
@@ -167,15 +170,29 @@ def number_of(text: str) -> str | None:
         return SPOKEN[word.lower()]
     if "-" in word and all(p.lower() in SPOKEN for p in word.split("-")):
         return "".join(SPOKEN[p.lower()] for p in word.split("-"))  # "five-five-five"
-    if DIGITS.fullmatch(word) or DOTTED.fullmatch(word):
+    if DIGITS.fullmatch(word) or (dotted_phone(word)):
         return re.sub(r"[^0-9A-Za-z]", "", word).upper()
     if word and all(ch in SEPARATORS for ch in word):
         return ""  # "five five five - one two three four": the run goes on
     return None
 
 
+def dotted_phone(word: str) -> bool:
+    """Whether `word` is digits between dots as a phone number is written (`DOTTED`): not a
+    date, nor four groups of at most 255 (an IPv4 address)."""
+    if not DOTTED.fullmatch(word) or DATE.fullmatch(word):
+        return False
+    groups = word.lstrip("+").split(".")
+    return not (len(groups) == 4 and all(int(g) <= 255 for g in groups))
+
+
 def _numbers(words: list[str], types: Collection[str]) -> list[Found]:
     parts: list[str | None] = [number_of(w) for w in words]
+    for k, part in enumerate(parts):  # a dash joins spoken digits only ("five - one")
+        if part == "" and not (
+            0 < k < len(words) - 1 and core(words[k - 1]) in SPOKEN and core(words[k + 1]) in SPOKEN
+        ):
+            parts[k] = None
     for k, w in enumerate(words):  # "double five": the next digit twice
         times = REPEAT.get(core(w))
         if times and k + 1 < len(words) and (nxt := parts[k + 1]) and len(nxt) == 1:

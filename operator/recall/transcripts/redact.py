@@ -53,18 +53,22 @@ def timed(segment: Segment) -> list[Word]:
     if any(w.text.strip() for w in segment.words or []):
         return list(segment.words or [])
     p = segment.confidence if segment.confidence is not None else 1.0
-    return [
-        Word(start=t.start, end=t.end, text=" " + t.text, probability=p) for t in split(segment)
+    return [  # a space before each word that has one (none inside unspaced text)
+        Word(start=t.start, end=t.end, text=" " * t.space + t.text, probability=p)
+        for t in split(segment)
     ]
 
 
 def text_of_words(words: list[Word]) -> str:
-    """A segment's text from its words (as Whisper writes them, each with its leading space)."""
-    if all(w.text[:1].isspace() for w in words if w.text):
+    """A segment's text from its words: as written when they carry their spaces (Whisper's:
+    a leading space, none on a piece of a word or inside unspaced text), else joined by one
+    space (none between two words of a script written without spaces)."""
+    if any(w.text[:1].isspace() for w in words if w.text.strip()):
         return "".join(w.text for w in words)
     out = ""
-    for word in (w.text.strip() for w in words):  # no space inside unspaced text
-        out += word if not out or not apart(out, word) else " " + word
+    for word in (w.text.strip() for w in words):
+        if word:
+            out += word if not out or not apart(out, word) else " " + word
     return " " + out
 
 

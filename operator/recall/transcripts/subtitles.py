@@ -18,7 +18,7 @@ Contract:
   least `min_gap_seconds` after the previous one ends. Cues never overlap and are in order,
   but for a file split by channel: each channel's cues are cut on their own and never overlap
   one another, and the cues are in order of their start (two channels may speak at once; with
-  `prefix`, a cue whose channel differs from the one before begins with its label).
+  `prefix`, every cue begins with its channel's label, which counts toward its line).
 - Where to break is chosen over the whole transcript at once (a shortest path over the word
   boundaries): after a sentence's end first, then after a clause (a comma, a semicolon), then at
   a pause, a segment's end, and last between any two words (never after an article or a
@@ -221,20 +221,16 @@ def cues(
     if len(channels) < 2:
         return _cut(segments, rules, prefix=prefix, duration=duration)
     # A file split by channel: each channel's cues on their own, shown as they come (two
-    # channels may speak at once), and labelled where the channel shown changes.
-    found = sorted(
-        (
-            c
-            for ch in channels
-            for c in _cut([s for s in segments if s.channel == ch], rules, duration=duration)
-        ),
-        key=lambda c: c.start,
-    )
-    if prefix:
-        for k, c in enumerate(found):
-            if c.who and (k == 0 or found[k - 1].who != c.who):
-                found[k] = replace(c, lines=(f"{c.who}: {c.lines[0]}", *c.lines[1:]))
-    return found
+    # channels may speak at once); with `prefix`, every cue labelled, its lines cut with room
+    # for the label.
+    found: list[Cue] = []
+    for ch in channels:
+        mine = [s for s in segments if s.channel == ch]
+        label = f"{mine[0].who}: " if prefix and mine[0].who else ""
+        narrower = replace(rules, max_line_characters=rules.max_line_characters - len(label))
+        for c in _cut(mine, narrower if label else rules, duration=duration):
+            found.append(replace(c, lines=(label + c.lines[0], *c.lines[1:])) if label else c)
+    return sorted(found, key=lambda c: c.start)
 
 
 def _cut(
@@ -312,8 +308,8 @@ def timed(
                 end = max(limit, start + 0.001)
         else:
             end = max(end, start + rules.min_cue_seconds)
-            if duration is not None:  # not past the audio, unless its words are
-                end = max(min(end, duration), last, start + 0.001)
+            if duration is not None:  # not past the audio
+                end = max(min(end, duration), start + 0.001)
         out.append(Cue(round(start, 3), round(end, 3), text, who, lang, channel))
         floor = end + rules.min_gap_seconds
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from recall.base.clock import FakeClock
 from recall.kube.memory import MemoryApi
+from recall.kube.verbs import BATCHES
 from recall.operator.notify.notifier import Notifier
 from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.state import holds
@@ -139,3 +140,29 @@ def test_deletion__a_new_term_times_a_deletion_afresh() -> None:
     n.leading.set()
     clock.step(150)
     assert n.deletion_pending(batch)  # this term's bound runs from its own first call
+
+
+def test_notifier__a_batch_whose_sinks_change_has_its_jobs_read_again() -> None:
+    """A failed item read once and found to owe nothing (its Batch's sink wants successes)
+    is read again once the Batch's sinks change, and its event goes out."""
+    store, clock = MemoryApi(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": KEY})
+    failed_items(store, clock, "b", 1, notify=[{**SINK, "types": [ITEM_SUCCEEDED]}])
+    sender = FakeSender()
+    n = notifier(store, clock, sender, batches=known(store, "b"))
+    for _ in range(2):
+        n.run_once()
+        sync(n, store)
+    assert [body["type"] for _, body, _ in sender.sent] == []
+    batch = store.get_batch(NS, "b")
+    assert batch is not None
+    spec = batch.spec.to_api()
+    spec["notify"] = [{**SINK, "types": [ITEM_SUCCEEDED, "dev.recall.batch.item.failed"]}]
+    store.verbs.patch(BATCHES, NS, "b", {"spec": spec})
+    for _ in range(3):  # a relist, then a new term
+        sync(n, store)
+        n.run_once()
+        n.leading.clear()
+        n.run_once()
+        n.leading.set()
+    assert [body["type"] for _, body, _ in sender.sent] == ["dev.recall.batch.item.failed"]

@@ -59,6 +59,12 @@ def found(text: str, types: set[str] = ALL) -> list[tuple[str, str]]:
             [("five five five - one two three four", "phone")],
         ),
         ("version 3.14 of it", []),
+        ("call 01.23.45.67.89 please", [("01.23.45.67.89", "phone")]),
+        # A date, an amount, an address and a range are no phone numbers.
+        ("on 12.05.2023 um", []),
+        ("it cost 1.250.000 euros", []),
+        ("host 192.168.1.1 ok", []),
+        ("from 1990 - 2000 ok", []),
         ("in 1999 we had 20 people and one dog", []),
         ("it cost 2,000,000 dollars", []),
     ],
@@ -235,3 +241,11 @@ def test_detect__a_few_number_words_in_a_sentence_are_no_number() -> None:
     assert found("tengo dos perros y tres gatos, uno negro", ALL) == []
     assert found("ich habe zwei Hunde und drei Katzen", ALL) == []
     assert found("deux ou trois fois par an", ALL) == []
+
+
+def test_redact__an_unspaced_segment_without_words_keeps_its_spacing() -> None:
+    segment = Segment(
+        start=0.0, end=6.0, text=" 我的邮箱是 anna@example.com 谢谢你", confidence=0.8
+    )
+    (out,) = redact([segment], ["email"])
+    assert out.text == " 我的邮箱是 [EMAIL] 谢谢你"

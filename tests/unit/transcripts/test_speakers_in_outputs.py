@@ -301,3 +301,43 @@ def test_subtitles__a_backslash_in_a_word_is_written_as_said() -> None:
     t = Transcript(segments=[seg(words)], duration=2, engine="x", word_timings=True)
     for fmt in ("srt", "vtt"):
         assert "open C:\\new\\Notes a\\hb\n" in render(t, fmt)
+
+
+def test_srt__a_long_last_word_is_still_shown_at_most_the_longest_time() -> None:
+    words = [Word(start=0.0, end=12.0, text=" Hmmmm.", probability=0.9)]
+    t = Transcript(segments=[seg(words)], duration=20.0, engine="x", word_timings=True)
+    found = parse(render(t, "srt"), "srt")
+    assert check(found) == [] and found[-1].end == 7.0
+
+
+def test_srt__a_channels_label_counts_toward_its_line() -> None:
+    said = [
+        w(0.4 * k, f" {x}")
+        for k, x in enumerate(["Thanks", "everyone", "for", "joining", "us", "today."])
+    ]
+    other = seg([w(5.0, " Sure.")], channel="ch1")
+    t = Transcript(
+        segments=[seg(said, channel="ch0"), other],
+        duration=6,
+        engine="x",
+        word_timings=True,
+        subtitles=Rules(max_line_characters=37, max_lines=1).to_data(),
+    )
+    found = parse(render(t, "srt"), "srt")
+    assert all(len(line) <= 37 for c in found for line in c.lines)
+    assert all(c.lines[0].startswith(("ch0: ", "ch1: ")) for c in found)
+
+
+def test_aws_json__a_segments_marks_before_its_first_word_stay_at_its_start() -> None:
+    left = seg([w(0.0, " I"), w(2.4, " said.")], channel="ch0")
+    right = seg([w(1.0, "..."), w(1.2, " Right.")], channel="ch1")
+    t = Transcript(segments=[left, right], duration=4, engine="x", word_timings=True)
+    items = json.loads(render(t, "aws.json"))["results"]["items"]
+    said = [(i["alternatives"][0]["content"], i["channel_label"]) for i in items]
+    assert said[:5] == [
+        ("I", "ch_0"),
+        (".", "ch_1"),
+        (".", "ch_1"),
+        (".", "ch_1"),
+        ("Right", "ch_1"),
+    ]

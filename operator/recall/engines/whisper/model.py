@@ -21,7 +21,7 @@ Contract:
   bit, enough for tiny.en to write a comma more or less (tests/integration/
   test_whisper_cpu_path.py).
 - `keep_freed_memory()` has glibc keep freed arrays' memory in the heap for the next window
-  (up to 64 MiB), instead of faulting fresh pages in for every window's arrays.
+  (up to 64 MiB an arena), instead of faulting fresh pages in for every window's arrays.
 - Before the first model loads, CTranslate2's random generators are seeded (`SAMPLING_SEED`):
   a window decoded again with the temperature fallback (`decode.one_at_a_time`) samples, and
   CTranslate2's default seed is the machine's random device, so the same file got other words
@@ -178,8 +178,10 @@ def keep_freed_memory() -> bool:
     decoded audio: 2-5 MiB each). By default glibc maps each one afresh or gives the heap's top
     back once more than twice the largest is free, and the next window touches new pages
     again: 936 page faults per 30 s window in the features alone, a quarter of their CPU
-    (bench/enginecpu.py). With the arrays kept in the heap, a worker holds at most
-    `TRIM_THRESHOLD` of freed memory more than its peak."""
+    (bench/enginecpu.py). With the arrays kept in the heap, a heap gives its freed top back to
+    the system only past `TRIM_THRESHOLD`: each of malloc's arenas (one per thread that
+    allocates, up to eight per core) may hold that much more than it needs, and memory freed
+    inside a heap is kept, as it always was."""
     import ctypes
 
     try:

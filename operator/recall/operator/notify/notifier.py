@@ -46,6 +46,7 @@ its items, and only the events that changed are looked at for a record.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -107,7 +108,8 @@ class Notifier:
         self._items = Items()
         self._deleting: dict[BatchKey, float] = {}
         # Jobs read and found to owe nothing (no sink of theirs wants the type): the version
-        # read. Kept across terms (a fact of that version), dropped when the job goes.
+        # read and its Batch's sinks (`_mark`). Kept across terms (a fact of those
+        # versions), dropped when the job goes.
         self._unowed: dict[JobKey, str] = {}
         self._term = False
         self.loaded = threading.Event()  # this term knows what is owed (its first pass ran)
@@ -130,8 +132,10 @@ class Notifier:
                 return  # a standby queues nothing: a term's first pass seeds from the cache
             if not (new.notify or new.batch or self.settings.default_sinks):
                 return  # no sink can want it: nothing to read
-            if self._unowed.get(new.key) == new.resource_version:
-                return  # read already: no sink of its own wants it
+            if not new.batch_key and self._unowed.get(new.key) == self._mark(
+                new.resource_version, None
+            ):
+                return  # read already: no sink of its own wants it (a Batch's job: `_wanted`)
             key = ("job", new.namespace, new.name)
             if key in self.outbox.owed or key in self._due_set:
                 return
@@ -230,14 +234,21 @@ class Notifier:
 
     # -- loading -----------------------------------------------------------------------------
 
+    @staticmethod
+    def _mark(version: str, batch: Batch | None) -> str:
+        """What a job found to owe nothing is remembered at: its version, and its Batch's sinks
+        (a Batch whose sinks change may want the job's event after all)."""
+        sinks = [s.to_api() for s in (batch.spec.notify or [])] if batch is not None else None
+        return f"{version}/{json.dumps(sinks, sort_keys=True)}"
+
     def _wanted(self, record: JobRecord, batches: Batches) -> bool:
-        with self._lock:
-            if self._unowed.get(record.key) == record.resource_version:
-                return False  # read already: no sink of its own wants it
         try:
             batch = batches.get(record.batch_key) if record.batch_key else None
         except ApiError:
             return True  # not known now: loading it tries again
+        with self._lock:
+            if self._unowed.get(record.key) == self._mark(record.resource_version, batch):
+                return False  # read already (at this version, and its Batch's): owes none
         return wanted(record, batch, self.settings.default_sinks)
 
     def _seed_jobs(self, batches: Batches, done: Pass) -> None:
@@ -288,7 +299,10 @@ class Notifier:
             if kind == "job":
                 owed = records.load_job(self.store, namespace, name, batches, sinks)
                 if owed is None and version is not None:
-                    self._owes_nothing((namespace, name), version)
+                    record = self.cache.get((namespace, name))
+                    batch_key = record.batch_key if record is not None else None
+                    batch = batches.known.get(batch_key) if batch_key else None
+                    self._owes_nothing((namespace, name), self._mark(version, batch))
                 return owed
             return records.load_batch(self.store, namespace, name, sinks)
         except ApiError as e:
