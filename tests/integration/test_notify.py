@@ -23,9 +23,10 @@ from recall.kube.client import KubeClient
 from recall.kube.informer import Informer, Jobs
 from recall.operator.notify import events
 from recall.operator.notify.notifier import Notifier
-from recall.operator.notify.send import Answer, Sender
+from recall.operator.notify.send import Sender
 from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.sign import HEADER, sign
+from recall.operator.notify.transport import Answer
 from recall.operator.reconcile.cache import JobCache
 from recall.protocol import lease
 from recall.resources import Published, Result, is_true

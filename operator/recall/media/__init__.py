@@ -2,8 +2,8 @@
 
 - `types`: the chunk, the cutting, the resume point and the `Media` interface that engines and
   the transcript store share;
-- `fetch`, `decode`, `cut`, `media`: download or open a source, decode it with PyAV a chunk at
-  a time, cut at quiet points (see `media` for the contract).
+- `fetch`, `container`, `decode`, `cut`, `media`: download or open a source, decode it with
+  PyAV a chunk at a time, cut at quiet points (see `media` for the contract).
 
 May import `recall.resources` and `recall.base`; never an engine or a component.
 """
@@ -18,8 +18,9 @@ from recall.media.common import (
     ResumeInvalid,
     Samples,
 )
+from recall.media.container import probe
 from recall.media.cut import Cutter, encode_wav, split
-from recall.media.decode import Decoder, probe, tail_signature
+from recall.media.decode import Decoder, tail_signature
 from recall.media.fetch import classify_http_status, display_url, download, fetch, local_path
 from recall.media.media import AudioMedia, MediaOptions, load_job_media, load_media
 

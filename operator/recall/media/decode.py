@@ -1,5 +1,5 @@
-"""Decoding lazily: open and probe a source, decode and resample it frame by frame, and
-seek back to a recorded sample for a resume (checked by the tail signature).
+"""Decoding lazily: decode and resample a source (opened by `recall.media.container`) frame by
+frame, and seek back to a recorded sample for a resume (checked by the tail signature).
 
 - A packet the codec refuses (`InvalidDataError`) is skipped with a warning, within a budget:
   at most `SKIP_IN_A_ROW` in a row and `SKIP_ALLOWANCE` plus `SKIP_SHARE` of the packets read
@@ -16,7 +16,6 @@ seek back to a recorded sample for a resume (checked by the tail signature).
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Iterator
 from fractions import Fraction
@@ -28,7 +27,8 @@ import numpy as np
 
 from recall.base import log
 from recall.media.common import PREROLL_SECONDS, SAMPLE_RATE, TAIL_SECONDS, Either, Samples
-from recall.media.fetch import display_url, one_line
+from recall.media.container import av_reason, open_audio, seconds_text, seek_exact, tolerated
+from recall.media.fetch import display_url
 from recall.resources.errors import JobFailure
 
 if TYPE_CHECKING:
@@ -37,117 +37,11 @@ if TYPE_CHECKING:
 
 _log = log.get("engine")
 
-# A source may be this share longer than `max_seconds`: encoder padding and priming make an
-# m4a stated as 100.0 s decode to 100.008 s.
-LIMIT_TOLERANCE = 0.01
-
-# Decoders known to give the same samples after a seek once they have decoded the preroll
-# (measured with the tests' files). Others (AAC's noise substitution uses a random generator
-# that a seek resets) resume by decoding from the start.
-SEEK_EXACT = frozenset({"flac", "mp3", "mp3float", "opus", "libopus", "vorbis", "libvorbis"})
-
 # Undecodable packets skipped before a file is refused: in a row, and in all (a fixed allowance
 # plus a share of the packets read).
 SKIP_IN_A_ROW = 10
 SKIP_ALLOWANCE = 10
 SKIP_SHARE = 0.01
-
-
-def seconds_text(seconds: float) -> str:
-    """`seconds` as a limit message shows them: to the millisecond, without trailing zeros."""
-    return f"{seconds:.3f}".rstrip("0").rstrip(".")
-
-
-def over_limit(seconds: float, max_seconds: float | None) -> bool:
-    """Whether a source `seconds` long is refused under `max_seconds` (with the tolerance)."""
-    return max_seconds is not None and seconds > max_seconds * (1 + LIMIT_TOLERANCE)
-
-
-def _tolerated(max_samples: int) -> int:
-    return math.floor(max_samples * (1 + LIMIT_TOLERANCE))
-
-
-def seek_exact(stream: Any) -> bool:
-    """Whether the stream's codec decodes the same samples after a seek (PCM or `SEEK_EXACT`)."""
-    name = str(getattr(stream.codec_context.codec, "name", "") or "")
-    return name.startswith("pcm_") or name in SEEK_EXACT
-
-
-# --- decode ---------------------------------------------------------------------------------
-
-
-# A PCM WAV is read a second a packet: FFmpeg's wav demuxer reads 4,096 bytes (128 ms of
-# 16 kHz mono), and each packet is decoded and resampled on its own, at four times the CPU
-# (bench/enginecpu.py). Its header says all there is to know of the stream, so FFmpeg reads no
-# packets ahead to learn it (probesize): at a second a packet, that read was most of the cost.
-WAV_PCM_TAGS = (1, 3)  # WAVE_FORMAT_PCM, WAVE_FORMAT_IEEE_FLOAT
-WAV_EXTENSIBLE = 0xFFFE
-WAV_PACKET_BYTES = (1024, 1 << 22)  # the bounds FFmpeg's wav demuxer takes for max_size
-
-
-def _open(path: Path, shown: str) -> tuple[Any, Any]:
-    """The container at `path` and its first audio stream."""
-    try:
-        container = av.open(str(path), options=_wav_options(path))
-    except av.FFmpegError as e:
-        raise JobFailure(
-            "UndecodableMedia",
-            f"{shown}: not a media file FFmpeg can read ({_av_reason(e)})",
-            permanent=True,
-        ) from None
-    if not container.streams.audio:
-        container.close()
-        raise JobFailure("UndecodableMedia", f"{shown}: no audio stream", permanent=True)
-    return container, container.streams.audio[0]
-
-
-def _wav_options(path: Path) -> dict[str, str]:
-    """FFmpeg's options for reading `path` in packets of about a second, when it is a PCM WAV
-    (RIFF or RF64) whose format chunk lies in its first 64 KiB; none for anything else."""
-    try:
-        with path.open("rb") as f:
-            head = f.read(65_536)
-    except OSError:
-        return {}  # opening it says what is wrong
-    if len(head) < 12 or head[:4] not in (b"RIFF", b"RF64") or head[8:12] != b"WAVE":
-        return {}
-    at = 12
-    while at + 8 <= len(head):
-        kind, size = head[at : at + 4], int.from_bytes(head[at + 4 : at + 8], "little")
-        body = head[at + 8 : at + 8 + size]
-        if kind == b"fmt ":
-            if len(body) < 16:
-                return {}
-            tag = int.from_bytes(body[0:2], "little")
-            if tag == WAV_EXTENSIBLE and len(body) >= 26:
-                tag = int.from_bytes(body[24:26], "little")  # the subformat GUID's first field
-            byte_rate = int.from_bytes(body[8:12], "little")
-            if tag not in WAV_PCM_TAGS:
-                return {}
-            low, high = WAV_PACKET_BYTES
-            return {"max_size": str(min(max(byte_rate, low), high)), "probesize": "32"}
-        at += 8 + size + size % 2  # chunks are padded to an even length
-    return {}
-
-
-def probe(path: Path, url: str) -> float | None:
-    """The duration the container states for its first audio stream, in seconds (or None)."""
-    container, stream = _open(path, display_url(url))
-    with container:
-        if stream.duration is not None and stream.time_base is not None:
-            return float(stream.duration * stream.time_base)
-        if container.duration is not None:
-            return float(container.duration) / av.time_base
-    return None
-
-
-def channels_of(path: Path, url: str) -> int:
-    """How many channels the first audio stream has (1 when the container does not say)."""
-    container, stream = _open(path, display_url(url))
-    with container:
-        layout = getattr(stream, "layout", None)
-        count = len(layout.channels) if layout is not None else 0
-        return max(1, count or int(getattr(stream.codec_context, "channels", 0) or 0))
 
 
 class Decoder:
@@ -183,7 +77,7 @@ class Decoder:
 
     def from_start(self, start: int = 0) -> Iterator[Samples]:
         """Decode from the first sample; blocks begin at sample `start`."""
-        container, stream = _open(self.path, self.shown)
+        container, stream = open_audio(self.path, self.shown)
         with container:
             yield from self._trimmed(self._resampled(self._frames(container, stream), 0), start)
 
@@ -195,7 +89,7 @@ class Decoder:
         signed = start - self.tail_samples
         if not tail or signed < PREROLL_SECONDS * self.rate:
             return None
-        container, stream = _open(self.path, self.shown)
+        container, stream = open_audio(self.path, self.shown)
         try:
             found = (
                 self._seek(container, stream, signed, start, tail) if seek_exact(stream) else None
@@ -301,7 +195,7 @@ class Decoder:
                     raise JobFailure(
                         "UndecodableMedia",
                         f"{self.shown}: cannot decode the audio ({skipped} of {read} packets "
-                        f"undecodable; {_av_reason(e)})",
+                        f"undecodable; {av_reason(e)})",
                         permanent=True,
                     ) from None
                 _log.warning(
@@ -309,7 +203,7 @@ class Decoder:
                     url=self.shown,
                     pts=packet.pts,
                     position=self.position,
-                    reason=_av_reason(e),
+                    reason=av_reason(e),
                 )
                 continue
             in_a_row = 0
@@ -337,7 +231,7 @@ class Decoder:
         except (av.FFmpegError, ValueError) as e:
             raise JobFailure(
                 "UndecodableMedia",
-                f"{self.shown}: cannot decode the audio ({_av_reason(e)})",
+                f"{self.shown}: cannot decode the audio ({av_reason(e)})",
                 permanent=True,
             ) from None
 
@@ -370,7 +264,7 @@ class Decoder:
     def _counted(self, block: Samples) -> Iterator[Samples]:
         self.position += len(block)
         limit = self.max_samples
-        if limit is not None and self.position > (allowed := _tolerated(limit)):
+        if limit is not None and self.position > (allowed := tolerated(limit)):
             raise JobFailure(
                 "SourceTooLarge",
                 f"{self.shown}: more than {seconds_text(allowed / self.rate)} s long, "
@@ -435,11 +329,6 @@ def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
 
 def _mono(frame: av.AudioFrame) -> Samples:
     return np.asarray(frame.to_ndarray(), dtype=np.float32).reshape(-1)
-
-
-def _av_reason(e: Exception) -> str:
-    strerror = getattr(e, "strerror", None)
-    return one_line(str(strerror or e or type(e).__name__), 120)
 
 
 def tail_signature(samples: Samples) -> str:

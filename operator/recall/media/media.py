@@ -67,15 +67,9 @@ import numpy as np
 from recall.base import log
 from recall.base.clock import SYSTEM, Clock
 from recall.media.common import SAMPLE_RATE, SNAP_SECONDS, Either, ResumeInvalid, Samples
+from recall.media.container import channels_of, over_limit, probe, seconds_text
 from recall.media.cut import Cutter, encode_wav
-from recall.media.decode import (
-    Decoder,
-    channels_of,
-    over_limit,
-    probe,
-    seconds_text,
-    tail_signature,
-)
+from recall.media.decode import Decoder, tail_signature
 from recall.media.fetch import Fetched, ObjectReader, display_url, fetch
 from recall.media.types import Chunk, Cutting, Media, Resume
 from recall.resources.errors import JobFailure

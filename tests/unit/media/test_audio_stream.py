@@ -21,7 +21,7 @@ from structlog.testing import capture_logs
 
 from recall import media as audio
 from recall.base.clock import FakeClock
-from recall.media import decode
+from recall.media import container, decode
 from recall.media.types import Chunk, Resume
 from recall.resources.errors import JobFailure
 from tests.audio import encode
@@ -257,7 +257,7 @@ def decoded_by_default(
 ) -> Samples:
     """`path` decoded as FFmpeg reads it by default (4,096-byte packets)."""
     with monkeypatch.context() as m:
-        m.setattr(decode, "_wav_options", lambda _path: {})
+        m.setattr(container, "wav_options", lambda _path: {})
         decoder = audio.Decoder(path, path.as_uri(), channel=channel)
         return np.concatenate(list(decoder.from_start()))
 
@@ -274,9 +274,9 @@ def test_decoder__a_pcm_wav_is_read_a_second_a_packet_to_the_same_samples(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: str, rate: int, layout: str
 ) -> None:
     path = pcm_wav(tmp_path / "a.wav", codec, rate, layout, seconds=12.5)
-    container, stream = decode._open(path, "a.wav")
-    with container:
-        packets = sum(1 for p in container.demux(stream) if p.size)
+    opened, stream = container.open_audio(path, "a.wav")
+    with opened:
+        packets = sum(1 for p in opened.demux(stream) if p.size)
         assert packets <= 14, f"{packets} packets for 12.5 s"
     for channel in (None, 1) if layout != "mono" else (None,):
         decoder = audio.Decoder(path, path.as_uri(), channel=channel)
@@ -292,20 +292,20 @@ def test_decoder__a_pcm_wav_is_read_a_second_a_packet_to_the_same_samples(
 
 def test_decoder__only_a_pcm_wav_is_read_in_larger_packets(tmp_path: Path) -> None:
     pcm = pcm_wav(tmp_path / "pcm.wav", "pcm_s16le", 16_000, "mono", seconds=1.0)
-    assert decode._wav_options(pcm)["max_size"] == "32000"  # a second of 16-bit mono
+    assert container.wav_options(pcm)["max_size"] == "32000"  # a second of 16-bit mono
     # A format chunk after another chunk of odd length (padded to even) is found.
     raw = pcm.read_bytes()
     junk = b"JUNK" + (3).to_bytes(4, "little") + b"abc\0"
     moved = tmp_path / "junk.wav"
     moved.write_bytes(raw[:12] + junk + raw[12:])
-    assert decode._wav_options(moved)["max_size"] == "32000"
+    assert container.wav_options(moved)["max_size"] == "32000"
     got = np.concatenate(list(audio.Decoder(moved, moved.as_uri()).from_start()))
     assert np.array_equal(got, np.concatenate(list(audio.Decoder(pcm, pcm.as_uri()).from_start())))
     # Compressed samples in a WAV, other containers and no file at all: FFmpeg's defaults.
     adpcm = pcm_wav(tmp_path / "adpcm.wav", "adpcm_ms", 16_000, "mono", seconds=1.0)
     flac = encode(tmp_path / "a.flac", np.zeros(16_000, np.float32), 16_000, "flac", 1024)
     for other in (adpcm, flac, tmp_path / "missing.wav"):
-        assert decode._wav_options(other) == {}
+        assert container.wav_options(other) == {}
 
 
 def test_media__progress_total_is_honest_and_exact_at_the_end(tmp_path: Path) -> None:

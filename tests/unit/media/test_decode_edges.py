@@ -16,7 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from recall import media as audio
-from recall.media import decode
+from recall.media import container, decode
 from recall.media.fetch import display_url, fetch
 from recall.media.types import Chunk
 from recall.resources.errors import JobFailure
@@ -213,7 +213,7 @@ def test_resume__mp3_whose_sample_rate_changes_is_exact(tmp_path: Path) -> None:
 def test_limit__encoder_padding_at_exactly_the_limit_is_accepted(tmp_path: Path) -> None:
     rate = 44_100
     path = write(tmp_path / "ten.m4a", tones(1, rate, 10.0), rate, "aac")
-    assert decode.probe(path, path.as_uri()) == pytest.approx(10.0)
+    assert container.probe(path, path.as_uri()) == pytest.approx(10.0)
     got = chunks(path.as_uri(), audio.MediaOptions(max_seconds=10.0))
     assert got[-1].end > 10 * RATE  # the padding: decoded longer than the limit, accepted
 
@@ -228,8 +228,8 @@ def test_limit__messages_say_how_long_with_enough_precision(tmp_path: Path) -> N
     with pytest.raises(JobFailure) as info:
         list(decoder.from_start())
     assert info.value.message.endswith(": more than 10.1 s long, the limit is 10 s")
-    assert decode.over_limit(10.1, 10.0) is False
-    assert decode.over_limit(10.11, 10.0) is True
+    assert container.over_limit(10.1, 10.0) is False
+    assert container.over_limit(10.11, 10.0) is True
 
 
 # --- malformed URLs -------------------------------------------------------------------------
@@ -251,6 +251,11 @@ def test_fetch__a_malformed_url_is_rejected_without_its_credentials() -> None:
         ("https://u:pw@host:abc/a\nb?sig=1#t", "https://***@host:abc/ab?…"),
         ("https://u:pw@[::1/x?sig=2", "https://***@[::1/x?…"),
         ("https://host/x#access_token=SECRET", "https://host/x"),
+        # A password holding what ends a URL's host (a token's base64 / + =, a ? or a #).
+        ("http://bob:pa/ss@example.com:99999/a", "http://***@example.com:99999/a"),
+        ("http://bob:pa?ss@example.com/a", "http://***@example.com/a"),
+        ("http://bob:pa#ss@host/x", "http://***@host/x"),
+        ("http://bob:123/ss@host/a", "http://***@host/a"),
     ],
 )
 def test_display_url__hides_fragments_and_keeps_one_line(url: str, shown: str) -> None:

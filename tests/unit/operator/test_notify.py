@@ -16,10 +16,11 @@ from recall.cli.notify import gone, resend
 from recall.kube.memory import MemoryApi
 from recall.operator.notify import events
 from recall.operator.notify.notifier import Notifier
-from recall.operator.notify.send import Answer, Outcome, Sender, classify, refused
+from recall.operator.notify.send import Sender, classify
 from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.sign import HEADER, sign, verify
 from recall.operator.notify.state import Gate, Owed, Try, answered, holds
+from recall.operator.notify.transport import Answer, Outcome, refused
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.reconcile.record import JobRecord
 from recall.resources import LABEL_BATCH, LABEL_INDEX, Published, is_true

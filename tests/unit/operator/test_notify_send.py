@@ -26,8 +26,9 @@ from recall.base.clock import FakeClock
 from recall.kube import ApiError
 from recall.kube.memory import MemoryApi
 from recall.media.fetch import display_url
-from recall.operator.notify.send import IpAddress, Outcome, Sender, retry_after
+from recall.operator.notify.send import Sender, retry_after
 from recall.operator.notify.sign import HEADER, sign
+from recall.operator.notify.transport import IpAddress, Outcome
 from recall.resources import Published
 from tests.unit.fakes import NS, claim, job_manifest, result_of
 from tests.unit.operator.test_notify import FakeSender, notifier

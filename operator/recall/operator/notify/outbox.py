@@ -26,10 +26,11 @@ from recall.kube import Api, ApiError, ObjectRef
 from recall.media.fetch import display_url
 from recall.operator.notify import events
 from recall.operator.notify.index import Deadlines, Ready
-from recall.operator.notify.send import Answer, Outcome, Sender
+from recall.operator.notify.send import Sender
 from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.sign import HEADER, sign
 from recall.operator.notify.state import Gate, Key, Owed, Pass, Try, answered, signing_keys
+from recall.operator.notify.transport import Answer, Outcome
 
 _log = log.get("notify")
 

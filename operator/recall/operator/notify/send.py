@@ -25,7 +25,8 @@ unavailable (the sink backs off as a whole: one probe at a time until it answers
 answer is a refusal of this event, given up after a bounded number of tries. So are a URL that
 cannot be a sink's (not http(s), a port out of range, an invalid host name) and a TLS
 certificate that fails verification: configuration errors, which no retry mends. Errors name the
-URL without its user information (`redact`).
+URL without its user information nor its query (`display_url`). The network layer, the
+address check and the answer types are `recall.operator.notify.transport`'s.
 """
 
 from __future__ import annotations
@@ -37,11 +38,8 @@ import math
 import re
 import socket
 import ssl
-import threading
-import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from urllib.parse import urlsplit
 
 import httpcore
@@ -49,37 +47,20 @@ import httpx
 
 from recall.base.clock import SYSTEM, Clock
 from recall.media.fetch import display_url
-
-IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-# Metadata services outside the link-local ranges (Alibaba Cloud, Oracle Cloud's v2).
-METADATA = (ipaddress.ip_network("100.100.100.200/32"), ipaddress.ip_network("192.0.0.192/32"))
+from recall.operator.notify.transport import (
+    TRANSPORT_ERRORS,
+    Answer,
+    Connector,
+    Deadline,
+    IpAddress,
+    Outcome,
+    Stop,
+    refused,
+)
 
 HEAD_BYTES = 4096  # of an answer's body, read at most (the network reads it 64 KiB at a time)
 SHOWN = 200  # characters of an answer's body an error keeps
-_WRITE_PIECE = 65536  # a write waits this much at a time, so the deadline bounds a slow reader
 _LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)", re.IGNORECASE)
-_TRANSPORT = (
-    httpcore.NetworkError,
-    httpcore.ProtocolError,
-    httpcore.ProxyError,
-    httpcore.UnsupportedProtocol,
-)
-
-
-class Outcome(StrEnum):
-    DELIVERED = "delivered"
-    UNAVAILABLE = "unavailable"  # try again later: the sink as a whole backs off
-    REFUSED = "refused"  # this event was refused: bounded tries, then given up
-
-
-@dataclass(frozen=True)
-class Answer:
-    outcome: Outcome
-    status: int | None = None
-    error: str | None = None
-    retry_after: float | None = None
 
 
 def classify(status: int) -> Outcome:
@@ -88,23 +69,6 @@ def classify(status: int) -> Outcome:
     if status in (408, 429) or status >= 500:
         return Outcome.UNAVAILABLE
     return Outcome.REFUSED
-
-
-def refused(address: IpAddress, allow: Sequence[IpNetwork]) -> str | None:
-    """Why a sink may not be reached at `address` (None: it may)."""
-    if any(address in net for net in allow):
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return refused(address.ipv4_mapped, allow)
-    if address.is_loopback:
-        return f"{address} is a loopback address"
-    if address.is_link_local:
-        return f"{address} is a link-local address (metadata services live there)"
-    if address.is_unspecified or address.is_multicast:
-        return f"{address} is not a unicast address"
-    if any(address in net for net in METADATA) or str(address) == "fd00:ec2::254":
-        return f"{address} is a cloud metadata address"
-    return None
 
 
 def retry_after(value: str | None, now: dt.datetime) -> float | None:
@@ -185,101 +149,6 @@ def _target(url: str) -> _Target | Answer:
     )
 
 
-class _Stop(Exception):
-    """Ends a request with `answer` (a refused address, a certificate not accepted)."""
-
-    def __init__(self, answer: Answer) -> None:
-        super().__init__(answer.error)
-        self.answer = answer
-
-
-class _Deadline(threading.local):
-    """The deadline of the request the current thread makes (monotonic; None: none)."""
-
-    at: float | None = None
-
-
-class _Stream(httpcore.NetworkStream):
-    """A connection whose every wait ends by the deadline of the request using it."""
-
-    def __init__(self, inner: httpcore.NetworkStream, bound: _Bound) -> None:
-        self._inner = inner
-        self._bound = bound
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._bound(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        for i in range(0, len(buffer), _WRITE_PIECE):
-            piece = buffer[i : i + _WRITE_PIECE]
-            self._inner.write(piece, self._bound(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        bounded = self._bound(timeout, httpcore.ConnectTimeout)
-        try:
-            inner = self._inner.start_tls(ssl_context, server_hostname, bounded)
-        except httpcore.ConnectError as e:
-            if isinstance(e.__cause__, ssl.SSLCertVerificationError):
-                error = f"TLS certificate of {server_hostname} not accepted: {e.__cause__}"
-                raise _Stop(Answer(Outcome.REFUSED, error=error[:300])) from e
-            raise
-        return _Stream(inner, self._bound)
-
-    def get_extra_info(self, info: str) -> typing.Any:
-        return self._inner.get_extra_info(info)
-
-
-class _Bound(typing.Protocol):
-    def __call__(self, timeout: float | None, expired: type[Exception]) -> float | None: ...
-
-
-class _Connector(httpcore.NetworkBackend):
-    """Opens a Sender's connections: to a checked address of the host, bounded by the deadline."""
-
-    def __init__(self, sender: Sender) -> None:
-        self._sender = sender
-        self._tcp = httpcore.SyncBackend()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
-        addresses = self._sender.checked(host, port)
-        failed: httpcore.ConnectError | None = None
-        for address in addresses:  # each one checked; the first that answers
-            bounded = self._sender.bound(timeout, httpcore.ConnectTimeout)
-            try:
-                stream = self._tcp.connect_tcp(
-                    str(address), port, bounded, local_address, socket_options
-                )
-            except httpcore.ConnectError as e:
-                failed = e
-                continue
-            return _Stream(stream, self._sender.bound)
-        assert failed is not None  # `checked` never returns no address
-        raise failed
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
-        raise httpcore.UnsupportedProtocol("a sink is never a unix socket")
-
-
 class Sender:
     """POSTs events; thread-safe (one connection pool for every sink, keyed by host name).
 
@@ -297,7 +166,7 @@ class Sender:
         self.allow = [ipaddress.ip_network(a, strict=False) for a in allow]
         self.timeout = timeout
         self.clock = clock
-        self._deadline = _Deadline()
+        self._deadline = Deadline()
         self._pool = httpcore.ConnectionPool(
             ssl_context=ssl_context or httpx.create_ssl_context(trust_env=False),
             max_connections=100,  # httpx's defaults
@@ -305,7 +174,7 @@ class Sender:
             keepalive_expiry=5.0,
             http1=True,
             http2=False,
-            network_backend=_Connector(self),
+            network_backend=Connector(self),
         )
 
     def resolve(self, host: str, port: int) -> list[IpAddress]:
@@ -317,21 +186,21 @@ class Sender:
         return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
     def checked(self, host: str, port: int) -> list[IpAddress]:
-        """The addresses of `host` a connection may use (at least one); raises `_Stop` with
+        """The addresses of `host` a connection may use (at least one); raises `Stop` with
         the answer when there are none: unresolved (unavailable) or any refused (refused)."""
         try:
             addresses = self.resolve(host, port)
         except OSError as e:
-            raise _Stop(Answer(Outcome.UNAVAILABLE, error=f"cannot resolve {host}: {e}")) from e
+            raise Stop(Answer(Outcome.UNAVAILABLE, error=f"cannot resolve {host}: {e}")) from e
         except ValueError as e:  # UnicodeError: a name the resolver cannot encode
             error = f"invalid sink host {host}: {e}"[:300]
-            raise _Stop(Answer(Outcome.REFUSED, error=error)) from e
+            raise Stop(Answer(Outcome.REFUSED, error=error)) from e
         if not addresses:
-            raise _Stop(Answer(Outcome.UNAVAILABLE, error=f"cannot resolve {host}: no address"))
+            raise Stop(Answer(Outcome.UNAVAILABLE, error=f"cannot resolve {host}: no address"))
         for address in addresses:
             why = refused(address, self.allow)
             if why is not None:
-                raise _Stop(Answer(Outcome.REFUSED, error=f"sink address refused: {why}"))
+                raise Stop(Answer(Outcome.REFUSED, error=f"sink address refused: {why}"))
         return addresses
 
     def bound(self, timeout: float | None, expired: type[Exception]) -> float | None:
@@ -353,11 +222,11 @@ class Sender:
         self._deadline.at = self.clock.monotonic() + self.timeout
         try:
             return self._post(target, headers, body)
-        except _Stop as e:
+        except Stop as e:
             return e.answer
         except httpcore.TimeoutException:
             return Answer(Outcome.UNAVAILABLE, error=f"no answer within {self.timeout:g} s")
-        except _TRANSPORT as e:
+        except TRANSPORT_ERRORS as e:
             return Answer(Outcome.UNAVAILABLE, error=f"{type(e).__name__}: {e}"[:300])
         finally:
             self._deadline.at = None
@@ -407,7 +276,7 @@ def _head(response: httpcore.Response) -> bytes:
             head += chunk[: HEAD_BYTES - len(head)]
             if len(head) >= HEAD_BYTES:
                 break
-    except (httpcore.TimeoutException, *_TRANSPORT):
+    except (httpcore.TimeoutException, *TRANSPORT_ERRORS):
         pass  # the status is the answer; the body only names an error
     return head
 

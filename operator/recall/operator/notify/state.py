@@ -16,7 +16,7 @@ from typing import Any
 from recall.base.backoff import Backoff
 from recall.kube import ObjectRef
 from recall.operator.notify import events
-from recall.operator.notify.send import Answer, Outcome
+from recall.operator.notify.transport import Answer, Outcome
 from recall.operator.reconcile.record import BatchKey, JobRecord
 from recall.resources import Phase
 from recall.resources.batch import Batch
