@@ -57,8 +57,8 @@ What can be checked, and from what:
    stopped it (SIGTERM) or it hit an armed crash point. A stopped process that does not exit
    with 0 is reported in the line, not counted here: it was asked to stop.
 10. *The API server holds the ledger only*, loosely: no ConfigMap in the namespace holds the
-   work (the operator's usage record, `recall-usage`, holds counts per day), and every job is
-   under 4 KiB as the API server serves it.
+   work (the operator's usage record, `recall-usage`, holds counts per day and a 9-byte mark of
+   each job counted), and every job is under 4 KiB as the API server serves it.
 
 And the reclaim delay (reported as 12, not a number of DESIGN §5): a worker killed while it held
 a lease (by the run, or by itself at a crash point, timed when the run noticed) — its job must

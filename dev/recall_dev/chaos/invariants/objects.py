@@ -43,9 +43,11 @@ from recall_dev.chaos.invariants.verdict import Verdict
 JOB_BYTES = 4096
 # ConfigMaps the namespace may hold: the cluster's CA, the run's own write probe
 KNOWN_CONFIG_MAPS = {"kube-root-ca.crt", "chaos-probe"}
-# The operator's usage record: counts per UTC day (about 70 bytes a day), never the work; a
-# run spans at most two days.
+# The operator's usage record: counts per UTC day (about 70 bytes a day), the ids of its last
+# writes (16 of 12 characters) and a mark of each job counted (9 bytes; `recall.operator.usage`:
+# at most `MAX_MARKS` a day, two days kept), never the work; a run spans at most two days.
 USAGE_BYTES = 1024
+USAGE_BYTES_PER_JOB = 12
 SHOWN = 12  # keys shown per violation
 PROBES = (WORKER_PROBE, OPERATOR_PROBE)
 
@@ -206,8 +208,9 @@ def check_objects(h: History, verdict: Verdict) -> None:
 
 def check_ledger(h: History, verdict: Verdict) -> None:
     """10, loosely: no ConfigMap but the known ones; every job under `JOB_BYTES`."""
+    record = USAGE_BYTES + USAGE_BYTES_PER_JOB * len(h.final.job_bytes)
     for name, size in sorted(h.final.config_maps.items()):
-        if name in KNOWN_CONFIG_MAPS or (name == usage.CONFIG_MAP and size < USAGE_BYTES):
+        if name in KNOWN_CONFIG_MAPS or (name == usage.CONFIG_MAP and size < record):
             continue
         verdict.add(10, None, f"ConfigMap {name} ({size} bytes of data) in the namespace")
     big = sorted(
