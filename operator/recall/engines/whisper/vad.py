@@ -118,8 +118,7 @@ class Silero:
 
     def __init__(self, path: Path) -> None:
         import onnx
-        import onnxruntime
-        from onnx import helper, numpy_helper
+        from onnx import numpy_helper
 
         model = onnx.load(str(path))
         graph = model.graph
@@ -146,39 +145,7 @@ class Silero:
         dft = np.concatenate([np.cos(turns), -np.sin(turns)]) * self.window
         if basis.shape != dft.shape or float(np.abs(basis - dft).max()) > 1e-5:
             raise UnknownGraph(f"{path.name}: the STFT's basis is not a windowed DFT")
-        # The LSTM and what follows it, fed the encoder's output.
-        tail = list(graph.node)[len(ENCODER_OPS) :]
-        tail[0].input[0] = "encoded"
-        used = {name for node in tail for name in node.input}
-        inputs = [  # a batch of audios side by side (`many`)
-            helper.make_tensor_value_info(
-                name,
-                onnx.TensorProto.FLOAT,
-                ["frames", "batch", 128] if name == "encoded" else [1, "batch", 128],
-            )
-            for name in ("encoded", "h", "c")
-        ]
-        cut = helper.make_model(
-            helper.make_graph(
-                tail,
-                "silero-decoder",
-                inputs,
-                [
-                    helper.make_tensor_value_info(o.name, onnx.TensorProto.FLOAT, None)
-                    for o in graph.output
-                ],
-                [t for t in graph.initializer if t.name in used],
-            ),
-            opset_imports=model.opset_import,
-        )
-        cut.ir_version = model.ir_version
-        options = onnxruntime.SessionOptions()
-        options.inter_op_num_threads = 1
-        options.intra_op_num_threads = 1
-        options.log_severity_level = 4
-        self.session = onnxruntime.InferenceSession(
-            cut.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
-        )
+        self.session = _decoder(model)
 
     def encode(self, audio: Array, before: Array) -> Array:
         """The encoder's output (frames, 1, 128) for `audio` (whole frames), `before` the
@@ -240,6 +207,48 @@ class Silero:
             for j, i in enumerate(live):
                 out[i].append(probs[j, : len(encoded[j])])
         return [np.concatenate(o) if o else np.zeros(0, np.float32) for o in out]
+
+
+def _decoder(model: Any) -> Any:
+    """An onnxruntime session of the LSTM and what follows it in `model` (the ONNX file), fed
+    the encoder's output, for a batch of audios side by side (`Silero.many`)."""
+    import onnx
+    import onnxruntime
+    from onnx import helper
+
+    graph = model.graph
+    tail = list(graph.node)[len(ENCODER_OPS) :]
+    tail[0].input[0] = "encoded"
+    used = {name for node in tail for name in node.input}
+    inputs = [
+        helper.make_tensor_value_info(
+            name,
+            onnx.TensorProto.FLOAT,
+            ["frames", "batch", 128] if name == "encoded" else [1, "batch", 128],
+        )
+        for name in ("encoded", "h", "c")
+    ]
+    outputs = [
+        helper.make_tensor_value_info(o.name, onnx.TensorProto.FLOAT, None) for o in graph.output
+    ]
+    cut = helper.make_model(
+        helper.make_graph(
+            tail,
+            "silero-decoder",
+            inputs,
+            outputs,
+            [t for t in graph.initializer if t.name in used],
+        ),
+        opset_imports=model.opset_import,
+    )
+    cut.ir_version = model.ir_version
+    options = onnxruntime.SessionOptions()
+    options.inter_op_num_threads = 1
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 4
+    return onnxruntime.InferenceSession(
+        cut.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
+    )
 
 
 class Fallback:
