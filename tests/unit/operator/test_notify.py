@@ -197,13 +197,20 @@ def test_notifier__missing_key_sends_nothing_and_says_so() -> None:
     assert job is not None and job.status.notified is not None
     assert [c.reason for c in job.status.conditions if c.type == "Notified"] == ["KeyMissing"]
     assert [e["reason"] for e in store.events] == ["NotifyKeyMissing"]
-    store.put_secret(NS, "s", {"hmac": KEY})
+    delivered_once_keyed(store, clock, n, sender.sent, KEY)
+
+
+def delivered_once_keyed(
+    store: MemoryApi, clock: FakeClock, n: Notifier, sent: list[Any], key: bytes
+) -> None:
+    """Job `j`'s event, waiting for its key, goes out once the key is in its Secret."""
+    store.put_secret(NS, "s", {"hmac": key})
     clock.step(30)
     n.run_once()
     n.run_once()
     job = store.get_job(NS, "j")
     assert job is not None and job.status.notified is not None and job.status.notified.time
-    assert len(sender.sent) == 1
+    assert len(sent) == 1
 
 
 def test_notifier__a_standby_sends_nothing() -> None:
@@ -220,10 +227,8 @@ def test_notifier__a_standby_sends_nothing() -> None:
     assert len(sender.sent) == 1
 
 
-def test_notifier__batch_items_then_the_batch_event_with_counts_and_the_ttl_waits() -> None:
-    store, clock = MemoryApi(), FakeClock()
-    store.put_secret(NS, "s", {"hmac": KEY})
-    sink = {"url": URL, "secretRef": {"name": "s", "key": "hmac"}}
+def one_succeeded_one_failed(store: MemoryApi, clock: FakeClock, sink: dict[str, Any]) -> Operator:
+    """A Batch `b` of two items, notifying `sink`: `a` succeeded (published), `c` failed."""
     store.create_batch(
         NS, batch_manifest("b", ["a", "c"], notify=[sink], ttlSecondsAfterFinished=0)
     )
@@ -235,9 +240,11 @@ def test_notifier__batch_items_then_the_batch_event_with_counts_and_the_ttl_wait
     h.fail("SourceNotFound", "gone", permanent=True, backoff_base=1, backoff_cap=1)
     for _ in range(3):
         op.tick()
-    batch = store.get_batch(NS, "b")
-    assert batch is not None and batch.status.complete
-    assert holds(batch, [])
+    return op
+
+
+def delivering(store: MemoryApi, clock: FakeClock, op: Operator) -> tuple[Notifier, FakeSender]:
+    """A notifier wired to `op`'s controller as the runtime wires it, after four passes."""
     sender = FakeSender()
     n = Notifier(
         store,
@@ -251,6 +258,18 @@ def test_notifier__batch_items_then_the_batch_event_with_counts_and_the_ttl_wait
     for _ in range(4):
         n.run_once()
         op.tick()
+    return n, sender
+
+
+def test_notifier__batch_items_then_the_batch_event_with_counts_and_the_ttl_waits() -> None:
+    store, clock = MemoryApi(), FakeClock()
+    store.put_secret(NS, "s", {"hmac": KEY})
+    sink = {"url": URL, "secretRef": {"name": "s", "key": "hmac"}}
+    op = one_succeeded_one_failed(store, clock, sink)
+    batch = store.get_batch(NS, "b")
+    assert batch is not None and batch.status.complete
+    assert holds(batch, [])
+    _, sender = delivering(store, clock, op)
     types = sorted(body["type"] for _, body, _ in sender.sent)
     assert types == [
         "dev.recall.batch.completed",

@@ -7,20 +7,18 @@ from __future__ import annotations
 from recall.base.clock import FakeClock
 from recall.kube.memory import MemoryApi
 from recall.kube.verbs import BATCHES
-from recall.operator.notify.notifier import Notifier
-from recall.operator.notify.settings import NotifySettings
-from recall.operator.notify.state import holds
 from recall.resources import Published, is_true
-from tests.helpers import complete_with_transcript
-from tests.unit.fakes import NS, Operator, batch_manifest, claim, job_manifest, result_of
+from tests.unit.fakes import NS, claim, job_manifest, result_of
 from tests.unit.operator.test_notify import (
     KEY,
     SINK,
     FakeSender,
+    delivering,
     failed_items,
     finished_job,
     known,
     notifier,
+    one_succeeded_one_failed,
     sync,
 )
 
@@ -32,30 +30,8 @@ def test_notifier__items_whose_type_no_sink_wants_do_not_hold_the_batch_or_its_t
     store, clock = MemoryApi(), FakeClock()
     store.put_secret(NS, "s", {"hmac": KEY})
     sink = {**SINK, "types": [ITEM_SUCCEEDED, BATCH_COMPLETED]}
-    store.create_batch(
-        NS, batch_manifest("b", ["a", "c"], notify=[sink], ttlSecondsAfterFinished=0)
-    )
-    op = Operator(store, clock)
-    op.controller.held = lambda b: holds(b, [])  # as the runtime wires it
-    op.tick()
-    complete_with_transcript(claim(store, clock, "b-a"), op.results)
-    h = claim(store, clock, "b-c")
-    h.fail("SourceNotFound", "gone", permanent=True, backoff_base=1, backoff_cap=1)
-    for _ in range(3):
-        op.tick()
-    sender = FakeSender()
-    n = Notifier(
-        store,
-        op.controller.cache,
-        leading=op.controller.leading,
-        batches=op.controller.batches,
-        settings=NotifySettings(),
-        clock=clock,
-        sender=sender,
-    )
-    for _ in range(4):
-        n.run_once()
-        op.tick()
+    op = one_succeeded_one_failed(store, clock, sink)
+    n, sender = delivering(store, clock, op)
     assert sorted(body["type"] for _, body, _ in sender.sent) == [BATCH_COMPLETED, ITEM_SUCCEEDED]
     batch = store.get_batch(NS, "b")
     assert batch is not None and batch.status.notified is not None
