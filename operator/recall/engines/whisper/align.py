@@ -19,6 +19,7 @@ Contract:
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any
 
@@ -33,8 +34,9 @@ ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "m
 Sounds = list[tuple[float, float]]  # stretches of sound, seconds of the chunk, in order
 
 
-def words_of(raw: Any, start: float, end: float) -> list[Word]:
-    """faster-whisper's words of a segment, inside [start, end], in order, not overlapping."""
+def words_of(raw: Any, start: float, end: float, shift: float = 0.0) -> list[Word]:
+    """faster-whisper's words of a segment, inside [start, end], in order, not overlapping;
+    then `shift` seconds later."""
     out: list[Word] = []
     floor = start
     for w in raw or []:
@@ -43,7 +45,14 @@ def words_of(raw: Any, start: float, end: float) -> list[Word]:
             continue
         w_start = min(max(float(w.start), floor), end)
         w_end = min(max(float(w.end), w_start), end)
-        out.append(Word(start=w_start, end=w_end, text=text, probability=float(w.probability)))
+        out.append(
+            Word(
+                start=w_start + shift,
+                end=w_end + shift,
+                text=text,
+                probability=float(w.probability),
+            )
+        )
         floor = w_end
     return out
 
@@ -73,11 +82,12 @@ def islands(audio: Any, rate: int = 16_000) -> Sounds:
     return out
 
 
-def _stretch_of(w: Word, sounds: Sounds) -> int:
+def _stretch_of(w: Word, sounds: Sounds, ends: list[float]) -> int:
     """The first stretch of sound `w` overlaps at least half as much as the one it overlaps
-    most; -1 when it overlaps none."""
+    most; -1 when it overlaps none. `ends`: the stretches' ends, in order."""
     shares = []
-    for k, (a, b) in enumerate(sounds):
+    first = bisect.bisect_right(ends, w.start)  # the stretches before it end where it starts
+    for k, (a, b) in enumerate(sounds[first:], first):
         if a >= w.end:
             break
         shared = min(b, w.end) - max(a, w.start)
@@ -97,8 +107,9 @@ def snap_to_sound(words: list[Word], sounds: Sounds, floor: float = 0.0) -> list
     the silence before it begins, or late in a word that follows a pause."""
     out: list[Word] = []
     previous = -1  # the stretch of the word before
+    ends = [b for _, b in sounds]
     for w in words:
-        best = _stretch_of(w, sounds)
+        best = _stretch_of(w, sounds, ends)
         low = out[-1].end if out else floor
         if best < 0:
             out.append(w.model_copy(update={"start": max(w.start, low)}))
@@ -164,7 +175,7 @@ def segment_of(
     end = min(max(float(raw.end) + shift, start), duration)
     said = None
     if sounds is not None:
-        timed = [w.shifted(shift) for w in words_of(raw.words, start - shift, end - shift)]
+        timed = words_of(raw.words, start - shift, end - shift, shift)
         said = snap_to_sound(timed, sounds, floor=floor)
         if said:  # the segment spans its words, which snapping may have moved past its edges
             start = min(start, said[0].start)
