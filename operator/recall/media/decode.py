@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import av
 import numpy as np
@@ -30,10 +30,6 @@ from recall.media.common import PREROLL_SECONDS, SAMPLE_RATE, TAIL_SECONDS, Eith
 from recall.media.container import av_reason, open_audio, seconds_text, seek_exact, tolerated
 from recall.media.fetch import display_url
 from recall.resources.errors import JobFailure
-
-if TYPE_CHECKING:
-    pass
-
 
 _log = log.get("engine")
 
