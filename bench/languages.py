@@ -216,10 +216,10 @@ def through_recall(items: list[dict[str, Any]], threads: int) -> dict[str, dict[
     from recall.base.settings import StoreSettings, WorkerSettings
     from recall.bucket import Stores
     from recall.engines.whisper import WhisperEngine
-    from recall.kube.memory import MemoryApi
     from recall.media import MediaOptions
     from recall.transcripts import load_transcript
     from recall.worker.loop import Worker
+    from recall_dev.twin.api import MemoryApi
 
     engine = WhisperEngine(threads=threads, media=MediaOptions())
     store = MemoryApi(watch_seconds=1.0)

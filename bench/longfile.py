@@ -112,9 +112,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from recall.engines.base import Engine
     from recall.engines.simulated import SimulatedEngine
     from recall.engines.whisper import WhisperEngine, available_cpus, bundled_path, load_model
-    from recall.kube.memory import MemoryApi
     from recall.media import MediaOptions
     from recall.worker.loop import Worker
+    from recall_dev.twin.api import MemoryApi
 
     media = MediaOptions(chunk_seconds=float(spec["chunk_seconds"]))
     engine: Engine

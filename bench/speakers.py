@@ -206,10 +206,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from recall.base.settings import StoreSettings, WorkerSettings
     from recall.bucket import Stores
     from recall.engines.simulated import SimulatedEngine
-    from recall.kube.memory import MemoryApi
     from recall.media import MediaOptions
     from recall.speakers import Labeller
     from recall.worker.loop import Worker
+    from recall_dev.twin.api import MemoryApi
 
     media = MediaOptions(chunk_seconds=30.0)
     engine = SimulatedEngine(chunk_delay_seconds=0, chunks=1, chunk_seconds=30.0, media=media,

@@ -115,10 +115,10 @@ def through_recall(path: str, chunk_seconds: int) -> dict[str, Any]:
     from recall.base.settings import StoreSettings, WorkerSettings
     from recall.bucket import Stores
     from recall.engines.whisper import WhisperEngine, available_cpus, bundled_path, load_model
-    from recall.kube.memory import MemoryApi
     from recall.media import MediaOptions
     from recall.transcripts import load_transcript
     from recall.worker.loop import Worker
+    from recall_dev.twin.api import MemoryApi
 
     engine = WhisperEngine(threads=available_cpus(), media=MediaOptions())
     load_model(str(bundled_path()), engine.threads)  # before the clock starts

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from recall.base.clock import FakeClock
 from recall.kube import Unavailable
-from recall.kube.memory import Fault, MemoryApi
 from recall.worker.holder import LeaseHolder
+from recall_dev.twin.api import Fault, MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS, Operator, batch_manifest
 
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from recall.base.clock import FakeClock
 from recall.fencing import fenced_write
 from recall.kube.client import KubeClient
 from recall.kube.informer import Informer, Jobs
@@ -32,6 +31,7 @@ from recall.protocol import lease
 from recall.resources import Published, Result, is_true
 from recall.transcripts import directory_of, transcript_key
 from recall.worker.holder import LeaseHolder
+from recall_dev.twin.clock import FakeClock
 from tests.helpers import events as k8s_events
 from tests.helpers import get_job, job_manifest, secret, wait_for
 from tests.receiver import Receiver

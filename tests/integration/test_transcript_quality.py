@@ -31,7 +31,6 @@ from recall.bucket import Stores
 from recall.engines.base import TranscribeRequest
 from recall.engines.whisper import WhisperEngine
 from recall.fencing import fenced_write
-from recall.kube.memory import MemoryApi
 from recall.media.types import Segment
 from recall.protocol import lease
 from recall.resources import Phase, TranscriptionJob
@@ -39,6 +38,7 @@ from recall.resources.errors import JobFailure
 from recall.transcripts import load_transcript
 from recall.worker.loop import Worker
 from recall_dev import speech, timed_speech
+from recall_dev.twin.api import MemoryApi
 from tests.helpers import manifest
 
 pytestmark = pytest.mark.slow

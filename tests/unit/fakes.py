@@ -11,17 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recall.base.clock import EPOCH, FakeClock
 from recall.base.settings import OperatorSettings, StoreSettings, WorkerSettings
 from recall.bucket import Bucket, Stores
 from recall.engines.simulated import SimulatedEngine
-from recall.kube.memory import MemoryApi
 from recall.operator.reconcile.record import JobRecord
 from recall.operator.runtime.wiring import wire
 from recall.protocol.workers import SELECTOR
 from recall.resources import API_VERSION, Batch, Part, Result
 from recall.worker.holder import LeaseHolder
 from recall.worker.loop import Worker
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.clock import EPOCH, FakeClock
 
 NS = "default"
 T0 = EPOCH  # the FakeClock's wall time at its start

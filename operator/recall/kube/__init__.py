@@ -1,4 +1,4 @@
-"""Every Kubernetes call: one client over the resources, and its in-memory twin.
+"""Every Kubernetes call: one client over the resources.
 
 - `base`: the protocols the runtime is given (jobs, Batches, ConfigMaps, Secrets, Leases,
   Events, the worker fleet's Deployment, scale subresource, pods and autoscalers) and the typed
@@ -9,12 +9,10 @@
   delete-collection), as client-go's dynamic client;
 - `http`: the verbs against the API server (`ApiClient.call_api`, timeouts, 429s); `config`:
   the connection (kubeconfig or service account) and the namespace;
-- `twin`, `rules`, `patch`: the verbs over a dict for unit tests (resourceVersion and 409,
-  the status and scale subresources, the CRDs' defaults and CEL transition rules, fault
-  injection);
+- `patch`: JSON merge patches;
 - `typed`: the typed calls (`get_job`, `patch_scale`, ...), each a thin wrapper of a verb;
-  `client`: `KubeClient`, the typed calls over the API server; `memory`: `MemoryApi`, the
-  typed calls over the twin, with the controls a test plays the cluster with;
+  `client`: `KubeClient`, the typed calls over the API server. Their in-memory twin, which the
+  unit tests run on, is `recall_dev.twin` (never in the image);
 - `informer`: list + watch of a selection, relisted on 410 and after errors;
 - `install`: `InstallReader`, the reads of an install `recall doctor` checks (CRDs,
   Deployments, pods, Leases, API fairness objects, SelfSubjectAccessReviews).

@@ -2,7 +2,7 @@
 
 The API client is the only way the runtime reads or writes Kubernetes objects. Two
 implementations of the same typed calls over one set of generic verbs (`recall.kube.verbs`):
-`recall.kube.client.KubeClient` (the API server) and `recall.kube.memory.MemoryApi` (unit
+`recall.kube.client.KubeClient` (the API server) and `recall_dev.twin.api.MemoryApi` (unit
 tests: resourceVersion, the status subresource and the CRD's transition rules, in memory). The
 real API server stays the judge of semantics in the integration tests; the twin only lets
 everything above the client run without etcd.

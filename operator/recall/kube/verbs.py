@@ -3,7 +3,7 @@
 As client-go's dynamic client: a `Resource` describes a kind (group, version, plural, whether it
 is namespaced, which subresources it serves), and `Verbs` is every call over any resource,
 written twice only: against the API server (`recall.kube.http.HttpVerbs`) and over a dict
-(`recall.kube.memory.MemoryVerbs`, the twin unit tests run on). The typed calls the runtime
+(`recall_dev.twin.verbs.MemoryVerbs`, the twin unit tests run on). The typed calls the runtime
 uses (`get_job`, `patch_scale`, ...) are thin wrappers over these (`recall.kube.client`).
 
 Contract of every verb:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from recall.base.backoff import Backoff
-from recall.base.clock import EPOCH, SYSTEM, FakeClock
+from recall.base.clock import SYSTEM
+from recall_dev.twin.clock import EPOCH, FakeClock
 
 
 def test_fake_clock__wall_follows_monotonic_and_sleep_moves_it() -> None:

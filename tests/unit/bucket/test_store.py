@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from recall.base.clock import EPOCH, FakeClock
 from recall.base.settings import StoreSettings
 from recall.bucket import Location, StoreConflict, Stores, StoreUrlInvalid
 from recall.bucket.errors import classify
 from recall.bucket.store import FileCredentials, allow_http
+from recall_dev.twin.clock import EPOCH, FakeClock
 
 
 @pytest.mark.parametrize(

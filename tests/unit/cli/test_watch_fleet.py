@@ -8,8 +8,8 @@ import json
 
 from recall.cli.watch import fetch, fleet_line, summary_line
 from recall.kube import ObjectRef
-from recall.kube.memory import MemoryApi
 from recall.operator.scaling.scaler import STATUS_ANNOTATION
+from recall_dev.twin.api import MemoryApi
 from tests.unit.fakes import NS, batch_manifest
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from recall.base.clock import FakeClock
 from recall.engines.models import (
     CORRUPT_SECONDS,
     MANIFEST,
@@ -29,6 +28,7 @@ from recall.engines.models import (
     probe_cache,
 )
 from recall.resources.errors import JobFailure
+from recall_dev.twin.clock import FakeClock
 
 
 class DirStore:

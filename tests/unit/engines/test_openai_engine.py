@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from recall.base.clock import EPOCH, FakeClock
 from recall.engines.base import TranscribeRequest, primary_language
 from recall.engines.languages import language_code
 from recall.engines.openai import (
@@ -42,6 +41,7 @@ from recall.engines.openai import (
 from recall.media.types import Chunk, Segment, Word
 from recall.resources import TranscriptionJob
 from recall.resources.errors import JobFailure
+from recall_dev.twin.clock import EPOCH, FakeClock
 
 # aiohttp's own multipart reader uses a deprecated call of its own; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:unread_data:DeprecationWarning")

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from recall.base.clock import FakeClock
 from recall.engines.base import TranscribeRequest
 from recall.engines.simulated import SimulatedEngine
 from recall.resources import TranscriptionJob
+from recall_dev.twin.clock import FakeClock
 
 
 def test_simulated__delays_and_the_blocking_call_pass_on_the_engines_clock(

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from recall.kube import Conflict, Invalid, NotFound, Selector, Unavailable
-from recall.kube.memory import Fault, MemoryApi
 from recall.resources import TranscriptionJob
+from recall_dev.twin.api import Fault, MemoryApi
 from tests.unit.fakes import NS, job_manifest
 
 TOKEN = "c" * 32

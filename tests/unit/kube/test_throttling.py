@@ -10,9 +10,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recall.base.clock import FakeClock
 from recall.kube import Conflict, Unavailable, retry_pause
 from recall.kube.http import HttpVerbs
+from recall_dev.twin.clock import FakeClock
 
 
 def throttled(retry_after: str | None = "1") -> ApiException:

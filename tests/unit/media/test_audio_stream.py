@@ -20,10 +20,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from recall import media as audio
-from recall.base.clock import FakeClock
 from recall.media import container, decode
 from recall.media.types import Chunk, Resume
 from recall.resources.errors import JobFailure
+from recall_dev.twin.clock import FakeClock
 from tests.audio import encode
 
 RATE = audio.SAMPLE_RATE

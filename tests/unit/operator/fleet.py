@@ -21,15 +21,15 @@ import itertools
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from recall.base.clock import FakeClock
-from recall.kube.memory import MemoryApi
-from recall.kube.memory import stamp as _now
 from recall.operator.scaling.decide import DELETION_COST
 from recall.protocol.workers import lease_name
 from recall.resources import Phase, TranscriptionJob
 from recall.worker.drain import Drain
 from recall.worker.holder import LeaseHolder
 from recall.worker.registration import Registration
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.api import stamp as _now
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS
 
 LABELS = {"app": "workers"}

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from recall.base.clock import FakeClock
 from recall.kube import Conflict, Invalid, Unavailable
-from recall.kube.memory import Fault, MemoryApi
 from recall.operator.peers.leader import Sole
 from recall.operator.reconcile.apply import CREATE_SECONDS
 from recall.operator.reconcile.project import CODES, stored_phases
 from recall.operator.reconcile.record import JobRecord
 from recall.resources import Batch, ItemPhase, Phase, indexes
+from recall_dev.twin.api import Fault, MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.helpers import complete_with_transcript
 from tests.unit.fakes import (
     NS,

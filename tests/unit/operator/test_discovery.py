@@ -7,10 +7,10 @@ import asyncio
 import pytest
 from kopf._cogs.structs.references import Insights, Resource
 
-from recall.base.clock import FakeClock
 from recall.kube.base import Unavailable
 from recall.operator.runtime import discovery
 from recall.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
+from recall_dev.twin.clock import FakeClock
 
 NEEDED = (BATCH_PLURAL, JOB_PLURAL)
 

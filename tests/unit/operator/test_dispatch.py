@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from recall.base.clock import FakeClock
 from recall.base.settings import WorkerSettings
 from recall.engines.simulated import SimulatedEngine
-from recall.kube.memory import MemoryApi
 from recall.operator.dispatch import ReadyQueue
 from recall.operator.reconcile.record import JobRecord
 from recall.resources import Phase
 from recall.worker.holder import LeaseHolder
 from recall.worker.loop import Worker
 from recall.worker.registration import Registration
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS, Operator, batch_manifest, claim, job_manifest, result_of
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from recall.base.clock import FakeClock
-from recall.kube.memory import MemoryApi
 from recall.operator.dispatch import Capacity, unsupported
 from recall.operator.reconcile.record import JobRecord
 from recall.protocol.workers import LOADED, EngineState
 from recall.worker.registration import Registration
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS, Operator, batch_manifest, job_manifest
 
 TINY = "tiny.en@sha256:" + "ab" * 32

@@ -3,9 +3,9 @@ stops trusting that it does."""
 
 from __future__ import annotations
 
-from recall.base.clock import FakeClock
-from recall.kube.memory import MemoryApi
 from recall.operator.peers.leader import LeaderElector
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS
 
 

@@ -11,9 +11,7 @@ from typing import Any
 
 import pytest
 
-from recall.base.clock import FakeClock
 from recall.cli.notify import gone, resend
-from recall.kube.memory import MemoryApi
 from recall.operator.notify import events
 from recall.operator.notify.notifier import Notifier
 from recall.operator.notify.send import Sender, classify
@@ -26,6 +24,8 @@ from recall.operator.reconcile.record import JobRecord
 from recall.resources import LABEL_BATCH, LABEL_INDEX, Published, is_true
 from recall.resources.batch import Batch
 from recall.resources.job import Sink
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.helpers import complete_with_transcript
 from tests.unit.fakes import NS, Operator, batch_manifest, claim, job_manifest, result_of
 

@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from recall.base.clock import FakeClock
 from recall.kube import ApiError
-from recall.kube.memory import MemoryApi
 from recall.media.fetch import display_url
 from recall.operator.notify.send import Sender, retry_after
 from recall.operator.notify.sign import HEADER, sign
 from recall.operator.notify.transport import IpAddress, Outcome
 from recall.resources import Published
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS, claim, job_manifest, result_of
 from tests.unit.operator.test_notify import FakeSender, delivered_once_keyed, notifier
 

@@ -4,10 +4,10 @@ is read once, and a standby keeps nothing (its queue, the deletions it timed).""
 
 from __future__ import annotations
 
-from recall.base.clock import FakeClock
-from recall.kube.memory import MemoryApi
 from recall.kube.verbs import BATCHES
 from recall.resources import Published, is_true
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS, claim, job_manifest, result_of
 from tests.unit.operator.test_notify import (
     KEY,

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from recall.base.clock import FakeClock
 from recall.bucket import StoreAccessDenied, StoreBucketMissing
 from recall.kube import Unavailable
-from recall.kube.memory import Fault, MemoryApi
 from recall.media.types import Cutting, Segment
 from recall.operator.results.publish import Probes
 from recall.resources import Phase, is_true
 from recall.transcripts import AttemptWriter, index_key, load_transcript
 from recall.worker.holder import LeaseHolder
+from recall_dev.twin.api import Fault, MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS, Operator, batch_manifest, claim, memory_bucket
 
 OUTPUT = {"url": "memory://out/talks/{key}", "formats": ["srt", "txt"]}

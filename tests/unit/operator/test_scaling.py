@@ -11,9 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from recall.base.clock import FakeClock
 from recall.kube import ScalerRef
-from recall.kube.memory import MemoryApi
 from recall.operator.dispatch import ReadyQueue
 from recall.operator.peers.registry import Registry
 from recall.operator.reconcile.cache import JobCache
@@ -30,6 +28,8 @@ from recall.operator.scaling.workload import Workload
 from recall.protocol.workers import SELECTOR, lease_name, read, with_drain
 from recall.worker.drain import Drain
 from recall.worker.registration import Registration
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS, Leader, job_manifest
 from tests.unit.operator.fleet import DEPLOYMENT, LABELS, ReplicaSet, phases
 

@@ -9,13 +9,13 @@ import threading
 
 from prometheus_client import REGISTRY
 
-from recall.base.clock import FakeClock
 from recall.cli.notify import resend, usage
-from recall.kube.memory import MemoryApi
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.usage import Usage
 from recall.resources import Published
 from recall.worker.holder import LeaseHolder
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS, claim, job_manifest, result_of
 
 

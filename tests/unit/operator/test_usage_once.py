@@ -8,13 +8,13 @@ import json
 import threading
 from collections.abc import Callable
 
-from recall.base.clock import FakeClock
 from recall.cli.notify import usage
 from recall.kube import ConfigMapData, Unavailable
-from recall.kube.memory import Fault, MemoryApi
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.usage import CONFIG_MAP, KEEP_DAYS, MARKS, Usage
 from recall.resources import Published
+from recall_dev.twin.api import Fault, MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS, claim, job_manifest, result_of
 
 

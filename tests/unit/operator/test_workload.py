@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from recall.base.clock import FakeClock
-from recall.kube.memory import MemoryApi
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.scaling.keda import make_server
 from recall.operator.scaling.workload import Outstanding, Workload
 from recall.resources import LABEL_SUSPENDED
+from recall_dev.twin.api import MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.helpers import get_json
 from tests.unit.fakes import NS, claim, job_manifest
 

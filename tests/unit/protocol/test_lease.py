@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import pytest
 
-from recall.kube.rules import job_status_rules
 from recall.protocol import lease
 from recall.protocol.lease import Budget, Refusal, RefusalReason
 from recall.protocol.observer import Observation
 from recall.resources import JobStatus, Lease, Offer, Part, Phase, Progress, Result
+from recall_dev.twin.rules import job_status_rules
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.UTC)
 ME, TOKEN = "worker-a", "a" * 32

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from recall.kube.rules import job_status_rules
+from recall_dev.twin.rules import job_status_rules
 
 ROOT = Path(__file__).resolve().parents[3]
 ENDS_WITH = re.compile(

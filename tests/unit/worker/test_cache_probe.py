@@ -15,10 +15,10 @@ from recall.base.settings import WorkerSettings
 from recall.engines.base import TranscribeRequest
 from recall.engines.models import ModelCacheUnwritable
 from recall.engines.simulated import SimulatedEngine
-from recall.kube.memory import MemoryApi
 from recall.media.types import Segment
 from recall.resources import Phase, TranscriptionJob
 from recall.worker.loop import Worker
+from recall_dev.twin.api import MemoryApi
 from tests.unit.fakes import NS, job_manifest, memory_bucket
 
 

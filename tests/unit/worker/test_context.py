@@ -10,10 +10,10 @@ from pathlib import Path
 
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
-from recall.kube.memory import MemoryApi
 from recall.media.types import Chunk, Segment
 from recall.protocol import lease
 from recall.resources import Phase, TranscriptionJob
+from recall_dev.twin.api import MemoryApi
 from tests.unit.fakes import NS, engine_calls, job_manifest, memory_bucket, run_one_job
 
 CHUNKS = 6

@@ -10,7 +10,6 @@ import time
 
 from recall.base.settings import WorkerSettings
 from recall.engines.simulated import SimulatedEngine
-from recall.kube.memory import MemoryApi
 from recall.protocol.workers import (
     ANNOTATION_DRAIN,
     BUSY,
@@ -26,6 +25,7 @@ from recall.worker.drain import Drain
 from recall.worker.health import Liveness
 from recall.worker.loop import Worker
 from recall.worker.registration import Registration
+from recall_dev.twin.api import MemoryApi
 from tests.helpers import wait_for
 from tests.unit.fakes import NS, job_manifest, memory_bucket
 

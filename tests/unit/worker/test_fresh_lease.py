@@ -12,11 +12,11 @@ from recall.base.settings import WorkerSettings
 from recall.engines.base import TranscribeRequest
 from recall.engines.simulated import SimulatedEngine
 from recall.kube import Unavailable
-from recall.kube.memory import MemoryApi
 from recall.media.types import Segment
 from recall.resources import Phase, TranscriptionJob
 from recall.worker.cadence import FRESH_HEARTBEATS
 from recall.worker.loop import Worker
+from recall_dev.twin.api import MemoryApi
 from tests.unit.fakes import NS, job_manifest, memory_bucket
 
 LEASE = 6.0  # a heartbeat every 2 s, fresh for 3 s, the renew deadline at 4 s

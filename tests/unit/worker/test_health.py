@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from recall.base.clock import FakeClock
 from recall.worker.health import Liveness
+from recall_dev.twin.clock import FakeClock
 
 
 @pytest.fixture

@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 
 from recall.base.backoff import Backoff
-from recall.base.clock import FakeClock
 from recall.fencing import fenced_write
 from recall.kube import Forbidden, Unavailable
-from recall.kube.memory import Fault, MemoryApi
 from recall.protocol import lease
 from recall.protocol.lease import Budget
 from recall.protocol.observer import LeaseObserver
 from recall.resources import Phase, Progress, TranscriptionJob
 from recall.worker.deadline import LeaseLost
 from recall.worker.holder import LeaseHolder
+from recall_dev.twin.api import Fault, MemoryApi
+from recall_dev.twin.clock import FakeClock
 from tests.unit.fakes import NS, PARTS, job_manifest, result_of
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from recall.engines.base import Detected, TranscribeRequest
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
-from recall.kube.memory import MemoryApi
 from recall.protocol import lease
 from recall.resources import Phase, TranscriptionJob
 from recall.transcripts import (
@@ -20,6 +19,7 @@ from recall.transcripts import (
     parse_scratch,
     render,
 )
+from recall_dev.twin.api import MemoryApi
 from tests.unit.fakes import NS, engine_calls, job_manifest, memory_bucket, run_one_job
 
 

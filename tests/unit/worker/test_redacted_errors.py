@@ -12,9 +12,9 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from recall.engines.simulated import SimulatedEngine
-from recall.kube.memory import MemoryApi
 from recall.media.types import Chunk, Segment
 from recall.resources import TranscriptionJob
+from recall_dev.twin.api import MemoryApi
 from tests.unit.fakes import NS, job_manifest, memory_bucket, run_one_job
 
 SECRET = " call me on five five five, one two three four"  # pydantic shows its ends

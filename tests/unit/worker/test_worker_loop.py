@@ -23,7 +23,6 @@ from recall.engines.models import ModelCache
 from recall.engines.simulated import SimulatedEngine
 from recall.fencing import fenced_write
 from recall.kube import Conflict, Unavailable
-from recall.kube.memory import Fault, MemoryApi
 from recall.media import MediaOptions
 from recall.media.types import Segment
 from recall.protocol import lease
@@ -42,6 +41,7 @@ from recall.transcripts import (
 )
 from recall.worker.attempt import STORE_DEPTH
 from recall.worker.loop import PROBE_KEY, Worker
+from recall_dev.twin.api import Fault, MemoryApi
 from tests.unit.engines.test_models import DirStore, model_dir
 from tests.unit.fakes import NS, T0, BucketFault, FaultyBucket, job_manifest, memory_bucket
 

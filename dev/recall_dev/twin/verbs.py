@@ -1,5 +1,5 @@
 """The in-memory twin of the API server: the verbs of `recall.kube.verbs` over a dict, for unit
-tests of everything above the API client (`recall.kube.memory.MemoryApi` is the typed calls
+tests of everything above the API client (`recall_dev.twin.api.MemoryApi` is the typed calls
 over it).
 
 It keeps what the API server guarantees and the code relies on, for every resource alike:
@@ -8,7 +8,7 @@ It keeps what the API server guarantees and the code relies on, for every resour
   name gets `Conflict`;
 - the status subresource split: a write of `status` changes only the status, a write of the
   object everything but its status; the scale subresource reads and writes `spec.replicas`;
-- what the API server checks and fills in (`recall.kube.rules`): the CRDs' defaults and CEL
+- what the API server checks and fills in (`recall_dev.twin.rules`): the CRDs' defaults and CEL
   transition rules, ConfigMaps up to 1 MiB and immutable ones; a refused write raises
   `Invalid` naming the rule and changes nothing;
 - lists (paged) and watches with field and label selectors; a watch sends DELETED for an object
@@ -49,18 +49,13 @@ from recall.kube.base import (
     Selector,
     WatchEvent,
 )
-from recall.kube.patch import (
-    apply_json_patch,
-    apply_merge_patch,
-    merge_patch,
-    selected,
-    selected_event,
-)
-from recall.kube.rules import created, refusal, scale_of, written
+from recall.kube.patch import apply_merge_patch, merge_patch
 from recall.kube.verbs import (
     Patch,
     Resource,
 )
+from recall_dev.twin.rules import created, refusal, scale_of, written
+from recall_dev.twin.select import apply_json_patch, selected, selected_event
 
 Key = tuple[str, str]
 

@@ -1,10 +1,10 @@
 """`MemoryApi`: the typed calls (`recall.kube.typed`) over the in-memory twin of the API server
-(`recall.kube.twin`), and the controls a test plays the cluster with.
+(`recall_dev.twin.verbs`), and the controls a test plays the cluster with.
 
 No controller acts on anything: tests play the ReplicaSet and the kubelet (`put_pod`,
 `delete_pod`, `set_deployment_status`; `tests/unit/operator/fleet.py`), and an administrator
 (`put_secret`, `put_autoscaler`, `delete_batch`). `inject(Fault(...))` makes calls fail
-(`recall.kube.twin` says how they are named).
+(`recall_dev.twin.verbs` says how they are named).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import json
 
 from recall.base.clock import SYSTEM, Clock
 from recall.kube.base import NotFound, RawObject, ScalerRef
-from recall.kube.rules import CONFIG_MAP_LIMIT
-from recall.kube.twin import Fault, MemoryVerbs, stamp
 from recall.kube.typed import TypedClient
 from recall.kube.verbs import (
     BATCHES,
@@ -28,6 +26,8 @@ from recall.kube.verbs import (
     SCALED_OBJECTS,
     SECRETS,
 )
+from recall_dev.twin.rules import CONFIG_MAP_LIMIT
+from recall_dev.twin.verbs import Fault, MemoryVerbs, stamp
 
 __all__ = ["CONFIG_MAP_LIMIT", "Fault", "MemoryApi", "MemoryVerbs", "stamp"]
 
