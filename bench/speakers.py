@@ -138,10 +138,10 @@ def der_runs(files: int) -> dict[str, Any]:
     """The `der_*` and `overlap_*` figures (see the module docstring)."""
     from recall.engines.whisper import available_cpus, bundled_path, load_model
     from recall.media import MediaOptions, load_media
-    from recall.speakers import Bounds, Labeller
+    from recall.speakers import Bounds, VoiceEncoder, label_voices
 
     model = load_model(str(bundled_path()), available_cpus())
-    labeller = Labeller.packaged()
+    encoder = VoiceEncoder.packaged()
     out: dict[str, Any] = {"files": files}
     overlap_total = overlap_labelled = speech_total = 0.0
     with tempfile.TemporaryDirectory(prefix="recall-speakers-") as tmp:
@@ -156,7 +156,7 @@ def der_runs(files: int) -> dict[str, Any]:
                 media = load_media(d.path.as_uri(), MediaOptions())
                 with media:
                     blocks = ((c.first, c.audio) for c in media.chunks(None))
-                    labelling = labeller.label(segments, blocks, Bounds())
+                    labelling = label_voices(encoder, segments, blocks, Bounds())
                 label_cpu = time.process_time() - cpu
                 reference = [(str(t.speaker), t.start, t.end) for t in d.turns]
                 hypothesis = _hypothesis(labelling.segments)
@@ -165,15 +165,15 @@ def der_runs(files: int) -> dict[str, Any]:
                 missed.append(der.missed)
                 fa.append(der.false_alarm)
                 conf.append(der.confusion)
-                right.append(labelling.speakers == n)
-                found_counts.append(labelling.speakers)
+                right.append(labelling.found.count == n)
+                found_counts.append(labelling.found.count)
                 shares.append(label_cpu / transcribe_cpu)
                 both, named = _overlap(reference, hypothesis, _mapping(reference, hypothesis))
                 overlap_total += both
                 overlap_labelled += named
                 speech_total += sum(t.end - t.start for t in d.turns)
                 print(f"[speakers] {n} voices, file {k}: DER {der.rate:.3f}, found "
-                      f"{labelling.speakers}, cpu share {label_cpu / transcribe_cpu:.3f}",
+                      f"{labelling.found.count}, cpu share {label_cpu / transcribe_cpu:.3f}",
                       file=sys.stderr, flush=True)  # fmt: skip
             out |= {
                 f"der_{n}_mean": round(statistics.mean(ders), 4),
@@ -207,14 +207,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from recall.bucket import Stores
     from recall.engines.simulated import SimulatedEngine
     from recall.media import MediaOptions
-    from recall.speakers import Labeller
+    from recall.speakers import VoiceEncoder
     from recall.worker.loop import Worker
     from recall_dev.twin.api import MemoryApi
 
     media = MediaOptions(chunk_seconds=30.0)
     engine = SimulatedEngine(chunk_delay_seconds=0, chunks=1, chunk_seconds=30.0, media=media,
                              words_per_minute=150.0)  # fmt: skip
-    Labeller.packaged()  # the model loaded before the base is read, as a worker's first job does
+    VoiceEncoder.packaged()  # the model loaded before the base is read, as in a worker's first job
     store = MemoryApi(watch_seconds=1.0)
     settings = WorkerSettings(id="bench", engine="simulated", idle_exit_seconds=0.5, max_jobs=1,
                               dispatch="queue")  # fmt: skip

@@ -57,12 +57,12 @@ class Case:
     bare_vectors: np.ndarray[Any, Any]
 
 
-def _embed(labeller: Any, path: Path, segments: list[Any]) -> tuple[list[Any], Any]:
+def _embed(encoder: Any, path: Path, segments: list[Any]) -> tuple[list[Any], Any]:
     from recall.media import MediaOptions, load_media
     from recall.speakers.label import Embedder, spans_of, windows_of
 
     windows = windows_of(spans_of(segments))
-    embedder = Embedder(labeller.encoder, windows)
+    embedder = Embedder(encoder, windows)
     with load_media(path.as_uri(), MediaOptions()) as media:
         for chunk in media.chunks(None):
             embedder.add(chunk.first, chunk.audio)
@@ -94,20 +94,20 @@ def _files(files: int) -> Iterator[tuple[int, int, Callable[[int, Path, int], An
 def make(files: int) -> None:
     """Transcribe and embed the calibration set into `CACHE` (files already there are kept)."""
     from recall.engines.whisper import available_cpus, bundled_path, load_model
-    from recall.speakers import Labeller
+    from recall.speakers import VoiceEncoder
 
     CACHE.mkdir(parents=True, exist_ok=True)
     model = load_model(str(bundled_path()), available_cpus())
-    labeller = Labeller.packaged()
+    encoder = VoiceEncoder.packaged()
     for n, seed, maker in _files(files):
         target = CACHE / f"v{n}-{seed}.json"
         if target.exists():
             continue
         d = maker(n, CACHE / "audio.wav", seed)
         segments = _segments(d.path, model)
-        windows, vectors = _embed(labeller, d.path, segments)
+        windows, vectors = _embed(encoder, d.path, segments)
         bare = [s.model_copy(update={"words": None}) for s in segments]
-        bare_windows, bare_vectors = _embed(labeller, d.path, bare)
+        bare_windows, bare_vectors = _embed(encoder, d.path, bare)
         target.write_text(json.dumps({
             "voices": n, "seed": seed,
             "reference": [(str(t.speaker), t.start, t.end) for t in d.turns],
@@ -119,10 +119,10 @@ def make(files: int) -> None:
         }))  # fmt: skip
         print(f"[calibrate] {target.name}: {len(windows)} windows", file=sys.stderr, flush=True)
     if not (CACHE / "v1-long.json").exists():
-        _long(labeller)
+        _long(encoder)
 
 
-def _long(labeller: Any) -> None:
+def _long(encoder: Any) -> None:
     """The memory bench's one voice (`bench.longfile`: espeak-ng's default voice, sentences
     0.6 s apart), labelled as the simulated engine's segments give it: segments that cover
     the whole audio, pauses included, and no words."""
@@ -135,7 +135,7 @@ def _long(labeller: Any) -> None:
         seconds = w.getnframes() / w.getframerate()
     segments = [Segment(start=a, end=min(a + 6.0, seconds), text="w")
                 for a in np.arange(0.0, seconds, 6.0).tolist()]  # fmt: skip
-    windows, vectors = _embed(labeller, wav, segments)
+    windows, vectors = _embed(encoder, wav, segments)
     (CACHE / "v1-long.json").write_text(json.dumps({
         "voices": 1, "seed": -1, "reference": [("0", 0.0, seconds)],
         "segments": [s.model_dump(mode="json") for s in segments],

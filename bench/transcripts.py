@@ -198,8 +198,9 @@ def one_more(kind: str, path: str, chunk_seconds: int, runs: list[dict[str, Any]
 def side_by_side(repeat: int, workdir: Path, rounds: int = 3) -> dict[str, Any]:
     import jiwer
 
+    from bench.cues import check, parse
     from recall.media.types import Segment
-    from recall.transcripts.subtitles import Cue, Rules, check, parse
+    from recall.transcripts.subtitles import Cue, Rules
     from recall_dev import librivox, speech
 
     path = workdir / "librivox.wav"

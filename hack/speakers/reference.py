@@ -9,7 +9,7 @@ librosa and Resemblyzer 0.1.4 are installed (the recall runtime never has Torch)
 For each signal: its mel spectrogram as Resemblyzer computes it (`wav_to_mel_spectrogram`:
 librosa's melspectrogram, after `normalize_volume(wav, -30, increase_only=True)`) and the
 voice encoder's vector of that spectrogram (Resemblyzer's `VoiceEncoder.forward`, Torch's
-LSTM). It also checks recall's hand-written ONNX graph (recall/speakers/onnx.py) with the
+LSTM). It also checks recall's ONNX graph (recall/speakers/onnx.py) with the
 `onnx` package's checker and records the versions used. Resemblyzer's audio module is
 replaced by a stub while importing (it imports webrtcvad and an old scipy path that the
 encoder does not need).

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cues import check, parse
 from recall.base.settings import StoreSettings
 from recall.bucket import Bucket, Stores
 from recall.engines.models import MANIFEST, ModelCache, manifest
@@ -24,7 +25,6 @@ from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION, Condition, Phase
 from recall.resources.errors import JobFailure
 from recall.transcripts import Transcript, load_transcript
-from recall.transcripts.subtitles import check, parse
 from recall.worker.models import model_store
 from recall_dev import librivox
 from recall_dev.objstore import ObjectStore

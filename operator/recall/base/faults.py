@@ -14,19 +14,22 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+
+
+def _entries() -> Iterator[tuple[str, str]]:
+    """(point, value) of each entry of `RECALL_FAULT`; none when it is unset."""
+    spec = os.environ.get("RECALL_FAULT")
+    for entry in spec.split(",") if spec else ():
+        name, _, value = entry.strip().partition(":")
+        yield name, value
 
 
 def armed(point: str, **context: object) -> bool:
-    spec = os.environ.get("RECALL_FAULT")
-    if not spec:
-        return False
-    for entry in spec.split(","):
-        name, _, value = entry.strip().partition(":")
-        if name != point:
-            continue
-        if not value or any(str(v) == value for v in context.values()):
-            return True
-    return False
+    return any(
+        name == point and (not value or any(str(v) == value for v in context.values()))
+        for name, value in _entries()
+    )
 
 
 def hit(point: str, **context: object) -> None:
@@ -73,11 +76,7 @@ def answer_lost(action: str) -> bool:
 def latency() -> float:
     """Seconds to add before every API request, if `RECALL_FAULT` names `api-latency:<seconds>`
     (a slow or distant API server)."""
-    spec = os.environ.get("RECALL_FAULT")
-    if not spec:
-        return 0.0
-    for entry in spec.split(","):
-        name, _, value = entry.strip().partition(":")
+    for name, value in _entries():
         if name == "api-latency":
             try:
                 return max(0.0, float(value))

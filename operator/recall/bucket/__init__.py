@@ -17,22 +17,19 @@ from recall.bucket.errors import (
     StoreConflict,
     StoreError,
     StoreObjectMissing,
-    StoreRefused,
     StoreUnavailable,
     StoreUrlInvalid,
 )
-from recall.bucket.store import Bucket, Location, ObjectInfo, Stores
+from recall.bucket.store import Bucket, Location, Stores
 
 __all__ = [
     "Bucket",
     "Location",
-    "ObjectInfo",
     "StoreAccessDenied",
     "StoreBucketMissing",
     "StoreConflict",
     "StoreError",
     "StoreObjectMissing",
-    "StoreRefused",
     "StoreUnavailable",
     "StoreUrlInvalid",
     "Stores",

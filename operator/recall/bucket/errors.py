@@ -1,7 +1,7 @@
 """What an object store can answer, as typed errors (never raw client exceptions or statuses).
 
-Every error carries a CamelCase `reason` a job or a Batch condition can record, and whether a
-retry can help:
+Every error carries a CamelCase `reason` a job or a Batch condition can record; its type says
+whether a retry can help:
 
 - `StoreUnavailable` (transient): a timeout, a refused or reset connection, a 5xx, throttling.
   Worth repeating; the store may be restarting. `maybe_applied` is True when a write may have
@@ -38,7 +38,6 @@ class StoreError(Exception):
     """An object store call that did not do what was asked."""
 
     reason = "StorageError"
-    permanent = True
 
     def __init__(self, message: str, *, maybe_applied: bool = False) -> None:
         super().__init__(message)
@@ -48,7 +47,6 @@ class StoreError(Exception):
 
 class StoreUnavailable(StoreError):
     reason = "StorageUnavailable"
-    permanent = False
 
 
 class StoreAccessDenied(StoreError):

@@ -214,12 +214,6 @@ class Bucket:
     def url_of(self, key: str) -> str:
         return self.location.url(key)
 
-    def sub(self, prefix: str) -> Bucket:
-        """The bucket of the keys under `prefix` here."""
-        joined = "/".join(p for p in (self.location.prefix, prefix.strip("/")) if p)
-        loc = Location(self.location.scheme, self.location.bucket, joined)
-        return Bucket(self.stores, self.client, loc)
-
     def _path(self, key: str) -> str:
         key = key.strip("/")
         return "/".join(p for p in (self.location.prefix, key) if p)
@@ -261,7 +255,6 @@ class Bucket:
         return self._read("get", key, lambda path: bytes(obstore.get(self.client, path).bytes()))
 
     def size(self, key: str) -> int | None:
-        """The object's size in bytes, None when it is missing."""
         return self._read("head", key, lambda path: int(obstore.head(self.client, path)["size"]))
 
     def exists(self, key: str) -> bool:
@@ -331,12 +324,3 @@ class Bucket:
             return obstore.sign(client, "GET", self._path(key), expires)
         except Exception as e:
             raise classify(e, f"sign {self.url_of(key)}") from None
-
-    def probe(self) -> None:
-        """Raise a `StoreError` unless the bucket answers a list of its prefix."""
-        path = self.location.prefix or None
-        try:
-            for _ in obstore.list(self.client, path, chunk_size=1):
-                break
-        except Exception as e:
-            raise classify(e, f"list {self.url}") from None

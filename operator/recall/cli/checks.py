@@ -101,9 +101,6 @@ def fullname(release: str, override: str | None = None) -> str:
     return name[:63].rstrip("-")
 
 
-# --- what was read -----------------------------------------------------------------------
-
-
 def renewed(
     read: Callable[[], dict[str, str]],
     seconds: float,
@@ -154,11 +151,9 @@ def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes")
 
 
-# --- schemas (the crds check, and recall_dev.crds) ---------------------------------------
-
-
 def field_paths(schema: dict[str, Any], defs: dict[str, Any], path: str = "") -> Iterator[str]:
-    """Every property path of a JSON schema (pydantic's, or a CRD's OpenAPI v3 schema)."""
+    """Every property path of a JSON schema (pydantic's, or a CRD's OpenAPI v3 schema), as the
+    crds check and `recall_dev.crds` compare them."""
     if "$ref" in schema:
         yield from field_paths(defs[schema["$ref"].split("/")[-1]], defs, path)
         return
@@ -171,9 +166,6 @@ def field_paths(schema: dict[str, Any], defs: dict[str, Any], path: str = "") ->
         yield from field_paths(schema["items"], defs, f"{path}[]")
     if isinstance(schema.get("additionalProperties"), dict):
         yield from field_paths(schema["additionalProperties"], defs, f"{path}{{}}")
-
-
-# --- operator ------------------------------------------------------------------------------
 
 
 def check_operator(reader: InstallReader, install: Install, wait: float) -> Check:
@@ -221,9 +213,6 @@ def check_operator(reader: InstallReader, install: Install, wait: float) -> Chec
         fix = f"kubectl -n {ns} get pods -l {selector}"
         return fail("operator", f"the leader {holder} is not a ready pod of {name}", fix)
     return ok("operator", f"{pod} leads (Lease {where} renewing); {len(live)} of {len(pods)} ready")
-
-
-# --- workers and engines -------------------------------------------------------------------
 
 
 def check_workers(reader: InstallReader, install: Install, wait: float) -> Check:
@@ -304,9 +293,6 @@ def check_engines(reader: InstallReader, install: Install, now: dt.datetime) -> 
     return fail(
         "engines", f"{detail}, {job}: {error.reason}: {error.message}", ENGINE_REASONS[error.reason]
     )
-
-
-# --- API fairness and access ---------------------------------------------------------------
 
 
 def check_apf(reader: InstallReader, install: Install) -> Check:

@@ -35,13 +35,13 @@ def given(**options: Any) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
 
-def connect(kubeconfig: Path | None, api: Any = None) -> Any:
-    """The API client of `kubeconfig` (`api`: the ApiSettings, else read from the environment);
-    a kubeconfig that cannot be loaded is a CliError."""
+def connect(kubeconfig: Path | None) -> Any:
+    """The API client of `kubeconfig`, with the ApiSettings of the environment; a kubeconfig
+    that cannot be loaded is a CliError."""
     from recall.base.settings import ApiSettings
     from recall.kube.client import KubeClient, load_api_client
 
-    api = api or ApiSettings()
+    api = ApiSettings()
     try:
         client = load_api_client(kubeconfig)
     except Exception as e:  # a missing or broken kubeconfig

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from recall.cli.common import CliError, KubeconfigOpt, NamespaceOpt, connect, given
+from recall.cli.common import CliError, KubeconfigOpt, NamespaceOpt, connect, given, namespace_of
 
 if TYPE_CHECKING:
     from recall.base.settings import WorkerSettings
@@ -49,9 +49,7 @@ def worker(
     """Rent transcription jobs under leases and transcribe them: one job at a time in each of
     the worker's slots (RECALL_WORKER_SLOTS), each lease with its own token and heartbeat."""
     from recall.base import metrics
-    from recall.base.metrics import serve
-    from recall.base.settings import ApiSettings, WorkerSettings
-    from recall.kube.client import current_namespace
+    from recall.base.settings import WorkerSettings
     from recall.worker.health import Liveness
     from recall.worker.loop import Worker
 
@@ -69,9 +67,9 @@ def worker(
         )
     )
     results, eng = _results_and_engine(settings)
-    store = connect(kubeconfig, ApiSettings())
-    ns = settings.namespace or current_namespace(kubeconfig)
-    serve(settings.metrics_port)
+    store = connect(kubeconfig)
+    ns = namespace_of(settings.namespace, kubeconfig)
+    metrics.serve(settings.metrics_port)
     metrics.WORKER_SLOTS.set(settings.slots)  # free slots = these - leased jobs (the alerts)
     liveness = Liveness(stale_after=max(30.0, settings.relist_seconds))
     liveness.serve(settings.health_port)

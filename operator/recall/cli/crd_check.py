@@ -1,6 +1,4 @@
-"""The doctor's `crds` check: both CRDs are installed, Established, serve this CLI's API
-version, carry this CLI's release in their `app.kubernetes.io/version` label, and have exactly
-the fields this CLI's models have.
+"""The doctor's `crds` check (what it checks: `recall.cli.doctor`).
 
 The verdict on one CRD (`crd_problem`) is pure: what keeps this CLI from working with it, and
 the fix, judged by its release label when it has one (which of the two is newer says whether to

@@ -51,6 +51,7 @@ from recall.cli.checks import (
     fail,
     fullname,
 )
+from recall.cli.common import KubeconfigOpt
 from recall.cli.crd_check import check_crds
 from recall.cli.store_check import check_store
 
@@ -129,10 +130,7 @@ def doctor(
         bool, typer.Option("--apf/--no-apf", help="Check the API Priority and Fairness objects.")
     ] = True,
     wait: Annotated[float, typer.Option(help="Longest wait for a Lease to renew, seconds.")] = 20.0,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option("--kubeconfig", envvar="KUBECONFIG", help="Path to the kubeconfig file."),
-    ] = None,
+    kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """Check an install: CRDs, operator, results store, workers, engines, API fairness, access.
     One line per check, with the fix of each that fails; exit 1 when one fails."""

@@ -36,6 +36,12 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def eta(batch: Batch, now: dt.datetime) -> str:
+    if batch.status.eta is None:
+        return "-"
+    return f"{max(0, int((batch.status.eta - now).total_seconds()))}s"
+
+
 def batch_rows(
     batches: list[Batch], now: dt.datetime, wide: bool = False
 ) -> tuple[list[str], list[list[str]]]:
@@ -46,16 +52,13 @@ def batch_rows(
     rows = []
     for b in batches:
         c = b.status.counts
-        eta = (
-            "-" if b.status.eta is None else f"{max(0, int((b.status.eta - now).total_seconds()))}s"
-        )
         row = [
             b.name,
             str(c.total if c else len(b.spec.items) or "?"),
             str(c.completed if c else 0),
             str(c.failed if c else 0),
             b.status.progress or "0%",
-            eta,
+            eta(b, now),
             age(b.metadata.creation_timestamp, now),
         ]
         if wide:
@@ -145,8 +148,7 @@ def _get_batches(
         batches = [b for b in batches if b.name in names]
         _missing(names, {b.name for b in batches}, "batches")
     if output in ("yaml", "json"):
-        raw = [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in batches]
-        _dump(raw, output, echo, single=len(names) == 1)
+        _dump([b.to_api() for b in batches], output, echo, single=len(names) == 1)
         return
     if not batches:
         echo("No resources found.", err=True)
@@ -168,7 +170,7 @@ def _get_jobs(
     fields = [f"spec.batchRef={batch}"] if batch else []
     if phase:
         fields.append(f"status.phase={phase}")
-    pages = _job_pages(store, namespace, Selector(fields=",".join(fields) or None))
+    pages = job_pages(store, namespace, Selector(fields=",".join(fields) or None), limit=500)
     if output in ("yaml", "json") or names:
         jobs = [j for page in pages for j in page if not names or j["metadata"]["name"] in names]
         if names:
@@ -190,11 +192,13 @@ def _get_jobs(
         echo("No resources found.", err=True)
 
 
-def _job_pages(store: Api, namespace: str | None, selector: Selector) -> Iterator[list[RawObject]]:
-    page = store.list_jobs(namespace, selector, limit=500)
+def job_pages(
+    store: Api, namespace: str | None, selector: Selector, limit: int | None = None
+) -> Iterator[list[RawObject]]:
+    page = store.list_jobs(namespace, selector, limit=limit)
     yield page.items
     while page.next:
-        page = store.list_jobs(namespace, selector, limit=500, continue_from=page.next)
+        page = store.list_jobs(namespace, selector, limit=limit, continue_from=page.next)
         yield page.items
 
 

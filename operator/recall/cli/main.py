@@ -31,8 +31,7 @@ _state: dict[str, Any] = {"debug": False}
 
 
 def _add_dev_commands() -> None:
-    """`recall dev ...` comes from the development tools (`recall_dev`, installed from a
-    checkout); without them the group says how to get them."""
+    """`recall dev ...`: the development tools (`recall_dev`), or how to get them."""
     if importlib.util.find_spec("recall_dev") is not None:
         from recall_dev.cli import dev_app
 

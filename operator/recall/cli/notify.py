@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from recall.cli.listing import job_pages
 from recall.kube import Api, Selector
 from recall.operator.usage import CONFIG_MAP as USAGE_CONFIG_MAP
 from recall.resources import LABEL_BATCH, TranscriptionJob, label_value
@@ -62,12 +63,8 @@ def gone(store: Api, namespace: str, ref: str) -> int:
 
 def _jobs_of(store: Api, namespace: str, batch: str) -> Iterator[TranscriptionJob]:
     selector = Selector(labels=f"{LABEL_BATCH}={label_value(batch)}")
-    page = store.list_jobs(namespace, selector)
-    while True:
-        yield from (TranscriptionJob.from_api(raw) for raw in page.items)
-        if not page.next:
-            return
-        page = store.list_jobs(namespace, selector, continue_from=page.next)
+    for page in job_pages(store, namespace, selector):
+        yield from (TranscriptionJob.from_api(raw) for raw in page)
 
 
 def _given_up(job: TranscriptionJob) -> bool:

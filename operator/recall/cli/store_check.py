@@ -41,8 +41,6 @@ def open_bucket(url: str, credentials: Path | None) -> Bucket:
 
 
 def check_store(url: str, operator_dir: Path | None, worker_dir: Path | None) -> Check:
-    """The operator's identity writes, reads and deletes under index/ and lists scratch/; the
-    workers' writes and reads under scratch/ and is refused at index/ and the top level."""
     from recall.bucket import StoreAccessDenied, StoreError
 
     if not url:

@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from recall.base.clock import SYSTEM
+from recall.cli.listing import eta
 from recall.kube import Api, ApiError, ObjectRef, RawObject, Selector
 from recall.operator.scaling.scaler import STATUS_ANNOTATION
 from recall.protocol.workers import ANNOTATION_SLOTS, LABEL_POOL
@@ -55,10 +56,6 @@ class Snapshot:
     leased: list[TranscriptionJob]
     events: list[str] = field(default_factory=list)
     workers: list[str] = field(default_factory=list)  # one line per autoscaled Deployment
-
-    @property
-    def complete(self) -> bool:
-        return self.batch.status.complete
 
     @property
     def exit_code(self) -> int:
@@ -108,13 +105,7 @@ def _fleet(
         for d in store.list_deployments(namespace, AUTOSCALED):
             lines.append(fleet_line(d))
             ref = ObjectRef("Deployment", namespace, (d.get("metadata") or {}).get("name") or "")
-            for e in store.list_events(namespace, ref):
-                uid = (e.get("metadata") or {}).get("uid") or ""
-                when = e.get("lastTimestamp") or e.get("eventTime") or ""
-                fresh = not when or _time(when) >= since
-                if e.get("reason") in SCALING_REASONS and uid not in seen and fresh:
-                    seen.add(uid)
-                    events.append(f"{e.get('reason')}: {e.get('message')}")
+            events += _new(store.list_events(namespace, ref), SCALING_REASONS, since, seen)
     except ApiError:
         return [], []
     return lines, events
@@ -128,30 +119,28 @@ def fetch(store: Api, namespace: str, name: str, since: dt.datetime, seen: set[s
         namespace, Selector(fields=f"spec.batchRef={name},status.phase=Leased"), limit=SHOWN
     )
     snap = Snapshot(batch, [TranscriptionJob.from_api(o) for o in page.items])
-    for e in store.list_events(namespace, ObjectRef("Batch", namespace, name)):
-        uid = (e.get("metadata") or {}).get("uid") or ""
-        if e.get("reason") not in WATCHED_REASONS or uid in seen:
-            continue
-        when = e.get("lastTimestamp") or e.get("eventTime") or ""
-        if when and _time(when) < since:
-            continue
-        seen.add(uid)
-        snap.events.append(f"{e.get('reason')}: {e.get('message')}")
+    events = store.list_events(namespace, ObjectRef("Batch", namespace, name))
+    snap.events = _new(events, WATCHED_REASONS, since, seen)
     snap.workers, scaling = _fleet(store, namespace, since, seen)
     snap.events += scaling
     return snap
 
 
-def _time(value: object) -> dt.datetime:
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
-def _eta(batch: Batch, now: dt.datetime) -> str:
-    if batch.status.eta is None:
-        return "-"
-    return f"{max(0, int((batch.status.eta - now).total_seconds()))}s"
+def _new(
+    events: list[RawObject], reasons: tuple[str, ...], since: dt.datetime, seen: set[str]
+) -> list[str]:
+    """`reason: message` of the events with one of `reasons`, neither seen (now they are) nor
+    last seen before `since`."""
+    new = []
+    for e in events:
+        uid = (e.get("metadata") or {}).get("uid") or ""
+        when = e.get("lastTimestamp") or e.get("eventTime") or ""
+        if e.get("reason") not in reasons or uid in seen:
+            continue
+        if not when or dt.datetime.fromisoformat(when) >= since:
+            seen.add(uid)
+            new.append(f"{e.get('reason')}: {e.get('message')}")
+    return new
 
 
 def _head(b: Batch, now: dt.datetime) -> Text:
@@ -161,7 +150,7 @@ def _head(b: Batch, now: dt.datetime) -> Text:
         (b.name, "bold cyan"),
         f"  {c.done if c else 0}/{c.total if c else 0} items  ",
         ("ETA ", "dim"),
-        _eta(b, now),
+        eta(b, now),
         ("   reclaims ", "dim"),
         str(b.status.expired_leases or 0),
         ("   heals ", "dim"),
@@ -280,7 +269,7 @@ def watch(
         while True:
             snap = fetch(store, namespace, name, since, seen)
             show(snap)
-            if snap.complete:
+            if snap.batch.status.complete:
                 return snap.exit_code
             if deadline and SYSTEM.monotonic() > deadline:
                 raise TimeoutError(f"batch {name} not complete after {timeout:.0f} s")

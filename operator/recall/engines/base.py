@@ -7,26 +7,19 @@ Contract:
   help (missing file, 404, undecodable media, longer than allowed) and `permanent=False`
   otherwise (timeouts, 5xx).
 - `Media.chunks(resume)` decodes and cuts lazily, one chunk at a time: memory stays bounded
-  by a chunk whatever the duration. Chunks are in order, contiguous, and each records the
-  sample range it covers (`first`, `end`, at `Media.cutting.rate`). The same source cut with
-  the same `Cutting` always yields the same chunks, so a `Resume` taken from chunk `k`
-  (`Chunk.resume()`) continues exactly at the first sample after it: no gap, no overlap.
-- `Media.cutting` says what the chunks were cut with (chunk length, snap window, sample
-  rate, a fingerprint of the source). A checkpoint records it; a resume is only valid with an
-  equal `Cutting` (`Cutting.differences` says why not).
-- `Media.duration` is an estimate from the container until the iteration has ended, then the
-  exact decoded length; `Media.chunks_total` turns it into an honest chunk count.
+  by a chunk whatever the duration. How chunks are cut and resumed exactly, and what
+  `Media.duration` says, is `recall.media.types`' contract; a checkpoint records
+  `Media.cutting`, and `Media.chunks_total` turns the duration into an honest chunk count.
 - Every call about chunks takes one `TranscribeRequest`: the chunk(s), the job and attempt,
   `cancel`, the language and the context. It is frozen: an engine that changes a part (a
   call without the prompt, one chunk of a batch) makes a new one (`replace`).
 - `transcribe(request)` transcribes `request.chunk` (a request of one chunk), blocks until it
   is done and returns segments with times relative to the start of the chunk. `context` is
-  the text of the last
-  chunk before it that has text ("" for the first; a silent chunk does not clear it; on a
-  resume, the checkpoint's last chunk with text, so a resumed attempt gives the engine what
-  an uninterrupted one would): an engine may condition on it across the chunk boundary. It
-  may return early, with anything, once `cancel` is set: the caller has lost the lease and
-  discards the result.
+  the text of the last chunk before it that has text ("" for the first; a silent chunk does
+  not clear it; on a resume, the checkpoint's last chunk with text, so a resumed attempt
+  gives the engine what an uninterrupted one would): an engine may condition on it across
+  the chunk boundary. It may return early, with anything, once `cancel` is set: the caller
+  has lost the lease and discards the result.
 - `detect_language(request)` judges the file's language from `request.chunk`: a
   `Detected` (its probability None when there is none to give), or None when the chunk holds
   no speech to judge (ask again with the next). The worker asks once per file while the job's
@@ -36,10 +29,11 @@ Contract:
   names the model and its digest (None when the engine does not know them) for the result;
   `device_of(job)` the device and compute type its model ran with (None for an engine that
   runs no model here: a remote API, the simulated one).
-- `transcribe_batch(request)` transcribes up to `batch_size` consecutive chunks in one call
-  (an accelerator is filled by a batch, not by one 30-second window); engines that take one
-  chunk at a time answer it with `transcribe_each`. Within a batch, a chunk cannot condition on
-  the text of the chunk before it: `context` is the text before the batch.
+- `transcribe_batch(request)` transcribes up to `batch_size` consecutive chunks in one call,
+  each chunk's segments relative to it (an accelerator is filled by a batch, not by one
+  30-second window); engines that take one chunk at a time answer it with `transcribe_each`.
+  Within a batch, a chunk cannot condition on the text of the chunk before it: `context` is
+  the text before the batch.
 - Engines are created once per worker process. `transcribe` and `transcribe_batch` may be
   called from several threads at once (a worker's slots); an engine serializes what its
   backend cannot do in parallel.
@@ -107,10 +101,6 @@ class TranscribeRequest:
         """The first (for `transcribe`, the only) chunk."""
         return self.chunks[0]
 
-    def but(self, **changes: object) -> TranscribeRequest:
-        """This request with `changes` (`dataclasses.replace`)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
-
 
 class Engine(Protocol):
     name: str
@@ -122,15 +112,9 @@ class Engine(Protocol):
 
     def load_media(self, job: TranscriptionJob) -> Media: ...
 
-    def transcribe(self, request: TranscribeRequest) -> list[Segment]:
-        """The segments of `request.chunk`, relative to it."""
-        ...
+    def transcribe(self, request: TranscribeRequest) -> list[Segment]: ...
 
-    def transcribe_batch(self, request: TranscribeRequest) -> list[list[Segment]]:
-        """The segments of each of `request.chunks` (consecutive chunks of one media, at most
-        `batch_size`), each list relative to its own chunk, in one call that fills the device;
-        `request.context` is the text before the first of them."""
-        ...
+    def transcribe_batch(self, request: TranscribeRequest) -> list[list[Segment]]: ...
 
     def detect_language(self, request: TranscribeRequest) -> Detected | None: ...
 
@@ -147,7 +131,7 @@ def transcribe_each(engine: Engine, request: TranscribeRequest) -> list[list[Seg
     for chunk in request.chunks:
         if request.cancel.is_set():
             break
-        segments = engine.transcribe(request.but(chunks=(chunk,), context=context))
+        segments = engine.transcribe(replace(request, chunks=(chunk,), context=context))
         out.append(segments)
         context = text_of(segments) or context
     return out

@@ -196,14 +196,7 @@ def choose(
     return best
 
 
-def decision_spans(
-    speech: Sequence[tuple[int, int]],
-    rate: int,
-    *,
-    min_speech: float = SEGMENT_SPEECH_SECONDS,
-    pause: float = SWITCH_PAUSE_SECONDS,
-    longest: float = DECISION_SECONDS,
-) -> list[tuple[int, int]]:
+def decision_spans(speech: Sequence[tuple[int, int]], rate: int) -> list[tuple[int, int]]:
     """`speech` (sample ranges, in order) grouped into the spans one language is decided for
     (see the module contract): sample ranges from a span's first sound to its last."""
     spans: list[tuple[int, int]] = []
@@ -212,14 +205,15 @@ def decision_spans(
         seconds = (end - first) / rate
         if spans:
             gap = (first - spans[-1][1]) / rate
-            fits = (end - spans[-1][0]) / rate <= longest
-            if fits and (said[-1] < min_speech or gap < pause):
+            fits = (end - spans[-1][0]) / rate <= DECISION_SECONDS
+            if fits and (said[-1] < SEGMENT_SPEECH_SECONDS or gap < SWITCH_PAUSE_SECONDS):
                 spans[-1] = (spans[-1][0], end)
                 said[-1] += seconds
                 continue
         spans.append((first, end))
         said.append(seconds)
-    if len(spans) > 1 and said[-1] < min_speech and (spans[-1][1] - spans[-2][0]) / rate <= longest:
+    joined = (spans[-1][1] - spans[-2][0]) / rate if len(spans) > 1 else 0.0
+    if len(spans) > 1 and said[-1] < SEGMENT_SPEECH_SECONDS and joined <= DECISION_SECONDS:
         spans[-2:] = [(spans[-2][0], spans[-1][1])]
     return spans
 

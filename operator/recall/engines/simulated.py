@@ -64,7 +64,6 @@ class SimulatedMedia(Media):
             chunk_seconds=seconds, snap_seconds=0.0, rate=RATE, source=f"simulated:{n}"
         )
         self.estimated_samples = n * self.cutting.chunk_samples
-        self.decoded_samples: int | None = None
 
     def chunks(
         self, resume: Resume | None = None, cancel: threading.Event | None = None
@@ -146,8 +145,6 @@ class SimulatedEngine:
         return self._segments(job, chunk)
 
     def transcribe_batch(self, request: TranscribeRequest) -> list[list[Segment]]:
-        """One call for the batch, as a batched GPU engine makes: the first chunk costs its
-        delay, each further one `batch_cost` of it."""
         chunks = request.chunks
         spec = self._spec(request.job)
         if spec.chunk_delay_seconds and chunks:

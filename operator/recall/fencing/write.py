@@ -56,7 +56,7 @@ REDECIDE = Backoff(initial=0.005, cap=1.0, jitter=1.0)
 
 class Unsettled(Unavailable):
     """A write may have been applied and reading the job back failed too: the outcome is
-    unknown. `patch` is what was sent; pass it as `maybe_applied` to the next attempt, which
+    unknown. `patches` is what was sent; pass it as `maybe_applied` to the next attempt, which
     settles it by reading."""
 
     def __init__(self, message: str, patches: list[RawObject]) -> None:

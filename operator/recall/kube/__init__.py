@@ -1,8 +1,8 @@
 """Every Kubernetes call: one client over the resources.
 
-- `base`: the protocols the runtime is given (jobs, Batches, ConfigMaps, Secrets, Leases,
-  Events, the worker fleet's Deployment, scale subresource, pods and autoscalers) and the typed
-  errors every caller sees instead of HTTP statuses (`Conflict`, `Invalid`, `TooLarge`,
+- `base`: what the typed calls guarantee (jobs, Batches, ConfigMaps, Secrets, Leases, Events,
+  the worker fleet's Deployment, scale subresource, pods and autoscalers) and the typed errors
+  every caller sees instead of HTTP statuses (`Conflict`, `Invalid`, `TooLarge`,
   `Unavailable`, ...);
 - `verbs`: the resources as descriptors (group, version, plural, subresources) and the one set
   of generic verbs over them (get, list, watch, create, replace, patch, delete,
@@ -10,9 +10,9 @@
 - `http`: the verbs against the API server (`ApiClient.call_api`, timeouts, 429s); `config`:
   the connection (kubeconfig or service account) and the namespace;
 - `patch`: JSON merge patches;
-- `typed`: the typed calls (`get_job`, `patch_scale`, ...), each a thin wrapper of a verb;
-  `client`: `KubeClient`, the typed calls over the API server. Their in-memory twin, which the
-  unit tests run on, is `recall_dev.twin` (never in the image);
+- `typed`: `TypedClient` (`Api`), the typed calls (`get_job`, `patch_scale`, ...), each a thin
+  wrapper of a verb; `client`: `KubeClient`, the typed calls over the API server. Their
+  in-memory twin, which the unit tests run on, is `recall_dev.twin` (never in the image);
 - `informer`: list + watch of a selection, relisted on 410 and after errors;
 - `install`: `InstallReader`, the reads of an install `recall doctor` checks (CRDs,
   Deployments, pods, Leases, API fairness objects, SelfSubjectAccessReviews).
@@ -24,21 +24,16 @@ from recall.kube.base import (
     EVERYTHING,
     PERMANENT_ERRORS,
     THROTTLE,
-    Api,
     ApiError,
-    BlobApi,
     ConfigMapData,
     Conflict,
-    FleetApi,
     Forbidden,
     Invalid,
-    JobApi,
     NotFound,
     ObjectRef,
     Owner,
     Page,
     RawObject,
-    Scale,
     ScalerRef,
     Selector,
     TooLarge,
@@ -46,6 +41,7 @@ from recall.kube.base import (
     WatchEvent,
     retry_pause,
 )
+from recall.kube.typed import Api, JobApi
 
 __all__ = [
     "EVERYTHING",
@@ -53,10 +49,8 @@ __all__ = [
     "THROTTLE",
     "Api",
     "ApiError",
-    "BlobApi",
     "ConfigMapData",
     "Conflict",
-    "FleetApi",
     "Forbidden",
     "Invalid",
     "JobApi",
@@ -65,7 +59,6 @@ __all__ = [
     "Owner",
     "Page",
     "RawObject",
-    "Scale",
     "ScalerRef",
     "Selector",
     "TooLarge",

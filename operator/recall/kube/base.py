@@ -1,4 +1,4 @@
-"""What the API client offers, and the errors it raises.
+"""What the API client's typed calls (`recall.kube.typed`) guarantee, and the errors they raise.
 
 The API client is the only way the runtime reads or writes Kubernetes objects. Two
 implementations of the same typed calls over one set of generic verbs (`recall.kube.verbs`):
@@ -7,7 +7,7 @@ tests: resourceVersion, the status subresource and the CRD's transition rules, i
 real API server stays the judge of semantics in the integration tests; the twin only lets
 everything above the client run without etcd.
 
-Contract of every method:
+Contract of every typed call:
 - Objects are returned typed (`TranscriptionJob`, `Batch`) where callers need the whole object;
   lists and watches return raw dicts (`RawObject`), which callers parse only as far as they
   need (the operator keeps 100,000 jobs in memory).
@@ -31,12 +31,9 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
 from recall.base.backoff import Backoff
-from recall.resources import Batch, TranscriptionJob
 from recall.resources import RawObject as RawObject  # re-exported: the clients speak it
 
 
@@ -175,7 +172,6 @@ class ConfigMapData:
 
     name: str
     data: dict[str, str]
-    labels: dict[str, str] = field(default_factory=dict)
     resource_version: str | None = None
 
 
@@ -189,158 +185,13 @@ class Owner:
     uid: str
 
 
-class JobApi(Protocol):
-    """TranscriptionJobs, Batches, their Events, and the coordination Leases of the operator."""
-
-    # TranscriptionJobs
-    def get_job(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        timeout: float | None = None,
-        retry: Backoff | None = THROTTLE,
-    ) -> TranscriptionJob | None: ...
-
-    def list_jobs(
-        self,
-        namespace: str | None,
-        selector: Selector = EVERYTHING,
-        *,
-        limit: int | None = None,
-        continue_from: str | None = None,
-    ) -> Page: ...
-
-    def watch_jobs(
-        self, namespace: str | None, resource_version: str, selector: Selector = EVERYTHING
-    ) -> Iterator[WatchEvent]: ...
-
-    def create_job(self, namespace: str, manifest: RawObject) -> TranscriptionJob: ...
-
-    def patch_job_status(
-        self,
-        namespace: str,
-        name: str,
-        resource_version: str | None,
-        patch: RawObject,
-        *,
-        timeout: float | None = None,
-        retry: Backoff | None = THROTTLE,
-    ) -> TranscriptionJob: ...
-
-    def replace_job_status(
-        self,
-        namespace: str,
-        name: str,
-        resource_version: str,
-        status: RawObject,
-        *,
-        timeout: float | None = None,
-        retry: Backoff | None = THROTTLE,
-    ) -> TranscriptionJob:
-        """PUT the whole status, applied only at `resource_version` (a compare-and-swap).
-
-        Claims, publish records and the operator's other fenced status writes are written this
-        way, and the writes that keep a lease or end it as merge patches, so that the API
-        server's priority and fairness can tell them apart by verb (update and patch)."""
-        ...
-
-    def patch_job_labels(
-        self, namespace: str, name: str, labels: dict[str, str | None]
-    ) -> TranscriptionJob: ...
-
-    def delete_job(self, namespace: str, name: str) -> bool: ...
-
-    def delete_jobs(self, namespace: str, labels: str) -> None:
-        """Delete every job of `namespace` that the label selector selects."""
-
-    # Batches
-    def get_batch(self, namespace: str, name: str) -> Batch | None: ...
-
-    def list_batches(self, namespace: str | None) -> list[Batch]: ...
-
-    def create_batch(self, namespace: str, manifest: RawObject) -> Batch: ...
-
-    def patch_batch_status(
-        self, namespace: str, name: str, resource_version: str | None, patch: RawObject
-    ) -> Batch: ...
-
-    # Events
-    def post_event(self, about: ObjectRef, type_: str, reason: str, message: str) -> None: ...
-
-    def list_events(self, namespace: str, about: ObjectRef | None = None) -> list[RawObject]: ...
-
-    # coordination.k8s.io Leases (leader election)
-    def get_lease(self, namespace: str, name: str) -> RawObject | None: ...
-
-    def create_lease(self, namespace: str, body: RawObject) -> RawObject: ...
-
-    def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject: ...
-
-    def delete_lease(self, namespace: str, name: str) -> bool: ...
-
-    def list_leases(
-        self,
-        namespace: str | None,
-        labels: str,
-        *,
-        limit: int | None = None,
-        continue_from: str | None = None,
-    ) -> Page: ...
-
-    def watch_leases(
-        self, namespace: str | None, resource_version: str, labels: str
-    ) -> Iterator[WatchEvent]: ...
-
-
-class BlobApi(Protocol):
-    """ConfigMaps holding transcripts, checkpoints and item lists."""
-
-    def get_config_map(self, namespace: str, name: str) -> ConfigMapData | None: ...
-
-    def create_config_map(
-        self,
-        namespace: str,
-        name: str,
-        data: dict[str, str],
-        *,
-        labels: dict[str, str],
-        owner: Owner | None = None,
-        immutable: bool = False,
-    ) -> None: ...
-
-    def patch_config_map(
-        self,
-        namespace: str,
-        name: str,
-        data: Mapping[str, str | None],
-        *,
-        resource_version: str | None = None,
-    ) -> None:
-        """A merge patch of the ConfigMap's data (None removes a key); with `resource_version`,
-        applied only at that version (a 409 `Conflict` otherwise)."""
-
-    def own_config_map(self, namespace: str, name: str, owner: Owner) -> None:
-        """Make `owner` the ConfigMap's owner (garbage-collected with it)."""
-
-    def delete_config_map(self, namespace: str, name: str) -> bool: ...
-
-    def list_config_maps(self, namespace: str, labels: str) -> list[ConfigMapData]: ...
-
-    def get_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        """A Secret's data (decoded), None when it does not exist. The operator reads only the
-        keys of its event sinks (recall.operator.notify)."""
-        ...
-
-
 @dataclass(frozen=True)
 class Scale:
-    """A Deployment's scale subresource as read: the count asked for (`spec.replicas`), the
-    count its controller reports (`status.replicas`), its pods' label selector, and the
-    Deployment's resourceVersion (a scale write at that version fails if anything changed)."""
+    """A Deployment's scale subresource as read: the count asked for (`spec.replicas`), its
+    pods' label selector, and the Deployment's resourceVersion (a scale write at that version
+    fails if anything changed)."""
 
     replicas: int
-    status_replicas: int
     selector: str
     resource_version: str
 
@@ -353,38 +204,3 @@ class ScalerRef:
     name: str
     target_kind: str
     target_name: str
-
-
-class FleetApi(Protocol):
-    """The worker fleet: its Deployment and scale subresource, its pods, and whatever else
-    scales it (HPAs, KEDA ScaledObjects). What the operator's built-in autoscaler uses."""
-
-    def get_deployment(self, namespace: str, name: str) -> RawObject | None: ...
-
-    def list_deployments(self, namespace: str, labels: str) -> list[RawObject]: ...
-
-    def patch_deployment_annotations(
-        self, namespace: str, name: str, annotations: dict[str, str | None]
-    ) -> None: ...
-
-    def get_scale(self, namespace: str, name: str) -> Scale | None:
-        """The Deployment's scale, or None when there is no such Deployment."""
-
-    def patch_scale(
-        self, namespace: str, name: str, replicas: int, resource_version: str | None
-    ) -> Scale:
-        """Ask for `replicas` through the scale subresource; `Conflict` if the Deployment is no
-        longer at `resource_version` (when given)."""
-
-    def list_autoscalers(self, namespace: str) -> list[ScalerRef]:
-        """The HPAs and ScaledObjects of `namespace` (none when KEDA is not installed)."""
-
-    def list_pods(self, namespace: str, labels: str) -> list[RawObject]: ...
-
-    def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: dict[str, str | None]
-    ) -> None: ...
-
-
-class Api(JobApi, BlobApi, FleetApi, Protocol):
-    """All three: what the worker, the operator and the CLI are given."""

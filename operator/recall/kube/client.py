@@ -37,11 +37,6 @@ class KubeClient(TypedClient):
         super().__init__(self.http, clock=clock)
         self.api = api
 
-    def served_plurals(self) -> frozenset[str]:
-        """The resources the API server's discovery serves in recall.dev/v1alpha1 right now
-        (empty while the CRDs are missing or not installed yet)."""
-        return self.http.served_plurals()
-
     # The official client's typed APIs over the same connection. Not used by the runtime: for
     # tools and tests that write as any other client would.
 
@@ -52,15 +47,3 @@ class KubeClient(TypedClient):
     @cached_property
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api)
-
-    @cached_property
-    def coordination(self) -> client.CoordinationV1Api:
-        return client.CoordinationV1Api(self.api)
-
-    @cached_property
-    def apps(self) -> client.AppsV1Api:
-        return client.AppsV1Api(self.api)
-
-    @cached_property
-    def autoscaling(self) -> client.AutoscalingV2Api:
-        return client.AutoscalingV2Api(self.api)

@@ -83,10 +83,8 @@ def translate(e: BaseException, what: str, *, write: bool) -> ApiError:
         text = f"{what}: {api_message(e)}"
         if status == 404:
             return NotFound(text, status=status)
-        if status == 409:
-            return Conflict(text, status=status)
-        if status == 410:
-            # Expired: the resourceVersion (of a watch, or a list's continue token) is too old.
+        if status in (409, 410):
+            # 410 Expired: the resourceVersion (of a watch, or a list's continue token) is too old.
             return Conflict(text, status=status)
         if status in (400, 422):
             return Invalid(text, status=status)
@@ -130,8 +128,6 @@ class HttpVerbs:
         self.timeout = timeout
         self.watch_seconds = watch_seconds
         self.latency = faults.latency()  # tests only: a slow API server
-
-    # -- one request -------------------------------------------------------------------------
 
     def _call(
         self,
@@ -197,23 +193,9 @@ class HttpVerbs:
             raise ApiException(http_resp=response)
         return json.loads(data) if data else {}
 
-    def _request(
-        self,
-        what: str,
-        method: str,
-        path: str,
-        *,
-        write: bool,
-        timeout: float | None = None,
-        retry: Backoff | None = THROTTLE,
-        **kw: Any,
-    ) -> RawObject:
-        out: RawObject = self._call(
-            what, self._send, method, path, write=write, timeout=timeout, retry=retry, **kw
-        )
+    def _request(self, what: str, method: str, path: str, **kw: Any) -> RawObject:
+        out: RawObject = self._call(what, self._send, method, path, **kw)
         return out
-
-    # -- the verbs ---------------------------------------------------------------------------
 
     def get(
         self,
@@ -363,8 +345,6 @@ class HttpVerbs:
             body={"propagationPolicy": "Background"},
             timeout=max(self.timeout, 600.0),
         )
-
-    # -- discovery ---------------------------------------------------------------------------
 
     def served_plurals(self) -> frozenset[str]:
         """The resources the API server's discovery serves in recall.dev/v1alpha1 right now.

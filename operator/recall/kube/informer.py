@@ -3,10 +3,10 @@
 `Informer.run(stop)` lists the selection (page by page), hands it to the consumer, then watches
 from the list's resourceVersion and hands over every change. It lists again when the watch's
 resourceVersion is too old (410), after `relist_seconds` at the latest, and after an error,
-with jittered backoff up to `max_backoff` (one second by default: the API server may be
-restarting, and the view must come back within a tick or two once it answers), and no sooner
-than a 429's Retry-After; its waits and its relist deadline are on its `Clock`. It never
-raises: transient API errors delay the view by seconds, they never end it (DESIGN §5, 9).
+with jittered backoff up to one second (`BACKOFF`: the API server may be restarting, and the
+view must come back within a tick or two once it answers), and no sooner than a 429's
+Retry-After; its waits and its relist deadline are on its `Clock`. It never raises: transient
+API errors delay the view by seconds, they never end it (DESIGN §5, 9).
 
 Not guaranteed: the consumer's view may lag the API server by one event; decisions that matter
 are made by fenced writes, never by this view. `current()` says whether the view can be
@@ -37,6 +37,9 @@ from recall.kube import (
 )
 
 _log = log.get("informer")
+PAGE_SIZE = 500
+# 0.1-0.2 s after the first error, doubling, 0.5-1 s at most
+BACKOFF = Backoff(initial=0.1, cap=0.5, jitter=1.0)
 
 
 class Consumer(Protocol):
@@ -96,19 +99,13 @@ class Informer:
         consumer: Consumer,
         *,
         name: str = "informer",
-        page_size: int = 500,
         relist_seconds: float = 300.0,
-        max_backoff: float = 1.0,
         clock: Clock = SYSTEM,
     ) -> None:
         self.source = source
         self.consumer = consumer
         self.name = name
-        self.page_size = page_size
         self.relist_seconds = relist_seconds
-        self.max_backoff = max_backoff
-        # 0.1-0.2 s after the first error, doubling, max_backoff / 2 to max_backoff at most
-        self.backoff = Backoff(initial=min(0.1, max_backoff / 2), cap=max_backoff / 2, jitter=1.0)
         self.clock = clock
         self.synced = threading.Event()
         self._failed = False  # an error since the last successful list or event
@@ -152,11 +149,11 @@ class Informer:
                 self._failed = True
                 if e.status != 410:
                     _log.warning("informer_error", informer=self.name, error=e.message[:200])
-                    self.clock.wait(stop, 2 * self.backoff.base(retries))
+                    self.clock.wait(stop, 2 * BACKOFF.base(retries))
             except Exception as e:  # the API server may be unreachable for a while
                 self._failed = True
                 _log.warning("informer_error", informer=self.name, error=str(e)[:200])
-                pause = self.backoff.delay(retries)
+                pause = BACKOFF.delay(retries)
                 if isinstance(e, ApiError):  # a 429: no sooner than its Retry-After
                     pause = retry_pause(e, pause)
                 self.clock.wait(stop, pause)
@@ -165,12 +162,12 @@ class Informer:
     def _pages(self, first: list[RawObject], next_page: str | None) -> Iterator[RawObject]:
         yield from first
         while next_page:
-            page = self.source.list(self.page_size, next_page)
+            page = self.source.list(PAGE_SIZE, next_page)
             next_page = page.next
             yield from page.items
 
     def _relist(self) -> str:
-        page = self.source.list(self.page_size, None)
+        page = self.source.list(PAGE_SIZE, None)
         self.consumer.relisted(self._pages(page.items, page.next))
         self._failed = False
         return page.resource_version

@@ -2,8 +2,8 @@
 
 `TypedClient(verbs)` is the same code over the API server and over the in-memory twin: it
 names the resource, shapes the body and types the answer (`TranscriptionJob`, `Batch`,
-`ConfigMapData`, `Scale`), nothing more. What each call guarantees is said once, in the
-protocols of `recall.kube.base`.
+`ConfigMapData`, `Scale`), nothing more. What every call guarantees is said once, in
+`recall.kube.base`, and the few calls with more to say say it here.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
@@ -70,7 +69,6 @@ def _config_map(obj: RawObject) -> ConfigMapData:
     return ConfigMapData(
         name=str(meta.get("name") or ""),
         data=dict(obj.get("data") or {}),
-        labels=dict(meta.get("labels") or {}),
         resource_version=meta.get("resourceVersion"),
     )
 
@@ -78,7 +76,6 @@ def _config_map(obj: RawObject) -> ConfigMapData:
 def _scale(obj: RawObject) -> Scale:
     return Scale(
         replicas=int((obj.get("spec") or {}).get("replicas") or 0),
-        status_replicas=int((obj.get("status") or {}).get("replicas") or 0),
         selector=str((obj.get("status") or {}).get("selector") or ""),
         resource_version=str((obj.get("metadata") or {}).get("resourceVersion") or ""),
     )
@@ -100,8 +97,6 @@ class TypedClient:
     def __init__(self, verbs: Verbs, *, clock: Clock = SYSTEM) -> None:
         self.verbs = verbs
         self.clock = clock
-
-    # -- TranscriptionJobs -------------------------------------------------------------------
 
     def get_job(
         self,
@@ -158,6 +153,11 @@ class TypedClient:
         timeout: float | None = None,
         retry: Backoff | None = THROTTLE,
     ) -> TranscriptionJob:
+        """PUT the whole status, applied only at `resource_version` (a compare-and-swap).
+
+        Claims, publish records and the operator's other fenced status writes are written this
+        way, and the writes that keep a lease or end it as merge patches, so that the API
+        server's priority and fairness can tell them apart by verb (update and patch)."""
         # The status subresource takes a whole object and keeps all but its status.
         body: RawObject = {
             "apiVersion": JOBS.api_version,
@@ -180,9 +180,8 @@ class TypedClient:
         return self.verbs.delete(JOBS, namespace, name)
 
     def delete_jobs(self, namespace: str, labels: str) -> None:
+        """Delete every job of `namespace` that the label selector selects."""
         self.verbs.delete_collection(JOBS, namespace, Selector(labels=labels))
-
-    # -- Batches -----------------------------------------------------------------------------
 
     def get_batch(self, namespace: str, name: str) -> Batch | None:
         obj = self.verbs.get(BATCHES, namespace, name)
@@ -201,8 +200,6 @@ class TypedClient:
         return Batch.from_api(
             self.verbs.patch(BATCHES, namespace, name, body, subresource="status")
         )
-
-    # -- Events ------------------------------------------------------------------------------
 
     def post_event(self, about: ObjectRef, type_: str, reason: str, message: str) -> None:
         now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -237,8 +234,6 @@ class TypedClient:
             fields = f"involvedObject.kind={about.kind},involvedObject.name={about.name}"
         return self.verbs.list(EVENTS, namespace, Selector(fields=fields)).items
 
-    # -- coordination.k8s.io Leases ----------------------------------------------------------
-
     def get_lease(self, namespace: str, name: str) -> RawObject | None:
         return self.verbs.get(LEASES, namespace, name)
 
@@ -268,8 +263,6 @@ class TypedClient:
         self, namespace: str | None, resource_version: str, labels: str
     ) -> Iterator[WatchEvent]:
         return self.verbs.watch(LEASES, namespace, resource_version, Selector(labels=labels))
-
-    # -- ConfigMaps and Secrets --------------------------------------------------------------
 
     def get_config_map(self, namespace: str, name: str) -> ConfigMapData | None:
         obj = self.verbs.get(CONFIG_MAPS, namespace, name)
@@ -301,32 +294,27 @@ class TypedClient:
         *,
         resource_version: str | None = None,
     ) -> None:
-        patch: dict[str, Any] = {"data": dict(data)}
-        if resource_version is not None:
-            patch["metadata"] = {"resourceVersion": resource_version}
-        self.verbs.patch(CONFIG_MAPS, namespace, name, patch)
+        """A merge patch of the ConfigMap's data (None removes a key); with `resource_version`,
+        applied only at that version (a 409 `Conflict` otherwise)."""
+        body = _at(resource_version, {"data": dict(data)})
+        self.verbs.patch(CONFIG_MAPS, namespace, name, body)
 
     def own_config_map(self, namespace: str, name: str, owner: Owner) -> None:
+        """Make `owner` the ConfigMap's owner (garbage-collected with it)."""
         patch = {"metadata": {"ownerReferences": [_owner_ref(owner)]}}
         self.verbs.patch(CONFIG_MAPS, namespace, name, patch)
-
-    def delete_config_map(self, namespace: str, name: str) -> bool:
-        return self.verbs.delete(CONFIG_MAPS, namespace, name)
 
     def list_config_maps(self, namespace: str, labels: str) -> list[ConfigMapData]:
         page = self.verbs.list(CONFIG_MAPS, namespace, Selector(labels=labels))
         return [_config_map(o) for o in page.items]
 
     def get_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        """A Secret's data (decoded), None when it does not exist. The operator reads only the
+        keys of its event sinks (recall.operator.notify)."""
         secret = self.verbs.get(SECRETS, namespace, name)
         if secret is None:
             return None
         return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-
-    # -- the worker fleet: its Deployment, scale subresource, pods and autoscalers -----------
-    # A scale write is a merge patch of `deployments/scale` that carries
-    # metadata.resourceVersion when given: applied only if the Deployment is still at that
-    # version (its spec, its status, its metadata: anything), else 409, as the lease writes.
 
     def get_deployment(self, namespace: str, name: str) -> RawObject | None:
         return self.verbs.get(DEPLOYMENTS, namespace, name)
@@ -340,16 +328,22 @@ class TypedClient:
         self.verbs.patch(DEPLOYMENTS, namespace, name, {"metadata": {"annotations": annotations}})
 
     def get_scale(self, namespace: str, name: str) -> Scale | None:
+        """The Deployment's scale, or None when there is no such Deployment."""
         obj = self.verbs.get(DEPLOYMENTS, namespace, name, subresource="scale")
         return None if obj is None else _scale(obj)
 
     def patch_scale(
         self, namespace: str, name: str, replicas: int, resource_version: str | None
     ) -> Scale:
+        """Ask for `replicas` through the scale subresource (a merge patch of
+        `deployments/scale`); with `resource_version`, applied only if the Deployment is still
+        at that version (its spec, its status, its metadata: anything), else `Conflict`, as the
+        lease writes."""
         body = _at(resource_version, {"spec": {"replicas": replicas}})
         return _scale(self.verbs.patch(DEPLOYMENTS, namespace, name, body, subresource="scale"))
 
     def list_autoscalers(self, namespace: str) -> list[ScalerRef]:
+        """The HPAs and ScaledObjects of `namespace` (none when KEDA is not installed)."""
         found = [_scaler(HPAS.kind, h) for h in self.verbs.list(HPAS, namespace).items]
         try:
             scaled = self.verbs.list(SCALED_OBJECTS, namespace).items
@@ -364,3 +358,9 @@ class TypedClient:
         self, namespace: str, name: str, annotations: dict[str, str | None]
     ) -> None:
         self.verbs.patch(PODS, namespace, name, {"metadata": {"annotations": annotations}})
+
+
+# What the runtime is given: the one client, over the API server or the twin (`JobApi` where
+# a caller uses only jobs, Batches, Events and Leases).
+Api = TypedClient
+JobApi = TypedClient

@@ -97,9 +97,6 @@ SCALED_OBJECTS = Resource(
     subresources=_STATUS,
 )
 
-RESOURCES = (JOBS, BATCHES, EVENTS, LEASES, CONFIG_MAPS, SECRETS, DEPLOYMENTS, PODS, HPAS)
-"""What the runtime uses; KEDA's ScaledObjects are read only where KEDA is installed."""
-
 
 def describe(
     verb: str,

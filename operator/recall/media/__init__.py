@@ -13,15 +13,12 @@ from recall.media.common import (
     QUIET_SECONDS,
     QUIETER,
     SAMPLE_RATE,
-    SNAP_SECONDS,
     STEP_SECONDS,
     ResumeInvalid,
-    Samples,
 )
-from recall.media.container import probe
 from recall.media.cut import Cutter, encode_wav, split
-from recall.media.decode import Decoder, tail_signature
-from recall.media.fetch import classify_http_status, display_url, download, fetch, local_path
+from recall.media.decode import Decoder
+from recall.media.fetch import classify_http_status, display_url
 from recall.media.media import AudioMedia, MediaOptions, load_job_media, load_media
 
 __all__ = [
@@ -29,23 +26,16 @@ __all__ = [
     "QUIETER",
     "QUIET_SECONDS",
     "SAMPLE_RATE",
-    "SNAP_SECONDS",
     "STEP_SECONDS",
     "AudioMedia",
     "Cutter",
     "Decoder",
     "MediaOptions",
     "ResumeInvalid",
-    "Samples",
     "classify_http_status",
     "display_url",
-    "download",
     "encode_wav",
-    "fetch",
     "load_job_media",
     "load_media",
-    "local_path",
-    "probe",
     "split",
-    "tail_signature",
 ]

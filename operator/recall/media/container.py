@@ -1,12 +1,7 @@
-"""Opening a source with PyAV: its container and first audio stream, what the container says
-of it (duration, channels), how a PCM WAV is read, which codecs decode the same after a seek,
-and the length limit's tolerance.
-
-- `open_audio(path, shown)`: the container and its first audio stream; `UndecodableMedia`
-  (permanent) for what FFmpeg cannot read or a file without audio.
-- A PCM WAV (RIFF or RF64, PCM or float samples) is read a second a packet, its header trusted
-  for the stream (`wav_options`); anything else with FFmpeg's defaults.
-- `probe` and `channels_of`: the duration and channel count the container states.
+"""Opening a source with PyAV: its container and first audio stream (`UndecodableMedia`,
+permanent, for what FFmpeg cannot read or a file without audio), what the container says of it
+(duration, channels), how a PCM WAV is read, which codecs decode the same after a seek, and the
+length limit's tolerance.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import wave
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,24 +21,14 @@ from recall.media.common import (
 from recall.media.decode import tail_signature
 from recall.media.types import Chunk
 
-if TYPE_CHECKING:
-    pass
-
-
-# --- cut ------------------------------------------------------------------------------------
-
 
 class Cutter:
-    """Cuts a stream of sample blocks into chunks, holding at most one chunk and one block.
-
-    Feed blocks in order with `feed`, then call `finish` once the stream has ended. Cuts are
-    those the whole array would get: a cut is made when more than `chunk_seconds` of samples
-    follow the previous one, at the nominal length or moved back into a pause within the last
-    `snap_seconds` (the quietest `QUIET_SECONDS` stretch, in steps of `STEP_SECONDS`, when it
-    has less than `QUIETER` times the energy of the stretch just before the nominal cut; ties go
-    to the later stretch, so chunks stay as long as possible). `start` and `index` place the
-    first sample fed (a resume); `recent` holds the samples just before it, for `Chunk.tail`.
-    """
+    """Cuts a stream of sample blocks into chunks (`recall.media.media`'s "Cuts"), holding at
+    most one chunk and one block: `feed` blocks in order, then `finish` once the stream ended.
+    A cut moves back to the quietest `QUIET_SECONDS` stretch (in steps of `STEP_SECONDS`) when
+    it has less than `QUIETER` times the energy of the stretch just before the nominal cut; ties
+    go to the later one, so chunks stay as long as possible. `start` and `index` place the
+    first sample fed (a resume); `recent` holds the samples just before it, for `Chunk.tail`."""
 
     def __init__(
         self,
@@ -126,9 +115,6 @@ def split(
     """The chunks of an array held in memory (each holds a view of its samples)."""
     cutter = Cutter(rate, chunk_seconds, snap_seconds)
     return [*cutter.feed(samples), *cutter.finish()]
-
-
-# --- encode ---------------------------------------------------------------------------------
 
 
 def encode_wav(samples: Samples, rate: int = SAMPLE_RATE) -> bytes:

@@ -16,6 +16,7 @@ frame, and seek back to a recorded sample for a resume (checked by the tail sign
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Iterator
 from fractions import Fraction
@@ -54,7 +55,6 @@ class Decoder:
         path: Path,
         url: str,
         *,
-        rate: int = SAMPLE_RATE,
         max_samples: int | None = None,
         stop: Either | None = None,
         channel: int | None = None,
@@ -62,13 +62,13 @@ class Decoder:
         self.path = path
         self.channel = channel
         self.shown = display_url(url)
-        self.rate = rate
+        self.rate = SAMPLE_RATE
         self.max_samples = max_samples
         self.stop = stop or Either()
         self.position = 0
         self.skipped = 0
         self.tail: Samples = np.zeros(0, np.float32)
-        self.tail_samples = round(TAIL_SECONDS * rate)
+        self.tail_samples = round(TAIL_SECONDS * SAMPLE_RATE)
         self._layout: Any = None  # a channel split's output layout: the first frame's
 
     def from_start(self, start: int = 0) -> Iterator[Samples]:
@@ -97,11 +97,11 @@ class Decoder:
             self.position, self.skipped = 0, 0
             self.tail, self._layout = np.zeros(0, np.float32), None
             return None
-        return self._after_seek(container, found, start)
+        return self._after_seek(container, found)
 
     def _seek(
         self, container: Any, stream: Any, signed: int, start: int, tail: str
-    ) -> tuple[list[Samples], Iterator[Samples]] | None:
+    ) -> tuple[Samples, Iterator[Samples]] | None:
         src = stream.codec_context.sample_rate or stream.rate
         base = stream.time_base
         if not src or base is None:
@@ -135,7 +135,8 @@ class Decoder:
             if position > signed:
                 return None  # landed after the signed samples
             self.position = position
-            checked = self._same_kind(_chain(_dropped(frame, drop), frames), kind, start)
+            rest = itertools.chain((_dropped(frame, drop),), frames)
+            checked = self._same_kind(rest, kind, start)
             blocks = self._resampled(checked, position)
             held: list[Samples] = []  # the latest blocks up to `start`, to check and hand on
             for block in blocks:
@@ -151,7 +152,7 @@ class Decoder:
             if tail_signature(before[-self.tail_samples :]) != tail:
                 return None
             self.tail = before[-self.tail_samples :].copy()
-            return [joined[len(before) :]], blocks
+            return joined[len(before) :], blocks
         return None
 
     def _same_kind(
@@ -166,13 +167,12 @@ class Decoder:
             yield frame
 
     def _after_seek(
-        self, container: Any, found: tuple[list[Samples], Iterator[Samples]], start: int
+        self, container: Any, found: tuple[Samples, Iterator[Samples]]
     ) -> Iterator[Samples]:
-        held, blocks = found
+        first, blocks = found
         with container:
-            for block in held:
-                if len(block):
-                    yield block
+            if len(first):
+                yield first
             yield from blocks
 
     def _frames(self, container: Any, stream: Any) -> Iterator[Any]:
@@ -252,7 +252,7 @@ class Decoder:
 
     def _samples(self, frame: av.AudioFrame) -> Samples:
         if self.channel is None:
-            return _mono(frame)
+            return np.asarray(frame.to_ndarray(), dtype=np.float32).reshape(-1)
         channels = len(frame.layout.channels)
         interleaved = frame.to_ndarray()[0]
         return np.ascontiguousarray(interleaved[self.channel :: channels], dtype=np.float32)
@@ -316,15 +316,6 @@ def _converted(frame: Any, format: str) -> Any:
     if len(frames) != 1 or frames[0].samples != frame.samples:
         raise ValueError("a frame did not convert to one frame of another sample format")
     return frames[0]
-
-
-def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
-    yield first
-    yield from rest
-
-
-def _mono(frame: av.AudioFrame) -> Samples:
-    return np.asarray(frame.to_ndarray(), dtype=np.float32).reshape(-1)
 
 
 def tail_signature(samples: Samples) -> str:

@@ -10,19 +10,12 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
 from recall.media.common import USER_AGENT
 from recall.resources.errors import JobFailure
-
-if TYPE_CHECKING:
-    pass
-
-
-# --- fetch ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

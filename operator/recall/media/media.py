@@ -2,7 +2,7 @@
 
 Contract:
 - `load_media(url, options)` fetches the source and probes it (an audio stream, an estimated
-  duration) without decoding it, and returns an `AudioMedia` (see `recall.engines.base.Media`).
+  duration) without decoding it, and returns an `AudioMedia` (see `recall.media.types.Media`).
   Its `chunks()` decodes, resamples to 16 kHz mono float32 and cuts as it goes: memory is
   bounded by one chunk plus one decoded frame, whatever the duration.
 - Cuts: each chunk is at most `chunk_seconds` long; a cut moves back, by at most
@@ -16,11 +16,9 @@ Contract:
   the signature recorded with the checkpoint (`tail_signature`). On a match (measured:
   bit-exact for WAV, FLAC, MP3, Opus and Vorbis less than 0.5 s after the seek point), it
   continues from there: a resume at hour 9 of a 10-hour Opus file costs a fraction of a second
-  instead of ~80 s of decoding. Only those codecs are resumed by seeking (AAC's decoder draws
-  noise from a generator a seek resets: the samples after a resume would differ), and not
-  after a skipped packet (its chunks carry no signature) nor across a change of sample rate,
-  layout or format in the stream. Otherwise it decodes from the start and skips to the
-  position. Either way the first chunk starts at exactly the recorded sample: no gap, no
+  instead of ~80 s of decoding. Where a seek is refused (`recall.media.decode` says when;
+  after a skipped packet the chunks carry no signature) it decodes from the start and skips to
+  the position. Either way the first chunk starts at exactly the recorded sample: no gap, no
   overlap. A source that ends before the position raises `ResumeInvalid` before any chunk is
   yielded.
 - Sources: `file:///path` is read in place and fingerprinted by size and mtime; `http(s)://` is
@@ -33,12 +31,9 @@ Contract:
   HTTP 404/410), SourceRejected (other 4xx, an unsupported or malformed URL), SourceTooLarge
   (bytes, or longer than `max_seconds` by more than 1 % — encoder padding makes a file stated
   as 100.0 s decode to 100.008 s — by the container's estimate or while decoding),
-  UndecodableMedia (not media, no audio stream, no samples, more undecodable packets than the
-  budget: a few bad packets are skipped with a warning, their samples left out). Retriable:
-  SourceUnavailable (timeouts, connection errors, HTTP 5xx, 408 and 429, I/O errors).
-- A stream whose sample rate, layout or format changes midway (files concatenated) is decoded
-  through: the resampler starts again at the change.
-
+  UndecodableMedia (not media, no audio stream, no samples, more undecodable packets than
+  `recall.media.decode`'s budget). Retriable: SourceUnavailable (timeouts, connection errors,
+  HTTP 5xx, 408 and 429, I/O errors).
 - Channels (`spec.transcript.channels: split`): a file of several channels is cut channel after
   channel, each decoded on its own (not mixed down), its chunks labelled `ch0`, `ch1`, ...;
   their sample positions count channel c from c × `CHANNEL_STRIDE`, so a resume point says
@@ -109,22 +104,16 @@ class MediaOptions:
             objects=objects,
         )
 
-    def for_job(self, job: TranscriptionJob) -> MediaOptions:
-        """These options with the job's `spec.engine.chunkSeconds`, when it sets one, and its
-        `spec.transcript.channels`."""
-        out = self
-        engine = job.spec.engine
-        if engine is not None and engine.chunk_seconds:
-            out = dataclasses.replace(out, chunk_seconds=float(engine.chunk_seconds))
-        transcript = job.spec.transcript
-        if transcript is not None and transcript.split:
-            out = dataclasses.replace(out, split=True)
-        return out
-
 
 def load_job_media(job: TranscriptionJob, options: MediaOptions) -> AudioMedia:
-    """`load_media` for a job: its `spec.engine.chunkSeconds` overrides the default."""
-    return load_media(job.spec.source.url, options.for_job(job))
+    """`load_media` for a job, with its `spec.engine.chunkSeconds`, when it sets one, and its
+    `spec.transcript.channels`."""
+    engine, transcript = job.spec.engine, job.spec.transcript
+    if engine is not None and engine.chunk_seconds:
+        options = dataclasses.replace(options, chunk_seconds=float(engine.chunk_seconds))
+    if transcript is not None and transcript.split:
+        options = dataclasses.replace(options, split=True)
+    return load_media(job.spec.source.url, options)
 
 
 def load_media(url: str, options: MediaOptions) -> AudioMedia:
@@ -181,7 +170,6 @@ class AudioMedia(Media):
             source=fingerprint,
         )
         self.estimated_samples = None if seconds is None else round(seconds * SAMPLE_RATE)
-        self.decoded_samples: int | None = None
         self.resumed_by: str | None = None  # "seek" or "decode" after a resumed iteration began
         self._closed = threading.Event()
 

@@ -123,7 +123,7 @@ class Resume:
     """Where a resumed iteration starts: chunk `chunks` at sample `position`.
 
     `tail` is the signature of the samples just before `position` as first decoded (see
-    `recall.media.tail_signature`); a media that seeks checks it, "" means unknown.
+    `recall.media.decode.tail_signature`); a media that seeks checks it, "" means unknown.
     """
 
     chunks: int

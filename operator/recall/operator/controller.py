@@ -11,7 +11,7 @@ reclaims and job writes first, then the Batch status in the same apply. Jobs tha
 Batch covers (no Batch, a missing or finished one, no item) go through the same plan without a
 Batch, so every leased job has a reclaim path.
 
-Results: `Results` (`results.py`) publishes accepted results and collects the store's garbage
+Results: `results.publish.Results` publishes accepted results and collects the store's garbage
 on its own thread, from the same cache. The TTL of a finished Batch (`ttlSecondsAfterFinished`)
 deletes its jobs here: the Batch's status is frozen once Complete, and Complete waits for every
 completed item's result to be published, so nothing it shows changes.
@@ -83,7 +83,7 @@ class Peers:
     applier: Applier  # the only writer of the controller's decisions
     batches: KnownBatches  # the Batches kopf delivered
     signals: Signals
-    # Whether a finished Batch's TTL waits (its events are not settled: notify.notifier.holds)
+    # Whether a finished Batch's TTL waits (its events are not settled: notify.state.holds)
     held: Callable[[Batch], bool] = never
 
 
@@ -129,7 +129,7 @@ class Controller:
         """A Batch as kopf saw it (created, changed, or listed)."""
         with self._lock:
             old = self._batches.put(batch)
-            foreign = self.applier.observe(batch)
+            foreign = self.applier.status.observe(batch)
             if foreign or old is None or old.metadata.generation != batch.metadata.generation:
                 self._last_full.pop(batch.key, None)  # reconcile it fully at the next tick
         self._wake.set()
@@ -141,7 +141,7 @@ class Controller:
             self._last_full.pop(key, None)
             self._last_projection.pop(key, None)
             self._short.pop(key, None)
-        self.applier.forget(key)
+        self.applier.status.forget(key)
 
     def wake(self) -> None:
         self._wake.set()
@@ -195,11 +195,11 @@ class Controller:
             self.ready.keep_workers({(w.namespace, w.worker) for w in alive})
         if not self.leading.is_set() or not self.cache.synced.is_set():
             self._was_leading = False
-            self.export_batches({})  # only the leader's figures are current
+            self._gauges.export({})  # only the leader's figures are current
             return []
         if not self._was_leading:
             # A new term: another replica may have written meanwhile; start from the server's.
-            self.applier.forget()
+            self.applier.status.forget()
             self._was_leading = True
         mono = self.clock.monotonic() if now_mono is None else now_mono
         started = self.clock.monotonic()
@@ -251,7 +251,8 @@ class Controller:
             order.sort(key=lambda kv: self._short.get(kv[0], float("inf")))
         reports = []
         for key, batch in order:
-            full = self._full_due(batch, mono)
+            last = self._last_full.get(key)
+            full = last is None or mono - last >= self.settings.reconcile_interval
             # A complete Batch is frozen: every item final and published. Only a foreign
             # write or a new generation is projected over, and only while the jobs are there
             # (the TTL may have deleted them: the status then stays as it is).
@@ -289,18 +290,16 @@ class Controller:
                 # renews its registration again (else the next offer waits out offer_seconds).
                 self.registry.suspect(namespace, worker)
         self.dispatch_once(mono)
-        self.expire_finished(batches)
+        expire_finished(
+            self.store, self.cache, self.applier.event, batches, self.clock.now(), self.held
+        )
         self.results.wake()
         for report in reports:
             log_report(report, self.applier.event)
         for phase, n in self.cache.phase_counts.items():
             metrics.JOBS.labels(phase=phase).set(n)
-        self.export_batches(self.batches())
+        self._gauges.export(self.batches())  # those of every other Batch removed
         metrics.TICK_SECONDS.observe(self.clock.monotonic() - started)
-
-    def export_batches(self, batches: Mapping[BatchKey, Batch]) -> None:
-        """The per-Batch gauges of `batches`; those of every other Batch removed (`BatchGauges`)."""
-        self._gauges.export(batches)
 
     def dispatch_once(self, now_mono: float | None = None) -> int:
         """Withdraw stale offers, then offer a claimable job to every idle worker. Returns the
@@ -339,21 +338,11 @@ class Controller:
                 written += 1
         return written
 
-    def expire_finished(self, batches: dict[BatchKey, Batch]) -> int:
-        """Delete the jobs of Batches finished `ttlSecondsAfterFinished` ago (`retention`)."""
-        return expire_finished(
-            self.store, self.cache, self.applier.event, batches, self.clock.now(), self.held
-        )
-
-    def _full_due(self, batch: Batch, mono: float) -> bool:
-        last = self._last_full.get(batch.key)
-        return last is None or mono - last >= self.settings.reconcile_interval
-
     def _reconcile(
         self, batch: Batch, watched: Sequence[JobRecord], mono: float, *, full: bool, dirty: bool
     ) -> Report | None:
         resolved = self._resolver.items(batch)
-        batch = batch.model_copy(update={"status": self.applier.baseline(batch)})
+        batch = batch.model_copy(update={"status": self.applier.status.baseline(batch)})
         leases, backoffs = self.cache.observations(), self.cache.backoffs()
         if not full and not plan_jobs(watched, mono, leases, backoffs).job_writes:
             # Only changes to project: a big Batch is projected less often than every tick

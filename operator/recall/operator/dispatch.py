@@ -45,7 +45,7 @@ import heapq
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from recall.base.clock import Clock
 from recall.engines.languages import english_only
@@ -58,18 +58,7 @@ WorkerKey = tuple[str, str]  # (namespace, worker id)
 Lane = tuple[str, str, str | None]  # (namespace, pool, the engine a job asks for or None: any)
 Group = str | None  # the Batch, or None for jobs without one
 SortKey = tuple[int, str]  # (index or 0, creation time + name) — smallest first
-
-
-def ready(r: JobRecord) -> bool:
-    """Claimable now, by what the operator sees."""
-    free = min(r.releases, r.max_releases)
-    return (
-        r.phase is Phase.QUEUED
-        and r.backoff_seconds is None
-        and r.offer is None
-        and not r.suspended
-        and r.attempts < r.max_attempts + free
-    )
+_Heap = list[tuple[SortKey, JobKey]]  # a heapq
 
 
 def lanes_for(namespace: str, engine: str, pool: str = DEFAULT_POOL) -> list[Lane]:
@@ -97,11 +86,6 @@ class _Hold:
     job: JobKey
     since: float  # first seen held, on the operator's clock
     offered: bool = False  # its holder was offered its next job ahead
-
-
-@dataclass
-class _Heap:
-    entries: list[tuple[SortKey, JobKey]] = field(default_factory=list)
 
 
 class ReadyQueue:
@@ -174,14 +158,12 @@ class ReadyQueue:
             group = (r.namespace, r.batch)
             self._activity[r.key] = group
             self._active[group] += 1
-        if ready(r):
+        if r.claimable and r.offer is None:
             lane = (r.namespace, r.pool, r.engine)
             created = r.created.isoformat() if r.created else ""
             sort = (r.index if r.index is not None else 0, f"{created}/{r.name}")
             self._where[r.key] = (lane, r.priority, r.batch, sort)
-            heapq.heappush(
-                self._heaps[lane][r.priority].setdefault(r.batch, _Heap()).entries, (sort, r.key)
-            )
+            heapq.heappush(self._heaps[lane][r.priority].setdefault(r.batch, []), (sort, r.key))
 
     # -- the dispatcher's side ---------------------------------------------------------------
 
@@ -192,24 +174,21 @@ class ReadyQueue:
                 0, slots - len(self.holding.get(worker, ())) - len(self._offered_by.get(worker, ()))
             )
 
-    def state(self, worker: WorkerKey) -> str:
-        """For a worker of one slot: `idle` (no job, no offer), `ahead` (holds a job and is due
-        an offer ahead, see the module docstring) or `busy`."""
+    def due_ahead(self, worker: WorkerKey) -> bool:
+        """For a worker of one slot: whether it holds a job, has no offer, and is due an offer
+        ahead (see the module docstring)."""
         with self._lock:
-            if self._offered_by.get(worker):
-                return "busy"
-            if not self.holding.get(worker):
-                return "idle"
             last = self._last_hold.get(worker)
             hold = self._held_since.get(worker)
-            due = (
-                last is not None
+            return (
+                not self._offered_by.get(worker)
+                and bool(self.holding.get(worker))
+                and last is not None
                 and hold is not None
                 and not hold.offered
                 and last < self.ahead_seconds
                 and self.clock.monotonic() - hold.since < self.ahead_seconds
             )
-            return "ahead" if due else "busy"
 
     def busy(self) -> set[WorkerKey]:
         """The workers that hold a job or were offered one (the autoscaler drains neither)."""
@@ -237,11 +216,11 @@ class ReadyQueue:
                 return None
             for priority in sorted(priorities, reverse=True):
                 for group, heap in list(priorities[priority].items()):
-                    while heap.entries:
-                        sort, key = heap.entries[0]
+                    while heap:
+                        sort, key = heap[0]
                         if self._where.get(key) == (lane, priority, group, sort):
                             return priority
-                        heapq.heappop(heap.entries)
+                        heapq.heappop(heap)
                     del priorities[priority][group]
             return None
 
@@ -261,7 +240,7 @@ class ReadyQueue:
                 if choice is None:
                     return None
                 lane, priority, group = choice
-                heap = self._heaps[lane][priority][group].entries
+                heap = self._heaps[lane][priority][group]
                 sort, key = heapq.heappop(heap)
                 if not heap:
                     del self._heaps[lane][priority][group]
@@ -275,7 +254,7 @@ class ReadyQueue:
         for lane in lanes:
             for priority, groups in self._heaps[lane].items():
                 for group, heap in groups.items():
-                    if not heap.entries:
+                    if not heap:
                         continue
                     active = self._active.get((lane[0], group), 0)
                     # highest priority, then fewest active, then a stable order of groups
@@ -307,11 +286,9 @@ class ReadyQueue:
 
 
 def free_slots(alive: list[Capacity], queue: ReadyQueue) -> list[Capacity]:
-    """The live workers to offer a job to, one entry per free slot, in order: workers that
-    already hold jobs and have room first (packing: a fleet of several slots a worker then
-    empties whole workers, which a scale-down can drain), then idle ones, then those of one
-    slot due an offer ahead. A job never waits for a busy worker while one with room could
-    take it."""
+    """The live workers to offer a job to, one entry per free slot, in the order of **Slots**
+    (the module docstring), then those of one slot due an offer ahead: a job never waits for a
+    busy worker while one with room could take it."""
     partial: list[tuple[int, Capacity]] = []
     whole: list[Capacity] = []
     ahead: list[Capacity] = []
@@ -321,7 +298,7 @@ def free_slots(alive: list[Capacity], queue: ReadyQueue) -> list[Capacity]:
             whole.extend([w] * free)
         elif free:
             partial.append((free, w))
-        elif w.slots == 1 and queue.state(w.key) == "ahead":
+        elif w.slots == 1 and queue.due_ahead(w.key):
             ahead.append(w)
     packed = [w for free, w in sorted(partial, key=lambda p: p[0]) for _ in range(free)]
     return packed + whole + ahead

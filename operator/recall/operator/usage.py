@@ -96,14 +96,6 @@ def attempt_seconds(old: JobRecord, new: JobRecord | None) -> float | None:
     return max(0.0, (end - lease.acquire_time).total_seconds())
 
 
-def published_audio(record: JobRecord | None) -> float | None:
-    """The audio seconds of `record`'s published result (pure), or None: not Succeeded, not
-    published, or no duration. Whether it was counted already, the record's marks say."""
-    if record is None or record.phase is not Phase.SUCCEEDED or not record.published:
-        return None
-    return record.audio_seconds
-
-
 @dataclass
 class Candidate:
     """A published job whose audio may still have to be counted (its mark decides)."""
@@ -213,8 +205,9 @@ class Usage:
             self._candidate(new, seen)
 
     def _candidate(self, record: JobRecord, seen: bool) -> None:
-        seconds = published_audio(record)
-        if seconds is None or not record.uid:
+        seconds = record.audio_seconds  # of its published result (the marks say if counted)
+        published = record.phase is Phase.SUCCEEDED and record.published
+        if not published or seconds is None or not record.uid:
             return
         day = (record.completed_at or self.clock.now()).date().isoformat()
         labels = (record.namespace, record.pool, record.engine or "default")
@@ -241,8 +234,7 @@ class Usage:
         with self._lock:
             engine, self._engine = self._engine, defaultdict(float)
             candidates, self._candidates = self._candidates, {}
-            unsure = self._unsure
-            self._unsure = {}
+            unsure, self._unsure = self._unsure, {}
         writes: dict[str, Write] = {}
         for (namespace, day), seconds in engine.items():
             adding = writes.setdefault(namespace, Write(uuid.uuid4().hex[:12]))

@@ -48,11 +48,11 @@ from recall.protocol.lease_operator import (
     withdraw,
 )
 from recall.protocol.lease_terms import (
-    TOKEN_BYTES,
     Budget,
     Decision,
     Refusal,
     RefusalReason,
+    failed,
     fence,
     holder_refusal,
     new_token,
@@ -71,7 +71,6 @@ from recall.resources import (
 )
 
 __all__ = [
-    "TOKEN_BYTES",
     "Budget",
     "Decision",
     "Refusal",
@@ -82,7 +81,6 @@ __all__ = [
     "end_backoff",
     "exhaust",
     "fail",
-    "fence",
     "holder_refusal",
     "new_token",
     "offer",
@@ -252,16 +250,7 @@ def fail(
         common["progress"] = progress
     if permanent or budget.left(status) <= 0:
         final_reason = reason if permanent else "AttemptsExhausted"
-        return status.model_copy(
-            update=common
-            | {
-                "phase": Phase.FAILED,
-                "completed_at": now,
-                "conditions": set_condition(
-                    status.conditions, "Failed", "True", final_reason, message, now
-                ),
-            }
-        )
+        return status.model_copy(update=common | failed(status, now, final_reason, message))
     delay = retry_backoff(failures, jitter, backoff_base, backoff_cap)
     return status.model_copy(update=common | {"phase": Phase.QUEUED, "backoff_seconds": delay})
 

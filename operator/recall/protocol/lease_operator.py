@@ -15,6 +15,7 @@ from recall.protocol.lease_terms import (
     Decision,
     Refusal,
     RefusalReason,
+    failed,
     fence,
     queued_refusal,
 )
@@ -56,16 +57,7 @@ def reclaim(
         "last_error": error,
     }
     if budget.left(status) <= 0:
-        return status.model_copy(
-            update=common
-            | {
-                "phase": Phase.FAILED,
-                "completed_at": now,
-                "conditions": set_condition(
-                    status.conditions, "Failed", "True", "AttemptsExhausted", message, now
-                ),
-            }
-        )
+        return status.model_copy(update=common | failed(status, now, "AttemptsExhausted", message))
     return status.model_copy(update=common | {"phase": Phase.QUEUED})
 
 
@@ -94,17 +86,8 @@ def exhaust(status: JobStatus, now: dt.datetime, *, budget: Budget) -> Decision:
     if budget.left(status) > 0:
         return Refusal(RefusalReason.ATTEMPTS_LEFT, f"{budget.left(status)} attempts left")
     message = f"{status.attempts} attempts used"
-    return status.model_copy(
-        update={
-            "phase": Phase.FAILED,
-            "offer": None,
-            "backoff_seconds": None,
-            "completed_at": now,
-            "conditions": set_condition(
-                status.conditions, "Failed", "True", "AttemptsExhausted", message, now
-            ),
-        }
-    )
+    unoffered = {"offer": None, "backoff_seconds": None}
+    return status.model_copy(update=unoffered | failed(status, now, "AttemptsExhausted", message))
 
 
 def reject(status: JobStatus, now: dt.datetime, *, reason: str, message: str) -> Decision:
@@ -116,16 +99,8 @@ def reject(status: JobStatus, now: dt.datetime, *, reason: str, message: str) ->
     error = JobError(
         reason=reason, message=message, permanent=True, attempt=status.attempts, time=now
     )
-    return status.model_copy(
-        update={
-            "phase": Phase.FAILED,
-            "offer": None,
-            "backoff_seconds": None,
-            "completed_at": now,
-            "last_error": error,
-            "conditions": set_condition(status.conditions, "Failed", "True", reason, message, now),
-        }
-    )
+    unoffered = {"offer": None, "backoff_seconds": None, "last_error": error}
+    return status.model_copy(update=unoffered | failed(status, now, reason, message))
 
 
 def end_backoff(status: JobStatus) -> Decision:

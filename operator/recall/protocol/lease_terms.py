@@ -1,20 +1,19 @@
 """The lease protocol's terms: why an action is refused, the attempt budget, the lease token and
-the fence that presents it, the retry backoff, and who holds a lease (`recall.protocol.lease`
-has the rules and the transitions; `lease_operator` the operator's).
+the fence that presents it, the retry backoff, the update to Failed, and who holds a lease
+(`recall.protocol.lease` has the rules and the transitions; `lease_operator` the operator's).
 
 Pure: nothing here reads a clock, draws at random but `new_token`, or talks to the API server.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
 from recall.base.backoff import Backoff
-from recall.resources import JobStatus, Phase
-
-TOKEN_BYTES = 16
+from recall.resources import JobStatus, Phase, set_condition
 
 
 class RefusalReason(StrEnum):
@@ -64,12 +63,19 @@ class Budget:
 
 def new_token() -> str:
     """A fresh random lease token (32 hex characters)."""
-    return secrets.token_hex(TOKEN_BYTES)
+    return secrets.token_hex(16)
 
 
 def fence(token: str, suffix: str | int) -> str:
     """The value of `status.fence` that presents `token` with a write-unique `suffix`."""
     return f"{token}/{suffix}"
+
+
+def failed(status: JobStatus, now: dt.datetime, reason: str, message: str) -> dict[str, object]:
+    """The update that ends a job in `status` as Failed, with `reason` and `message` in its
+    Failed condition."""
+    conditions = set_condition(status.conditions, "Failed", "True", reason, message, now)
+    return {"phase": Phase.FAILED, "completed_at": now, "conditions": conditions}
 
 
 def retry_backoff(failures: int, jitter: float, base: float = 5.0, cap: float = 300.0) -> float:

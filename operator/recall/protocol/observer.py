@@ -8,15 +8,13 @@ with the observer's clock, so clock skew between machines cannot cause or preven
 After a restart every lease counts from when it is first observed, which can only delay a
 reclaim, never hasten it.
 
-`LeaseObserver.observe` is the only mutation; `Observation.expired`, `expired` and
-`next_expiry` are pure.
+`LeaseObserver.observe` is the only mutation; `Observation.expired` and `next_expiry` are pure.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from recall.resources import Lease
@@ -77,25 +75,9 @@ class LeaseObserver:
         with self._lock:
             self._seen.pop(key, None)
 
-    def get(self, key: JobKey) -> Observation | None:
-        with self._lock:
-            return self._seen.get(key)
-
     def snapshot(self) -> dict[JobKey, Observation]:
         with self._lock:
             return dict(self._seen)
-
-
-def expired(
-    observations: dict[JobKey, Observation], keys: Iterable[JobKey], now_mono: float
-) -> list[JobKey]:
-    """The keys among `keys` whose observed lease has expired at `now_mono`."""
-    out = []
-    for key in keys:
-        seen = observations.get(key)
-        if seen is not None and seen.expired(now_mono):
-            out.append(key)
-    return out
 
 
 def next_expiry(

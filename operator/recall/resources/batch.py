@@ -20,7 +20,6 @@ from recall.resources.job import (
     TranscriptSpec,
 )
 
-MAX_INLINE_ITEMS = 1000
 MAX_ATTENTION = 50
 
 
@@ -158,7 +157,3 @@ class Batch(Resource):
     kind: str = "Batch"
     spec: BatchSpec
     status: BatchStatus = Field(default_factory=BatchStatus)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)

@@ -26,7 +26,6 @@ BATCH_PLURAL = "batches"
 LABEL_BATCH = "recall.dev/batch"
 LABEL_ITEM = "recall.dev/item"
 LABEL_INDEX = "recall.dev/index"
-LABEL_JOB = "recall.dev/job"
 LABEL_SUSPENDED = "recall.dev/suspended"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 MAX_NAME = 253
@@ -68,30 +67,17 @@ def set_condition(
     now: dt.datetime,
 ) -> list[Condition]:
     """Conditions with `type_` set; lastTransitionTime moves only when the status changes."""
-    out: list[Condition] = []
-    found = False
-    for c in conditions:
-        if c.type != type_:
-            out.append(c)
-            continue
-        found = True
-        moved = c.status != status
-        out.append(
-            Condition(
-                type=type_,
-                status=status,
-                reason=reason,
-                message=message,
-                last_transition_time=now if moved else c.last_transition_time,
-            )
+
+    def made(since: dt.datetime) -> Condition:
+        return Condition(
+            type=type_, status=status, reason=reason, message=message, last_transition_time=since
         )
-    if not found:
-        out.append(
-            Condition(
-                type=type_, status=status, reason=reason, message=message, last_transition_time=now
-            )
-        )
-    return out
+
+    out = [
+        made(now if c.status != status else c.last_transition_time) if c.type == type_ else c
+        for c in conditions
+    ]
+    return out if any(c.type == type_ for c in conditions) else [*out, made(now)]
 
 
 class ObjectMeta(Model):
@@ -136,6 +122,11 @@ class Resource(Model):
     @property
     def namespace(self) -> str:
         return self.metadata.namespace or "default"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, name): how the operator and the worker index jobs and Batches."""
+        return (self.namespace, self.name)
 
     @property
     def resource_version(self) -> str:

@@ -29,31 +29,28 @@ def ranges(indexes: Iterable[int]) -> Iterator[tuple[int, int]]:
         yield first, last
 
 
-def encode(indexes: Iterable[int], limit: int = MAX_ENCODED) -> tuple[str, bool]:
-    """("0-99,101", truncated) for increasing `indexes`; "" when there are none."""
+def _join(runs: Iterable[tuple[int, int]], limit: int) -> tuple[str, bool]:
+    """("0-99,101", truncated): the runs, cut at a run boundary past `limit` characters."""
     parts: list[str] = []
     size = 0
-    for first, last in ranges(indexes):
+    for first, last in runs:
         part = str(first) if first == last else f"{first}-{last}"
         if size + len(part) + (1 if parts else 0) > limit:
             return ",".join(parts), True
         size += len(part) + (1 if parts else 0)
         parts.append(part)
     return ",".join(parts), False
+
+
+def encode(indexes: Iterable[int], limit: int = MAX_ENCODED) -> tuple[str, bool]:
+    """("0-99,101", truncated) for increasing `indexes`; "" when there are none."""
+    return _join(ranges(indexes), limit)
 
 
 def encode_runs(phases: bytes | bytearray, code: int, limit: int = MAX_ENCODED) -> tuple[str, bool]:
     """`encode` of the positions of `code` in `phases` (one byte per item), found in C."""
-    parts: list[str] = []
-    size = 0
-    for m in re.finditer(re.escape(bytes([code])) + b"+", phases):
-        first, last = m.start(), m.end() - 1
-        part = str(first) if first == last else f"{first}-{last}"
-        if size + len(part) + (1 if parts else 0) > limit:
-            return ",".join(parts), True
-        size += len(part) + (1 if parts else 0)
-        parts.append(part)
-    return ",".join(parts), False
+    runs = re.finditer(re.escape(bytes([code])) + b"+", phases)
+    return _join(((m.start(), m.end() - 1) for m in runs), limit)
 
 
 def spans(text: str | None) -> Iterator[tuple[int, int]]:
@@ -72,24 +69,10 @@ def spans(text: str | None) -> Iterator[tuple[int, int]]:
 
 def decode(text: str | None) -> Iterator[int]:
     """The indexes of an encoding (ignores blanks; raises ValueError on garbage)."""
-    for part in (text or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        first, sep, last = part.partition("-")
-        lo = int(first)
-        hi = int(last) if sep else lo
-        if hi < lo:
-            raise ValueError(f"bad index range {part!r}")
+    for lo, hi in spans(text):
         yield from range(lo, hi + 1)
 
 
 def count(text: str | None) -> int:
-    """How many indexes an encoding holds, without expanding it."""
-    total = 0
-    for part in (text or "").split(","):
-        part = part.strip()
-        if part:
-            first, sep, last = part.partition("-")
-            total += (int(last) - int(first) + 1) if sep else 1
-    return total
+    """How many indexes an encoding holds, without expanding it (ValueError on garbage)."""
+    return sum(hi - lo + 1 for lo, hi in spans(text))

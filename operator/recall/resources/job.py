@@ -138,13 +138,6 @@ NotifyType = Literal[
     "dev.recall.batch.item.failed",
     "dev.recall.batch.completed",
 ]
-NOTIFY_TYPES: tuple[NotifyType, ...] = (
-    "dev.recall.job.succeeded",
-    "dev.recall.job.failed",
-    "dev.recall.batch.item.succeeded",
-    "dev.recall.batch.item.failed",
-    "dev.recall.batch.completed",
-)
 
 
 class SecretKeyRef(Model):
@@ -307,8 +300,3 @@ class TranscriptionJob(Resource):
     @property
     def suspended(self) -> bool:
         return self.metadata.labels.get(LABEL_SUSPENDED) == "true"
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """(namespace, name): how the operator and the worker index jobs."""
-        return (self.namespace, self.name)

@@ -2,7 +2,7 @@
 
 - `model`: the speaker-embedding model (Resemblyzer's GE2E voice encoder; weights read from
   the installed package, the network run by onnxruntime, the features in numpy);
-- `onnx`: its LSTM layers as an ONNX graph, written without the `onnx` package;
+- `onnx`: its LSTM layers as an ONNX graph;
 - `cluster`: the windows' vectors grouped into voices (scipy), the count found or bounded;
 - `label`: windows laid over the words' speech, embedded as the audio streams past, each
   word and segment labelled "S1", "S2", ... in order of first appearance.
@@ -15,9 +15,9 @@ them. Beside the engines in the layering: it reads audio and the transcript's ty
 """
 
 from recall.resources import MAX_SPEAKERS, SpeakerSpec
-from recall.speakers.cluster import Bounds, Found
-from recall.speakers.label import Labeller, Labelling
-from recall.speakers.model import ModelMissing, ModelUnreadable, VoiceEncoder
+from recall.speakers.cluster import Bounds
+from recall.speakers.label import label_voices
+from recall.speakers.model import ModelMissing, VoiceEncoder
 
 
 def bounds_of(spec: SpeakerSpec) -> Bounds:
@@ -29,11 +29,8 @@ def bounds_of(spec: SpeakerSpec) -> Bounds:
 
 __all__ = [
     "Bounds",
-    "Found",
-    "Labeller",
-    "Labelling",
     "ModelMissing",
-    "ModelUnreadable",
     "VoiceEncoder",
     "bounds_of",
+    "label_voices",
 ]

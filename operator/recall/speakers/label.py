@@ -2,7 +2,7 @@
 each window's voice embedded as the audio streams past, the windows clustered into voices,
 each word labelled with the voice of the window it shares most time with.
 
-    labelling = Labeller(encoder).label(segments, blocks, bounds)
+    labelling = label_voices(encoder, segments, blocks, bounds)
     labelling.segments        # every word and segment with speaker "S1", "S2", ...
 
 Contract:
@@ -140,10 +140,6 @@ class Labelling:
     found: Found
     windows: int
 
-    @property
-    def speakers(self) -> int:
-        return self.found.count
-
 
 def spans_of(segments: Sequence[Segment]) -> list[tuple[float, float]]:
     """Every word's times (a segment without words: its own), in order of start."""
@@ -172,32 +168,22 @@ def _best_window(start: float, end: float, windows: Sequence[Window], lo: int) -
     return min(candidates, key=lambda j: abs((windows[j].start + windows[j].stop) / 2 - mid))
 
 
-class Labeller:
-    """Labels a file's segments with speakers; one per process (the encoder is shared)."""
-
-    def __init__(self, encoder: VoiceEncoder) -> None:
-        self.encoder = encoder
-
-    @classmethod
-    def packaged(cls) -> Labeller:
-        """A labeller with the installed package's model (`ModelMissing` without it)."""
-        return cls(VoiceEncoder.packaged())
-
-    def label(
-        self,
-        segments: Sequence[Segment],
-        blocks: Iterable[tuple[int, Floats]],
-        bounds: Bounds,
-    ) -> Labelling:
-        windows = windows_of(spans_of(segments))
-        embedder = Embedder(self.encoder, windows)
-        for first, samples in blocks:
-            if embedder.next >= len(windows):
-                break  # every window is cut: the rest of the audio is not needed
-            embedder.add(first, samples)
-        vectors = embedder.finish()
-        found = cluster(vectors, bounds)
-        return Labelling(labelled(segments, windows, found.labels), found, len(windows))
+def label_voices(
+    encoder: VoiceEncoder,
+    segments: Sequence[Segment],
+    blocks: Iterable[tuple[int, Floats]],
+    bounds: Bounds,
+) -> Labelling:
+    """`segments` labelled with speakers by `encoder` (`VoiceEncoder.packaged()`: one per
+    process) from the file's audio `blocks` (see the module contract)."""
+    windows = windows_of(spans_of(segments))
+    embedder = Embedder(encoder, windows)
+    for first, samples in blocks:
+        if embedder.next >= len(windows):
+            break  # every window is cut: the rest of the audio is not needed
+        embedder.add(first, samples)
+    found = cluster(embedder.finish(), bounds)
+    return Labelling(labelled(segments, windows, found.labels), found, len(windows))
 
 
 def labelled(

@@ -247,7 +247,7 @@ class VoiceEncoder:
     """GE2E's LSTM in onnxruntime (its LSTM kernel; the graph is built here from the weights,
     `recall.speakers.onnx`), the linear layer in numpy."""
 
-    def __init__(self, weights: dict[str, Floats], threads: int = 1) -> None:
+    def __init__(self, weights: dict[str, Floats]) -> None:
         try:
             layers = [
                 (
@@ -266,7 +266,7 @@ class VoiceEncoder:
         except KeyError as e:
             raise ModelUnreadable(f"the weights lack {e}") from None
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
+        options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         options.enable_cpu_mem_arena = False  # a batch's buffers go back once it is done
@@ -280,8 +280,12 @@ class VoiceEncoder:
         """The encoder with the installed package's weights (read once per process)."""
         return cls(read_weights(packaged_weights()))
 
-    def forward(self, mels: Floats) -> Floats:
-        """(n, frames, 40) mel windows → (n, 256) unit vectors."""
+    def embed(self, windows: list[Floats]) -> Floats:
+        """One unit vector per window of samples (16 kHz mono float32, all the same length),
+        each raised to `TARGET_DBFS` first."""
+        if not windows:
+            return np.zeros((0, HIDDEN), np.float32)
+        mels = np.stack([mel_frames(normalised(w)) for w in windows])  # (n, frames, 40)
         (hidden,) = self.session.run(
             None, {onnx.INPUT: np.ascontiguousarray(mels.transpose(1, 0, 2), np.float32)}
         )
@@ -289,11 +293,3 @@ class VoiceEncoder:
         raw = np.maximum(hidden.reshape(len(mels), HIDDEN) @ w + b, 0)
         norm = np.linalg.norm(raw, axis=1, keepdims=True)
         return np.asarray(raw / np.maximum(norm, 1e-12), np.float32)
-
-    def embed(self, windows: list[Floats]) -> Floats:
-        """One unit vector per window of samples (16 kHz mono float32, all the same length),
-        each raised to `TARGET_DBFS` first."""
-        if not windows:
-            return np.zeros((0, HIDDEN), np.float32)
-        mels = np.stack([mel_frames(normalised(w)) for w in windows])
-        return self.forward(mels)

@@ -23,19 +23,14 @@ from recall.transcripts.checkpoint import (
     directory_of,
     read_checkpoint,
 )
-from recall.transcripts.formats import output_formats, render, timestamp
+from recall.transcripts.formats import output_formats, render
 from recall.transcripts.garbage import JobView, garbage
 from recall.transcripts.holding import Prompt
 from recall.transcripts.layout import (
     MAX_PARTS,
-    Record,
-    ScratchKey,
-    Summary,
-    Transcript,
     attempt_dir,
     chunk_key,
     index_key,
-    index_prefix,
     job_prefix,
     namespace_prefix,
     output_key,
@@ -43,6 +38,7 @@ from recall.transcripts.layout import (
     transcript_key,
 )
 from recall.transcripts.outputs import OutputInvalid, output_url
+from recall.transcripts.records import Record, Summary, Transcript
 from recall.transcripts.store import AttemptWriter, load_transcript
 
 __all__ = [
@@ -54,7 +50,6 @@ __all__ = [
     "OutputInvalid",
     "Prompt",
     "Record",
-    "ScratchKey",
     "Summary",
     "Transcript",
     "attempt_dir",
@@ -62,7 +57,6 @@ __all__ = [
     "directory_of",
     "garbage",
     "index_key",
-    "index_prefix",
     "job_prefix",
     "load_transcript",
     "namespace_prefix",
@@ -72,6 +66,5 @@ __all__ = [
     "parse_scratch",
     "read_checkpoint",
     "render",
-    "timestamp",
     "transcript_key",
 ]

@@ -26,7 +26,7 @@ import itertools
 from collections.abc import Sequence
 
 from recall.media.types import Segment, Word
-from recall.transcripts.layout import Record
+from recall.transcripts.records import Record
 from recall.transcripts.redact import text_of_words
 
 ELLIPSES = ("...", "…")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recall.media.types import Segment
-from recall.transcripts.layout import Transcript
+from recall.transcripts.records import Transcript
 from recall.transcripts.words import goes_on, spaced, split, timed_words
 
 PUNCTUATION = ".,?!;:"

@@ -22,7 +22,8 @@ from recall.bucket import Bucket
 from recall.media.media import CHANNEL_STRIDE
 from recall.media.types import Cutting, Resume
 from recall.resources import Part, TranscriptionJob
-from recall.transcripts.layout import CUTTING, Record, attempt_dir, chunk_key, decode_cutting
+from recall.transcripts.layout import CUTTING, attempt_dir, chunk_key
+from recall.transcripts.records import Record, decode_cutting
 
 READERS = 8  # chunk records read at once when a resumed attempt reads its checkpoint
 
@@ -46,15 +47,6 @@ class Checkpoint:
         return len(self.records)
 
     @property
-    def words(self) -> int:
-        return sum(r.words for r in self.records)
-
-    @property
-    def language(self) -> tuple[str, float | None] | None:
-        """The language detected for the file, with its probability (if any), if it was."""
-        return language_of(self.records)
-
-    @property
     def context(self) -> str:
         """What the engine is prompted with next: the text of the last chunk record that has
         text, as stored (redacted, without the words it held back), as a running attempt keeps
@@ -67,9 +59,7 @@ class Checkpoint:
         return ",".join(f"a{p.attempt}:{p.first}-{p.end}" for p in self.parts) or "empty"
 
 
-def language_of(
-    records: list[Record] | tuple[Record, ...],
-) -> tuple[str, float | None] | None:
+def language_of(records: list[Record]) -> tuple[str, float | None] | None:
     for record in records:
         if record.language:
             return record.language, record.language_probability

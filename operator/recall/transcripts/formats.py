@@ -12,29 +12,21 @@ docs/transcripts.md.
   segment has its words (an empty transcript: when the job asked for them), false when some
   segment has none (the engine aligned no word, or the job did not ask).
 - `aws.json`: the layout of AWS Transcribe's output, so tools that read it read this
-  (`recall.transcripts.aws` has it field by field).
+  (`recall.transcripts.aws` has it field by field: languages, speakers, channels, redactions).
 - `srt`, `vtt`: cues from `recall.transcripts.subtitles` under the transcript's rules.
 
 Languages (docs/languages.md): `json` gives a segment its `language` when it was decided per
-segment (`languageScope: segment`); `aws.json` gives every pronunciation its `language_code`
-and `results.language_identification`, in AWS's locales. With
-`transcript.translate: en` the English translation (each segment's `translation`) is rendered
-as the outputs `en.srt`, `en.vtt` and `en.txt` (beside each of srt, vtt and txt asked for;
-`output_formats`), and `json` has `translation`: `{language, text, segments}`, its segments
-with the times of the segments they translate.
+segment (`languageScope: segment`). With `transcript.translate: en` the English translation
+(each segment's `translation`) is rendered as the outputs `en.srt`, `en.vtt` and `en.txt`
+(beside each of srt, vtt and txt asked for; `output_formats`), and `json` has `translation`:
+`{language, text, segments}`, its segments with the times of the segments they translate.
 
 Who said it (the speaker, else the channel of a split file): `json` gives each segment and word
-its `speaker` and `channel`; `aws.json` gives each item and audio segment its `speaker_label`
-(`spk_0` for S1, as AWS numbers them) and `channel_label` (`ch_0`), with
-`results.speaker_labels` (turns: runs of one speaker's items) and `results.channel_labels` (each
-channel's items) as AWS writes them; `vtt` a voice tag per cue (`<v S1>`); `srt` and `txt` the
-label before the first words after each change (`S1: `, a turn a paragraph in `txt`).
-A word Whisper split at a hyphen ("ill" + "-disposed") is one item ("ill-disposed").
-Redacted spans (`recall.transcripts.redact`) read `[EMAIL]`, `[PHONE]`, ... in every format but
-`aws.json`, which writes them as AWS's content redaction does: `[PII]` with a `redactions`
-entry naming the category, and `isRedacted` true. Words are shown in `json` only when the job
-asked for them (`wordTimings`); the other formats time their items and cues by them whenever
-the transcript has them.
+its `speaker` and `channel`; `vtt` a voice tag per cue (`<v S1>`); `srt` and `txt` the label
+before the first words after each change (`S1: `, a turn a paragraph in `txt`). Redacted spans
+(`recall.transcripts.redact`) read `[EMAIL]`, `[PHONE]`, ... in every format but `aws.json`.
+Words are shown in `json` only when the job asked for them (`wordTimings`); the other formats
+time their items and cues by them whenever the transcript has them.
 """
 
 from __future__ import annotations
@@ -46,30 +38,9 @@ from typing import Any
 from recall.media.types import Segment, Word
 from recall.resources import Format, OutputFormat, TranscriptionJob
 from recall.transcripts.aws import aws_json
-from recall.transcripts.layout import Transcript
+from recall.transcripts.records import Transcript
 from recall.transcripts.subtitles import Rules, cues, write
 from recall.transcripts.words import Token, text_of, timed_words, tokens
-
-CONTENT_TYPES = {
-    "json": "application/json",
-    "aws.json": "application/json",
-    "srt": "application/x-subrip",
-    "vtt": "text/vtt",
-    "txt": "text/plain; charset=utf-8",
-    "en.srt": "application/x-subrip",
-    "en.vtt": "text/vtt",
-    "en.txt": "text/plain; charset=utf-8",
-}
-
-
-def timestamp(seconds: float, separator: str) -> str:
-    """HH:MM:SS<sep>mmm, as SubRip (',') and WebVTT ('.') write times."""
-    millis = max(0, round(seconds * 1000))
-    hours, rest = divmod(millis, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    secs, millis = divmod(rest, 1000)
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{millis:03d}"
-
 
 TRANSLATED: dict[str, Format] = {"en.srt": "srt", "en.vtt": "vtt", "en.txt": "txt"}
 

@@ -67,8 +67,10 @@ class Cut:
 def step(
     holding: Holding, chunk: Chunk, segments: list[Segment], *, redacting: bool
 ) -> tuple[Holding, Cut | None]:
-    """The hold rule over `chunk` (its `segments` labelled with its channel): the holding for
-    the next chunk, and what its record stores (None for a chunk of a retake)."""
+    """The hold rule over `chunk` and its `segments` (labelled here with its channel): the holding
+    for the next chunk, and what its record stores (None for a chunk of a retake)."""
+    if chunk.channel:
+        segments = [labelled(s, chunk.channel) for s in segments]
     if holding.retake is not None and chunk.index < holding.retake[1]:
         first, end, since = holding.retake
         words, piece = from_time(segments, since)
@@ -115,8 +117,6 @@ class Prompt:
 
     def after(self, chunk: Chunk, segments: list[Segment]) -> str:
         """The context for the chunk after `chunk`, given what `chunk` was transcribed as."""
-        if chunk.channel:
-            segments = [labelled(s, chunk.channel) for s in segments]
         self.holding, cut = step(self.holding, chunk, segments, redacting=self.types is not None)
         if cut is None:  # a retake's chunk: its record is the checkpoint's
             text = self.texts[chunk.index] if chunk.index < len(self.texts) else ""

@@ -15,50 +15,12 @@
   with the Batch.
 - Keys never start with '/'; they are relative to the store URL (`RECALL_STORE_URL`).
 
-How each record is encoded (a chunk's, the cutting, the transcript): `recall.transcripts.records`;
-its `Record`, `Summary`, `Transcript` and the cutting's codec are named here too, for the
-modules that read keys and records together.
+How each record is encoded (a chunk's, the cutting, the transcript): `recall.transcripts.records`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from recall.transcripts.records import (
-    Record,
-    Summary,
-    Transcript,
-    decode_cutting,
-    encode_cutting,
-)
-
-__all__ = [
-    "CUTTING",
-    "INDEX",
-    "MAX_PARTS",
-    "ORIGINAL",
-    "OUTPUT",
-    "REDACTED_AUDIO",
-    "SCRATCH",
-    "TRANSCRIPT",
-    "Record",
-    "ScratchKey",
-    "Summary",
-    "Transcript",
-    "attempt_dir",
-    "chunk_key",
-    "decode_cutting",
-    "encode_cutting",
-    "index_key",
-    "index_prefix",
-    "job_prefix",
-    "namespace_prefix",
-    "original_chunk_key",
-    "original_key",
-    "output_key",
-    "parse_scratch",
-    "transcript_key",
-]
 
 SCRATCH = "scratch"
 INDEX = "index"
@@ -107,12 +69,8 @@ def output_key(directory: str, fmt: str) -> str:
     return f"{directory}{OUTPUT}.{fmt}"
 
 
-def index_prefix(namespace: str, batch: str, batch_uid: str) -> str:
-    return f"{INDEX}/{namespace}/{batch}/{batch_uid}/"
-
-
 def index_key(namespace: str, batch: str, batch_uid: str, item: str) -> str:
-    return f"{index_prefix(namespace, batch, batch_uid)}{item}.json"
+    return f"{INDEX}/{namespace}/{batch}/{batch_uid}/{item}.json"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from recall.resources import Output, OutputFormat, TranscriptionJob
 
-PLACEHOLDERS = ("key", "job", "batch", "namespace", "format")
-
 
 class OutputInvalid(ValueError):
     """The output URL has a placeholder this module does not know."""

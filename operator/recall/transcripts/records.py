@@ -8,14 +8,14 @@ Where each lives: `recall.transcripts.layout`.
   covers, the signature of the samples before its end, its segments with absolute times. A
   segment is `[start, end, "text"]`, or with the model's confidence and its words
   `[start, end, "text", confidence, [[start, end, "word", probability]…]]` (either may be
-  null). A segment may go on with its speaker and channel (`[..., words, "S1", "ch0"]`, a
-  trailing null left out), a word likewise with its speaker, channel and the type of a redacted
-  span (`[start, end, "[PHONE]", probability, "S1", null, "phone"]`). A record of a split file
-  says its channel (`"channel": "ch1"`); with redaction on, `"held": 12.3` says where the words
-  held back into the next record begin, and `"carried": true` that its first segment continues
-  the previous record's last one (`recall.transcripts.redact`). A resumed attempt reads the
-  chunks the checkpoint's parts name (`status.progress.parts`) and continues exactly after the
-  last, in the language they record.
+  null). A segment may go on with its speaker, channel, language and translation
+  (`[..., words, "S1", "ch0"]`, trailing nulls left out), a word likewise with its speaker,
+  channel and the type of a redacted span (`[start, end, "[PHONE]", probability, "S1", null,
+  "phone"]`). A record of a split file says its channel (`"channel": "ch1"`); with redaction
+  on, `"held": 12.3` says where the words held back into the next record begin, and
+  `"carried": true` that its first segment continues the previous record's last one
+  (`recall.transcripts.redact`). A resumed attempt reads the chunks the checkpoint's parts name
+  (`status.progress.parts`) and continues exactly after the last, in the language they record.
 - The cutting record is `{"format": 1, "cutting": {…}}`: how the media was cut, which a resumed
   attempt must cut the same way (`recall.media.types.Cutting`).
 - The transcript holds every segment once (in the same encoding), with the job, attempt and
@@ -46,8 +46,7 @@ def dumps(value: object) -> bytes:
 
 @dataclass(frozen=True)
 class Record:
-    """One chunk: its sample range, the signature before its end, its segments, and the
-    language detected for the file when it was known."""
+    """One chunk record (see the module docstring)."""
 
     first: int
     end: int
@@ -120,23 +119,17 @@ class Record:
             raise ValueError(f"not a chunk record: {e}") from None
 
     @property
-    def words(self) -> int:
-        return sum(len(s.text.split()) for s in self.segments)
-
-    @property
     def text(self) -> str:
         return text_of(self.segments)
 
 
 def _trimmed(values: list[Any]) -> list[Any]:
-    """`values` without its trailing Nones."""
     while values and values[-1] is None:
         values.pop()
     return values
 
 
 def encode_word(w: Word) -> list[Any]:
-    """`[start, end, text, probability]`, then speaker, channel and redacted type when set."""
     out = [round(w.start, 3), round(w.end, 3), w.text, round(w.probability, 4)]
     return out + _trimmed([w.speaker, w.channel, w.redacted])
 
@@ -156,8 +149,6 @@ def decode_word(item: list[Any]) -> Word:
 
 
 def encode_segment(s: Segment) -> list[Any]:
-    """`[start, end, text]`, with `confidence, words` after it when either is known, then its
-    speaker, channel, language and translation when set."""
     out: list[Any] = [round(s.start, 3), round(s.end, 3), s.text]
     extra = _trimmed([s.speaker, s.channel, s.language, s.translation])
     if s.confidence is not None or s.words is not None or extra:
@@ -221,8 +212,6 @@ class Summary:
     language: str | None = None
     language_probability: float | None = None
     channels: int = 1  # transcribed on their own (`channels: split`)
-    mono: bool = False  # split asked of a file of one channel
-    audio: str | None = None  # the key of the audio with the redacted spans silenced
 
 
 @dataclass(frozen=True)

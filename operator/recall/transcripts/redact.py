@@ -30,8 +30,7 @@ from collections.abc import Collection
 from recall.media.types import Segment, Word
 from recall.resources import RedactType
 from recall.transcripts.entities import EDGE, core, could_be_part, detect
-from recall.transcripts.subtitles import split
-from recall.transcripts.words import apart
+from recall.transcripts.words import apart, split
 
 HOLD_WORDS = 8
 MOST_HELD = 64
@@ -89,23 +88,14 @@ def _tag(words: list[Word], kind: RedactType) -> Word:
 
 
 def redact(segments: list[Segment], types: Collection[str]) -> list[Segment]:
-    """`segments` with every entity of `types` replaced by its tag (see the module contract).
-    An entity across segments goes into the first one's words; a segment keeps its times. The
-    English translations (`transcript.translate`) are redacted the same way, over all segments'
-    translations together: an entity across two translations is the first one's tag, and a
-    translation left with nothing is None."""
+    """`segments` and their translations with every entity of `types` replaced by its tag (see
+    the module contract), in the first segment it spans; times kept, an emptied translation None."""
     found = _redact_words(segments, types)
     translations = redact_texts([s.translation or "" for s in found], types)
     return [
         s if (s.translation or "") == t else s.model_copy(update={"translation": t or None})
         for s, t in zip(found, translations, strict=True)
     ]
-
-
-def redact_text(text: str, types: Collection[str]) -> str:
-    """`text` with every entity of `types` replaced by its tag, the punctuation around it kept."""
-    (out,) = redact_texts([text], types)
-    return out
 
 
 def redact_texts(texts: list[str], types: Collection[str]) -> list[str]:

@@ -16,28 +16,25 @@ Contract (layout: `layout`):
   the chunks it carries into its own directory first, so its checkpoint names one part.
 - The language detected for the file (`spec.language` auto or empty on a multilingual model)
   is recorded in every chunk record from the chunk it was detected at on, so a resumed attempt
-  goes on in it (`Checkpoint.language`) instead of detecting again; `finish` records it, with
+  goes on in it (`AttemptWriter.language`) instead of detecting again; `finish` records it, with
   the model and its digest, in the transcript: with its probability only when the engine gave
   one, and no language at all for `auto` when nothing was detected (never "auto").
 - A chunk of a file split into channels labels its segments and words with its channel; the
   transcript interleaves the channels by time (`recall.transcripts.assemble`, which also joins
   a sentence cut at a chunk's end).
-- Redaction (`spec.transcript.redact`): each chunk is redacted as it is stored
-  (`recall.transcripts.redact`), its last words held back into the next chunk's record (the
-  hold rule) so that an entity across the seam is found whole: no record, transcript or output
-  holds the unredacted text. `redact.keepOriginal` stores each chunk's unredacted record beside
-  it (`c000042.original.json`) and the unredacted transcript as `original.json`, deleted with
-  the job's other objects. A resume from a record that held words back transcribes the chunks
-  those words were said in again (the last one, or more when they go back over short chunks)
-  and keeps only the words from where the hold began (the held words were never written in the
-  clear): a chunk or two more for the engine, nothing lost. The hold rule's state from record
-  to record is `recall.transcripts.holding`'s.
+- Redaction (`spec.transcript.redact`): each chunk is redacted as it is stored, under the hold
+  rule (`recall.transcripts.holding`; a resume retakes the chunks of the words held back,
+  `recall.transcripts.checkpoint`): no record, transcript or output holds the unredacted text.
+  `redact.keepOriginal` stores each chunk's unredacted record beside it
+  (`c000042.original.json`) and the unredacted transcript as `original.json`, deleted with the
+  job's other objects.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import partial
 
 from recall.bucket import Bucket
 from recall.media.types import Chunk, Cutting, Media, Segment
@@ -45,45 +42,29 @@ from recall.resources import AUTO, OutputFormat, Part, RedactSpec, Transcription
 from recall.transcripts.assemble import assemble
 from recall.transcripts.checkpoint import Checkpoint, directory_of, language_of
 from recall.transcripts.formats import render
-from recall.transcripts.holding import Cut, Holding, labelled, step, stored
+from recall.transcripts.holding import Holding, step, stored
 from recall.transcripts.layout import (
     CUTTING,
     MAX_PARTS,
     REDACTED_AUDIO,
-    Record,
-    Summary,
-    Transcript,
     chunk_key,
-    encode_cutting,
     original_chunk_key,
     original_key,
     output_key,
     transcript_key,
 )
+from recall.transcripts.records import Record, Summary, Transcript, encode_cutting
 from recall.transcripts.subtitles import Rules
 
 
 def wants_words(job: TranscriptionJob) -> bool:
-    """Whether `job` asks for word timings (`spec.transcript.words`)."""
     t = job.spec.transcript
     return bool(t and t.words)
 
 
 def asked_language(job: TranscriptionJob) -> str | None:
-    """The language `job` names (`spec.language`); None for `auto` or none."""
     language = (job.spec.language or "").strip()
     return language if language and language != AUTO else None
-
-
-def redaction(job: TranscriptionJob) -> RedactSpec | None:
-    """What `job` redacts (`spec.transcript.redact`), if anything."""
-    t = job.spec.transcript
-    return t.redact if t else None
-
-
-def subtitle_rules(job: TranscriptionJob) -> Rules:
-    t = job.spec.transcript
-    return Rules.of(t.subtitles if t else None)
 
 
 def load_transcript(bucket: Bucket, key: str) -> Transcript | None:
@@ -105,7 +86,6 @@ class AttemptWriter:
     job: TranscriptionJob
     attempt: int
     token: str
-    cutting: Cutting | None = None
     carried: tuple[Part, ...] = ()
     records: list[Record] = field(default_factory=list)
     own_first: int = 0
@@ -125,23 +105,12 @@ class AttemptWriter:
     def chunks(self) -> int:
         return len(self.records)
 
-    @property
-    def words(self) -> int:
-        return sum(r.words for r in self.records)
-
     def parts(self) -> list[Part]:
         """The checkpoint: the parts carried from earlier attempts, then this attempt's own."""
-        own = []
-        if self.chunks > self.own_first:
-            own = [
-                Part(
-                    attempt=self.attempt,
-                    token=self.token,
-                    first=self.own_first,
-                    end=self.chunks,
-                )
-            ]
-        return [*self.carried, *own]
+        if self.chunks <= self.own_first:
+            return list(self.carried)
+        own = Part(attempt=self.attempt, token=self.token, first=self.own_first, end=self.chunks)
+        return [*self.carried, own]
 
     def begin(self, cutting: Cutting, carried: Checkpoint | None) -> list[Part]:
         """Write how the media is cut; take over the chunks of `carried` (a checkpoint cut the
@@ -153,7 +122,7 @@ class AttemptWriter:
             for i, record in enumerate(records):  # one part again: copy what is carried
                 self.bucket.put(chunk_key(self.directory, i), record.encode())
             parts = ()
-        self.cutting, self.carried, self.records = cutting, parts, records
+        self.carried, self.records = parts, records
         self.own_first = 0 if not parts else len(records)
         self.holding, self.originals = Holding.resuming(carried), {}
         if parts == () and carried is not None and self.keep_original:
@@ -165,15 +134,15 @@ class AttemptWriter:
 
     @property
     def redact(self) -> RedactSpec | None:
-        return redaction(self.job)
+        t = self.job.spec.transcript
+        return t.redact if t else None
 
     @property
     def keep_original(self) -> bool:
         return bool(self.redact and self.redact.keep_original)
 
     def _directory_of(self, index: int, checkpoint: Checkpoint | None = None) -> str:
-        """The directory whose records hold chunk `index` (carried parts, else this
-        attempt's)."""
+        """The directory of chunk `index`'s record: a carried part's, else this attempt's."""
         for part in checkpoint.parts if checkpoint else self.carried:
             if part.first <= index < part.end:
                 return directory_of(self.job, part.attempt, part.token)
@@ -192,8 +161,6 @@ class AttemptWriter:
     ) -> list[Part]:
         """Store the segments of `chunk`, the next chunk in order, and the language detected
         for the file (`language`, else the one an earlier record has); returns the parts."""
-        if chunk.channel:
-            segments = [labelled(s, chunk.channel) for s in segments]
         spec = self.redact
         holding, cut = step(self.holding, chunk, segments, redacting=spec is not None)
         if cut is None:  # a retake's chunk: its words are held for the next record
@@ -202,15 +169,16 @@ class AttemptWriter:
         if chunk.index != self.chunks:
             raise ValueError(f"chunk {chunk.index} out of order: {self.chunks} stored")
         language = language or self.language
+        record_of = partial(Record.of, chunk, language=language, held=cut.held, carried=cut.carried)
         original = None
         # Each record kept as stored (times to the millisecond): what a resume reads back, so
         # a resumed attempt labels and writes the same as an unbroken one.
         if self.keep_original:  # the unredacted record, under its own key
-            raw = self._record(chunk, [*cut.ended, *cut.kept], language, cut).encode()
+            raw = record_of([*cut.ended, *cut.kept]).encode()
             self.bucket.put(original_chunk_key(self.directory, chunk.index), raw)
             original = Record.decode(raw)
         types = spec.types if spec is not None else None
-        raw = self._record(chunk, stored(cut, types), language, cut).encode()
+        raw = record_of(stored(cut, types)).encode()
         self.bucket.put(chunk_key(self.directory, chunk.index), raw)
         record = Record.decode(raw)
         # Only now, the writes done: a write repeated after a lost answer sees the same state.
@@ -224,15 +192,6 @@ class AttemptWriter:
     def pending(self) -> list[Segment]:
         """The words held back into the next record (unredacted, in memory only)."""
         return list(self.holding.pending)
-
-    @staticmethod
-    def _record(
-        chunk: Chunk,
-        segments: list[Segment],
-        language: tuple[str, float | None] | None,
-        cut: Cut,
-    ) -> Record:
-        return Record.of(chunk, segments, language, held=cut.held, carried=cut.carried)
 
     def finish(
         self,
@@ -258,7 +217,7 @@ class AttemptWriter:
         for fmt in formats:
             body = render(transcript, fmt).encode()
             self.bucket.put(output_key(self.directory, fmt), body)
-        audio = self._redacted_audio(segments, media)
+        self._redacted_audio(segments, media)
         return Summary(
             chunks=self.chunks,
             duration=transcript.duration,
@@ -270,8 +229,6 @@ class AttemptWriter:
             language=transcript.language,
             language_probability=transcript.language_probability,
             channels=int(getattr(media, "channels", 1)),
-            mono=bool(getattr(media, "mono", False)),
-            audio=audio,
         )
 
     def _transcript(
@@ -289,7 +246,7 @@ class AttemptWriter:
         spoken = most_spoken(segments)  # languageScope segment: each segment has its own
         if spoken is not None and (detected is None or detected[0] != spoken):
             detected = (spoken, None)
-        rules = subtitle_rules(self.job)
+        rules = Rules.of(spec.transcript.subtitles if spec.transcript else None)
         return Transcript(
             segments=segments,
             duration=round(duration, 3),
@@ -312,16 +269,14 @@ class AttemptWriter:
             redacted=list(self.redact.types) if self.redact else None,
         )
 
-    def _redacted_audio(self, segments: list[Segment], media: Media | None) -> str | None:
-        """With `redact.audio`, write the media's audio with the redacted words silenced;
-        returns its key (None: not asked, or the media has no audio)."""
+    def _redacted_audio(self, segments: list[Segment], media: Media | None) -> None:
+        """With `redact.audio`, write the media's audio with the redacted words silenced (when
+        it has audio)."""
         silenced = getattr(media, "silenced", None)
         if self.redact is None or not self.redact.audio or not callable(silenced):
-            return None
+            return
         spans = [(w.start, w.end) for s in segments for w in s.words or [] if w.redacted]
-        audio = output_key(self.directory, REDACTED_AUDIO)
-        self.bucket.put(audio, silenced(spans))
-        return audio
+        self.bucket.put(output_key(self.directory, REDACTED_AUDIO), silenced(spans))
 
     def _originals(self) -> list[Record]:
         """Every chunk's unredacted record: this attempt's from memory, the carried ones read

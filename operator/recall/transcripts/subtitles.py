@@ -3,7 +3,6 @@
     rules = Rules.of(job.spec.transcript.subtitles if ... else None)
     found = cues(transcript.segments, rules)     # [Cue(start, end, lines), ...]
     text = write(found, "srt")                    # or "vtt"
-    problems = check(found, rules)                # [] when every rule holds
 
 Contract:
 - The words come from the segments' word timings when the transcript has them. A segment
@@ -31,17 +30,15 @@ Contract:
   English of a translation): a cue never holds two; `write` puts WebVTT's language span around
   each such cue's text (`<lang de>…</lang>`, inside the voice tag). SubRip has no language
   markup: its cues carry none.
-- A word Whisper split at a hyphen ("ill" + "-disposed") is one word here ("ill-disposed"), as
-  is a word it wrote in pieces (a piece without its leading space: "example" + ".com"): the
-  words are `recall.transcripts.words`'s.
+- The words are `recall.transcripts.words`'s: a word Whisper split or wrote in pieces is one.
 - `write` formats with pysubs2 (SubRip and WebVTT writers) rather than by hand; times are
-  whole milliseconds. `check` re-states the rules as a test and a benchmark read them back.
+  whole milliseconds. `bench.cues.check` re-states the rules for the tests and benchmarks.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from typing import Any, Literal
 
@@ -50,7 +47,6 @@ import pysubs2
 from recall.media.types import Segment
 from recall.resources import SubtitleSpec
 from recall.transcripts.words import Token, text_of, tokens
-from recall.transcripts.words import split as split  # recall.transcripts.redact reads it here
 from recall.transcripts.words import width as columns
 
 SENTENCE_END = (".", "?", "!", "…", '."', '?"', '!"', ".'", "?'", "!'", "。", "！", "？", "。」")
@@ -67,7 +63,6 @@ COST_SENTENCE, COST_CLAUSE, COST_PAUSE, COST_SEGMENT, COST_ANY, COST_WEAK = 0, 2
 COST_CUE = 3  # every cue costs this: fuller cues beat more cues
 COST_SHORT = 4  # a cue under a third of a line and a second: a flash on screen
 BACKSLASH = "\ue000"  # a text's backslash while pysubs2 writes it (a private-use character)
-EPSILON = 0.0015  # tolerance of `check` for times rounded to milliseconds
 
 
 @dataclass(frozen=True)
@@ -82,25 +77,15 @@ class Rules:
 
     @classmethod
     def of(cls, spec: SubtitleSpec | None) -> Rules:
-        if spec is None:
-            return cls()
-        given = {k: v for k, v in spec.model_dump().items() if v is not None}
-        return cls(**given)
+        return cls(**spec.model_dump(exclude_none=True)) if spec is not None else cls()
 
     def to_data(self) -> dict[str, Any]:
-        return {
-            "maxLineCharacters": self.max_line_characters,
-            "maxLines": self.max_lines,
-            "maxCueSeconds": self.max_cue_seconds,
-            "minCueSeconds": self.min_cue_seconds,
-            "minGapSeconds": self.min_gap_seconds,
-        }
+        """The CRD's field names (camelCase), as `SubtitleSpec` dumps them."""
+        return SubtitleSpec(**asdict(self)).model_dump(by_alias=True)
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> Rules:
-        if not data:
-            return cls()
-        return cls.of(SubtitleSpec.model_validate(data))
+        return cls.of(SubtitleSpec.model_validate(data)) if data else cls()
 
 
 @dataclass(frozen=True)
@@ -315,31 +300,6 @@ def timed(
     return out
 
 
-def check(found: list[Cue], rules: Rules | None = None) -> list[str]:
-    """What breaks the rules in `found`, one line per broken rule and cue ([] when none)."""
-    rules = rules or Rules()
-    problems: list[str] = []
-    for i, cue in enumerate(found, start=1):
-        words = cue.text.split()
-        if len(cue.lines) > rules.max_lines:
-            problems.append(f"cue {i}: {len(cue.lines)} lines")
-        for line in cue.lines:
-            if len(line) > rules.max_line_characters and len(line.split()) > 1:
-                problems.append(f"cue {i}: a line of {len(line)} characters")
-        if cue.end <= cue.start:
-            problems.append(f"cue {i}: ends at {cue.end:.3f} s, before it starts")
-        if cue.end - cue.start > rules.max_cue_seconds + EPSILON:
-            problems.append(f"cue {i}: {cue.end - cue.start:.2f} s on screen")
-        before = [c for c in found[: i - 1] if c.channel == cue.channel]
-        if before:  # the cues of two channels may overlap: each channel's may not
-            gap = cue.start - before[-1].end
-            if gap < rules.min_gap_seconds - EPSILON:
-                problems.append(f"cue {i}: {gap:.3f} s after the previous cue")
-        if not words:
-            problems.append(f"cue {i}: empty")
-    return problems
-
-
 def write(found: list[Cue], fmt: Literal["srt", "vtt"]) -> str:
     """`found` as a SubRip or WebVTT file, by pysubs2 (a WebVTT cue with a speaker in its
     voice tag, its language in a language span)."""
@@ -361,12 +321,3 @@ def write(found: list[Cue], fmt: Literal["srt", "vtt"]) -> str:
         )
     out: str = subs.to_string(fmt, apply_styles=False, keep_ssa_tags=True)
     return out.replace(BACKSLASH, "\\")
-
-
-def parse(text: str, fmt: Literal["srt", "vtt"]) -> list[Cue]:
-    """Cues read back from a SubRip or WebVTT file, by pysubs2 (for tests and benchmarks)."""
-    subs = pysubs2.SSAFile.from_string(text, format_=fmt)
-    return [
-        Cue(e.start / 1000, e.end / 1000, tuple(e.text.replace(r"\N", "\n").split("\n")))
-        for e in subs
-    ]

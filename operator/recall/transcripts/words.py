@@ -45,7 +45,6 @@ NO_LINE_START = frozenset(
 
 
 def unspaced(ch: str) -> bool:
-    """Whether the character `ch` is of a script written without spaces between words."""
     code = ord(ch)
     return any(low <= code <= high for low, high in UNSPACED)
 
@@ -75,7 +74,6 @@ class Token:
 
 
 def timed_words(segment: Segment) -> bool:
-    """Whether `segment` has word timings of its own (`words` None, empty or blank: not)."""
     return any(w.text.strip() for w in segment.words or [])
 
 
@@ -110,7 +108,6 @@ def goes_on(previous: str, raw: str, *, pieces: bool) -> bool:
 
 
 def text_of(words: list[Token]) -> str:
-    """`words` as text: a space before each that has one (`Token.space`)."""
     return "".join((" " if k and w.space else "") + w.text for k, w in enumerate(words))
 
 

@@ -22,9 +22,7 @@ good: wrong credentials, a missing bucket, a bad URL).
 - The transcript (and the output formats the job asks for) is written before `complete`, whose
   fenced write alone makes it the result (`recall.worker.hand_in`). What an attempt wrote and
   no accepted result references is deleted by the operator.
-- Store calls are retried on transient errors while the lease holds (the heartbeater keeps it
-  renewed): a store that is down or slow delays the job, never the worker. A refusal (access,
-  a missing bucket) is never retried (`recall.worker.storing`).
+- Store calls are retried on transient errors while the lease holds (`recall.worker.storing`).
 - On `Stopped`, and on a failure of the engine or the store (or a bug), what the engine already
   transcribed is stored first (a batch or two at most, within `DRAIN_SECONDS`), so the release
   or fail carries it as the checkpoint. A lost lease stores nothing more.
@@ -35,7 +33,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterator
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from recall.base import metrics
 from recall.bucket import Bucket, StoreError
@@ -53,6 +51,7 @@ from recall.transcripts import (
 )
 from recall.worker.cadence import Cadence
 from recall.worker.deadline import LeaseLost
+from recall.worker.engine_thread import EngineThreads, Stopped
 from recall.worker.hand_in import hand_in
 from recall.worker.holder import LeaseHolder
 from recall.worker.pipeline import Decoder, Stopwatch, Storer, Transcribed
@@ -64,36 +63,14 @@ DECODE_DEPTH = 2  # chunks decoded ahead of the engine at most (their audio is i
 STORE_DEPTH = 4  # transcribed chunks waiting for the store at most (then the engine waits)
 
 
-class Stopped(Exception):
-    """The worker is stopping and the grace period ended: release the lease."""
-
-
-class EngineCall(Protocol):
-    """Runs `fn` on the engine thread; returns early (raising) when the lease is lost or the
-    grace period ends."""
-
-    def __call__(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T: ...
-
-
 class Transcription:
     """Transcribes leased jobs with one engine into one results store."""
 
-    def __init__(
-        self,
-        results: Bucket,
-        engine: Engine,
-        call: EngineCall,
-        check_stop: Callable[[LeaseHolder], None],
-        *,
-        decode_depth: int = DECODE_DEPTH,
-        store_depth: int = STORE_DEPTH,
-    ) -> None:
+    def __init__(self, results: Bucket, engine: Engine, threads: EngineThreads) -> None:
         self.results = results
         self.engine = engine
-        self.call = call  # runs a function on the engine thread, stopping with the lease
-        self.check_stop = check_stop  # raises LeaseLost or Stopped
-        self.decode_depth = decode_depth
-        self.store_depth = store_depth
+        self.call = threads.call  # runs a function on the engine thread, stopping with the lease
+        self.check_stop = threads.check_stop  # raises LeaseLost or Stopped
 
     def run(
         self, h: LeaseHolder, cancel: threading.Event, watch: Stopwatch, cadence: Cadence
@@ -127,29 +104,14 @@ class Transcription:
         """The checkpoint to resume from, or None (there is none, or it cannot be used)."""
         job = h.known
         progress = job.status.progress
-        parts: list[Part] = list(progress.parts) if progress else []
-        if not parts:
+        if progress is None or not progress.parts:
             return None
         try:
-            return self.store(
-                h, watch, "to read the checkpoint", lambda: read_checkpoint(self.results, job)
-            )
+            read = functools.partial(read_checkpoint, self.results, job)
+            return store_call(h, watch, "to read the checkpoint", read, self.check_stop)
         except CheckpointUnusable as e:
             h.log.warning("checkpoint_discarded", reason=str(e))
             return None
-
-    def store(
-        self,
-        h: LeaseHolder,
-        watch: Stopwatch,
-        what: str,
-        fn: Callable[[], T],
-        *,
-        aborted: threading.Event | None = None,
-    ) -> T:
-        """A results-store call, retried on transient errors while the lease holds
-        (`recall.worker.storing`); `aborted` (a pipeline stage's) ends the retries too."""
-        return store_call(h, watch, what, fn, self.check_stop, aborted=aborted)
 
 
 class _Attempt:
@@ -175,12 +137,7 @@ class _Attempt:
         """Every chunk after `checkpoint` through the engine into the store; returns the
         media's exact chunk count once all of them are durable."""
         h, media, writer = self.h, self.media, self.writer
-        parts = self.t.store(
-            h,
-            self.watch,
-            "to store the cutting",
-            lambda: writer.begin(media.cutting, checkpoint),
-        )
+        parts = self._store_cutting(checkpoint)
         resume = checkpoint.resume if checkpoint and checkpoint.chunks else None
         if resume is not None and checkpoint is not None:
             h.log.info(
@@ -199,14 +156,13 @@ class _Attempt:
             return self._run(media.chunks(resume, self.cancel), prompt)
         except ResumeInvalid as e:  # raised before any chunk: start over from nothing
             h.log.warning("checkpoint_discarded", reason=e.message)
-            parts = self.t.store(
-                h,
-                self.watch,
-                "to store the cutting",
-                lambda: writer.begin(media.cutting, None),
-            )
+            parts = self._store_cutting(None)
             h.checkpoint(Progress.of(0, media.chunks_total(0, 0), parts))
             return self._run(media.chunks(None, self.cancel), Prompt.of(types))
+
+    def _store_cutting(self, checkpoint: Checkpoint | None) -> list[Part]:
+        begin = functools.partial(self.writer.begin, self.media.cutting, checkpoint)
+        return store_call(self.h, self.watch, "to store the cutting", begin, self.t.check_stop)
 
     def _run(self, chunks: Iterator[Chunk], prompt: Prompt) -> int:
         name, batch = self.h.name, max(1, self.t.engine.batch_size)
@@ -214,10 +170,10 @@ class _Attempt:
             chunks,
             self.watch,
             name=f"decode-{name}",
-            depth=max(self.t.decode_depth, batch),  # the next batch decodes beside this one
+            depth=max(DECODE_DEPTH, batch),  # the next batch decodes beside this one
         )
         # A whole batch is handed over at once: room for two, so the engine does not wait.
-        depth = max(self.t.store_depth, 2 * batch)
+        depth = max(STORE_DEPTH, 2 * batch)
         storer = Storer(
             self._store, self._stored, name=f"store-{name}", depth=depth, clock=self.h.clock
         )
@@ -235,11 +191,11 @@ class _Attempt:
                         made.pop(0)
                         prompt.after(chunk, segments)  # a silent chunk keeps the text
                 storer.drain(self.poll)
-            except LeaseLost:
-                raise  # nothing more is written: the finally aborts both stages
-            except Exception as e:
-                if isinstance(e, ResumeInvalid):
-                    raise  # raised before any chunk: nothing to store
+            except (LeaseLost, ResumeInvalid):
+                # lost: nothing more is written (the finally aborts both stages); a resume
+                # found invalid: raised before any chunk, nothing to store
+                raise
+            except Exception:
                 # Stopped, a failure of the engine or the store, or a bug: what the engine made
                 # is paid for; store it, so the release or fail that follows carries it as the
                 # checkpoint.
@@ -343,11 +299,12 @@ class _Attempt:
     def _store(self, item: Transcribed) -> None:
         chunk = item.chunk
         self.h.check()  # a lost lease writes nothing more, to the store either
-        self.t.store(
+        store_call(
             self.h,
             self.watch,
             f"to store chunk {chunk.index}",
             lambda: self.writer.add(chunk, item.segments),
+            self.t.check_stop,
             aborted=self.storer.aborted,
         )
 

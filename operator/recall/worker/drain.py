@@ -77,7 +77,9 @@ class Drain:
                 _log.info("drain_cancelled", worker=self.worker, request=self._request)
                 self._request = None
                 self._open.set()
-            return (IDLE if self._free() else BUSY), None
+            with self._cond:
+                free = self._cond.wait_for(lambda: self._turns == 0, timeout=self.wait)
+            return (IDLE if free else BUSY), None
         if self._request == request:
             return DRAINING, answer(request, drained=True)
         with self._cond:
@@ -88,7 +90,3 @@ class Drain:
             self._open.clear()
         _log.info("drained", worker=self.worker, request=request)
         return DRAINING, answer(request, drained=True)
-
-    def _free(self) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: self._turns == 0, timeout=self.wait)

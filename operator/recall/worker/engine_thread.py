@@ -19,15 +19,18 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from recall.worker.attempt import Stopped
 from recall.worker.deadline import LeaseLost
 from recall.worker.holder import LeaseHolder
 
 T = TypeVar("T")
 
 
+class Stopped(Exception):
+    """The worker is stopping and the grace period ended: release the lease."""
+
+
 class EngineThreads:
-    """The slots' engine threads (the `EngineCall` of `recall.worker.attempt`)."""
+    """The slots' engine threads, which `recall.worker.attempt` calls the engine through."""
 
     def __init__(self, check_stop: Callable[[LeaseHolder], None]) -> None:
         self.check_stop = check_stop  # raises LeaseLost or Stopped
@@ -36,7 +39,6 @@ class EngineThreads:
         self._lock = threading.Lock()  # the executors of every slot
 
     def _thread(self) -> concurrent.futures.ThreadPoolExecutor:
-        """This slot's engine thread (one per slot: their engine calls run side by side)."""
         executor: concurrent.futures.ThreadPoolExecutor | None = getattr(
             self._slot, "executor", None
         )
@@ -48,8 +50,7 @@ class EngineThreads:
         return executor
 
     def call(self, h: LeaseHolder, cancel: threading.Event, fn: Callable[[], T]) -> T:
-        """Run `fn` on the slot's engine thread; return early if the lease is lost or grace
-        ends."""
+        """Run `fn` on the slot's engine thread (the module's guarantees)."""
         self.check_stop(h)  # nothing starts on a lease known lost
         executor = self._thread()
         future = executor.submit(fn)

@@ -84,5 +84,4 @@ class Liveness:
                 del format, args  # the probe runs every few seconds: no access log
 
         self.server = ThreadingHTTPServer((addr, port), Handler)
-        self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="healthz", daemon=True).start()

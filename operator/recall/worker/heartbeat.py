@@ -24,8 +24,7 @@ class Heartbeater:
     It sleeps until the next renewal is due (`Cadence.due`: a heartbeat `heartbeat` seconds
     after the last successful write by anyone, or the pending checkpoint `checkpoint` seconds
     after the last one written) and wakes early when a checkpoint or a write changes that. After
-    a failed write it tries again every `heartbeat / 4`. It stops on exit of the `with` block,
-    when the lease is lost, or at the renew deadline.
+    a failed write it tries again every `heartbeat / 4`.
     """
 
     def __init__(self, holder: LeaseHolder, cadence: Cadence) -> None:
@@ -45,19 +44,15 @@ class Heartbeater:
         self.holder.wake.set()
         self._thread.join(timeout=30)
 
-    def due(self) -> float:
-        h = self.holder
-        return self.cadence.due(
-            since_renewal=h.seconds_since_renewal(),
-            since_checkpoint=h.seconds_since_checkpoint(),
-            pending=h.pending is not None,
-        )
-
     def _run(self) -> None:
         h = self.holder
         while not self._stop.is_set() and not h.final:
             h.wake.clear()
-            wait = self.due()
+            wait = self.cadence.due(
+                since_renewal=h.seconds_since_renewal(),
+                since_checkpoint=h.seconds_since_checkpoint(),
+                pending=h.pending is not None,
+            )
             if wait > 0.005:
                 h.clock.wait(h.wake, wait)
                 continue

@@ -14,19 +14,13 @@ Guarantees:
   chunks whose objects are durable), so the status never names a chunk that is not stored;
   fail and release carry it too, so the next attempt resumes from it. When writes fall due is
   the heartbeater's cadence (`recall.worker.cadence`), never one write per chunk.
-- The renew deadline (`recall.worker.deadline`: a share of the lease, shorter than it) counts
-  from when the last successful write was SENT, on an injected monotonic clock (by default
-  CLOCK_BOOTTIME, which keeps counting while the machine is suspended). Once it passes without
-  a successful write, the lease counts as lost: the holder stops before the operator's reclaim
-  could give the job to someone else. A slow answer therefore never extends the lease in the
-  holder's eyes.
-- Transient API errors are retried until the renew deadline, then reported as a lost lease:
-  the outcome is always known in time. That is the write's one retry loop (`RenewDeadline.send`):
-  under it the fenced write decides again on a 409 and the API client retries nothing. A 429
-  is retried no sooner than its Retry-After (jittered) and never past the deadline. So is an
-  RBAC refusal (a kube-apiserver that just started refuses until its caches are filled); an
-  admission policy's refusal is final. A write whose answer was lost is settled by reading the
-  job back (`fencing`): an applied complete is a success, never a lost lease.
+- The renew deadline and the write's one retry loop are `recall.worker.deadline`'s; its clock
+  is injected (by default CLOCK_BOOTTIME, which keeps counting while the machine is suspended).
+  A lease past it counts as lost, so the holder stops before the operator's reclaim could give
+  the job to someone else, and a slow answer never extends it. Transient errors are retried
+  until then, and then reported as a lost lease: the outcome is always known in time. A write
+  whose answer was lost is settled by reading the job back (`fencing`): an applied complete is
+  a success, never a lost lease.
 - A refusal (the lease was reclaimed, re-issued, cancelled) marks the lease lost; from then on
   every write raises `LeaseLost` without reaching the API server. `lost` is an Event the work's
   stages wait on, so a lost lease stops all of them at once. `verify` (on the lease watch's hint)
@@ -77,11 +71,11 @@ class LeaseHolder:
         self.writes = 1  # the claim
         self._seq = 1  # the claim's fence suffix
         self._checkpointed_at = sent_at  # ... and the last one that carried a checkpoint
-        self._pending: Progress | None = None  # durable progress no write has carried yet
+        self.pending: Progress | None = None  # durable progress no write has carried yet
         progress = job.status.progress
         self._checkpoint_chunks = progress.chunks_done if progress else 0  # as last written
         self.wake = threading.Event()  # set when something for the heartbeater changed
-        self._final = False  # a complete, fail or release was sent: the lease ends by our hand
+        self.final = False  # a complete, fail or release was sent: the lease ends by our hand
         self._lock = threading.Lock()  # one write at a time
         self._pending_lock = threading.Lock()  # the pending checkpoint (the store stage sets it)
         self.log = log.get("worker").bind(
@@ -160,42 +154,27 @@ class LeaseHolder:
     def attempt(self) -> int:
         return self.known.status.attempts
 
-    @property
-    def lost_reason(self) -> str:
-        return self.deadline.reason
-
     def seconds_since_renewal(self) -> float:
         return self.deadline.since_renewal()
 
     def seconds_since_checkpoint(self) -> float:
         return self.clock.monotonic() - self._checkpointed_at
 
-    @property
-    def final(self) -> bool:
-        """A complete, fail or release was sent: the lease ends by the holder's own hand."""
-        return self._final
-
-    @property
-    def pending(self) -> Progress | None:
-        """The durable progress that no write has carried yet."""
-        return self._pending
-
     def checkpoint(self, progress: Progress) -> None:
         """Record progress whose chunks are durable in the store; the next renewal (on the
         heartbeater's cadence) carries it. No write of its own, and never waits for one."""
         with self._pending_lock:
-            self._pending = progress
+            self.pending = progress
         self.wake.set()
 
     def check(self) -> None:
-        """Raise `LeaseLost` if the lease is lost or the renew deadline has passed. Lock-free."""
         self.deadline.check()
 
     def verify(self, why: str) -> None:
         """Something suggests the lease is gone (the lease watch, `recall.worker.held`): read
         the job, and mark the lease lost when the read shows it is not ours. Never writes; a
         failed read leaves it to the next write and the renew deadline."""
-        if self.lost.is_set() or self._final:
+        if self.lost.is_set() or self.final:
             return
         try:
             job = self.store.get_job(self.known.namespace, self.known.name, timeout=5.0)
@@ -206,7 +185,7 @@ class LeaseHolder:
             self.deadline.mark_lost("Gone", f"{why}: the job was deleted")
             return
         refusal = lease.holder_refusal(job.status, self.worker, self.token)
-        if refusal is not None and not self._final:
+        if refusal is not None and not self.final:
             # the reason the next write would be refused with (Terminal, NotLeased, ...)
             self.deadline.mark_lost(refusal.reason, f"{why}: {refusal.detail}")
 
@@ -308,14 +287,14 @@ class LeaseHolder:
         while not self._lock.acquire(timeout=0.1):
             self.check()
         try:
-            if action == "renew" and self._final:
+            if action == "renew" and self.final:
                 return self.known  # a complete, fail or release was sent: nothing to keep alive
             if unless_within is not None and self.seconds_since_renewal() < unless_within:
                 self.check()
                 return self.known
-            carried = self._pending if carries_checkpoint else None
+            carried = self.pending if carries_checkpoint else None
             if action != "renew":
-                self._final = True
+                self.final = True
             job = self._locked_write(action, lambda seq: make(seq, carried))
             if carried is not None:
                 self._checkpointed(carried)
@@ -327,8 +306,8 @@ class LeaseHolder:
         """`carried` is in the status now (the write that carried it succeeded)."""
         self._checkpointed_at = self.deadline.renewed_at
         with self._pending_lock:  # a newer checkpoint given meanwhile stays pending
-            if self._pending is carried:
-                self._pending = None
+            if self.pending is carried:
+                self.pending = None
         metrics.CHECKPOINTS.inc()
         for chunks in range(self._checkpoint_chunks + 1, carried.chunks_done + 1):
             faults.hit("worker-after-chunk", chunk=chunks)
@@ -370,14 +349,13 @@ class LeaseHolder:
         if action == "renew" and self.lost.is_set():
             # Another thread passed the renew deadline while this write was in flight: the
             # lease stays lost (a loss is final), and the work stops.
-            raise LeaseLost(self.lost_reason)
+            raise LeaseLost(self.deadline.reason)
         return result.job
 
     def _fenced(
         self, transition: Transition, action: str, sent: list[RawObject], timeout: float
     ) -> WriteResult:
-        """One try of a holder's write: `sent` are the patches of earlier tries that may have
-        been applied; the API client retries nothing (the deadline's loop does)."""
+        """One try of a holder's write: `sent` are earlier tries' patches maybe applied."""
         return fenced_write(
             self.store,
             self.known.namespace,

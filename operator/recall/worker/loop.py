@@ -56,18 +56,17 @@ from recall.kube import PERMANENT_ERRORS, Api, ApiError, retry_pause
 from recall.protocol.workers import FAILED, EngineState
 from recall.resources import Phase, TranscriptionJob
 from recall.resources.errors import JobFailure
-from recall.worker.attempt import Stopped, Transcription
+from recall.worker.attempt import Transcription
 from recall.worker.cadence import Cadence
 from recall.worker.deadline import LeaseLost
 from recall.worker.drain import Drain
-from recall.worker.engine_thread import EngineThreads
+from recall.worker.engine_thread import EngineThreads, Stopped
 from recall.worker.failures import unexpected
 from recall.worker.heartbeat import Heartbeater
 from recall.worker.held import HeldJobs
 from recall.worker.holder import LeaseHolder
 from recall.worker.pipeline import Stopwatch
 from recall.worker.preload import Preload
-from recall.worker.probes import PROBE_KEY as PROBE_KEY  # read here by the chaos invariants
 from recall.worker.probes import STORE_REFUSALS, CacheProbe, StoreProbe
 from recall.worker.queue import Queue, queue_of
 from recall.worker.registration import Registration
@@ -121,10 +120,7 @@ class Worker:
         self.engine_threads = EngineThreads(self._check_stop)
         self._lock = threading.Lock()  # the claim counts
         self.slots = Slots(settings)  # the jobs the slots took, within max_jobs
-        self.results = results
-        self.transcription = Transcription(
-            results, engine, self.engine_threads.call, self._check_stop
-        )
+        self.transcription = Transcription(results, engine, self.engine_threads)
         self._claim_failures = 0
         self.claims = 0
         self.claim_conflicts = 0
@@ -184,7 +180,7 @@ class Worker:
             self.engine_threads.shutdown()
             self.log.info(
                 "worker_stopped",
-                jobs=self.jobs_done,
+                jobs=self.slots.done,
                 claims=self.claims,
                 claim_conflicts=self.claim_conflicts,
             )
@@ -215,11 +211,6 @@ class Worker:
                 return self._take_one()
         self.drain.pause(1.0)  # drained: nothing to do until the request is removed
         return False
-
-    @property
-    def jobs_done(self) -> int:
-        """The jobs the slots worked (claimed, and then completed, failed or given back)."""
-        return self.slots.done
 
     def engine_state(self) -> EngineState:
         """What the registration says of the engine: `failed` with the model cache's reason

@@ -1,13 +1,13 @@
 """The stages of one attempt beside the engine: decoding ahead of it, storing behind it.
 
-    decode thread ──[≤ decode_depth chunks]──▶ engine (the caller) ──[≤ store_depth]──▶ store thread
+    decode thread ──[≤ DECODE_DEPTH chunks]──▶ engine (the caller) ──[≤ STORE_DEPTH]──▶ store thread
 
-- `Decoder` runs the media's chunk iterator on its own named thread, `decode_depth` chunks
+- `Decoder` runs the media's chunk iterator on its own named thread, `depth` chunks
   ahead of the engine at most (the audio of a chunk is the only large thing in flight, so a
   worker's memory does not grow with the media's length).
 - `Storer` writes each transcribed chunk to the results store on its own named thread, in the
   order the engine made them, and reports each chunk once its object is durable (`stored`):
-  only then may a checkpoint name it. At most `store_depth` chunks wait for the store; a slow
+  only then may a checkpoint name it. At most `depth` chunks wait for the store; a slow
   store blocks the engine's hand-over (back-pressure), it never buffers without bound.
 - Every wait polls `poll` (raising `LeaseLost` or `Stopped`) at least every `POLL` seconds, so a
   lost lease stops the caller at once; `abort()` stops a stage without waiting for it: the
@@ -217,29 +217,25 @@ class Storer(_Stage[Transcribed | None]):
         behind by `depth` chunks."""
         item = Transcribed(replace(chunk, audio=None), segments)
         waited = self.clock.monotonic()
+        self._hand(item, poll)
+        self._observe("engine", "room", waited)
+
+    def drain(self, poll: Callable[[], None]) -> None:
+        """Wait until every chunk handed over is durable; raises the stage's error."""
+        self._hand(None, poll)
+        while not self.clock.wait(self._done, POLL):
+            poll()
+        self._raise_error()
+
+    def _hand(self, item: Transcribed | None, poll: Callable[[], None]) -> None:
         while True:
             self._raise_error()
             poll()
             try:
                 self.queue.put(item, timeout=POLL)
+                return
             except queue.Full:
                 continue
-            self._observe("engine", "room", waited)
-            return
-
-    def drain(self, poll: Callable[[], None]) -> None:
-        """Wait until every chunk handed over is durable; raises the stage's error."""
-        while True:
-            self._raise_error()
-            poll()
-            try:
-                self.queue.put(None, timeout=POLL)
-                break
-            except queue.Full:
-                continue
-        while not self.clock.wait(self._done, POLL):
-            poll()
-        self._raise_error()
 
     def _raise_error(self) -> None:
         if self.error is not None:

@@ -177,14 +177,13 @@ class JobQueue(WatchedJobs):
         *,
         window: int = 4,
         relist_seconds: float = 300.0,
-        rng: random.Random | None = None,
         pool: str = DEFAULT_POOL,
     ) -> None:
         super().__init__(Jobs(store, namespace, SELECTOR), "queue-watch", relist_seconds)
         self.engine = engine
         self.pool = pool
         self.window = window
-        self.rng = rng or random.Random()
+        self.rng = random.Random()
 
     # -- the worker's side -----------------------------------------------------------------------
 
@@ -217,7 +216,6 @@ class OfferQueue(WatchedJobs):
         *,
         self_serve_seconds: float = 10.0,
         clock: Clock = SYSTEM,
-        rng: random.Random | None = None,
         pool: str = DEFAULT_POOL,
     ) -> None:
         super().__init__(
@@ -230,7 +228,7 @@ class OfferQueue(WatchedJobs):
         self.pool = pool
         self.self_serve_seconds = self_serve_seconds
         self.clock = clock
-        self.rng = rng or random.Random()
+        self.rng = random.Random()
         self._last_work = clock.monotonic()
 
     def pick(self, exclude: frozenset[JobKey] = frozenset()) -> TranscriptionJob | None:

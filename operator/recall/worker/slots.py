@@ -30,9 +30,7 @@ class Slots:
         self._reserved = 0  # slots between a pick and the end of a claim or its work
 
     def reserve(self) -> bool:
-        """A place for one more job within `max_jobs`, counting the jobs done and those other
-        slots picked, claim or work: so slots together claim at most `max_jobs`. Given back by
-        `end` (a job done, or no claim made)."""
+        """A place for one more job within `max_jobs` (False: none left); given back by `end`."""
         with self._lock:
             if self._spoken_for_locked():
                 return False

@@ -69,14 +69,3 @@ def object_reader(stores: Stores) -> ObjectReader:
             raise JobFailure("SourceRejected", f"{shown}: {e.message}", permanent=True) from None
 
     return read
-
-
-def _reasons(error: StoreError) -> tuple[str, bool]:
-    """The job's reason for a store's answer, and whether it is permanent."""
-    if isinstance(error, StoreObjectMissing | StoreBucketMissing):
-        return "SourceNotFound", True
-    if isinstance(error, StoreAccessDenied):
-        return "SourceAccessDenied", True
-    if isinstance(error, StoreUnavailable):
-        return "SourceUnavailable", False
-    return "SourceRejected", True

@@ -33,7 +33,7 @@ from recall.base.clock import SYSTEM, Clock
 from recall.media.types import Media
 from recall.resources import TranscriptionJob
 from recall.resources.errors import JobFailure
-from recall.speakers import Labeller, ModelMissing, bounds_of
+from recall.speakers import ModelMissing, VoiceEncoder, bounds_of, label_voices
 from recall.transcripts import Record
 
 
@@ -62,7 +62,7 @@ def label_records(
     if t is None or t.speakers is None or t.split:
         return None
     try:
-        labeller = Labeller.packaged()
+        encoder = VoiceEncoder.packaged()
     except ModelMissing as e:
         raise JobFailure("SpeakerModelMissing", str(e), permanent=False) from None
     segments = [s for r in records for s in r.segments]
@@ -77,7 +77,7 @@ def label_records(
     # CPU time has no read on the Clock: the labelling's own thread is measured by `time`.
     began, cpu = clock.monotonic(), time.thread_time()
     try:
-        labelling = labeller.label(segments, blocks(), bounds_of(t.speakers))
+        labelling = label_voices(encoder, segments, blocks(), bounds_of(t.speakers))
     except _NoAudio:
         log.warning("speakers_skipped", reason="the media has no audio to label")
         return None
@@ -91,11 +91,11 @@ def label_records(
     wanted = spec.count or spec.min
     log.info(
         "speakers_labelled",
-        speakers=labelling.speakers,
+        speakers=labelling.found.count,
         asked=wanted,
         windows=labelling.windows,
         seconds=round(clock.monotonic() - began, 3),
         cpu_seconds=round(time.thread_time() - cpu, 3),
     )
-    short = labelling.found.short and wanted is not None and labelling.speakers < wanted
-    return Speakers(out, labelling.speakers, wanted if short else None)
+    short = labelling.found.short and wanted is not None and labelling.found.count < wanted
+    return Speakers(out, labelling.found.count, wanted if short else None)

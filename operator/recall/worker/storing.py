@@ -38,13 +38,7 @@ def store_call(
     *,
     aborted: threading.Event | None = None,
 ) -> T:
-    """A results-store call, retried on transient errors while the lease holds.
-
-    A refusal (access denied, a missing bucket, a bad URL, an object that exists with other
-    bytes) is never retried: it becomes a permanent `JobFailure` with the store's reason
-    (`StorageAccessDenied`, ...), saying what was refused and why. `aborted` (a pipeline
-    stage's) ends the retries too.
-    """
+    """`fn()` under the module's contract; `what` says in a refusal's message what was refused."""
     retries = 0
     while True:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -242,7 +243,7 @@ def test_transcribe__a_prompted_window_that_skips_speech_is_decoded_again_withou
     assert [s.start for s in found] == pytest.approx([1.0], abs=0.011)  # the window's start
     # Without a prompt there is nothing to decode again without: one call.
     pipeline.calls.clear()
-    engine.transcribe(prompted.but(context=""))
+    engine.transcribe(replace(prompted, context=""))
     assert len(pipeline.calls) == 1
     # A prompted window whose words reach its speech is decoded once.
     pipeline.calls.clear()

@@ -64,7 +64,7 @@ def retried_after(error: Unavailable) -> float:
 
 
 def test_starting_server__its_503_retry_after_is_not_waited_out() -> None:
-    # the informer's own backoff is at most max_backoff (1 s); 5 s would leave its view stale
+    # the informer's own backoff is at most 1 s (informer.BACKOFF); 5 s would leave its view stale
     starting = Unavailable("watch jobs: not all paths installed", status=503, retry_after=5.0)
     assert retried_after(starting) < 3.0
 

@@ -487,7 +487,7 @@ def test_term__a_status_from_an_older_term_is_refused_by_the_store() -> None:
     # The operator itself with an older term: its projection is refused, the item unchanged.
     stale = Term(2)
     op.controller.applier.leadership = stale
-    op.controller.applier.forget()
+    op.controller.applier.status.forget()
     claim(store, clock, "b-a")
     reports = op.tick()
     assert any("operatorTerm" in e for r in reports for e in r.errors)
@@ -502,7 +502,7 @@ def test_term__a_leader_below_the_stored_term_takes_a_higher_one() -> None:
     fresh = Term(0)
     fresh.holds = lambda: True  # type: ignore[method-assign]
     op.controller.applier.leadership = fresh
-    op.controller.applier.forget()
+    op.controller.applier.status.forget()
     store.create_job(NS, job_manifest("x"))  # any change: a projection to write
     op.controller._last_full.clear()
     op.tick()
@@ -514,9 +514,9 @@ def test_term__the_leader_knows_its_own_status_in_a_later_version() -> None:
     # Another version of the Batch (another client changed its metadata) with our status.
     meta = batch.metadata.model_copy(update={"resource_version": "9999"})
     newer = batch.model_copy(update={"metadata": meta})
-    assert op.controller.applier.observe(newer) is False
+    assert op.controller.applier.status.observe(newer) is False
     stale = batch.status.model_copy(update={"completed_indexes": "0", "queued_indexes": None})
-    assert op.controller.applier.observe(newer.model_copy(update={"status": stale})) is True
+    assert op.controller.applier.status.observe(newer.model_copy(update={"status": stale})) is True
 
 
 def test_fan_out__a_small_batch_goes_before_a_big_one_in_the_tick() -> None:

@@ -15,8 +15,8 @@ from recall.speakers.label import (
     GAP,
     WINDOW,
     Embedder,
-    Labeller,
     Window,
+    label_voices,
     labelled,
     stretches,
     windows_of,
@@ -112,11 +112,11 @@ def test_embedder__keeps_only_the_audio_still_needed() -> None:
 def test_label__words_and_segments_by_voice_in_order_of_first_appearance() -> None:
     audio = speech(TURNS, 26.0)
     blocks = ((i, audio[i : i + 7 * RATE]) for i in range(0, len(audio), 7 * RATE))
-    result = Labeller(ToneEncoder()).label(words_over(TURNS), blocks, Bounds())
+    result = label_voices(ToneEncoder(), words_over(TURNS), blocks, Bounds())
     assert [s.speaker for s in result.segments] == ["S1", "S2", "S3", "S1", "S2"]
     for s in result.segments:
         assert {w.speaker for w in s.words or []} == {s.speaker}
-    assert result.speakers == 3 and not result.found.short
+    assert result.found.count == 3 and not result.found.short
 
 
 def test_label__a_segment_takes_the_voice_of_most_of_its_words() -> None:
@@ -130,7 +130,7 @@ def test_label__a_segment_takes_the_voice_of_most_of_its_words() -> None:
 def test_label__segments_without_words_are_labelled_by_their_span() -> None:
     segments = [s.model_copy(update={"words": None}) for s in words_over(TURNS)]
     audio = speech(TURNS, 26.0)
-    result = Labeller(ToneEncoder()).label(segments, [(0, audio)], Bounds())
+    result = label_voices(ToneEncoder(), segments, [(0, audio)], Bounds())
     assert [s.speaker for s in result.segments] == ["S1", "S2", "S3", "S1", "S2"]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from recall.media.types import Segment, Word
 from recall.transcripts.assemble import assemble
-from recall.transcripts.layout import Record
+from recall.transcripts.records import Record
 
 
 def seg(text: str, start: float, channel: str | None = None, words: bool = True) -> Segment:

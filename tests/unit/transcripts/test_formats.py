@@ -3,12 +3,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import pytest
-
+from bench.cues import check, parse
 from recall.media.types import Segment, Word
 from recall.transcripts import Transcript
-from recall.transcripts.formats import render, timestamp
-from recall.transcripts.subtitles import check, parse
+from recall.transcripts.formats import render
 
 T = Transcript(
     segments=[
@@ -41,19 +39,6 @@ WORDS = Transcript(
     model="tiny.en",
     model_digest="sha256:" + "ab" * 32,
 )
-
-
-@pytest.mark.parametrize(
-    ("seconds", "sep", "expected"),
-    [
-        (0, ",", "00:00:00,000"),
-        (1.5, ".", "00:00:01.500"),
-        (3661.2504, ",", "01:01:01,250"),
-        (-1, ",", "00:00:00,000"),
-    ],
-)
-def test_timestamp(seconds: float, sep: str, expected: str) -> None:
-    assert timestamp(seconds, sep) == expected
 
 
 def test_render__srt_reparsed_by_the_library() -> None:

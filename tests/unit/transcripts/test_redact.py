@@ -9,7 +9,7 @@ from recall.media.types import Segment, Word
 from recall.resources import REDACT_TYPES
 from recall.transcripts.entities import detect
 from recall.transcripts.formats import render
-from recall.transcripts.layout import Transcript
+from recall.transcripts.records import Transcript
 from recall.transcripts.redact import HOLD_WORDS, hold, redact
 
 ALL: set[str] = set(REDACT_TYPES)

@@ -8,12 +8,13 @@ import json
 
 import pytest
 
+from bench.cues import check, parse
 from recall.media.types import Segment, Word
 from recall.transcripts import Transcript
 from recall.transcripts.formats import render
-from recall.transcripts.layout import Record
+from recall.transcripts.records import Record
 from recall.transcripts.redact import text_of_words
-from recall.transcripts.subtitles import Rules, check, cues, parse
+from recall.transcripts.subtitles import Rules, cues
 
 
 def w(start: float, text: str, speaker: str | None = None, p: float = 0.9) -> Word:

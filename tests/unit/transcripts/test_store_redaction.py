@@ -14,7 +14,7 @@ from recall.resources import Part, Phase, Progress, TranscriptionJob
 from recall.transcripts import AttemptWriter, load_transcript, read_checkpoint
 from recall.transcripts.formats import render
 from recall.transcripts.garbage import JobView, garbage
-from recall.transcripts.layout import Record
+from recall.transcripts.records import Record
 from tests.unit.fakes import memory_bucket
 from tests.unit.transcripts.test_store import CUT, TOKENS
 

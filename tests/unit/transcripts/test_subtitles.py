@@ -7,9 +7,10 @@ from typing import Literal
 
 import pytest
 
+from bench.cues import check, parse
 from recall.media.types import Segment, Word
 from recall.resources import SubtitleSpec
-from recall.transcripts.subtitles import Rules, check, cues, lines, parse, write
+from recall.transcripts.subtitles import Rules, cues, lines, write
 from recall.transcripts.words import proportional, tokens
 
 # Whisper's segments of a LibriVox reading: one-line cues of up to 88 characters and 7.35 s

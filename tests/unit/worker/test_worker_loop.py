@@ -40,7 +40,8 @@ from recall.transcripts import (
     read_checkpoint,
 )
 from recall.worker.attempt import STORE_DEPTH
-from recall.worker.loop import PROBE_KEY, Worker
+from recall.worker.loop import Worker
+from recall.worker.probes import PROBE_KEY
 from recall_dev.twin.api import Fault, MemoryApi
 from tests.unit.engines.test_models import DirStore, model_dir
 from tests.unit.fakes import NS, T0, BucketFault, FaultyBucket, job_manifest, memory_bucket
@@ -803,5 +804,5 @@ def test_worker__max_jobs_bounds_the_claims_of_all_its_slots_together(
         if j is not None and j.status.phase == Phase.QUEUED and not j.status.attempts
     ]
     assert (len(done), len(untouched)) == (max_jobs, 5 - max_jobs), store.dump()
-    assert (worker.claims, worker.jobs_done) == (max_jobs, max_jobs)
+    assert (worker.claims, worker.slots.done) == (max_jobs, max_jobs)
     store.close()

@@ -35,7 +35,7 @@ from recall.operator.results.publish import PROBE_KEY as OPERATOR_PROBE
 from recall.resources import Phase, TranscriptionJob
 from recall.transcripts import attempt_dir, chunk_key, output_url, parse_scratch
 from recall.transcripts.layout import CUTTING, OUTPUT, TRANSCRIPT
-from recall.worker.loop import PROBE_KEY as WORKER_PROBE
+from recall.worker.probes import PROBE_KEY as WORKER_PROBE
 from recall_dev.chaos.bucket import URL
 from recall_dev.chaos.history import History
 from recall_dev.chaos.invariants.verdict import Verdict

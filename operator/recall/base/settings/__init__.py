@@ -8,7 +8,7 @@ each class is imported from here.
 """
 
 from recall.base.settings.operator import OperatorSettings, PoolScaling
-from recall.base.settings.shared import SCHEMES, ApiSettings, StoreSettings, default_worker_id
+from recall.base.settings.shared import SCHEMES, ApiSettings, StoreSettings
 from recall.base.settings.worker import WorkerSettings, default_model_cache_dir
 
 __all__ = [
@@ -19,5 +19,4 @@ __all__ = [
     "StoreSettings",
     "WorkerSettings",
     "default_model_cache_dir",
-    "default_worker_id",
 ]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from recall.base.settings.shared import default_worker_id
+from recall.base.settings.shared import EmptyIsNone, default_worker_id
 
 
 class PoolScaling(BaseModel):
@@ -35,7 +35,7 @@ class OperatorSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RECALL_OPERATOR_", extra="ignore")
 
-    namespace: str | None = Field(None, description="Namespace to watch; None = all namespaces.")
+    namespace: EmptyIsNone = Field(None, description="Namespace to watch; None = all namespaces.")
     tick_seconds: float = Field(
         0.5,
         gt=0,
@@ -93,7 +93,7 @@ class OperatorSettings(BaseSettings):
         False, description="Elect one acting replica through a coordination.k8s.io Lease."
     )
     leader_election_name: str = Field("recall-operator", description="Name of that Lease.")
-    leader_election_namespace: str | None = Field(
+    leader_election_namespace: EmptyIsNone = Field(
         None, description="Namespace of that Lease; None = the watched namespace, or default."
     )
     lease_duration: float = Field(
@@ -109,10 +109,10 @@ class OperatorSettings(BaseSettings):
     )
     # The built-in autoscaler of the worker Deployment (recall.operator.scaling.decide) and the
     # endpoint KEDA's metrics-api trigger reads (recall.operator.scaling.keda).
-    autoscale_deployment: str | None = Field(
+    autoscale_deployment: EmptyIsNone = Field(
         None, description="The worker Deployment the operator scales; None = no autoscaling."
     )
-    autoscale_namespace: str | None = Field(
+    autoscale_namespace: EmptyIsNone = Field(
         None,
         description="Namespace of that Deployment and of the jobs it serves; None = the "
         "watched namespace, or default.",
@@ -151,13 +151,6 @@ class OperatorSettings(BaseSettings):
     workload_port: int = Field(
         0, ge=0, le=65535, description="Serve the pool's outstanding work as JSON here (KEDA)."
     )
-
-    @field_validator(
-        "namespace", "leader_election_namespace", "autoscale_namespace", "autoscale_deployment"
-    )
-    @classmethod
-    def _empty_is_none(cls, v: str | None) -> str | None:
-        return v or None
 
     @model_validator(mode="after")
     def _check(self) -> Self:

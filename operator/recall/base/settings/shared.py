@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# A setting whose empty value (a chart value left blank) means None.
+EmptyIsNone = Annotated[str | None, AfterValidator(lambda v: v or None)]
 
 
 def default_worker_id() -> str:

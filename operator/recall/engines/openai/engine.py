@@ -89,10 +89,6 @@ class OpenAIEngine:
         return transcribe_each(self, request)
 
     def detect_language(self, request: TranscribeRequest) -> Detected | None:
-        """The language the server reports for `request.chunk` (see the module contract's
-        "Language"), without a probability (the API gives none); None when the chunk has no
-        text (ask again with the next), or once the server has answered text without a
-        language."""
         if self._unreported:
             return None
         chunk, job = request.chunk, request.job
@@ -123,7 +119,6 @@ class OpenAIEngine:
         return job.spec.engine.model if job.spec.engine and job.spec.engine.model else self.model
 
     def api_key(self) -> str | None:
-        """The key to send, read now (see the module contract); None when none is configured."""
         if self.api_key_file is not None:
             try:
                 return self.api_key_file.read_text().strip() or None

@@ -31,13 +31,9 @@ def error_message(body: bytes, fallback: str) -> str:
 
 
 def parse_segments(data: Any, duration: float, *, words: bool = False) -> list[Segment]:
-    """Segments of a `verbose_json` transcription, clamped to [0, duration]; with `words`,
-    the response's words (`timestamp_granularities[]=word`) each in the segment its middle
-    falls in (or the nearest), carrying the segment's confidence as its probability (the API
-    gives words no probability of their own) and the punctuation the segment's text writes
-    around it (the API's words have none: `punctuated`). A segment no word fell in has `words`
-    None, as has every segment of a response without `words`: no word timings, never an
-    empty list."""
+    """Segments of a `verbose_json` transcription (`recall.engines.openai`'s contract); with
+    `words`, each of the response's words in the segment its middle falls in (or the nearest),
+    carrying the segment's confidence as its probability (the API gives words none)."""
     if not isinstance(data, dict):
         raise ValueError("the response is not a JSON object")
     segments: list[Segment] = []

@@ -3,7 +3,8 @@
 Contract:
 - Word times: faster-whisper's alignment (cross-attention), then each word's start moved to
   its first sound and its end to its last within its own span (`snap_to_sound` over the
-  chunk's `islands`): the alignment alone starts a word where the silence before it starts.
+  chunk's `islands`): the alignment alone starts a word where the silence before it starts,
+  or late in a word that follows a pause.
   Words stay inside their segment, in order, each starting no earlier than the previous one
   ends (`words_of`).
 - A segment's times are moved by the window's shift into its chunk and clamped to
@@ -99,12 +100,9 @@ def _stretch_of(w: Word, sounds: Sounds, ends: list[float]) -> int:
 
 def snap_to_sound(words: list[Word], sounds: Sounds, floor: float = 0.0) -> list[Word]:
     """`words` with their times moved to the sound they were said in (`islands`): each word
-    belongs to the first stretch of sound its aligned span overlaps at least half as much as
-    the one it overlaps most (a long span over several words' sounds means the first); it
-    ends where that stretch ends at the latest, and the first word of a stretch starts where
-    the stretch starts. Never
-    before the previous word's end (or `floor`). Whisper's alignment puts a word's start where
-    the silence before it begins, or late in a word that follows a pause."""
+    belongs to its stretch (`_stretch_of`: a long span over several words' sounds means the
+    first); it ends where that stretch ends at the latest, and the first word of a stretch
+    starts where the stretch starts, never before the previous word's end (or `floor`)."""
     out: list[Word] = []
     previous = -1  # the stretch of the word before
     ends = [b for _, b in sounds]
@@ -143,9 +141,7 @@ def ends_sentence(text: str) -> bool:
 
 
 def split_words(words: list[Word]) -> list[list[Word]]:
-    """A window's words in segments: a break after a sentence's end, before a word that follows
-    a pause of `PAUSE_SECONDS`, and before a word that would take the segment past
-    `SEGMENT_SECONDS`. Pure; every word in order, none dropped."""
+    """A window's words in segments, broken as the contract says; every word in order."""
     out: list[list[Word]] = []
     for w in words:
         group = out[-1] if out else None

@@ -43,8 +43,7 @@ Contract (one chunk a call, `batch_size` 1, and batches alike: `BatchedInference
   0.5 s) instead of 30 s windows; each span's language is detected on its own audio as it is
   decoded (`language.decide`: from its first sound to its last, its pauses kept, its speech not
   looked for again) among the job's options, it is decoded in that language, and its segments
-  carry it. The windows of
-  one language are decoded in one pipeline call, each language in turn.
+  carry it. The windows of one language are decoded in one pipeline call, each language in turn.
 - Translation (`translate`): every window is decoded a second time with Whisper's translate
   task, in the window's language and without the prompt (text in the spoken language would
   steer the English), with word timings; the English words go to the window's segments by
@@ -110,8 +109,7 @@ class Decoding:
 def transcribe(
     d: Decoding, chunks: list[Chunk], vad_filter: bool, cancel: threading.Event
 ) -> list[list[Segment]]:
-    """The segments of each of `chunks` from one pipeline call over their windows; fewer lists
-    than chunks once `cancel` is set."""
+    """The segments of each of `chunks` (the module contract)."""
     group = (lambda s: decision_spans(s, RATE)) if d.per_segment else windows_of
     speech, windows = plan(chunks, vad_filter, group)
     out: list[list[Segment]] = [[] for _ in chunks]
@@ -153,10 +151,8 @@ def transcribe(
 def in_languages(
     each: list[Decoding], chunks: list[Chunk], windows: list[Window], prompt: str | None
 ) -> Iterator[Any]:
-    """faster-whisper's one segment for each of `windows`, in order, each decoded as its own
-    `Decoding` says: lazily in one pipeline call when they share it (one language, one task),
-    else one call a language, the answers put back in the windows' order. Nothing is decoded
-    for a translation that is not asked for (`translate` off: nothing is yielded)."""
+    """`decoded` of `windows`, each as its own `Decoding` says (one call a language), in their
+    order; nothing for a translation not asked for (`translate` off)."""
     if each[0].task == "translate" and not each[0].translate:
         return iter(())
     if all(x == each[0] for x in each):
@@ -173,8 +169,7 @@ def translation(
     d: Decoding, chunk: Chunk, window: Window, raw: Any, cancel: threading.Event
 ) -> list[tuple[float, float, str]]:
     """The translated words of one window of `chunk` (`raw`, the translate task's answer), timed
-    in the chunk; the whole text over the window when the model aligned no word. English that
-    repeats itself is translated again one at a time, as a repetitive transcript is."""
+    in the chunk; the whole text over the window when the model aligned no word."""
     text = raw.text.strip()
     if compression_ratio(text) > REPETITIVE:
         _log.info("window_decoded_again", chunk=chunk.index, reason="repetitive_translation")
@@ -209,9 +204,7 @@ def window_result(
     sounds: Sounds,
     cancel: threading.Event,
 ) -> list[Segment]:
-    """The segments of one decoded window of `chunk` (after `before`, its segments so far):
-    none for a silent window, the window decoded again one at a time when its text repeats
-    itself, else its words cut into segments."""
+    """The segments of one decoded window of `chunk` (after `before`, its segments so far)."""
     if raw.no_speech_prob > NO_SPEECH and raw.avg_logprob < LOW_LOGPROB:
         return []  # a silent window, as one-at-a-time decoding judges it
     floor = before[-1].end if before else 0.0
@@ -264,11 +257,8 @@ def reaching(
     speech: list[Span],
     cancel: threading.Event,
 ) -> tuple[Any, float]:
-    """`raw`, the window decoded with the text before as its prompt, or, when its words
-    leave `LOST_SECONDS` of the window's speech (of its chunk's `speech`) unreached (the model
-    skipped what the prompt already holds: a recording that repeats itself), the window decoded
-    again without the prompt if that reaches more of it; with the seconds that move its times
-    into the chunk."""
+    """`raw` (the window decoded with the prompt) or, as the contract says, the window decoded
+    again without it; with the seconds that move its times into the chunk."""
     said = inside(speech, window)
 
     def lost(decoded: Any, shift: float) -> float:

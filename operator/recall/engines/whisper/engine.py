@@ -43,6 +43,7 @@ Contract:
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from recall.base.settings import default_model_cache_dir
@@ -66,8 +67,8 @@ from recall.engines.whisper.model import (
     bundled_local,
     keep_freed_memory,
     load_model,
+    model_label,
     one_blas_thread,
-    resolve_model,
 )
 from recall.media import AudioMedia, MediaOptions, load_job_media
 from recall.media.fetch import ObjectReader
@@ -79,13 +80,6 @@ if TYPE_CHECKING:
     from recall.base.settings import WorkerSettings
     from recall.resources import TranscriptionJob
 
-VAD_FILTER = True
-
-
-def wants_words(job: TranscriptionJob) -> bool:
-    t = job.spec.transcript
-    return bool(t and t.needs_words)
-
 
 class WhisperEngine:
     name = "whisper"
@@ -96,8 +90,7 @@ class WhisperEngine:
         model: str | None = None,
         threads: int = 0,
         media: MediaOptions | None = None,
-        beam_size: int = BEAM_SIZE,
-        vad_filter: bool = VAD_FILTER,
+        vad_filter: bool = True,
         models: ModelCache | None = None,
         batch_size: int = 1,
         device: str = "auto",
@@ -109,7 +102,7 @@ class WhisperEngine:
         # CTranslate2 reads 0 as "4 threads", which oversubscribes a small pod: 0 = all CPUs.
         self.threads = threads or available_cpus()
         self.media = media or MediaOptions()
-        self.beam_size = beam_size
+        self.beam_size = BEAM_SIZE
         self.vad_filter = vad_filter
         # The worker's default cache: one copy of a packaged model on the machine.
         self.models = models or ModelCache(default_model_cache_dir(), None)
@@ -146,7 +139,7 @@ class WhisperEngine:
         )
 
     def label(self) -> str:
-        return f"whisper/{resolve_model(self.model)[1]}"
+        return f"whisper/{model_label(self.model)}"
 
     def load_media(self, job: TranscriptionJob) -> AudioMedia:
         return load_job_media(job, self.media)
@@ -208,13 +201,11 @@ class WhisperEngine:
         name = self.wanted(job) or BUNDLED
         self._used[name] = local
         self._ran[name] = (str(model.model.device), str(model.model.compute_type))
-        return model, resolve_model(local.source)[1]
+        return model, model_label(local.source)
 
     # -- language ----------------------------------------------------------------------------
 
     def detect_language(self, request: TranscribeRequest) -> Detected | None:
-        """The language spoken in `request.chunk`, or None when it holds no speech (see the
-        contract)."""
         job, chunk, cancel = request.job, request.chunk, request.cancel
         model, label = self._loaded(job, cancel)
         language.require(model, label, job)
@@ -244,18 +235,15 @@ class WhisperEngine:
     # -- transcription -----------------------------------------------------------------------
 
     def transcribe(self, request: TranscribeRequest) -> list[Segment]:
-        """The segments of `request.chunk`: `transcribe_batch` of this one chunk; nothing once
-        `cancel` is set."""
-        found = self.transcribe_batch(request.but(chunks=request.chunks[:1]))
+        found = self.transcribe_batch(replace(request, chunks=request.chunks[:1]))
         return found[0] if found else []
 
     def transcribe_batch(self, request: TranscribeRequest) -> list[list[Segment]]:
-        """The segments of each of `request.chunks` from one pipeline call over their speech
-        windows (`decode`); fewer lists than chunks once `cancel` is set."""
         if request.cancel.is_set() or not request.chunks:
             return []
         model, label = self._loaded(request.job, request.cancel)
         language.require(model, label, request.job)
+        t = request.job.spec.transcript
         decoding = Decoding(
             model=model,
             language=self._language_for(model, label, request),
@@ -263,9 +251,9 @@ class WhisperEngine:
             hotwords=hotwords(request.job.spec.vocabulary),
             beam_size=self.beam_size,
             batch_size=self.batch_size,
-            keep_words=wants_words(request.job),
-            per_segment=language.per_segment(request.job),
+            keep_words=bool(t and t.needs_words),
+            per_segment=request.job.spec.language_scope == "segment",
             options=tuple(request.job.spec.language_options or ()),
-            translate=language.translates(request.job),
+            translate=t is not None and t.translate == "en",
         )
         return decode.transcribe(decoding, list(request.chunks), self.vad_filter, request.cancel)

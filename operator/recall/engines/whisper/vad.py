@@ -41,7 +41,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -64,12 +64,6 @@ CONVS = ((0, 1), (1, 2), (2, 2), (3, 1))  # (layer, stride); kernel 3, padding 1
 
 _log = log.get("engine")
 Array = np.ndarray[Any, np.dtype[np.float32]]
-
-
-class Probabilities(Protocol):
-    def __call__(self, audio: Array) -> Array: ...
-
-    def many(self, audios: Sequence[Array]) -> list[Array]: ...
 
 
 class UnknownGraph(Exception):
@@ -170,10 +164,6 @@ class Silero:
             x = conv(x)
         return x  # (frames, 1, 128)
 
-    def __call__(self, audio: Array) -> Array:
-        """Speech probabilities of `audio` (a whole number of frames), one per frame."""
-        return self.many([audio])[0]
-
     def many(self, audios: Sequence[Array]) -> list[Array]:
         """Speech probabilities of each of `audios` (each a whole number of frames), as each
         alone gives them: each block of frames is encoded audio by audio, and the LSTM runs
@@ -259,18 +249,15 @@ class Fallback:
 
         self.session = get_vad_model()
 
-    def __call__(self, audio: Array) -> Array:
-        return np.asarray(self.session(audio), np.float32).reshape(-1)
-
     def many(self, audios: Sequence[Array]) -> list[Array]:
-        return [self(a) for a in audios]
+        return [np.asarray(self.session(a), np.float32).reshape(-1) for a in audios]
 
 
-_model: Probabilities | None = None
+_model: Silero | Fallback | None = None
 _lock = threading.Lock()
 
 
-def model() -> Probabilities:
+def model() -> Silero | Fallback:
     """The process's VAD network, loaded once."""
     global _model
     with _lock:
@@ -376,13 +363,11 @@ def padded(found: list[dict[str, int]], pad: float, length: int) -> list[dict[st
 
 
 def speech_timestamps(audio: Array, options: VadOptions) -> list[dict[str, int]]:
-    """`speech(probabilities(audio), len(audio), options)`."""
     return speech(probabilities(audio), len(audio), options)
 
 
 def speech_timestamps_of(
     audios: Sequence[Array], options: VadOptions
 ) -> list[list[dict[str, int]]]:
-    """`speech_timestamps` of each of `audios` (a call's chunks), detected side by side."""
     found = probabilities_of(audios)
     return [speech(p, len(a), options) for p, a in zip(found, audios, strict=True)]

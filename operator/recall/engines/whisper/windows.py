@@ -32,8 +32,7 @@ if TYPE_CHECKING:
 RATE = 16_000
 HOP = RATE // 100  # samples per 10 ms frame
 WINDOW_SECONDS = 30  # Whisper's input: one batched window
-# A window that leaves this much of its speech farther than REACH from every word lost words.
-LOST_SECONDS, REACH = 2.0, 0.5
+LOST_SECONDS, REACH = 2.0, 0.5  # see `unreached` in the contract
 
 Span = tuple[int, int]  # a sample range [first, end)
 
@@ -55,8 +54,7 @@ class Window:
 
 
 def speech_of(audio: Any) -> list[Span]:
-    """The stretches of speech in `audio` (sample ranges, in order), as the batched pipeline's
-    own VAD finds them: Silero VAD, speech split at 160 ms silences, at most a window each."""
+    """The stretches of speech in `audio` (sample ranges, in order; see the contract)."""
     return speech_of_each([audio])[0]
 
 

@@ -32,10 +32,9 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 from recall.resources import API_VERSION, BATCH_PLURAL, JOB_PLURAL
-from recall.resources.batch import Batch
+from recall.resources.batch import Batch, Counts
 from recall.resources.job import Phase, TranscriptionJob
 
-PREFIX = "dev.recall."
 JOB_SUCCEEDED = "dev.recall.job.succeeded"
 JOB_FAILED = "dev.recall.job.failed"
 ITEM_SUCCEEDED = "dev.recall.batch.item.succeeded"
@@ -138,17 +137,12 @@ def job_event(job: TranscriptionJob, type_: str, outputs: list[str]) -> Event:
 def batch_event(batch: Batch) -> Event:
     """The `dev.recall.batch.completed` event of a complete Batch, with its counts."""
     status = batch.status
-    counts = status.counts
+    counts = status.counts or Counts()
     data: dict[str, Any] = {
         "namespace": batch.namespace,
         "batch": batch.name,
         "uid": batch.metadata.uid,
-        "counts": {
-            "total": counts.total if counts else 0,
-            "completed": counts.completed if counts else 0,
-            "failed": counts.failed if counts else 0,
-            "cancelled": counts.cancelled if counts else 0,
-        },
+        "counts": {k: getattr(counts, k) for k in ("total", "completed", "failed", "cancelled")},
     }
     if status.failed_indexes:
         data["failedIndexes"] = status.failed_indexes

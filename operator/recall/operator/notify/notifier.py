@@ -146,9 +146,6 @@ class Notifier:
     def wake(self) -> None:
         self._wake.set()
 
-    def holds(self, batch: Batch) -> bool:
-        return holds(batch, self.settings.default_sinks)
-
     def deletion_pending(self, batch: Batch) -> bool:
         """For a deleted Batch's finalizer: True while its items' events or its own
         `batch.completed` are owed and not settled, and while this term has not loaded what is
@@ -264,7 +261,7 @@ class Notifier:
 
     def _seed_batches(self, batches: Batches) -> None:
         for key, batch in batches.known.items():
-            if batch.status.complete and self.holds(batch):
+            if batch.status.complete and holds(batch, self.settings.default_sinks):
                 with self._lock:
                     if ("batch", *key) not in self.outbox.owed:
                         self._due_batches.add(("batch", *key))

@@ -96,7 +96,6 @@ def load_job(api: Api, namespace: str, name: str, batches: Batches, sinks: Sinks
         ObjectRef("TranscriptionJob", namespace, name, job.metadata.uid),
         recorded,
         list(job.status.conditions),
-        batch=(namespace, job.spec.batch_ref) if job.spec.batch_ref else None,
     )
 
 
@@ -117,7 +116,6 @@ def load_batch(api: Api, namespace: str, name: str, sinks: Sinks) -> Owed | None
         ObjectRef("Batch", namespace, name, batch.metadata.uid),
         recorded,
         list(batch.status.conditions),
-        batch=(namespace, name),
     )
 
 

@@ -17,7 +17,7 @@ from recall.base.backoff import Backoff
 from recall.kube import ObjectRef
 from recall.operator.notify import events
 from recall.operator.notify.transport import Answer, Outcome
-from recall.operator.reconcile.record import BatchKey, JobRecord
+from recall.operator.reconcile.record import JobRecord
 from recall.resources import Phase
 from recall.resources.batch import Batch
 from recall.resources.job import Notified, Sink
@@ -55,7 +55,6 @@ class Owed:
     ref: ObjectRef
     recorded: Notified | None  # the record in status when loaded
     conditions: list[Any]
-    batch: BatchKey | None = None  # the Batch of an item event, or of the Batch event itself
     deleted_at: float | None = None
     failure_written: bool = False
 
@@ -92,16 +91,11 @@ class Pass:
     errors: list[str] = field(default_factory=list)
 
 
-def wants_events(batch: Batch, defaults: Iterable[Sink]) -> bool:
-    """Whether `batch` has any sink (its own or a default)."""
-    return bool(batch.spec.notify) or any(True for _ in defaults)
-
-
 def holds(batch: Batch, defaults: Iterable[Sink]) -> bool:
-    """Whether `batch`'s TTL must wait for its events (pure): it wants events and their
-    record is not settled yet."""
+    """Whether `batch`'s TTL must wait for its events (pure): it wants events (it has a sink,
+    its own or a default) and their record is not settled yet."""
     settled = batch.status.notified is not None and batch.status.notified.time is not None
-    return wants_events(batch, defaults) and not settled
+    return (bool(batch.spec.notify) or any(True for _ in defaults)) and not settled
 
 
 def item_types(batch: Batch | None, defaults: Iterable[Sink]) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ import ipaddress
 import ssl
 import threading
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -81,6 +81,9 @@ class Deadline(threading.local):
     at: float | None = None
 
 
+Bound = Callable[[float | None, type[Exception]], float | None]
+
+
 class Stream(httpcore.NetworkStream):
     """A connection whose every wait ends by the deadline of the request using it."""
 
@@ -119,10 +122,6 @@ class Stream(httpcore.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
-class Bound(typing.Protocol):
-    def __call__(self, timeout: float | None, expired: type[Exception]) -> float | None: ...
-
-
 class Connector(httpcore.NetworkBackend):
     """Opens a Sender's connections: to a checked address of the host, bounded by the deadline."""
 
@@ -152,14 +151,6 @@ class Connector(httpcore.NetworkBackend):
             return Stream(stream, self._sender.bound)
         assert failed is not None  # `checked` never returns no address
         raise failed
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
-        raise httpcore.UnsupportedProtocol("a sink is never a unix socket")
 
 
 class Dialer(typing.Protocol):

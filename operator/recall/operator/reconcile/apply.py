@@ -32,7 +32,6 @@ from recall.protocol.observer import JobKey
 from recall.resources import (
     LABEL_BATCH,
     Batch,
-    BatchStatus,
     JobStatus,
     Offer,
     Phase,
@@ -60,12 +59,6 @@ def _record(job: TranscriptionJob) -> JobRecord:
     return JobRecord.from_raw(job.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
-def _ref(obj: TranscriptionJob | Batch | JobRecord) -> ObjectRef:
-    if isinstance(obj, JobRecord):
-        return ObjectRef("TranscriptionJob", obj.namespace, obj.name, obj.uid)
-    return ObjectRef(obj.kind, obj.namespace, obj.name, obj.metadata.uid)
-
-
 class Applier:
     """Performs plans against a store. `now` stamps what it writes; `now_mono` is the clock the
     plan's expiries were judged on."""
@@ -84,49 +77,33 @@ class Applier:
         self.storage = storage  # the results store's last refusal for a Batch, if any
         self.status = StatusWriter(store, self.event)
 
-    def observe(self, batch: Batch) -> bool:
-        """A Batch as the watch delivered it. True when its status was written by someone else
-        (another replica that thought it led): what this one wrote is then forgotten."""
-        return self.status.observe(batch)
-
-    def baseline(self, batch: Batch) -> BatchStatus:
-        """The Batch status as it is now (`StatusWriter.baseline`)."""
-        return self.status.baseline(batch)
-
-    def forget(self, key: BatchKey | None = None) -> None:
-        """Drop what was written (for one Batch, or all after a change of leader)."""
-        self.status.forget(key)
-
     def offer(self, record: JobRecord, worker: str) -> bool:
         """Offer a claimable job to `worker`: one write, guarded by the version it was chosen
         from (a 409 means it changed meanwhile: it is not offered)."""
         decision = lease.offer(_status_of(record), worker)
-        if isinstance(decision, lease.Refusal):
-            return False
-        try:
-            self.store.patch_job_status(
-                record.namespace,
-                record.name,
-                record.resource_version,
-                {"offer": {"worker": worker}},
-            )
-        except ApiError:
-            return False
-        metrics.OFFERS.inc()
-        return True
+        return self._patch_offer(record, decision, {"worker": worker}, metrics.OFFERS.inc)
 
     def withdraw(self, record: JobRecord) -> bool:
         """Take back an offer its worker did not take up in time."""
         decision = lease.withdraw(_status_of(record))
+        return self._patch_offer(record, decision, None, metrics.OFFERS_WITHDRAWN.inc)
+
+    def _patch_offer(
+        self,
+        record: JobRecord,
+        decision: lease.Decision,
+        offer: dict[str, str] | None,
+        count: Callable[[], None],
+    ) -> bool:
         if isinstance(decision, lease.Refusal):
             return False
         try:
             self.store.patch_job_status(
-                record.namespace, record.name, record.resource_version, {"offer": None}
+                record.namespace, record.name, record.resource_version, {"offer": offer}
             )
         except ApiError:
             return False
-        metrics.OFFERS_WITHDRAWN.inc()
+        count()
         return True
 
     def reject(self, record: JobRecord, failure: JobFailure) -> bool:
@@ -201,12 +178,10 @@ class Applier:
             )
             if job is not None:
                 written[record.key] = _record(job)
-                report.exhausted.append(record.name)
         for record in plan.end_backoff:
             job = self._write(record, "end-backoff", lambda j: lease.end_backoff(j.status), report)
             if job is not None:
                 written[record.key] = _record(job)
-                report.backoffs_ended.append(record.name)
         for record, suspended in plan.label:
             try:
                 labelled = self.store.patch_job_labels(
@@ -218,7 +193,6 @@ class Applier:
                 report.errors.append(f"label {record.name}: {e.message}")
                 continue
             written[record.key] = _record(labelled)
-            report.labelled.append(record.name)
         return written
 
     def _write(
@@ -254,7 +228,7 @@ class Applier:
         metrics.RECLAIM_DELAY.observe(max(0.0, overdue))
         holder = record.lease.holder if record.lease else "?"
         self.event(
-            _ref(job),
+            ObjectRef(job.kind, job.namespace, job.name, job.metadata.uid),
             "Warning",
             "Reclaimed",
             f"lease of {holder} expired; job is {job.status.effective_phase} "
@@ -267,13 +241,12 @@ class Applier:
         marks: Marks,
         *,
         now: dt.datetime,
-        create_until: float | None = None,
+        create_until: float,
     ) -> Report:
         """The job writes of `plan`, the jobs to create, then the Batch status: the projection
         of the view's jobs as they are after those writes (so it is made here, not in the plan:
         a job and its item are restored by the same apply). Jobs are created until
-        `create_until` (on `self.clock`; by default `CREATE_SECONDS` from now), the rest at
-        the next tick."""
+        `create_until` (on `self.clock`), the rest at the next tick."""
         view = plan.view
         assert view is not None, "a Batch's plan carries the view it was made from"
         report = Report(plan.batch)
@@ -283,8 +256,7 @@ class Applier:
         current = {i: written.get(r.key, r) for i, r in view.jobs.items()}
         # What this apply wrote is a change it knows of, not a difference to heal.
         ours = {i for i, r in view.jobs.items() if r.key in written}
-        until = self.clock.monotonic() + CREATE_SECONDS if create_until is None else create_until
-        recreated = self._create_missing(plan, current, ours, until, report)
+        recreated = self._create_missing(plan, current, ours, create_until, report)
         if plan.project or written or report.created:
             proj = self._project(view, current, now, recreated, frozenset(ours))
             self.status.write(view.batch, proj, marks, view.seen[1], report, self.leadership)

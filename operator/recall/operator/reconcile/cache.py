@@ -56,8 +56,7 @@ def needs_watching(record: JobRecord) -> bool:
         return True
     if record.phase is not Phase.QUEUED:
         return False
-    free = min(record.releases, record.max_releases)
-    return record.backoff_seconds is not None or record.attempts >= record.max_attempts + free
+    return record.backoff_seconds is not None or record.attempts_left <= 0
 
 
 class KnownBatches:
@@ -89,8 +88,6 @@ class KnownBatches:
 
 
 class JobCache:
-    """Every job the operator watches, as `JobRecord`s. The informer's consumer."""
-
     def __init__(self, clock: Clock, wake: Callable[[], None] = lambda: None) -> None:
         self.clock = clock
         self.wake = wake
@@ -224,10 +221,6 @@ class JobCache:
         with self._lock:
             return bool(self._by_batch.get(batch))
 
-    def batches(self) -> set[BatchKey]:
-        with self._lock:
-            return set(self._by_batch)
-
     def get(self, key: JobKey) -> JobRecord | None:
         with self._lock:
             return self._jobs.get(key)
@@ -265,7 +258,3 @@ class JobCache:
     def all(self) -> list[JobRecord]:
         with self._lock:
             return list(self._jobs.values())
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._jobs)

@@ -34,10 +34,6 @@ class Item:
     priority: int | None = None
 
 
-def key_width(total: int) -> int:
-    return max(5, len(str(max(0, total - 1))))
-
-
 def parse_list(text: str, *, source: str) -> list[tuple[str | None, str]]:
     """(key or None, url) for each item line of a list; raises `ItemsInvalid` naming the line."""
     out: list[tuple[str | None, str]] = []
@@ -80,7 +76,7 @@ def resolve(batch: Batch, lists: dict[str, str]) -> list[Item]:
     total = len(items) + len(listed)
     if total > MAX_ITEMS:
         raise ItemsInvalid(f"{total} items: a Batch holds at most {MAX_ITEMS}")
-    width = key_width(total)
+    width = max(5, len(str(max(0, total - 1))))
     for n, (key, url) in enumerate(listed, start=len(items)):
         items.append(Item(n, key or f"{n:0{width}d}", url))
     seen: dict[str, int] = {}

@@ -13,9 +13,7 @@ from recall.operator.reconcile.record import BatchKey
 
 
 class Marks:
-    """Per Batch, which items changed since the last projection that was written.
-
-    A mark carries a sequence number; `clear(batch, upto)` removes only marks made up to the
+    """A mark carries a sequence number; `clear(batch, upto)` removes only marks made up to the
     projection's snapshot, so a change seen while a write is in flight is never dropped. A mark
     also says whether the item's phase may have moved (`moved`: the job's phase or attempt
     changed, or the job went). Every mark makes its Batch projected again; only a moved item's

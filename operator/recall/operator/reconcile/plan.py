@@ -1,7 +1,7 @@
 """The reconciler's plan: what a Batch (or a set of jobs without one) needs now. Pure.
 
     plan = plan_batch(BatchView(batch, items, jobs, ...), full=..., dirty=..., max_creates=...)
-    report = Applier(store).apply_batch(plan, marks, now=...)   # reconcile.apply: all the I/O
+    report = Applier(store).apply_batch(plan, marks, ...)   # reconcile.apply: all the I/O
 
 The plan lists the jobs to reclaim (their lease expired on the operator's clock), to fail (no
 attempts left), to take out of backoff (its time passed on the operator's clock), to label
@@ -81,7 +81,7 @@ def plan_jobs(
             if r.lease is not None and seen.matches(r.lease):
                 reclaim.append((r, seen))
         elif r.phase is Phase.QUEUED:
-            if budget(r).left_of(r.attempts, r.releases) <= 0:
+            if r.attempts_left <= 0:
                 exhaust.append(r)
             elif r.backoff_seconds is not None:
                 wait = backoffs.get(r.key)
@@ -92,8 +92,8 @@ def plan_jobs(
 
 def plan_batch(view: BatchView, *, full: bool, dirty: bool, max_creates: int) -> Plan:
     """What `view.batch` needs: the reclaims, exhaustion and backoffs among its watched jobs
-    (always), and on a full reconcile the jobs to create (at most `max_creates`, in the
-    order `order` gives) and the suspend labels to set."""
+    (always), and on a full reconcile the jobs to create (at most `max_creates`, in item
+    order) and the suspend labels to set."""
     batch, items, jobs = view.batch, view.items, view.jobs
     base = plan_jobs(view.watched, view.now_mono, view.leases, view.backoffs)
     if batch.metadata.deletion_timestamp is not None:

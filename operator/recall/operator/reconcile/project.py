@@ -101,10 +101,6 @@ def stored_phases(stored: BatchStatus, total: int) -> bytearray:
     return out
 
 
-def item_phase(record: JobRecord) -> ItemPhase:
-    return ITEM_PHASE_OF_JOB[record.phase]
-
-
 def attention_of(
     total: int,
     key_of: Callable[[int], str],
@@ -242,19 +238,6 @@ def encoded(phases: bytearray) -> tuple[dict[str, str | None], bool]:
     return out, truncated
 
 
-def counts_of(total: int, phases: bytearray, published: int) -> Counts:
-    """The `total` items counted by phase (`phases`: one code per item), and those published."""
-    return Counts(
-        total=total,
-        queued=phases.count(CODE[ItemPhase.QUEUED]),
-        transcribing=phases.count(CODE[ItemPhase.TRANSCRIBING]),
-        completed=phases.count(CODE[ItemPhase.COMPLETED]),
-        failed=phases.count(CODE[ItemPhase.FAILED]),
-        cancelled=phases.count(CODE[ItemPhase.CANCELLED]),
-        published=published,
-    )
-
-
 def project(
     batch: Batch,
     total: int,
@@ -278,7 +261,8 @@ def project(
     """
     t = tally(stored_phases(stored, total), key_of, jobs, changed, stored.counts is not None)
     p = t.phases
-    counts = counts_of(total, p, t.published)
+    by_phase = {q.value: p.count(CODE[q]) for q in ItemPhase}
+    counts = Counts(total=total, published=t.published, **by_phase)
     fields, truncated = encoded(p)
     missing = set(range(total)) - jobs.keys() if fanned_out(stored) else set()
     started = stored.started_at or t.first_start

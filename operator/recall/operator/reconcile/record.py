@@ -146,6 +146,21 @@ class JobRecord:
         )
 
     @property
+    def attempts_left(self) -> int:
+        """Claims the job may still take (`lease.Budget.left`)."""
+        return self.max_attempts + min(self.releases, self.max_releases) - self.attempts
+
+    @property
+    def claimable(self) -> bool:
+        """Queued and claimable now by what the operator sees (offered or not)."""
+        return (
+            self.phase is Phase.QUEUED
+            and self.backoff_seconds is None
+            and not self.suspended
+            and self.attempts_left > 0
+        )
+
+    @property
     def to_publish(self) -> bool:
         """Succeeded, and its outputs and index entry not recorded as written yet."""
         return self.phase is Phase.SUCCEEDED and not self.published

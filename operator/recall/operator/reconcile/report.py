@@ -39,9 +39,6 @@ class Report:
     batch: BatchKey | None
     reclaimed: list[Reclaimed] = field(default_factory=list)
     expired_holders: list[tuple[str, str]] = field(default_factory=list)  # (namespace, worker)
-    exhausted: list[str] = field(default_factory=list)
-    backoffs_ended: list[str] = field(default_factory=list)
-    labelled: list[str] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
     heals: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)

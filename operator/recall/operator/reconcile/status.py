@@ -189,8 +189,8 @@ class StatusWriter:
     def _recorded(self, batch: Batch, proj: Projection, report: Report) -> None:
         """Count and announce what the written status recorded: heals, newly failed items."""
         heals = [h.describe() for h in proj.heals]
-        for _h in proj.heals:
-            metrics.HEALS.labels(kind="item-phase").inc()
+        if proj.heals:
+            metrics.HEALS.labels(kind="item-phase").inc(len(proj.heals))
         report.heals = report.heals + heals
         for text in report.heals[:MAX_EVENTS]:
             self.event(_ref(batch), "Normal", "Healed", text)

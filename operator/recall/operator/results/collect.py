@@ -111,10 +111,11 @@ class Collector:
             record = self.cache.get((namespace, name))
             if record is not None and record.uid == uid:
                 doomed = garbage(view_of(record), keys)
-            elif self._job_gone(namespace, name, uid):
-                doomed = keys
             else:
-                continue
+                job = self.store.get_job(namespace, name)  # all of it, once none has that UID
+                if job is not None and job.metadata.uid == uid:
+                    continue
+                doomed = keys
             if doomed:
                 self.bucket.delete(doomed)
                 deleted += len(doomed)
@@ -133,11 +134,6 @@ class Collector:
         if deleted:
             _log.info("swept", objects=deleted)
         return deleted
-
-    def _job_gone(self, namespace: str, name: str, uid: str) -> bool:
-        """Read from the API server: no job of that name, or one with another UID."""
-        job = self.store.get_job(namespace, name)
-        return job is None or job.metadata.uid != uid
 
 
 def view_of(record: JobRecord) -> JobView:

@@ -80,11 +80,8 @@ class Pass:
 
 @dataclass
 class Probes:
-    """When the operator probes the store: at start, then every `every` seconds (a standby
-    says whether it could take over, an idle leader whether its store still answers); while
-    the store is unreachable, after 1, 2, 4 ... seconds (PROBE_RETRY), so readiness follows a
-    store that comes up late or comes back empty; and at once when a pass found it
-    unreachable."""
+    """When the operator probes the store (**Reachability** in the module doc): a standby says
+    whether it could take over, an idle leader whether its store still answers."""
 
     every: float
     next: float = float("-inf")
@@ -108,7 +105,6 @@ class Probes:
 @dataclass
 class Retry:
     at: float
-    delay: float
     reason: str
     retries: int = 0  # transient failures in a row before this one
 
@@ -340,7 +336,7 @@ class Results:
                 delay = RETRY_TRANSIENT.delay(retries)
             else:
                 retries, delay = 0, RETRY_REFUSED
-            self._retry[key] = Retry(mono + delay, delay, reason or "Unavailable", retries)
+            self._retry[key] = Retry(mono + delay, reason or "Unavailable", retries)
         _log.warning("publish_failed", job=key[1], namespace=key[0], retry_in=delay, error=message)
 
     def _clear_failing(self, key: tuple[str, str]) -> None:

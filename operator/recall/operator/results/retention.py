@@ -17,10 +17,10 @@ from recall.base import log
 from recall.kube import Api, ApiError, ObjectRef
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.reconcile.record import BatchKey
+from recall.operator.reconcile.report import PostEvent
 from recall.resources import LABEL_BATCH, Batch, label_value
 
 _log = log.get("operator")
-Event = Callable[[ObjectRef, str, str, str], None]
 
 
 def expired(batch: Batch, now: dt.datetime) -> bool:
@@ -39,13 +39,13 @@ def never(_batch: Batch) -> bool:
 def expire_finished(
     store: Api,
     cache: JobCache,
-    event: Event,
+    event: PostEvent,
     batches: dict[BatchKey, Batch],
     now: dt.datetime,
     held: Callable[[Batch], bool] = never,
 ) -> int:
     """Delete the jobs of every expired Batch that still has some and that `held` does not
-    hold (its events not settled yet: `recall.operator.notify.notifier.holds`); how many."""
+    hold (its events not settled yet: `recall.operator.notify.state.holds`); how many."""
     count = 0
     for key, batch in batches.items():
         if not expired(batch, now) or not cache.has_batch(key) or held(batch):

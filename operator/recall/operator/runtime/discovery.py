@@ -74,19 +74,15 @@ def wait_served(
         clock.sleep(POLL_SECONDS)
 
 
-def unresolved(insights: Insights, needed: Collection[str]) -> set[str]:
-    watched = {
-        r.plural for r in insights.watched_resources if (r.group, r.version) == (GROUP, VERSION)
-    }
-    return set(needed) - watched
-
-
 async def check_insights(
     insights: Insights, needed: Collection[str], stop: Callable[[str], None]
 ) -> None:
     """Once kopf has resolved its resources, `stop` the operator if one of `needed` is missing."""
     await insights.ready_resources.wait()
-    missing = unresolved(insights, needed)
+    watched = {
+        r.plural for r in insights.watched_resources if (r.group, r.version) == (GROUP, VERSION)
+    }
+    missing = set(needed) - watched
     if missing:
         reason = missing_message(missing, "not served when the operator resolved its resources")
         _log.error("resources_unresolved", missing=sorted(missing), reason=reason)

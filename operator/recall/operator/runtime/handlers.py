@@ -48,21 +48,6 @@ from recall.resources import BATCH_PLURAL, GROUP, VERSION, Batch
 _log = log.get("operator")
 
 
-def leader_elector(store: Api, settings: OperatorSettings) -> LeaderElector | None:
-    """The leader elector of this replica, or None when leader election is off."""
-    if not settings.leader_election:
-        return None
-    return LeaderElector(
-        store,
-        settings.leader_election_namespace or settings.namespace or "default",
-        settings.leader_election_name,
-        settings.identity,
-        lease_duration=settings.lease_duration,
-        renew_deadline=settings.renew_deadline,
-        retry_period=settings.retry_period,
-    )
-
-
 class Runtime:
     """What one operator process runs beside kopf: informer, elector, controller loop."""
 
@@ -72,7 +57,17 @@ class Runtime:
         self.settings = settings
         self.clock = clock
         self.stop = threading.Event()
-        self.elector = leader_elector(store, settings)
+        self.elector: LeaderElector | None = None  # None: leader election is off
+        if settings.leader_election:
+            self.elector = LeaderElector(
+                store,
+                settings.leader_election_namespace or settings.namespace or "default",
+                settings.leader_election_name,
+                settings.identity,
+                lease_duration=settings.lease_duration,
+                renew_deadline=settings.renew_deadline,
+                retry_period=settings.retry_period,
+            )
         # One leadership for every loop: the controller's, the results', the autoscaler's.
         leading = self.elector.leading if self.elector is not None else threading.Event()
         notify = NotifySettings()

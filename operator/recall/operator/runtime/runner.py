@@ -39,7 +39,7 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
     registry = kopf.OperatorRegistry()
     handlers.register(registry, settings, store, _stores())
     try:
-        discovery.wait_served(store, NEEDED, settings.discovery_seconds)
+        discovery.wait_served(store.http, NEEDED, settings.discovery_seconds)
     except discovery.NotServed as e:
         raise SystemExit(f"recall operator: {e}") from None
     insights = Insights()

@@ -1,4 +1,4 @@
-"""The built-in autoscaler of the worker Deployment: read, decide (`scaler.decide`), apply.
+"""The built-in autoscaler of the worker Deployment: read, decide (`scaling.decide`), apply.
 
     scaler = Scaler(store, target, policy, sources, leadership)
     scaler.run_once()     # one decision and its writes; returns what it did (tests call it)
@@ -84,8 +84,6 @@ class Report:
     scaled: int | None = None  # the count written
     conflict: bool = False  # the scale write was refused: the Deployment changed
     drained: list[str] = field(default_factory=list)  # workers asked to drain
-    undrained: list[str] = field(default_factory=list)
-    annotated: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -139,7 +137,6 @@ class Scaler:
         self.interval = interval
         self.clock = clock
         self.below_since: float | None = None
-        self.last: Decision | None = None
         self._fenced = False  # this term's first write (the status annotation) is done
         self._written: dict[str, object] | None = None  # the status last written
         self._asked_at: dict[tuple[str, str], float] = {}  # (worker, request) → first seen
@@ -165,7 +162,6 @@ class Scaler:
         decision = decide(inputs, self.clock.monotonic())
         report = self.apply(decision, deployment)
         self.below_since = decision.below_since
-        self.last = decision
         self._publish(decision, report)
         return report
 
@@ -254,12 +250,10 @@ class Scaler:
             if self._may(report):
                 try:
                     self.store.patch_pod_annotations(self.target.namespace, pod, {key: value})
-                    report.annotated += 1
                 except ApiError as e:
                     report.errors.append(e.message)
         for worker in d.undrain:
             if self._may(report) and self._request(worker, None, report):
-                report.undrained.append(worker)
                 metrics.DRAINS.labels(outcome="cancelled").inc()
         for worker in d.drain:
             request = uuid.uuid4().hex[:12]

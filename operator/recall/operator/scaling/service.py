@@ -89,11 +89,6 @@ class Autoscaling:
                 )
             )
 
-    @property
-    def scaler(self) -> Scaler | None:
-        """The scaler of the first pool (the default one), if any."""
-        return self.scalers[0] if self.scalers else None
-
     def stale(self) -> str | None:
         """Why the views the autoscalers read are not current (None: they are)."""
         if not self.jobs.current():

@@ -42,17 +42,6 @@ class Outstanding:
         return self.queued + self.leased
 
 
-def claimable(r: JobRecord) -> bool:
-    """Queued and claimable now by what the operator sees (offered or not)."""
-    free = min(r.releases, r.max_releases)
-    return (
-        r.phase is Phase.QUEUED
-        and r.backoff_seconds is None
-        and not r.suspended
-        and r.attempts < r.max_attempts + free
-    )
-
-
 class Workload:
     """Outstanding jobs per lane (namespace, pool, engine asked for), from the job cache.
     Thread-safe."""
@@ -74,7 +63,7 @@ class Workload:
         lane = (r.namespace, r.pool, r.engine)
         if r.phase is Phase.LEASED:
             self._leased[lane] += delta
-        elif claimable(r):
+        elif r.claimable:
             self._queued[lane] += delta
 
     def of(self, namespace: str, engine: str, pool: str = DEFAULT_POOL) -> Outstanding:
