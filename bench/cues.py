@@ -2,8 +2,9 @@
 benchmarks hold `recall.transcripts.subtitles` to. `parse` reads a SubRip or WebVTT file back
 into cues (by pysubs2); `check` re-states the module contract's rules (lines, characters, time
 on screen, the gap, each channel on its own) and returns one line per broken rule and cue, []
-when every rule holds, within `EPSILON` for times rounded to milliseconds. The runtime never
-calls either.
+when every rule holds, within `EPSILON` for times rounded to milliseconds; `proportional` says
+whether some segment's cues were split in proportion (it has text but no word timings). The
+runtime never calls them.
 """
 
 from __future__ import annotations
@@ -12,9 +13,16 @@ from typing import Literal
 
 import pysubs2
 
+from recall.media.types import Segment
 from recall.transcripts.subtitles import Cue, Rules
+from recall.transcripts.words import timed_words
 
 EPSILON = 0.0015  # tolerance of `check` for times rounded to milliseconds
+
+
+def proportional(segments: list[Segment]) -> bool:
+    """True when some segment with text has no word timings: its cues are split in proportion."""
+    return any(not timed_words(s) and s.text.strip() for s in segments)
 
 
 def check(found: list[Cue], rules: Rules | None = None) -> list[str]:

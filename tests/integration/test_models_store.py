@@ -19,7 +19,8 @@ import pytest
 from bench.cues import check, parse
 from recall.base.settings import StoreSettings
 from recall.bucket import Bucket, Stores
-from recall.engines.models import MANIFEST, ModelCache, manifest
+from recall.engines.models import ModelCache
+from recall.engines.models.manifests import MANIFEST, manifest
 from recall.engines.whisper import bundled_path
 from recall.kube.client import KubeClient as Kube
 from recall.resources import API_VERSION, Condition, Phase

@@ -184,6 +184,17 @@ class Owner:
     name: str
     uid: str
 
+    def reference(self) -> RawObject:
+        """The `metadata.ownerReferences` entry: the controller, never blocking a deletion."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+
 
 @dataclass(frozen=True)
 class Scale:

@@ -54,6 +54,8 @@ NOT_SENT: tuple[type[BaseException], ...] = (
     ConnectionRefusedError,
 )
 TRANSPORT: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+# 410 Expired: the resourceVersion (of a watch, or a list's continue token) is too old.
+ERRORS = {404: NotFound, 409: Conflict, 410: Conflict, 400: Invalid, 422: Invalid, 403: Forbidden}
 
 
 def api_message(e: ApiException) -> str:
@@ -81,17 +83,11 @@ def translate(e: BaseException, what: str, *, write: bool) -> ApiError:
     if isinstance(e, ApiException):
         status = int(e.status or 0)
         text = f"{what}: {api_message(e)}"
-        if status == 404:
-            return NotFound(text, status=status)
-        if status in (409, 410):
-            # 410 Expired: the resourceVersion (of a watch, or a list's continue token) is too old.
-            return Conflict(text, status=status)
-        if status in (400, 422):
-            return Invalid(text, status=status)
-        if status == 403:
-            return Forbidden(text, status=status)
-        if status == 413 or "too large" in text.lower():
-            return TooLarge(text, status=status)
+        error = ERRORS.get(status)
+        if error is None and (status == 413 or "too large" in text.lower()):
+            error = TooLarge
+        if error is not None:
+            return error(text, status=status)
         if status == 0 and e.reason:  # the client wraps some transport errors this way
             return Unavailable(f"{what}: {e.reason}", maybe_applied=write)
         # 401 (a rotated token), 429, 5xx: worth retrying. A 5xx may come after the commit; a

@@ -35,6 +35,7 @@ from recall.kube import (
     WatchEvent,
     retry_pause,
 )
+from recall.kube.verbs import JOBS, LEASES, Resource
 
 _log = log.get("informer")
 PAGE_SIZE = 500
@@ -59,37 +60,31 @@ class Source(Protocol):
 
 
 @dataclass(frozen=True)
-class Jobs:
-    """TranscriptionJobs of a namespace (or all), as a selector selects them."""
+class Selection:
+    """The objects of `resource` in a namespace (or all) that `selector` selects."""
 
     api: JobApi
+    resource: Resource
     namespace: str | None
     selector: Selector = EVERYTHING
 
     def list(self, limit: int, continue_from: str | None) -> Page:
-        return self.api.list_jobs(
-            self.namespace, self.selector, limit=limit, continue_from=continue_from
+        return self.api.verbs.list(
+            self.resource, self.namespace, self.selector, limit=limit, continue_from=continue_from
         )
 
     def watch(self, resource_version: str) -> Iterator[WatchEvent]:
-        return self.api.watch_jobs(self.namespace, resource_version, self.selector)
+        return self.api.verbs.watch(self.resource, self.namespace, resource_version, self.selector)
 
 
-@dataclass(frozen=True)
-class Leases:
+def Jobs(api: JobApi, namespace: str | None, selector: Selector = EVERYTHING) -> Selection:
+    """TranscriptionJobs of a namespace (or all), as a selector selects them."""
+    return Selection(api, JOBS, namespace, selector)
+
+
+def Leases(api: JobApi, namespace: str | None, labels: str) -> Selection:
     """coordination.k8s.io Leases of a namespace (or all) with the given labels."""
-
-    api: JobApi
-    namespace: str | None
-    labels: str
-
-    def list(self, limit: int, continue_from: str | None) -> Page:
-        return self.api.list_leases(
-            self.namespace, self.labels, limit=limit, continue_from=continue_from
-        )
-
-    def watch(self, resource_version: str) -> Iterator[WatchEvent]:
-        return self.api.watch_leases(self.namespace, resource_version, self.labels)
+    return Selection(api, LEASES, namespace, Selector(labels=labels))
 
 
 class Informer:

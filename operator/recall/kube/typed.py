@@ -53,17 +53,6 @@ def _at(resource_version: str | None, body: RawObject) -> RawObject:
     return body
 
 
-def _owner_ref(owner: Owner) -> RawObject:
-    return {
-        "apiVersion": owner.api_version,
-        "kind": owner.kind,
-        "name": owner.name,
-        "uid": owner.uid,
-        "controller": True,
-        "blockOwnerDeletion": False,
-    }
-
-
 def _config_map(obj: RawObject) -> ConfigMapData:
     meta = obj.get("metadata") or {}
     return ConfigMapData(
@@ -259,11 +248,6 @@ class TypedClient:
             LEASES, namespace, selector, limit=limit, continue_from=continue_from
         )
 
-    def watch_leases(
-        self, namespace: str | None, resource_version: str, labels: str
-    ) -> Iterator[WatchEvent]:
-        return self.verbs.watch(LEASES, namespace, resource_version, Selector(labels=labels))
-
     def get_config_map(self, namespace: str, name: str) -> ConfigMapData | None:
         obj = self.verbs.get(CONFIG_MAPS, namespace, name)
         return None if obj is None else _config_map(obj)
@@ -280,7 +264,7 @@ class TypedClient:
     ) -> None:
         meta: RawObject = {"name": name, "namespace": namespace, "labels": labels}
         if owner is not None:
-            meta["ownerReferences"] = [_owner_ref(owner)]
+            meta["ownerReferences"] = [owner.reference()]
         body: RawObject = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
         if immutable:
             body["immutable"] = True
@@ -301,7 +285,7 @@ class TypedClient:
 
     def own_config_map(self, namespace: str, name: str, owner: Owner) -> None:
         """Make `owner` the ConfigMap's owner (garbage-collected with it)."""
-        patch = {"metadata": {"ownerReferences": [_owner_ref(owner)]}}
+        patch = {"metadata": {"ownerReferences": [owner.reference()]}}
         self.verbs.patch(CONFIG_MAPS, namespace, name, patch)
 
     def list_config_maps(self, namespace: str, labels: str) -> list[ConfigMapData]:

@@ -7,7 +7,7 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -129,7 +129,7 @@ def download(
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > max_bytes:
                 raise too_large(shown, max_bytes, int(declared))
-            return _save(response, shown, max_bytes, workdir, _suffix(url))
+            return save(response.iter_bytes(1 << 20), shown, max_bytes, workdir, _suffix(url))
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as e:
         raise JobFailure("SourceRejected", f"{shown}: invalid URL: {e}", permanent=True) from None
     except httpx.TimeoutException:
@@ -143,18 +143,25 @@ def download(
         ) from None
 
 
-def _save(
-    response: httpx.Response, shown: str, max_bytes: int, workdir: Path | None, suffix: str
+def save(
+    blocks: Iterable[bytes],
+    shown: str,
+    max_bytes: int | None,
+    workdir: Path | None,
+    suffix: str,
+    prefix: str = "recall-media-",
 ) -> tuple[Path, str]:
-    fd, name = tempfile.mkstemp(prefix="recall-media-", suffix=suffix, dir=workdir)
+    """`blocks` streamed into a new temporary file, its path and SHA-256; the file is removed
+    again when the blocks fail or pass `max_bytes` (None: no limit)."""
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=workdir)
     path = Path(name)
     digest = hashlib.sha256()
     try:
         received = 0
         with os.fdopen(fd, "wb") as f:
-            for block in response.iter_bytes(1 << 20):
+            for block in blocks:
                 received += len(block)
-                if received > max_bytes:
+                if max_bytes is not None and received > max_bytes:
                     raise too_large(shown, max_bytes, None)
                 digest.update(block)
                 f.write(block)

@@ -14,7 +14,8 @@
 Why an object store (DESIGN §4b): the API server keeps the ledger only, so etcd does not grow
 with hours of audio; a job's status names where its chunks are (`progress.parts`) and where its
 transcript is (`result.transcript`), and a renewal per chunk is the only API write. May import
-`recall.bucket`, `recall.media` (the chunk types), `recall.resources` and `recall.base`.
+`recall.bucket`, `recall.media` (the chunk types), `recall.engines.languages` (a file's
+language), `recall.resources` and `recall.base`.
 """
 
 from recall.transcripts.checkpoint import (

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from recall.bucket import Bucket
+from recall.engines.languages import majority
 from recall.media.types import Chunk, Cutting, Media, Segment
 from recall.resources import AUTO, OutputFormat, Part, RedactSpec, TranscriptionJob
 from recall.transcripts.assemble import assemble
@@ -243,7 +244,8 @@ class AttemptWriter:
         segments carry their own, else the one detected, else the one the job asks for."""
         spec = self.job.spec
         detected = self.language
-        spoken = most_spoken(segments)  # languageScope segment: each segment has its own
+        # languageScope segment: each segment has its own; the file's is the most spoken
+        spoken = majority((s.language, s.end - s.start) for s in segments)
         if spoken is not None and (detected is None or detected[0] != spoken):
             detected = (spoken, None)
         rules = Rules.of(spec.transcript.subtitles if spec.transcript else None)
@@ -289,13 +291,3 @@ class AttemptWriter:
                 found = Record.decode(raw) if raw is not None else record
             out.append(found)
         return out
-
-
-def most_spoken(segments: list[Segment]) -> str | None:
-    """The language of the most speech time among segments that carry one (segment scope), the
-    file's language; None when none does."""
-    seconds: dict[str, float] = {}
-    for s in segments:
-        if s.language:
-            seconds[s.language] = seconds.get(s.language, 0.0) + max(0.0, s.end - s.start)
-    return max(seconds, key=lambda k: seconds[k]) if seconds else None

@@ -8,7 +8,7 @@ Contract:
 - The words come from the segments' word timings when the transcript has them. A segment
   without word timings (`words` None or empty: the job did not ask, or the engine aligned no
   word) is split into its words in proportion to their characters over the segment's time
-  (`recall.transcripts.words.proportional` says so): its cues are then only as precise as the
+  (`recall.transcripts.words.timed_words` says which): its cues are then only as precise as the
   segment.
 - Every cue is at most `max_lines` lines of at most `max_line_characters` characters (a single
   word longer than a line is the one exception: it stands alone, over-long), is shown at most

@@ -77,11 +77,6 @@ def timed_words(segment: Segment) -> bool:
     return any(w.text.strip() for w in segment.words or [])
 
 
-def proportional(segments: list[Segment]) -> bool:
-    """True when some segment with text has no word timings: its cues are split in proportion."""
-    return any(not timed_words(s) and s.text.strip() for s in segments)
-
-
 def continues(previous: str, word: str) -> bool:
     """Whether `word` (stripped) goes on the word before it without a space: Whisper splits
     "ill-disposed" into "ill" + "-disposed"."""

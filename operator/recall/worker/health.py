@@ -18,10 +18,10 @@ authentication (the port is for the kubelet; the chart's NetworkPolicy closes it
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
+from recall.base import endpoint
 from recall.base.clock import SYSTEM, Clock
 
 
@@ -59,29 +59,15 @@ class Liveness:
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve /healthz, /livez and /readyz on `port` from a daemon thread. Port 0 disables
         it (`self.server.server_address` has the bound port otherwise)."""
-        if not port:
-            return
-        liveness = self
+        self.server = endpoint.serve(self._route, port, "healthz", addr)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?")[0]
-                if path in ("/healthz", "/livez"):
-                    ok = liveness.healthy()
-                elif path == "/readyz":
-                    ok = liveness.ready()
-                else:
-                    self.send_error(404)
-                    return
-                body = f"{'ok' if ok else 'stale'} {liveness.age():.1f}s\n".encode()
-                self.send_response(200 if ok else 503)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                del format, args  # the probe runs every few seconds: no access log
-
-        self.server = ThreadingHTTPServer((addr, port), Handler)
-        threading.Thread(target=self.server.serve_forever, name="healthz", daemon=True).start()
+    def _route(self, target: str) -> tuple[int, str, bytes] | None:
+        path = target.split("?")[0]
+        if path in ("/healthz", "/livez"):
+            ok = self.healthy()
+        elif path == "/readyz":
+            ok = self.ready()
+        else:
+            return None
+        body = f"{'ok' if ok else 'stale'} {self.age():.1f}s\n".encode()
+        return 200 if ok else 503, "text/plain", body

@@ -11,36 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
-from recall.bucket import (
-    Bucket,
-    StoreAccessDenied,
-    StoreBucketMissing,
-    StoreError,
-    StoreObjectMissing,
-    Stores,
-    StoreUnavailable,
-)
+from recall.bucket import Bucket, Stores
 from recall.engines.models import ModelStore, OpenStore
 from recall.resources.errors import JobFailure
-
-T = TypeVar("T")
-
-
-def _answer(url: str, fn: Callable[[], T]) -> T:
-    try:
-        return fn()
-    except (StoreObjectMissing, StoreBucketMissing) as e:
-        raise JobFailure("ModelNotFound", f"{url}: {e.message}", permanent=True) from None
-    except StoreAccessDenied as e:
-        raise JobFailure("ModelAccessDenied", f"{url}: {e.message}", permanent=True) from None
-    except StoreUnavailable as e:
-        raise JobFailure("ModelUnavailable", f"{url}: {e.message}", permanent=False) from None
-    except StoreError as e:
-        raise JobFailure("ModelNotFound", f"{url}: {e.message}", permanent=True) from None
+from recall.worker.sources import store_failures
 
 
 class BucketModel:
@@ -51,12 +27,12 @@ class BucketModel:
         self.url = bucket.url
 
     def read(self, name: str) -> bytes | None:
-        return _answer(self.bucket.url_of(name), lambda: self.bucket.get(name))
+        with store_failures("Model", self.bucket.url_of(name), "ModelNotFound"):
+            return self.bucket.get(name)
 
     def download(self, name: str, into: Path) -> str:
         where = self.bucket.url_of(name)
-
-        def copy() -> str:
+        with store_failures("Model", where, "ModelNotFound"):
             if self.bucket.size(name) is None:
                 raise JobFailure(
                     "ModelNotFound", f"{where} (named in SHA256SUMS) is missing", permanent=True
@@ -70,11 +46,10 @@ class BucketModel:
                 os.fsync(out.fileno())
             return digest.hexdigest()
 
-        return _answer(where, copy)
-
 
 def model_store(stores: Stores) -> OpenStore:
     def open_model(url: str) -> ModelStore:
-        return BucketModel(_answer(url, lambda: stores.open(url.rstrip("/"))))
+        with store_failures("Model", url, "ModelNotFound"):
+            return BucketModel(stores.open(url.rstrip("/")))
 
     return open_model

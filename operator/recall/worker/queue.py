@@ -17,12 +17,11 @@ import datetime as dt
 import random
 import threading
 from collections.abc import Iterator
-from typing import Protocol
 
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import WorkerSettings
 from recall.kube import ApiError, JobApi, RawObject, Selector
-from recall.kube.informer import Informer, Jobs
+from recall.kube.informer import Informer, Jobs, Selection
 from recall.resources import DEFAULT_POOL, LABEL_SUSPENDED, TranscriptionJob
 
 JobKey = tuple[str, str]  # (namespace, name)
@@ -53,26 +52,6 @@ def claimable(job: TranscriptionJob, engine: str, pool: str = DEFAULT_POOL) -> b
 
 
 SELF_SERVE_PAGE = 200
-
-
-class Queue(Protocol):
-    """What the worker loop asks of its view of the queue."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def pick(self, exclude: frozenset[JobKey] = frozenset()) -> TranscriptionJob | None:
-        """A claimable job, none of `exclude` (those the worker's other slots are taking)."""
-        ...
-
-    def discard(self, job: TranscriptionJob) -> None: ...
-
-    def changes(self) -> int:
-        """A count of the view's changes; `wait(since=...)` returns at once if it moved."""
-        ...
-
-    def wait(self, timeout: float, since: int | None = None) -> None: ...
 
 
 def fair_choice(
@@ -113,7 +92,7 @@ def choose(
 class WatchedJobs:
     """Jobs kept current by an informer (this is its consumer), and a condition to wait on."""
 
-    def __init__(self, source: Jobs, name: str, relist_seconds: float = 300.0) -> None:
+    def __init__(self, source: Selection, name: str, relist_seconds: float = 300.0) -> None:
         self._jobs: dict[tuple[str, str], TranscriptionJob] = {}
         self._cond = threading.Condition()
         self._changes = 0
@@ -155,10 +134,11 @@ class WatchedJobs:
                 del self._jobs[job.key]
 
     def changes(self) -> int:
+        """A count of the view's changes; `wait(since=...)` returns at once if it moved."""
         with self._cond:
             return self._changes
 
-    def _wait(self, timeout: float, since: int | None = None) -> None:
+    def wait(self, timeout: float, since: int | None = None) -> None:
         """Until the view changes after `since` (taken before a pick that found nothing: an
         offer arriving in between is not slept through), `timeout` passes, or it stops."""
         with self._cond:
@@ -188,13 +168,10 @@ class JobQueue(WatchedJobs):
     # -- the worker's side -----------------------------------------------------------------------
 
     def pick(self, exclude: frozenset[JobKey] = frozenset()) -> TranscriptionJob | None:
+        """A claimable job, none of `exclude` (those the worker's other slots are taking)."""
         with self._cond:
             candidates = [j for k, j in self._jobs.items() if k not in exclude]
         return choose(candidates, self.engine, self.window, self.rng, self.pool)
-
-    def wait(self, timeout: float, since: int | None = None) -> None:
-        """Block until the queue changes, `timeout` passes, or the queue stops."""
-        self._wait(timeout, since)
 
 
 class OfferQueue(WatchedJobs):
@@ -256,7 +233,10 @@ class OfferQueue(WatchedJobs):
     def wait(self, timeout: float, since: int | None = None) -> None:
         """Block until an offer changes, `timeout` passes, or it is time to serve oneself."""
         left = self.self_serve_seconds - (self.clock.monotonic() - self._last_work)
-        self._wait(max(0.05, min(timeout, left)), since)
+        super().wait(max(0.05, min(timeout, left)), since)
+
+
+Queue = JobQueue | OfferQueue  # the worker loop's view of the queue
 
 
 def queue_of(

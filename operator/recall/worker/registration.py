@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 
 from recall.base import log
 from recall.base.clock import SYSTEM, Clock
@@ -27,36 +28,25 @@ from recall.worker.drain import Drain
 _log = log.get("registration")
 
 
+@dataclass(eq=False)
 class Registration:
     """The worker's own registration Lease, renewed from a daemon thread."""
 
-    def __init__(
-        self,
-        store: JobApi,
-        namespace: str,
-        worker: str,
-        engine: str,
-        *,
-        duration: int = 15,
-        period: float = 5.0,
-        drain: Drain | None = None,
-        pool: str = "default",
-        slots: int = 1,
-        engine_state: Callable[[], EngineState] | None = None,
-        clock: Clock = SYSTEM,
-    ) -> None:
-        self.store = store
-        self.clock = clock
-        self.engine_state = engine_state
-        self.pool = pool
-        self.slots = slots
-        self.drain = drain
-        self.namespace = namespace
-        self.worker = worker
-        self.engine = engine
-        self.duration = duration
-        self.period = period
-        self.name = lease_name(worker)
+    store: JobApi
+    namespace: str
+    worker: str
+    engine: str
+    _: KW_ONLY
+    duration: int = 15
+    period: float = 5.0
+    drain: Drain | None = None
+    pool: str = "default"
+    slots: int = 1
+    engine_state: Callable[[], EngineState] | None = None
+    clock: Clock = SYSTEM
+
+    def __post_init__(self) -> None:
+        self.name = lease_name(self.worker)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="registration", daemon=True)
 

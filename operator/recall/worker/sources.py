@@ -7,12 +7,15 @@ refusing one larger than allowed before reading it, and answers each failure as 
 records it: a missing object `SourceNotFound` and refused credentials `SourceAccessDenied`
 (permanent: retrying cannot help), a store that does not answer `SourceUnavailable` (retried
 with backoff, like an unreachable http source).
+
+`store_failures(kind, where, otherwise)` is that answer for any store call, the model
+directories' (`recall.worker.models`) too.
 """
 
 from __future__ import annotations
 
-import hashlib
-import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from recall.bucket import (
@@ -23,16 +26,38 @@ from recall.bucket import (
     Stores,
     StoreUnavailable,
 )
-from recall.media.fetch import ObjectReader, display_url
+from recall.media.fetch import ObjectReader, display_url, save
 from recall.resources.errors import JobFailure
+
+_ANSWERS: dict[type[StoreError], str] = {
+    StoreObjectMissing: "NotFound",
+    StoreBucketMissing: "NotFound",
+    StoreAccessDenied: "AccessDenied",
+    StoreUnavailable: "Unavailable",
+}
+
+
+@contextmanager
+def store_failures(kind: str, where: str, otherwise: str) -> Iterator[None]:
+    """A `StoreError` in the block raised as the `JobFailure` `kind` + "NotFound" (a missing
+    object or bucket), "AccessDenied" or "Unavailable" (the only one a retry can help), any
+    other as `otherwise`; its message `where: <the store's message>`."""
+    try:
+        yield
+    except StoreError as e:
+        answer = _ANSWERS.get(type(e))
+        raise JobFailure(
+            kind + answer if answer else otherwise,
+            f"{where}: {e.message}",
+            permanent=not isinstance(e, StoreUnavailable),
+        ) from None
 
 
 def object_reader(stores: Stores) -> ObjectReader:
     def read(url: str, workdir: Path | None, max_bytes: int) -> tuple[Path, str]:
         shown = display_url(url)
         parent, _, name = url.rstrip("/").rpartition("/")
-        suffix = Path(name).suffix[:16]
-        try:
+        with store_failures("Source", shown, "SourceRejected"):
             bucket = stores.open(parent)
             size = bucket.size(name)
             if size is None:
@@ -43,29 +68,8 @@ def object_reader(stores: Stores) -> ObjectReader:
                     f"{shown}: {size} bytes, the limit is {max_bytes}",
                     permanent=True,
                 )
-            handle, raw = tempfile.mkstemp(prefix="recall-source-", suffix=suffix, dir=workdir)
-            path = Path(raw)
-            digest = hashlib.sha256()
-            try:
-                with open(handle, "wb") as out:
-                    for block in bucket.stream(name):
-                        digest.update(block)
-                        out.write(block)
-            except BaseException:
-                path.unlink(missing_ok=True)
-                raise
-            return path, digest.hexdigest()
-        except (StoreObjectMissing, StoreBucketMissing) as e:
-            raise JobFailure("SourceNotFound", f"{shown}: {e.message}", permanent=True) from None
-        except StoreAccessDenied as e:
-            raise JobFailure(
-                "SourceAccessDenied", f"{shown}: {e.message}", permanent=True
-            ) from None
-        except StoreUnavailable as e:
-            raise JobFailure(
-                "SourceUnavailable", f"{shown}: {e.message}", permanent=False
-            ) from None
-        except StoreError as e:
-            raise JobFailure("SourceRejected", f"{shown}: {e.message}", permanent=True) from None
+            return save(
+                bucket.stream(name), shown, None, workdir, Path(name).suffix[:16], "recall-source-"
+            )
 
     return read

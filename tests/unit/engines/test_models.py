@@ -16,17 +16,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from recall.engines.models import (
-    CORRUPT_SECONDS,
-    MANIFEST,
-    RECHECK_SECONDS,
-    ModelCache,
-    ModelCacheUnwritable,
-    ModelStoreMissing,
-    manifest,
-    parse_manifest,
-    probe_cache,
-)
+from recall.engines.models import ModelCache, ModelCacheUnwritable, ModelStoreMissing, probe_cache
+from recall.engines.models.cache import CORRUPT_SECONDS, RECHECK_SECONDS
+from recall.engines.models.manifests import MANIFEST, manifest, parse_manifest
 from recall.resources.errors import JobFailure
 from recall_dev.twin.clock import FakeClock
 

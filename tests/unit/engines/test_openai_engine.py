@@ -28,13 +28,11 @@ from aiohttp import web
 
 from recall.engines.base import TranscribeRequest, primary_language
 from recall.engines.languages import language_code
-from recall.engines.openai import (
+from recall.engines.openai import OpenAIEngine
+from recall.engines.openai.response import error_message, parse_segments, punctuated
+from recall.engines.openai.retry import (
     RETRY_AFTER_MAX,
-    OpenAIEngine,
-    error_message,
     parse_retry_after,
-    parse_segments,
-    punctuated,
     retry_backoff,
     retry_delay,
 )

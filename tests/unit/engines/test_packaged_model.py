@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from recall.engines.models import BASE, MANIFEST, ModelCache, Packaged, package_file
+from recall.engines.models import BASE, ModelCache
+from recall.engines.models.manifests import MANIFEST
+from recall.engines.models.packaged import Packaged, package_file
 from recall.resources.errors import JobFailure
 
 

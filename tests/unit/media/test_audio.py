@@ -22,6 +22,8 @@ import numpy.typing as npt
 import pytest
 
 from recall import media as audio
+from recall.media.cut import split
+from recall.media.fetch import classify_http_status, display_url
 from recall.media.types import Chunk, Media
 from recall.resources import TranscriptionJob
 from recall.resources.errors import JobFailure
@@ -238,7 +240,7 @@ def test_split__fixed_lengths_and_a_partial_last_chunk(tmp_path: Path) -> None:
 
 
 def test_split__exact_multiple_has_no_empty_chunk() -> None:
-    chunks = audio.split(sine(20.0, RATE), RATE, 10.0)
+    chunks = split(sine(20.0, RATE), RATE, 10.0)
     assert [c.duration for c in chunks] == [10.0, 10.0]
 
 
@@ -247,7 +249,7 @@ def test_split__chunks_are_contiguous_and_cover_every_sample() -> None:
     samples = (rng.standard_normal(47 * RATE) * 0.1).astype(np.float32)
     samples[9 * RATE : int(9.3 * RATE)] = 0.0  # pauses for the cuts to snap to
     samples[18 * RATE : int(18.2 * RATE)] = 0.0
-    chunks = audio.split(samples, RATE, 10.0)
+    chunks = split(samples, RATE, 10.0)
     ends = [c.start + c.duration for c in chunks]
     assert [c.start for c in chunks[1:]] == pytest.approx(ends[:-1])
     assert [c.first for c in chunks[1:]] == [c.end for c in chunks[:-1]]
@@ -259,7 +261,7 @@ def test_split__cut_moves_back_into_a_pause_within_the_snap_window() -> None:
     rng = np.random.default_rng(1)
     samples = (rng.standard_normal(40 * RATE) * 0.1).astype(np.float32)
     samples[int(28.5 * RATE) : int(28.8 * RATE)] = 0.0
-    first = audio.split(samples, RATE, 30.0)[0]
+    first = split(samples, RATE, 30.0)[0]
     assert 28.5 < first.duration < 28.8
 
 
@@ -267,7 +269,7 @@ def test_split__pause_outside_the_snap_window_is_ignored() -> None:
     rng = np.random.default_rng(2)
     samples = (rng.standard_normal(40 * RATE) * 0.1).astype(np.float32)
     samples[int(26.0 * RATE) : int(27.0 * RATE)] = 0.0  # 3 s before the cut: too far back
-    assert audio.split(samples, RATE, 30.0)[0].duration == 30.0
+    assert split(samples, RATE, 30.0)[0].duration == 30.0
 
 
 def test_load_job_media__spec_chunk_seconds_overrides_the_default(tmp_path: Path) -> None:
@@ -309,13 +311,13 @@ def test_encode_wav__16_bit_mono_round_trip() -> None:
     ],
 )
 def test_classify_http_status(status: int, expected: tuple[str, bool] | None) -> None:
-    assert audio.classify_http_status(status) == expected
+    assert classify_http_status(status) == expected
 
 
 def test_display_url__hides_credentials() -> None:
-    shown = audio.display_url("https://user:secret@host.example:8443/a/b.mp3?sig=XYZ&x=1")
+    shown = display_url("https://user:secret@host.example:8443/a/b.mp3?sig=XYZ&x=1")
     assert shown == "https://***@host.example:8443/a/b.mp3?…"
-    assert audio.display_url("file:///data/a.wav") == "file:///data/a.wav"
+    assert display_url("file:///data/a.wav") == "file:///data/a.wav"
 
 
 # --- http(s) --------------------------------------------------------------------------------

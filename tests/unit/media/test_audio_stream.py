@@ -21,6 +21,9 @@ from structlog.testing import capture_logs
 
 from recall import media as audio
 from recall.media import container, decode
+from recall.media.common import PREROLL_SECONDS, QUIET_SECONDS, QUIETER, STEP_SECONDS
+from recall.media.cut import Cutter, split
+from recall.media.decode import Decoder
 from recall.media.types import Chunk, Resume
 from recall.resources.errors import JobFailure
 from recall_dev.twin.clock import FakeClock
@@ -37,8 +40,8 @@ def whole_array_bounds(
     samples: Samples, rate: int, chunk_seconds: float, snap_seconds: float
 ) -> list[tuple[int, int]]:
     size = max(1, round(chunk_seconds * rate))
-    step = max(1, round(audio.STEP_SECONDS * rate))
-    width = max(1, round(audio.QUIET_SECONDS / audio.STEP_SECONDS))
+    step = max(1, round(STEP_SECONDS * rate))
+    width = max(1, round(QUIET_SECONDS / STEP_SECONDS))
     steps_back = min(int(snap_seconds * rate), size // 2) // step
     n = len(samples)
     bounds: list[tuple[int, int]] = []
@@ -51,7 +54,7 @@ def whole_array_bounds(
             hop_energy = np.sum(hops * hops, axis=1)
             stretch = np.convolve(hop_energy, np.ones(width), mode="valid")
             quietest = len(stretch) - 1 - int(np.argmin(stretch[::-1]))
-            if stretch[quietest] < audio.QUIETER * stretch[-1]:
+            if stretch[quietest] < QUIETER * stretch[-1]:
                 cut = lo + quietest * step + (width * step) // 2
         bounds.append((start, cut))
         start = cut
@@ -84,7 +87,7 @@ def blocks(samples: Samples, sizes: list[int]) -> Iterator[Samples]:
         k += 1
 
 
-def streamed(cutter: audio.Cutter, source: Iterator[Samples]) -> list[Chunk]:
+def streamed(cutter: Cutter, source: Iterator[Samples]) -> list[Chunk]:
     out: list[Chunk] = []
     for block in source:
         out.extend(cutter.feed(block))
@@ -141,7 +144,7 @@ def test_cutter__same_cuts_as_the_whole_array(
     samples = speechlike(95.3, seed=int(chunk_seconds * 10))
     expected = whole_array_bounds(samples, RATE, chunk_seconds, snap_seconds)
     assert len(expected) > len(samples) / RATE / chunk_seconds, "snapping made chunks shorter"
-    chunks = streamed(audio.Cutter(RATE, chunk_seconds, snap_seconds), blocks(samples, sizes))
+    chunks = streamed(Cutter(RATE, chunk_seconds, snap_seconds), blocks(samples, sizes))
     assert [(c.first, c.end) for c in chunks] == expected
     assert [c.index for c in chunks] == list(range(len(expected)))
     assert [c.last for c in chunks] == [False] * (len(expected) - 1) + [True]
@@ -151,16 +154,16 @@ def test_cutter__same_cuts_as_the_whole_array(
 @pytest.mark.parametrize("seconds", [0.001, 10.0, 20.0, 20.0001])
 def test_cutter__edges_match_the_whole_array(seconds: float) -> None:
     samples = speechlike(seconds, seed=3)
-    chunks = streamed(audio.Cutter(RATE, 10.0), blocks(samples, [999]))
+    chunks = streamed(Cutter(RATE, 10.0), blocks(samples, [999]))
     assert [(c.first, c.end) for c in chunks] == whole_array_bounds(samples, RATE, 10.0, 2.0)
 
 
 def test_cutter__a_resume_at_a_cut_gives_the_same_cuts_after_it() -> None:
     samples = speechlike(80.0, seed=5)
-    full = streamed(audio.Cutter(RATE, 10.0), blocks(samples, [4096]))
+    full = streamed(Cutter(RATE, 10.0), blocks(samples, [4096]))
     k = 4
     after = full[k - 1]
-    resumed = audio.Cutter(RATE, 10.0, start=after.end, index=k)
+    resumed = Cutter(RATE, 10.0, start=after.end, index=k)
     resumed.recent = samples[after.end - resumed.tail_samples : after.end]
     rest = streamed(resumed, blocks(samples[after.end :], [1000]))
     assert same(rest, full[k:])
@@ -179,7 +182,7 @@ def test_cutter__memory_stays_bounded_over_an_hour_of_audio() -> None:
 
     tracemalloc.start()
     try:
-        cutter = audio.Cutter(RATE, 30.0)
+        cutter = Cutter(RATE, 30.0)
         count = 0
         for samples in hour():
             for chunk in cutter.feed(samples):
@@ -195,7 +198,7 @@ def test_cutter__memory_stays_bounded_over_an_hour_of_audio() -> None:
 
 def test_split__is_the_cutter_over_one_array() -> None:
     samples = speechlike(33.0, seed=9)
-    assert [(c.first, c.end) for c in audio.split(samples, RATE, 10.0)] == whole_array_bounds(
+    assert [(c.first, c.end) for c in split(samples, RATE, 10.0)] == whole_array_bounds(
         samples, RATE, 10.0, 2.0
     )
 
@@ -258,7 +261,7 @@ def decoded_by_default(
     """`path` decoded as FFmpeg reads it by default (4,096-byte packets)."""
     with monkeypatch.context() as m:
         m.setattr(container, "wav_options", lambda _path: {})
-        decoder = audio.Decoder(path, path.as_uri(), channel=channel)
+        decoder = Decoder(path, path.as_uri(), channel=channel)
         return np.concatenate(list(decoder.from_start()))
 
 
@@ -279,13 +282,13 @@ def test_decoder__a_pcm_wav_is_read_a_second_a_packet_to_the_same_samples(
         packets = sum(1 for p in opened.demux(stream) if p.size)
         assert packets <= 14, f"{packets} packets for 12.5 s"
     for channel in (None, 1) if layout != "mono" else (None,):
-        decoder = audio.Decoder(path, path.as_uri(), channel=channel)
+        decoder = Decoder(path, path.as_uri(), channel=channel)
         got = np.concatenate(list(decoder.from_start()))
         assert np.array_equal(got, decoded_by_default(path, monkeypatch, channel))
     # A resume by seeking lands on the same samples as decoding from the start.
-    full = audio.Decoder(path, path.as_uri())
+    full = Decoder(path, path.as_uri())
     rest = np.concatenate(list(full.from_start(100_003)))
-    resumed = audio.Decoder(path, path.as_uri()).seek(100_003, decode.tail_signature(full.tail))
+    resumed = Decoder(path, path.as_uri()).seek(100_003, decode.tail_signature(full.tail))
     assert resumed is not None
     assert np.array_equal(np.concatenate(list(resumed)), rest)
 
@@ -299,8 +302,8 @@ def test_decoder__only_a_pcm_wav_is_read_in_larger_packets(tmp_path: Path) -> No
     moved = tmp_path / "junk.wav"
     moved.write_bytes(raw[:12] + junk + raw[12:])
     assert container.wav_options(moved)["max_size"] == "32000"
-    got = np.concatenate(list(audio.Decoder(moved, moved.as_uri()).from_start()))
-    assert np.array_equal(got, np.concatenate(list(audio.Decoder(pcm, pcm.as_uri()).from_start())))
+    got = np.concatenate(list(Decoder(moved, moved.as_uri()).from_start()))
+    assert np.array_equal(got, np.concatenate(list(Decoder(pcm, pcm.as_uri()).from_start())))
     # Compressed samples in a WAV, other containers and no file at all: FFmpeg's defaults.
     adpcm = pcm_wav(tmp_path / "adpcm.wav", "adpcm_ms", 16_000, "mono", seconds=1.0)
     flac = encode(tmp_path / "a.flac", np.zeros(16_000, np.float32), 16_000, "flac", 1024)
@@ -441,18 +444,18 @@ def test_resume__seeking_costs_less_than_decoding_again(sources: dict[str, Path]
     last, rest = full[-2], full[-1].end - full[-2].end
     decoded: dict[str, int] = {}
     how = ""
-    original = audio.Decoder._resampled
+    original = Decoder._resampled
 
-    def counting(self: audio.Decoder, frames: Iterator[object], position: int) -> Iterator[Samples]:
+    def counting(self: Decoder, frames: Iterator[object], position: int) -> Iterator[Samples]:
         for block in original(self, frames, position):
             decoded[how] = decoded.get(how, 0) + len(block)
             yield block
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(audio.Decoder, "_resampled", counting)
+        mp.setattr(Decoder, "_resampled", counting)
         for kind, resume in (("seek", last.resume()), ("decode", Resume(last.index + 1, last.end))):
             how = kind
             with audio.load_media(url, opts) as media:
                 list(media.chunks(resume))
     assert decoded["decode"] - rest == last.end  # everything before the position again
-    assert decoded["seek"] - rest < (audio.PREROLL_SECONDS + 2) * RATE  # a few seconds
+    assert decoded["seek"] - rest < (PREROLL_SECONDS + 2) * RATE  # a few seconds

@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 from recall import media as audio
 from recall.media import container, decode
+from recall.media.decode import Decoder
 from recall.media.fetch import display_url, fetch
 from recall.media.types import Chunk
 from recall.resources.errors import JobFailure
@@ -224,7 +225,7 @@ def test_limit__messages_say_how_long_with_enough_precision(tmp_path: Path) -> N
         audio.load_media(path.as_uri(), audio.MediaOptions(max_seconds=10.0))
     assert (info.value.reason, info.value.permanent) == ("SourceTooLarge", True)
     assert info.value.message.endswith(": 10.5 s long, the limit is 10 s")
-    decoder = audio.Decoder(path, path.as_uri(), max_samples=10 * RATE)  # no container check
+    decoder = Decoder(path, path.as_uri(), max_samples=10 * RATE)  # no container check
     with pytest.raises(JobFailure) as info:
         list(decoder.from_start())
     assert info.value.message.endswith(": more than 10.1 s long, the limit is 10 s")

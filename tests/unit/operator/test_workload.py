@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from recall.base.endpoint import make
 from recall.operator.reconcile.cache import JobCache
-from recall.operator.scaling.keda import make_server
+from recall.operator.scaling.keda import route
 from recall.operator.scaling.workload import Outstanding, Workload
 from recall.resources import LABEL_SUSPENDED
 from recall_dev.twin.api import MemoryApi
@@ -79,14 +80,8 @@ def endpoint(
     """The endpoint on a loopback port, and the list whose first item makes it stale."""
     _, _, _, workload = fed
     stale: list[str] = []
-    server = make_server(
-        workload,
-        lambda: stale[0] if stale else None,
-        namespace=NS,
-        engine="simulated",
-        port=0,
-        addr="127.0.0.1",
-    )
+    answers = route(workload, lambda: stale[0] if stale else None, namespace=NS, engine="simulated")
+    server = make(answers, 0, "127.0.0.1")
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

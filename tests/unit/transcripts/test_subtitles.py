@@ -7,11 +7,11 @@ from typing import Literal
 
 import pytest
 
-from bench.cues import check, parse
+from bench.cues import check, parse, proportional
 from recall.media.types import Segment, Word
 from recall.resources import SubtitleSpec
 from recall.transcripts.subtitles import Rules, cues, lines, write
-from recall.transcripts.words import proportional, tokens
+from recall.transcripts.words import tokens
 
 # Whisper's segments of a LibriVox reading: one-line cues of up to 88 characters and 7.35 s
 # when each segment is a cue.

@@ -60,8 +60,6 @@ Contract:
 from __future__ import annotations
 
 from recall.engines.models.cache import (
-    CORRUPT_SECONDS,
-    RECHECK_SECONDS,
     LocalModel,
     ModelCache,
     ModelCacheUnwritable,
@@ -72,27 +70,18 @@ from recall.engines.models.cache import (
     local_directory,
     probe_cache,
 )
-from recall.engines.models.manifests import MANIFEST, digest_of, manifest, parse_manifest
-from recall.engines.models.packaged import BASE, PACKAGED, Packaged, package_file
+from recall.engines.models.packaged import BASE, PACKAGED
 
 __all__ = [
     "BASE",
-    "CORRUPT_SECONDS",
-    "MANIFEST",
     "PACKAGED",
-    "RECHECK_SECONDS",
     "LocalModel",
     "ModelCache",
     "ModelCacheUnwritable",
     "ModelStore",
     "ModelStoreMissing",
     "OpenStore",
-    "Packaged",
-    "digest_of",
     "is_store_url",
     "local_directory",
-    "manifest",
-    "package_file",
-    "parse_manifest",
     "probe_cache",
 ]

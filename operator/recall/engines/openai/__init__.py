@@ -42,21 +42,5 @@ to try again: pure), `response` (the server's answers read: pure).
 from __future__ import annotations
 
 from recall.engines.openai.engine import OpenAIEngine
-from recall.engines.openai.response import error_message, parse_segments, punctuated
-from recall.engines.openai.retry import (
-    RETRY_AFTER_MAX,
-    parse_retry_after,
-    retry_backoff,
-    retry_delay,
-)
 
-__all__ = [
-    "RETRY_AFTER_MAX",
-    "OpenAIEngine",
-    "error_message",
-    "parse_retry_after",
-    "parse_segments",
-    "punctuated",
-    "retry_backoff",
-    "retry_delay",
-]
+__all__ = ["OpenAIEngine"]

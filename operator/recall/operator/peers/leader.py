@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Protocol
 
 from recall.base import log
@@ -100,31 +100,23 @@ class Sole:
         del at_least
 
 
+@dataclass(eq=False)
 class LeaderElector:
     """Leadership by a coordination.k8s.io Lease (a `Leadership`)."""
 
-    def __init__(
-        self,
-        store: JobApi,
-        namespace: str,
-        name: str,
-        identity: str,
-        *,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
-        clock: Clock = SYSTEM,
-    ) -> None:
-        if not retry_period < renew_deadline < lease_duration:
+    store: JobApi
+    namespace: str
+    name: str
+    identity: str
+    _: KW_ONLY
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    clock: Clock = SYSTEM
+
+    def __post_init__(self) -> None:
+        if not self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError("need retry_period < renew_deadline < lease_duration")
-        self.store = store
-        self.namespace = namespace
-        self.name = name
-        self.identity = identity
-        self.lease_duration = lease_duration
-        self.renew_deadline = renew_deadline
-        self.retry_period = retry_period
-        self.clock = clock
         self.leading = threading.Event()
         self._seen: Seen | None = None
         self._renewed_at = 0.0

@@ -13,37 +13,31 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from recall.base.clock import Clock
 from recall.kube import RawObject
 from recall.protocol import workers
 
 
-@dataclass(frozen=True)
-class Seen:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Seen(workers.Registered):
     """A worker's registration as observed: when its renewTime last changed, on our clock."""
 
-    worker: str
-    namespace: str
-    engine: str
-    renew_time: str
-    duration: float
     observed_at: float
-    pool: str = workers.DEFAULT_POOL
-    slots: int = 1
-    state: str | None = None
-    drain: str | None = None
-    answered: str | None = None
-    model: str = ""  # `<model>@<digest>` its engine loaded, as it registered it
-    multilingual: bool | None = None  # whether that model knows more than English
 
     def alive(self, now_mono: float) -> bool:
         return now_mono - self.observed_at < self.duration
 
     @property
-    def drained(self) -> bool:
-        return self.drain is not None and self.answered == workers.DRAINED
+    def model(self) -> str:
+        """`<model>@<digest>` its engine loaded, as it registered it."""
+        return self.engine_state.model if self.engine_state else ""
+
+    @property
+    def multilingual(self) -> bool | None:
+        """Whether that model knows more than English."""
+        return self.engine_state.multilingual if self.engine_state else None
 
 
 class Registry:
@@ -82,25 +76,17 @@ class Registry:
         with self._lock:
             old = self._seen.get(key)
             if old is None or old.renew_time != record.renew_time:
+                now = self.clock.monotonic()
                 old = Seen(
-                    worker=record.worker,
-                    namespace=record.namespace,
-                    engine=record.engine,
-                    renew_time=record.renew_time,
-                    duration=record.duration,
-                    observed_at=self.clock.monotonic(),
-                    pool=record.pool,
-                    slots=record.slots,
+                    **{f.name: getattr(record, f.name) for f in fields(record)}, observed_at=now
                 )
             # A write by someone else (a drain request) is no sign of life, but news.
-            engine = record.engine_state
             self._seen[key] = replace(
                 old,
                 state=record.state,
                 drain=record.drain,
                 answered=record.answered,
-                model=engine.model if engine else "",
-                multilingual=engine.multilingual if engine else None,
+                engine_state=record.engine_state,
             )
         return key
 

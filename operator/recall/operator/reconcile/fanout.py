@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from recall.kube import Owner
 from recall.operator.reconcile.items import Item
 from recall.resources import (
     API_VERSION,
@@ -93,14 +94,6 @@ def _metadata(batch: Batch, item: Item) -> dict[str, Any]:
         "labels": labels,
     }
     if batch.metadata.uid:
-        metadata["ownerReferences"] = [
-            {
-                "apiVersion": API_VERSION,
-                "kind": "Batch",
-                "name": batch.name,
-                "uid": batch.metadata.uid,
-                "controller": True,
-                "blockOwnerDeletion": False,
-            }
-        ]
+        owner = Owner(API_VERSION, "Batch", batch.name, batch.metadata.uid)
+        metadata["ownerReferences"] = [owner.reference()]
     return metadata

@@ -33,7 +33,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from recall.base import faults, log, metrics
 from recall.base.backoff import Backoff
@@ -109,32 +109,23 @@ class Retry:
     retries: int = 0  # transient failures in a row before this one
 
 
+@dataclass(eq=False)
 class Results:
     """Publishes accepted results and deletes what nothing references; see the module doc."""
 
-    def __init__(
-        self,
-        store: Api,
-        bucket: Bucket,
-        stores: Stores,
-        cache: JobCache,
-        *,
-        leading: threading.Event,
-        batches: Callable[[], dict[BatchKey, Batch]],
-        clock: Clock = SYSTEM,
-        sweep_seconds: float = 600.0,
-        threads: int = 4,
-    ) -> None:
-        self.store = store
-        self.bucket = bucket
-        self.stores = stores
-        self.cache = cache
-        self.leading = leading
-        self.batches = batches
-        self.clock = clock
-        self.sweep_seconds = sweep_seconds
-        self.threads = threads
-        self.collector = Collector(store, bucket, cache, batches=batches)
+    store: Api
+    bucket: Bucket
+    stores: Stores
+    cache: JobCache
+    _: KW_ONLY
+    leading: threading.Event
+    batches: Callable[[], dict[BatchKey, Batch]]
+    clock: Clock = SYSTEM
+    sweep_seconds: float = 600.0
+    threads: int = 4
+
+    def __post_init__(self) -> None:
+        self.collector = Collector(self.store, self.bucket, self.cache, batches=self.batches)
         self._retry: dict[tuple[str, str], Retry] = {}
         self._failing: dict[BatchKey, tuple[str, str]] = {}
         self._last_sweep = float("-inf")

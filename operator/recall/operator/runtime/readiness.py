@@ -11,32 +11,20 @@ daemon thread; not provided: TLS or authentication (the port is for the kubelet)
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from recall.base import endpoint
 
 
 def serve(port: int, ready: Callable[[], str | None]) -> ThreadingHTTPServer | None:
     """Serve /readyz from a daemon thread; `ready()` returns why not, or None when ready."""
-    if not port:
-        return None
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?")[0] != "/readyz":
-                self.send_error(404)
-                return
-            why = ready()
-            body = ("ok\n" if why is None else f"not ready: {why}\n").encode()
-            self.send_response(200 if why is None else 503)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def route(target: str) -> tuple[int, str, bytes] | None:
+        if target.split("?")[0] != "/readyz":
+            return None
+        why = ready()
+        body = ("ok\n" if why is None else f"not ready: {why}\n").encode()
+        return 200 if why is None else 503, "text/plain; charset=utf-8", body
 
-        def log_message(self, format: str, *args: object) -> None:
-            return  # the kubelet probes every few seconds: no access log
-
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-    threading.Thread(target=server.serve_forever, name="readiness", daemon=True).start()
-    return server
+    return endpoint.serve(route, port, "readiness")

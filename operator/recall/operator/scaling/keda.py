@@ -22,11 +22,10 @@ authentication (the chart's NetworkPolicy limits who may reach it).
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from recall.base.endpoint import Route
 from recall.operator.scaling.workload import Workload
 from recall.resources import DEFAULT_POOL
 
@@ -47,60 +46,26 @@ def body(
     }
 
 
-def make_server(
-    workload: Workload,
-    stale: Callable[[], str | None],
-    *,
-    namespace: str,
-    engine: str,
-    port: int,
-    addr: str = "0.0.0.0",
-) -> ThreadingHTTPServer:
-    """The server (not started): `server_address` has the bound port (`port` 0 picks one)."""
+def route(
+    workload: Workload, stale: Callable[[], str | None], *, namespace: str, engine: str
+) -> Route:
+    """The endpoint's answers (`recall.base.endpoint`)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            url = urlsplit(self.path)
-            if url.path != PATH:
-                self._send(404, {"error": f"not found: {url.path}; try {PATH}"})
-                return
-            query = parse_qs(url.query)
-            why = stale()
-            if why is not None:
-                self._send(503, {"error": f"the operator's view is not current: {why}"})
-                return
-            ns = (query.get("namespace") or [namespace])[0]
-            eng = (query.get("engine") or [engine])[0]
-            pool = (query.get("pool") or [DEFAULT_POOL])[0]
-            self._send(200, body(workload, ns, eng, pool))
+    def answer(target: str) -> tuple[int, str, bytes]:
+        url = urlsplit(target)
+        if url.path != PATH:
+            return _json(404, {"error": f"not found: {url.path}; try {PATH}"})
+        query = parse_qs(url.query)
+        why = stale()
+        if why is not None:
+            return _json(503, {"error": f"the operator's view is not current: {why}"})
+        ns = (query.get("namespace") or [namespace])[0]
+        eng = (query.get("engine") or [engine])[0]
+        pool = (query.get("pool") or [DEFAULT_POOL])[0]
+        return _json(200, body(workload, ns, eng, pool))
 
-        def _send(self, code: int, payload: dict[str, object]) -> None:
-            data = (json.dumps(payload) + "\n").encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:
-            del format, args  # polled every few seconds: no access log
-
-    server = ThreadingHTTPServer((addr, port), Handler)
-    server.daemon_threads = True
-    return server
+    return answer
 
 
-def serve(
-    workload: Workload,
-    stale: Callable[[], str | None],
-    *,
-    namespace: str,
-    engine: str,
-    port: int,
-) -> ThreadingHTTPServer | None:
-    """Serve the endpoint on `port` from a daemon thread (port 0: off, returns None)."""
-    if not port:
-        return None
-    server = make_server(workload, stale, namespace=namespace, engine=engine, port=port)
-    threading.Thread(target=server.serve_forever, name="workload-api", daemon=True).start()
-    return server
+def _json(code: int, payload: dict[str, object]) -> tuple[int, str, bytes]:
+    return code, "application/json", (json.dumps(payload) + "\n").encode()

@@ -226,7 +226,7 @@ class Scaler:
                     state=s.state,
                     drain=s.drain,
                     drained=s.drained,
-                    refused=s.drain is not None and s.answered == "busy",
+                    refused=s.refused,
                     waited=waited,
                     patience=2 * s.duration,
                 )

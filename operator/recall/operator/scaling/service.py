@@ -25,6 +25,7 @@ from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from typing import Any, Protocol
 
+from recall.base import endpoint
 from recall.base.settings import OperatorSettings
 from recall.kube import Api
 from recall.kube.informer import Informer
@@ -103,13 +104,13 @@ class Autoscaling:
                 spawn("registrations", self.registrations.run, reader=True)
             for scaler in self.scalers:
                 spawn(f"scaler-{scaler.target.pool}", scaler.run)
-        self.server = metrics_api.serve(
+        answers = metrics_api.route(
             self.workload,
             self.stale,
             namespace=self.namespace,
             engine=self.settings.autoscale_engine,
-            port=self.settings.workload_port,
         )
+        self.server = endpoint.serve(answers, self.settings.workload_port, "workload-api")
 
     def stop(self) -> None:
         if self.server is not None:
