@@ -21,10 +21,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from recall.kube.client import KubeClient
+from recall.kube.config import load_api_client
+from recall.resources import TranscriptionJob
+from recall.resources.common import API_VERSION, BATCH_PLURAL, GROUP, VERSION
 from recall_dev.cluster import ControlPlane
 from recall_dev.crds import install_crds
-from recall.kube import Kube, load_api_client
-from recall.models import API_VERSION, BATCH_PLURAL, GROUP, VERSION
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "recall-watch.svg"
 SESSION = "recall-watch-screenshot"
@@ -37,7 +39,7 @@ def main() -> int:
         ControlPlane(workdir=Path(tmp) / "cluster") as cp,
     ):
         install_crds(str(cp.kubeconfig))
-        kube = Kube(load_api_client(cp.kubeconfig))
+        kube = KubeClient(load_api_client(cp.kubeconfig))
         env = cp.env() | {"RECALL_LOG_FORMAT": "json"}
         procs = {}
         log = open(Path(tmp) / "procs.log", "ab")  # noqa: SIM115 - closed below
@@ -112,7 +114,7 @@ def main() -> int:
             ansi = ""
             while time.monotonic() < deadline:
                 time.sleep(0.5)
-                jobs, _ = kube.list_jobs("default")
+                jobs = [TranscriptionJob.from_api(o) for o in kube.list_jobs("default").items]
                 if not killed:
                     for job in jobs:
                         lease, progress = job.status.lease, job.status.progress
@@ -156,7 +158,7 @@ def main() -> int:
         force_terminal=True,
         color_system="truecolor",
         file=open(os.devnull, "w"),
-    )  # noqa: SIM115
+    )
     console.print(Text.from_ansi(ansi.rstrip("\n")))
     OUT.parent.mkdir(exist_ok=True)
     console.save_svg(str(OUT), title="recall watch conference")

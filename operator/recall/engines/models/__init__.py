@@ -70,10 +70,12 @@ from recall.engines.models.cache import (
     local_directory,
     probe_cache,
 )
+from recall.engines.models.manifests import MANIFEST, digest_of, manifest, parse_manifest
 from recall.engines.models.packaged import BASE, PACKAGED
 
 __all__ = [
     "BASE",
+    "MANIFEST",
     "PACKAGED",
     "LocalModel",
     "ModelCache",
@@ -81,7 +83,10 @@ __all__ = [
     "ModelStore",
     "ModelStoreMissing",
     "OpenStore",
+    "digest_of",
     "is_store_url",
     "local_directory",
+    "manifest",
+    "parse_manifest",
     "probe_cache",
 ]
