@@ -40,7 +40,9 @@ def main() -> int:
     ):
         install_crds(str(cp.kubeconfig))
         kube = KubeClient(load_api_client(cp.kubeconfig))
-        env = cp.env() | {"RECALL_LOG_FORMAT": "json"}
+        store = Path(tmp) / "store"
+        store.mkdir()
+        env = cp.env() | {"RECALL_LOG_FORMAT": "json", "RECALL_STORE_URL": f"file://{store}"}
         procs = {}
         log = open(Path(tmp) / "procs.log", "ab")  # noqa: SIM115 - closed below
         for name, args in [("operator", ["operator", "-n", "default"])] + [
@@ -141,6 +143,9 @@ def main() -> int:
                     break
             if not ansi:
                 print("error: the reclaim did not show in time", file=sys.stderr)
+                log.flush()
+                tail = (Path(tmp) / "procs.log").read_text(errors="replace").splitlines()[-20:]
+                print("\n".join(tail), file=sys.stderr)
                 return 1
         finally:
             subprocess.run(
