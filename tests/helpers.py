@@ -283,7 +283,7 @@ class ControllerThread:
         import threading
 
         from recall.base.settings import OperatorSettings
-        from recall.kube.informer import Informer, Jobs, Leases
+        from recall.kube.informer import Informer, Selection
         from recall.operator.runtime.wiring import wire
         from recall.protocol.workers import SELECTOR
 
@@ -294,9 +294,11 @@ class ControllerThread:
         self.namespace = namespace
         self.controller = wire(kube, settings, results=results)
         self.controller.leading.set()
-        self.informer = Informer(Jobs(kube, namespace), self.controller.cache)
+        self.informer = Informer(Selection.jobs(kube, namespace), self.controller.cache)
         self.registrations = Informer(
-            Leases(kube, namespace, SELECTOR), self.controller.registry, name="registrations"
+            Selection.leases(kube, namespace, SELECTOR),
+            self.controller.registry,
+            name="registrations",
         )
         self.reports: list[Any] = []
         self._stop = threading.Event()

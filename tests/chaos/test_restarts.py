@@ -18,7 +18,7 @@ import pytest
 
 from recall.kube import Selector
 from recall.kube.client import KubeClient, load_api_client
-from recall.kube.informer import Informer, Jobs
+from recall.kube.informer import Informer, Selection
 from recall_dev.cluster import ControlPlane
 from tests.helpers import create_job, started, wait_for
 
@@ -63,7 +63,7 @@ def test_informer__sees_new_jobs_after_a_server_restart(
     namespace = f"restart-{server}"
     kube.core.create_namespace({"metadata": {"name": namespace}})
     names = Names()
-    informer = Informer(Jobs(kube, namespace, Selector()), names, name="test-informer")
+    informer = Informer(Selection.jobs(kube, namespace, Selector()), names, name="test-informer")
     informer.start()
     try:
         create_job(kube, namespace, "before")

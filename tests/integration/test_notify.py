@@ -19,7 +19,7 @@ from kubernetes import client
 
 from recall.fencing import fenced_write
 from recall.kube.client import KubeClient
-from recall.kube.informer import Informer, Jobs
+from recall.kube.informer import Informer, Selection
 from recall.operator.notify import events
 from recall.operator.notify.notifier import Notifier
 from recall.operator.notify.send import Sender
@@ -84,7 +84,7 @@ class Operator:
 def start(store: KubeClient, namespace: str, clock: FakeClock, sender: Sender) -> Operator:
     cache = JobCache(clock)
     stop = threading.Event()
-    informer = Informer(Jobs(store, namespace), cache, name="test-informer")
+    informer = Informer(Selection.jobs(store, namespace), cache, name="test-informer")
     threading.Thread(target=informer.run, args=(stop,), daemon=True).start()
     leading = threading.Event()
     leading.set()

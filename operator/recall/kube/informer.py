@@ -76,15 +76,15 @@ class Selection:
     def watch(self, resource_version: str) -> Iterator[WatchEvent]:
         return self.api.verbs.watch(self.resource, self.namespace, resource_version, self.selector)
 
+    @classmethod
+    def jobs(cls, api: JobApi, namespace: str | None, selector: Selector = EVERYTHING) -> Selection:
+        """TranscriptionJobs of a namespace (or all), as a selector selects them."""
+        return cls(api, JOBS, namespace, selector)
 
-def Jobs(api: JobApi, namespace: str | None, selector: Selector = EVERYTHING) -> Selection:
-    """TranscriptionJobs of a namespace (or all), as a selector selects them."""
-    return Selection(api, JOBS, namespace, selector)
-
-
-def Leases(api: JobApi, namespace: str | None, labels: str) -> Selection:
-    """coordination.k8s.io Leases of a namespace (or all) with the given labels."""
-    return Selection(api, LEASES, namespace, Selector(labels=labels))
+    @classmethod
+    def leases(cls, api: JobApi, namespace: str | None, labels: str) -> Selection:
+        """coordination.k8s.io Leases of a namespace (or all) with the given labels."""
+        return cls(api, LEASES, namespace, Selector(labels=labels))
 
 
 class Informer:

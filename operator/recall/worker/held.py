@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 
 from recall.kube import JobApi, RawObject, Selector
-from recall.kube.informer import Informer, Jobs
+from recall.kube.informer import Informer, Selection
 from recall.worker.holder import LeaseHolder
 
 
@@ -42,7 +42,7 @@ class HeldJobs:
     def __init__(self, store: JobApi, namespace: str | None, worker: str) -> None:
         self._holders: dict[tuple[str, str], LeaseHolder] = {}
         self._lock = threading.Lock()
-        source = Jobs(store, namespace, Selector(fields=f"status.lease.holder={worker}"))
+        source = Selection.jobs(store, namespace, Selector(fields=f"status.lease.holder={worker}"))
         self.informer = Informer(source, self, name="lease-watch")
 
     def start(self) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import WorkerSettings
 from recall.kube import ApiError, JobApi, RawObject, Selector
-from recall.kube.informer import Informer, Jobs, Selection
+from recall.kube.informer import Informer, Selection
 from recall.resources import DEFAULT_POOL, LABEL_SUSPENDED, TranscriptionJob
 
 JobKey = tuple[str, str]  # (namespace, name)
@@ -159,7 +159,7 @@ class JobQueue(WatchedJobs):
         relist_seconds: float = 300.0,
         pool: str = DEFAULT_POOL,
     ) -> None:
-        super().__init__(Jobs(store, namespace, SELECTOR), "queue-watch", relist_seconds)
+        super().__init__(Selection.jobs(store, namespace, SELECTOR), "queue-watch", relist_seconds)
         self.engine = engine
         self.pool = pool
         self.window = window
@@ -196,7 +196,7 @@ class OfferQueue(WatchedJobs):
         pool: str = DEFAULT_POOL,
     ) -> None:
         super().__init__(
-            Jobs(store, namespace, Selector(fields=f"status.offer.worker={worker}")),
+            Selection.jobs(store, namespace, Selector(fields=f"status.offer.worker={worker}")),
             "offer-watch",
         )
         self.store = store

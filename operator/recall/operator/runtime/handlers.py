@@ -32,7 +32,7 @@ from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import OperatorSettings
 from recall.bucket import Stores
 from recall.kube import Api
-from recall.kube.informer import Informer, Jobs, Leases
+from recall.kube.informer import Informer, Selection
 from recall.operator.notify.notifier import Notifier
 from recall.operator.notify.settings import NotifySettings
 from recall.operator.notify.state import holds
@@ -94,10 +94,10 @@ class Runtime:
         if self.elector is None:
             leading.set()
         self.informer = Informer(
-            Jobs(store, settings.namespace), self.controller.cache, name="job-informer"
+            Selection.jobs(store, settings.namespace), self.controller.cache, name="job-informer"
         )
         self.registrations = Informer(
-            Leases(store, settings.namespace, SELECTOR),
+            Selection.leases(store, settings.namespace, SELECTOR),
             self.controller.registry,
             name="registrations",
         )
