@@ -76,18 +76,20 @@ class Registry:
         with self._lock:
             old = self._seen.get(key)
             if old is None or old.renew_time != record.renew_time:
-                now = self.clock.monotonic()
-                old = Seen(
-                    **{f.name: getattr(record, f.name) for f in fields(record)}, observed_at=now
+                at = self.clock.monotonic()
+                seen = Seen(
+                    **{f.name: getattr(record, f.name) for f in fields(record)}, observed_at=at
                 )
-            # A write by someone else (a drain request) is no sign of life, but news.
-            self._seen[key] = replace(
-                old,
-                state=record.state,
-                drain=record.drain,
-                answered=record.answered,
-                engine_state=record.engine_state,
-            )
+            else:
+                # A write by someone else (a drain request) is no sign of life, but news.
+                seen = replace(
+                    old,
+                    state=record.state,
+                    drain=record.drain,
+                    answered=record.answered,
+                    engine_state=record.engine_state,
+                )
+            self._seen[key] = seen
         return key
 
     def suspect(self, namespace: str, worker: str) -> None:
