@@ -1,14 +1,9 @@
-"""Backoff: the one description of how long to wait before a retry, as client-go's `wait.Backoff`.
-
-    PROBE = Backoff(initial=1.0, cap=30.0)                  # 1, 2, 4, ... 30, 30, ...
-    delay = PROBE.delay(retry)                              # retry 0 is the first
-    THROTTLE = Backoff(initial=0.125, cap=2.5, jitter=1.0)  # each in [d, 2d): 0.125-0.25, ...
+"""Backoff: how long to wait before a retry, as client-go's `wait.Backoff`.
 
 Exponential from `initial` by `factor`, capped at `cap`, then stretched by a random share of
-up to `jitter` of itself (client-go's jitter: a retry is never sooner than the delay, and the
-clients turned away together do not come back together). `steps` bounds the retries where a
-caller gives up (None: never). Pure: the random number is drawn by the caller's `rng` or given
-as `u` (a pure decision, such as the lease protocol's retry backoff, passes its own).
+up to `jitter` of itself (client-go's jitter: a retry never comes sooner than the delay, and
+clients turned away together come back apart). `steps` bounds the retries where a caller gives
+up (None: never). Pure: the random number comes from the caller's `rng` or is given as `u`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """The clock: every time the runtime reads, waits for or sleeps through goes through a `Clock`.
 
-    clock = SYSTEM                       # CLOCK_BOOTTIME and the UTC wall clock
-    deadline = clock.monotonic() + 10
-    clock.wait(stop, 5)                  # True once `stop` is set, False after 5 s
-    clock.now()                          # a timestamp to record, never to compare across machines
+As client-go's `clock.Clock`: handed to everything that waits, so a test drives time with one
+`FakeClock` (`recall_dev.twin.clock`) instead of sleeping. `monotonic` is CLOCK_BOOTTIME: it
+never goes back and keeps counting through a suspend, so a renew deadline or an observed expiry
+never shrinks across one. Every duration the protocol judges (renew deadlines, lease expiry,
+backoff, leader election, offers, probes) is measured on it. `now` is for recorded timestamps
+(status times, Events), never compared across machines.
 
-As client-go's `clock.Clock`: one small interface handed to everything that waits, so a test
-drives time with one `FakeClock` (`recall_dev.twin.clock`) instead of sleeping. `monotonic` is
-CLOCK_BOOTTIME: monotonic, and it keeps counting while the machine is suspended, so a renew
-deadline or an observed expiry measured on it never shrinks across a suspend. Every duration
-the protocol judges (renew deadlines, lease expiry, backoff, leader election, offers, probes) is
-measured on it. `now` is for timestamps that are recorded (status times, Events), never
-compared across machines.
-
-Outside the clock: log timestamps, kopf's own internals, and the engines' own timing of their
-work (what a benchmark or a metric reports, not a decision).
+Outside the clock: log timestamps, kopf's internals, and the engines' timing of their own work
+(reported, never decided on).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """A small HTTP endpoint that answers GET: the probes' (`/healthz`, `/readyz`) and KEDA's.
 
-`route(target)` answers the request target as sent (its query included) with (status, content
-type, body), or None for a plain 404. `make` builds the server, not started (`server_address`
-has the bound port: port 0 picks one); `serve` starts it on a daemon thread named `name`, and
-for port 0 serves nothing and returns None. No access log: the callers are polled every few
-seconds. Not provided: other methods (501), TLS or authentication (the ports are for the
-kubelet and KEDA; the chart's NetworkPolicy closes them to others).
+`route(target)` maps the request target, query included, to (status, content type, body), or
+None for a 404. `make` builds the server unstarted (port 0 binds a free port, in
+`server_address`); `serve` starts it on a daemon thread named `name`, and for port 0 serves
+nothing and returns None. No access log: the callers poll every few seconds. Not provided:
+other methods (501), TLS, authentication (the chart's NetworkPolicy opens the ports to the
+kubelet and KEDA only).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Fault injection: crash the process at a named point, for the crash-consistency tests.
 
-`RECALL_FAULT` lists points, comma-separated, each optionally with a value that the point's
-context must match: `worker-after-chunk:3` kills the worker once its third chunk is
-checkpointed (a renewal that names three chunks or more landed);
-`operator-after-reclaim-write` kills the operator between a job's reclaim write and the batch
-item write. The process dies by SIGKILL, like an OOM kill or a node loss: no `finally`, no
-cleanup. Unset in production; reading it costs one dict lookup.
+`RECALL_FAULT` lists points, comma-separated, each optionally with a value the point's context
+must match (`worker-after-chunk:3`: once a renewal naming three chunks or more landed). The
+process dies by SIGKILL, like an OOM kill or a node loss: no `finally`, no cleanup. Unset in
+production; reading it costs one dict lookup.
 """
 
 from __future__ import annotations
@@ -43,18 +41,13 @@ _paused: set[str] = set()
 
 
 def pause(point: str, **context: object) -> None:
-    """SIGSTOP this process, once per point, if `RECALL_FAULT` names `point`.
-
-    Freezes the process the way a long GC pause or a frozen VM would, at the most awkward
-    moment (for example after the lease check and before the write); a test resumes it with
-    SIGCONT.
-    """
+    """SIGSTOP this process, once per point, if `RECALL_FAULT` names `point`: a long GC pause
+    or a frozen VM at the most awkward moment. A test resumes it with SIGCONT."""
     if point not in _paused and armed(point, **context):
         _paused.add(point)
         print(f"recall: paused at {point} {context}", file=sys.stderr, flush=True)
-        # Directed at this thread, so that it is this thread that stops the process before
-        # it runs one more line (sent to the process, another thread may take it a moment
-        # later while this one runs on past the point).
+        # To this thread, not the process: another thread could take the signal a moment
+        # later while this one runs on past the point.
         signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
 

@@ -1,11 +1,10 @@
 """Structured logging for every `recall` process.
 
-Contract: one call to `configure()` per process. Log lines carry the event name as a constant
-message and the data in fixed keys (`job`, `batch`, `item`, `worker`, `attempt`, `token`).
-The format is JSON when the process does not write to a terminal or when `RECALL_LOG_FORMAT=json`
-(in a cluster), and readable key=value lines on a terminal. structlog's lines and the standard
-library's (faster-whisper, kopf, the clients) go to stderr whole, one at a time: two threads'
-lines never share a line, so every JSON line parses.
+Call `configure()` once per process. Log lines carry the event name as a constant message and
+the data in fixed keys (`job`, `batch`, `item`, `worker`, `attempt`, `token`): JSON when stderr
+is not a terminal or `RECALL_LOG_FORMAT=json`, key=value lines on a terminal. structlog's and
+the standard library's lines (faster-whisper, kopf, the clients) reach stderr whole, one at a
+time, so every JSON line parses.
 """
 
 from __future__ import annotations
@@ -27,10 +26,8 @@ def short_token(token: str | None) -> str | None:
 
 
 class _Stderr:
-    """Writes to whatever `sys.stderr` is at the moment of writing (test runners swap it), one
-    write at a time. Each caller writes a whole line in one write: structlog's `WriteLogger`
-    and `logging.StreamHandler` both do (structlog's `PrintLogger` printed the line and its
-    newline apart, and a faster-whisper line from another thread once landed between them)."""
+    """The current `sys.stderr` (test runners swap it), one write at a time. Whole lines only
+    if each caller writes a line in one write, as `WriteLogger` and `StreamHandler` do."""
 
     _lock = threading.Lock()
 
@@ -79,7 +76,7 @@ def configure(level: str = "info", fmt: LogFormat | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)
-    # The HTTP clients are chatty at INFO and say nothing our own events do not.
+    # The HTTP clients are chatty at INFO and say nothing the runtime's events do not.
     for noisy in ("urllib3", "kubernetes", "httpx", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -3,21 +3,18 @@
 Every error carries a CamelCase `reason` a job or a Batch condition can record; its type says
 whether a retry can help:
 
-- `StoreUnavailable` (transient): a timeout, a refused or reset connection, a 5xx, throttling.
-  Worth repeating; the store may be restarting. `maybe_applied` is True when a write may have
-  landed (the request was sent, the answer did not come back).
-- `StoreAccessDenied` (`StorageAccessDenied`): wrong or missing credentials, a policy that
-  refuses the action.
-- `StoreBucketMissing` (`StorageBucketMissing`): the bucket or container does not exist.
-- `StoreUrlInvalid` (`StorageUrlInvalid`): a URL no store can be opened from.
-- `StoreConflict` (`StorageConflict`): a write-once object exists with other bytes.
-- `StoreObjectMissing` (`StorageObjectMissing`): an object a call needed is not there (the
-  source of a copy); a get of a missing object is not an error (`Bucket.get` returns None).
-- `StoreRefused` (`StorageRefused`): any other answer that repeating will not change (4xx).
+- `StoreUnavailable` (transient, worth repeating): a timeout, a refused or reset connection, a
+  5xx, throttling. `maybe_applied` is True when a write may have landed (sent, no answer).
+- `StoreAccessDenied`: wrong or missing credentials, or a policy that refuses the action.
+- `StoreBucketMissing`: the bucket or container does not exist.
+- `StoreUrlInvalid`: a URL no store can be opened from.
+- `StoreConflict`: a write-once object exists with other bytes.
+- `StoreObjectMissing`: an object a call needed is not there (the source of a copy); a get of a
+  missing object is not an error (`Bucket.get` returns None).
+- `StoreRefused`: any other answer that repeating will not change (4xx).
 
-`classify(exc, what)` turns an obstore exception into one of these; `what` says what was being
-done, for the message. Credentials never appear in a message (the client does not print them;
-the URL of a request does not carry them).
+Credentials never appear in a message (the client does not print them; request URLs do not
+carry them).
 """
 
 from __future__ import annotations
@@ -91,7 +88,7 @@ def _detail(text: str) -> str:
 
 
 def classify(exc: BaseException, what: str, *, write: bool = False) -> StoreError:
-    """The typed error for `exc`, raised while doing `what` (e.g. "put scratch/…/c000001")."""
+    """The typed error for `exc`, raised while doing `what` (named in its message)."""
     text = str(exc)
     detail = _detail(text)
     if isinstance(exc, PermissionDeniedError | UnauthenticatedError):

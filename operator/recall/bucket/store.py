@@ -1,30 +1,22 @@
 """Buckets opened from URLs, through obstore: put once, get, list, delete, copy, presign.
 
-    stores = Stores(settings)                      # one per process
-    results = stores.open(settings.url)            # s3://recall/prod, gs://…, az://…, file:///…
-    results.put("scratch/…/c000001.json", data)    # write once
-    results.copy_to("scratch/…/transcript.srt", stores.open("s3://out/talks"), "monday.srt")
-
 Contract:
 - A `Bucket` is a store and a key prefix. Keys are relative to the prefix, '/'-separated, never
   starting with '/'. Every call raises only `recall.bucket.errors.StoreError`s.
-- `put(key, data)` is write-once by default (a conditional put, `If-None-Match: *` on S3): an
-  object already there with the same bytes is a repeated write whose answer was lost, and
-  succeeds; with other bytes it raises `StoreConflict`. Safety never rests on the condition
-  alone (some servers race on it): the keys an attempt writes carry its lease token, and the
-  job's fenced status decides what is the result.
-- `get` returns None for a missing object, `delete` ignores one; a missing bucket, refused
-  credentials or a bad URL are errors (`StoreBucketMissing`, `StoreAccessDenied`,
-  `StoreUrlInvalid`).
-- `copy_to` copies server-side when both buckets are in the same store (obstore copies within
-  one store only), else it streams the object through this process.
-- One client per (scheme, bucket, credentials source): buckets under the same bucket share it,
-  so their copies are server-side. Requests time out after `StoreSettings.timeout`; the client
-  retries a transient failure at most twice within that, and the caller decides how long to keep
-  trying after that.
-- Credentials: each store's standard variables, read by obstore (static keys, web identity,
-  instance metadata, workload identity), or for S3 files in `StoreSettings.credentials_dir`
-  (re-read every minute: a rotated Secret is picked up without a restart).
+- `put(key, data)` is write-once by default (`If-None-Match: *` on S3): the same bytes already
+  there are a repeated write whose answer was lost, and succeed; other bytes raise
+  `StoreConflict`. Safety never rests on the condition alone (some servers race on it): an
+  attempt's keys carry its lease token, and the job's fenced status decides the result.
+- `get` and `size` return None for a missing object, `delete` ignores one; a missing bucket,
+  refused credentials or a bad URL are errors.
+- `copy_to` copies server-side when both buckets share a client (obstore copies within one
+  store only), else it reads the whole object into this process and writes it.
+- One client per (scheme, bucket) of a `Stores`, shared by every prefix in that bucket.
+  Requests time out after `StoreSettings.timeout`; the client retries a transient failure at
+  most twice within that; how long to keep trying after is the caller's.
+- Credentials: each store's standard variables, read by obstore, or for S3 files in
+  `StoreSettings.credentials_dir`, re-read every minute so a rotated Secret is picked up
+  without a restart.
 """
 
 from __future__ import annotations
@@ -99,16 +91,14 @@ class Location:
 
 
 def allow_http() -> bool:
-    """Whether the environment allows a plain-http endpoint (`AWS_ALLOW_HTTP`, or the Google
-    and Azure equivalents), as the store clients read it when given no options."""
+    """Whether `AWS_ALLOW_HTTP` (or its Google or Azure twin) allows plain-http endpoints."""
     names = ("AWS_ALLOW_HTTP", "GOOGLE_ALLOW_HTTP", "AZURE_ALLOW_HTTP")
     return any(os.environ.get(n, "").strip().lower() in ("1", "true", "yes") for n in names)
 
 
 class FileCredentials:
-    """S3 credentials read from files named like their variables (a mounted Secret), handed
-    to obstore with an expiry (`refresh`, a minute by default) so a rotated Secret is read
-    again; the expiry is counted from `clock`'s wall time."""
+    """S3 credentials from files named like their variables (a mounted Secret), expiring
+    `refresh` seconds after `clock`'s wall time so obstore reads a rotated Secret again."""
 
     def __init__(self, directory: Path, refresh: float = 60.0, clock: Clock = SYSTEM) -> None:
         self.directory = directory
@@ -137,7 +127,7 @@ class FileCredentials:
 
 
 class Stores:
-    """Opens buckets from URLs with one set of settings; one client per store."""
+    """Opens buckets from URLs with one set of settings (one per process); one client per store."""
 
     def __init__(self, settings: StoreSettings | None = None) -> None:
         self.settings = settings or StoreSettings()
@@ -172,7 +162,7 @@ class Stores:
             "timeout": dt.timedelta(seconds=s.timeout),
             "connect_timeout": dt.timedelta(seconds=s.connect_timeout),
         }
-        if allow_http():  # given client options, obstore no longer reads this one itself
+        if allow_http():  # given client options, obstore does not read the variable itself
             options["allow_http"] = True
         retry: RetryConfig = {
             "max_retries": 2,

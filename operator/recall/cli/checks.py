@@ -1,13 +1,11 @@
-"""The checks of `recall doctor`, one function each, each returning one `Check`; the `crds`
-check is in `recall.cli.crd_check` and the `store` check in `recall.cli.store_check`, both on
-the `Check` and the readings here.
+"""The checks of `recall doctor` (what each checks: `recall.cli.doctor`), one function each,
+returning one `Check`; `crds` and `store` are in `crd_check` and `store_check`.
 
-Each reads what it needs through `recall.kube.install.InstallReader` (or the results store)
-and decides from what it read; none writes anything to the API server, and the store check
-writes only its own probe objects (`.doctor/<random>`), deleting them again. Liveness is
-judged as the operator judges it (DESIGN §3): a Lease counts as renewed when its renewTime is
-seen to change, on the doctor's own monotonic clock (`renewed`), never by comparing its
-timestamp with this machine's clock. Only `check_engines` compares a recorded time with this
+Each reads through `recall.kube.install.InstallReader` (or the results store) and decides from
+what it read; none writes anything to the API server (the store's probes: `store_check`).
+Liveness is judged as the operator judges it (DESIGN §3): a Lease counts as renewed when its
+renewTime is seen to change on the doctor's own monotonic clock (`renewed`), never by comparing
+timestamps with this machine's clock. Only `check_engines` compares a recorded time with this
 clock, to leave out failures older than an hour.
 """
 

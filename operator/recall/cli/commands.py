@@ -1,9 +1,9 @@
 """The commands of the people who use recall: submit media, list and follow Batches and jobs,
 print transcripts, resend events, and read what each namespace used.
 
-Each declares its options, then calls the module that does the work (`submission`, `listing`,
-`watch`, `transcript`, `notify`), imported when the command runs, so `recall --help` stays
-quick; what the work raises for the user becomes a one-line CliError.
+Each declares its options and calls its module (`submission`, `listing`, `watch`,
+`transcript`, `notify`), imported when it runs so `recall --help` stays quick; what that raises
+for the user becomes a one-line CliError.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """`recall worker` and `recall operator`: the two components' processes, as the chart runs them.
 
-Each reads its settings from the environment (`RECALL_*`), with the options given on the
-command line over them, and runs until it is stopped: the worker drains its slots on SIGTERM,
-the operator until kopf stops. A misconfiguration found at start (no results store, no device,
-no model store) is a one-line CliError before anything runs.
+Each reads its settings from `RECALL_*`, command-line options over them, and runs until
+stopped: the worker drains its slots on SIGTERM, the operator runs until kopf stops. A
+misconfiguration found at start (no results store, no device, no model store) is a one-line
+CliError before anything runs.
 """
 
 from __future__ import annotations

@@ -1,30 +1,25 @@
 """`recall doctor`: checks an install the way the chart sets it up, and says how to fix it.
 
-One line per check — `ok`, `FAIL` with the fix, or `skip` with why — and exit code 1 when any
-check failed (`recall.cli.checks` has each one; the crds and store checks are in
-`crd_check` and `store_check`). In order:
+One line per check (`ok`, `FAIL` with the fix, or `skip` with why); exit code 1 when any
+failed. The checks, in order (`recall.cli.checks`, `crd_check`, `store_check`):
 
-- `crds`: both CRDs exist, are Established, serve this CLI's API version, carry this CLI's
-  release in their `app.kubernetes.io/version` label (the line says which is newer, and
-  whether to upgrade the chart or the CLI), and have exactly the fields this CLI's models have
-  (an older CRD lacks some, a newer one has more);
-- `operator`: a ready pod of the operator Deployment leads — the one replica without leader
-  election, else the holder of the leader Lease, seen renewing;
+- `crds`: both CRDs exist, are Established, serve this CLI's API version, carry its release
+  (else: which is newer, and what to upgrade) and have exactly the fields of its models;
+- `operator`: a ready operator pod leads: the one replica without leader election, else the
+  holder of the leader Lease, seen renewing;
 - `store`: the results store answers the operator's identity; with the workers' credentials,
   that identity writes and reads under `scratch/` and is refused elsewhere;
-- `workers`: worker registrations are seen renewing, for the chart's engine, and none says its
-  engine and model failed to load (`recall.dev/engine-state`, written by each worker after it
-  loaded its own model at start-up; one still loading passes with a note);
+- `workers`: registrations are seen renewing, for the chart's engine, and none says its engine
+  and model failed to load (`recall.dev/engine-state`; one still loading passes with a note);
 - `engines`: no job failed on its engine or model in the last hour;
 - `apf`: the chart's FlowSchemas and PriorityLevelConfigurations exist and belong together;
 - `access`: the current user may submit, cancel and read Batches and jobs in the namespace,
-  and read transcripts through the operator's pod (SelfSubjectAccessReviews).
+  and read transcripts through the operator's pod.
 
 A check whose reads the API server refuses or does not answer fails with that reason; the
-others still run. `helm test` runs the doctor in a pod as the chart's test ServiceAccount,
-which is bound to Kubernetes' `edit` role in the namespace (the chart's roles aggregate to it)
-and may read what the checks read. Not guaranteed: a pass says the install worked when the
-doctor ran, not that it keeps working.
+others still run. `helm test` runs the doctor as the chart's test ServiceAccount, bound to
+`edit` in the namespace (the chart's roles aggregate to it). Not guaranteed: a pass says the
+install worked when the doctor ran, not that it keeps working.
 """
 
 from __future__ import annotations

@@ -121,8 +121,7 @@ def get_command(
     phase: str | None,
     echo: Callable[..., None],
 ) -> None:
-    """`recall get`: tables like kubectl's; jobs are listed 500 at a time, so a Batch of
-    100,000 items prints as it reads. Raises LookupError for an unknown kind or name."""
+    """`recall get` (see the module doc); raises LookupError for an unknown kind or name."""
     plural = PLURALS.get(kind)
     if plural is None:
         raise LookupError(

@@ -1,9 +1,7 @@
-"""The `recall` command line: the app, its commands in the order `recall --help` lists them,
-and the entry point.
+"""The `recall` command line: the app, its commands in `recall --help` order, the entry point.
 
-Errors are printed as one line (`error: ...`) without a traceback, with kubectl's exit code
-(1); `--debug` shows the traceback. The commands live by who runs them: `components` (the
-worker and the operator), `doctor`, and `commands` (the users').
+Errors print as one line (`error: ...`) with kubectl's exit code (1) and no traceback; `--debug`
+shows the traceback.
 """
 
 from __future__ import annotations
@@ -58,7 +56,6 @@ def _root(
 # The order here is the order of `recall --help`.
 app.command()(worker)
 app.command("operator")(operator_cmd)
-# `recall doctor`: checks an install and says how to fix what it finds.
 app.command()(doctor)
 app.command()(submit)
 app.command()(get)

@@ -2,8 +2,7 @@
 
 - `resend(store, namespace, "job/NAME" | "batch/NAME")` clears the given-up sinks of a settled
   `status.notified` (a Batch: its own and its items'); the leading operator then sends those
-  events again, with their ids (docs/notify.md). One status write per record. `gone` counts
-  the given-up item events that cannot be: their jobs were deleted by the Batch's TTL.
+  events again, with their ids (docs/notify.md). One status write per record.
 - `usage(store, namespaces, since, until)` sums the per-day figures of each namespace's
   `recall-usage` ConfigMap (written by the operator, `recall.operator.usage`).
 """
@@ -48,10 +47,9 @@ def resend(store: Api, namespace: str, ref: str) -> list[str]:
 
 
 def gone(store: Api, namespace: str, ref: str) -> int:
-    """How many of a Batch's given-up item events can no longer be sent again: their jobs
-    (which the events are built from, and their ids derived from) were deleted by the Batch's
-    `ttlSecondsAfterFinished`; only the Batch's record keeps them, as a count and index
-    ranges. 0 for a job, or a Batch whose given-up items' jobs all exist."""
+    """How many of a Batch's given-up item events cannot be sent again: the Batch's TTL deleted
+    their jobs, which the events and their ids are built from (the Batch's record keeps only a
+    count and index ranges). 0 for a job, or a Batch whose given-up items' jobs all exist."""
     kind, _, name = ref.partition("/")
     batch = store.get_batch(namespace, name) if kind in ("batch", "batches", "rb") else None
     record = batch.status.notified if batch is not None else None

@@ -1,9 +1,9 @@
-"""The doctor's `store` check: the results store answers the operator's identity (it writes,
-reads and deletes under index/ and lists scratch/), and the workers' identity writes and reads
-under scratch/ and is refused everywhere else.
+"""The doctor's `store` check: the operator's identity writes, reads and deletes under index/
+and lists scratch/; the workers' identity writes and reads under scratch/ and is refused
+everywhere else.
 
-It writes only its own probe objects (`.doctor/<random>`), deleting them again; a probe the
-operator's identity could not delete is left to the operator's sweep.
+It writes only its own probe objects (`.doctor/<random>`) and deletes them; one the operator's
+identity could not delete is left to the operator's sweep.
 """
 
 from __future__ import annotations

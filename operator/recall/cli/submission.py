@@ -59,10 +59,8 @@ OBJECT_URL = re.compile(r"^(s3|gs|az)://[^/]+(/.*)?$")
 def collect(
     inputs: Sequence[str], list_objects: Callable[[str], Iterable[str]] | None = None
 ) -> list[Media]:
-    """Turn files, folders and URLs into media items with unique keys, in a stable order.
-
-    A bucket prefix (`s3://bucket/talks/`, ending in '/') stands for every media object under
-    it, listed with `list_objects` (the object URLs under a prefix, any number of them)."""
+    """Files, folders and URLs as media items with unique keys, in a stable order. A bucket
+    prefix (ending in '/') stands for every media object under it, listed by `list_objects`."""
     urls: list[tuple[str, str]] = []  # (name for the key, url)
     for raw in inputs:
         if OBJECT_URL.match(raw) and raw.endswith("/"):

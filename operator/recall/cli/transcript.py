@@ -14,14 +14,10 @@ from recall.transcripts import index_key
 def find_transcript(
     store: Api, open_results: Callable[[], Bucket], namespace: str, ref: str
 ) -> tuple[Bucket, str]:
-    """The results store and the key of the accepted transcript of `ref`: a job's name, or
-    BATCH/ITEM.
-
-    A Batch item's job is read first; once it is gone (the Batch's TTL deleted it), the Batch's
-    results index has the transcript. The store is opened (`open_results`) only once the API
-    server has named a transcript, so a job that does not exist is reported as such whatever
-    the store's configuration. Raises LookupError saying what is missing.
-    """
+    """The results store and the key of the accepted transcript of `ref` (a job's name, or
+    BATCH/ITEM); LookupError says what is missing. The store is opened only once the API server
+    has named a transcript, so a missing job is reported as such whatever the store's
+    configuration."""
     from recall.operator.reconcile.fanout import job_name
 
     batch, _, item = ref.partition("/")

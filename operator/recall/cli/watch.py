@@ -1,16 +1,14 @@
 """`recall watch BATCH`: live progress of a Batch until it completes.
 
-On a terminal: progress bars for the Batch and for each item phase, the items being transcribed
-with their chunk progress, the items that need attention, the ETA, reclaims and heals counted,
-and the operator's Reclaimed / Healed / Failed events as they happen. Elsewhere (a pipe, CI):
-one plain line per change.
+On a terminal: progress bars for the Batch and each item phase, the items being transcribed
+with their chunk progress, those needing attention, the ETA, reclaims and heals, and the
+operator's Reclaimed / Healed / Failed events as they happen; where the workers are autoscaled
+(a Deployment labelled `recall.dev/autoscaling`), their count (current, desired, the reason of
+the last decision) and scaling Events. Elsewhere (a pipe, CI): one plain line per change.
 
-Each refresh reads the Batch (its status is bounded whatever the item count), the Batch's
-leased jobs (at most one per worker) and its Events, so it stays live for 100,000 items. Where
-the workers are autoscaled (a worker Deployment labelled `recall.dev/autoscaling`), it also
-shows their count: current, desired and the reason of the autoscaler's last decision (the
-Deployment's `recall.dev/autoscaler` annotation), and its scaling Events.
-Returns the exit code: 0 when every item completed, 1 when any failed or was cancelled.
+Each refresh reads the Batch (its status is bounded whatever the item count), its leased jobs
+(at most one per worker) and its Events, so it stays live for 100,000 items. Exit code: 0 when
+every item completed, 1 when any failed or was cancelled.
 """
 
 from __future__ import annotations

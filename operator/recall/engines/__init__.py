@@ -1,11 +1,10 @@
 """Engines: local Whisper (default), an OpenAI-compatible API, and a simulated one.
 
-Owns the `Engine` interface and its implementations. May import `recall.media` (the chunks an
-engine transcribes), `recall.resources` and `recall.base`; never a component (operator,
-worker, command line) nor the stores: an engine turns audio into segments and nothing else.
+The `Engine` interface and its implementations. May import `recall.media`, `recall.resources`
+and `recall.base`; never a component (operator, worker, command line) nor the stores.
 
-`make_engine(settings)` builds the worker's engine once per process; the real engines are
-imported only when chosen, so a simulated worker starts without loading a model.
+`make_engine(settings)` builds the worker's engine once per process, importing only the chosen
+one: a simulated worker starts without loading a model.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ def make_engine(
     objects: ObjectReader | None = None,
     models: OpenStore | None = None,
 ) -> Engine:
-    """The worker's engine; `objects` reads object-store sources (s3://, gs://, az://) and
-    `models` opens model directories in stores (`recall.engines.models`)."""
+    """The worker's engine; `objects` reads media from stores, `models` opens store models."""
     if settings.engine == "simulated":
         from recall.engines.simulated import SimulatedEngine
         from recall.media import MediaOptions

@@ -1,39 +1,31 @@
 """The engine interface: open a job's media, cut it lazily into chunks, transcribe each chunk.
 
 Contract:
-- `load_media(job)` fetches and probes the source once per attempt and returns a `Media`
-  (`recall.media.types`) without decoding it: a context manager that must be closed (it may
-  own a downloaded file). It raises `JobFailure` with `permanent=True` when retrying cannot
-  help (missing file, 404, undecodable media, longer than allowed) and `permanent=False`
-  otherwise (timeouts, 5xx).
-- `Media.chunks(resume)` decodes and cuts lazily, one chunk at a time: memory stays bounded
-  by a chunk whatever the duration. How chunks are cut and resumed exactly, and what
-  `Media.duration` says, is `recall.media.types`' contract; a checkpoint records
-  `Media.cutting`, and `Media.chunks_total` turns the duration into an honest chunk count.
-- Every call about chunks takes one `TranscribeRequest`: the chunk(s), the job and attempt,
-  `cancel`, the language and the context. It is frozen: an engine that changes a part (a
-  call without the prompt, one chunk of a batch) makes a new one (`replace`).
-- `transcribe(request)` transcribes `request.chunk` (a request of one chunk), blocks until it
-  is done and returns segments with times relative to the start of the chunk. `context` is
-  the text of the last chunk before it that has text ("" for the first; a silent chunk does
-  not clear it; on a resume, the checkpoint's last chunk with text, so a resumed attempt
-  gives the engine what an uninterrupted one would): an engine may condition on it across
-  the chunk boundary. It may return early, with anything, once `cancel` is set: the caller
-  has lost the lease and discards the result.
-- `detect_language(request)` judges the file's language from `request.chunk`: a
-  `Detected` (its probability None when there is none to give), or None when the chunk holds
-  no speech to judge (ask again with the next). The worker asks once per file while the job's
-  language is empty or `auto`, records the answer in the chunk records (so a resume goes on in
-  it) and passes it to every `transcribe`. An engine that cannot detect answers None and
-  transcribes without a language; the result then records no language. `model_of(job)`
-  names the model and its digest (None when the engine does not know them) for the result;
-  `device_of(job)` the device and compute type its model ran with (None for an engine that
+- `load_media(job)` fetches and probes the source once per attempt, without decoding it, and
+  returns a `Media`: a context manager that must be closed (it may own a downloaded file). It
+  raises `JobFailure`, `permanent=True` when retrying cannot help (missing file, 404,
+  undecodable media, longer than allowed), else `permanent=False` (timeouts, 5xx).
+- `Media.chunks(resume)` decodes and cuts lazily, one chunk at a time: memory stays bounded by
+  a chunk whatever the duration. Cutting, resuming and `Media.duration`: `recall.media.types`.
+- Every call about chunks takes one frozen `TranscribeRequest`; an engine that changes a part
+  (no prompt, one chunk of a batch) makes a new one (`replace`).
+- `transcribe(request)` transcribes `request.chunk`, blocks until done and returns segments
+  timed from the chunk's start. `context` is the text of the last earlier chunk with text (""
+  for the first; a silent chunk does not clear it; on a resume, the checkpoint's, so a resumed
+  attempt gets what an uninterrupted one would): an engine may condition on it. Once `cancel`
+  is set it may return early, with anything: the caller has lost the lease and discards it.
+- `detect_language(request)` judges the file's language from `request.chunk`: a `Detected`, or
+  None when the chunk holds no speech (ask again with the next). The worker asks once per file
+  while the job's language is empty or `auto`, records the answer in the chunk records (a
+  resume goes on in it) and passes it to every `transcribe`. An engine that cannot detect
+  answers None and transcribes without a language; the result then records none.
+- `model_of(job)`: the model and its digest for the result (None when unknown);
+  `device_of(job)`: the device and compute type its model ran with (None for an engine that
   runs no model here: a remote API, the simulated one).
-- `transcribe_batch(request)` transcribes up to `batch_size` consecutive chunks in one call,
-  each chunk's segments relative to it (an accelerator is filled by a batch, not by one
-  30-second window); engines that take one chunk at a time answer it with `transcribe_each`.
-  Within a batch, a chunk cannot condition on the text of the chunk before it: `context` is
-  the text before the batch.
+- `transcribe_batch(request)` transcribes up to `batch_size` consecutive chunks in one call (an
+  accelerator is filled by a batch, not one 30 s window), each chunk's segments relative to it;
+  one-chunk engines answer it with `transcribe_each`. Within a batch `context` is the text
+  before the batch: a chunk cannot condition on the one before it.
 - Engines are created once per worker process. `transcribe` and `transcribe_batch` may be
   called from several threads at once (a worker's slots); an engine serializes what its
   backend cannot do in parallel.
@@ -59,9 +51,8 @@ def primary_language(language: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Detected:
-    """The language of a file, with the model's probability for it when it was detected: None
-    when nothing was detected (an English-only model's own language) or the engine reports no
-    probability (an OpenAI-compatible server)."""
+    """A file's language and the model's probability for it: None when nothing was detected (an
+    English-only model's own language) or the engine gives none (an OpenAI-compatible server)."""
 
     language: str
     probability: float | None
@@ -69,10 +60,9 @@ class Detected:
 
 @dataclass(frozen=True)
 class TranscribeRequest:
-    """One engine call: consecutive chunks of one media (one for `transcribe` and
-    `detect_language`, up to the engine's `batch_size` for `transcribe_batch`), the job and
-    attempt they belong to, the event that says the lease is lost, the language to transcribe
-    in (None: none known) and the text before the first chunk (`context`, see the contract)."""
+    """One engine call: consecutive chunks of one media (up to `batch_size`, for
+    `transcribe_batch`; else one), their job and attempt, `cancel` (set when the lease is lost),
+    the language (None: none known) and `context` (see the module contract)."""
 
     chunks: tuple[Chunk, ...]
     job: TranscriptionJob

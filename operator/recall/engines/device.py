@@ -1,18 +1,15 @@
 """Where local Whisper runs: the device and the CTranslate2 compute type, chosen once per process.
 
 Contract:
-- `place(device, compute_type)` answers a `Placement` before any model is loaded, so a worker
-  that cannot run as configured refuses to start instead of failing every job it claims.
-- `device`: "cuda" when CTranslate2 sees a CUDA device (`ctranslate2.get_cuda_device_count()`
-  above 0) and "auto" was asked, else "cpu"; "cuda" asked with no device visible raises
-  `DeviceUnavailable`, whose one-line message names what to check (the pod's `nvidia.com/gpu`
-  request, the NVIDIA device plugin on its node, the CUDA image). "cpu" is always honoured.
-- `compute_type`: "auto" is int8 on a CPU and float16 on a GPU; any other must be a type
-  CTranslate2 supports on the chosen device (`ctranslate2.get_supported_compute_types`), else
-  `DeviceUnavailable` names the ones it does. CTranslate2 refuses an unsupported type at load
-  time (float16 on a CPU) rather than falling back, which would fail each job at its first chunk.
-- What a job's result records is what the loaded model reports (`ctranslate2.models.Whisper`'s
-  `device` and `compute_type`, e.g. int8 runs as "int8_float32" on a CPU), not the request.
+- `place(device, compute_type)` answers before any model is loaded, so a worker that cannot run
+  as configured refuses to start instead of failing every job it claims.
+- `device`: "auto" is "cuda" when CTranslate2 sees a CUDA device, else "cpu"; "cuda" with none
+  visible raises `DeviceUnavailable`, naming what to check; "cpu" is always honoured.
+- `compute_type`: "auto" is int8 on a CPU, float16 on a GPU; any other must be one CTranslate2
+  supports on the device, else `DeviceUnavailable` names those it does (CTranslate2 would
+  refuse it only at load time, failing each job at its first chunk).
+- A job's result records what the loaded model reports (int8 runs as "int8_float32" on a CPU),
+  not the request.
 - Not guaranteed: that a visible GPU has the memory for the model and the batch; that shows
   at load or at the first batch, as a job failure.
 """

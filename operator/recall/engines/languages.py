@@ -2,30 +2,25 @@
 server reports it, and the language decisions of a multilingual model. Pure.
 
 Language decisions (`spec.language` auto or empty, `spec.languageOptions`, `spec.languageScope`):
-- `choose(probabilities, options)` picks the most likely language among `options` (every
-  language when there are none) and gives the model's own probability for it (over all its
-  languages, not renormalized among the options). A pick under `LOW_PROBABILITY` (0.5) is still
-  transcribed in it; the job records the condition LanguageUncertain naming it.
-- Segment scope: `decision_spans(speech)` groups a chunk's stretches of speech into the spans
-  a language is decided for: a span ends at a pause of at least `SWITCH_PAUSE_SECONDS` (0.5 s)
-  once it holds `SEGMENT_SPEECH_SECONDS` (3 s) of speech, or before it would pass 30 s; a last
-  span with less speech than that joins the one before. So no language is decided on less than
-  3 s of speech (unless the chunk has no more), and a switch is found at the first pause after
-  3 s of the language before.
+- `choose(probabilities, options)` picks the most likely language among `options` (any when
+  none) with the model's own probability for it (over all its languages, not renormalized). A
+  pick under `LOW_PROBABILITY` is still used; the job records the condition LanguageUncertain.
+- Segment scope: `decision_spans(speech)` groups a chunk's speech into the spans a language is
+  decided for: a span ends at a pause of `SWITCH_PAUSE_SECONDS` once it holds
+  `SEGMENT_SPEECH_SECONDS` of speech, or before it would pass 30 s; a short last span joins the
+  one before. So no language is decided on less than 3 s of speech (unless the chunk has no
+  more), and a switch is found at the first pause after 3 s of the language before.
 - `majority(spans)`: the language with the most speech, a file's language under segment scope.
 
-What only a multilingual model does (`multilingual_asks`): `spec.language` auto,
-`spec.languageOptions`, `spec.languageScope` segment, `spec.transcript.translate`.
-`english_only(label, asks)` is the permanent failure of such a job on the English-only model
-`label` — the one the worker raises when it loads that model, and the one the operator writes
-when every live worker of the job's pool registered an English-only model
-(`recall.operator.dispatch.unsupported`): `LanguageDetectionUnsupported` for detection (auto,
-options, segment scope), else `TranslationUnsupported`.
+`multilingual_asks` lists what only a multilingual model does (auto, options, segment scope,
+translation). `english_only(label, asks)` is the permanent failure of such a job on an
+English-only model (`LanguageDetectionUnsupported`, or `TranslationUnsupported` when only
+translation is asked): raised by the worker when it loads the model, written by the operator
+when every live worker of the job's pool registered one (`recall.operator.dispatch`).
 
-An OpenAI-compatible server reports the language it detected in its `verbose_json` answer:
-OpenAI's own API by Whisper's English name ("english"), others (faster-whisper servers) by
-code ("en"). `language_code` turns either into the code a result records, or None when it is
-neither (recording nothing beats recording a guess).
+`language_code` reads the language a `verbose_json` answer reports, a name ("english", OpenAI)
+or a code ("en", faster-whisper servers), as a code; None when it is neither (recording nothing
+beats recording a guess).
 """
 
 from __future__ import annotations
@@ -36,8 +31,7 @@ from typing import Any
 from recall.resources import AUTO, LOW_LANGUAGE_PROBABILITY
 from recall.resources.errors import JobFailure
 
-# Whisper's languages (its tokenizer's LANGUAGES): ISO 639-1 code (two letters, or three where
-# there is none) -> English name, lower case.
+# Whisper's tokenizer's LANGUAGES: ISO 639-1 code (else three letters) -> English name.
 WHISPER_LANGUAGES: dict[str, str] = {
     "en": "english",
     "zh": "chinese",
@@ -181,9 +175,8 @@ DECISION_SECONDS = 30.0  # a decision span at most (Whisper's window)
 def choose(
     probabilities: Iterable[tuple[str, float]], options: Sequence[str] | None
 ) -> tuple[str, float]:
-    """The most likely of `options` (all languages when None or empty) and the model's
-    probability for it; `probabilities` are (code, probability) pairs as faster-whisper's
-    `detect_language` lists them."""
+    """The most likely of `options` (any when none) and the model's probability for it, from
+    (code, probability) pairs as faster-whisper's `detect_language` lists them."""
     allowed = set(options or ())
     best: tuple[str, float] | None = None
     for code, p in probabilities:
@@ -219,8 +212,7 @@ def decision_spans(speech: Sequence[tuple[int, int]], rate: int) -> list[tuple[i
 
 
 def majority(spans: Iterable[tuple[str | None, float]]) -> str | None:
-    """The language of the most seconds among (language, seconds) pairs; None when none has a
-    language."""
+    """The language of the most seconds among (language, seconds) pairs; None without any."""
     totals: dict[str, float] = {}
     for language, seconds in spans:
         if language:

@@ -1,13 +1,11 @@
 """What an engine is prompted with: the job's vocabulary and the text of the chunk before. Pure.
 
-Whisper's prompt holds about 220 tokens; both parts are cut to about 100 tokens each (400
-characters by default): the vocabulary's first phrases (so list the most important first), the
-context's last whole words (what was said just before the chunk). The local Whisper engine
-gives the context less room (`engines.whisper.decode.WHISPER_CONTEXT_CHARACTERS`, 200: a
-longer one made it skip the start of a chunk the prompt already held); the OpenAI-compatible
-one takes the default. A context that repeats itself (a
-compression ratio above `REPETITIVE`, Whisper's own test for a decoding stuck in a loop) is
-left out: prompting with it would carry the loop into the next chunk.
+Whisper's prompt holds about 220 tokens; each part is cut to about 100 (400 characters by
+default): the vocabulary's first phrases (list the most important first), the context's last
+whole words. Local Whisper gives the context less room
+(`engines.whisper.decode.WHISPER_CONTEXT_CHARACTERS` says why). A context that repeats itself
+(compression ratio above `REPETITIVE`, Whisper's test for a decoding stuck in a loop) is left
+out: prompting with it would carry the loop into the next chunk.
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ def compression_ratio(text: str) -> float:
 
 
 def prompt_of(context: str, limit: int = CONTEXT_CHARACTERS) -> str | None:
-    """The last whole words of `context` that fit `limit` characters; None when it repeats
-    itself (see the module contract)."""
+    """The last whole words of `context` that fit `limit` characters; None if it repeats itself."""
     text = " ".join(context.split())
     if len(text) > limit:
         text = text[-limit:]

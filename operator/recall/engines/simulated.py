@@ -1,22 +1,19 @@
 """The simulated engine: configurable time per chunk, blocking calls and failures; no model.
 
 For tests and benchmarks of the control plane. Settings come from the job's
-`spec.engine.simulate` and fall back to the worker's defaults. Every transcribed chunk is
-appended as one JSON line to `record_path` when set (`RECALL_SIMULATED_RECORD`), so tests can
-count engine runs across worker processes and compare them with accepted results.
+`spec.engine.simulate`, else the worker's defaults. With `record_path`
+(`RECALL_SIMULATED_RECORD`) every transcribed chunk is appended to it as one JSON line, so tests
+can count engine runs across worker processes.
 
 The engine's own options (not in the CRD):
-- `media`: when set, `load_media` takes the real audio path (`recall.media`: fetch, decode,
-  resample, cut) for the job's source instead of `simulate.chunks` placeholder chunks. The
-  benchmarks use it to push a long file through everything but a model.
-- `batch_size` and `batch_cost`: `transcribe_batch` takes up to `batch_size` chunks in one
-  call, which costs a chunk's delay for the first and `batch_cost` of it for each further one
-  (a batched GPU engine's shape: faster-whisper's batched pipeline reports 2 to 4 times the
+- `media`: `load_media` takes the real audio path (`recall.media`) instead of placeholder
+  chunks: everything but a model, for benchmarks of long files.
+- `batch_size`, `batch_cost`: a batch costs a chunk's delay for its first chunk and `batch_cost`
+  of it for each further one (faster-whisper's batched pipeline reports 2 to 4 times the
   throughput of one window at a time).
-- `words_per_minute` and `vocabulary` ("english" or "cyrillic"): when a rate is set, each chunk
-  gets text at that speaking rate, one segment per ~`SEGMENT_SECONDS`, drawn deterministically
-  from the vocabulary (so a transcript's size is that of real speech in that script). Without
-  it, each chunk gets one short segment naming the job and the chunk.
+- `words_per_minute`, `vocabulary` ("english" or "cyrillic"): each chunk gets text at that rate,
+  one segment per ~`SEGMENT_SECONDS`, drawn deterministically (the size of real speech in that
+  script); without a rate, one short segment naming the job and the chunk.
 """
 
 from __future__ import annotations

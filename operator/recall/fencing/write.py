@@ -3,27 +3,25 @@
 `fenced_write(api, namespace, name, transition, known=...)`:
 
 1. take the job as read at resourceVersion R (the caller's last copy, or a fresh read);
-2. ask `transition(job)` — a pure function of `recall.protocol.lease` — for the new status; a
-   `Refusal` ends the write (for a lease holder it means the lease is lost);
-3. PATCH `/status` with the merge patch from the status at R, carrying `resourceVersion: R` (or,
-   for a write that neither keeps nor ends a lease, PUT the whole status at R: `LEASE_WRITES`);
+2. ask `transition(job)`, a pure function of `recall.protocol.lease`, for the new status; a
+   `Refusal` ends the write (for a lease holder: the lease is lost);
+3. PATCH `/status` with the merge patch from the status at R, carrying `resourceVersion: R` (or
+   PUT the whole status at R for a write that neither keeps nor ends a lease: `LEASE_WRITES`);
    the API server applies it only if the job is still at R, else answers 409;
-4. on 409, read the job again and go back to 2. This is a new decision on a new version, not a
-   retry of the write: if the lease is still the writer's (someone wrote something unrelated),
-   the transition decides the same and a new write is sent after a short jittered pause
-   (`REDECIDE`, so that two writers drift apart); if not, `transition` refuses.
+4. on 409, read again and go back to 2: a new decision on a new version, not a retry. If the
+   lease is still the writer's, the transition decides the same and a new write is sent after
+   a short jittered pause (`REDECIDE`, so two writers drift apart); if not, it refuses.
 
-Ambiguous outcomes (DESIGN §3): when the PATCH may have been applied but no answer came back
+Ambiguous outcomes (DESIGN §3): when the write may have been applied without an answer
 (`Unavailable(maybe_applied=True)`: a timeout, a reset, a 5xx after commit), and whenever a
-re-read finds the transition refused, the job read back is checked against the write: if the
-patch changes nothing on it, the write was applied (every lease write carries a fence unique to
-it, so this cannot be someone else's write) and the result is `applied`. Nothing is ever
-concluded lost because an answer went missing.
+re-read finds the transition refused, the job read back is checked against the write; if it
+shows the write (a lease write's fence is unique to it, so it cannot be someone else's), the
+result is `applied`. Nothing is ever concluded lost because an answer went missing.
 
-A transient error that cannot have been applied is raised as it is (`Unavailable`): nothing is
+A transient error that cannot have been applied is raised as it is (`Unavailable`); nothing is
 retried here. The caller decides how long to keep trying (a lease holder: until its renew
-deadline, with `retry=None` so that the API client does not retry a 429 underneath it either:
-one retry loop per write).
+deadline, with `retry=None` so the API client does not retry a 429 under it: one retry loop per
+write).
 """
 
 from __future__ import annotations
@@ -41,16 +39,14 @@ from recall.resources import JobStatus, TranscriptionJob
 
 Transition = Callable[[TranscriptionJob], lease.Decision]
 
-# The writes that keep a lease or end it are merge patches of the status; the other fenced
-# status writes (claim, end-backoff, exhaust, publish) replace the status at the version read.
-# API Priority and Fairness sees only verbs: the chart's FlowSchema gives the patches a priority
-# level of their own (charts/recall/templates/apf.yaml). The operator's offers and withdrawals,
-# one small patch per job written at the cache's resourceVersion without a read, share that
-# level (recall.operator.reconcile.apply).
+# The writes that keep or end a lease are merge patches of the status; the other fenced status
+# writes (claim, end-backoff, exhaust, publish) replace the status at the version read. API
+# Priority and Fairness sees only verbs: the chart's FlowSchema gives the patches their own
+# priority level (charts/recall/templates/apf.yaml), shared by the operator's offers and
+# withdrawals (one patch per job at the cache's resourceVersion: recall.operator.reconcile.apply).
 LEASE_WRITES = frozenset({"renew", "complete", "fail", "release", "reclaim", "cancel"})
 
-# The pause before deciding again after a 409: 5-10 ms, doubling (jittered: two writers that
-# met drift apart).
+# Pause before deciding again after a 409: 5-10 ms, doubling; jittered so two writers drift apart.
 REDECIDE = Backoff(initial=0.005, cap=1.0, jitter=1.0)
 
 
@@ -66,11 +62,8 @@ class Unsettled(Unavailable):
 
 @dataclass(frozen=True)
 class WriteResult:
-    """How a fenced write ended.
-
-    `job` is the job as written (applied) or as last read (refused; None when it is gone);
-    `refusal` is None exactly when the write was applied; `conflicts` counts the 409s met.
-    """
+    """How a fenced write ended. `job`: as written (applied) or last read (refused; None: gone);
+    `refusal` is None exactly when the write was applied; `conflicts`: the 409s met."""
 
     job: TranscriptionJob | None
     refusal: lease.Refusal | None
@@ -118,17 +111,13 @@ def fenced_write(
     timeout: float | None = None,
     retry: Backoff | None = THROTTLE,
 ) -> WriteResult:
-    """Apply `transition`'s status with a write guarded by the version it was decided on: a
-    PATCH for the actions of `LEASE_WRITES`, else a PUT of the whole status at that version.
-
-    With `retry_on_conflict=False` a 409 ends the write as a refusal (a claim: someone else
-    won), unless reading back shows the write applied. Raises `Unavailable` for a transient
-    error after which the write is known not to be applied, and for a conflict still unresolved
-    after `attempts` tries; `Unsettled` when the outcome could not be read back.
-    `maybe_applied` are the patches of earlier, unsettled attempts of the same write. `timeout`
-    and `retry` are those of each request (`recall.kube.base`); a 409 is decided again, after
-    a `REDECIDE` pause on `clock`, up to `attempts` decisions.
-    """
+    """Apply `transition`'s status with a write guarded by the version it was decided on
+    (PATCH or PUT: `LEASE_WRITES`). A 409 is decided again after a `REDECIDE` pause on `clock`,
+    up to `attempts` decisions; with `retry_on_conflict=False` (a claim) it ends the write as a
+    refusal, unless reading back shows the write applied. Raises `Unavailable` for a transient
+    error after which the write is known not applied, and for a conflict unresolved after
+    `attempts`; `Unsettled` when the outcome could not be read back. `maybe_applied`: patches of
+    earlier, unsettled attempts of this write; `timeout`, `retry`: per request (`kube.base`)."""
     job = known
     conflicts = 0
     sent = list(maybe_applied or [])  # every patch that may have been applied
@@ -170,8 +159,7 @@ def _decide(
     conflicts: int,
     action: str,
 ) -> WriteResult | RawObject:
-    """The patch to send for `job` as read, or how the write ends without one: an earlier
-    patch found applied, a refusal, or nothing left to change."""
+    """The patch for `job` as read, or the end of the write: found applied, refused, no change."""
     if sent and visible(job, sent):
         return WriteResult(job, None, conflicts, settled_by_read=True)
     decision = transition(job)

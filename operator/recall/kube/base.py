@@ -1,30 +1,24 @@
 """What the API client's typed calls (`recall.kube.typed`) guarantee, and the errors they raise.
 
-The API client is the only way the runtime reads or writes Kubernetes objects. Two
-implementations of the same typed calls over one set of generic verbs (`recall.kube.verbs`):
-`recall.kube.client.KubeClient` (the API server) and `recall_dev.twin.api.MemoryApi` (unit
-tests: resourceVersion, the status subresource and the CRD's transition rules, in memory). The
-real API server stays the judge of semantics in the integration tests; the twin only lets
-everything above the client run without etcd.
+The only way the runtime reads or writes Kubernetes objects, implemented twice over one set of
+generic verbs (`recall.kube.verbs`): `recall.kube.client.KubeClient` (the API server) and
+`recall_dev.twin.api.MemoryApi` (unit tests: resourceVersion, the status subresource and the
+CRD's transition rules, in memory). The real API server stays the judge of semantics, in the
+integration tests.
 
 Contract of every typed call:
-- Objects are returned typed (`TranscriptionJob`, `Batch`) where callers need the whole object;
-  lists and watches return raw dicts (`RawObject`), which callers parse only as far as they
-  need (the operator keeps 100,000 jobs in memory).
-- `timeout` (where offered) bounds that one request; otherwise the client's default applies.
-- `retry` (where offered) is how a request turned away by API Priority and Fairness (429) is
-  sent again within that time (`THROTTLE` by default); None for a caller that retries on its
-  own terms (a lease holder), so that each write passes one retry loop only.
-- A write with `resource_version` is applied only if the object is still at that version, else
-  `Conflict`. A write without it is applied to whatever is stored (the CRD's rules still apply).
-- Errors are typed so callers decide by kind, never by HTTP status:
-  `NotFound` (404), `Conflict` (409), `Invalid` (422: the schema, a CEL rule or an admission
-  policy refused the write; permanent, the message names the rule), `Forbidden` (403),
-  `TooLarge` (the object or request exceeds what the API server or etcd accept; permanent),
-  `Unavailable` (429, 5xx, timeouts, refused or reset connections; transient). `Unavailable`
-  carries `maybe_applied`: True when the request may have reached the server and been applied
-  even though no answer came back (a read timeout, a reset after sending, a 5xx after commit).
-  Such an outcome is ambiguous and is settled by reading the object again.
+- Objects come back typed (`TranscriptionJob`, `Batch`) where callers need the whole object;
+  lists and watches return raw dicts (`RawObject`), parsed only as far as needed (the operator
+  keeps 100,000 jobs in memory).
+- `timeout` (where offered) bounds that one request; else the client's default applies.
+- `retry` (where offered) is how a 429 of API Priority and Fairness is sent again within that
+  time (`THROTTLE` by default); None for a caller that retries on its own terms (a lease
+  holder), so each write passes one retry loop only.
+- A write with `resource_version` is applied only at that version, else `Conflict`; without
+  it, to whatever is stored (the CRD's rules still apply).
+- Errors are typed (the classes below), so callers decide by kind, never by HTTP status. An
+  `Unavailable` with `maybe_applied` (a read timeout, a reset after sending, a 5xx after
+  commit) is ambiguous, settled by reading the object again.
 """
 
 from __future__ import annotations
@@ -48,26 +42,26 @@ class ApiError(Exception):
 
 
 class NotFound(ApiError):
-    """The object does not exist."""
+    """The object does not exist (404)."""
 
 
 class Conflict(ApiError):
-    """The object changed since the resourceVersion the write was based on (or exists already)."""
+    """A write's resourceVersion is stale, or the object exists already (409)."""
 
 
 class Invalid(ApiError):
-    """The API server refused the object: schema, CEL transition rule or admission policy."""
+    """Refused by the schema, a CEL transition rule or an admission policy (422); permanent: the
+    message names the rule."""
 
 
 class Forbidden(ApiError):
-    """RBAC or an admission policy forbids the request for this identity."""
+    """RBAC or an admission policy forbids the request for this identity (403)."""
 
     @property
     def by_authorizer(self) -> bool:
-        """The authorizer (RBAC) refused, not an admission policy: its message names the user
-        and what it cannot do. A kube-apiserver that is starting serves requests before its
-        RBAC caches are filled and refuses so for a moment; an admission policy's refusal
-        (`... denied request: ...`) is an answer about the object."""
+        """The authorizer (RBAC) refused, not an admission policy. A starting kube-apiserver
+        refuses so for a moment, before its RBAC caches fill; an admission policy's refusal is
+        an answer about the object."""
         return _AUTHORIZER_DENIAL.search(self.message) is not None
 
 
@@ -75,15 +69,15 @@ _AUTHORIZER_DENIAL = re.compile(r'User "[^"]*" cannot \S+ resource')
 
 
 class TooLarge(ApiError):
-    """The object or request is larger than the API server or etcd accept."""
+    """The object or request is larger than the API server or etcd accept; permanent."""
 
 
 class Unavailable(ApiError):
-    """The API server could not be reached or did not answer in time; a retry may succeed.
+    """The API server could not be reached or did not answer in time (429, 5xx, timeouts,
+    refused or reset connections); a retry may succeed.
 
-    `maybe_applied` is True when a write may have been applied although no answer arrived.
-    `retry_after` is the server's Retry-After in seconds (a 429 from API Priority and Fairness,
-    a 503 of a server that is starting), when it sent one; `retry_pause` waits out a 429's.
+    `maybe_applied`: a write may have been applied although no answer arrived. `retry_after`:
+    the server's Retry-After in seconds, when sent (a 429, or a starting server's 503).
     """
 
     def __init__(
@@ -110,12 +104,10 @@ doubling, 2.5-5 s at most (jittered: the clients turned away together come back 
 
 
 def retry_pause(error: ApiError, pause: float, *, rng: random.Random | None = None) -> float:
-    """Seconds to wait before retrying after `error`: the caller's own `pause`, or, when the
-    server throttled the request (429) with a Retry-After, at least that, spread over
-    [retry_after, 1.5 × retry_after] so that the clients it turned away do not all come back at
-    once. Only a 429's is waited out: a kube-apiserver that is starting answers 503 with
-    Retry-After 5 and serves within a second, and waiting 5 s there would let leases expire and
-    views go stale; the caller's own backoff is short, and each retry is one cheap request."""
+    """Seconds to wait before retrying after `error`: the caller's `pause`, or after a 429 with
+    Retry-After at least that, spread over [retry_after, 1.5 × retry_after] so the clients turned
+    away come back apart. A 503's is ignored: a starting kube-apiserver sends Retry-After 5 and
+    serves within a second, and waiting 5 s would let leases expire and views go stale."""
     after = error.retry_after if isinstance(error, Unavailable) and error.throttled else None
     if not after:
         return pause
@@ -198,9 +190,8 @@ class Owner:
 
 @dataclass(frozen=True)
 class Scale:
-    """A Deployment's scale subresource as read: the count asked for (`spec.replicas`), its
-    pods' label selector, and the Deployment's resourceVersion (a scale write at that version
-    fails if anything changed)."""
+    """A Deployment's scale subresource: `spec.replicas`, its pods' label selector, and the
+    Deployment's resourceVersion (a scale write at it fails if anything changed)."""
 
     replicas: int
     selector: str

@@ -1,13 +1,11 @@
 """The verbs against the API server: one request path for every resource, over the official
-client's `ApiClient.call_api` (the generated per-kind clients are not used).
+client's `ApiClient.call_api` (not the generated per-kind clients).
 
-Every request carries a timeout; every failure becomes one of the typed errors of
-`recall.kube.base`, so no caller looks at HTTP statuses. A 429 (API Priority and Fairness
-turning the request away before it ran) is sent again on the call's `retry` backoff, no sooner
-than its Retry-After (jittered), for as long as the request's own timeout allows; then the
-caller gets `Unavailable` with `retry_after`, and backs off on its own terms. A caller that
-retries on its own (a lease holder, until its renew deadline) passes `retry=None` and gets the
-429 at once: one retry loop per write. Every wait and deadline is on the client's `Clock`.
+Every request carries a timeout; every failure becomes a typed error of `recall.kube.base`. A
+429 (turned away by API Priority and Fairness before it ran) is sent again on the call's `retry`
+backoff, no sooner than its Retry-After (jittered), while the request's own timeout allows; then
+the caller gets `Unavailable` with `retry_after`. With `retry=None` the 429 is raised at once:
+one retry loop per write. Every wait and deadline is on the client's `Clock`.
 """
 
 from __future__ import annotations
@@ -90,8 +88,7 @@ def translate(e: BaseException, what: str, *, write: bool) -> ApiError:
             return error(text, status=status)
         if status == 0 and e.reason:  # the client wraps some transport errors this way
             return Unavailable(f"{what}: {e.reason}", maybe_applied=write)
-        # 401 (a rotated token), 429, 5xx: worth retrying. A 5xx may come after the commit; a
-        # 429 is API Priority and Fairness turning the request away before it ran.
+        # 401 (a rotated token), 429, 5xx: worth retrying; a 5xx may come after the commit.
         return Unavailable(
             text,
             status=status,
@@ -135,8 +132,7 @@ class HttpVerbs:
         retry: Backoff | None = THROTTLE,
         **kw: Any,
     ) -> T:
-        """`fn(*args, _request_timeout=..., **kw)`, its failures typed, a 429 sent again on
-        `retry` within the request's time (never with `retry=None`)."""
+        """`fn` within the request's time, its failures typed, a 429 retried (module contract)."""
         if self.latency:
             self.clock.sleep(self.latency)
         deadline = self.clock.monotonic() + (timeout or self.timeout)
@@ -149,9 +145,7 @@ class HttpVerbs:
                 error = translate(e, what, write=write)
                 if not (isinstance(error, Unavailable) and error.throttled):
                     raise error from e
-                # A 429 of API Priority and Fairness: turned away before it ran, so any verb
-                # may be sent again, no sooner than its Retry-After (jittered), within this
-                # request's own time.
+                # A 429 was turned away before it ran: any verb, a write too, may be resent.
                 metrics.API_THROTTLED.labels(verb=what.split(" ", 1)[0]).inc()
                 if retry is None or retry.exhausted(retries):
                     raise error from e
@@ -343,11 +337,8 @@ class HttpVerbs:
         )
 
     def served_plurals(self) -> frozenset[str]:
-        """The resources the API server's discovery serves in recall.dev/v1alpha1 right now.
-
-        Empty while the group is not served: the CRDs are missing, or an API server that has
-        just started has not installed their paths yet.
-        """
+        """The resources discovery serves in recall.dev/v1alpha1 now; empty while the group is
+        not served (CRDs missing, or a just-started API server has not installed their paths)."""
         try:
             out = self._request(
                 f"discover {GROUP}/{VERSION}", "GET", f"/apis/{GROUP}/{VERSION}", write=False

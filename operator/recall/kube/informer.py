@@ -1,17 +1,15 @@
 """An informer: a selection of objects (TranscriptionJobs, Leases) kept current by list + watch.
 
-`Informer.run(stop)` lists the selection (page by page), hands it to the consumer, then watches
-from the list's resourceVersion and hands over every change. It lists again when the watch's
-resourceVersion is too old (410), after `relist_seconds` at the latest, and after an error,
-with jittered backoff up to one second (`BACKOFF`: the API server may be restarting, and the
-view must come back within a tick or two once it answers), and no sooner than a 429's
-Retry-After; its waits and its relist deadline are on its `Clock`. It never raises: transient
-API errors delay the view by seconds, they never end it (DESIGN §5, 9).
+`Informer.run(stop)` lists the selection page by page, hands it to the consumer, then watches
+from the list's resourceVersion and hands over every change. It lists again on a 410, after
+`relist_seconds` at the latest, and after an error, with jittered backoff up to one second
+(`BACKOFF`: the view must come back within a tick or two of a restarted API server answering)
+and no sooner than a 429's Retry-After; every wait is on its `Clock`. It never raises:
+transient API errors delay the view, never end it (DESIGN §5, 9).
 
-Not guaranteed: the consumer's view may lag the API server by one event; decisions that matter
-are made by fenced writes, never by this view. `current()` says whether the view can be
-trusted at all: listed, and nothing failed since the last list or event (a consumer that acts
-on what is missing from the view, such as an autoscaler, holds while it is not).
+Not guaranteed: the view may lag the API server by one event; decisions that matter are made
+by fenced writes, never by this view. `current()` says whether the view can be trusted at all
+(a consumer acting on what is missing from it, such as an autoscaler, holds while it is not).
 """
 
 from __future__ import annotations
@@ -39,7 +37,6 @@ from recall.kube.verbs import JOBS, LEASES, Resource
 
 _log = log.get("informer")
 PAGE_SIZE = 500
-# 0.1-0.2 s after the first error, doubling, 0.5-1 s at most
 BACKOFF = Backoff(initial=0.1, cap=0.5, jitter=1.0)
 
 
@@ -140,7 +137,7 @@ class Informer:
                 if self.clock.monotonic() - listed > self.relist_seconds:
                     rv = None
             except Conflict as e:
-                rv = None  # 410: our resourceVersion is too old; list again at once
+                rv = None  # 410: the resourceVersion is too old; list again at once
                 self._failed = True
                 if e.status != 410:
                     _log.warning("informer_error", informer=self.name, error=e.message[:200])

@@ -1,10 +1,9 @@
 """Reads of an install, for `recall doctor`: CRDs, Deployments, pods, Leases, the API Priority
 and Fairness objects, and what the current user may do.
 
-Read-only but for the SelfSubjectAccessReviews it creates (which store nothing). Every object
-comes back as the API server's JSON (`RawObject`) or None when it does not exist; a refusal
-raises `Forbidden` (the reader's identity may not read it), anything else `Unavailable`, so
-the doctor can say which of the three it met.
+Read-only but for the reviews it creates (which store nothing). Objects come back as
+`RawObject`, or None when missing; a refusal raises `Forbidden`, any other failure
+`Unavailable`, so the doctor can say which of the three it met.
 """
 
 from __future__ import annotations

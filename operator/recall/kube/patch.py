@@ -1,8 +1,5 @@
-"""JSON merge patches (RFC 7386) as pure functions.
-
-`merge_patch(old, new)` is the patch that turns `old` into `new`; `apply_merge_patch(doc,
-patch)` applies one (a fenced write tells by it whether a patch it sent is already applied).
-"""
+"""JSON merge patches (RFC 7386) as pure functions; a fenced write tells by
+`apply_merge_patch` whether a patch it sent is already applied."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """The typed calls of the runtime, each a thin wrapper of one generic verb (`recall.kube.verbs`).
 
-`TypedClient(verbs)` is the same code over the API server and over the in-memory twin: it
-names the resource, shapes the body and types the answer (`TranscriptionJob`, `Batch`,
-`ConfigMapData`, `Scale`), nothing more. What every call guarantees is said once, in
-`recall.kube.base`, and the few calls with more to say say it here.
+`TypedClient(verbs)` is the same code over the API server and the in-memory twin: it names the
+resource, shapes the body and types the answer, nothing more. What every call guarantees is in
+`recall.kube.base`; the few calls with more to say say it here.
 """
 
 from __future__ import annotations
@@ -142,11 +141,9 @@ class TypedClient:
         timeout: float | None = None,
         retry: Backoff | None = THROTTLE,
     ) -> TranscriptionJob:
-        """PUT the whole status, applied only at `resource_version` (a compare-and-swap).
-
-        Claims, publish records and the operator's other fenced status writes are written this
-        way, and the writes that keep a lease or end it as merge patches, so that the API
-        server's priority and fairness can tell them apart by verb (update and patch)."""
+        """PUT the whole status, applied only at `resource_version` (a compare-and-swap): for
+        claims, publish records and the operator's other fenced status writes. The lease
+        holder's writes are merge patches, so API Priority and Fairness tells them apart."""
         # The status subresource takes a whole object and keeps all but its status.
         body: RawObject = {
             "apiVersion": JOBS.api_version,
@@ -319,10 +316,9 @@ class TypedClient:
     def patch_scale(
         self, namespace: str, name: str, replicas: int, resource_version: str | None
     ) -> Scale:
-        """Ask for `replicas` through the scale subresource (a merge patch of
-        `deployments/scale`); with `resource_version`, applied only if the Deployment is still
-        at that version (its spec, its status, its metadata: anything), else `Conflict`, as the
-        lease writes."""
+        """Ask for `replicas` through the scale subresource (a merge patch); with
+        `resource_version`, applied only while the Deployment is still at that version (any
+        change to it counts), else `Conflict`."""
         body = _at(resource_version, {"spec": {"replicas": replicas}})
         return _scale(self.verbs.patch(DEPLOYMENTS, namespace, name, body, subresource="scale"))
 

@@ -1,23 +1,19 @@
 """The resources the runtime reads and writes, and the one set of verbs over all of them.
 
-As client-go's dynamic client: a `Resource` describes a kind (group, version, plural, whether it
-is namespaced, which subresources it serves), and `Verbs` is every call over any resource,
-written twice only: against the API server (`recall.kube.http.HttpVerbs`) and over a dict
-(`recall_dev.twin.verbs.MemoryVerbs`, the twin unit tests run on). The typed calls the runtime
-uses (`get_job`, `patch_scale`, ...) are thin wrappers over these (`recall.kube.client`).
+As client-go's dynamic client: a `Resource` describes a kind (group, version, plural, scope,
+subresources), and `Verbs` is every call over any resource, written twice only: against the API
+server (`recall.kube.http.HttpVerbs`) and over a dict (`recall_dev.twin.verbs.MemoryVerbs`, for
+unit tests). The typed calls (`recall.kube.typed`) are thin wrappers over these.
 
-Contract of every verb:
+Contract of every verb (`timeout`, `retry` and the typed errors as in `recall.kube.base`):
 - objects go in and come out as the API server's JSON (`RawObject`);
-- `get` answers None for an object that does not exist, `delete` False; every other 404 is
-  `NotFound` (a resource the server does not serve, such as KEDA's when KEDA is missing);
-- a body whose `metadata.resourceVersion` is set is applied only while the object is still at
-  that version, else `Conflict`; without it, to whatever is stored;
-- the `status` subresource writes the status alone, the object itself everything but its
-  status; the `scale` subresource reads and writes `spec.replicas` of its object;
-- `patch` is a JSON merge patch (RFC 7386), or a JSON patch (RFC 6902) when given a list;
-- `timeout` bounds that one request (the implementation's default otherwise), and `retry` says
-  how a 429 is sent again within it (None: not at all, the caller retries);
-- errors are the typed ones of `recall.kube.base`, never HTTP statuses.
+- `get` answers None for a missing object, `delete` False; every other 404 is `NotFound` (a
+  resource the server does not serve, such as KEDA's when KEDA is missing);
+- a body with `metadata.resourceVersion` is applied only at that version, else `Conflict`;
+  without it, to whatever is stored;
+- the `status` subresource writes the status alone, the object itself all but its status; the
+  `scale` subresource reads and writes its object's `spec.replicas`;
+- `patch` is a JSON merge patch (RFC 7386), or a JSON patch (RFC 6902) when given a list.
 """
 
 from __future__ import annotations

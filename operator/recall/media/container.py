@@ -1,8 +1,6 @@
-"""Opening a source with PyAV: its container and first audio stream (`UndecodableMedia`,
-permanent, for what FFmpeg cannot read or a file without audio), what the container says of it
-(duration, channels), how a PCM WAV is read, which codecs decode the same after a seek, and the
-length limit's tolerance.
-"""
+"""Opening a source with PyAV: its first audio stream (`UndecodableMedia`, permanent, for what
+FFmpeg cannot read or a file without audio), its stated duration and channels, how a PCM WAV
+is read, which codecs decode the same after a seek, and the length limit's tolerance."""
 
 from __future__ import annotations
 
@@ -46,10 +44,9 @@ def seek_exact(stream: Any) -> bool:
     return name.startswith("pcm_") or name in SEEK_EXACT
 
 
-# A PCM WAV is read a second a packet: FFmpeg's wav demuxer reads 4,096 bytes (128 ms of
-# 16 kHz mono), and each packet is decoded and resampled on its own, at four times the CPU
-# (bench/enginecpu.py). Its header says all there is to know of the stream, so FFmpeg reads no
-# packets ahead to learn it (probesize): at a second a packet, that read was most of the cost.
+# A PCM WAV is read a second a packet: FFmpeg's default 4,096 bytes (128 ms of 16 kHz mono) a
+# packet cost four times the CPU (bench/enginecpu.py). Its header says all of the stream, so
+# FFmpeg probes no packets ahead (probesize): at a second a packet, that was most of the cost.
 WAV_PCM_TAGS = (1, 3)  # WAVE_FORMAT_PCM, WAVE_FORMAT_IEEE_FLOAT
 WAV_EXTENSIBLE = 0xFFFE
 WAV_PACKET_BYTES = (1024, 1 << 22)  # the bounds FFmpeg's wav demuxer takes for max_size

@@ -2,16 +2,15 @@
 frame, and seek back to a recorded sample for a resume (checked by the tail signature).
 
 - A packet the codec refuses (`InvalidDataError`) is skipped with a warning, within a budget:
-  at most `SKIP_IN_A_ROW` in a row and `SKIP_ALLOWANCE` plus `SKIP_SHARE` of the packets read
-  in that decoding; past it the file is `UndecodableMedia`. The skipped packet's samples are
-  left out (the audio after it moves earlier by its length: 26 ms for an MP3 frame).
+  `SKIP_IN_A_ROW` in a row, and `SKIP_ALLOWANCE` plus `SKIP_SHARE` of the packets read in that
+  decoding; past it the file is `UndecodableMedia`. Its samples are left out: the audio after
+  it moves earlier by their length (26 ms for an MP3 frame).
 - A frame whose sample format, layout or rate differs from the one before (concatenated
   files) flushes the resampler and starts a new one; a channel split keeps the first frame's
   layout (later frames are rematrixed into it).
-- Only codecs that decode the same samples after a seek (`SEEK_EXACT`) are resumed by seeking;
-  FFmpeg's AAC decoder, among others, draws its noise substitution from a random generator that
-  a seek resets. A seek is also refused when it lands in a stretch whose format differs from
-  the file's first frame, and when it skips a packet before the resume position.
+- Only `SEEK_EXACT` codecs are resumed by seeking (`recall.media.container` says why). A seek
+  is also refused when it lands in a stretch of another format than the file's first frame,
+  and when it skips a packet before the resume position.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ from recall.resources.errors import JobFailure
 
 _log = log.get("engine")
 
-# Undecodable packets skipped before a file is refused: in a row, and in all (a fixed allowance
-# plus a share of the packets read).
+# The skip budget of the module contract.
 SKIP_IN_A_ROW = 10
 SKIP_ALLOWANCE = 10
 SKIP_SHARE = 0.01
@@ -43,12 +41,9 @@ SKIP_SHARE = 0.01
 
 class Decoder:
     """The first audio stream of a file as 16 kHz mono float32 blocks, from a given sample on:
-    its channels mixed down, or only `channel` (counted from 0).
-
-    After the first block (or the end), `tail` holds up to `TAIL_SECONDS` of the samples just
-    before the start position; `position` counts the samples decoded up to the latest block;
-    `skipped` counts the undecodable packets left out so far.
-    """
+    its channels mixed down, or only `channel` (from 0). After the first block (or the end),
+    `tail` holds up to `TAIL_SECONDS` of the samples just before the start position; `position`
+    counts the samples decoded up to the latest block; `skipped`, the undecodable packets."""
 
     def __init__(
         self,
@@ -80,8 +75,7 @@ class Decoder:
     def seek(self, start: int, tail: str) -> Iterator[Samples] | None:
         """Blocks from sample `start`, reached by seeking; None when that cannot be done
         exactly (a codec outside `SEEK_EXACT`, no timestamps, a landing too late or in another
-        format, a skipped packet, or samples whose signature is not `tail`).
-        """
+        format, a skipped packet, or samples whose signature is not `tail`)."""
         signed = start - self.tail_samples
         if not tail or signed < PREROLL_SECONDS * self.rate:
             return None
@@ -158,9 +152,8 @@ class Decoder:
     def _same_kind(
         self, frames: Iterator[Any], kind: tuple[str, str, int], start: int
     ) -> Iterator[Any]:
-        """`frames`; one of another kind than `kind` before sample `start` ends the seek (a
-        ValueError): the positions counted from the landing would not be the uninterrupted
-        run's."""
+        """`frames`; one of another kind before sample `start` raises ValueError (ending the
+        seek): positions counted from the landing would differ from the uninterrupted run's."""
         for frame in frames:
             if self.position < start and _kind(frame) != kind:
                 raise ValueError("the audio format changes before the resume position")
@@ -292,9 +285,8 @@ def _kind(frame: Any) -> tuple[str, str, int]:
 
 
 def _dropped(frame: Any, drop: int) -> Any:
-    """`frame` without its first `drop` samples, in its own format. PyAV gets the planes of a
-    planar frame of 8 channels or more wrong (its `to_ndarray` crashes the process), so a
-    planar frame is cut packed: FFmpeg converts it there and back, exactly."""
+    """`frame` without its first `drop` samples, in its own format; a planar frame is cut
+    packed (see `Decoder._resampler`), FFmpeg converting it there and back exactly."""
     if drop == 0:
         return frame
     rate, layout, name = frame.sample_rate, frame.layout, frame.format.name

@@ -190,10 +190,9 @@ def too_large(shown: str, max_bytes: int, size: int | None) -> JobFailure:
 
 
 def display_url(url: str) -> str:
-    """The URL on one line, without its user info, query string and fragment (which often
-    carry credentials: a presigned signature, an access token). A `user:password@` is hidden
-    up to the URL's last `@`, whatever the password holds (`/`, `?` or `#` unencoded: a
-    token's base64), at the price of hiding more of a URL whose path holds an `@`."""
+    """The URL on one line, without user info, query and fragment (they often carry
+    credentials). A `user:password@` is hidden up to the URL's last `@`, whatever the password
+    holds (`/`, `?`, `#` unencoded), at the price of hiding more of a path holding an `@`."""
     scheme, sep, rest = url.partition("://")
     at = rest.rfind("@")
     if sep and at >= 0 and ":" in rest[:at]:

@@ -1,50 +1,42 @@
 """Audio preparation for the real engines: fetch a source, then decode and cut it lazily.
 
 Contract:
-- `load_media(url, options)` fetches the source and probes it (an audio stream, an estimated
-  duration) without decoding it, and returns an `AudioMedia` (see `recall.media.types.Media`).
-  Its `chunks()` decodes, resamples to 16 kHz mono float32 and cuts as it goes: memory is
-  bounded by one chunk plus one decoded frame, whatever the duration.
+- `load_media(url, options)` fetches and probes the source (an audio stream, an estimated
+  duration) without decoding it. The `AudioMedia` it returns decodes, resamples to 16 kHz mono
+  float32 and cuts as `chunks()` is iterated: memory is bounded by one chunk plus one decoded
+  frame, whatever the duration.
 - Cuts: each chunk is at most `chunk_seconds` long; a cut moves back, by at most
-  `snap_seconds`, into a clearly quieter 100 ms stretch when there is one, so a word is less
-  often split between two chunks. Uniformly loud audio is cut at exactly `chunk_seconds`. The
-  decision looks only at the `snap_seconds` before the nominal cut, so a stream is cut exactly
-  as the whole decoded array would be, and a cut depends only on the samples after the
-  previous cut: a resume at a recorded cut yields the same cuts as an uninterrupted run.
-- Resume (`chunks(resume)`): the decoder seeks to a little before the resume position, re-aligns
-  the resampler on the sample grid, and checks the samples just before the position against
-  the signature recorded with the checkpoint (`tail_signature`). On a match (measured:
-  bit-exact for WAV, FLAC, MP3, Opus and Vorbis less than 0.5 s after the seek point), it
-  continues from there: a resume at hour 9 of a 10-hour Opus file costs a fraction of a second
-  instead of ~80 s of decoding. Where a seek is refused (`recall.media.decode` says when;
-  after a skipped packet the chunks carry no signature) it decodes from the start and skips to
-  the position. Either way the first chunk starts at exactly the recorded sample: no gap, no
-  overlap. A source that ends before the position raises `ResumeInvalid` before any chunk is
-  yielded.
-- Sources: `file:///path` is read in place and fingerprinted by size and mtime; `http(s)://` is
-  streamed to a temporary file (removed by `AudioMedia.close()`, or at once when opening
-  fails) with `http_timeout` on connect and on every read, at most `max_bytes` accepted (by
-  Content-Length and by counting), and fingerprinted by the SHA-256 of its bytes (computed
-  while downloading: validators such as ETag differ between replicas or are missing).
-- Every failure is an `JobFailure` with a one-line message naming the URL (user info, query
-  string and fragment hidden: they often hold credentials). Permanent: SourceNotFound (missing file,
-  HTTP 404/410), SourceRejected (other 4xx, an unsupported or malformed URL), SourceTooLarge
-  (bytes, or longer than `max_seconds` by more than 1 % — encoder padding makes a file stated
-  as 100.0 s decode to 100.008 s — by the container's estimate or while decoding),
-  UndecodableMedia (not media, no audio stream, no samples, more undecodable packets than
-  `recall.media.decode`'s budget). Retriable: SourceUnavailable (timeouts, connection errors,
-  HTTP 5xx, 408 and 429, I/O errors).
-- Channels (`spec.transcript.channels: split`): a file of several channels is cut channel after
-  channel, each decoded on its own (not mixed down), its chunks labelled `ch0`, `ch1`, ...;
-  their sample positions count channel c from c × `CHANNEL_STRIDE`, so a resume point says
-  which channel it is in, and `start` is the time in the file. `duration` is the file's;
-  `channels` counts the channels transcribed (each channel's seconds are work: metering counts
-  `duration × channels`). A mono file is transcribed as one channel (`mono` says so: the job's
-  result records one channel). The cutting's source names the channel count, so a checkpoint
-  of a mixed run never resumes a split one.
+  `snap_seconds`, into a clearly quieter 100 ms stretch when there is one, so fewer words are
+  split; uniformly loud audio is cut at exactly `chunk_seconds`. A cut looks only at the
+  `snap_seconds` before the nominal cut, so a stream is cut as the whole decoded array would
+  be, and a resume at a recorded cut yields the same cuts as an uninterrupted run.
+- Resume (`chunks(resume)`): a seek a little before the position, the resampler re-aligned on
+  the sample grid, the samples before the position checked against the checkpoint's
+  `tail_signature` (measured bit-exact for WAV, FLAC, MP3, Opus and Vorbis within 0.5 s of the
+  seek point); where a seek is refused (`recall.media.decode` says when), a decode from the
+  start. Either way the first chunk starts at exactly the recorded sample: no gap, no overlap.
+  A source that ends before the position raises `ResumeInvalid` before any chunk is yielded.
+- Sources: `file:///path` is read in place, fingerprinted by size and mtime; `http(s)://` is
+  streamed to a temporary file (removed by `close()`, or at once when opening fails), with
+  `http_timeout` on connect and every read and at most `max_bytes` (by Content-Length and by
+  counting), fingerprinted by the SHA-256 of its bytes (ETags differ between replicas or are
+  missing).
+- Every failure is a `JobFailure` with a one-line message naming the URL, credentials hidden
+  (`fetch.display_url`). Permanent: SourceNotFound (missing file, HTTP 404/410), SourceRejected
+  (other 4xx, an unsupported or malformed URL), SourceTooLarge (bytes, or over `max_seconds`
+  beyond `container.LIMIT_TOLERANCE`, estimated or decoded), UndecodableMedia (not media, no
+  audio stream, no samples, past `recall.media.decode`'s skip budget). Retriable:
+  SourceUnavailable (timeouts, connection errors, HTTP 5xx, 408 and 429, I/O errors).
+- Channels (`spec.transcript.channels: split`): each channel is decoded on its own (not mixed
+  down) and cut after the one before, its chunks labelled `ch0`, `ch1`, ...; channel c's sample
+  positions count from c × `CHANNEL_STRIDE`, so a resume point names its channel; `start` is the
+  time in the file. `duration` is the file's; `channels` counts the channels transcribed
+  (metering counts `duration × channels`). A mono file is one channel (`mono` says so: the
+  result records one channel). The cutting's source names the channel count, so a mixed run's
+  checkpoint never resumes a split one.
 
 Pure parts (`Cutter`, `split`, `tail_signature`, `classify_http_status`, `display_url`,
-`encode_wav`) take no I/O and are unit-tested directly.
+`encode_wav`) do no I/O.
 """
 
 from __future__ import annotations
@@ -268,9 +260,8 @@ class AudioMedia(Media):
             yield dataclasses.replace(chunk, tail="") if decoder.skipped else chunk
 
     def silenced(self, spans: list[tuple[float, float]]) -> bytes:
-        """The whole audio (mixed down, 16 kHz mono) as a WAV file with every span of
-        `spans` (seconds) silenced: a redacted copy. It is built in memory (about 115 MB an
-        hour)."""
+        """The whole audio (mixed down, 16 kHz mono) as a WAV with every span of `spans`
+        (seconds) silenced: a redacted copy, built in memory (about 115 MB an hour)."""
         decoder = Decoder(self.source.path, self.source.url, stop=Either(self._closed))
         blocks = list(decoder.from_start())
         samples = np.concatenate(blocks) if blocks else np.zeros(0, np.float32)

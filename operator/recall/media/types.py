@@ -1,12 +1,11 @@
-"""What media is cut into, and what it is cut with: the types the engines and the transcript
-store share with the media package.
+"""What media is cut into and with: the types the engines and the transcript store share with
+the media package.
 
-Contract (the cutting): chunks are in order, contiguous, and each records the sample range it
-covers (`first`, `end`, at `Media.cutting.rate`). The same source cut with the same `Cutting`
-always yields the same chunks, so a `Resume` taken from chunk `k` (`Chunk.resume()`) continues
-exactly at the first sample after it: no gap, no overlap. A resume is only valid with an equal
-`Cutting` (`Cutting.differences` says why not). `Media.duration` is an estimate from the
-container until the iteration has ended, then the exact decoded length.
+Contract (the cutting): chunks are in order, contiguous, and each records its sample range
+(`first`, `end`, at `Media.cutting.rate`). The same source cut with the same `Cutting` always
+yields the same chunks, so a `Resume` from chunk `k` (`Chunk.resume()`) continues at the first
+sample after it: no gap, no overlap. A resume is valid only with an equal `Cutting`
+(`Cutting.differences` says why not).
 """
 
 from __future__ import annotations
@@ -120,11 +119,9 @@ class Cutting:
 
 @dataclass(frozen=True)
 class Resume:
-    """Where a resumed iteration starts: chunk `chunks` at sample `position`.
-
-    `tail` is the signature of the samples just before `position` as first decoded (see
-    `recall.media.decode.tail_signature`); a media that seeks checks it, "" means unknown.
-    """
+    """Where a resumed iteration starts: chunk `chunks` at sample `position`. `tail` signs the
+    samples just before `position` as first decoded (`recall.media.decode.tail_signature`); a
+    media that seeks checks it; "" means unknown."""
 
     chunks: int
     position: int
@@ -133,12 +130,10 @@ class Resume:
 
 @dataclass(frozen=True)
 class Chunk:
-    """One piece of the media: `index` from 0, `start` and `duration` in seconds.
-
-    `first`/`end` are the sample range [first, end) at the cutting's rate; `tail` signs the
-    samples just before `end`; `last` is True on the final chunk of the media. A file split
-    into channels is cut channel after channel: `channel` names the chunk's, `first`/`end`
-    count on from the previous channel's samples, and `start` is the time in the file.
+    """One piece of the media: `index` from 0, `start` and `duration` in seconds, the sample
+    range [`first`, `end`) at the cutting's rate, `tail` signing the samples just before `end`,
+    `last` True on the final chunk. A file split into channels is cut channel after channel:
+    `first`/`end` count on from the previous channel's, and `start` is the time in the file.
     """
 
     index: int
@@ -181,11 +176,9 @@ class Media(abc.ABC):
         return (samples or 0) / self.cutting.rate
 
     def chunks_total(self, done: int, position: int, *, finished: bool = False) -> int:
-        """An honest chunk count after `done` chunks ending at sample `position`.
-
-        Exact when `finished`; otherwise `done` plus the chunks the estimated rest needs (at
-        least one). Snapped cuts make chunks shorter, so the count may grow as work goes on.
-        """
+        """An honest chunk count after `done` chunks ending at sample `position`: exact when
+        `finished`, else `done` plus what the estimated rest needs (at least one). Snapped cuts
+        make chunks shorter, so the count may grow as work goes on."""
         if finished:
             return done
         rest = (self.estimated_samples or 0) - position

@@ -1,27 +1,21 @@
 """The operator's controller: one loop that reclaims, reconciles and projects.
 
     controller = wire(store, settings, results=bucket)   # recall.operator.runtime.wiring
-    controller.run_once()     # what one tick does; tests call it directly
-    controller.run(stop)      # the loop: run_once, then sleep until the next lease expiry or tick
+    controller.run_once()     # one tick; tests call it directly
+    controller.run(stop)      # run_once until stop, waking at the next lease expiry or tick
 
-Each tick, for every unfinished Batch that needs it — a job of it changed, a lease of it
-expired, a backoff of it ended, or its full reconcile is due (start-up, a new generation, every
-`reconcile_interval`) — it plans (`reconcile.plan_batch`, pure) and applies (one `Applier`):
-reclaims and job writes first, then the Batch status in the same apply. Jobs that no unfinished
-Batch covers (no Batch, a missing or finished one, no item) go through the same plan without a
-Batch, so every leased job has a reclaim path.
+Each tick plans (`reconcile.plan_batch`, pure) and applies (one `Applier`: job writes first,
+then the Batch status) every unfinished Batch with a changed job, an expired lease or backoff,
+or a full reconcile due (start-up, a new generation, every `reconcile_interval`). Jobs no
+unfinished Batch covers go through the same plan without a Batch: every leased job has a
+reclaim path.
 
-Results: `results.publish.Results` publishes accepted results and collects the store's garbage
-on its own thread, from the same cache. The TTL of a finished Batch (`ttlSecondsAfterFinished`)
-deletes its jobs here: the Batch's status is frozen once Complete, and Complete waits for every
-completed item's result to be published, so nothing it shows changes.
-
-Reclaim timing: the loop wakes at the earliest observed expiry (and at least every tick), so a
-lease is reclaimed within one tick of its expiry on the operator's clock. Nothing here raises
-out of the loop: an error is logged and the next tick tries again (DESIGN §5, invariant 9).
-Only the leader acts (`leading`); a standby keeps its cache and observations warm. Only the
-leader exports the per-Batch gauges (`recall_batch_items`, `recall_batch_suspended`): a standby
-removes its series, so a stale replica's figures never stand beside the leader's.
+A lease is reclaimed within one tick of its expiry on the operator's clock. Nothing raises out
+of the loop: an error is logged and the next tick retries (DESIGN §5, invariant 9). Only the
+leader (`leading`) acts and exports the per-Batch gauges (`reconcile.gauges`); a standby removes
+its series, so no stale figures stand beside the leader's. A finished Batch's TTL deletes its
+jobs here; its status no longer changes (Complete waits for every result to be published, then
+freezes). Publishing and the store's garbage run on `results.publish.Results`'s own thread.
 """
 
 from __future__ import annotations
@@ -73,12 +67,11 @@ class Signals:
 
 @dataclass(frozen=True)
 class Peers:
-    """What the controller acts through, each made once and handed to everyone that needs it
-    by the runtime's wiring (`recall.operator.runtime.wiring.wire`)."""
+    """What the controller acts through, each made once by `runtime.wiring.wire` and shared."""
 
     cache: JobCache  # every job, as compact records (the informer feeds it)
-    ready: ReadyQueue  # claimable jobs, for offers
-    registry: Registry  # live workers
+    ready: ReadyQueue
+    registry: Registry
     results: Results  # publishing and the store's garbage, on its own thread
     applier: Applier  # the only writer of the controller's decisions
     batches: KnownBatches  # the Batches kopf delivered
@@ -223,8 +216,7 @@ class Controller:
     def _watched(
         self, batches: Mapping[BatchKey, Batch]
     ) -> defaultdict[BatchKey | None, list[JobRecord]]:
-        """The cache's watched jobs by the Batch that covers them; None: no Batch does (no
-        Batch, one not known, or no item)."""
+        """The cache's watched jobs by covering Batch; None: no known Batch, or no item."""
         watched: defaultdict[BatchKey | None, list[JobRecord]] = defaultdict(list)
         for r in self.cache.watched():
             covered = r.batch_key in batches and r.index is not None
@@ -239,10 +231,9 @@ class Controller:
         mono: float,
     ) -> list[Report]:
         """Plan and apply for every Batch that needs it, in the order the create budget asks."""
-        # One budget for creating jobs in this tick, shared by every Batch: a fan-out never
-        # holds the next Batch's reclaims back by more than CREATE_SECONDS. Smaller Batches
-        # come first, so a small one submitted behind a big fan-out starts at once; every
-        # other tick, Batches the budget left with jobs to create go first, the longest
+        # One create budget per tick for all Batches: a fan-out holds the next Batch's reclaims
+        # back by at most CREATE_SECONDS. Smaller Batches first, so a small one behind a big
+        # fan-out starts at once; every other tick the Batches left short go first, longest
         # waiting first, so a stream of small Batches cannot starve a big fan-out.
         self._create_until = self.clock.monotonic() + CREATE_SECONDS
         order = sorted(batches.items(), key=lambda kv: self._resolver.size_hint(kv[1]))
@@ -253,9 +244,8 @@ class Controller:
         for key, batch in order:
             last = self._last_full.get(key)
             full = last is None or mono - last >= self.settings.reconcile_interval
-            # A complete Batch is frozen: every item final and published. Only a foreign
-            # write or a new generation is projected over, and only while the jobs are there
-            # (the TTL may have deleted them: the status then stays as it is).
+            # A complete Batch is frozen. Only a foreign write or a new generation is projected
+            # over, and only while its jobs exist (after the TTL the status stays as it is).
             if (
                 batch.status.complete
                 and not watched.get(key)
@@ -282,12 +272,11 @@ class Controller:
         mono: float,
         started: float,
     ) -> None:
-        """What follows the tick's applies: workers whose leases expired are suspected, offers,
-        the TTL of finished Batches, the results loop woken, the logs and the gauges."""
+        """What follows the applies: suspects, offers, TTL, results, logs, gauges."""
         for report in reports:
             for namespace, worker in report.expired_holders:
-                # Its lease expired: it is dead or cut off. Offer it nothing more until it
-                # renews its registration again (else the next offer waits out offer_seconds).
+                # Dead or cut off: offer it nothing until it renews its registration (else
+                # the next offer waits out offer_seconds).
                 self.registry.suspect(namespace, worker)
         self.dispatch_once(mono)
         expire_finished(
@@ -302,8 +291,7 @@ class Controller:
         metrics.TICK_SECONDS.observe(self.clock.monotonic() - started)
 
     def dispatch_once(self, now_mono: float | None = None) -> int:
-        """Withdraw stale offers, then offer a claimable job to every idle worker. Returns the
-        offers written."""
+        """Withdraw stale offers, then offer claimable jobs to free slots; the offers written."""
         if (
             not self.settings.dispatch
             or not self.leading.is_set()
@@ -376,8 +364,7 @@ class Controller:
     # -- deletion ----------------------------------------------------------------------------
 
     def cancel_batch(self, batch: Batch) -> int:
-        """A deleted Batch: cancel its leased jobs and delete all its jobs (`Applier.cancel`),
-        then forget it. Returns how many were cancelled."""
+        """A deleted Batch: `Applier.cancel` its jobs, then forget it; how many were cancelled."""
         now = self.clock.now()
         cancelled = self.applier.cancel(batch, self.cache.batch_jobs(batch.key).values(), now)
         self.forget_batch(batch.key)

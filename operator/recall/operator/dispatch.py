@@ -1,42 +1,33 @@
 """Dispatch: the operator offers claimable jobs to idle workers.
 
-Each worker watches only the jobs offered to it (`status.offer.worker`), so what a worker reads
-does not grow with the number of workers, and two workers rarely race for one job. An offer is
-a hint written on a Queued job; the worker's claim (a fenced write) still decides, and any
-worker may claim any Queued job (workers serve themselves when no offer comes, for example
-while no operator runs).
+Each worker watches only the jobs offered to it (`status.offer.worker`), so its reads do not
+grow with the fleet and two workers rarely race for one job. An offer is only a hint: the
+worker's fenced claim decides, and any worker may claim any Queued job (workers serve
+themselves when no offer comes, for example while no operator runs).
 
-`ReadyQueue` keeps, incrementally (as a `JobCache` listener), the claimable jobs — Queued, not
-in backoff, not suspended, attempts left, not offered — grouped by lane (namespace, pool,
-engine asked for), priority and Batch, and who holds or was offered what.
-`pick(namespace, engine, pool)` chooses the next job for a worker: the highest priority first;
-among the Batches of that priority the one with the fewest jobs leased or offered (fair share:
-a small Batch behind a big one starts at once); the lowest index (or oldest job) within it.
+`ReadyQueue` (a `JobCache` listener) keeps the claimable jobs (Queued, not in backoff, not
+suspended, attempts left, not offered) by lane (namespace, pool, engine asked for), priority
+and Batch. `pick` takes the highest priority; then the Batch with the fewest jobs leased or
+offered (fair share: a small Batch behind a big one starts at once); then the lowest index (or
+oldest job).
 
-**Slots.** A worker with `slots` leases at once (its registration says how many) is offered up
-to as many jobs as it has slots free: slots minus the jobs it holds minus its offers. Workers
-that hold jobs and have room come first (the fleet packs, so whole workers empty and can be
-drained by a scale-down), then idle ones.
+**Slots.** A worker is offered up to its free slots (slots minus jobs held minus offers);
+workers that hold jobs come first (the fleet packs, so whole workers empty for a scale-down).
 
-**Offers ahead** (opt-in: `ahead_seconds` > 0; workers of one slot). A worker whose recent
-jobs each took less than `ahead_seconds` is offered its next job while it still holds one, so
-that it claims the next one as soon as it completes, not after a round trip through the
-operator. Only while its
-current job is itself younger than `ahead_seconds`: a job that runs long gets at most that one
-offer ahead, which is withdrawn after `offer_seconds` like any other. Jobs of minutes never get
-one. An offer ahead is also withdrawn when a job of higher priority becomes claimable in its
-pool, but one claimed before that job appears has gone to a less urgent item: that is why it
-is off by default.
+**Offers ahead** (opt-in: `ahead_seconds` > 0; one-slot workers). A worker whose recent jobs
+each took under `ahead_seconds`, and whose current job is younger than that, is offered its
+next job (once per job held) before it completes, saving a round trip through the operator.
+Such an offer is withdrawn after `offer_seconds`, or when a higher-priority job becomes
+claimable in its pool; one claimed before that job appears has gone to a less urgent item:
+hence off by default.
 
 **What the pool cannot do.** A job that asks what only a multilingual model does (language
-auto, options, segment scope, translation) and names no model of its own, in a lane whose every
-live worker registered an English-only model, is never offered: `pick_supported` has it failed
-unleased (`reject`) with the failure its worker would write
-(`recall.engines.languages.english_only`: `LanguageDetectionUnsupported`,
-`TranslationUnsupported`), at most `MAX_REJECTS` per offer. Not guaranteed: a worker that serves
-itself (no operator, or the `queue` dispatch mode) may claim such a job first and fail it
-itself, once; a worker that has not said (loading, an older release, an engine that loads no
-model) keeps its lane's jobs offerable.
+auto, options, segment scope, translation) and names no model, in a lane whose every live
+worker registered an English-only model, is never offered: `pick_supported` fails it unleased
+(`reject`) as its worker would (`engines.languages.english_only`), at most `MAX_REJECTS` per
+offer. Not guaranteed: a worker that serves itself (no operator, or the `queue` dispatch mode)
+may claim such a job first and fail it itself, once; a worker that has not said (loading, an
+older release, an engine that loads no model) keeps its lane's jobs offerable.
 """
 
 from __future__ import annotations
@@ -96,8 +87,7 @@ class ReadyQueue:
         self.clock = clock
         self.ahead_seconds = ahead_seconds
         self.offered_at: dict[JobKey, float] = {}
-        # each holder's job, when it was first seen holding it, and whether it was offered
-        # its next job ahead during that hold; how long each worker held its last job
+        # per holder: its current hold, and how long it held its last job
         self._held_since: dict[WorkerKey, _Hold] = {}
         self._last_hold: dict[WorkerKey, float] = {}
         self._lock = threading.Lock()
@@ -175,8 +165,7 @@ class ReadyQueue:
             )
 
     def due_ahead(self, worker: WorkerKey) -> bool:
-        """For a worker of one slot: whether it holds a job, has no offer, and is due an offer
-        ahead (see the module docstring)."""
+        """Whether one-slot `worker` holds a job, has no offer, and is due one ahead (module)."""
         with self._lock:
             last = self._last_hold.get(worker)
             hold = self._held_since.get(worker)
@@ -198,8 +187,7 @@ class ReadyQueue:
             }
 
     def ahead_offers(self, slots: dict[WorkerKey, int] | None = None) -> list[JobKey]:
-        """Offers to workers that hold as many jobs as they have slots (offers ahead, not yet
-        claimable); `slots` says how many each has (1 when not named)."""
+        """Offers ahead: to workers holding as many jobs as their `slots` (default 1)."""
         with self._lock:
             return [
                 key
@@ -316,10 +304,9 @@ MAX_REJECTS = 50  # jobs failed unleased per offer: a pass never stalls on a lon
 
 
 def unsupported(record: JobRecord, workers: Sequence[Capacity]) -> JobFailure | None:
-    """The failure every live worker of `record`'s lane (`workers`: those that may be offered
-    work) would meet on it: when it asks what only a multilingual model does, names no model
-    of its own, and each of them registered an English-only model. None otherwise (no such
-    worker alive, or one multilingual or not saying)."""
+    """The failure every offerable worker of `record`'s lane would meet on it (it asks what
+    only a multilingual model does, names no model, and each registered an English-only one);
+    None when no such worker is alive, or one is multilingual or has not said."""
     if not record.asks or record.model:
         return None
     lane = (record.namespace, record.pool, record.engine)

@@ -9,34 +9,31 @@ The leader counts, from the job changes its cache sees:
   to the lease's last renewal. Failed and abandoned attempts count: they cost.
 - **audio seconds** of each Succeeded job whose result is published (a record only the operator
   writes, so a job that finished while no operator ran is counted too): the result's duration
-  times its channels (a file split into channels counts each channel's seconds). **Once per
-  job**, whatever the restarts, relists and leader changes: the job is marked counted in the
-  same write that adds its seconds (below), and a job already marked is never counted again.
+  times its channels. **Once per job**, whatever the restarts, relists and leader changes
+  (`counted.<day>`, below).
 
-Both go to the Prometheus counters `recall_audio_seconds_total` and
-`recall_engine_seconds_total` by namespace, pool and engine, and to each namespace's ConfigMap
-`recall-usage`, one key per UTC day (`{"jobs", "audioSeconds", "engineSeconds"}`), which
-outlives the jobs' TTL and Prometheus' retention (`recall usage`).
+Both go to `recall_audio_seconds_total` and `recall_engine_seconds_total` (by namespace, pool
+and engine) and to each namespace's ConfigMap `recall-usage`, one key per UTC day (`{"jobs",
+"audioSeconds", "engineSeconds"}`), which outlives the jobs' TTL and Prometheus' retention
+(`recall usage`).
 
-**The record** is written at most every `every` seconds per namespace, each time as one
-update applied only at the version read (a conflict: read again and decide again), so two
-leaders' writes never lose each other's figures. Beside the days it keeps:
-- `counted.<day>`: a mark (48 bits of a hash of the uid) of each job whose audio was counted
-  for that day (the job's completedAt), for the last `KEEP_DAYS` days, `MAX_MARKS` a day at most.
-  A job is counted when its mark is not there, and the mark goes in with its seconds: a
-  restarted operator or a new leader, which finds every published job again, counts only
-  those no one wrote, a job whose count a killed leader had not written yet included.
-- `writes`: the ids of the last writes: a write whose answer was lost is settled by reading
+**The record** is written at most every `every` seconds per namespace, each time as one update
+at the version read (a conflict: read and decide again), so two leaders' writes never lose each
+other's figures. Beside the days it keeps:
+- `counted.<day>`: the mark (48 bits of a hash of the uid) of each job counted for that day
+  (its completedAt), written with its seconds, for the last `KEEP_DAYS` days, at most
+  `MAX_MARKS` a day. A restarted operator or a new leader, which finds every published job
+  again, counts only those with no mark (a killed leader's unwritten counts included).
+- `writes`: the ids of the last writes, so a write whose answer was lost is settled by reading
   them, never added twice.
 
 Not guaranteed; every doubt is settled by not counting (usage errs low, never twice):
 - engine seconds a killed operator had not written yet (`every` seconds at most) are lost, and
   an attempt that ended while no operator led is not counted;
 - a job already published when this term first saw it is counted only if its day's marks are
-  kept and not full (its day is one of the last `KEEP_DAYS`, under `MAX_MARKS` jobs): a job
-  published long before (counted then) or past a day's marks is left out, unless this process
-  saw it being published, and such a job is not marked (only a change seen by two leaders at
-  once, past the marks, counts twice);
+  kept and not full: one published long before (counted then) or past a day's marks is left
+  out, unless this process saw it published, and then it is not marked (only a change seen by
+  two leaders at once, past the marks, counts twice);
 - a false match of two marks (one in 2^48 per job and mark) leaves a job out.
 """
 
@@ -83,8 +80,7 @@ def mark(uid: str) -> str:
 
 
 def attempt_seconds(old: JobRecord, new: JobRecord | None) -> float | None:
-    """The engine seconds of the attempt that ended between `old` and `new` (pure), or None
-    when no attempt ended."""
+    """The engine seconds of the attempt that ended between `old` and `new` (pure), or None."""
     lease = old.lease
     if lease is None:
         return None
@@ -119,11 +115,9 @@ class Write:
 def decide(
     data: dict[str, str], w: Write, today: dt.date
 ) -> tuple[dict[str, str | None], list[Candidate]]:
-    """The changes of `w` to the record `data` (pure), and the jobs it counts.
-
-    A candidate is counted when its mark is not in its day's marks and either its day's marks
-    are kept and not full (the mark goes in) or this process saw it published (not marked).
-    Marks of days older than `KEEP_DAYS` are dropped. The write's id joins `writes`."""
+    """The changes of `w` to the record `data` (pure), and the jobs it counts: those with no
+    mark for their day, marked when the day's marks are kept and not full, else counted unmarked
+    only if this process saw them published. Marks past `KEEP_DAYS` go; `w.id` joins `writes`."""
     oldest = today - dt.timedelta(days=KEEP_DAYS - 1)
     figures: defaultdict[str, dict[str, float]] = defaultdict(_zero)
     for day, seconds in w.engine.items():
@@ -282,8 +276,7 @@ class Usage:
         return w
 
     def _keep(self, namespace: str, w: Write, *, lost: bool) -> None:
-        """Keep `w` for the next flush: as a write that may have been applied (`lost`), or
-        as figures to write again."""
+        """Keep `w` for the next flush: as maybe applied (`lost`), else as figures to add."""
         with self._lock:
             if lost:
                 self._unsure[namespace] = w

@@ -1,32 +1,30 @@
 """The lease protocol as pure functions: claim, renew, complete, fail, release, reclaim, and the
 operator's cancel, exhaust, reject, offer and end of backoff.
 
-This module has the rules and the worker's transitions; the operator's are in `lease_operator`,
-the terms they share (refusals, the budget, tokens and fences, the backoff) in `lease_terms`;
-all of them are exported here, so `lease.claim` and `lease.reclaim` are read side by side.
+The worker's transitions are here, the operator's in `lease_operator`, the shared terms
+(refusals, budget, tokens and fences, backoff) in `lease_terms`; all are exported here.
 
-Each function takes the job's status as read at some resourceVersion R, the time and who is
-asking, and returns either the new status or a `Refusal` saying why the action is not allowed
-from that state. They never read a clock or talk to the API server: `recall.fencing` applies the
-new status with a PATCH guarded by R, so the check here and the write there are atomic.
+Each function takes the job's status as read at resourceVersion R, the time and the caller, and
+returns the new status or a `Refusal` saying why the action is not allowed from that state. None
+reads a clock or talks to the API server: `recall.fencing` writes the new status guarded by R,
+so the check here and the write there are atomic.
 
-Rules (DESIGN §3, and the CRD's CEL rules that enforce them for every client):
-- A worker claims only a Queued job that is not in backoff, not suspended, and whose attempt
-  budget is not spent. A claim binds a fresh random token and takes one attempt.
+Rules (DESIGN §3; the CRD's CEL rules enforce them for every client):
+- A worker claims only a Queued job not in backoff, not suspended, with attempts left. A claim
+  binds a fresh random token and takes one attempt.
 - renew, complete, fail and release require phase Leased, holder = the caller and token = the
-  caller's token. Anything else means the lease is lost.
-- Every write to a leased job presents the lease token in `status.fence` as `<token>/<suffix>`
-  with a suffix never used before on that lease (the holder counts its writes; the operator
-  writes `reclaim-<attempt>` or `cancel-<attempt>`). A client that does not know the token
-  cannot change a leased job.
+  caller's token; anything else means the lease is lost.
+- Every write to a leased job presents the token in `status.fence` as `<token>/<suffix>`, the
+  suffix never used before on that lease (the holder counts its writes; the operator writes
+  `reclaim-<attempt>` or `cancel-<attempt>`). A client without the token cannot change a
+  leased job.
 - complete records the token and attempt in the result; the result never changes again.
 - reclaim requires phase Leased and an expiry the operator observed on its own monotonic clock
   for exactly this lease (same token and renewTime); any renewal since makes it refuse.
-- Terminal phases (Succeeded, Failed, Cancelled) refuse everything, but for the operator's one
-  `publish` record on a Succeeded job (the second record of the two-record rule: the outputs
-  and the index written after Succeeded).
-- Retry backoff is a duration (`backoffSeconds`), judged on the operator's clock, which ends it
-  (`end_backoff`); no two machines' clocks are ever compared.
+- Terminal phases refuse everything but the operator's one `publish` on a Succeeded job (the
+  second record of the two-record rule: outputs and index written after Succeeded).
+- Retry backoff is a duration (`backoffSeconds`) judged and ended (`end_backoff`) on the
+  operator's clock; no two machines' clocks are ever compared.
 
 Attempt budget: `attempts ≤ maxAttempts + min(releases, maxReleases)`. A claim uses one
 attempt; a graceful release gives it back, at most `maxReleases` times, so rolling restarts
@@ -163,10 +161,8 @@ def complete(
     result: Result,
     chunks: int | None = None,
 ) -> Decision:
-    """Leased → Succeeded with the result, which records this lease's token and attempt.
-
-    `chunks` is the media's exact chunk count (the last checkpoint may predate the last
-    chunks); without it the last checkpoint's total counts."""
+    """Leased → Succeeded; the result records this lease's token and attempt. `chunks`: the
+    exact chunk count, else the last checkpoint's total (which may predate the last chunks)."""
     if refusal := holder_refusal(status, worker, token):
         return refusal
     progress = status.progress
@@ -231,9 +227,8 @@ def fail(
     progress: Progress | None = None,
 ) -> Decision:
     """Leased → Queued with a backoff, or → Failed when permanent or the attempts are spent.
-
-    `progress`, when given, is the checkpoint the next attempt resumes from (the chunks this
-    attempt made durable since its last renewal)."""
+    `progress`: the checkpoint the next attempt resumes from (chunks made durable since the last
+    renewal)."""
     if refusal := holder_refusal(status, worker, token):
         return refusal
     error = JobError(
@@ -265,8 +260,7 @@ def release(
     progress: Progress | None = None,
 ) -> Decision:
     """Leased → Queued at once (graceful stop); the attempt is given back (see the budget).
-
-    `progress`, when given, is the checkpoint the next attempt resumes from."""
+    `progress`: the checkpoint the next attempt resumes from."""
     del now  # part of the uniform signature; a release has no time-dependent effect
     if refusal := holder_refusal(status, worker, token):
         return refusal

@@ -1,9 +1,7 @@
-"""The operator's transitions of the lease protocol: reclaim, cancel, exhaust, reject, end of
-backoff, offer, withdraw and publish, under the rules of `recall.protocol.lease` (which
-exports them with the worker's).
-
-Each takes the job's status as read and returns the new status or a `Refusal`; none reads a
-clock (an expiry is judged from the operator's own observation, `recall.protocol.observer`).
+"""The operator's transitions of the lease protocol (reclaim, cancel, exhaust, reject, end of
+backoff, offer, withdraw, publish), under the rules and contract of `recall.protocol.lease`,
+which exports them. None reads a clock: expiry is judged from the operator's own observation
+(`recall.protocol.observer`).
 """
 
 from __future__ import annotations
@@ -32,9 +30,7 @@ def reclaim(
     budget: Budget,
 ) -> Decision:
     """Leased (observed expired) → Queued, or → Failed when attempts are spent; expiredLeases + 1.
-
-    `now` stamps the status; expiry is judged only from `observation` and `now_mono`.
-    """
+    Expiry is judged only from `observation` and `now_mono`; `now` stamps the status."""
     phase = status.effective_phase
     if phase.terminal:
         return Refusal(RefusalReason.TERMINAL, f"job is {phase}")
@@ -91,9 +87,8 @@ def exhaust(status: JobStatus, now: dt.datetime, *, budget: Budget) -> Decision:
 
 
 def reject(status: JobStatus, now: dt.datetime, *, reason: str, message: str) -> Decision:
-    """Queued → Failed, permanently and unleased, with `reason` in lastError: the operator's
-    answer to a job no live worker of its pool can do (their registered model is English-only,
-    `recall.operator.dispatch.unsupported`); the same failure its worker would write."""
+    """Queued → Failed, permanently and unleased, with `reason` in lastError as its worker would
+    write it: for a job no live worker of its pool can do (`recall.operator.dispatch`)."""
     if refusal := queued_refusal(status):
         return refusal
     error = JobError(

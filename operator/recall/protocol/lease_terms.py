@@ -72,18 +72,15 @@ def fence(token: str, suffix: str | int) -> str:
 
 
 def failed(status: JobStatus, now: dt.datetime, reason: str, message: str) -> dict[str, object]:
-    """The update that ends a job in `status` as Failed, with `reason` and `message` in its
-    Failed condition."""
+    """The update that ends a job as Failed, `reason` and `message` in its Failed condition."""
     conditions = set_condition(status.conditions, "Failed", "True", reason, message, now)
     return {"phase": Phase.FAILED, "completed_at": now, "conditions": conditions}
 
 
 def retry_backoff(failures: int, jitter: float, base: float = 5.0, cap: float = 300.0) -> float:
-    """Seconds to wait before retry number `failures` (1, 2, ...): exponential, capped, jittered.
-
-    `jitter` in [0, 1) spreads retries over [delay/2, delay) so failed jobs do not come back
-    in lockstep ("equal jitter": a `Backoff` from half the delay, stretched by up to itself).
-    """
+    """Seconds before retry number `failures` (1, 2, ...): exponential, capped, and spread by
+    `jitter` in [0, 1) over [delay/2, delay) ("equal jitter") so failed jobs do not return in
+    lockstep."""
     backoff = Backoff(initial=base / 2, cap=cap / 2, jitter=1.0)
     return round(backoff.delay(max(0, failures - 1), u=jitter), 3)
 
@@ -104,8 +101,7 @@ def holder_refusal(status: JobStatus, worker: str, token: str) -> Refusal | None
 
 
 def queued_refusal(status: JobStatus) -> Refusal | None:
-    """Why a job in `status` is not Queued (None: it is): the refusal an action on a queued
-    job meets (claim, and the operator's exhaust, reject, end of backoff, offer, withdraw)."""
+    """Why a job in `status` is not Queued (None: it is): the refusal of every queued-job action."""
     phase = status.effective_phase
     if phase.terminal:
         return Refusal(RefusalReason.TERMINAL, f"job is {phase}")

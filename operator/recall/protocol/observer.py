@@ -1,12 +1,11 @@
 """Lease observations: when the operator first saw each lease's current renewal, on its own
 monotonic clock. The one place that observes leases.
 
-Expiry is judged as client-go's leader election does with `observedTime` (DESIGN §3): a lease
-is expired once `durationSeconds` passed on the observer's clock since it first saw the
-lease's current (token, renewTime). A worker's timestamps are compared only for equality, never
-with the observer's clock, so clock skew between machines cannot cause or prevent a reclaim.
-After a restart every lease counts from when it is first observed, which can only delay a
-reclaim, never hasten it.
+As client-go's leader election does with `observedTime` (DESIGN §3), a lease is expired once
+`durationSeconds` passed on the observer's clock since it first saw the lease's current (token,
+renewTime). A worker's timestamps are compared only for equality, so clock skew between
+machines cannot cause or prevent a reclaim. After a restart every lease counts from when it is
+first observed: a restart can delay a reclaim, never hasten it.
 
 `LeaseObserver.observe` is the only mutation; `Observation.expired` and `next_expiry` are pure.
 """

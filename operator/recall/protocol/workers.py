@@ -1,52 +1,46 @@
 """The worker registration record: how a worker says it is alive, and how that is read.
 
 Each worker keeps one coordination.k8s.io Lease, `recall-worker-<id>`, in its namespace,
-labelled with the component, its engine and its pool, annotated with its slots (the leases it
-holds at once), and renews it every third of its duration. The
-worker writes it (`recall.worker.registration`), the operator reads every one of them
-(`recall.operator.peers.registry`): this module is the record both sides agree on, so neither needs
-the other. Pure: no I/O and no clock; a registration's liveness is judged by its reader, on
-the reader's own monotonic clock, from when its `renewTime` was seen to change — never by
-comparing the worker's timestamp with the reader's clock.
+labelled with the component, its engine and its pool, annotated with its slots (leases it holds
+at once), renewed every third of its duration. The worker writes it
+(`recall.worker.registration`), the operator reads them all (`recall.operator.peers.registry`);
+this module is the record both agree on. Pure: no I/O, no clock. Liveness is judged by the
+reader on its own monotonic clock, from when `renewTime` was seen to change, never by comparing
+the worker's timestamp with the reader's clock. A job's lease lives in the job, not here.
 
-A registration has no part in the lease protocol of jobs: a job's lease lives in the job.
-
-**State and drain** (the built-in autoscaler's scale-down, `recall.operator.scaling.decide`). Three
-annotations ride on the Lease:
+**Drain** (the built-in autoscaler's scale-down, `recall.operator.scaling.decide`):
 
 - `recall.dev/state`: `idle`, `busy` or `draining`, written by the worker at every renewal (a
-  hint: the operator knows a worker is busy first from the job leases it watches);
-- `recall.dev/drain`: a drain request (an id), written by the operator on an idle worker it
-  chose to remove; removed again to cancel it;
+  hint: the operator learns a worker is busy first from the job leases it watches);
+- `recall.dev/drain`: a request id, written by the operator on an idle worker it chose to
+  remove; removed to cancel it;
 - `recall.dev/drain-answer`: `<id>=drained` or `<id>=busy`, written by the worker at the first
   renewal that sees request `<id>`. `drained` is a promise: from the moment it was decided the
   worker claims nothing, takes no offer and answers 503 on `/readyz`, until the request is
   removed. `busy` means it held a job when the request came; the operator cancels it.
 
-**Engine state** (read by `recall doctor`). Three more annotations, written by the worker at its
-renewals (no write of their own):
+**Engine state** (read by `recall doctor`), written by the worker at its renewals:
 
-- `recall.dev/engine-state`: `loading` until the worker has loaded its own engine and model
-  (`settings.whisper_model`, fetched and checked as a job's would be), then `loaded`, or
-  `failed` when that load failed; absent on a worker of an older release;
-- `recall.dev/engine-model`: what was loaded, `<model>@<digest>` (the engine's label for an
-  engine that loads no model here);
-- `recall.dev/engine-error`: while `failed`, the failure as a job would record it,
-  `<Reason>: <message>` (at most `MAX_ENGINE_ERROR` characters);
-- `recall.dev/engine-multilingual`: once `loaded`, `true` or `false`: whether the worker's own
-  model knows more than English (absent for an engine that loads no model here, or that cannot
-  say). The operator fails, unleased, a job that asks what only a multilingual model does when
-  every live worker of its pool said `false` (`recall.operator.dispatch.unsupported`).
+- `recall.dev/engine-state`: `loading` until the worker loaded its own engine and model
+  (`settings.whisper_model`, fetched and checked as a job's would be), then `loaded` or
+  `failed`; absent on a worker of an older release;
+- `recall.dev/engine-model`: `<model>@<digest>` (the engine's label for an engine that loads no
+  model here);
+- `recall.dev/engine-error`: while `failed`, `<Reason>: <message>` as a job would record it (at
+  most `MAX_ENGINE_ERROR` characters);
+- `recall.dev/engine-multilingual`: once `loaded`, `true` or `false`: whether the model knows
+  more than English (absent when the engine loads no model here or cannot say). The operator
+  fails, unleased, a job asking what only a multilingual model does when every live worker of
+  its pool said `false` (`recall.operator.dispatch.unsupported`).
 
-A job that names another model than its worker's loads it when it runs; its failures are the
-job's (`status.lastError`), not the registration's — but for a model cache the worker cannot
-write (`ModelCacheUnwritable`, the worker's fault): the worker gives such a job back and says
-`failed` with that reason until it can write its cache again.
+A job naming another model than its worker's loads it when it runs; its failures are the job's
+(`status.lastError`), except `ModelCacheUnwritable` (the worker's fault): the worker gives the
+job back and says `failed` with that reason until it can write its cache again.
 
 The worker renews with a full replace at the resourceVersion it read, keeping every annotation
-it does not own, so a request written between its read and its write makes its write fail
-(409) and the request is answered at the next renewal. Only a worker whose answer to the
-current request is `drained` may be removed by a scale-down.
+it does not own, so a request written between its read and its write fails that write (409) and
+is answered at the next renewal. Only a worker whose answer to the current request is `drained`
+may be removed by a scale-down.
 """
 
 from __future__ import annotations
@@ -85,9 +79,8 @@ ENGINE_ANNOTATIONS = (
 
 @dataclass(frozen=True, slots=True)
 class EngineState:
-    """Whether a worker's engine and model loaded: `state` LOADING, LOADED or FAILED, the model
-    loaded (`<model>@<digest>`), the failure (`<Reason>: <message>`), and whether the model
-    knows more than English (None: not said)."""
+    """Whether a worker's engine and model loaded, as the module's engine-state annotations say
+    it; `multilingual` None: not said."""
 
     state: str
     model: str = ""
@@ -129,10 +122,9 @@ def registration(
     keep: dict[str, str] | None = None,
     engine_state: EngineState | None = None,
 ) -> RawObject:
-    """The registration Lease of `worker` as renewed at `now` (replacing the version
-    `resource_version` when given), saying `state`, `answer` (`answer(...)`; None removes
-    it) and `engine_state` (None removes it), keeping the annotations of `keep` it does not
-    own (the operator's drain request)."""
+    """The registration Lease of `worker` as renewed at `now` (replacing `resource_version`
+    when given), saying `state`, `answer` and `engine_state` (None removes either of the last
+    two), keeping the annotations of `keep` it does not own (the operator's drain request)."""
     meta: RawObject = {
         "name": lease_name(worker),
         "namespace": namespace,

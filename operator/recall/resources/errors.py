@@ -1,9 +1,8 @@
 """The failure a job records: `status.lastError` with a reason, and whether a retry can help.
 
-Raised by whatever does a job's work — fetching and decoding the media, an engine call,
-writing the transcript — and turned by the worker into a fail (`permanent=False`: queued again
-after a backoff) or a Failed job (`permanent=True`: retrying cannot help, e.g. a missing file,
-a 404, undecodable media, a store that refuses the credentials).
+Raised by whatever does a job's work (media, engine, transcript store); the worker turns it
+into a fail (`permanent=False`: queued again after a backoff) or a Failed job
+(`permanent=True`: a missing file, a 404, undecodable media, refused credentials).
 """
 
 from __future__ import annotations

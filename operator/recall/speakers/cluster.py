@@ -6,33 +6,28 @@ Pure.
     found.count     # voices found
 
 Contract:
-- Candidates: the vectors are centred on the file's mean (what the file's voices share goes;
-  what tells them apart stays), linked by average linkage on cosine distances, and cut where
-  groups lie further apart than `SAME_VOICE`. Every window goes to the nearest candidate's
-  centre.
-- Then a candidate must prove it is a voice of its own, else its windows go to the nearest
-  other one, the weakest first, until every one left passes:
+- Candidates: the vectors centred on the file's mean (what the file's voices share goes), linked
+  by average linkage on cosine distances, cut where groups lie further apart than `SAME_VOICE`;
+  every window goes to the nearest candidate's centre.
+- A candidate must then prove it is a voice, else its windows go to the nearest other one, the
+  weakest first, until every one left passes:
   1. it is heard in at least `MIN_WINDOWS` windows and `MIN_SHARE` of them (a window mixing
      two voices at a change of turn, a laugh, a cough are not voices);
-  2. its centre (of the model's own vectors, not centred) is further from every other centre
-     than `SAME_CENTRE` in cosine similarity: halves of one voice lie closer than two voices;
-  3. where its centre is within `NEAR_CENTRE` of another's, it speaks in turns: its windows
-     come in runs of `MIN_RUN` or more on average (in time order). What tells apart the
-     phrases of one voice (a sentence's start, a vowel) comes and goes window by window; a
-     voice holds the floor for a turn. Two similar voices that only ever trade turns shorter
-     than `MIN_RUN` windows are therefore one voice here.
-  One voice (a file where no second candidate passes) is labelled S1 alone.
+  2. its centre (of the model's own vectors, not centred) is further than `SAME_CENTRE`
+     (cosine similarity) from every other: halves of one voice lie closer than two voices;
+  3. near another's centre (`NEAR_CENTRE`), it speaks in turns: its windows come in runs of
+     `MIN_RUN` or more on average. What tells one voice's phrases apart comes and goes window
+     by window; a voice holds the floor for a turn. Two similar voices that only trade turns
+     shorter than `MIN_RUN` windows are therefore one voice.
 - More voices than `count` (or `max`) are merged down to it, the two nearest first; fewer than
-  `count` (or `min`) are labelled as found, and `Found.short` says so: a voice is never split
-  to reach a count (it would be labelled twice).
-- The thresholds are calibrated on espeak-ng dialogues of 1-4 voices that the bench does not
-  score, some holding the two nearest voices (`bench/speakers_calibrate.py`);
-  docs/transcripts.md gives what they miss.
-- At most `MAX_LINKED` windows are linked (the linkage is quadratic in memory: 2,000 windows
-  take 16 MB); with more, an evenly spaced sample of them is. The checks run over every
-  window, a few passes of (windows × candidates): memory and time stay bounded.
-- Labels are numbered by first appearance: the cluster of the first window is 0.
-- Deterministic: the same vectors give the same labels.
+  `count` (or `min`) are labelled as found, with `Found.short`: a voice is never split to reach
+  a count (it would be labelled twice).
+- The thresholds are calibrated on espeak-ng dialogues of 1-4 voices the bench does not score
+  (`bench/speakers_calibrate.py`); docs/transcripts.md gives what they miss.
+- At most `MAX_LINKED` windows are linked (the linkage is quadratic in memory: 2,000 take
+  16 MB), an evenly spaced sample of more; the checks run over every window, a few passes of
+  (windows × candidates): memory and time stay bounded.
+- Deterministic; labels are numbered by first appearance (the first window's cluster is 0).
 """
 
 from __future__ import annotations

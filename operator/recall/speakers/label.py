@@ -6,21 +6,18 @@ each word labelled with the voice of the window it shares most time with.
     labelling.segments        # every word and segment with speaker "S1", "S2", ...
 
 Contract:
-- Windows come from the word times alone (not from how the file was cut into chunks): the
-  words are grouped into stretches of speech (gaps under `GAP` seconds), and each stretch is
-  tiled with windows of `WINDOW` seconds (one centred on a stretch that is shorter). The same
-  words and the same audio give the same labels, whatever the chunks, batches, slots or
-  resumes were.
-- `blocks` is the file's audio in order, as (first sample, samples) pieces of any size (the
-  media's chunks): only the samples from the earliest window still to embed are kept, and at
-  most `BATCH` windows wait for the encoder, so memory does not grow with the recording (the
-  vectors do, 1 KB per window: 3.6 MB for 2 hours of speech).
+- Windows come from the word times alone, not the chunks: words are grouped into stretches of
+  speech (gaps under `GAP`), each tiled with windows of `WINDOW` seconds (one centred on a
+  shorter stretch). The same words and audio give the same labels, whatever the chunks,
+  batches, slots or resumes.
+- `blocks` is the file's audio in order, as (first sample, samples) pieces of any size: only the
+  samples from the earliest window still to embed are kept, and at most `BATCH` windows wait
+  for the encoder, so memory does not grow with the recording (the vectors do: 1 KB a window).
 - Overlapping speech: a window where two voices sound is embedded as it is; its vector is
-  nearest the louder voice, so the dominant voice labels it.
-- A word's speaker is its window's voice; a segment's is the voice of most of its words'
-  time. Labels are "S1", "S2", ... in order of first appearance.
-- Segments without words (a job that does not keep them and an engine that gave none) count as
-  one word each, their own span.
+  nearest the louder voice, which labels it.
+- A word's speaker is its window's voice; a segment's is the voice of most of its words' time;
+  labels are "S1", "S2", ... in order of first appearance. A segment without words counts as
+  one word, its own span.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The speaker-embedding model: Resemblyzer's GE2E voice encoder, its weights read from the
-installed package, its forward pass in numpy.
+installed package, its forward pass in onnxruntime and numpy.
 
     encoder = VoiceEncoder.packaged()
     vectors = encoder.embed(windows)     # (n, 256), unit length
@@ -10,16 +10,14 @@ windows every 10 ms at 16 kHz, Slaney's mel scale, as librosa computes them), th
 of 256, a linear layer of 256, ReLU, L2 normalisation. 1.42 M parameters.
 
 Contract:
-- The weights are the package's own file (`resemblyzer/pretrained.pt`, 17.1 MB, Torch's legacy
-  pickle format with optimiser state beside the model's), read with a restricted unpickler:
-  only an ordered dict, tensors rebuilt from float storages, and plain values are accepted;
-  any other class in the file refuses it (`ModelUnreadable`). Torch is never imported, and
-  the package is never imported either (it would import Torch): its file is found through
-  the distribution's metadata. A missing package raises `ModelMissing`.
-- `embed` is deterministic for the same samples: a window's vector depends only on its own
-  samples, never on what else is in the batch. Its outputs match Torch and librosa's within
-  `TOLERANCE` (cosine distance), tested against reference vectors made once with them
-  (`hack/speakers/reference.py`).
+- The weights are the package's own `resemblyzer/pretrained.pt` (Torch's legacy pickle format),
+  read with a restricted unpickler: only an ordered dict, tensors rebuilt from typed storages
+  and plain values are accepted; any other class refuses the file (`ModelUnreadable`). Neither
+  Torch nor the package (it would import Torch) is imported: the file is found through the
+  distribution's metadata. A missing package raises `ModelMissing`.
+- `embed` is deterministic: a window's vector depends only on its own samples, never on the
+  rest of the batch. It matches Torch and librosa within `TOLERANCE` (cosine distance), tested
+  against reference vectors made once with them (`hack/speakers/reference.py`).
 - Memory: a batch of `n` windows of `f` frames holds `n × f × 40` floats of features and
   `n × 1024` of gates per step; the caller bounds `n`.
 """
@@ -244,8 +242,7 @@ def _gates(m: Floats) -> Floats:
 
 
 class VoiceEncoder:
-    """GE2E's LSTM in onnxruntime (its LSTM kernel; the graph is built here from the weights,
-    `recall.speakers.onnx`), the linear layer in numpy."""
+    """GE2E's LSTM in onnxruntime (its graph from `recall.speakers.onnx`), the linear in numpy."""
 
     def __init__(self, weights: dict[str, Floats]) -> None:
         try:

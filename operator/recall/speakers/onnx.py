@@ -2,15 +2,13 @@
 
     blob = lstm_stack([(w, r, b), ...], inputs=40, hidden=256)
     session = ort.InferenceSession(blob)
-    session.run(None, {INPUT: x})   # x: (frames, batch, inputs) → the last layer's final
-                                    # hidden state (1, batch, hidden)
+    session.run(None, {INPUT: x})   # x: (frames, batch, inputs) → (1, batch, hidden)
 
-Contract: the bytes are an ONNX `ModelProto` (IR version 7, opset 14); each layer is one
-`LSTM` node (time-major: onnxruntime's kernel has no batch-first layout), its weights in ONNX's
-gate order (input, output, forget, cell) with the input and recurrent biases concatenated, as
-the operator defines them. Only the final hidden state of the last layer is an output. The
-reference script runs `onnx`'s checker on the graph; a unit test checks the numbers against
-Torch. `onnx` is imported when a graph is built, as the VAD does.
+Contract: an ONNX `ModelProto` (IR version 7, opset 14), one time-major `LSTM` node per layer
+(onnxruntime's kernel has no batch-first layout), weights in ONNX's gate order (input, output,
+forget, cell), input and recurrent biases concatenated. The only output is the last layer's
+final hidden state. Checked by `onnx`'s checker (the reference script) and against Torch (a
+unit test). `onnx` is imported only when a graph is built.
 """
 
 from __future__ import annotations

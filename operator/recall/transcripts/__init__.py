@@ -1,21 +1,16 @@
 """The work's bytes in the results store: chunks, checkpoints, transcripts, outputs, the index.
 
-- `layout`: keys and encodings (pure): each attempt writes once under its own directory,
-  keyed by the job's UID, the attempt and the lease token;
-- `store`: `AttemptWriter` (the worker's writes: cutting, one record per chunk, the
-  transcript and its rendered formats) and `load_transcript`; `checkpoint`: `read_checkpoint`;
-- `redact` (with `entities`, what it finds) and `holding` (the hold rule from record to
-  record, and the engine's `Prompt`): what must not be kept, never written (pure);
-- `garbage`: which of a job's objects nothing accepted references (pure; the operator
-  deletes them);
-- `outputs`: where an accepted result is published (`spec.output`, pure);
+- `layout`: keys and encodings (pure): each attempt writes once under its own directory;
+- `store`: the worker's writes (`AttemptWriter`) and `load_transcript`; `checkpoint`: reading back;
+- `redact` (with `entities`) and `holding`: what must not be kept, never written (pure);
+- `garbage`: which of a job's objects nothing accepted references (pure; the operator deletes);
+- `outputs`: where an accepted result is published (pure);
 - `formats`: txt, srt, vtt and json renderings (pure).
 
 Why an object store (DESIGN §4b): the API server keeps the ledger only, so etcd does not grow
-with hours of audio; a job's status names where its chunks are (`progress.parts`) and where its
-transcript is (`result.transcript`), and a renewal per chunk is the only API write. May import
-`recall.bucket`, `recall.media` (the chunk types), `recall.engines.languages` (a file's
-language), `recall.resources` and `recall.base`.
+with hours of audio; a job's status names where its chunks (`progress.parts`) and transcript
+(`result.transcript`) are, and a renewal per chunk is the only API write. May import
+`recall.bucket`, `recall.media`, `recall.engines.languages`, `recall.resources`, `recall.base`.
 """
 
 from recall.transcripts.checkpoint import (

@@ -1,23 +1,19 @@
 """A transcript's segments from its chunk records: pieces held back at a seam put together, a
 sentence cut by a chunk's end joined again, the channels of a split file interleaved. Pure.
 
-    segments = assemble(records)
-
 Contract:
-- Records are taken in order. A record that says `carried` begins with the rest of the previous
-  record's (same channel's) last segment, which the redaction's hold rule cut: the two are one
-  segment again (its words, its text, from the first's start to the second's end).
-- Seams. Where a chunk ends mid-sentence Whisper marks both sides with an ellipsis ("have..." /
-  "...built a"). A segment ending in an ellipsis followed (on its channel) by one beginning with
-  an ellipsis is one sentence: both marks go, from the text and from the words, and the word
-  after the seam is written as it would be inside a sentence (lower case, unless it is "I" or a
-  word the transcript writes capitalised elsewhere mid-sentence: a name). A full stop the model
-  put at a chunk's very end before a segment that begins in lower case goes too, and a capital
-  the model put at a chunk's start after a chunk that ended inside a sentence (no mark) is
-  lowered as after an ellipsis. A mark the speech had (an ellipsis inside a chunk, a "...and so
-  on" after a full stop) is kept.
-- The segments of a split file are in the order of their start times (stable: a channel's order
-  is kept among segments that start together), so overlapping speech interleaves by time.
+- Records are taken in order. A `carried` record begins with the rest of the previous record's
+  (same channel's) last segment, cut by the hold rule: the two are one segment again.
+- Seams. Whisper marks both sides of a chunk's end mid-sentence with an ellipsis ("have..." /
+  "...built a"). A segment ending in one followed (on its channel) by one beginning with one is
+  one sentence: both marks go, from text and words, and the word after the seam is written as
+  inside a sentence (lower case, unless "I" or a name: a word the transcript capitalises
+  elsewhere mid-sentence). A full stop at a chunk's very end before a segment beginning in lower
+  case goes too, and a capital at a chunk's start after a chunk that ended with no mark is
+  lowered likewise. A mark the speech had (an ellipsis inside a chunk, "...and so on" after a
+  full stop) is kept.
+- A split file's segments are in order of their start times (stable among equal starts), so
+  overlapping speech interleaves by time.
 """
 
 from __future__ import annotations
@@ -65,8 +61,7 @@ def assemble(records: Sequence[Record]) -> list[Segment]:
 
 
 def merged(a: Segment, b: Segment) -> Segment:
-    """Two pieces of one segment as one (its translation is the piece's that has it: the held
-    one, see `recall.transcripts.redact.hold`)."""
+    """Two pieces of one segment as one (the translation is the one piece's that has it)."""
     words = None if a.words is None and b.words is None else [*(a.words or []), *(b.words or [])]
     text = text_of_words(words) if words else a.text.rstrip() + " " + b.text.strip()
     confidence = a.confidence if b.confidence is None else b.confidence
@@ -95,8 +90,7 @@ def _strip_end(word: Word, marks: tuple[str, ...]) -> Word:
 
 
 def _start_after_seam(text: str, names: set[str], *, mark: bool = True) -> str:
-    """`text` without the ellipsis it begins with (`mark`), its first letter as inside a
-    sentence."""
+    """`text` without its leading ellipsis (`mark`), its first letter as inside a sentence."""
     lead = text[: len(text) - len(text.lstrip())]
     body = text.lstrip()
     for ellipsis in ELLIPSES if mark else ():

@@ -1,22 +1,17 @@
-"""The aws.json output: a transcript in the layout of AWS Transcribe's output. Pure.
+"""The aws.json output: a transcript in the layout of AWS Transcribe's output, so that tools
+reading AWS's output read it. Pure.
 
-`jobName`, `status` "COMPLETED", `results.transcripts[0].transcript`, `results.items` (`id`,
-`type` pronunciation or punctuation, `start_time`/`end_time` as decimal strings on
-pronunciations, `alternatives[{content, confidence}]`) and `results.audio_segments` (each segment
-with the ids of its items), as AWS writes them, so tools that read AWS Transcribe's output read
-it. A word's trailing punctuation is an item of its own. A segment without word timings is split
-into its text's words, their times in proportion within the segment and their confidence the
-segment's. A word Whisper split at a hyphen ("ill" + "-disposed") is one item ("ill-disposed").
+Fields, ids and types as AWS writes them (times and confidences as decimal strings). A word's
+trailing punctuation is an item of its own; a word Whisper split at a hyphen is one item; a
+segment without word timings is split into its text's words, timed in proportion, with the
+segment's confidence.
 
 Languages (docs/languages.md): every pronunciation has its `language_code`, and
-`results.language_identification` (`[{code, score}]`) the detected language's probability, or
-under segment scope each language's share of the speech, in AWS's locales (`de-DE`;
-`aws_locale`). Who said it: each item and audio segment has its `speaker_label` (`spk_0` for S1,
-as AWS numbers them) and `channel_label` (`ch_0`), with `results.speaker_labels` (turns: runs of
-one speaker's items) and `results.channel_labels` (each channel's items). In a file split by
-channel the items are in order of their start, the channels' words interleaved as said.
-Redacted spans are written as AWS's content redaction writes them: `[PII]` with a `redactions`
-entry naming the category, and `isRedacted` true.
+`results.language_identification` the detected language's probability, or under segment scope
+each language's share of the speech, in AWS's locales (`aws_locale`). Items and audio segments
+carry `speaker_label` (`spk_0` for S1) and `channel_label` (`ch_0`); in a file split by channel
+the items are in order of their start. Redacted spans are written as AWS's content redaction
+writes them: `[PII]` with a `redactions` entry naming the category, and `isRedacted` true.
 """
 
 from __future__ import annotations
@@ -40,8 +35,7 @@ AWS_CATEGORY = {
 }
 TAG = re.compile(r"\[(EMAIL|PHONE|CARD|IBAN|NATIONAL_ID)\]")
 
-# The locales AWS Transcribe writes for a language (its `language_code`), where it has one; any
-# other language is written as its ISO 639-1 code.
+# AWS Transcribe's `language_code` for a language; any other is written as its ISO 639-1 code.
 AWS_LOCALES = {
     "af": "af-ZA", "ar": "ar-SA", "ca": "ca-ES", "cs": "cs-CZ", "cy": "cy-GB", "da": "da-DK",
     "de": "de-DE", "el": "el-GR", "en": "en-US", "es": "es-ES", "eu": "eu-ES", "fa": "fa-IR",
@@ -254,8 +248,8 @@ def _pronunciation(said: _Said, word: str, id: int, language: str | None) -> dic
 
 
 def speaker_turns(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """AWS's `speaker_labels`: the turns (runs of one speaker's pronunciations), each with the
-    times and speaker of its items, and how many speakers there are."""
+    """AWS's `speaker_labels`: the turns (runs of one speaker's pronunciations), and how many
+    speakers there are."""
     turns: list[dict[str, Any]] = []
     for item in items:
         if item["type"] != "pronunciation" or "speaker_label" not in item:

@@ -1,16 +1,14 @@
 """Reading a job's checkpoint back from the results store: what a resumed attempt may reuse.
 
 Contract:
-- `read_checkpoint(bucket, job)` returns the chunks the job's checkpoint parts
-  (`status.progress.parts`) name, read back from the store, contiguous from the first, each
-  continuing exactly where the previous one ended (in a file split by channel, or at the start
-  of the next channel), and the resume point after the last.
-  Anything else (no parts, a missing cutting, a missing or malformed chunk record) ends the
-  usable part; when nothing is usable it raises `CheckpointUnusable` and the attempt starts
-  over, which is slower but never leaves a gap or an overlap.
+- `read_checkpoint(bucket, job)` returns the chunks the checkpoint's parts
+  (`status.progress.parts`) name, contiguous from the first, each continuing exactly where the
+  previous ended (or, in a file split by channel, at the start of the next channel), and the
+  resume point after the last. Anything else (no parts, a missing cutting, a missing or
+  malformed record) ends the usable part; when nothing is usable it raises `CheckpointUnusable`
+  and the attempt starts over: slower, but never a gap or an overlap.
 - A record that held words back (redaction's hold rule) was stored without them: the resume
-  transcribes again the chunks those words were said in (`Checkpoint.retake`), and starts
-  before them.
+  transcribes again the chunks they were said in (`Checkpoint.retake`), starting before them.
 """
 
 from __future__ import annotations
@@ -48,10 +46,8 @@ class Checkpoint:
 
     @property
     def context(self) -> str:
-        """What the engine is prompted with next: the text of the last chunk record that has
-        text, as stored (redacted, without the words it held back), as a running attempt keeps
-        it (`recall.transcripts.holding.Prompt`; a silent chunk does not clear it); before a
-        retake, the text before the chunks transcribed again."""
+        """The engine's next prompt, as `recall.transcripts.holding.Prompt` keeps it: the stored
+        text of the last record that has text (before a retake: of those before the retake)."""
         records = self.records[: len(self.records) - self.retake]
         return next((r.text for r in reversed(records) if r.text), "")
 

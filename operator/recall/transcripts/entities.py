@@ -2,38 +2,29 @@
 numbers and national identity numbers, written or spoken. Pure (`recall.transcripts.redact`
 replaces what is found).
 
-    found = detect(["Call", "five", "five", "five,", "one", "two", "three", "four."], {"phone"})
-
 What is found (`spec.transcript.redact.types`):
-- `email`: written (`anna@example.com`) or spoken (`anna at example dot com`, `anna dot smith
-  at example.co.uk`, `anna.smith at example dot com`): a local part, "at" (or @), then a
-  domain whose last label is a known top-level domain; and a word shaped as a domain
-  (`mariratexample.org`), as a speech model often writes a spoken address run together: a web
-  address is redacted too. Spoken addresses are read in English ("at", "dot").
-- `phone`: 7 to 15 digits in a row, written (`555-1234`, `(555) 123-4567`, `555.123.4567`,
-  `+44 20 7946 0958`) or spoken ("five five five, one two three four", "five five five - one
-  two", "oh", "double five").
+- `email`: written (`anna@example.com`) or spoken (`anna dot smith at example dot com`): a
+  local part, "at" or "@", then a domain whose last label is a known top-level domain; also a
+  word shaped as a domain (`mariratexample.org`), as a speech model writes a spoken address
+  run together, so a web address is redacted too. Spoken addresses are read in English.
+- `phone`: 7 to 15 digits in a row, written (`(555) 123-4567`, `555.123.4567`, `+44 20 7946
+  0958`) or spoken ("five five five, one two three four", "oh", "double five").
 - `card`: 13 to 19 digits that pass the Luhn check.
-- `iban`: a country code, two check digits and 10 to 30 letters or digits whose ISO 13616
-  checksum (mod 97) holds, in one piece or in groups (`DE89 3704 0044 0532 0130 00`).
-- `nationalId`: a US social security number (9 digits; not area 000, 666 or 900-999, not
-  group 00, not serial 0000), a Spanish DNI (8 digits and the letter of their check, mod 23) or
-  NIE (X, Y or Z, 7 digits and the letter), a Dutch BSN (9 digits passing the eleven test) and
-  a French NIR (15 digits: 13 and their key, 97 - n mod 97).
+- `iban`: a country code, two check digits and 10 to 30 letters or digits passing the ISO 13616
+  check (mod 97), whole or in groups.
+- `nationalId`: a US social security number, a Spanish DNI or NIE, a Dutch BSN or a French NIR,
+  each passing its own validity check (`us_ssn`, `es_dni`, `nl_bsn`, `fr_nir`).
 - Person names are not found: no offline named-entity model ships in a package from its
   authors (what the index has are unofficial copies of spaCy's), and a list of names is not one.
 
-Digits are read across words: a run of words that are digits (with `-`, `(`, `)`, `/`, `+`, or
-dots between groups), spoken digits, dashes alone, or letters and digits (`DE89`, `12345678Z`)
-is one number, and within a run the longest stretch from each word on that is one of the asked
-types is taken. A comma does not end a run ("five five five, one two three four"); any other
-word does.
+Digits are read across words: a run of digit words (with `-`, `(`, `)`, `/`, `+` or dots
+between groups), spoken digits, lone dashes, or letters and digits (`DE89`, `12345678Z`) is one
+number; within a run the longest stretch from each word on that is an asked type is taken. A
+comma does not end a run; any other word does.
 
 Spoken digits are read in English, German, Spanish, French, Italian, Portuguese and Dutch
-(`DIGIT_WORDS`: the words for 0 to 9, "oh", "zwo", the Brazilian "meia" for six; "double",
-"triple", "doble", "doppio", "dubbel" say the next digit again), whatever the language of the
-file. Numbers said as numbers rather than digit by digit ("douze, trente-quatre" in French
-pairs, "siebzehn", "five hundred") are not read as digits.
+(`DIGIT_WORDS`, `OTHER_DIGITS`, `REPEAT`), whatever the file's language. Numbers said as
+numbers ("douze, trente-quatre", "siebzehn", "five hundred") are not read as digits.
 """
 
 from __future__ import annotations
@@ -280,9 +271,8 @@ def glued(words: list[str]) -> list[tuple[int, int, str]]:
 
 
 def detect(words: list[str], types: Collection[str]) -> list[Found]:
-    """The entities of `types` in `words` (as the engine wrote them), in order, not
-    overlapping (an e-mail address wins over a number inside it); an entity never splits a
-    written word (see `glued`)."""
+    """The entities of `types` in `words` (as the engine wrote them), in order, not overlapping
+    (an e-mail address wins over a number inside it), never splitting a written word (`glued`)."""
     pieces = glued(words)
     texts = [text for _, _, text in pieces]
     found = _emails(texts) if "email" in types else []

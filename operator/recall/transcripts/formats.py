@@ -1,32 +1,20 @@
 """Transcript output formats: plain text, SubRip (srt), WebVTT (vtt), recall's JSON and a JSON in
 the layout of AWS Transcribe (aws.json). Pure.
 
-The worker renders the formats a job's `spec.output` asks for next to its transcript, and the
-operator publishes those bytes; `recall transcript` renders the same way. Field by field:
-docs/transcripts.md.
+The worker renders a job's outputs beside its transcript and the operator publishes those bytes.
+Field by field: docs/transcripts.md; aws.json: `recall.transcripts.aws`; srt and vtt cues:
+`recall.transcripts.subtitles`, under the transcript's rules.
 
-- `json`: `text`, `duration`, `engine`, `model`, `modelDigest`, `language`,
-  `languageProbability`, `wordTimings`, and `segments`, each `{start, end, text}` with
-  `confidence` when known and `words` (`{start, end, word, probability}`) when the segment has
-  word timings. `wordTimings` is what the segments hold, not what the job asked: true when every
-  segment has its words (an empty transcript: when the job asked for them), false when some
-  segment has none (the engine aligned no word, or the job did not ask).
-- `aws.json`: the layout of AWS Transcribe's output, so tools that read it read this
-  (`recall.transcripts.aws` has it field by field: languages, speakers, channels, redactions).
-- `srt`, `vtt`: cues from `recall.transcripts.subtitles` under the transcript's rules.
-
-Languages (docs/languages.md): `json` gives a segment its `language` when it was decided per
-segment (`languageScope: segment`). With `transcript.translate: en` the English translation
-(each segment's `translation`) is rendered as the outputs `en.srt`, `en.vtt` and `en.txt`
-(beside each of srt, vtt and txt asked for; `output_formats`), and `json` has `translation`:
-`{language, text, segments}`, its segments with the times of the segments they translate.
-
-Who said it (the speaker, else the channel of a split file): `json` gives each segment and word
-its `speaker` and `channel`; `vtt` a voice tag per cue (`<v S1>`); `srt` and `txt` the label
-before the first words after each change (`S1: `, a turn a paragraph in `txt`). Redacted spans
-(`recall.transcripts.redact`) read `[EMAIL]`, `[PHONE]`, ... in every format but `aws.json`.
-Words are shown in `json` only when the job asked for them (`wordTimings`); the other formats
-time their items and cues by them whenever the transcript has them.
+- `json` shows a segment's `words` only when the job asked for them and the segment has word
+  timings; its `wordTimings` is what the segments hold: true when every segment has its words
+  (an empty transcript: when the job asked), false when some has none. The other formats time
+  their items and cues by the words whenever the transcript has them.
+- Languages (docs/languages.md): `json` gives a segment its `language` under `languageScope:
+  segment`. With `transcript.translate: en`, each of srt, vtt and txt asked for has an English
+  twin (`en.srt`, …: `output_formats`), and `json` a `translation` `{language, text, segments}`.
+- Who said it (the speaker, else the channel): `json` gives each segment and word its `speaker`
+  and `channel`; `txt` is a paragraph a turn, each `S1: …`; srt and vtt: `subtitles`.
+- Redacted spans read `[EMAIL]`, `[PHONE]`, … in every format but `aws.json`.
 """
 
 from __future__ import annotations
@@ -57,8 +45,7 @@ def output_formats(job: TranscriptionJob) -> list[OutputFormat]:
 
 
 def translated(transcript: Transcript) -> Transcript:
-    """The English translation as a transcript of its own: each translated segment, at the
-    times of the segment it translates."""
+    """The English translation as a transcript of its own, timed as the segments it translates."""
     segments = [
         s.model_copy(update={"text": s.translation, "words": None, "language": "en"})
         for s in transcript.segments
@@ -162,8 +149,7 @@ def _word_json(w: Word) -> dict[str, Any]:
 
 
 def word_timings(transcript: Transcript, segments: list[Segment]) -> bool:
-    """Whether the job asked for words and every one of `segments` has them (no segments:
-    whether the job asked)."""
+    """Whether the job asked for words and every one of `segments` (if any) has them."""
     if not segments or not transcript.word_timings:
         return transcript.word_timings
     return all(timed_words(s) for s in segments)

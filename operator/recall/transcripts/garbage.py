@@ -1,30 +1,23 @@
 """Which of a job's objects in the results store nothing accepted references any more. Pure.
 
-    keys = [o.key for o in results.list(job_prefix(ns, name, uid))]
-    results.delete(garbage(view, keys))
-
 Rules, by the job's phase as the operator last saw it (`JobView`):
-- Succeeded: everything but the transcript, the output formats and the unredacted transcript
-  (`original.json`, `redact.keepOriginal`) of the attempt the result names (its chunk records
-  and cutting go too: the transcript holds every segment).
+- Succeeded: all but the transcript, the output formats and `original.json` of the attempt the
+  result names (the transcript holds every segment).
 - Failed, Cancelled: everything (nothing resumes them, nothing was accepted).
-- Leased with attempt n: everything of the current attempt (n, its token) is kept: its holder
-  writes an object before the renewal that names it. Of the other attempts up to n, only the
-  cutting and the chunk records the checkpoint's parts name are kept.
-- Queued with attempts n: the same, for every attempt up to n (the next claim resumes from the
-  checkpoint).
-- Always kept: objects of attempts newer than the view (a claim the view has not seen yet) and
-  keys this layout does not write.
+- Leased with attempt n: all of attempt n with the current token is kept (its holder writes an
+  object before the renewal that names it); of the other attempts up to n, only the cutting and
+  the chunk records the checkpoint's parts name.
+- Queued with attempts n: the same kept, of every attempt up to n (the next claim resumes).
+- Always kept: objects of attempts newer than the view (a claim not seen yet) and keys this
+  layout does not write.
 
-Safety contract (what makes a deletion never hit something referenced):
+Safety contract (a deletion never hits something referenced):
 - Take the view FIRST, then list. The view may then be older than the list, never newer: a
-  later attempt's objects carry a higher attempt and are kept, and a later checkpoint names no
-  parts but the ones it carried from the checkpoint it resumed (a subset of what the view
-  names) and its own (a newer attempt).
-- The result never changes once accepted (a rule of the API server), so what a Succeeded view
-  keeps stays kept.
-- A job that no longer exists (or exists with another UID) is decided by the caller, after
-  reading the job from the API server: all of its objects go.
+  later attempt's objects carry a higher attempt and are kept, and a later checkpoint names
+  only parts it carried (a subset of what the view names) and its own (a newer attempt).
+- An accepted result never changes (an API server rule): what a Succeeded view keeps stays kept.
+- A job that is gone (or has another UID) is the caller's to decide, after reading it from the
+  API server: all of its objects go.
 """
 
 from __future__ import annotations
@@ -91,7 +84,7 @@ def garbage(view: JobView, keys: Iterable[str]) -> list[str]:
             if view.result is not None and not _is_result(key, view.result):
                 out.append(raw)
         elif key.attempt > view.attempts:
-            continue  # newer than what we know: a claim not seen yet
+            continue  # newer than the view: a claim not seen yet
         elif (
             view.phase is Phase.LEASED and key.attempt == view.attempts and key.token == view.token
         ):

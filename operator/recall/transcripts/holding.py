@@ -1,22 +1,15 @@
-"""The hold rule from one chunk record to the next, and the text the engine is prompted with.
-Pure.
-
-    holding, cut = step(holding, chunk, segments, redacting=True)  # what the record stores
-    prompt = Prompt.of(types, checkpoint)
-    context = prompt.after(chunk, segments)                       # for the chunk after it
+"""The hold rule from one chunk record to the next, and the text the engine is prompted with. Pure.
 
 Contract:
-- `step` is the hold rule over one chunk (`recall.transcripts.redact.hold`): with redaction,
-  a record stores the words held back from the record before and its own words but its last
-  few, which it holds back into the next (the last chunk holds nothing); without, every word.
-  A chunk of a retake (a resume that transcribes again the chunks its last record held words
-  of) gives no record: its words from the held time on are held for the next.
-- `Prompt` gives the context for each chunk: the text of the last chunk record that has text,
-  as it is stored (redacted, without the words it held back; a silent chunk does not clear
-  it). A resume starts from the same text read back (`Checkpoint.context`), so a resumed job
-  prompts the engine with what an unbroken run does, and nothing unredacted is ever the
-  context of a redacting job. The held words are not in the context of the chunk right after
-  them (the cost: up to `HOLD_WORDS` words and any entity before them fewer in the prompt).
+- `step` is the hold rule (`recall.transcripts.redact`) over one chunk: its record stores the
+  words held from the record before and its own but those it holds into the next; without
+  redaction, every word. A chunk of a retake (`recall.transcripts.checkpoint`) gives no record:
+  its words from the held time on are held for the next.
+- `Prompt` gives each chunk's context: the stored text (redacted, without its held words) of
+  the last record that has text. A resume starts from the same text read back
+  (`Checkpoint.context`), so it prompts as an unbroken run does, and nothing unredacted is ever
+  a redacting job's context. The cost: the chunk after held words is prompted without them (up
+  to `HOLD_WORDS` words and any entity before them).
 - Held words live only in memory, unredacted, until the record that stores them is redacted.
 """
 
@@ -42,8 +35,7 @@ class Holding:
 
     @classmethod
     def resuming(cls, checkpoint: Checkpoint | None) -> Holding:
-        """The holding an attempt starts with from `checkpoint` (a retake when its last record
-        held words back)."""
+        """An attempt's first holding: a retake when `checkpoint`'s last record held words."""
         if checkpoint is None or not checkpoint.retake:
             return cls()
         since = checkpoint.records[-1].held
@@ -108,8 +100,7 @@ class Prompt:
 
     @classmethod
     def of(cls, types: Collection[str] | None, checkpoint: Checkpoint | None = None) -> Prompt:
-        """The prompt of an attempt that redacts `types` (None: no redaction), resuming from
-        `checkpoint` if given."""
+        """The prompt of an attempt redacting `types` (None: none), resuming from `checkpoint`."""
         if checkpoint is None:
             return cls(types)
         texts = tuple(r.text for r in checkpoint.records)
@@ -135,8 +126,7 @@ def labelled(segment: Segment, channel: str) -> Segment:
 
 def from_time(segments: list[Segment], at: float) -> tuple[list[Segment], bool]:
     """The words of `segments` from `at` on (a retake's held words), and whether the first
-    of them continues a segment. A segment without word timings is timed in proportion, as
-    the hold rule timed it (`recall.transcripts.redact.timed`)."""
+    continues a segment; a segment without word timings is timed as the hold rule did (`timed`)."""
     out: list[Segment] = []
     piece = False
     for s in segments:

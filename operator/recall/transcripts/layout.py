@@ -1,4 +1,4 @@
-"""Where the work's bytes live in the results store: the keys. Pure.
+"""Where the work's bytes live in the results store: the keys (encodings: `records`). Pure.
 
     scratch/<ns>/<job>/<uid>/a<attempt>-<token>/cutting.json      how the media was cut
     scratch/<ns>/<job>/<uid>/a<attempt>-<token>/c000042.json      chunk 42's segments
@@ -6,16 +6,12 @@
     scratch/<ns>/<job>/<uid>/a<attempt>-<token>/out.srt           a rendered output format
     index/<ns>/<batch>/<batch-uid>/<item>.json                    a Batch's results index
 
-- Everything an attempt writes is under its own directory, keyed by the job's UID, the attempt
-  and its lease token, and written once. It is scratch until the fenced `complete` names the
-  directory's `transcript.json` (`status.result.transcript`); the API server refuses a result
-  whose key does not carry the completing lease's token.
-- The index entry of a Batch's item is a copy of its accepted transcript, written by the
-  operator when it publishes: it outlives the job (a Batch's `ttlSecondsAfterFinished`) and goes
-  with the Batch.
+- An attempt writes each object once, under its own directory. It is scratch until the fenced
+  `complete` names the directory's `transcript.json` (`status.result.transcript`); the API
+  server refuses a result whose key does not carry the completing lease's token.
+- A Batch item's index entry is a copy of its accepted transcript, written by the operator when
+  it publishes: it outlives the job (`ttlSecondsAfterFinished`) and goes with the Batch.
 - Keys never start with '/'; they are relative to the store URL (`RECALL_STORE_URL`).
-
-How each record is encoded (a chunk's, the cutting, the transcript): `recall.transcripts.records`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Where a job's outputs are published: `spec.output.url` with its placeholders filled in. Pure.
 
-    s3://media-out/talks/{key}            + srt  →  s3://media-out/talks/monday.srt
-    s3://media-out/{batch}/{key}.{format} + json →  s3://media-out/talks/monday.json
-
 Placeholders: `{key}` (the Batch item's key, or the job's name for a job of its own), `{job}`,
-`{batch}` (empty for a job of its own), `{namespace}` and `{format}`. Without `{format}` the
-format is appended as an extension. Values are DNS labels or names the API server validated,
-so a filled-in URL never escapes its prefix ('..' and '/' cannot come from a placeholder).
+`{batch}` (empty for a job of its own), `{namespace}` and `{format}`; without `{format}` the
+format is appended as an extension. Values are names the API server validated, so no '..' or
+'/' comes from a placeholder and a filled-in URL never escapes its prefix.
 """
 
 from __future__ import annotations

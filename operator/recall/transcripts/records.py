@@ -1,27 +1,20 @@
-"""The records the work writes to the results store, and how each is encoded. Pure.
+"""The records the work writes to the results store (keys: `layout`), and how each is encoded. Pure.
 
-Where each lives: `recall.transcripts.layout`.
-
-- A chunk record is `{"cut": [first, end], "tail": "…", "segments": [segment…]}` and, once the
-  language was detected, `"language": ["fr", 0.97]` (`["en", null]` without a probability:
-  an English-only model's own language, a server that gives none): the sample range it
-  covers, the signature of the samples before its end, its segments with absolute times. A
-  segment is `[start, end, "text"]`, or with the model's confidence and its words
-  `[start, end, "text", confidence, [[start, end, "word", probability]…]]` (either may be
-  null). A segment may go on with its speaker, channel, language and translation
-  (`[..., words, "S1", "ch0"]`, trailing nulls left out), a word likewise with its speaker,
-  channel and the type of a redacted span (`[start, end, "[PHONE]", probability, "S1", null,
-  "phone"]`). A record of a split file says its channel (`"channel": "ch1"`); with redaction
-  on, `"held": 12.3` says where the words held back into the next record begin, and
-  `"carried": true` that its first segment continues the previous record's last one
-  (`recall.transcripts.redact`). A resumed attempt reads the chunks the checkpoint's parts name
-  (`status.progress.parts`) and continues exactly after the last, in the language they record.
+- A chunk record is `{"cut": [first, end], "tail": "…", "segments": [segment…]}`: the sample
+  range it covers, the signature of the samples before its end, its segments with absolute
+  times; once the language was detected, `"language": ["fr", 0.97]` (`["en", null]` without a
+  probability). A segment is `[start, end, "text"]`, or with the model's confidence and its
+  words `[start, end, "text", confidence, [[start, end, "word", probability]…]]` (either may be
+  null), then its speaker, channel, language and translation, trailing nulls left out; a word
+  likewise goes on with its speaker, channel and the type of a redacted span. A split file's
+  record says its `"channel"`; with redaction on, `"held": 12.3` says where the words held
+  back into the next record begin, and `"carried": true` that its first segment continues the
+  previous record's last (`recall.transcripts.redact`).
 - The cutting record is `{"format": 1, "cutting": {…}}`: how the media was cut, which a resumed
   attempt must cut the same way (`recall.media.types.Cutting`).
-- The transcript holds every segment once (in the same encoding), with the job, attempt and
-  token that made it, the model and its digest, the language, and the subtitle rules its srt
-  and vtt follow, and whether it is redacted. Format 3 (speakers, channels, redacted spans);
-  formats 1 (segments without words) and 2 are still read.
+- The transcript holds every segment once (same encoding), with the job, attempt and token that
+  made it, the model and its digest, the language, the subtitle rules its srt and vtt follow,
+  and whether it is redacted. Written as format 3; formats 1 and 2 are still read.
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ TRANSCRIPT_FORMAT = 3  # 3: speakers, channels, redactions; 2: words; 1 is still
 
 
 def dumps(value: object) -> bytes:
-    """Compact JSON, UTF-8, non-ASCII characters as they are (a Cyrillic letter: 2 bytes)."""
+    """Compact JSON, UTF-8, non-ASCII characters unescaped."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -218,11 +211,9 @@ class Summary:
 class Transcript:
     """A transcript: its segments in order (the text is derived), and who made it.
 
-    `language` is the language transcribed (asked for or detected; None when neither: `auto`
-    on an engine that reported none); `language_probability` is set when it was detected with
-    a probability; `word_timings` says whether the job asked for words;
-    `subtitles` are the rules its srt and vtt renderings follow (the job's, as a mapping of
-    the CRD's field names; None for the defaults).
+    `language`: asked for or detected (None for `auto` when the engine reported none);
+    `language_probability` only when detected with one; `word_timings`: whether the job asked
+    for words; `subtitles`: the job's srt and vtt rules by CRD field name (None: the defaults).
     """
 
     segments: list[Segment]

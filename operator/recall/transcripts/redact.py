@@ -1,26 +1,19 @@
-"""Redaction: what must not be kept, found in a transcript's words (`recall.transcripts.entities`)
-and replaced before anything is written. Pure.
-
-    segments = redact(segments, {"email", "phone"})     # "[PHONE]" in place of the words
-    kept, held, piece = hold(segments)                   # what a chunk record may store now
-
-What is found, and how, is `recall.transcripts.entities`'s.
+"""Redaction: what must not be kept (found by `recall.transcripts.entities`), replaced before
+anything is written. Pure.
 
 A redacted span is one word: `[EMAIL]`, `[PHONE]`, `[CARD]`, `[IBAN]`, `[NATIONAL_ID]` (the
 punctuation around it kept), from its first word's start to its last word's end, with the
 lowest probability of its words, the first word's speaker and channel, and `redacted` its type.
 
-The hold rule (chunk records, `hold`): a chunk record keeps back its last `HOLD_WORDS` words,
-and before them every word that could be part of an entity (a digit, a spoken digit, "at",
-"dot", "@", a word next to "at" or "dot"), up to `MOST_HELD`; they are redacted with the next
-chunk's words and stored in its record, so an entity across a seam is found whole. The last
-chunk holds nothing back.
+The hold rule (`hold`): a chunk record keeps back its last `HOLD_WORDS` words and, before them,
+every word that could be part of an entity (`entities.could_be_part`), up to `MOST_HELD`; they
+are redacted with the next chunk's words and stored in its record, so an entity across a seam
+is found whole. The last chunk holds nothing back.
 
-Translations (`transcript.translate`): each segment's English text is redacted over all the
-segments' translations together, as the words are (an entity across two is the first one's
-tag). The hold rule keeps a translation with its segment's last piece, and holds back a whole
-segment whose translation ends in what could be part of an entity, so no record stores a piece
-of one.
+Translations (`transcript.translate`): the segments' English texts are redacted together, as
+the words are (an entity across two goes in the first one's tag). The hold rule keeps a
+translation with its segment's last piece, and holds back a whole segment whose translation
+ends in what could be part of an entity, so no record stores a piece of one.
 """
 
 from __future__ import annotations
@@ -59,9 +52,8 @@ def timed(segment: Segment) -> list[Word]:
 
 
 def text_of_words(words: list[Word]) -> str:
-    """A segment's text from its words: as written when they carry their spaces (Whisper's:
-    a leading space, none on a piece of a word or inside unspaced text), else joined by one
-    space (none between two words of a script written without spaces)."""
+    """A segment's text from its words: as written when they carry their spaces (Whisper's),
+    else joined by one space (none between two words of a script written without spaces)."""
     if any(w.text[:1].isspace() for w in words if w.text.strip()):
         return "".join(w.text for w in words)
     out = ""
@@ -99,10 +91,9 @@ def redact(segments: list[Segment], types: Collection[str]) -> list[Segment]:
 
 
 def redact_texts(texts: list[str], types: Collection[str]) -> list[str]:
-    """`texts` (one after the other, as a transcript's segments) with every entity of `types`
-    replaced by its tag, the punctuation around it kept. An entity across texts is found: its
-    tag goes into the first, the rest of it leaves the others (a text left with nothing is
-    ""). A changed text keeps its leading space; its words are joined by one space."""
+    """`texts` (segments' texts, in order) with every entity of `types` replaced by its tag, the
+    punctuation around it kept; one across texts is tagged in the first ("" for a text left
+    empty). A changed text keeps its leading space; its words are joined by one space."""
     flat = [(i, w) for i, text in enumerate(texts) for w in text.split()]
     found = detect([w for _, w in flat], types)
     if not found:

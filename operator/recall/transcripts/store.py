@@ -1,33 +1,27 @@
 """Reading and writing an attempt's chunks, checkpoint and transcript in the results store.
 
-Contract (layout: `layout`):
-- `AttemptWriter` is one attempt's writer, under the attempt's own directory (job UID,
-  attempt, lease token), every object written once. `begin` writes how the media is cut (the
-  first write of an attempt, before any paid call, so a store that refuses is found out
-  first); `add` stores one chunk; `finish` writes the transcript and the formats the job's
-  `spec.output` asks for. Each returns the checkpoint's parts for the renewal that follows: the
-  job's status is the only record of what is done, and the only API write per chunk.
-- A write whose answer was lost is repeated with the same bytes and succeeds (write-once with
-  the same content). The writer's state changes only after its write succeeded. Errors of the
-  store propagate unchanged (`recall.bucket.errors`).
-- `read_checkpoint(job)` (`recall.transcripts.checkpoint`) returns what a resumed attempt may
-  reuse of the chunks this writer stored.
-- A checkpoint names at most `MAX_PARTS` parts. An attempt that resumes from that many copies
-  the chunks it carries into its own directory first, so its checkpoint names one part.
-- The language detected for the file (`spec.language` auto or empty on a multilingual model)
-  is recorded in every chunk record from the chunk it was detected at on, so a resumed attempt
-  goes on in it (`AttemptWriter.language`) instead of detecting again; `finish` records it, with
-  the model and its digest, in the transcript: with its probability only when the engine gave
-  one, and no language at all for `auto` when nothing was detected (never "auto").
-- A chunk of a file split into channels labels its segments and words with its channel; the
-  transcript interleaves the channels by time (`recall.transcripts.assemble`, which also joins
-  a sentence cut at a chunk's end).
+Contract (keys: `layout`; what a resume reuses: `checkpoint`):
+- `AttemptWriter` is one attempt's writer, under the attempt's own directory, every object
+  written once. `begin` writes how the media is cut (an attempt's first write, before any paid
+  call, so a store that refuses is found out first); `add` stores one chunk; `finish` writes
+  the transcript and the formats `spec.output` asks for. Each returns the checkpoint's parts
+  for the renewal that follows: the job's status is the only record of what is done, and the
+  only API write per chunk.
+- A write whose answer was lost is repeated with the same bytes and succeeds. The writer's
+  state changes only after its write succeeded. Store errors propagate unchanged.
+- A checkpoint names at most `MAX_PARTS` parts: an attempt resuming from that many first copies
+  the chunks it carries into its own directory, so its checkpoint names one part.
+- The language detected for the file (`spec.language` auto or empty) is recorded in every chunk
+  record from the one it was detected at, so a resumed attempt goes on in it
+  (`AttemptWriter.language`) instead of detecting again; `finish` records it, with the model
+  and its digest, in the transcript: its probability only when the engine gave one, and no
+  language for `auto` when none was detected (never "auto").
+- A split file's chunk labels its segments and words with its channel; the transcript
+  interleaves the channels by time (`recall.transcripts.assemble`).
 - Redaction (`spec.transcript.redact`): each chunk is redacted as it is stored, under the hold
-  rule (`recall.transcripts.holding`; a resume retakes the chunks of the words held back,
-  `recall.transcripts.checkpoint`): no record, transcript or output holds the unredacted text.
-  `redact.keepOriginal` stores each chunk's unredacted record beside it
-  (`c000042.original.json`) and the unredacted transcript as `original.json`, deleted with the
-  job's other objects.
+  rule (`recall.transcripts.holding`): no record, transcript or output holds the unredacted
+  text. `redact.keepOriginal` stores each chunk's unredacted record beside it and the
+  unredacted transcript as `original.json`, deleted with the job's other objects.
 """
 
 from __future__ import annotations
@@ -172,9 +166,8 @@ class AttemptWriter:
         language = language or self.language
         record_of = partial(Record.of, chunk, language=language, held=cut.held, carried=cut.carried)
         original = None
-        # Each record kept as stored (times to the millisecond): what a resume reads back, so
-        # a resumed attempt labels and writes the same as an unbroken one.
-        if self.keep_original:  # the unredacted record, under its own key
+        # Kept as stored (ms times), as a resume reads it back, so resumed and unbroken runs agree.
+        if self.keep_original:
             raw = record_of([*cut.ended, *cut.kept]).encode()
             self.bucket.put(original_chunk_key(self.directory, chunk.index), raw)
             original = Record.decode(raw)
@@ -204,10 +197,8 @@ class AttemptWriter:
         model_digest: str | None = None,
         media: Media | None = None,
     ) -> Summary:
-        """Write the transcript, then each output format of `formats` beside it. `model` and
-        `model_digest` name the model that transcribed it, when the engine knows them; `media`
-        is what it was transcribed from (its channels, and with `redact.audio` the audio copy
-        with the redacted spans silenced, `out.redacted.wav`, when it has audio)."""
+        """Write the transcript, then each of `formats` beside it. `media` gives the channels and,
+        with `redact.audio`, the audio written with the redacted spans silenced (if it has any)."""
         segments = assemble(self.records)
         transcript = self._transcript(segments, duration, engine, model, model_digest)
         if self.keep_original:
@@ -240,11 +231,10 @@ class AttemptWriter:
         model: str | None,
         model_digest: str | None,
     ) -> Transcript:
-        """The transcript of `segments`, with the file's language: the one most spoken when
-        segments carry their own, else the one detected, else the one the job asks for."""
+        """The transcript of `segments`, in the file's language: the most spoken when segments
+        carry their own (`languageScope: segment`), else the one detected, else the one asked."""
         spec = self.job.spec
         detected = self.language
-        # languageScope segment: each segment has its own; the file's is the most spoken
         spoken = majority((s.language, s.end - s.start) for s in segments)
         if spoken is not None and (detected is None or detected[0] != spoken):
             detected = (spoken, None)
@@ -272,8 +262,7 @@ class AttemptWriter:
         )
 
     def _redacted_audio(self, segments: list[Segment], media: Media | None) -> None:
-        """With `redact.audio`, write the media's audio with the redacted words silenced (when
-        it has audio)."""
+        """With `redact.audio`, write the media's audio (if any), the redacted words silenced."""
         silenced = getattr(media, "silenced", None)
         if self.redact is None or not self.redact.audio or not callable(silenced):
             return

@@ -1,38 +1,26 @@
 """Subtitle cues cut from a transcript's words under the usual rules, written by pysubs2. Pure.
 
-    rules = Rules.of(job.spec.transcript.subtitles if ... else None)
-    found = cues(transcript.segments, rules)     # [Cue(start, end, lines), ...]
-    text = write(found, "srt")                    # or "vtt"
-
 Contract:
-- The words come from the segments' word timings when the transcript has them. A segment
-  without word timings (`words` None or empty: the job did not ask, or the engine aligned no
-  word) is split into its words in proportion to their characters over the segment's time
-  (`recall.transcripts.words.timed_words` says which): its cues are then only as precise as the
-  segment.
+- The words are `recall.transcripts.words`'s; a segment without word timings is timed in
+  proportion, so its cues are only as precise as the segment.
 - Every cue is at most `max_lines` lines of at most `max_line_characters` characters (a single
   word longer than a line is the one exception: it stands alone, over-long), is shown at most
   `max_cue_seconds`, at least `min_cue_seconds` where the next cue (and the end of the audio,
-  when `cues` is given its duration) leaves room, and starts at
-  least `min_gap_seconds` after the previous one ends. Cues never overlap and are in order,
-  but for a file split by channel: each channel's cues are cut on their own and never overlap
-  one another, and the cues are in order of their start (two channels may speak at once; with
-  `prefix`, every cue begins with its channel's label, which counts toward its line).
-- Where to break is chosen over the whole transcript at once (a shortest path over the word
-  boundaries): after a sentence's end first, then after a clause (a comma, a semicolon), then at
-  a pause, a segment's end, and last between any two words (never after an article or a
-  preposition when another break is possible). Fuller cues beat more cues. Lines break the same
-  way inside a cue, as evenly as the breaks allow.
-- Who said it (a speaker, else a channel): a cue never holds the words of two; `write` puts a
-  WebVTT voice tag (`<v S1>`) on every cue, and with `cues(..., prefix=True)` (SubRip) the first
-  cue after each change of speaker begins with `S1: `, which counts toward its line.
-- The language it was said in (a segment's `language`: `languageScope: segment`, and the
-  English of a translation): a cue never holds two; `write` puts WebVTT's language span around
-  each such cue's text (`<lang de>…</lang>`, inside the voice tag). SubRip has no language
-  markup: its cues carry none.
-- The words are `recall.transcripts.words`'s: a word Whisper split or wrote in pieces is one.
-- `write` formats with pysubs2 (SubRip and WebVTT writers) rather than by hand; times are
-  whole milliseconds. `bench.cues.check` re-states the rules for the tests and benchmarks.
+  when `cues` is given its duration) leaves room, and starts at least `min_gap_seconds` after
+  the previous one ends. Cues never overlap and are in order, but in a file split by channel:
+  each channel's cues are cut on their own and never overlap one another, and the cues are in
+  order of their start (two channels may speak at once).
+- Breaks are chosen over the whole transcript at once (a shortest path over the word
+  boundaries): after a sentence's end first, then after a clause, then at a pause, a segment's
+  end, and last between any two words (never after an article or a preposition when another
+  break is possible). Fuller cues beat more cues. Lines break the same way inside a cue, as
+  evenly as the breaks allow.
+- A cue never holds the words of two speakers (else channels) nor of two languages (a
+  segment's own: `languageScope: segment`, a translation). `write` gives a WebVTT cue its voice
+  tag (`<v S1>`) and language span (`<lang de>…</lang>`, inside the tag); SubRip has no
+  language markup. With `prefix` (SubRip) the first cue after each change of speaker, and in a
+  split file every cue, begins with `S1: `, which counts toward its line.
+- Times are whole milliseconds. `bench.cues.check` re-states the rules for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -147,10 +135,9 @@ def _line_cost(words: list[str], k: int) -> int:
 def lines(
     words: list[str], width: int, most: int, spaces: list[bool] | None = None
 ) -> tuple[str, ...] | None:
-    """`words` in at most `most` lines of at most `width` columns (`recall.transcripts.words.
-    width`), breaking where it reads best and as evenly as possible; None when they do not fit
-    (a lone over-long word is one line). `spaces`: whether a space goes before each word (all,
-    when not given; none between the words of a script written without spaces)."""
+    """`words` in at most `most` lines of at most `width` columns (`words.width`), broken where
+    it reads best and as evenly as possible; None when they do not fit (a lone over-long word is
+    one line). `spaces`: whether a space goes before each word (default: all)."""
     tokens = [
         Token(w, 0.0, 0.0, space=True if spaces is None else spaces[k]) for k, w in enumerate(words)
     ]
@@ -205,9 +192,7 @@ def cues(
     channels = list(dict.fromkeys(s.channel for s in segments))
     if len(channels) < 2:
         return _cut(segments, rules, prefix=prefix, duration=duration)
-    # A file split by channel: each channel's cues on their own, shown as they come (two
-    # channels may speak at once); with `prefix`, every cue labelled, its lines cut with room
-    # for the label.
+    # Split by channel: each channel cut alone (two may speak at once), with room for a label.
     found: list[Cue] = []
     for ch in channels:
         mine = [s for s in segments if s.channel == ch]
@@ -293,7 +278,7 @@ def timed(
                 end = max(limit, start + 0.001)
         else:
             end = max(end, start + rules.min_cue_seconds)
-            if duration is not None:  # not past the audio
+            if duration is not None:
                 end = max(min(end, duration), start + 0.001)
         out.append(Cue(round(start, 3), round(end, 3), text, who, lang, channel))
         floor = end + rules.min_gap_seconds
@@ -301,8 +286,7 @@ def timed(
 
 
 def write(found: list[Cue], fmt: Literal["srt", "vtt"]) -> str:
-    """`found` as a SubRip or WebVTT file, by pysubs2 (a WebVTT cue with a speaker in its
-    voice tag, its language in a language span)."""
+    """`found` as a SubRip or WebVTT file, by pysubs2 (see the module contract)."""
     subs = pysubs2.SSAFile()
     for cue in found:
         text = cue.text.replace("\\", BACKSLASH)  # pysubs2 reads \N, \n and \h as its own

@@ -1,19 +1,16 @@
 """The words of a transcript's segments as the outputs cut and label them. Pure.
 
 - A segment's words come from its word timings when it has them (`timed_words`); a segment
-  without (`words` None, empty or blank: the job did not ask, or the engine aligned no word) is
-  split into its text's words in proportion to their characters over its time (`split`).
-- A word Whisper split at a hyphen ("ill" + "-disposed") is one word here ("ill-disposed"), as
-  is a word it wrote in pieces (a piece without its leading space: "example" + ".com"):
-  `continues`, `goes_on`.
-- Scripts written without spaces between words (Chinese, Japanese, Thai, Lao, Myanmar, Khmer:
-  `unspaced`) keep each word Whisper gave as a word of its own, with a space before it only
-  where Whisper wrote one (`Token.space`, `text_of`); a segment of them without word timings is
-  split into its Chinese and Japanese characters (a line may break between any two). A wide
-  character is two columns of a line (`width`).
-- Each word carries who said it (its speaker, else its channel) and the language its segment was
-  transcribed in, so subtitle cues (`recall.transcripts.subtitles`) and aws.json's items
-  (`recall.transcripts.aws`) never mix two.
+  without (the job did not ask, or the engine aligned no word) is split into its text's words
+  in proportion to their characters over its time (`split`).
+- A word Whisper split at a hyphen ("ill" + "-disposed") or wrote in pieces (a piece without
+  its leading space: "example" + ".com") is one word here (`goes_on`).
+- In scripts written without spaces (Chinese, Japanese, Thai, Lao, Myanmar, Khmer: `unspaced`)
+  each word Whisper gave stays a word, with a space before it only where Whisper wrote one
+  (`Token.space`); such a segment without word timings is split into its Chinese and Japanese
+  characters. A wide character is two columns (`width`).
+- Each word carries who said it (its speaker, else its channel) and its segment's language, so
+  subtitle cues and aws.json's items never mix two.
 """
 
 from __future__ import annotations
@@ -50,8 +47,7 @@ def unspaced(ch: str) -> bool:
 
 
 def apart(left: str, right: str) -> bool:
-    """Whether a space goes between the words `left` and `right` (not between two of a
-    script written without spaces)."""
+    """Whether a space goes between words `left` and `right` (none inside an unspaced script)."""
     return not (left and right and unspaced(left[-1]) and unspaced(right[0]))
 
 
@@ -78,8 +74,7 @@ def timed_words(segment: Segment) -> bool:
 
 
 def continues(previous: str, word: str) -> bool:
-    """Whether `word` (stripped) goes on the word before it without a space: Whisper splits
-    "ill-disposed" into "ill" + "-disposed"."""
+    """Whether `word` (stripped) goes on the one before without a space ("ill" + "-disposed")."""
     if len(word) > 1 and word[0] == "-" and word[1].isalnum():
         return bool(previous) and previous[-1].isalnum()
     return (
@@ -112,10 +107,9 @@ def width(text: str) -> int:
 
 
 def parts_of(text: str) -> list[tuple[str, bool]]:
-    """`text`'s words, each with whether a space comes before it: split at spaces, and a run of
-    Chinese or Japanese characters into each character (written without spaces, a line may
-    break between any two), the marks that may not begin a line (。、」 and the like) and
-    letters of other scripts kept with the character before them."""
+    """`text`'s words, each with whether a space comes before it: split at spaces, and Chinese or
+    Japanese runs into characters (a line may break between any two), a mark that may not begin
+    a line (`NO_LINE_START`) or another script's letter kept with the character before it."""
     out: list[tuple[str, bool]] = []
     for part in text.split():
         pieces: list[str] = []
@@ -129,8 +123,7 @@ def parts_of(text: str) -> list[tuple[str, bool]]:
 
 
 def split(segment: Segment) -> list[Token]:
-    """The words of `segment`'s text with times in proportion to their characters over the
-    segment's time: for a segment without word timings."""
+    """The words of `segment`'s text, timed in proportion to their characters over the segment."""
     parts = parts_of(segment.text)
     weights = [len(p) + 1 for p, _ in parts]
     total, at = sum(weights) or 1, 0
@@ -170,7 +163,7 @@ def tokens(segments: list[Segment]) -> list[Token]:
                     words.append(
                         Token(text, w.start, max(w.end, w.start), space=space, who=who, lang=lang)
                     )
-        else:  # no word timings: in proportion
+        else:
             words = split(s)
         if words:
             words[-1] = replace(words[-1], segment_end=True)

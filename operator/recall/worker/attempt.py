@@ -2,26 +2,21 @@
 transcribed, stored behind it, checkpointed on the heartbeat's cadence, and the transcript handed
 in by `complete`.
 
-`Transcription.run(holder, cancel, watch)` returns when the job is complete; it raises
-`LeaseLost` (stop, write nothing more), `Stopped` (the grace period ended: the caller releases),
-`JobFailure` (the caller fails the job; a `Storage*` reason when the results store refused for
-good: wrong credentials, a missing bucket, a bad URL).
+`Transcription.run` returns when the job is complete; it raises `LeaseLost` (stop, write nothing
+more), `Stopped` (the grace period ended: the caller releases), `JobFailure` (the caller fails
+the job; a `Storage*` reason when the results store refused for good).
 
 - The first write of an attempt is to the store (how the media is cut), before any engine
   call: a store that refuses is found out before anything is paid for.
 - A resume uses the checkpoint only if it was cut the same way from the same source; the
   first chunk then starts at exactly the recorded sample.
-- The engine never waits for the control plane (`recall.worker.pipeline`): the next chunk is
-  decoded while the engine works on this one, and the last one is stored behind it. Each
-  chunk's object is written once under the attempt's own key; once it is durable the holder is
-  given the new checkpoint (`LeaseHolder.checkpoint`), which the heartbeater writes on its
-  cadence (`recall.worker.cadence`): no API write per chunk.
-- The fence holds: no engine call starts unless a write sent within the cadence's `fresh`
-  seconds succeeded (else the call waits for a renewal), and once the lease is lost every
-  stage stops at once and nothing more is written, to the API server or the store.
-- The transcript (and the output formats the job asks for) is written before `complete`, whose
-  fenced write alone makes it the result (`recall.worker.hand_in`). What an attempt wrote and
-  no accepted result references is deleted by the operator.
+- The engine never waits for the control plane (`recall.worker.pipeline`). Each chunk's object
+  is written once under the attempt's own key and, once durable, becomes the holder's
+  checkpoint, written on the cadence: no API write per chunk. The fence holds: an engine call
+  starts only on a lease proven `fresh` (`recall.worker.cadence`), and once the lease is lost
+  every stage stops at once and nothing more is written, to the API server or the store.
+- Only the fenced `complete` makes the transcript the result (`recall.worker.hand_in`); what an
+  attempt wrote and no accepted result references is deleted by the operator.
 - Store calls are retried on transient errors while the lease holds (`recall.worker.storing`).
 - On `Stopped`, and on a failure of the engine or the store (or a bug), what the engine already
   transcribed is stored first (a batch or two at most, within `DRAIN_SECONDS`), so the release
@@ -84,7 +79,7 @@ class Transcription:
                 lambda: self.call(h, cancel, lambda: opening.put(self.engine.load_media(job))),
             )
         except BaseException:
-            opening.abandon()  # a media opened after we stopped waiting is closed
+            opening.abandon()  # a media opened after the wait ended is closed
             raise
         with media:
             if checkpoint is not None and (
@@ -148,8 +143,8 @@ class _Attempt:
             )
         done, position = (resume.chunks, resume.position) if resume else (0, 0)
         h.checkpoint(Progress.of(done, media.chunks_total(done, position), parts))
-        # The engine's context: the stored text of the last chunk record with text (redacted,
-        # without held words), the same from a checkpoint as in an unbroken run.
+        # The engine's context: the last stored chunk text (redacted, without held words), the
+        # same on a resume as in an unbroken run.
         types = writer.redact.types if writer.redact else None
         prompt = Prompt.of(types, checkpoint if resume else None)
         try:
@@ -192,13 +187,11 @@ class _Attempt:
                         prompt.after(chunk, segments)  # a silent chunk keeps the text
                 storer.drain(self.poll)
             except (LeaseLost, ResumeInvalid):
-                # lost: nothing more is written (the finally aborts both stages); a resume
-                # found invalid: raised before any chunk, nothing to store
+                # lost: write nothing more (finally aborts both); ResumeInvalid: before any chunk
                 raise
             except Exception:
-                # Stopped, a failure of the engine or the store, or a bug: what the engine made
-                # is paid for; store it, so the release or fail that follows carries it as the
-                # checkpoint.
+                # Stopped, an engine or store failure, or a bug: what the engine made is paid
+                # for; store it, so the release or fail carries it as the checkpoint.
                 decoder.abort()
                 self._drain(storer, made)
                 raise
@@ -271,9 +264,8 @@ class _Attempt:
         return [[s.shifted(c.start) for s in r] for c, r in zip(chunks, results, strict=True)]
 
     def _language(self, chunk: Chunk) -> str | None:
-        """The language to transcribe `chunk` in: the job's, else the one detected for the file
-        (once, at the first chunk with speech; a resume has it from the checkpoint). Runs on
-        the engine thread."""
+        """The job's language, else the file's, detected once at the first chunk with speech (a
+        resume has it from the checkpoint). Runs on the engine thread."""
         job = self.h.known
         if job.spec.language not in (None, AUTO):
             return job.spec.language

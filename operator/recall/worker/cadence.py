@@ -1,22 +1,20 @@
 """When a lease holder writes: the heartbeat and the checkpoint on one wall-time cadence. Pure.
 
-A holder renews its lease at least every `heartbeat` seconds (counted from when its last
-successful write was sent), and every renewal carries the checkpoint it has (the chunks whose
-objects are durable in the results store). New durable progress is written no later than
-`checkpoint` seconds after the last write that carried a checkpoint (the claim counts as one),
-and never sooner, unless a heartbeat falls due first. So:
+A holder renews at least every `heartbeat` seconds after its last successful write was sent,
+and every renewal carries its checkpoint (the chunks whose objects are durable in the results
+store). New durable progress is written no later than `checkpoint` seconds after the last write
+that carried a checkpoint (the claim counts as one), never sooner unless a heartbeat falls due
+first. So:
 
 - a job's API writes are its claim, at most one renewal per `checkpoint` seconds while it makes
   progress (one per `heartbeat` while it does not), its complete (or fail, or release) and the
   operator's publish, whatever the number of chunks and the engine's speed;
 - a resumed attempt redoes at most `checkpoint` seconds of engine work, plus the chunks that
   were still on their way into the store;
-- an engine call starts only on a lease proven within `fresh` seconds: one and a half heartbeats,
-  so a healthy heartbeater keeps every lease that fresh and the engine never waits for its
-  write (at exactly one heartbeat the engine would meet the heartbeater's write in flight once
-  an interval), and never more than halfway from the heartbeat to the renew deadline, so an
-  engine call starts with at least half of that margin left (at the default shares of the
-  lease, a third and two thirds, the two bounds meet at half the lease).
+- an engine call starts only on a lease proven within `fresh` seconds: 1.5 heartbeats, so it
+  never waits for a healthy heartbeater's write (at one it would meet that write in flight once
+  an interval), capped halfway from the heartbeat to the renew deadline, so it starts with at
+  least half of that margin left.
 
 Not guaranteed: the cadence says when a write is due, not when it lands; a slow API server
 delays it (the renew deadline bounds how long a holder keeps working without one).
@@ -50,12 +48,9 @@ class Cadence:
         return fresh
 
     def due(self, *, since_renewal: float, since_checkpoint: float, pending: bool) -> float:
-        """Seconds until the next renewal is due; zero or less: now.
-
-        `since_renewal`: since the last successful write was sent; `since_checkpoint`: since
-        the last successful write that carried a checkpoint was sent; `pending`: durable
-        progress exists that no write has carried yet.
-        """
+        """Seconds until the next renewal is due (zero or less: now). `since_renewal`: since the
+        last successful write was sent; `since_checkpoint`: since the last such write with a
+        checkpoint; `pending`: durable progress no write has carried yet."""
         wait = self.heartbeat - since_renewal
         if pending:
             wait = min(wait, self.checkpoint - since_checkpoint)

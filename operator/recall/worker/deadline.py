@@ -1,16 +1,14 @@
 """The renew deadline of one held lease: when the lease counts as lost, and the one retry loop
-of its writes, which the deadline bounds.
+of its writes, which the deadline bounds. `recall.worker.holder` owns one per lease.
 
-Guarantees (the holder's, `recall.worker.holder`, which owns one `RenewDeadline`):
 - The deadline (a share of the lease, shorter than it) counts from when the last successful
   write was SENT (`renewed_at`), on the holder's monotonic clock. Once it passes without a
   successful write, `check` marks the lease lost and raises `LeaseLost`.
 - A loss is final and counted once, however many threads notice it (`mark_lost`).
-- `send` tries one write until it gets an answer: an ambiguous outcome is tried again with
-  the patches that may have been applied (so the fenced write settles it by reading), a
-  transient error or an RBAC refusal after a pause, never sent past the deadline; a 429 waits
-  no sooner than its Retry-After, unless that is past the deadline. Any other refusal of the
-  API server marks the lease lost.
+- `send` tries one write until it gets an answer, never sending past the deadline: an ambiguous
+  outcome again with the patches that may have been applied (the fenced write settles it by
+  reading), a transient error or an RBAC refusal after a pause, a 429 no sooner than its
+  Retry-After. Any other refusal of the API server marks the lease lost.
 
 Not guaranteed: that a write sent before the deadline lands before it (the API server's fence
 refuses a late one).
@@ -28,9 +26,8 @@ from recall.base.clock import Clock
 from recall.fencing import Unsettled, WriteResult
 from recall.kube import PERMANENT_ERRORS, ApiError, Forbidden, RawObject, Unavailable, retry_pause
 
-# Between tries of a lease write: half a second, a quarter of what is left before the renew
-# deadline when that is shorter (each try is one cheap request, and the deadline bounds them),
-# and no sooner than a 429's Retry-After.
+# Between tries of a lease write: 0.5 s, or a quarter of what is left to the renew deadline if
+# less (a try is one cheap request; the deadline bounds them); no sooner than a Retry-After.
 WRITE_RETRY = Backoff(initial=0.5, cap=0.5)
 
 
@@ -85,8 +82,7 @@ class RenewDeadline:
         while True:
             retries += 1
             self.check()  # never send past the renew deadline, also after a retry's pause
-            # (A process frozen here, past its last check, is what the API server's fence is
-            # for: its write arrives late and is refused.)
+            # Frozen here, past its check: the API server's fence refuses the late write.
             faults.pause("worker-pause-before-write", action=action)
             sent_at = self.clock.monotonic()
             remaining = self.seconds - (sent_at - self.renewed_at)
@@ -100,13 +96,11 @@ class RenewDeadline:
                 self._pause(action, e, remaining, retries)
             except PERMANENT_ERRORS as e:
                 if isinstance(e, Forbidden) and e.by_authorizer:
-                    # RBAC said no: a kube-apiserver that just started does so until its caches
-                    # are filled. Tried again until the renew deadline, which a real lack of
-                    # permission reaches with this message in the log.
+                    # RBAC said no: a new kube-apiserver does until its caches fill. A real lack
+                    # of permission reaches the renew deadline with this message in the log.
                     self._pause(action, e, remaining, retries)
                     continue
-                # The API server refused the write itself (a CEL rule, a policy): the lease
-                # cannot be used any more.
+                # The write itself was refused (a CEL rule, a policy): the lease is unusable.
                 self.mark_lost("Refused", e.message, action=action)
                 raise LeaseLost("Refused", e.message) from e
 
@@ -115,7 +109,6 @@ class RenewDeadline:
             "write_error", action=action, error=error.message[:200], status=error.status
         )
         self.check()
-        # Never past the renew deadline: a 429's Retry-After longer than what is left ends the
-        # lease at the deadline (check) instead of being waited out.
+        # A Retry-After past the renew deadline is not waited out: the lease ends at the deadline.
         pause = retry_pause(error, min(WRITE_RETRY.delay(retry), max(0.05, remaining / 4)))
         self.clock.sleep(min(pause, max(0.05, self.seconds - self.since_renewal())))

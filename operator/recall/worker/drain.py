@@ -1,18 +1,14 @@
 """The worker's side of a drain: the promise behind a scale-down that stops no busy worker.
 
-    drain = Drain()
-    with drain.turn() as open_:        # the loop: one pick → claim → work, or nothing
+    with drain.turn() as open_:          # the loop: one pick → claim → work, or nothing
         if open_: ...
     state, said = drain.answer(request)  # the registration, at every renewal
 
 The operator asks an idle worker to drain through its registration Lease
-(`recall.protocol.workers`); the registration thread reads the request at its next renewal
-and calls `answer`. Each of the worker's slots holds a turn from the moment it picks a job
-until the work on it ended, so `answer` can promise `drained` only while no job is picked,
-claimed or worked by any slot: it waits (at most `wait` seconds) until no turn is held, records
-the request, and from then on every turn is closed — no pick, no claim, no self-service — until
-the request is removed (`answer(None)` reopens the turns). A worker whose turns do not end in
-time is busy and says so; it is asked again at the next renewal if the request is still there.
+(`recall.protocol.workers`). Each slot holds a turn from its pick until its work ends; `answer`
+promises `drained` only once no turn is held (it waits `wait` seconds at most, else answers
+busy, to be asked again at the next renewal), and from then on every turn is closed (no pick,
+no claim, no self-service) until the request is removed (`answer(None)`).
 
 `draining()` is what `/readyz` reads: a draining worker is not ready, so a ReplicaSet removes
 it before any ready pod. Not guaranteed: that the operator hears the answer soon (it arrives
@@ -49,8 +45,7 @@ class Drain:
         return self._request is not None
 
     def pause(self, timeout: float) -> None:
-        """Wait (at most `timeout` seconds) for a drain to be cancelled: the loop's idle turn
-        while it has promised to take nothing."""
+        """Wait at most `timeout` seconds for a drain to be cancelled (a drained loop's turn)."""
         self.clock.wait(self._open, timeout)
 
     @contextmanager

@@ -1,15 +1,12 @@
 """Each slot's engine thread: the engine runs beside the slot, so a lost lease or the end of the
 grace period stops the work even while an engine call blocks.
 
-    threads = EngineThreads(check_stop)            # check_stop(h) raises LeaseLost or Stopped
-    segments = threads.call(h, cancel, fn)         # fn on this slot's engine thread
-    threads.shutdown()                             # when the worker stops
-
-Guarantees: nothing starts on a lease known lost (`check_stop` first); while `fn` runs,
-`check_stop` is polled every 0.1 s, and when it raises, `cancel` is set and the call returns
-at once with that error. The engine thread is then left to finish alone (its late result is
-discarded) and the slot gets a new one for its next job. One thread per slot: the slots' engine
-calls run side by side. Not guaranteed: that an abandoned call stops (the engine sees `cancel`).
+`EngineThreads.call(h, cancel, fn)` runs `fn` on the calling slot's engine thread. Nothing starts
+on a lease known lost (`check_stop` first); while `fn` runs, `check_stop` is polled every 0.1 s,
+and when it raises, `cancel` is set and the call returns at once with that error. The engine
+thread is then left to finish alone (its late result is discarded) and the slot gets a new one
+for its next job. One thread per slot: the slots' engine calls run side by side. Not
+guaranteed: that an abandoned call stops (the engine sees `cancel`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The end of an attempt: the transcript written, then handed in by the fenced `complete`.
 
-`hand_in(h, watch, engine, media, writer, chunks, check_stop)`, once every chunk is durable:
-the speakers labelled from the whole file (`recall.worker.speakers`), the transcript and the
-output formats the job asks for written to the results store (`recall.worker.storing`), then
-`complete` with a result that names them. Only the fenced complete makes the transcript the
-result: a complete refused (`LeaseLost`) leaves it for the operator to collect. Returns the
-outcome, "succeeded".
+`hand_in`, once every chunk is durable: the speakers labelled from the whole file
+(`recall.worker.speakers`), the transcript and the job's output formats written to the results
+store (`recall.worker.storing`), then `complete` with a result that names them. Only the fenced
+complete makes the transcript the result: a complete refused (`LeaseLost`, raised) leaves it
+for the operator to collect. Returns the outcome, "succeeded".
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ def hand_in(
     formats = output_formats(h.known)
     model, digest = engine.model_of(h.known) or (None, None)
     device, compute_type = engine.device_of(h.known) or (None, None)
-    # Speaker labels: once the last chunk is in, from the whole file (recall.worker.speakers)
     speakers = label_records(h.known, media, writer.records, lambda: check_stop(h), h.log, h.clock)
     if speakers is not None:
         writer.records = speakers.records

@@ -1,19 +1,17 @@
 """The worker's health endpoint: `/healthz` answers 200 while the work loop turns.
 
-A worker whose loop froze (a deadlock, a stuck engine call past every timeout) would keep its
-pod Running forever: its leases expire and are reclaimed, but the pod takes no new work.
-`Liveness.beat()` is called on every turn of the loop (and between chunks); the kubelet probes:
+A worker whose loop froze (a deadlock, a stuck engine call) would keep its pod Running without
+taking work. The loop calls `Liveness.beat()` each turn (and between chunks); the kubelet probes:
 
 - `GET /healthz` (or `/livez`) → 200 while the last beat is younger than `stale_after` seconds
   (counting from creation, so start-up has that long to beat once), else 503. A frozen process
   answers nothing at all, which the probe's timeout catches.
-- `GET /readyz` → 200 once the loop has beaten at least once, while alive, not `draining()`
-  (the worker promised an autoscaler's drain request to take no job) and until `stopping()`
-  (SIGTERM: the worker takes no new job), else 503. Anything else → 404.
+- `GET /readyz` → 200 once the loop has beaten, while alive, not `draining()`
+  (`recall.worker.drain`) and not `stopping()` (SIGTERM), else 503. Anything else → 404.
 
-Time is the monotonic `clock` passed in (injectable for tests); no wall clock is read.
-Served from a daemon thread on all interfaces; port 0 = off. Not provided: TLS or
-authentication (the port is for the kubelet; the chart's NetworkPolicy closes it to others).
+Time is the injected monotonic `clock`; no wall clock is read. Served from a daemon thread on
+all interfaces; port 0 = off. Not provided: TLS or authentication (the port is for the kubelet;
+the chart's NetworkPolicy closes it to others).
 """
 
 from __future__ import annotations

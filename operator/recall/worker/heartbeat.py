@@ -1,7 +1,5 @@
-"""The heartbeater: a named background thread that renews a lease on its cadence.
-
-    with Heartbeater(holder, cadence):       # while the work goes on beside it
-        ...
+"""The heartbeater: a named background thread that renews a lease on its cadence while the work
+goes on inside `with Heartbeater(holder, cadence):`.
 
 It never writes by itself: every renewal is the holder's (`LeaseHolder.renew`, fenced), so
 the holder's guarantees hold (one write at a time, the renew deadline, the latest checkpoint
@@ -19,13 +17,9 @@ from recall.worker.holder import LeaseHolder
 
 
 class Heartbeater:
-    """A named background thread that renews the lease on its cadence while the work goes on.
-
-    It sleeps until the next renewal is due (`Cadence.due`: a heartbeat `heartbeat` seconds
-    after the last successful write by anyone, or the pending checkpoint `checkpoint` seconds
-    after the last one written) and wakes early when a checkpoint or a write changes that. After
-    a failed write it tries again every `heartbeat / 4`.
-    """
+    """Sleeps until `Cadence.due` (counting any successful write of the holder, not only its
+    own), waking early when a checkpoint or a write changes that; after a failed write it tries
+    again every `heartbeat / 4`."""
 
     def __init__(self, holder: LeaseHolder, cadence: Cadence) -> None:
         self.holder = holder

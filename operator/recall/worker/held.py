@@ -1,18 +1,17 @@
 """The jobs a worker holds, as the API server sees them: a lost lease is noticed at once.
 
-A worker renews on a cadence of seconds (`recall.worker.cadence`), so its own writes would find
-out late that a lease was taken away while it worked (the job cancelled with its Batch, or
-deleted, or reclaimed). One informer per worker watches the jobs whose `status.lease.holder`
-names it; the API server sends DELETED when a job leaves that selection. Whatever suggests a
-held lease is gone (it left the selection, it shows another token, a relist lacks it) makes the
-holder verify (`LeaseHolder.verify`): it reads the job, and only that read decides. So:
+Renewals come seconds apart (`recall.worker.cadence`), so a worker's own writes find out late
+that a lease was taken away (the job cancelled with its Batch, deleted, or reclaimed). One
+informer per worker watches the jobs whose `status.lease.holder` names it (one that leaves the
+selection arrives as DELETED); whatever suggests a held lease is gone (it left, it shows another
+token, a relist lacks it) makes the holder verify (`LeaseHolder.verify`): that read decides. So:
 
 - a lease taken away is noticed within the watch's delay and one read, and every stage of the
-  attempt stops, without a write (a read costs the API server no etcd write);
+  attempt stops, without a write (a read costs no etcd write);
 - nothing here can make a worker believe it holds a lease it lost, or lose one it holds: the
   watch is a hint, the fenced writes and the verifying read are the judges;
-- while the watch is down (the API server restarting) nothing is lost: the cadence's writes
-  still find out, and the renew deadline still stops the holder in time.
+- while the watch is down nothing is lost: the cadence's writes still find out, and the renew
+  deadline still stops the holder in time.
 """
 
 from __future__ import annotations

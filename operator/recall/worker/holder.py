@@ -1,6 +1,6 @@
 """The lease holder: one rented job, from the claim to complete, fail or release.
 
-    holder = LeaseHolder.claim(store, job, worker)   # None: someone else won
+    holder = LeaseHolder.claim(store, job, worker)   # or the refused WriteResult
     with Heartbeater(holder, cadence):               # renews on the cadence (worker.heartbeat)
         holder.renew_if_older(cadence.fresh)         # before each engine call
         holder.checkpoint(progress)                  # chunks made durable: no write of its own
@@ -10,21 +10,18 @@ Guarantees:
 - Every write goes through `recall.fencing` with the job as last written (one request when
   nothing else changed it: the claim an update of the status, every later write a merge patch),
   one write at a time, each with a fence unique to it (`<token>/<n>`).
-- Every renewal carries the latest checkpoint the holder was given (`checkpoint(progress)`:
-  chunks whose objects are durable), so the status never names a chunk that is not stored;
-  fail and release carry it too, so the next attempt resumes from it. When writes fall due is
-  the heartbeater's cadence (`recall.worker.cadence`), never one write per chunk.
-- The renew deadline and the write's one retry loop are `recall.worker.deadline`'s; its clock
-  is injected (by default CLOCK_BOOTTIME, which keeps counting while the machine is suspended).
-  A lease past it counts as lost, so the holder stops before the operator's reclaim could give
-  the job to someone else, and a slow answer never extends it. Transient errors are retried
-  until then, and then reported as a lost lease: the outcome is always known in time. A write
-  whose answer was lost is settled by reading the job back (`fencing`): an applied complete is
-  a success, never a lost lease.
-- A refusal (the lease was reclaimed, re-issued, cancelled) marks the lease lost; from then on
-  every write raises `LeaseLost` without reaching the API server. `lost` is an Event the work's
-  stages wait on, so a lost lease stops all of them at once. `verify` (on the lease watch's hint)
-  reads the job and marks the lease lost when the read shows it is gone: no write needed.
+- Every renewal carries the latest checkpoint given (chunks durable in the store), so the status
+  never names a chunk not stored; fail and release carry it too, for the next attempt to resume
+  from. Writes fall due on the cadence (`recall.worker.cadence`), never once per chunk.
+- The renew deadline and the write's one retry loop are `recall.worker.deadline`'s, on an
+  injected clock (by default CLOCK_BOOTTIME, which counts on while the machine is suspended): the
+  holder stops before the operator's reclaim could give the job to someone else, a slow answer
+  never extends the lease, and a write still failing at the deadline is a lost lease, so the
+  outcome is always known in time. A write whose answer was lost is settled by reading the job
+  back (`fencing`): an applied complete is a success, never a lost lease.
+- A refusal (the lease was reclaimed, re-issued, cancelled), or a `verify` read that shows the
+  lease gone, marks it lost; from then on every write raises `LeaseLost` without reaching the
+  API server. `lost` is an Event the work's stages wait on: a loss stops all of them at once.
 """
 
 from __future__ import annotations
@@ -70,7 +67,7 @@ class LeaseHolder:
         self.clock = clock
         self.writes = 1  # the claim
         self._seq = 1  # the claim's fence suffix
-        self._checkpointed_at = sent_at  # ... and the last one that carried a checkpoint
+        self._checkpointed_at = sent_at  # when the last write with a checkpoint was sent
         self.pending: Progress | None = None  # durable progress no write has carried yet
         progress = job.status.progress
         self._checkpoint_chunks = progress.chunks_done if progress else 0  # as last written
@@ -100,12 +97,10 @@ class LeaseHolder:
         renew_deadline_fraction: float,
         clock: Clock = SYSTEM,
     ) -> LeaseHolder | WriteResult:
-        """Claim `job` (as read at its resourceVersion) for `worker`.
-
-        Returns the holder, or the refused `WriteResult` (409: another worker won; or the job is
-        not claimable). Raises `Unavailable` on a transient error (nothing was claimed, or an
-        ambiguous claim could not be read back: then the lease, if it was taken, expires).
-        """
+        """Claim `job` (as read at its resourceVersion) for `worker`: the holder, or the refused
+        `WriteResult` (409: another worker won; or the job is not claimable). Raises
+        `Unavailable` on a transient error (nothing was claimed, or an ambiguous claim could not
+        be read back: then the lease, if it was taken, expires)."""
         token = lease.new_token()
         sent_at = clock.monotonic()
         result = fenced_write(
@@ -171,9 +166,8 @@ class LeaseHolder:
         self.deadline.check()
 
     def verify(self, why: str) -> None:
-        """Something suggests the lease is gone (the lease watch, `recall.worker.held`): read
-        the job, and mark the lease lost when the read shows it is not ours. Never writes; a
-        failed read leaves it to the next write and the renew deadline."""
+        """On a hint that the lease is gone (`recall.worker.held`): read the job, mark the lease
+        lost if not ours. Never writes; a failed read leaves it to the next write and deadline."""
         if self.lost.is_set() or self.final:
             return
         try:
@@ -192,16 +186,15 @@ class LeaseHolder:
     # -- the writes --------------------------------------------------------------------------
 
     def renew(self, progress: Progress | None = None) -> None:
-        """The heartbeat, carrying the pending checkpoint, if any (`progress` first becomes
-        the pending checkpoint when given)."""
+        """The heartbeat, carrying the pending checkpoint (`progress`, when given, becomes it)."""
         if progress is not None:
             self.checkpoint(progress)
         self._write("renew", self._renewal, carries_checkpoint=True)
 
     def renew_if_older(self, seconds: float) -> None:
-        """Renew unless a write sent in the last `seconds` succeeded; used before each engine
-        call. A renewal in flight (the heartbeater's) is waited for, and counts if it succeeds.
-        Returns only on a lease known to be ours (raises `LeaseLost` otherwise)."""
+        """Renew unless a write sent in the last `seconds` succeeded; a renewal in flight is
+        waited for, and counts if it succeeds. Returns only on a lease known ours, else raises
+        `LeaseLost`."""
         self.check()
         if self.seconds_since_renewal() >= seconds:
             self._write("renew", self._renewal, carries_checkpoint=True, unless_within=seconds)
@@ -277,12 +270,10 @@ class LeaseHolder:
         carries_checkpoint: bool = False,
         unless_within: float | None = None,
     ) -> TranscriptionJob:
-        """One fenced write of the holder, retried on transient errors until the deadline.
-
-        `make(seq, carried)` builds the transition under the write lock; `carried` is the
-        pending checkpoint as read once there (with `carries_checkpoint`), so what is written
-        is what is recorded as written. With `unless_within`, nothing is written when a write
-        sent within that many seconds succeeded meanwhile (the one this call waited for)."""
+        """One fenced write, retried on transient errors until the deadline. `make` builds the
+        transition under the write lock from the pending checkpoint read once there (`carried`,
+        with `carries_checkpoint`): what is written is what is recorded as written. With
+        `unless_within`, nothing is written if a write sent that recently succeeded meanwhile."""
         # Wait for a write in flight (the heartbeater's) only until the deadline.
         while not self._lock.acquire(timeout=0.1):
             self.check()
@@ -326,8 +317,7 @@ class LeaseHolder:
             metrics.HEARTBEAT_LATENCY.observe(self.clock.monotonic() - started)
         if not result.applied or result.job is None:
             assert result.refusal is not None
-            # Logged even when the lease was already known lost (a thread that checked the
-            # renew deadline first): this is the API server's fence answering.
+            # Logged even if the lease is already known lost: this is the API server's fence.
             self.log.info(
                 "write_refused",
                 action=action,
@@ -347,8 +337,7 @@ class LeaseHolder:
         self.deadline.renewed_at = sent_at
         self.wake.set()
         if action == "renew" and self.lost.is_set():
-            # Another thread passed the renew deadline while this write was in flight: the
-            # lease stays lost (a loss is final), and the work stops.
+            # The renew deadline passed while this write was in flight: a loss is final.
             raise LeaseLost(self.deadline.reason)
         return result.job
 

@@ -1,39 +1,26 @@
 """The worker: rent one job at a time in each of its slots, transcribe it, hand in the result.
 
-    run():  in each slot (`settings.slots` of them, 1 by default), until stopped
-              pick a claimable job from the queue → claim it (`LeaseHolder.claim`; 409 means
-              someone else won) → work(holder):
-                a `Heartbeater` renews on the cadence (`recall.worker.cadence`), carrying the
-                checkpoint at most every `checkpointSeconds`; the attempt's pipeline decodes,
-                transcribes and stores (`recall.worker.attempt`), an engine call only on a
-                fresh lease; write the transcript → complete
+Each slot (`settings.slots`) loops until stopped: pick a claimable job, claim it (409: another
+worker won), work it (`recall.worker.attempt`, a `Heartbeater` beside it), complete.
 
 Guarantees:
 - Every write after the claim goes through the `LeaseHolder`; once the lease is lost the work
   stops within one check interval (0.1 s) and nothing more is written for that attempt. A
-  lease taken away while the worker works (a cancelled or deleted job, a reclaim) is noticed
-  from a watch of the worker's own leases (`recall.worker.held`) and one read, not at the next
+  lease taken away while the worker works is noticed by `recall.worker.held`, not at the next
   renewal.
-- The engine runs on its own thread, so a lost lease or the end of the grace period stops the
-  work even while an engine call blocks; its late result is discarded.
-- The transcript is written to the results store before `complete`; only the fenced complete
-  makes it the result. The worker deletes nothing in the store (the operator collects what no
-  accepted result references).
+- The engine runs on its own thread (`recall.worker.engine_thread`): a lost lease or the end of
+  the grace period stops the work even while an engine call blocks.
+- Only the fenced complete makes the transcript the result. The worker deletes nothing in the
+  store (the operator collects what no accepted result references).
 - Transient errors (list, watch, claim, renew, complete, the results store) delay work by
   seconds with bounded backoff; they never end the worker process. A results store that
-  refuses for good (access denied, a missing bucket, a bad URL) fails the job it hit with that
-  reason, before any engine call; then the worker claims nothing more until a probe write to
-  the store succeeds again (every `store_probe_seconds`), so one misconfiguration fails one job
-  per slot, not the whole queue.
-- A model cache the worker cannot write (`ModelCacheUnwritable`: a hostPath directory it does
-  not own, a read-only or full volume) is the worker's fault, not the job's: the job is
-  released (Queued at once, its attempt given back, within `maxReleases`), never failed; the
-  worker claims nothing more until the operation that failed works again: the probe repeats it
-  (the job's model fetched into the cache, or the worker's own model loaded when the start-up
-  load is what failed), first after `store_probe_seconds`, then at doubling intervals up to
-  `CACHE_PROBE_CAP` (a fetch is a download). Meanwhile its registration says `failed` with the
-  reason, which `recall doctor`'s workers line shows. At most one job per slot is given back
-  each time the cache breaks (none when the start-up load found it broken first).
+  refuses for good fails the job it hit, before any engine call; then the worker claims nothing
+  until a probe write succeeds (`recall.worker.probes`): one misconfiguration fails one job per
+  slot, not the whole queue.
+- A model cache the worker cannot write (`ModelCacheUnwritable`) is the worker's fault: the job
+  is released (Queued at once, its attempt given back, within `maxReleases`), never failed, at
+  most one per slot each time the cache breaks; the worker claims nothing until the probe
+  repeats the failed operation with success, and its registration says `failed` meanwhile.
 - SIGTERM (`stop()`): no new claims; the current job may finish within `grace_seconds`,
   otherwise its lease is released so the job is Queued again at once.
 - Drain (`recall.worker.drain`): once the worker answered a drain request `drained` it picks,
@@ -143,9 +130,8 @@ class Worker:
             self.queue.stop()
 
     def run(self) -> int:
-        """Take jobs until stopped, idle for `idle_exit_seconds`, or `max_jobs` are done: one
-        loop per slot (`settings.slots`), each holding at most one lease at a time. The slots
-        together claim at most `max_jobs` jobs (a claim lost to another worker counts none)."""
+        """Take jobs until stopped, idle for `idle_exit_seconds`, or `max_jobs` are done (a claim
+        lost to another worker counts none): one loop per slot, each holding one lease at most."""
         self.queue.start()
         self.held.start()
         if self.registration is not None:

@@ -2,9 +2,8 @@
 `recall.engines.models.ModelStore` the worker hands to its engine's model cache.
 
 `model_store(stores)` opens `s3://models/faster-whisper-small/` (or gs://, az://) as a
-directory and answers each failure as the job records it: a missing bucket or object
-`ModelNotFound` and refused credentials `ModelAccessDenied` (permanent: retrying cannot help),
-a store that does not answer `ModelUnavailable` (retried with backoff).
+directory; a failure is answered as `recall.worker.sources.store_failures` does: `ModelNotFound`
+and `ModelAccessDenied` permanent, `ModelUnavailable` retried with backoff.
 """
 
 from __future__ import annotations

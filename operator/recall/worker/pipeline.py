@@ -2,21 +2,19 @@
 
     decode thread ──[≤ DECODE_DEPTH chunks]──▶ engine (the caller) ──[≤ STORE_DEPTH]──▶ store thread
 
-- `Decoder` runs the media's chunk iterator on its own named thread, `depth` chunks
-  ahead of the engine at most (the audio of a chunk is the only large thing in flight, so a
-  worker's memory does not grow with the media's length).
+- `Decoder` runs the media's chunk iterator on its own named thread, `depth` chunks ahead of
+  the engine at most (a chunk's audio is the only large thing in flight: memory does not grow
+  with the media's length).
 - `Storer` writes each transcribed chunk to the results store on its own named thread, in the
-  order the engine made them, and reports each chunk once its object is durable (`stored`):
-  only then may a checkpoint name it. At most `depth` chunks wait for the store; a slow
-  store blocks the engine's hand-over (back-pressure), it never buffers without bound.
+  engine's order, and reports it once its object is durable (`stored`): only then may a
+  checkpoint name it. At most `depth` chunks wait: a slow store blocks the engine's hand-over.
 - Every wait polls `poll` (raising `LeaseLost` or `Stopped`) at least every `POLL` seconds, so a
   lost lease stops the caller at once; `abort()` stops a stage without waiting for it: the
   decoder reads nothing more, the storer writes nothing more (a put already sent completes).
 - An error of a stage (a corrupt file, a store that refuses) is raised in the caller at its next
   hand-over with the stage, unchanged.
-- Each stage records where its time went: the `Stopwatch` parts `media` (decoding) and `store`
-  (writing), and the waits in `recall_worker_stage_wait_seconds`; the `Stopwatch` also counts
-  the engine calls (a batch is one).
+- Time is recorded in the `Stopwatch` (parts `media`: decoding, `store`: writing; the engine
+  calls, a batch being one) and the waits in `recall_worker_stage_wait_seconds`.
 
 Not guaranteed: a stage blocked inside a call (a download read, a put) notices `abort()` only
 when that call returns; its thread is a daemon and its late result is dropped.
@@ -39,8 +37,7 @@ T = TypeVar("T")
 
 
 class Stopwatch:
-    """Where the time of one attempt goes, by part, and how many engine calls it made (with
-    batches, fewer than its chunks); thread-safe (the stages add to it)."""
+    """Where one attempt's time goes, by part, and its engine calls; thread-safe."""
 
     PARTS = ("lease", "store", "engine", "media", "engine_waits")
 
@@ -171,11 +168,8 @@ class Transcribed:
 
 
 class Storer(_Stage[Transcribed | None]):
-    """Stores transcribed chunks in order behind the engine; see the module contract.
-
-    `store(item)` writes one chunk (retrying what is transient; raising ends the stage) and
-    `stored(item)` is told once it is durable, on this thread, in order.
-    """
+    """Stores transcribed chunks in order behind the engine (the module contract): `store(item)`
+    writes one (raising ends the stage); `stored(item)` is told, on this thread, once durable."""
 
     def __init__(
         self,
@@ -213,8 +207,7 @@ class Storer(_Stage[Transcribed | None]):
             self._done.set()
 
     def put(self, chunk: Chunk, segments: list[Segment], poll: Callable[[], None]) -> None:
-        """Hand a transcribed chunk over (its audio is not kept); blocks while the store is
-        behind by `depth` chunks."""
+        """Hand a chunk over, without its audio; blocks while `depth` chunks wait for the store."""
         item = Transcribed(replace(chunk, audio=None), segments)
         waited = self.clock.monotonic()
         self._hand(item, poll)

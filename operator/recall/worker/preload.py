@@ -1,24 +1,20 @@
 """The worker's own engine and model, loaded at start-up, and what its registration says of it.
 
-A named daemon thread ("engine-preload") loads the worker's engine and its own model at once —
-for local Whisper `settings.whisper_model`, fetched and digest-checked as a job's first chunk
-would, and shared with the jobs afterwards (one load per process) — rather than at the first
-job, so a model that cannot load shows before any job fails on it. `state()` is what the
-registration's next renewal writes (`recall.protocol.workers.EngineState`): `loading`, then
-`loaded` with `<model>@<digest>` (and, from an engine that says, whether that model is
-multilingual: the operator fails unleased what an English-only pool cannot do), or `failed` with
-`<Reason>: <message>` as a job would record it. After a failure the load is tried again every
-`retry_seconds` (a model uploaded later, a store that answers again), until it loads or the
-worker stops.
-
-An engine that loads nothing in this process (the simulated one, an OpenAI-compatible API: no
-`preload` method) is `loaded` at once, its label for the model. Not guaranteed: a job that names
-another model than the worker's loads it when it runs, and its failure is the job's.
+A named daemon thread ("engine-preload") loads them before the first job, so a model that cannot
+load shows before any job fails on it (for local Whisper `settings.whisper_model`, fetched and
+digest-checked as for a job, and shared with the jobs: one load per process). `state()` is what
+the registration's next renewal writes (`recall.protocol.workers.EngineState`): `loading`, then
+`loaded` with `<model>@<digest>` (and, from an engine that says, whether it is multilingual: the
+operator fails unleased what an English-only pool cannot do), or `failed` with `<Reason>:
+<message>` as a job would record it, tried again every `retry_seconds` until it loads or the
+worker stops. An engine that loads nothing in this process (no `preload`) is `loaded` at once,
+its label for the model.
 
 Nothing here writes to the API server, nor holds up a claim: a job that comes while the model
-loads waits for the same load (the engine's own lock). A model cache this process cannot write
-(`ModelCacheUnwritable`) is handed to `cache_unwritable`: the worker then claims nothing until
-the load works (`recall.worker.loop`).
+loads waits for the same load (the engine's own lock). A cache this process cannot write
+(`ModelCacheUnwritable`) goes to `cache_unwritable`: the worker claims nothing until the load
+works (`recall.worker.loop`). Not guaranteed: a job that names another model than the worker's
+loads it when it runs, and its failure is the job's.
 """
 
 from __future__ import annotations
@@ -76,7 +72,6 @@ class Preload:
             else:
                 model, digest = load()
                 label = f"{model}@{digest}" if digest else model
-                # whether the model knows more than English, for an engine that can say
                 said: bool | None = getattr(self.engine, "multilingual", None)
                 state = EngineState(LOADED, label, multilingual=said)
         except ModelCacheUnwritable as e:  # the worker's own fault: it claims nothing for now

@@ -1,16 +1,11 @@
 """The worker's probes: after the model cache or the results store refused for good, claim
-nothing until it works again.
+nothing until it works again (a slot claims only if `broken is None or probe()`).
 
-    probe = CacheProbe(Backoff(initial=30, cap=600), clock, log)
-    probe.failed(error, retry)      # what failed, to repeat (None: a file made in the cache)
-    if probe.broken is None or probe.probe(): ...   # True once what failed works again
-
-One slot probes the cache at a time, on a backoff (a probe may fetch a model: a download). A
-refusal for another reason than the cache (the model missing) is not the cache's: the probe
-passes and the next job meets it as its own. Thread-safe.
-
-`StoreProbe` does the same for the results store (`STORE_REFUSALS`: refusals no job of the
-worker can get past): a probe write to `PROBE_KEY`, at most every `seconds`.
+`CacheProbe` (thread-safe) repeats what failed (`failed(error, retry)`), one slot at a time, on a
+backoff (a probe may fetch a model: a download). A refusal for another reason than the cache
+(the model missing) is not the cache's: the probe passes and the next job meets it as its own.
+`StoreProbe` does the same for the results store (`STORE_REFUSALS`): a probe write to
+`PROBE_KEY`, at most every `seconds`.
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ from recall.bucket import StoreError as BucketError
 from recall.engines.models import ModelCacheUnwritable, probe_cache
 from recall.resources.errors import JobFailure
 
-# Refusals of the results store that no job of this worker can get past: claim nothing more
-# until a probe write succeeds.
+# Refusals of the results store that no job of this worker can get past.
 STORE_REFUSALS = ("StorageAccessDenied", "StorageBucketMissing", "StorageUrlInvalid")
 PROBE_KEY = "scratch/.probe"
 
@@ -44,8 +38,7 @@ class CacheProbe:
         self._lock = threading.Lock()
 
     def failed(self, error: ModelCacheUnwritable, retry: Callable[[], object] | None) -> None:
-        """The cache refused `retry` (what failed, repeated by the probe; None: a file made in
-        the cache is all the probe can try). Also the preload's hand-off."""
+        """The cache refused `retry`, which the probe repeats (None: a file made in the cache)."""
         with self._lock:
             self._retry = retry or (lambda: probe_cache(error.directory))
             self._probes = 0

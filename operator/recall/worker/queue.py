@@ -3,9 +3,8 @@ claimable job (`JobQueue`, the `queue` dispatch mode), kept current by an `Infor
 
 The informer lists and watches the jobs the API server selects with `status.phase=Queued` and
 without the `recall.dev/suspended` label; jobs that leave the selection arrive as DELETED.
-`wait()` blocks until something changes or a timeout passes; `pick()` chooses by priority
-then age, at random among the first `window` candidates, so that many workers do not all race
-for the head of the queue (`choose` is the pure part).
+`pick()` chooses by priority then age, at random among the first `window` candidates, so that
+many workers do not all race for the head of the queue (`choose` is the pure part).
 
 Not guaranteed: the view may lag the API server by one event; a claim is decided by the fenced
 write, never by this view.
@@ -36,13 +35,10 @@ def order_key(job: TranscriptionJob) -> tuple[int, dt.datetime, str]:
 
 
 def claimable(job: TranscriptionJob, engine: str, pool: str = DEFAULT_POOL) -> bool:
-    """Could a worker of `engine` in `pool` claim `job` now, by what it can see locally?
-
-    A job belongs to the pool it names (`spec.pool`; none: the pool named default). A job that
-    names no engine goes to any real engine; the simulated engine takes only jobs that ask for
-    it, so a test worker never "transcribes" real media with made-up text. A job in backoff
-    waits until the operator ends it.
-    """
+    """Could a worker of `engine` in `pool` claim `job` now, by what it can see locally? A job
+    belongs to the pool it names (none: default). A job naming no engine goes to any real engine;
+    the simulated engine takes only jobs that ask for it, so a test worker never "transcribes"
+    real media. A job in backoff waits until the operator ends it."""
     if job.pool != pool:
         return False
     wanted = job.spec.engine.name if job.spec.engine else None
@@ -175,14 +171,9 @@ class JobQueue(WatchedJobs):
 
 
 class OfferQueue(WatchedJobs):
-    """The jobs the operator offers to this worker, and self-service when none come.
-
-    An informer watches the jobs whose `status.offer.worker` names this worker (so what a worker
-    reads does not grow with the number of workers). When no offer came for `self_serve_seconds`
-    and the worker asks for work, it lists a page of Queued jobs and chooses one itself (highest
-    priority, then a Batch at random, then the oldest of a few): work goes on while no operator
-    runs.
-    """
+    """The jobs whose `status.offer.worker` names this worker (what it reads does not grow with
+    the number of workers); when none came for `self_serve_seconds`, a page of Queued jobs and
+    `fair_choice` among them, so work goes on while no operator runs."""
 
     def __init__(
         self,

@@ -2,14 +2,13 @@
 
 A named daemon thread creates the Lease `recall-worker-<id>` (the record of
 `recall.protocol.workers`) in the worker's namespace, renews it every `period` seconds and
-deletes it on a clean stop. It is how the operator knows whom to offer work to; it has no part
-in the lease protocol of jobs (a job's lease lives in the job). A failed renewal is logged and
-tried again a period later: the registration only ever delays offers, never stops work.
+deletes it on a clean stop. It tells the operator whom to offer work to; it has no part in a
+job's lease. A failed renewal is logged and tried again a period later: the registration only
+ever delays offers, never stops work.
 
-Each renewal also carries the worker's state and its answer to a drain request found on the
-Lease (`recall.worker.drain`), whether its engine and model loaded (`engine_state`, from
-`recall.worker.preload`: no write of its own, the next renewal says it), and keeps the
-annotations it does not own (the request itself).
+Each renewal carries the worker's drain state and answer (`recall.worker.drain`) and its
+engine's state (`recall.worker.preload`; no write of its own), and keeps the annotations it does
+not own (the drain request itself).
 """
 
 from __future__ import annotations
@@ -91,7 +90,7 @@ class Registration:
             else:
                 self.store.replace_lease(self.namespace, self.name, self._body(now, current))
         except (Conflict, NotFound):
-            pass  # raced with ourselves (a restart) or a deletion: the next period settles it
+            pass  # raced with itself (a restart) or a deletion: the next period settles it
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -1,15 +1,13 @@
 """Sources in buckets: an `s3://`, `gs://` or `az://` job source downloaded with the worker's
-store credentials (the same ones its results store uses), for the media package to decode.
+store credentials (those of its results store), for the media package to decode.
 
-`object_reader(stores)` is the `recall.media.fetch.ObjectReader` the worker hands to its
-engine. It streams the object into a new temporary file under the media's work directory,
-refusing one larger than allowed before reading it, and answers each failure as the job
-records it: a missing object `SourceNotFound` and refused credentials `SourceAccessDenied`
-(permanent: retrying cannot help), a store that does not answer `SourceUnavailable` (retried
-with backoff, like an unreachable http source).
-
-`store_failures(kind, where, otherwise)` is that answer for any store call, the model
-directories' (`recall.worker.models`) too.
+`object_reader(stores)` is the `recall.media.fetch.ObjectReader` the worker hands to its engine:
+it streams the object into a new temporary file under the media's work directory, refusing one
+larger than allowed before reading it. `store_failures` answers each store failure as the job
+records it (for the model directories of `recall.worker.models` too): a missing object or bucket
+`<kind>NotFound` and refused credentials `<kind>AccessDenied` (permanent: retrying cannot help),
+a store that does not answer `<kind>Unavailable` (retried with backoff, like an unreachable http
+source), any other `StoreError` as `otherwise` (permanent).
 """
 
 from __future__ import annotations
@@ -39,9 +37,8 @@ _ANSWERS: dict[type[StoreError], str] = {
 
 @contextmanager
 def store_failures(kind: str, where: str, otherwise: str) -> Iterator[None]:
-    """A `StoreError` in the block raised as the `JobFailure` `kind` + "NotFound" (a missing
-    object or bucket), "AccessDenied" or "Unavailable" (the only one a retry can help), any
-    other as `otherwise`; its message `where: <the store's message>`."""
+    """A `StoreError` in the block raised as a `JobFailure` (see the module), its message
+    `where: <the store's message>`."""
     try:
         yield
     except StoreError as e:

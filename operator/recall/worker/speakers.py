@@ -1,19 +1,16 @@
 """Speaker labels for a leased job's transcript, made once its last chunk is in
 (`spec.transcript.speakers`; `recall.speakers`).
 
-    outcome = label_records(job, media, writer.records, poll, log)   # None: not asked
-
-Contract:
-- Labelled once the last chunk is in, from the whole file: the media is read again from its
-  start (decoded as it streams, one chunk at a time) and the words of every chunk record (this
-  attempt's and those a checkpoint carried) are labelled together. Nothing is carried in a
-  checkpoint: the labels are a function of the file's audio and its words alone, so a job
-  killed and resumed gets the labels of an unbroken run. The price is a second decode of the
-  file (measured in docs/transcripts.md).
+Contract of `label_records` (None when not asked):
+- Labelled from the whole file once the last chunk is in: the media is decoded again from its
+  start, one chunk at a time, and the words of every chunk record (this attempt's and a
+  checkpoint's) are labelled together. Nothing rides in a checkpoint: the labels depend on the
+  file's audio and words alone, so a resumed job gets the labels of an unbroken run, at the
+  price of a second decode (measured in docs/transcripts.md).
 - `poll` is called before each chunk (the lease is checked: a lost one stops it).
 - Off when not asked, and with `channels: split` (each channel is its own speaker there).
-- The model missing from the worker's installation is a `JobFailure` (SpeakerModelMissing,
-  retriable: another worker may have it). A media that yields no audio (the simulated
+- The model missing from the worker's installation is a retriable `JobFailure`
+  (SpeakerModelMissing: another worker may have it). A media that yields no audio (the simulated
   engine's placeholder chunks) labels nothing and logs `speakers_skipped`.
 - Fewer voices found than asked (`count`, or `min`) is not a failure: the words are labelled
   with the voices found and `Speakers.asked` says what was asked, for the job's condition.
@@ -56,8 +53,7 @@ def label_records(
     log: Any,
     clock: Clock = SYSTEM,
 ) -> Speakers | None:
-    """The records labelled with speakers (see the module contract); None when not asked.
-    The logged `seconds` are read from `clock`."""
+    """The records labelled with speakers (the module contract); logged `seconds` by `clock`."""
     t = job.spec.transcript
     if t is None or t.speakers is None or t.split:
         return None

@@ -1,11 +1,10 @@
 """An attempt's calls to the results store, retried on transient errors while the lease holds.
 
-`store_call(h, watch, what, fn, check_stop)` returns what `fn` returns. A store that is down or
-slow delays the job, never the worker: `StoreUnavailable` is retried (`STORE_RETRY`) as long as
-the lease holds and the worker is not stopping (`check_stop` raises `LeaseLost` or `Stopped`),
-or, for a pipeline stage, until the stage is aborted (`Aborted`). A refusal (access denied, a
-missing bucket, a bad URL, an object that exists with other bytes) is never retried: it becomes
-a permanent `JobFailure` with the store's reason.
+A store that is down or slow delays the job, never the worker: `store_call` retries
+`StoreUnavailable` (`STORE_RETRY`) while the lease holds, and until `check_stop` raises
+(`LeaseLost`, `Stopped`) or, in a pipeline stage, until the stage is aborted (`Aborted`). A
+refusal (access denied, a missing bucket, a bad URL, an object that exists with other bytes) is
+never retried: it is a permanent `JobFailure` with the store's reason.
 """
 
 from __future__ import annotations

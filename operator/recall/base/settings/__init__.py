@@ -1,10 +1,8 @@
 """Validated settings of the worker and the operator, from `RECALL_*` environment variables.
 
-Command-line options override the environment; both end up in these objects, which check
-the relations between fields (for example that the heartbeat is well inside the lease).
-
-One module a part: `shared` (the API server and the object store), `worker`, `operator`;
-each class is imported from here.
+Command-line options override the environment; these objects check the relations between
+fields (the heartbeat well inside the lease). Modules: `shared` (the API server and the object
+store), `worker`, `operator`; import each class from here.
 """
 
 from recall.base.settings.operator import OperatorSettings, PoolScaling

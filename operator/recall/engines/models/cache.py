@@ -236,8 +236,7 @@ class ModelCache:
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
-        """Errors of the cache's own files that say this process cannot write there raised as
-        `ModelCacheUnwritable`; any other error as it is."""
+        """OSErrors saying this process cannot write the cache raised as `ModelCacheUnwritable`."""
         try:
             yield
         except OSError as e:
@@ -246,8 +245,7 @@ class ModelCache:
             raise
 
     def _found(self, final: Path, source: str, digest: str) -> LocalModel:
-        """The copy in place at `final`, logged `model_cached` the first time this process
-        finds it."""
+        """The copy at `final`, logged `model_cached` the first time this process finds it."""
         with self._lock:
             first = digest not in self._seen
             self._seen.add(digest)
@@ -287,7 +285,7 @@ class ModelCache:
             raw = self.open_store(url).read(MANIFEST)
         except JobFailure as e:
             if e.reason == "ModelUnavailable" and known is not None:
-                return known  # the store does not answer: the copy we know still stands
+                return known  # the store does not answer: the copy known still stands
             raise
         if raw is None:
             raise JobFailure(

@@ -99,10 +99,9 @@ def _bare(text: str) -> str:
 
 
 def punctuated(words: list[Word], text: str) -> list[Word]:
-    """`words` written as `text` writes them: each word matched, in order, to the next token of
-    `text` (split at spaces) that is the same word once case and punctuation are set aside
-    ("hello" to "Hello,"), and takes that token. A word with no such token within
-    `LOOKAHEAD` tokens keeps its own text. Pure."""
+    """`words` written as `text` writes them: each, in order, takes the next token of `text`
+    (split at spaces) within `LOOKAHEAD` that is the same word but for case and punctuation
+    ("hello" → "Hello,"); a word without one keeps its own text. Pure."""
     tokens = text.split()
     at = 0
     out = []

@@ -59,13 +59,10 @@ def retry_delay(
     backoff: Backoff,
     u: float | None = None,
 ) -> float | None:
-    """Seconds to wait before retrying, or None to stop.
-
-    `status` is None for a transport error (no response); `retry` counts the retries already
-    made (0 after the first failure); none is left once `backoff` is exhausted. A `Retry-After`
-    is obeyed as given, unless it exceeds `RETRY_AFTER_MAX`; else the delay is
-    `backoff.delay(retry)`, its jitter share `u` given (pure) or drawn by the backoff.
-    """
+    """Seconds to wait before retrying, or None to stop. `status` None is a transport error;
+    `retry` counts the retries made (0 after the first failure), none left once `backoff` is
+    exhausted. A `Retry-After` is obeyed unless over `RETRY_AFTER_MAX`; else
+    `backoff.delay(retry)`, its jitter share `u` given (pure) or drawn by the backoff."""
     if backoff.exhausted(retry):
         return None
     if status is not None and not retriable_status(status):

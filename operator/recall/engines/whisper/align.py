@@ -1,21 +1,19 @@
 """Word alignment: faster-whisper's words and segments as recall's, timed to the sound.
 
 Contract:
-- Word times: faster-whisper's alignment (cross-attention), then each word's start moved to
-  its first sound and its end to its last within its own span (`snap_to_sound` over the
-  chunk's `islands`): the alignment alone starts a word where the silence before it starts,
-  or late in a word that follows a pause.
-  Words stay inside their segment, in order, each starting no earlier than the previous one
-  ends (`words_of`).
-- A segment's times are moved by the window's shift into its chunk and clamped to
-  [0, chunk duration]; its confidence is the geometric mean of its tokens' probabilities
-  (`exp(avg_logprob)`). A segment the alignment gave no word has `words` None (never an empty
-  list): its subtitles and aws.json items are split in proportion.
-- A batched window is one segment of up to 30 s; `window_segments` cuts its words into
-  segments after a sentence's end (`ends_sentence`: not after "Mr." or "J."), at a pause of
-  `PAUSE_SECONDS`, or before a segment would pass `SEGMENT_SECONDS`, each segment spanning its
-  words; the words themselves are kept only when the job asks for them.
-- Pure: numpy and the model's answers in, recall's `Segment`s out; no model call.
+- Word times: faster-whisper's alignment (cross-attention), then each word's start moved to its
+  first sound and its end to its last within its own span (`snap_to_sound` over the chunk's
+  `islands`): the alignment alone starts a word where the silence before it starts, or late in
+  a word after a pause. Words stay inside their segment, in order, none starting before the
+  previous one ends (`words_of`).
+- A segment's times are moved by the window's shift into its chunk and clamped to [0, chunk
+  duration]; its confidence is `exp(avg_logprob)`, the geometric mean of its tokens'
+  probabilities. A segment given no word has `words` None, never an empty list (its subtitles
+  and aws.json items are split in proportion).
+- `window_segments` cuts a batched window's one segment (up to 30 s) at its words: after a
+  sentence's end (`ends_sentence`), at a pause of `PAUSE_SECONDS`, or before a segment would
+  pass `SEGMENT_SECONDS`; each segment spans its words, kept only when the job asks for them.
+- Pure: no model call.
 """
 
 from __future__ import annotations

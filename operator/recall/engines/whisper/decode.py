@@ -1,55 +1,41 @@
 """Decoding: a call's windows through faster-whisper's batched pipeline, each window once.
 
-Contract (one chunk a call, `batch_size` 1, and batches alike: `BatchedInferencePipeline`,
-`batch_size` windows at a time):
-- The windows of all the call's chunks (`windows.plan`) go to the pipeline as
-  `clip_timestamps` over their samples put end to end (one copy of the call's speech), with
-  the pipeline's VAD off: the pipeline answers exactly one segment per window, in order, and
-  each is moved back to its own chunk by the window's place (exact: no time-based guessing).
-  Each window is encoded and decoded once, where faster-whisper's one-at-a-time decoding
-  (`WhisperModel.transcribe`) ends a 30 s window at its last complete segment and decodes the
-  rest again in a second window: two encoder passes for most 30 s chunks. With `batch_size`
-  above 1 the windows are encoded and decoded that many at a time.
-- Each window is decoded without timestamps (the pipeline's mode: with them, the words after a
-  window's last timestamp pair are dropped, since it cannot seek back as one-at-a-time decoding
-  does) and always with word timings, asked for or not: the window's words cut it into
-  segments (`align.window_segments`). Aligning them costs about 4 % of the CPU (tiny.en,
-  LibriVox, 2026-12-02); without them a window would be one segment of up to 30 s.
-- Prompting: the job's vocabulary goes to the model as `hotwords` (`recall.engines.prompt`),
-  and the last words of the text before the call (`context`) that fit
-  `WHISPER_CONTEXT_CHARACTERS` (200: the last sentence or two) as `initial_prompt` of every
-  window. Not the whole chunk before (400 characters is about 30 s of speech): a prompt that
-  holds what a window starts with makes the model skip it. On the LibriVox recording, which
-  repeats itself every 28.7 s, tiny.en skipped the first 19 s of every chunk whose start a
-  prompt of 400 or 300 characters held, and nothing with 200. Within a batch every window is
-  prompted with the text before the batch (a chunk's predecessor is not decoded yet).
-- Beam size 2. On synthesized speech beam 2 costs ~15 % more CPU than greedy decoding and
-  sometimes fixes a word; beam 5 costs 20-60 % more for no steady gain on tiny.en.
-- What one-at-a-time decoding does that the pipeline does not, kept here: a window judged
-  silent (no-speech probability over 0.6 and average log-probability under -1, Whisper's
-  rule) gives no segment; a window whose text repeats itself (compression ratio over 2.4) is
-  decoded once more alone, one at a time, with the temperature fallback. And one it cannot
-  need (its first timestamp must fall in a window's first second, so it never skips a
-  window's start): a window decoded with a prompt whose words leave `LOST_SECONDS` of its
-  speech (the VAD's) farther than `REACH` from every word is decoded again without the
-  prompt, and that answer kept if it reaches more of the speech (measured: no window of the
-  LibriVox and synthesized test speech left more than 0.15 s; a skipped start, 19 s).
-- `cancel` is checked between the pipeline's steps of `batch_size` windows; once set,
-  `transcribe` returns fewer lists than chunks (the caller discards). The model call for one
-  step is not interruptible.
-- Languages (`recall.engines.whisper.language`): under `languageScope: segment` (`per_segment`)
-  a chunk's speech is cut into the spans a language is decided for
-  (`recall.engines.languages.decision_spans`: 3 s of speech at least, a switch at a pause of
-  0.5 s) instead of 30 s windows; each span's language is detected on its own audio as it is
-  decoded (`language.decide`: from its first sound to its last, its pauses kept, its speech not
-  looked for again) among the job's options, it is decoded in that language, and its segments
-  carry it. The windows of one language are decoded in one pipeline call, each language in turn.
-- Translation (`translate`): every window is decoded a second time with Whisper's translate
-  task, in the window's language and without the prompt (text in the spoken language would
-  steer the English), with word timings; the English words go to the window's segments by
-  their times (`language.attach`): each segment carries the translation of its own speech.
-  English that repeats itself (compression ratio over 2.4) is translated once more alone, one
-  at a time, with the temperature fallback, as a repetitive transcript is.
+Contract (a call of one chunk or a batch alike):
+- The call's windows (`windows.plan`) go to `BatchedInferencePipeline`, `batch_size` a step, as
+  `clip_timestamps` over their samples put end to end, its VAD off: it answers one segment per
+  window, in order, each moved back to its chunk by the window's place (exact). Each window is
+  encoded and decoded once, where `WhisperModel.transcribe` ends a 30 s window at its last
+  complete segment and decodes the rest again: two encoder passes for most 30 s chunks.
+- Each window is decoded without timestamps (with them, the pipeline drops the words after a
+  window's last timestamp pair: it cannot seek back) and always with word timings, which cut
+  it into segments (`align.window_segments`; about 4 % of the CPU on tiny.en); without them a
+  window would be one segment of up to 30 s.
+- Prompting: the job's vocabulary as `hotwords` (`recall.engines.prompt`), and as every
+  window's `initial_prompt` the last words of `context` that fit `WHISPER_CONTEXT_CHARACTERS`.
+  Not more: a prompt that holds what a window starts with makes the model skip it (on a
+  LibriVox recording that repeats every 28.7 s, tiny.en skipped the first 19 s of every chunk
+  with a prompt of 300 or 400 characters, nothing with 200).
+- Beam size 2: ~15 % more CPU than greedy on synthesized speech, and sometimes a word fixed;
+  beam 5 costs 20-60 % more for no steady gain on tiny.en.
+- Kept from one-at-a-time decoding: a window judged silent (Whisper's rule: no-speech
+  probability over 0.6 and average log-probability under -1) gives no segment; a window whose
+  text repeats itself (compression ratio over 2.4) is decoded again alone, one at a time, with
+  the temperature fallback. Added, since the pipeline, unlike one-at-a-time decoding (its first
+  timestamp falls in a window's first second), can skip a window's start: a window decoded with
+  a prompt whose words leave `LOST_SECONDS` of its speech farther than `REACH` from every word
+  is decoded again without it, and that answer kept if it reaches more of the speech (no window
+  of the test speech left more than 0.15 s; a skipped start, 19 s).
+- `cancel` is checked between the pipeline's steps; once set, `transcribe` returns fewer lists
+  than chunks (the caller discards). One step's model call is not interruptible.
+- Languages: under `languageScope: segment` (`per_segment`) a chunk's speech is cut into
+  decision spans (`recall.engines.languages.decision_spans`) instead of 30 s windows; each
+  span's language is decided on its own audio (`language.decide`) among the job's options, the
+  span decoded in it, and its segments carry it. Each language's windows are decoded in one
+  pipeline call, in turn.
+- Translation (`translate`): every window is decoded again with the translate task, in its
+  language, without the prompt (text in the spoken language would steer the English); the
+  English words go to the window's segments by their times (`language.attach`). Repetitive
+  English is translated again alone, as a repetitive transcript is.
 """
 
 from __future__ import annotations
@@ -85,9 +71,7 @@ _log = log.get("engine")
 
 @dataclass(frozen=True)
 class Decoding:
-    """How one call decodes: the loaded model, the language (None: the model detects it), the
-    text before the call, the job's hotwords, beam and batch sizes, and whether the job keeps
-    its words."""
+    """How one call decodes; `language` None: the model detects it."""
 
     model: Any
     language: str | None
@@ -218,8 +202,7 @@ def window_result(
 
 
 def decoded(d: Decoding, chunks: list[Chunk], windows: list[Window], prompt: str | None) -> Any:
-    """faster-whisper's one segment for each of `windows`, in order, lazily: each step
-    encodes and decodes the next `batch_size` of them (the contract)."""
+    """faster-whisper's one segment for each of `windows`, in order, lazily (the contract)."""
     import numpy as np
     from faster_whisper import BatchedInferencePipeline
 
@@ -283,8 +266,8 @@ def reaching(
 def one_at_a_time(
     d: Decoding, chunk: Chunk, audio: Any, cancel: threading.Event, *, shift: float, floor: float
 ) -> list[Segment]:
-    """`audio`, a window of the chunk `shift` seconds in whose text repeated itself, decoded
-    again `alone`, the text before the call its prompt; segments relative to the chunk."""
+    """`audio`, a repetitive window `shift` seconds into `chunk`, decoded again `alone` with the
+    call's prompt; segments relative to the chunk."""
     segments: list[Segment] = []
     sounds: Sounds | None = None
     for s in alone(d, audio, cancel, task="transcribe", prompt=d.prompt, words=d.keep_words):

@@ -2,42 +2,29 @@
 GPU) on each request's chunks, one chunk a call or a batch of chunks in one call.
 
 Contract:
-- Device and compute type (`recall.engines.device`): chosen when the engine is built, so a
-  worker configured for a GPU it cannot see refuses to start (`DeviceUnavailable`); auto takes
-  a visible CUDA device, int8 on a CPU, float16 on a GPU. `device_of(job)` names what the job's
-  model ran with, as CTranslate2 reports it, for the result. `threads` 0 means every CPU the
-  process may use (`model.available_cpus`). Building one holds numpy's BLAS to one thread in
-  the process (`model.one_blas_thread`) and has glibc keep freed memory for the next window's
-  arrays (`model.keep_freed_memory`).
-- The model is the job's `spec.engine.model`, else the worker's (`settings.whisper_model`),
-  else the bundled tiny.en. It may be "tiny.en", "base" (the multilingual base model of the
-  `recall[multilingual]` extra and the multilingual image, joined from its packages into the
-  node's cache, `recall.engines.models.PACKAGED`), a URL in a store (`s3://models/small/`:
-  fetched once, digest-checked and cached on the node by `recall.engines.models.ModelCache`)
-  or a directory on a volume; any other name fails the job with `ModelNotFound`. It is loaded
-  at a job's first chunk (`model.load_model`, shared by the process); `preload()` loads the
-  worker's own model at once (the worker does at start-up, `recall.worker.preload`) and says
-  whether it is multilingual (`multilingual`, which the worker's registration carries).
+- Device and compute type are placed when the engine is built (`recall.engines.device`: a
+  worker configured for a GPU it cannot see refuses to start). `threads` 0 means every CPU the
+  process may use. Building one sets process-wide BLAS and malloc options
+  (`model.one_blas_thread`, `model.keep_freed_memory`).
+- The model is the job's `spec.engine.model`, else the worker's, else the bundled tiny.en:
+  "tiny.en", a packaged model (`recall.engines.models.PACKAGED`), a store URL or a directory
+  (`recall.engines.models`); any other name fails the job with `ModelNotFound`. It is loaded at
+  a job's first chunk and shared by the process (`model.load_model`); `preload()` loads the
+  worker's own at once and sets `multilingual`, which the worker's registration carries.
 - A model that is missing, corrupt or cannot be loaded fails the job permanently at its first
-  chunk (`ModelNotFound`, `ModelCorrupt`, `ModelInvalid`; `ModelUnavailable` is retried: a
-  store that does not answer, or a job's store model on an engine built without a store).
-  An engine whose own model is a store URL and that has no store is not built
-  (`ModelStoreMissing`: the worker refuses to start). `model_of(job)` names the model and its
-  digest for the result.
-- Language: a language the model cannot transcribe raises `UnsupportedLanguage` (permanent:
-  an English-only model does not silently transcribe French as English). `detect_language`
-  detects the language of a chunk's speech, among the job's `languageOptions`
-  (`recall.engines.whisper.language.detect`), on a multilingual model; an empty language on an
-  English-only model answers English without a probability (nothing was detected), and what
-  only a multilingual model can do (auto, options, segment scope, translation) fails the job
-  permanently, naming the model (`language.require`). Segment scope and translation are the
-  decoding's (`decode`).
+  chunk; `ModelUnavailable` is retried (a store that does not answer, or a job's store model on
+  an engine without a store). An engine whose own model is a store URL and that has no store
+  is not built (`ModelStoreMissing`). For the result, `model_of(job)` names the model and its
+  digest, `device_of(job)` the device and compute type as CTranslate2 reports them.
+- Language: a language the model cannot transcribe raises `UnsupportedLanguage` (permanent: an
+  English-only model never transcribes French as English). Detection and what an English-only
+  model refuses: `language`.
 - `transcribe(request)` is `transcribe_batch` of its one chunk. Both return each chunk's
-  non-empty segments with times relative to the chunk, clamped to [0, chunk.duration] (the
-  windows: `windows`; the decoding: `decode`; the words: `align`). They check `cancel` before
-  starting and between the pipeline's steps and return nothing more once it is set.
-- `label()` names the worker's default model; a job that overrides the model is still
-  labelled with the default (the result's `model` names the one used).
+  non-empty segments timed from the chunk, clamped to [0, chunk.duration] (`decode`). They
+  check `cancel` before starting and between the pipeline's steps and return nothing more once
+  it is set.
+- `label()` names the worker's default model, even for a job that overrides it (the result's
+  `model` names the one used).
 """
 
 from __future__ import annotations

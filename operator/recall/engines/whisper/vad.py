@@ -1,39 +1,30 @@
 """Speech detection: Silero VAD (the v6 weights faster-whisper bundles) over a whole chunk at once.
 
 Contract:
-- `probabilities(audio)`: the network's speech probability for each 32 ms frame (512 samples at
-  16 kHz) of `audio`, as faster-whisper's `SileroVADModel` gives them (within 2e-5 for audio
-  within [-1, 1]; the same frames, the last one padded with zeros and its last 64 samples read
-  as zeros, as faster-whisper pads and reads it). The encoder (a short-time Fourier transform
-  written as a convolution, then four small convolutions) runs in numpy over a block of frames:
-  the transform as an FFT, each convolution as one matrix product per input step; only the
-  LSTM and its one-channel decoder run in onnxruntime, cut out of the same ONNX file.
-  faster-whisper's session runs the encoder as thousands of products of a few columns each,
-  at a fraction of what the CPU does on large ones: the encoder was 80 % of the VAD's time and
-  the VAD three quarters of the worker's CPU outside the Whisper model (docs/benchmarks.md,
-  enginecpu).
-- `speech(probs, length, options)`: the stretches of speech those probabilities make (sample
-  ranges of `length` samples), by the rules `faster_whisper.vad.VadOptions` documents: a
-  stretch starts at a frame of at least `threshold` and ends after `min_silence_duration_ms`
-  below `neg_threshold` (threshold − 0.15 when not set), one longer than
-  `max_speech_duration_s` is split at its last pause over 98 ms (else cut where it reaches
-  the limit), and each is padded by `speech_pad_ms`, halving the gap between two closer than
-  twice that. The same sample ranges as faster-whisper's `get_speech_timestamps` on the same
-  probabilities (tests/unit/engines/test_vad.py checks them against it). On the same audio
-  they differ only where a frame's probability lies closer to a threshold than the two
-  computations differ (2e-5 for audio within [-1, 1]; the closest frame of 230 s of read
-  speech was 6e-6 from one): there a stretch's edge moves by a 32 ms frame, or a pause
-  splits it.
-- `speech_timestamps(audio, options)` = `speech(probabilities(audio), len(audio), options)`;
-  `speech_timestamps_of(audios, options)` the same for each of several audios (a call's
-  chunks), their LSTM run side by side as one batch (`Silero.many`: the same probabilities as
-  one at a time, for half the LSTM's CPU over eight chunks).
-- The model loads once per process, under a lock. A bundled file whose graph is not the one
-  this module knows (another faster-whisper), or any failure to build the cut graph, falls
-  back to faster-whisper's own session for the probabilities, with a warning (`vad_fallback`):
-  slower, never wrong.
-- Safe to call from many threads: the load is under a lock, and numpy and an onnxruntime
-  session run concurrently.
+- `probabilities(audio)`: the network's speech probability for each 32 ms frame (512 samples),
+  as faster-whisper's `SileroVADModel` gives them (within 2e-5 for audio within [-1, 1]; the
+  same frames, padded and read as it does). The encoder (an STFT written as a convolution, then
+  four small convolutions) runs in numpy, the STFT as an FFT and each convolution as one matrix
+  product per input step; only the LSTM and its decoder run in onnxruntime, cut out of the same
+  ONNX file. faster-whisper's session runs the encoder as thousands of tiny products: 80 % of
+  the VAD's time, and the VAD three quarters of the worker's CPU outside Whisper
+  (docs/benchmarks.md).
+- `speech(probs, length, options)`: the stretches of speech (sample ranges) by
+  `faster_whisper.vad.VadOptions`' rules: a stretch starts at a frame of at least `threshold`,
+  ends after `min_silence_duration_ms` below `neg_threshold` (default threshold − 0.15), is
+  split at its last pause over 98 ms when longer than `max_speech_duration_s` (else cut at the
+  limit), and is padded by `speech_pad_ms` (two closer than twice that meet halfway). The same
+  ranges as faster-whisper's `get_speech_timestamps` on the same probabilities
+  (tests/unit/engines/test_vad.py); on the same audio they differ only where a frame's
+  probability lies within 2e-5 of a threshold: there an edge moves by a frame, or a pause
+  splits a stretch.
+- `speech_timestamps_of(audios, options)`: `speech_timestamps` of each, their LSTM run side by
+  side as one batch (`Silero.many`: the same probabilities, half the LSTM's CPU over eight
+  chunks).
+- The model loads once per process, under a lock. A bundled graph this module does not know, or
+  any failure to build the cut one, falls back to faster-whisper's own session with a warning
+  (`vad_fallback`): slower, never wrong.
+- Thread-safe: numpy and an onnxruntime session run concurrently.
 """
 
 from __future__ import annotations
@@ -71,9 +62,9 @@ class UnknownGraph(Exception):
 
 
 class Conv:
-    """A kernel-3, padding-1 convolution over time with a ReLU, in the (frames, steps, channels)
-    layout: each output step one product of the input steps it reads, side by side in memory,
-    with their taps' weights stacked (no sums of partial products to add up after)."""
+    """A kernel-3, padding-1 convolution over time with a ReLU on (frames, steps, channels):
+    each output step one product of the input steps it reads (a view) and its taps' weights
+    stacked, with no partial products to add up after."""
 
     def __init__(self, weight: Array, bias: Array, stride: int) -> None:
         self.weight = weight  # (out channels, in channels, 3), as the ONNX file holds it
@@ -165,10 +156,9 @@ class Silero:
         return x  # (frames, 1, 128)
 
     def many(self, audios: Sequence[Array]) -> list[Array]:
-        """Speech probabilities of each of `audios` (each a whole number of frames), as each
-        alone gives them: each block of frames is encoded audio by audio, and the LSTM runs
-        over the audios' blocks side by side, one batch (a product of the batch with its
-        weights per step rather than one per audio: half the LSTM's CPU for eight chunks)."""
+        """Speech probabilities of each of `audios` (whole frames), as each alone gives them:
+        blocks are encoded audio by audio, and the LSTM runs over the audios' blocks as one
+        batch (one product with its weights per step rather than one per audio)."""
         audios = [np.asarray(a, np.float32) for a in audios]
         h = np.zeros((1, len(audios), 128), np.float32)
         c = np.zeros((1, len(audios), 128), np.float32)
@@ -200,8 +190,7 @@ class Silero:
 
 
 def _decoder(model: Any) -> Any:
-    """An onnxruntime session of the LSTM and what follows it in `model` (the ONNX file), fed
-    the encoder's output, for a batch of audios side by side (`Silero.many`)."""
+    """An onnxruntime session of what follows the encoder in `model`, for a batch of audios."""
     import onnx
     import onnxruntime
     from onnx import helper
@@ -292,8 +281,7 @@ def probabilities_of(audios: Sequence[Array]) -> list[Array]:
 
 
 def speech(probs: Array, length: int, options: VadOptions) -> list[dict[str, int]]:
-    """The stretches of speech (`{"start", "end"}` in samples) that `probs` make in audio of
-    `length` samples, by `options`' rules (the module's contract)."""
+    """The stretches of speech (`{"start", "end"}`, samples) `probs` make (the module contract)."""
     on = _level(options.threshold)
     neg = options.neg_threshold
     off = _level(neg if neg is not None else max(options.threshold - 0.15, 0.01))

@@ -1,22 +1,19 @@
 """Windows: where a call's speech is, and the 30-second windows the model decodes it in.
 
 Contract:
-- `speech_of(audio)` finds the stretches of speech in a chunk (sample ranges, in order) as
-  faster-whisper's batched pipeline's own VAD does: Silero VAD, speech split at 160 ms
-  silences, at most a window each (`vad`: the same stretches in a quarter of the CPU);
-  `plan` detects a call's chunks side by side (`speech_of_each`).
-- `windows_of(speech)` joins them into windows while they fit `WINDOW_SECONDS` (the model's
-  input): a chunk of 30 s or less with speech is one window, from its first sound to its
-  last, and a silent chunk none (it costs no model time and gets no invented "You": tiny.en
-  hears one in 30 s of silence). Without the VAD a chunk is cut in 30 s slices
-  (`speech_windows(audio, False)`).
-- `plan(chunks, vad_filter)` lays the windows of a call's chunks end to end (`Window.at`):
-  a window never crosses a chunk's edge, each starts on a 10 ms frame of the joined audio,
-  and `Window.shift` moves a time in the joined audio back into its chunk exactly.
+- `speech_of(audio)` finds a chunk's stretches of speech (sample ranges, in order) as
+  faster-whisper's batched pipeline's own VAD does: Silero VAD (`vad`), split at 160 ms
+  silences, at most a window each; `plan` detects a call's chunks side by side.
+- `windows_of(speech)` joins them into windows while they fit `WINDOW_SECONDS`: a chunk of
+  30 s or less with speech is one window, from its first sound to its last, and a silent chunk
+  none (no model time, and no invented "You": tiny.en hears one in 30 s of silence). Without
+  the VAD a chunk is cut in 30 s slices.
+- `plan(chunks, vad_filter)` lays a call's windows end to end (`Window.at`): a window never
+  crosses a chunk's edge, each starts on a 10 ms frame of the joined audio, and `Window.shift`
+  moves a time in the joined audio back into its chunk exactly.
 - `unreached(speech, words)` measures the speech a decoding wrote no word near: a prompted
   window that leaves `LOST_SECONDS` of it farther than `REACH` from every word lost words.
-- Pure but for the VAD's model (Silero, bundled with faster-whisper, run by `vad`); nothing
-  here decodes.
+- Pure but for the VAD's model; nothing here decodes.
 """
 
 from __future__ import annotations
@@ -88,8 +85,7 @@ def windows_of(speech: list[Span]) -> list[Span]:
 
 
 def speech_windows(audio: Any, vad_filter: bool = True) -> list[Span]:
-    """The windows (sample ranges) a call decodes in `audio`: its stretches of speech joined
-    while they fit `WINDOW_SECONDS`; without the VAD, `audio` in `WINDOW_SECONDS` slices."""
+    """The windows (sample ranges) a call decodes in `audio` (see the module contract)."""
     size = WINDOW_SECONDS * RATE
     if audio is None or len(audio) == 0:
         return []

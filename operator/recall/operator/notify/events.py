@@ -8,16 +8,14 @@
 | `dev.recall.batch.item.failed` | a Batch's item failed (its job) |
 | `dev.recall.batch.completed` | every item of the Batch is final and published (the Batch) |
 
-A cancelled job sends nothing. An event's id is a hash of its object's uid and its type: every
-try, every operator replica and every restart sends the same id, so a receiver drops a repeat
-by its id. Its `time` is when the object finished, read from its record (never the clock), so a
-retry's body is the same bytes. The
-data names the object, the item, the Batch, where the result is (its keys and the published
-outputs) and the counts; never the transcript's text (redacted or not), so an event holds
-nothing `redact` keeps out of the bucket.
+A cancelled job sends nothing. An event's id is a hash of its object's uid and type, the same
+on every try, replica and restart, so a receiver drops a repeat by its id. Its `time` is when
+the object finished, read from its record (never the clock), so a retry's body is the same
+bytes. The data names the object, the item, the Batch, where the result is (its keys and the
+published outputs) and the counts; never the transcript's text (redacted or not), so an event
+holds nothing `redact` keeps out of the bucket.
 
-CloudEvents 1.0, structured JSON mode (`application/cloudevents+json`), built with the
-`cloudevents` SDK.
+CloudEvents 1.0, structured JSON mode (`application/cloudevents+json`), via the `cloudevents` SDK.
 """
 
 from __future__ import annotations
@@ -75,8 +73,7 @@ def _source(namespace: str, plural: str, name: str) -> str:
 
 
 def _time(*candidates: dt.datetime | None) -> dict[str, dt.datetime]:
-    """The event's `time`: the first of `candidates` the object's record holds, never the clock,
-    so that every try sends the same bytes (none: no `time`, which CloudEvents allows)."""
+    """The first of `candidates` that is set; none: no `time` (CloudEvents allows that)."""
     when = next((c for c in candidates if c is not None), None)
     return {"time": when} if when is not None else {}
 

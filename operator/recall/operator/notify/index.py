@@ -1,10 +1,9 @@
 """The notifier's indexes: what a pass needs, found without walking every owed event or item.
 
 - `Items`: each Batch's item events as counts (delivered, pending by type) and its given-up
-  items, kept current from the job cache's changes, O(1) per change. A Batch's record, its
-  settling and its finalizer read them instead of walking the Batch's jobs (100,000 of them),
-  counting as pending only the types some sink wants (`state.item_types`): an item event no
-  sink wants is settled as it happens.
+  items, kept current from the job cache's changes, O(1) per change, so a Batch's record,
+  settling and finalizer never walk its jobs. Only the types some sink wants
+  (`state.item_types`) count as pending: an item event no sink wants is settled as it happens.
 - `Ready`: per sink (its gate), the tries waiting to be sent, in a heap by the time each may
   go: a pass takes what is due, O(log n) a try, and never looks at a sink that backs off.
 - `Deadlines`: deleted objects' events, in the order their `delete_seconds` run out.

@@ -5,43 +5,36 @@
     notifier.run(stop)         # its own thread: a sink never holds the controller or a job
 
 **What is owed** is derived, not stored: a job Succeeded (and published) or Failed whose status
-has no settled `notified` record owes its event; so does a Complete Batch. The id is a hash of
-the object's uid and the type (`events.event_id`), so the terminal write that finished the job
-is the record "before" the delivery: a new leader, a restarted operator or a resend finds the
-same events with the same ids, and a repeat carries the id the receiver has already seen.
+has no settled `notified` record owes its event; so does a Complete Batch. Ids are stable
+(`events.event_id`), so the terminal write is the record "before" the delivery: a new leader, a
+restarted operator or a resend finds the same events with the same ids.
 
 **What is written** (DESIGN §4e): at most two status writes per event: at the first failed try
-(`notified` with attempts and lastError, a `Notified` condition False) and when the event is
-settled (`notified.time`: every sink acknowledged it or gave up; `Notified` True, or False
-with reason GivenUp). A sink that is down costs no writes per retry. A Batch's own record
-keeps its items' events as counts and the given-up indexes as compressed ranges. An operator
+(`notified` with attempts and lastError, `Notified` False) and when it settles (`notified.time`:
+every sink acknowledged it or gave up; `Notified` True, or False with reason GivenUp); none per
+retry. A Batch's record keeps its items' events as counts and ranges (`records`). An operator
 killed between a delivery and its record sends that event again, with the same id.
 
-**Retries**: a sink that is unavailable (a transport error, 408, 429, 5xx) backs off as a
-whole, with jitter, to `backoff_cap`, then sends one event at a time until it answers: a sink
-down for an hour is retried every `backoff_cap` seconds, not by every event. An event a sink
-refuses (another 4xx, a redirect, a refused address) is tried `max_refusals` times, then given
-up with a Warning Event (`recall notify resend` sends it again). At most `in_flight` events
-per sink are in flight. A missing Secret or key posts a Warning Event and records
-`Notified=False KeyMissing` on the first event it holds up; nothing is ever sent unsigned.
+**Retries**: an unavailable sink (a transport error, 408, 429, 5xx) backs off as a whole, with
+jitter, to `backoff_cap`, then sends one event at a time until it answers. An event a sink
+refuses (another 4xx, a redirect, a refused address) is given up after `max_refusals` tries,
+with a Warning Event (`recall notify resend` sends it again). At most `in_flight` events per
+sink are in flight. A missing Secret or key posts a Warning Event and records `Notified=False
+KeyMissing` on the first event it holds up; nothing is ever sent unsigned.
 
-**Deletion**: an event already owed when its object is deleted is still tried for
-`delete_seconds`, then given up; a Batch's deletion waits for its items' events and its own
-`batch.completed` up to that bound (`deletion_pending`, called by its finalizer's handler),
-and decides nothing before this term's first pass knows what is owed. An item event that no
-sink of its Batch wants (the types they name) is settled as it happens: it holds neither the
-Batch's record nor its deletion.
+**Deletion**: an event owed when its object is deleted is still tried for `delete_seconds`,
+then given up; a Batch's deletion (`deletion_pending`, from its finalizer) waits up to that
+bound for its items' events and its own, and decides nothing before this term's first pass
+knows what is owed. An item event no sink of its Batch wants is settled as it happens.
 
-**Leadership**: only the leader delivers, and only the leader keeps anything: a standby queues
-nothing (a term's first pass finds what is owed in the cache) and forgets, when it stops
-leading, what it owed, loaded and timed (the deletions it was waiting for included).
+**Leadership**: only the leader delivers or keeps anything: a standby queues nothing (a term's
+first pass finds what is owed in the cache) and, when it stops leading, forgets what it owed,
+loaded and timed.
 
 **Cost**: a finished job that no sink wants (its Batch's, a default; its own sinks' types are
-not in the cache) is never read; one whose own sinks want none of its type is read once, and
-that version of it is then known to owe nothing (no read at a relist or a new term). A pass
-costs O(what it loads, sends and records): the tries wait per sink in a heap by time, a
-Batch's item events are counts kept from the job cache's changes (`index`), never a walk over
-its items, and only the events that changed are looked at for a record.
+not in the cache) is never read; one whose own sinks want none of its type is read once per
+version (not again at a relist or a new term). A pass costs O(what it loads, sends and
+records) (`index`): never a walk over a Batch's items.
 """
 
 from __future__ import annotations
@@ -107,9 +100,8 @@ class Notifier:
         self._waiting: set[Key] = set()  # Batch events delivered, their items not settled
         self._items = Items()
         self._deleting: dict[BatchKey, float] = {}
-        # Jobs read and found to owe nothing (no sink of theirs wants the type): the version
-        # read and its Batch's sinks (`_mark`). Kept across terms (a fact of those
-        # versions), dropped when the job goes.
+        # Jobs read and found to owe nothing, at their `_mark`: kept across terms (a fact of
+        # those versions), dropped when the job goes.
         self._unowed: dict[JobKey, str] = {}
         self._term = False
         self.loaded = threading.Event()  # this term knows what is owed (its first pass ran)
@@ -267,8 +259,7 @@ class Notifier:
                         self._due_batches.add(("batch", *key))
 
     def _take_jobs(self, batches: Batches, done: Pass) -> list[tuple[Key, str]]:
-        """Up to LOAD_PER_PASS due jobs to read, each with the version the cache has; those no
-        sink wants are dropped unread."""
+        """Up to LOAD_PER_PASS due jobs, at the cache's version; those no sink wants unread."""
         chosen: list[tuple[Key, str]] = []
         while len(chosen) < LOAD_PER_PASS:
             with self._lock:
@@ -286,10 +277,9 @@ class Notifier:
         return chosen
 
     def _load(self, key: Key, batches: Batches, done: Pass, version: str | None) -> Owed | None:
-        """The event `key` owes, read now; None when it owes none or could not be read (then
-        the next pass tries again). A job at `version` in the cache (what was read is that
-        version or later) that owes none is remembered at `version`: read again only once the
-        cache holds another version of it (a resend, say)."""
+        """The event `key` owes, read now; None when it owes none or could not be read (the
+        next pass retries). A job that owes none is remembered at the cache's `version` (what
+        was read is that or later): read again only once the cache holds another version."""
         kind, namespace, name = key
         try:
             sinks = Sinks(self.settings.default_sinks, self.settings.secret_namespace)

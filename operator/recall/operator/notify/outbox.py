@@ -5,13 +5,11 @@
     outbox.deleted(key, mono) # its object went: its tries are given up `delete_seconds` later
 
 A try is signed at each send (a new timestamp, the same id and body) with the keys of its
-sink's Secret (read again every `secret_seconds`; none: nothing is sent, a Warning Event says
-so once per sink). A Secret that cannot be read (forbidden, any API error) counts as a missing
-key: the reason is the event's lastError, the sink waits `secret_seconds` and the Secret is
-not read again before. An answer goes through `state.answered`: a sink that is unavailable backs
-off as a whole, an event refused `max_refusals` times is given up with a Warning Event. Each
-event whose record may have to change is put in `dirty`, which the notifier's records read.
-Shares the notifier's lock; the deliveries run on its pool's threads.
+sink's Secret, read again every `secret_seconds`. A missing key or unreadable Secret (forbidden,
+any API error) sends nothing: the reason is the event's lastError, a Warning Event says so once
+per sink, and the sink waits `secret_seconds` (the Secret is not read again before). Answers go
+through `state.answered`. Each event whose record may have to change goes in `dirty`, for the
+notifier's records. Shares the notifier's lock; the deliveries run on its pool's threads.
 """
 
 from __future__ import annotations

@@ -63,8 +63,7 @@ class Batches:
 
 
 def load_job(api: Api, namespace: str, name: str, batches: Batches, sinks: Sinks) -> Owed | None:
-    """The event a job owes now (read from the API server), or None: not final, settled, or
-    no sink wants it."""
+    """The event a job owes now (read from the API server); None: not final, settled, unwanted."""
     job = api.get_job(namespace, name)
     if job is None:
         return None

@@ -4,29 +4,26 @@
     answer = sender.post(url, headers, body)     # never raises; answer.outcome says what to do
 
 Safety (SSRF): the sink's host is resolved when a connection to it is opened and every address
-it resolves to is checked; a loopback, link-local (metadata services live there:
-169.254.169.254, fd00:ec2::254), unspecified, multicast or other metadata address is refused
-unless `allow` names it. The connection goes to a checked address itself: a DNS answer that
-changes between the check and the connection (rebinding) cannot move it. Connections are pooled
-per scheme, host name and port: a connection (and the certificate checked on it, against the
-sink's own name) is only ever reused for the same host name, never for another name that
-resolves to the same address. Redirects are never followed: a 3xx is a refusal. The chart's
-admission policy refuses such URLs at admission too; this is the check that holds when DNS says
-otherwise later.
+it resolves to is checked: a loopback, link-local (where metadata services live), unspecified,
+multicast or other metadata address is refused unless `allow` names it. The connection goes to
+a checked address itself, so a DNS answer that changes in between (rebinding) cannot move it.
+Connections are pooled per scheme, host name and port: a connection (and the certificate
+checked on it, against the sink's own name) is never reused for another name that resolves to
+the same address. Redirects are never followed: a 3xx is a refusal. The chart's admission
+policy refuses such URLs too; this is the check that holds when DNS says otherwise later.
 
 Bounds: a request has one deadline, `timeout` seconds from its start, over every wait it makes
 (a free connection, connecting, TLS, sending, the answer's headers and body), however slowly a
-sink trickles its bytes; past it the sink is unavailable, as on any timeout. The resolution of
-the host (the system's resolver) is outside that deadline. Of the answer's body at most
-`HEAD_BYTES` are read (a piece of it names the error), never the whole body.
+sink trickles its bytes; past it the sink is unavailable. Resolving the host (the system's
+resolver) is outside that deadline. At most `HEAD_BYTES` of the answer's body are read.
 
-Outcomes (`classify`, pure): 2xx delivered; 408, 429, 5xx and transport errors mean the sink is
-unavailable (the sink backs off as a whole: one probe at a time until it answers); any other
-answer is a refusal of this event, given up after a bounded number of tries. So are a URL that
-cannot be a sink's (not http(s), a port out of range, an invalid host name) and a TLS
-certificate that fails verification: configuration errors, which no retry mends. Errors name the
-URL without its user information nor its query (`display_url`). The network layer, the
-address check and the answer types are `recall.operator.notify.transport`'s.
+Outcomes (`classify`, pure): 2xx delivered; 408, 429, 5xx and transport errors: the sink is
+unavailable (it backs off as a whole: one probe at a time until it answers); any other answer
+refuses this event, given up after a bounded number of tries. So do a URL that cannot be a
+sink's (not http(s), a port out of range, an invalid host name) and a TLS certificate that
+fails verification: configuration errors, which no retry mends. Errors name the URL without
+its user information or query (`display_url`). The network layer, the address check and the
+answer types are `transport`'s.
 """
 
 from __future__ import annotations
@@ -151,10 +148,9 @@ def _target(url: str) -> _Target | Answer:
 
 class Sender:
     """POSTs events; thread-safe (one connection pool for every sink, keyed by host name).
-
-    `clock` measures each request's deadline (the system clock: sockets wait in real time)
-    and reads the wall time a `Retry-After` date is taken from. `ssl_context` verifies sinks'
-    certificates (default: httpx's, the certifi bundle)."""
+    `clock` times each request's deadline (the system clock: sockets wait in real time) and
+    dates a `Retry-After`; `ssl_context` verifies sinks' certificates (default: httpx's,
+    certifi)."""
 
     def __init__(
         self,
@@ -204,8 +200,7 @@ class Sender:
         return addresses
 
     def bound(self, timeout: float | None, expired: type[Exception]) -> float | None:
-        """`timeout` shortened to what is left of this thread's request's deadline; raises
-        `expired` once the deadline has passed."""
+        """`timeout` cut to what is left of this thread's deadline; raises `expired` past it."""
         at = self._deadline.at
         if at is None:
             return timeout

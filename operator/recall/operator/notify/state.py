@@ -1,10 +1,8 @@
 """What the notifier keeps in memory of the events owed, and the pure tests of what is owed.
 
 `Owed` is one event and its `Try` per sink; `Gate` is one sink's health (shared by every event
-to it); `owes`, `wanted`, `item_types` and `holds` say, from a job's record and a Batch, whether
-an event may be owed, whether a sink may want it, which of a Batch's item events its sinks want
-(an item event no sink wants is settled as it happens) and whether a Batch's TTL waits for its
-events. Nothing here calls the API.
+to it); `owes`, `wanted`, `item_types` and `holds` are the pure tests of what is owed, from a
+job's record and a Batch. Nothing here calls the API.
 """
 
 from __future__ import annotations
@@ -117,10 +115,9 @@ def event_type(record: JobRecord) -> str:
 
 def wanted(record: JobRecord, batch: Batch | None, defaults: Iterable[Sink]) -> bool:
     """Whether a sink may want the event `record` owes (pure): a default sink wanting its
-    type, its Batch's sinks (a Batch's job: `batch`, None when there is none any more), or
-    its own `spec.notify`. False: nothing to read or send for it. A job's own sinks are known
-    only as named (the record keeps no types): whether they want its type is read once, when
-    it is loaded (the notifier remembers that version of the job owes nothing)."""
+    type, its Batch's sinks (`batch`, None when gone), or its own `spec.notify`. False: nothing
+    to read or send. A job's own sinks are only known to exist (the record keeps no types):
+    whether they want its type is read once, at load (the notifier remembers that version)."""
     type_ = event_type(record)
     item = record.batch is not None
     own = (batch.spec.notify or []) if item and batch is not None else []

@@ -3,14 +3,13 @@
     elector = LeaderElector(store, namespace, "recall-operator", identity)
     elector.run(stop)        # thread: acquire, then renew until that fails, then step down
 
-- One replica leads: the holder of the Lease. It renews every `retry_period`; if no renewal
-  succeeded for `renew_deadline` it steps down on its own, before anyone may take over.
-- Another replica takes over only when it has seen the Lease unchanged for `lease_duration`
-  on its own monotonic clock (never by comparing the leader's timestamps with its clock).
+- One replica leads: the Lease's holder. It renews every `retry_period` and steps down on its
+  own once no renewal succeeded for `renew_deadline`, before anyone may take over.
+- Another replica takes over only after seeing the Lease unchanged for `lease_duration` on its
+  own monotonic clock (never comparing the leader's timestamps with its clock).
 - Every write carries the Lease's resourceVersion, so two candidates never both win.
-- `leading` is set while this replica leads. Standby replicas keep their caches warm (they
-  watch everything), so a takeover needs no re-list and judges lease expiry from observations
-  it already has.
+- `leading` is set while this replica leads. Standbys watch everything too, so a takeover
+  needs no re-list and judges lease expiry from observations it already has.
 
 `decide` is the pure part: given the Lease as read and what was observed of it, what to write.
 """

@@ -93,8 +93,7 @@ class Registry:
         return key
 
     def suspect(self, namespace: str, worker: str) -> None:
-        """`worker` let a lease expire: count it as not alive until its registration's
-        renewTime changes again."""
+        """`worker` let a lease expire: not alive until its registration's renewTime changes."""
         with self._lock:
             old = self._seen.get((namespace, worker))
             if old is not None:

@@ -1,11 +1,10 @@
 """The reconciler's apply: performs a plan against the store and reports what it did.
 
 `Applier.apply_batch` performs the plan's job writes (each fenced), creates the missing jobs,
-then writes the Batch status (`recall.operator.reconcile.status`): the projection of the jobs as
-they are after those writes. A job and its item are therefore restored by the same apply. A
-replica that is no longer sure it leads (`Leadership.holds`, e.g. it woke from a freeze past its
-renew deadline) writes nothing; the status it writes carries its leader term.
-Offers and their withdrawal (`recall.operator.dispatch`) are written here too.
+then writes the Batch status (`status`): the projection of the jobs after those writes, so a job
+and its item are restored by the same apply. It also writes offers and their withdrawal
+(`recall.operator.dispatch`). A replica no longer sure it leads (`Leadership.holds`: e.g. woken
+from a freeze past its renew deadline) writes nothing; the status carries its leader term.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ CREATE_SECONDS = 0.3  # creating jobs stops after this long in one tick (the loo
 
 
 def _status_of(record: JobRecord) -> JobStatus:
-    """The part of a job's status an offer depends on, from the operator's compact record."""
+    """The part of a job's status an offer depends on."""
     return JobStatus(
         phase=record.phase,
         attempts=record.attempts,
@@ -243,10 +242,8 @@ class Applier:
         now: dt.datetime,
         create_until: float,
     ) -> Report:
-        """The job writes of `plan`, the jobs to create, then the Batch status: the projection
-        of the view's jobs as they are after those writes (so it is made here, not in the plan:
-        a job and its item are restored by the same apply). Jobs are created until
-        `create_until` (on `self.clock`), the rest at the next tick."""
+        """The job writes of `plan`, the jobs to create until `create_until` (on `self.clock`; the
+        rest at the next tick), then the Batch status projected after those writes."""
         view = plan.view
         assert view is not None, "a Batch's plan carries the view it was made from"
         report = Report(plan.batch)

@@ -1,13 +1,9 @@
 """The operator's view of every TranscriptionJob: compact records kept current by an informer.
 
-`JobCache` is the informer's consumer. For each job event it
-- keeps a `JobRecord` (a few hundred bytes instead of the whole object: the operator holds
-  100,000 of them), indexed by key and by Batch;
-- observes the job's lease and backoff on the operator's monotonic clock (`Observer`), the one
-  place where that happens;
-- marks the job's Batch item as changed (`Marks`), so the next projection writes it and does not
-  count it as a heal;
-- wakes the controller.
+`JobCache`, the informer's consumer, for each job event keeps its `JobRecord` by key and by
+Batch, observes its lease and backoff on the operator's monotonic clock (the one place that
+does), marks its Batch item changed (`Marks`: the next projection writes it and counts no heal
+there), and wakes the controller.
 
 Thread-safe: the informer thread writes, the controller thread reads snapshots.
 """
@@ -100,16 +96,13 @@ class JobCache:
         self._backoffs: dict[JobKey, BackoffObservation] = {}
         self._watched: set[JobKey] = set()  # leased, in backoff, or out of attempts
         self.phase_counts: dict[Phase, int] = dict.fromkeys(Phase, 0)
-        # Jobs whose transcript ConfigMaps may hold something nothing references any more: a
-        # final job that failed, was cancelled or took more than one attempt, and a job that
-        # took another attempt (a zombie's, or an abandoned one's, leftovers).
+        # Jobs that may have left objects nothing references any more (`needs_cleanup`).
         self.cleanup: set[JobKey] = set()
         # Succeeded jobs whose result is not published yet (outputs, the Batch's index).
         self.publish: set[JobKey] = set()
         # Jobs deleted since the results store last heard of it: (namespace, name, uid).
         self.removed: set[tuple[str, str, str]] = set()
-        # Called with (old, new) on every change, under the cache's lock (the dispatcher's
-        # ready queue keeps itself current this way).
+        # Called with (old, new) on every change, under the cache's lock.
         self.listeners: list[Callable[[JobRecord | None, JobRecord | None], None]] = []
 
     # -- the informer's side -----------------------------------------------------------------
@@ -156,9 +149,8 @@ class JobCache:
                 self._watched.add(record.key)
             else:
                 self._watched.discard(record.key)
-            # A job seen for the first time (in the first list, or created since) is not a
-            # change since the last projection: if the status disagrees with it, that is a heal
-            # (an operator restart finds them all).
+            # A job seen for the first time (first list, or created since) is no change since
+            # the last projection: a status that disagrees with it is a heal (after a restart).
             if old is None:
                 moved = changed = unseen_moved
             else:

@@ -45,9 +45,8 @@ def storage_conditions(
 def model_conditions(
     current: list[Condition], model: tuple[str, str] | None, now: dt.datetime
 ) -> list[Condition]:
-    """ModelFailing: a job failed for a reason every job of the Batch shares (its model is
-    missing, corrupt or cannot be loaded, or cannot do the language asked for), said once for
-    the Batch with the first such job's message; each job keeps its own lastError."""
+    """ModelFailing: a job failed for a reason all the Batch's jobs share (model or language,
+    `project.MODEL_REASONS`), said once with its message; each job keeps its own lastError."""
     if model is not None:
         return set_condition(current, "ModelFailing", "True", model[0], model[1][:1000], now)
     if any(c.type == "ModelFailing" for c in current):
@@ -65,8 +64,7 @@ def conditions(
     invalid: str | None,
     now: dt.datetime,
 ) -> list[Condition]:
-    """Complete, Progressing and Failed (and ItemsInvalid while the items cannot be used).
-    `finished`: every item is final; Complete also waits for the completed items' results
+    """`finished`: every item is final; Complete also waits for the completed items' results
     to be published."""
     out = list(current)
     if invalid is not None:

@@ -3,9 +3,8 @@
 Contract: `job_for_item(batch, item)` is deterministic — the same Batch and item always give
 the same name, labels, owner reference and spec — so creating it again after a retried write
 or an operator restart finds the existing job (409 AlreadyExists) instead of a duplicate.
-Item fields override the Batch's `defaults`. An item whose own language is fixed takes none of
-the defaults' `languageOptions` and `languageScope` (the job's CEL refuses options beside a fixed
-language): its language is known, there is nothing to choose among.
+Item fields override the Batch's `defaults`; an item with a fixed language takes none of the
+defaults' `languageOptions` and `languageScope` (the job's CEL refuses them beside one).
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ def job_for_item(batch: Batch, item: Item) -> dict[str, Any]:
 
 
 def _spec(batch: Batch, item: Item) -> dict[str, Any]:
-    """The job's spec: the item's own fields over the Batch's defaults."""
     d = batch.spec.defaults
     spec: dict[str, Any] = {
         "source": {"url": item.url},
@@ -79,7 +77,6 @@ def _spec(batch: Batch, item: Item) -> dict[str, Any]:
 
 
 def _metadata(batch: Batch, item: Item) -> dict[str, Any]:
-    """The job's name, labels (its Batch, item and index) and its Batch as owner."""
     labels = {
         LABEL_BATCH: label_value(batch.name),
         LABEL_ITEM: item.key,

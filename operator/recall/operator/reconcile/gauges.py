@@ -23,9 +23,8 @@ class BatchGauges:
         self._exported: set[str] = set()  # the Batches recall_batch_items has series of
 
     def export(self, batches: Mapping[BatchKey, Batch]) -> None:
-        """`recall_batch_items` and `recall_batch_suspended` of each Batch of `batches` as its
-        status last seen counts them; the series of a Batch not among them (deleted, or every
-        one on a replica that does not lead) are removed."""
+        """Set each Batch's series as its status last seen counts; remove those of any other
+        (deleted, or every one on a replica that does not lead)."""
         names = set()
         for batch in batches.values():
             name = f"{batch.namespace}/{batch.name}"

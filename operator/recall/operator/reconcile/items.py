@@ -59,10 +59,8 @@ def parse_list(text: str, *, source: str) -> list[tuple[str | None, str]]:
 
 
 def resolve(batch: Batch, lists: dict[str, str]) -> list[Item]:
-    """Every item of `batch`, numbered; `lists` maps "configmap/key" to the list's text.
-
-    Raises `ItemsInvalid` for a missing list, a bad line, duplicate keys or too many items.
-    """
+    """Every item of `batch`, numbered; `lists` maps "configmap/key" to the list's text. Raises
+    `ItemsInvalid` for a missing list, a bad line, duplicate keys or too many items."""
     items = [
         Item(i, it.key, it.source.url, it.language, it.priority)
         for i, it in enumerate(batch.spec.items)

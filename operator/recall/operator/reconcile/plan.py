@@ -1,11 +1,9 @@
-"""The reconciler's plan: what a Batch (or a set of jobs without one) needs now. Pure.
+"""The reconciler's plan: what a Batch (or a set of jobs without one) needs now. Pure: it reads
+nothing but its arguments; `apply` does the I/O.
 
-    plan = plan_batch(BatchView(batch, items, jobs, ...), full=..., dirty=..., max_creates=...)
-    report = Applier(store).apply_batch(plan, marks, ...)   # reconcile.apply: all the I/O
-
-The plan lists the jobs to reclaim (their lease expired on the operator's clock), to fail (no
-attempts left), to take out of backoff (its time passed on the operator's clock), to label
-(suspend), and the items whose jobs to create. It reads nothing but its arguments.
+The plan lists the jobs to reclaim (lease expired on the operator's clock), to fail (no attempts
+left), to take out of backoff (its time passed on the operator's clock), to label (suspend), and
+the items whose jobs to create.
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ class BatchView:
     backoffs: Mapping[JobKey, BackoffObservation]
     now_mono: float  # the operator's clock at the read
     # The items marked as moved, taken AFTER `jobs` was read (a change that reached `jobs` is
-    # never judged a heal), and the marks' sequence number taken BEFORE it (a change that may
-    # have come after the read keeps its mark for the next projection).
+    # never a heal), and the marks' sequence number taken BEFORE it (a later change keeps its mark).
     seen: tuple[frozenset[int], int] = (frozenset(), 0)
     invalid: str | None = None  # why the items cannot be used, if so
 

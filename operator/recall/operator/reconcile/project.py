@@ -1,23 +1,20 @@
 """Batch status as a projection of its jobs, and the heals it implies. Pure.
 
-The jobs are the ledger; `Batch.status` is derived from them (DESIGN §4) in a form whose size
-does not grow with the Batch: counts, the indexes of transcribing, completed, failed and
-cancelled items as compressed ranges (queued is the rest), and a bounded list of items that need
-attention. Per-item detail lives in the jobs.
+The jobs are the ledger; `Batch.status` is derived from them (DESIGN §4) in a size that does not
+grow with the Batch: counts, the indexes of transcribing, completed, failed and cancelled items
+as compressed ranges (queued is the rest), and a bounded list of items that need attention.
 
-`languages` counts the completed items by the language they were transcribed in (the one
-given, or detected; under segment scope the one with the most speech): per language, the larger
-of the stored count and the count among the jobs present, so the counts stay when the jobs go
-(the Batch's TTL, a user). Not guaranteed: a job deleted before it completed and recreated is
-counted once, but one recreated after it completed and detected in another language the second
-time counts in both.
+`languages` counts completed items by the language transcribed (given, or detected; under
+segment scope the one with the most speech): per language the larger of the stored count and
+the count among the jobs present, so counts stay when the jobs go. Not guaranteed: a job
+recreated after it completed, and detected in another language the second time, counts in both
+(one deleted before it completed and recreated counts once).
 
-`project(batch, total, keys, jobs, stored, now, changed)` returns the status the Batch should
-have. An item whose job changed since the last projection that was written (`changed`) is
-simply updated. Any other item whose stored phase differs from its job's is a *heal*: the
-projection was lost (the operator crashed between two writes) or someone edited it. An item
-without a job keeps what was stored until the reconciler creates the job. The status's
-conditions are set by `recall.operator.reconcile.conditions`.
+`project` returns the status the Batch should have. An item whose job changed since the last
+written projection (`changed`) is updated; any other item whose stored phase differs from its
+job's is a *heal*: the projection was lost (a crash between two writes) or someone edited it.
+An item without a job keeps what was stored until the reconciler creates the job. Conditions:
+`conditions`.
 """
 
 from __future__ import annotations
@@ -253,12 +250,11 @@ def project(
 ) -> Projection:
     """The Batch status derived from `jobs` (by item index), and the heals it implies.
 
-    `stored` is the status as last written; `changed` the items whose jobs changed since that
-    projection; `recreated` the jobs the reconciler created again (heals too); `invalid` why
-    the items cannot be used, if they cannot; `storage` the results store's last refusal of a
-    publish of this Batch. Before the first projection nothing is a heal. The Batch is
-    Complete once every item is final and every completed item's result is published.
-    """
+    `stored`: the status as last written; `changed`: items whose jobs changed since; `recreated`:
+    jobs the reconciler created again (heals too); `invalid`: why the items cannot be used;
+    `storage`: the results store's last refusal of a publish of this Batch. Before the first
+    projection nothing is a heal. Complete once every item is final and every completed item's
+    result is published."""
     t = tally(stored_phases(stored, total), key_of, jobs, changed, stored.counts is not None)
     p = t.phases
     by_phase = {q.value: p.count(CODE[q]) for q in ItemPhase}

@@ -1,10 +1,9 @@
 """What the operator keeps of one TranscriptionJob: a compact `JobRecord`.
 
-A few hundred bytes instead of the whole object (the operator holds 100,000 of them): identity,
-phase, counters, lease, errors, and what the results and the dispatcher need. `from_raw` reads
-it from the object as the API server serves it; a field the job lacks takes its CRD default.
-Not guaranteed: a record is a copy of one version of the job, current only as long as the
-informer's cache (`recall.operator.reconcile.cache`) keeps it so.
+A few hundred bytes instead of the whole object (the operator holds 100,000 of them). `from_raw`
+reads it from the object as the API server serves it; a field the job lacks takes its CRD
+default. Not guaranteed: a record is a copy of one version of the job, current only as long as
+the informer's cache (`cache`) keeps it so.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """What one apply did (`Report`), and the log lines and Events that say it.
 
-`recall.operator.reconcile.apply` fills a `Report` as it writes; the controller logs each one
-after its tick (`log_report`). Only what was written is reported: a write that failed is an
-error in the report, tried again at the next tick.
+`apply` fills a `Report` as it writes; the controller logs it after its tick (`log_report`).
+Only what was written is reported: a failed write is an error, tried again at the next tick.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """A Batch's items as the controller uses them: resolved once per generation.
 
-`Resolver.items(batch)` returns the Batch's items (`recall.operator.reconcile.items.resolve`),
-reading the item lists it names from their ConfigMaps; the result is kept until the Batch's
-uid or generation changes. Items that cannot be used (`ItemsInvalid`) are kept as such, with
-the reason, and resolved again at every call; an `ItemsInvalid` Event is posted when the reason
-is new. A ConfigMap that cannot be read makes the items invalid for this call only.
+`Resolver.items(batch)` resolves the Batch's items (`items.resolve`), reading the lists it names
+from their ConfigMaps, and keeps them until the Batch's uid or generation changes. Items that
+cannot be used (`ItemsInvalid`) are kept with the reason and resolved again at every call; an
+`ItemsInvalid` Event is posted when the reason is new. A ConfigMap that cannot be read makes the
+items invalid for this call only.
 
-Not guaranteed: a ConfigMap changed after its Batch's items were resolved is not read again
-(the items are immutable; a new generation reads them again).
+Not guaranteed: a ConfigMap changed after its Batch's items were resolved is read again only by
+a new generation.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Resolver:
         self._resolved: dict[BatchKey, Resolved] = {}
 
     def items(self, batch: Batch) -> Resolved:
-        """The Batch's items, resolved once per generation (lists are read from ConfigMaps)."""
+        """The Batch's items (see the module)."""
         uid, gen = batch.metadata.uid or "", batch.metadata.generation or 0
         known = self._resolved.get(batch.key)
         if known is not None and (known.uid, known.generation) == (uid, gen) and not known.invalid:

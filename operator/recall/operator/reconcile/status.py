@@ -1,18 +1,16 @@
 """The Batch status writer: writes a projection as the whole status, and knows its own writes.
 
-`StatusWriter.write` writes a Batch's projected status whole (every field, absent ones as null),
-so the write needs no resourceVersion: another client changing the Batch meanwhile (a label, the
-spec) cannot make it fail, and no field keeps a value from an older write. It writes only what
-differs from the status it starts from (`baseline`: the last one this process wrote, it being the
-only writer while it leads), and only while the replica is sure it leads. Each status carries
-the writer's leader term, which the API server requires never to go down (the Batch CRD's rule
-on `status.operatorTerm`): a replica that lost the lead cannot overwrite its successor's status
-even if its write was already on its way. A status written by anyone else (`observe`) makes the
-next write start from the server's status again. Heals are counted, and their Events posted,
-only when the status that records them was written.
+`StatusWriter.write` writes a Batch's projected status whole (every field, absent ones as null)
+without a resourceVersion: another client's change to the Batch (a label, the spec) cannot make
+it fail, and no field keeps a value from an older write. It writes only what differs from its
+`baseline`, and only while the replica is sure it leads. Each status carries the writer's leader
+term, which the Batch CRD's rule on `status.operatorTerm` never lets go down: a replica that lost
+the lead cannot overwrite its successor's status, even with a write already on its way. A status
+written by anyone else (`observe`) makes the next write start from the server's status again.
+Heals are counted, and their Events posted, only once the status recording them is written.
 
-Not guaranteed: that a write lands. A refused or failed write leaves the items' marks, and the
-next tick writes again.
+Not guaranteed: that a write lands. A refused or failed write leaves the items' marks; the next
+tick writes again.
 """
 
 from __future__ import annotations
@@ -83,8 +81,8 @@ class StatusWriter:
             return True
 
     def baseline(self, batch: Batch) -> BatchStatus:
-        """The Batch status as it is now: the last one this process wrote (it is the only
-        writer while it leads), or the one read from the API server."""
+        """The Batch status as it is now: the last one this process wrote (the only writer
+        while it leads), else the one read from the API server."""
         return self.written.get(batch.key, batch.status)
 
     def forget(self, key: BatchKey | None = None) -> None:

@@ -99,8 +99,7 @@ class Collector:
         return len(keys)
 
     def sweep(self) -> int:
-        """Everything the store holds under scratch/ and index/, against the jobs and Batches
-        that exist; see the module doc. Returns the objects deleted."""
+        """Sweep scratch/ and index/ (see the module doc); returns the objects deleted."""
         by_job: defaultdict[tuple[str, str, str], list[str]] = defaultdict(list)
         for info in self.bucket.list(f"{SCRATCH}/"):
             key = parse_scratch(info.key)

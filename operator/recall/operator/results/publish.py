@@ -5,26 +5,25 @@
     results.run(stop)           # its own thread: store calls never hold the controller's tick
 
 **Publish** (the second record, DESIGN §4b). For each Succeeded job not yet published: copy its
-accepted transcript into its Batch's results index (`index/<ns>/<batch>/<uid>/<item>.json`,
-server-side within the store), copy each output format the worker rendered beside it to the
-job's `spec.output` URL (server-side within one store, streamed across stores), then record
-`status.published` with one fenced write, the one write a Succeeded job accepts. Every step
-is idempotent: a crash between the copies and the record is healed by doing them again (the
-cache still lists the job as unpublished), so outputs are written for the accepted result only
-and at least once. A store that refuses is tried again with backoff (a refusal every five
-minutes, so a fixed permission is picked up); the Batch shows `StorageFailing` meanwhile.
+accepted transcript into its Batch's results index (`index/<ns>/<batch>/<uid>/<item>.json`) and
+each rendered output format to the job's `spec.output` URL (server-side within one store,
+streamed across stores), then record `status.published` with one fenced write, the one write a
+Succeeded job accepts. Every step is idempotent: a crash before the record is healed by doing
+them again (the cache still lists the job as unpublished), so outputs are written for the
+accepted result only, and at least once. A store that delays is retried with backoff, one that
+refuses every `RETRY_REFUSED` seconds (a fixed permission is picked up); the Batch shows
+`StorageFailing` meanwhile.
 
 **Collect** (invariant 8): `collector.Collector`, on the same thread, after the publishes.
 
 Only the leader publishes and collects; a standby keeps nothing but its cache. Errors never
 leave `run_once`: they are counted, logged and retried.
 
-**Reachability** (what the operator's readiness reports). `reachable` is None while the store
-answers, else why not. The probe (a write of `index/.probe`) runs at start, again every
-`probe_every` seconds (leader or standby), and again and again while the store
-cannot be reached, with backoff (`PROBE_RETRY`), so a store that comes up after the operator,
-or comes back on an empty volume, makes the operator ready without a restart. A sweep the
-store refused is tried again with the same backoff, not at every pass.
+**Reachability** (the operator's readiness): `reachable` is None while the store answers, else
+why not. The probe (a write of `index/.probe`) runs at start, every `probe_every` seconds
+(leader or standby), and with backoff (`PROBE_RETRY`) while the store is unreachable, so a
+store that comes up late, or comes back on an empty volume, makes the operator ready without a
+restart. A refused sweep is retried with the same backoff.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Retention, as Kubernetes Jobs have it: a finished Batch's jobs deleted after its TTL.
 
 `expire_finished(...)` deletes, with one request per Batch, the jobs of every Batch whose
-`spec.ttlSecondsAfterFinished` has passed since its `status.completedAt` (written by this
-operator when the last completed item was published) and posts a `JobsDeleted` Event. The
-Batch's status is frozen once it is Complete, so it shows the same afterwards; the results stay
-in the store and the Batch's results index (`recall transcript BATCH/KEY`); published outputs
-are never touched. A failed delete is logged and tried again at the next tick.
+`spec.ttlSecondsAfterFinished` has passed since its `status.completedAt` (written when the last
+completed item was published) and posts a `JobsDeleted` Event. The Batch's status is frozen
+once Complete, so it shows the same afterwards; the results stay in the store and the Batch's
+results index (`recall transcript BATCH/KEY`); published outputs are never touched. A failed
+delete is logged and retried at the next tick.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The operator process: kopf's handlers, the runner, discovery and readiness.
 
-`handlers` builds every part of the operator and hands each its peers; `runner` is
-`recall operator`; `discovery` holds kopf back until the API server serves the resources;
-`readiness` answers `/readyz`.
+`wiring` builds the controller's parts and hands each its peers; `handlers` runs them under
+kopf; `runner` is `recall operator`; `discovery` holds kopf back until the API server serves
+the resources; `readiness` answers `/readyz`.
 """

@@ -1,16 +1,15 @@
 """The operator serves its resources only once the API server's discovery lists them.
 
-kopf resolves the resources it watches from the API server's discovery once, when it starts.
-With scanning off (one watched namespace) it never looks again, and with scanning on it looks
-again only when a CRD changes. An API server that is still starting answers discovery before
-it has installed the CRDs' paths, and a kopf that asked then serves no Batch for the rest of
-its life while it looks healthy. Two guards close that:
+kopf resolves its resources from discovery once, at start (again only when a CRD changes, and
+never with scanning off). An API server still starting may answer discovery before it serves
+the CRDs' paths; a kopf that asked then serves no Batch for the rest of its life while it
+looks healthy. Two guards:
 
 - `wait_served`, before kopf starts: wait until discovery lists every resource the operator
   needs; after `discovery_seconds` the operator exits with the reason (CRDs not installed).
-- `check_insights`, once kopf has resolved its resources: if a needed one is missing after
-  all (the API server restarted in between), the operator stops, to be started again by its
-  Deployment, and says why. A restart is the one way to make kopf resolve again.
+- `check_insights`, once kopf has resolved: if a needed resource is missing after all (the API
+  server restarted in between), stop the operator with the reason, for its Deployment to start
+  it again: a restart is the one way to make kopf resolve again.
 """
 
 from __future__ import annotations

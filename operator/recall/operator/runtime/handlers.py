@@ -1,17 +1,12 @@
 """The operator's kopf handlers: each a few lines, handing over to the `Controller`.
 
-- `operator_startup` configures kopf and starts, on threads, the job informer (every
-  TranscriptionJob, as compact records), the leader elector (when enabled), the controller
-  loop (reclaim, reconcile, project) and the results loop (publish, collect the store's
-  garbage); `operator_cleanup` stops them.
-- `Runtime` also runs the workers' autoscaling when configured (`recall.operator.scaling.service`:
-  the built-in scaler of the worker Deployment, the endpoint KEDA reads).
-- `store_probe` (kopf's probes, served on the liveness port) reports whether the results
-  store answers; the operator's readiness says so too.
+- `operator_startup` configures kopf and starts `Runtime` on threads: the informers, the
+  leader elector (when enabled), the controller, results, notify and usage loops, the workers'
+  autoscaling when configured (`scaling.service`) and `/readyz`; `operator_cleanup` stops them.
 - `batch_event` keeps the controller's Batches current (kopf watches Batches; jobs are watched
   by the informer, which scales to 100,000 of them).
-- `batch_delete` cancels the Batch's leased jobs and deletes its jobs, before kopf removes its
-  finalizer.
+- `batch_delete` waits for the Batch's events, then cancels its leased jobs and deletes its
+  jobs, before kopf removes its finalizer.
 
 kopf runs in every replica (standalone); only the elected leader's controller acts.
 """
@@ -169,8 +164,8 @@ def _runtime(memo: Any) -> Runtime:
 
 
 # kopf's error backoffs (its own are 1, 1, 2, 3, 5, 8, 13, 21 s), each stretched by a fresh
-# random 0-50 %: a retry is never sooner than the backoff (nor than a 429's Retry-After, which
-# kopf takes when longer), and processes turned away together do not come back together.
+# random 0-50 %: never sooner than the backoff nor a 429's Retry-After (APF's: 1 s; kopf takes
+# the longer), and processes turned away together do not come back together.
 KOPF_BACKOFF = Backoff(initial=1.0, factor=1.6, cap=21.0, jitter=0.5, steps=8)
 
 
@@ -205,8 +200,6 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     kopf_settings.watching.client_timeout = 330
     kopf_settings.watching.connect_timeout = 10
     kopf_settings.networking.request_timeout = 30
-    # kopf waits max(its backoff, the server's Retry-After) before a retry; jittered backoffs
-    # of at least a second (APF's Retry-After) spread the operators' retries after a 429.
     kopf_settings.networking.error_backoffs = JitteredBackoffs(KOPF_BACKOFF)
     if settings.namespace:
         # One namespace and known resources: nothing to discover. Scanning would list
@@ -255,9 +248,8 @@ def register(
             raise kopf.TemporaryError("not the leader; the leading replica handles it", delay=5)
         batch = Batch.from_api(dict(body))
         if runtime.notifier.deletion_pending(batch):
-            # Its items' events or its own batch.completed are still being tried, or this
-            # term has not loaded what is owed yet (notify.delete_seconds at most in all): the
-            # jobs the items' events are recorded on stay until then.
+            # Its events are still being tried, or this term has not loaded what is owed
+            # (notify.delete_seconds at most): the jobs they are recorded on stay until then.
             raise kopf.TemporaryError("the Batch's events are still being delivered", delay=5)
         cancelled = await asyncio.to_thread(runtime.controller.cancel_batch, batch)
         _log.info("batch_deleted", batch=batch.name, namespace=batch.namespace, cancelled=cancelled)

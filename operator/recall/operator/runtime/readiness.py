@@ -1,12 +1,11 @@
 """The operator's readiness: `GET /readyz` on `RECALL_OPERATOR_HEALTH_PORT`.
 
-200 once the job cache is synced and the results store answered its last call (a standby
-probes it every 30 s, and every replica probes it again with backoff while it does not answer:
-`results.Probes`); 503 otherwise, with the reason in the body: a store the operator cannot
-reach (a wrong endpoint, refused credentials, a missing bucket) shows here, in the pod's
-readiness, instead of only in the logs. Liveness stays kopf's (`/healthz` on the liveness
-port): a store outage must not restart the operator, only say it. Port 0 = off. Served from a
-daemon thread; not provided: TLS or authentication (the port is for the kubelet).
+200 once the job cache is synced and the results store answered its last call (probed as
+`results.publish` says); 503 otherwise, with the reason in the body, so an unreachable store (a
+wrong endpoint, refused credentials, a missing bucket) shows in the pod's readiness, not only
+in the logs. Liveness stays kopf's (`/healthz` on the liveness port): a store outage must not
+restart the operator. Port 0 = off. Served from a daemon thread; no TLS or authentication (the
+port is for the kubelet).
 """
 
 from __future__ import annotations

@@ -26,8 +26,7 @@ from recall.kube.client import KubeClient, load_api_client
 from recall.operator.runtime import discovery, handlers
 from recall.resources import BATCH_PLURAL, JOB_PLURAL
 
-# Served before the operator starts: the Batches, which kopf watches, and the jobs, which the
-# operator's own informer reads.
+# Served before the operator starts: the Batches (kopf watches them) and the jobs (its informer).
 NEEDED = (BATCH_PLURAL, JOB_PLURAL)
 KOPF_WATCHES = (BATCH_PLURAL,)
 

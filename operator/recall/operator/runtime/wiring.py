@@ -2,11 +2,9 @@
 
     controller = wire(store, settings, results=bucket, leadership=elector, clock=clock)
 
-`wire` makes the job cache, the ready queue, the worker registry, the results loop and the
-applier, hands each the peers it works with (the cache's listeners, the controller's wake-ups,
-the Batches kopf delivered, the elector's leadership), and returns the controller that drives
-them. The informers, the autoscalers and the notifier are given the same peers by the runtime
-(`handlers.Runtime`), never through the controller.
+`wire` makes each of the controller's `Peers` once, hands each the others it works with, and
+returns the controller. The informers, the autoscalers and the notifier get the same peers from
+`handlers.Runtime`, never through the controller.
 """
 
 from __future__ import annotations

@@ -1,32 +1,30 @@
-"""The built-in autoscaler's decision: how many workers, and which idle ones go.
-
-    decision = decide(inputs, now)     # pure: what `Scaler` (recall.operator.scaling.scaler) read
+"""The built-in autoscaler's decision: how many workers, and which idle ones go. Pure: `decide`
+judges what `Scaler` (`recall.operator.scaling.scaler`) read.
 
 The rules, in the order they are tried:
 
-1. **Desired** is the pool's outstanding work — claimable Queued jobs plus Leased ones
-   (`recall.operator.scaling.workload`) — over the pool's slots a worker (`Policy.slots`), within
-   `[minimum, maximum]`: one job per slot.
+1. **Desired** is the pool's outstanding work (`recall.operator.scaling.workload`) over its
+   slots per worker (`Policy.slots`), within `[minimum, maximum]`.
 2. **Refused** when a HorizontalPodAutoscaler or a KEDA ScaledObject targets the Deployment:
    nothing is written, drains are cancelled; the Event and the condition say why.
-3. **Stale inputs hold** (the job view or the registrations not current, a read that failed):
-   nothing is written, the cooldown starts again. Never a blind drop to zero.
+3. **Stale inputs hold** (a view not current, a read that failed): nothing is written, the
+   cooldown starts again. Never a blind drop to zero.
 4. **Up at once**: desired above the Deployment's count → write desired.
 5. **Down after a cooldown, a few at a time, drained first.** Only when fewer workers were
    wanted for `cooldown` seconds on the operator's clock, no rollout runs and no removal is
-   pending (the Deployment has no more pods than its count), and by at most `step`:
-   a. idle workers — ready pod, no job, no offer, registered idle, not asked — are asked to
-      drain (through their registration Lease; `recall.worker.drain`);
-   b. a worker that answered `drained` and whose pod is seen unready may go. The count is
+   pending (no more pods than the count), and by at most `step`:
+   a. idle workers (ready pod, no job, no offer, registered idle, not asked) are asked to drain
+      through their registration Lease (`recall.worker.drain`);
+   b. a worker that answered `drained` and whose pod is seen unready may go: the count is
       lowered so that the ReplicaSet removes at most as many pods as there are such workers.
       It removes pending pods first, then unready ones, the lowest pod-deletion-cost first
-      (drained pods get the lowest): so it removes no busy worker.
-   A worker that answered `busy`, or did not answer within `patience`, is let go of
-   (its request cancelled) and another idle one is asked.
+      (drained pods get the lowest), so it removes no busy worker.
+   A worker that answered `busy`, or did not answer within `patience`, is let go of (its
+   request cancelled) and another idle one is asked.
 6. Drains no scale-down needs (the work came back) are cancelled once no removal is pending.
-7. Pods are annotated (`mark_pods`): `cluster-autoscaler.kubernetes.io/safe-to-evict` is
-   `"false"` on a busy worker's pod and `"true"` on an idle one's; a drained worker's pod gets
-   the lowest `controller.kubernetes.io/pod-deletion-cost`.
+7. With `mark_pods`, `cluster-autoscaler.kubernetes.io/safe-to-evict` is `"false"` on a busy
+   worker's pod and `"true"` on an idle one's; a drained worker's pod gets the lowest
+   `controller.kubernetes.io/pod-deletion-cost`.
 
 Not decided here: who may write (the leader, `Scaler`), and the fence (the Deployment's
 resourceVersion on the scale write). Not guaranteed: the cost annotation reaching the
@@ -136,8 +134,6 @@ def desired_count(work: Outstanding, policy: Policy) -> int:
 
 @dataclass(frozen=True)
 class _Fleet:
-    """What `decide` derives from the pods and registrations."""
-
     live: dict[str, PodView]  # pods not terminating
     settled: bool  # no more pods than the count: the ReplicaSet removes nothing now
     asked: tuple[str, ...]  # workers with a drain request (and a live pod)
@@ -232,8 +228,7 @@ def _down(
     usable.sort(key=lambda n: (n not in f.drained or f.live[n].ready, n not in f.drained, n))
     surplus = tuple(usable[wanted:])  # the work grew since they were asked
     usable = usable[:wanted]
-    # drained, out of service, and holding nothing by the job view (a promise seen broken is
-    # not trusted)
+    # drained, unready, and holding nothing by the job view (a promise seen broken is not trusted)
     removable = [n for n in usable if n in f.drained and not f.live[n].ready and n not in i.busy]
     candidates = sorted(
         w.name

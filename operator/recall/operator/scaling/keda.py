@@ -1,22 +1,20 @@
-"""The outstanding work of a worker pool over HTTP, as JSON: what KEDA's `metrics-api` trigger
-reads (`worker.autoscaling.mode: keda` in the chart).
+"""A worker pool's outstanding work over HTTP, as JSON: what KEDA's `metrics-api` trigger reads
+(`worker.autoscaling.mode: keda` in the chart).
 
     GET /workload?namespace=recall&engine=whisper&pool=gpu
     200 {"namespace": "recall", "engine": "whisper", "pool": "gpu", "queued": 12, "leased": 4,
          "outstanding": 16}
     503 {"error": "..."}      while the operator's view of the jobs is not current
 
-`outstanding` is the quantity the built-in autoscaler scales on (`scaling.workload`):
-claimable Queued jobs plus Leased ones, one slot each (the trigger's `targetValue` is the
-pool's slots per worker, `valueLocation: outstanding`). The query's namespace and engine
-default to the operator's `autoscale_namespace` and `autoscale_engine`, the pool to
-`default`.
+`outstanding` is what the built-in autoscaler scales on (`scaling.workload`), one slot a job;
+the trigger's `targetValue` is the pool's slots per worker (`valueLocation: outstanding`). The
+query defaults to the operator's `autoscale_namespace` and `autoscale_engine` and pool `default`.
 
-A view that is not current answers 503, never a guess: KEDA counts the failure, and after
-`fallback.failureThreshold` of them applies its fallback (`currentReplicasIfHigher` in the
-chart), so a failing metric never shrinks a busy fleet. Every replica serves it (standbys keep
-their job view current). Served from a daemon thread; port 0 = off. Not provided: TLS or
-authentication (the chart's NetworkPolicy limits who may reach it).
+A view that is not current answers 503, never a guess: KEDA counts the failure and after
+`fallback.failureThreshold` applies its fallback (`currentReplicasIfHigher` in the chart), so a
+failing metric never shrinks a busy fleet. Every replica serves it (standbys keep their job view
+current), from a daemon thread; port 0 = off. Not provided: TLS or authentication (the chart's
+NetworkPolicy limits who may reach it).
 """
 
 from __future__ import annotations

@@ -1,26 +1,20 @@
 """The built-in autoscaler of the worker Deployment: read, decide (`scaling.decide`), apply.
 
-    scaler = Scaler(store, target, policy, sources, leadership)
-    scaler.run_once()     # one decision and its writes; returns what it did (tests call it)
-    scaler.run(stop)      # every `interval` seconds until `stop`; never raises
-
 Inputs of one round (`observe`): the Deployment's scale subresource and rollout state, the HPAs
-and ScaledObjects of its namespace, its pods (by the scale's selector), the live registrations
-of the pool's engine, the busy workers (holding or offered a job, from the job cache), the
-outstanding work (`workload`), and whether the operator's views are current.
+and ScaledObjects of its namespace, its pods (by the scale's selector), the pool's live
+registrations, the busy workers (holding or offered a job), the outstanding work, and whether
+the operator's views are current.
 
 Writes of one round, in this order, each only while this replica leads (`leadership.holds()`,
-checked before every write): pod annotations (safe-to-evict, deletion cost), drain requests
-cancelled and made (each registration Lease replaced at the resourceVersion it was read at),
-the scale write, then the status annotation `recall.dev/autoscaler` on the Deployment (the
-condition: desired, current, the reason and its numbers) and an Event when the decision
-changed.
+checked before every write): pod annotations, drain requests cancelled and made (each
+registration Lease replaced at the resourceVersion read), the scale write, then the status
+annotation `recall.dev/autoscaler` on the Deployment, and an Event when the decision changed.
 
 Fencing: the scale write carries the resourceVersion of the Deployment read in the same round,
 so a write based on a stale read is refused (409) and the next round reads again. A replica's
 first write in a term is the status annotation, which moves that resourceVersion: a deposed
-leader's scale write, read before the takeover, cannot land after it. A new term also starts
-the cooldown again (no scale-down before a new leader has watched for a whole cooldown).
+leader's scale write, read before the takeover, cannot land after it. A new term also restarts
+the cooldown (no scale-down before a new leader has watched for a whole cooldown).
 """
 
 from __future__ import annotations

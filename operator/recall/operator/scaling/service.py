@@ -1,20 +1,14 @@
-"""The autoscalers' part of one operator process: the pool's outstanding work, the built-in
-scaler of the worker Deployment, and the endpoint KEDA reads.
+"""The autoscalers' part of one operator process: the pools' outstanding work, the built-in
+scaler of each worker Deployment, and the endpoint KEDA reads.
 
-    autoscaling = Autoscaling(store, settings, workload, registry, busy, elector, jobs=...,
-                              registrations=...)
-    autoscaling.start(spawn)     # threads, beside the controller's
-    autoscaling.stop()
+- `workload` counts every pool's outstanding work from the job cache (always: the endpoint and
+  the metrics read it);
+- a scaler per scaled pool (`mode: builtin`; `autoscale_deployment` for the default pool,
+  `autoscale_pools` for the others), each on its own thread every `autoscale_interval` seconds;
+  only the leader acts;
+- the endpoint (`keda`) runs when `workload_port` is set (`mode: keda`).
 
-- `workload` counts the outstanding work of every pool from the job cache (always: the
-  endpoint and the metrics read it);
-- a scaler per pool (`autoscale_deployment` for the default pool, `autoscale_pools` for the
-  others: `worker.autoscaling.mode: builtin` and the chart's pools), each on its own thread,
-  every `autoscale_interval` seconds, on its pool's outstanding work divided by its slots per
-  worker; only the leader acts;
-- the endpoint (`metrics_api`) runs when `workload_port` is set (`mode: keda`).
-
-Both hold when the views they read are not current (`stale`): the job informer, and the
+Both hold while the views they read are not current (`stale`): the job informer, and the
 registration informer the built-in scaler needs to tell idle workers from busy ones.
 """
 
@@ -58,9 +52,8 @@ class Autoscaling:
         jobs: Informer,
         registrations: Informer,
     ) -> None:
-        """`workload` is kept current from the job cache, `registry` from the registrations,
-        `busy` says which workers hold offers (the ready queue's), `leadership` fences the
-        scalers' writes (the elector; a sole replica's when None)."""
+        """`workload` is kept current from the job cache, `registry` from `registrations`;
+        `busy`: the workers holding offers; `leadership` fences the writes (None: a sole one)."""
         self.settings = settings
         self.jobs = jobs
         self.registrations = registrations

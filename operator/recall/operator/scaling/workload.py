@@ -1,22 +1,16 @@
 """The outstanding work of a worker pool: what the autoscalers scale on.
 
-    workload = Workload()
-    cache.listeners.append(workload.update)      # kept current from every job change
-    workload.of("recall", "whisper", "gpu")      # → Outstanding(queued=12, leased=4)
-
 A pool is the workers of one name and one engine in one namespace (one worker Deployment). Its
-outstanding work is the jobs it could run now plus the jobs it runs: **claimable Queued** jobs
-(not suspended, not in backoff, attempts left — offered or not) and **Leased** ones, of the
-pool (`spec.pool`, none: `default`) and the engines it takes (`dispatch.lanes_for`: jobs that
-ask for its engine, and, for a real engine, jobs that ask for none). Leased jobs count because
-a slot holds one job at a time: a scaler that counted the queue alone would remove busy
-workers as they empty it. A scaler divides the count by the pool's slots per worker.
+outstanding work is **claimable Queued** jobs (not suspended, not in backoff, attempts left;
+offered or not) plus **Leased** ones, of the pool (`spec.pool`, none: `default`) and of the
+engines it takes (`dispatch.lanes_for`). Leased jobs count because a slot holds one job at a
+time: a scaler counting the queue alone would remove busy workers as they empty it. Scalers
+divide the count by the pool's slots per worker.
 
-Kept incrementally as a `JobCache` listener (O(1) per change, whatever the number of jobs), so
-the built-in scaler (`recall.operator.scaling.scaler`) and the KEDA endpoint
-(`recall.operator.scaling.keda`) read the same quantity without walking 100,000 jobs.
-Not counted: a Batch's items whose jobs are not created yet (fan-out creates them within a
-few ticks), and jobs in backoff until the operator ends it.
+Kept incrementally as a `JobCache` listener (O(1) per change), so the built-in scaler and the
+KEDA endpoint read the same quantity without walking every job. Not counted: a Batch's items
+whose jobs are not created yet (fan-out creates them within a few ticks), and jobs in backoff
+until the operator ends it.
 """
 
 from __future__ import annotations
