@@ -25,6 +25,9 @@ from obstore.exceptions import (
     PreconditionError,
 )
 
+from recall.base.settings import StoreSettings
+from recall.bucket import StoreError, Stores
+from recall.bucket.store import PART
 from recall_dev import objstore_dev
 from recall_dev.objstore import PORT_FLAGS, Credentials, ObjectStore
 from tests.helpers import wait_for
@@ -186,6 +189,32 @@ def test_copy__across_buckets_is_a_server_side_copy_obstore_cannot_name(
         assert (again.status, again.error_code()) == (412, "PreconditionFailed")
         published = obstore.get(object_store.s3_store(other), "talks/a.json")
         assert bytes(published.bytes()) == b"{}"
+    finally:
+        object_store.delete_bucket(other)
+
+
+def test_bucket__a_copy_across_buckets_and_a_file_put_go_in_parts(
+    object_store: ObjectStore, bucket: str, store_env: dict[str, str], tmp_path: Path
+) -> None:
+    """What is too large to hold (a long redacted audio) travels as a multipart upload: three
+    parts and a short one arrive whole, by `Bucket.put_file` and by `copy_to` between two
+    buckets (two clients: not a server-side copy)."""
+    other = f"{bucket}-out"
+    object_store.create_bucket(other)
+    try:
+        stores = Stores(StoreSettings(url=f"s3://{bucket}/scratch"))
+        results, outputs = stores.results(), stores.open(f"s3://{other}/calls")
+        assert results.client is not outputs.client
+        data = os.urandom(3 * PART + 4321)
+        with open(tmp_path / "a.wav", "w+b") as file:
+            file.write(data)
+            results.put_file("a/redacted.wav", file)
+        results.copy_to("a/redacted.wav", outputs, "call.redacted.wav")
+        assert results.get("a/redacted.wav") == data
+        assert outputs.get("call.redacted.wav") == data
+        with pytest.raises(StoreError, match="the source is missing"):
+            results.copy_to("never", outputs, "x.wav")
+        assert outputs.get("x.wav") is None
     finally:
         object_store.delete_bucket(other)
 

@@ -10,7 +10,7 @@ Contract:
 - `get` and `size` return None for a missing object, `delete` ignores one; a missing bucket,
   refused credentials or a bad URL are errors.
 - `copy_to` copies server-side when both buckets share a client (obstore copies within one
-  store only), else it reads the whole object into this process and writes it.
+  store only), else it streams the object through this process, a part at a time.
 - One client per (scheme, bucket) of a `Stores`, shared by every prefix in that bucket.
   Requests time out after `StoreSettings.timeout`; the client retries a transient failure at
   most twice within that; how long to keep trying after is the caller's.
@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import obstore
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Credential
 
 DELETE_BATCH = 500
+PART, PARTS = 5 << 20, 4  # a streamed put's part size, and the parts in flight at once
 T = TypeVar("T")
 
 
@@ -227,6 +228,17 @@ class Bucket:
                 raise StoreConflict(f"{self.url_of(key)} exists already with other bytes") from None
             raise error from None
 
+    def put_file(self, key: str, file: BinaryIO) -> None:
+        """`file`'s bytes from its start, sent in parts (multipart on S3) so memory stays bounded
+        by `PARTS` parts whatever its size. It overwrites: `key` must be the writer's own (an
+        attempt's directory), as a conditional put is one request of the whole object."""
+        file.seek(0)
+        try:
+            with metrics.STORE_SECONDS.labels(operation="put").time():
+                obstore.put(self.client, self._path(key), file, max_concurrency=PARTS)
+        except Exception as e:
+            raise classify(e, f"put {self.url_of(key)}", write=True) from None
+
     def _read(self, verb: str, key: str, fn: Callable[[str], T]) -> T | None:
         """`fn(path)`, or None when the object is missing (a missing bucket is an error)."""
         what = f"{verb} {self.url_of(key)}"
@@ -297,10 +309,20 @@ class Bucket:
                 return
             except Exception as e:
                 raise classify(e, what, write=True) from None
-        data = self.get(key)
-        if data is None:
+        stream = self._read("get", key, lambda path: obstore.get(self.client, path).stream(PART))
+        if stream is None:
             raise StoreError(f"{what}: the source is missing")
-        target.put(target_key, data, once=False)
+        try:  # a writer left by an exception aborts its upload: no partial object is written
+            with (
+                metrics.STORE_SECONDS.labels(operation="copy").time(),
+                obstore.open_writer(
+                    target.client, dst, buffer_size=PART, max_concurrency=PARTS
+                ) as out,
+            ):
+                for part in stream:
+                    out.write(part)
+        except Exception as e:
+            raise classify(e, what, write=True) from None
 
     def sign(self, key: str, seconds: int | None = None) -> str:
         """A presigned GET URL of `key` (s3, gs, az); a file:// URL for a local store."""

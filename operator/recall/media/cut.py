@@ -1,13 +1,16 @@
 """Cutting samples into chunks as they stream, with the silence-snapping rule; and WAV encoding
-for the HTTP engine."""
+for the HTTP engine and the redacted audio."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import wave
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import numpy as np
+import numpy.typing as npt
 
 from recall.media.common import (
     QUIET_SECONDS,
@@ -117,13 +120,25 @@ def split(
     return [*cutter.feed(samples), *cutter.finish()]
 
 
-def encode_wav(samples: Samples, rate: int = SAMPLE_RATE) -> bytes:
-    """`samples` (float, -1..1) as a mono 16-bit PCM WAV file, in memory."""
-    pcm = (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2")
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as w:
+def pcm16(samples: Samples) -> npt.NDArray[np.int16]:
+    """`samples` (float, -1..1) as 16-bit little-endian PCM, in a new array."""
+    return (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2")
+
+
+@contextlib.contextmanager
+def wav_writer(into: BinaryIO, rate: int = SAMPLE_RATE) -> Iterator[wave.Wave_write]:
+    """A mono 16-bit PCM WAV written into `into`; its header is completed on exit (in place,
+    when more frames were written than the first write announced: `into` must be seekable)."""
+    with wave.open(into, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
+        yield w
+
+
+def encode_wav(samples: Samples, rate: int = SAMPLE_RATE) -> bytes:
+    """`samples` (float, -1..1) as a mono 16-bit PCM WAV file, in memory."""
+    buffer = io.BytesIO()
+    with wav_writer(buffer, rate) as w:
+        w.writeframes(pcm16(samples).tobytes())
     return buffer.getvalue()

@@ -41,21 +41,20 @@ Pure parts (`Cutter`, `split`, `tail_signature`, `classify_http_status`, `displa
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import numpy as np
+from typing import TYPE_CHECKING, BinaryIO
 
 from recall.base import log
 from recall.base.clock import SYSTEM, Clock
 from recall.media.common import SAMPLE_RATE, SNAP_SECONDS, Either, ResumeInvalid, Samples
 from recall.media.container import channels_of, over_limit, probe, seconds_text
-from recall.media.cut import Cutter, encode_wav
+from recall.media.cut import Cutter, pcm16, wav_writer
 from recall.media.decode import Decoder, tail_signature
 from recall.media.fetch import Fetched, ObjectReader, display_url, fetch
 from recall.media.types import Chunk, Cutting, Media, Resume
@@ -259,16 +258,22 @@ class AudioMedia(Media):
         for chunk in chunks:
             yield dataclasses.replace(chunk, tail="") if decoder.skipped else chunk
 
-    def silenced(self, spans: list[tuple[float, float]]) -> bytes:
-        """The whole audio (mixed down, 16 kHz mono) as a WAV with every span of `spans`
-        (seconds) silenced: a redacted copy, built in memory (about 115 MB an hour)."""
+    def silenced(self, spans: list[tuple[float, float]], into: BinaryIO) -> None:
+        """Write the whole audio (mixed down, 16 kHz mono) into `into` (seekable) as a WAV with
+        every span of `spans` (seconds) silenced: a decoded block at a time, so memory stays
+        bounded whatever the duration (the WAV is about 115 MB an hour)."""
+        silent = _joined([(int(s * SAMPLE_RATE), math.ceil(e * SAMPLE_RATE)) for s, e in spans])
         decoder = Decoder(self.source.path, self.source.url, stop=Either(self._closed))
-        blocks = list(decoder.from_start())
-        samples = np.concatenate(blocks) if blocks else np.zeros(0, np.float32)
-        for start, end in spans:
-            first = max(0, int(start * SAMPLE_RATE))
-            samples[first : max(first, math.ceil(end * SAMPLE_RATE))] = 0.0
-        return encode_wav(samples)
+        at = span = 0
+        with wav_writer(into) as wav:
+            for block in decoder.from_start():
+                pcm, end = pcm16(block), at + len(block)
+                while span < len(silent) and silent[span][1] <= at:
+                    span += 1
+                for first, last in silent[span : bisect.bisect_left(silent, (end,))]:
+                    pcm[max(first, at) - at : min(last, end) - at] = 0
+                wav.writeframes(pcm.tobytes())
+                at = end
 
     def _check_tail(self, decoder: Decoder, resume: Resume | None, began: float) -> None:
         if resume is None or resume.position == 0:
@@ -291,3 +296,15 @@ class AudioMedia(Media):
                 recorded=resume.tail,
                 decoded=signature,
             )
+
+
+def _joined(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sample spans `[first, end)` sorted, the empty ones dropped and the overlapping joined, so
+    both ends only grow from one to the next."""
+    out: list[tuple[int, int]] = []
+    for first, end in sorted((max(0, f), e) for f, e in spans if e > max(0, f)):
+        if out and first <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((first, end))
+    return out

@@ -27,6 +27,7 @@ Contract (keys: `layout`; what a resume reuses: `checkpoint`):
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -267,7 +268,9 @@ class AttemptWriter:
         if self.redact is None or not self.redact.audio or not callable(silenced):
             return
         spans = [(w.start, w.end) for s in segments for w in s.words or [] if w.redacted]
-        self.bucket.put(output_key(self.directory, REDACTED_AUDIO), silenced(spans))
+        with tempfile.TemporaryFile() as wav:
+            silenced(spans, wav)
+            self.bucket.put_file(output_key(self.directory, REDACTED_AUDIO), wav)
 
     def _originals(self) -> list[Record]:
         """Every chunk's unredacted record: this attempt's from memory, the carried ones read

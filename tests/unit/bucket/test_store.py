@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
+import tempfile
+import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from recall.base.settings import StoreSettings
 from recall.bucket import Location, StoreConflict, Stores, StoreUrlInvalid
 from recall.bucket.errors import classify
-from recall.bucket.store import FileCredentials, allow_http
+from recall.bucket.store import PART, FileCredentials, allow_http
 from recall_dev.twin.clock import EPOCH, FakeClock
 
 
@@ -62,6 +67,49 @@ def test_copy_to__within_one_store_and_across_stores() -> None:
     src.copy_to("x", other, "z")  # streamed
     assert same.get("y") == b"data" and other.get("z") == b"data"
     assert src.get("out/y") == b"data"  # `same` is the prefix out/ of the same bucket
+
+
+def test_put_file__sends_the_file_from_its_start_in_parts(tmp_path: Path) -> None:
+    bucket = Stores(StoreSettings(url=(tmp_path / "results").as_uri())).results()
+    data = np.random.default_rng(3).bytes(3 * PART + 17)  # four parts, the last a short one
+    with tempfile.TemporaryFile() as file:
+        file.write(data)  # left at its end: put_file starts from the beginning
+        bucket.put_file("a/redacted.wav", file)
+        bucket.put_file("a/redacted.wav", file)  # a retry overwrites with the same bytes
+    assert bucket.get("a/redacted.wav") == data
+
+
+def test_copy_to__across_stores_streams_with_bounded_memory(tmp_path: Path) -> None:
+    """256 MiB copied between two stores (two clients, so not server-side) in a process of its
+    own: its peak resident memory grows by a few parts, not by the object."""
+    script = textwrap.dedent(
+        f"""
+        import os, resource
+        from obstore.store import LocalStore
+        from recall.base.settings import StoreSettings
+        from recall.bucket import Location, Stores
+        from recall.bucket.store import Bucket
+
+        root = {str(tmp_path)!r}
+        os.makedirs(root + "/src")
+        with open(root + "/src/big.wav", "wb") as f:
+            f.truncate(256 << 20)
+        stores = Stores(StoreSettings(url="file://" + root + "/src"))
+        dst = Location.parse("file://" + root + "/dst")
+        other = Bucket(stores, LocalStore("/", mkdir=True), dst)
+        assert other.client is not stores.results().client
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        stores.results().copy_to("big.wav", other, "copy.wav")
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        print(grown // 1024, os.path.getsize(root + "/dst/copy.wav"))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
+    ).stdout.split()
+    grown_mib, size = int(out[-2]), int(out[-1])
+    assert size == 256 << 20
+    assert grown_mib < 96, f"copying 256 MiB grew the process by {grown_mib} MiB"
 
 
 def test_delete__missing_keys_are_fine_and_batches_are_split() -> None:
