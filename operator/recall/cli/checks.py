@@ -118,11 +118,8 @@ def renewed(
 
 
 def renew_times(leases: Iterable[dict[str, Any]]) -> dict[str, str]:
-    out = {}
-    for lease in leases:
-        spec = lease.get("spec") or {}
-        out[lease["metadata"]["name"]] = str(spec.get("renewTime") or spec.get("acquireTime"))
-    return out
+    specs = {lease["metadata"]["name"]: lease.get("spec") or {} for lease in leases}
+    return {name: str(s.get("renewTime") or s.get("acquireTime")) for name, s in specs.items()}
 
 
 def ready(pod: dict[str, Any]) -> bool:

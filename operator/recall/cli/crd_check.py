@@ -50,7 +50,7 @@ def release_problem(installed: str, cli: str) -> tuple[str, str] | None:
             f"upgrade the recall CLI to {installed} (pip install recall-operator=={installed}; "
             "helm test runs that release's image)"
         )
-    return f"{what}", "use the CLI and the chart of one release"
+    return what, "use the CLI and the chart of one release"
 
 
 def crd_problem(
@@ -87,13 +87,12 @@ def crd_problem(
 def check_crds(reader: InstallReader, release: str = __version__) -> Check:
     from recall.resources import VERSION, Batch, TranscriptionJob
 
-    models = dict(zip(CRDS, (TranscriptionJob, Batch), strict=True))
-    for name in CRDS:
+    for name, model in zip(CRDS, (TranscriptionJob, Batch), strict=True):
         crd = reader.crd(name)
         if crd is None:
             fix = "helm upgrade --install with crds.install=true, or kubectl apply -f crds/"
             return fail("crds", f"CRD {name} is not installed", fix)
-        problem = crd_problem(crd, models[name], VERSION, release)
+        problem = crd_problem(crd, model, VERSION, release)
         if problem is not None:
             return fail("crds", f"CRD {name} {problem[0]}", problem[1])
     return ok(

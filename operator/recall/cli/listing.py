@@ -26,14 +26,11 @@ def age(created: dt.datetime | None, now: dt.datetime) -> str:
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     """Columns aligned with three spaces, like kubectl's tables."""
     rows = [list(map(str, r)) for r in rows]
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
-    lines = [
+    widths = [max(map(len, column)) for column in zip(headers, *rows, strict=True)]
+    return "\n".join(
         "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        for row in [list(headers), *rows]
-    ]
-    return "\n".join(lines)
+        for row in [headers, *rows]
+    )
 
 
 def eta(batch: Batch, now: dt.datetime) -> str:
@@ -98,16 +95,8 @@ def job_rows(
     return headers, rows
 
 
-PLURALS = {
-    "batches": "batches",
-    "batch": "batches",
-    "rb": "batches",
-    "jobs": "jobs",
-    "job": "jobs",
-    "tj": "jobs",
-    "transcriptionjobs": "jobs",
-    "transcriptionjob": "jobs",
-}
+BATCH_KINDS = ("batches", "batch", "rb")
+JOB_KINDS = ("jobs", "job", "tj", "transcriptionjobs", "transcriptionjob")
 
 
 def get_command(
@@ -122,13 +111,12 @@ def get_command(
     echo: Callable[..., None],
 ) -> None:
     """`recall get` (see the module doc); raises LookupError for an unknown kind or name."""
-    plural = PLURALS.get(kind)
-    if plural is None:
+    if kind not in BATCH_KINDS + JOB_KINDS:
         raise LookupError(
             f'the server doesn\'t have a resource type "{kind}" (use batches or jobs)'
         )
     wide = output == "wide" or namespace is None
-    if plural == "batches":
+    if kind in BATCH_KINDS:
         _get_batches(store, names, namespace, output, wide, echo)
     else:
         _get_jobs(store, names, namespace, output, wide, batch, phase, echo)
@@ -152,8 +140,7 @@ def _get_batches(
     if not batches:
         echo("No resources found.", err=True)
         return
-    headers, rows = batch_rows(batches, SYSTEM.now(), wide)
-    echo(table(headers, rows))
+    echo(table(*batch_rows(batches, SYSTEM.now(), wide)))
 
 
 def _get_jobs(
@@ -183,9 +170,8 @@ def _get_jobs(
     for page in pages:
         if not page:
             continue
-        headers, rows = job_rows([TranscriptionJob.from_api(o) for o in page], now, wide)
-        text = table(headers, rows)
-        echo(text if shown == 0 else text.split("\n", 1)[1] if "\n" in text else "")
+        text = table(*job_rows([TranscriptionJob.from_api(o) for o in page], now, wide))
+        echo(text if shown == 0 else text.partition("\n")[2])
         shown += len(page)
     if shown == 0:
         echo("No resources found.", err=True)

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from recall.cli.listing import job_pages
+from recall.cli.listing import BATCH_KINDS, job_pages
 from recall.kube import Api, Selector
 from recall.operator.usage import CONFIG_MAP as USAGE_CONFIG_MAP
 from recall.resources import LABEL_BATCH, TranscriptionJob, label_value
@@ -31,7 +31,7 @@ def resend(store: Api, namespace: str, ref: str) -> list[str]:
         if job is None:
             raise LookupError(f"TranscriptionJob {namespace}/{name} not found")
         return [f"job/{name}"] if _resend_job(store, job) else []
-    if kind not in ("batch", "batches", "rb"):
+    if kind not in BATCH_KINDS:
         raise LookupError(f"{ref}: name job/NAME or batch/NAME")
     batch = store.get_batch(namespace, name)
     if batch is None:
@@ -51,7 +51,7 @@ def gone(store: Api, namespace: str, ref: str) -> int:
     their jobs, which the events and their ids are built from (the Batch's record keeps only a
     count and index ranges). 0 for a job, or a Batch whose given-up items' jobs all exist."""
     kind, _, name = ref.partition("/")
-    batch = store.get_batch(namespace, name) if kind in ("batch", "batches", "rb") else None
+    batch = store.get_batch(namespace, name) if kind in BATCH_KINDS else None
     record = batch.status.notified if batch is not None else None
     if record is None or record.items is None or not record.items.given_up:
         return 0

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recall.cli.common import given
 from recall.kube import Api, Conflict, Owner
 from recall.resources import API_VERSION, LABEL_BATCH, LABEL_COMPONENT, Batch, label_value
 
@@ -130,19 +131,14 @@ def submission_for(
 ) -> Submission:
     """One Batch for `media`: inline items when few and small, else lists in ConfigMaps
     (`<name>-items-<n>`, each under `LIST_BYTES`) that the Batch references."""
-    defaults: dict[str, Any] = {}
-    if language:
-        defaults["language"] = language
-    if engine:
-        defaults["engine"] = {"name": engine}
-    if lease_seconds is not None:
-        defaults["leaseDurationSeconds"] = lease_seconds
-    if max_attempts is not None:
-        defaults["maxAttempts"] = max_attempts
-    if priority is not None:
-        defaults["priority"] = priority
-    if output:
-        defaults["output"] = {"url": output, "formats": list(formats) or ["json"]}
+    defaults = given(
+        language=language or None,
+        engine={"name": engine} if engine else None,
+        leaseDurationSeconds=lease_seconds,
+        maxAttempts=max_attempts,
+        priority=priority,
+        output={"url": output, "formats": list(formats) or ["json"]} if output else None,
+    )
     spec: dict[str, Any] = {"defaults": defaults}
     if ttl_seconds is not None:
         spec["ttlSecondsAfterFinished"] = ttl_seconds
@@ -151,16 +147,14 @@ def submission_for(
     if len(media) <= MAX_ITEMS and size <= INLINE_BYTES:
         spec["items"] = [{"key": m.key, "source": {"url": m.url}} for m in media]
     else:
-        lines: list[str] = []
-        used = 0
+        text = ""
         for m in media:
-            line = f"{m.key} {m.url}"
-            if lines and used + len(line) + 1 > LIST_BYTES:
-                lists[f"{name}-items-{len(lists) + 1}"] = "\n".join(lines) + "\n"
-                lines, used = [], 0
-            lines.append(line)
-            used += len(line) + 1
-        lists[f"{name}-items-{len(lists) + 1}"] = "\n".join(lines) + "\n"
+            line = f"{m.key} {m.url}\n"
+            if text and len(text) + len(line) > LIST_BYTES:
+                lists[f"{name}-items-{len(lists) + 1}"] = text
+                text = ""
+            text += line
+        lists[f"{name}-items-{len(lists) + 1}"] = text
         spec["itemsFrom"] = [{"configMap": cm, "key": "items"} for cm in lists]
     batch = {"apiVersion": API_VERSION, "kind": "Batch", "metadata": {"name": name}, "spec": spec}
     return Submission(batch=batch, lists=lists)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -52,8 +52,8 @@ class BatchNotFound(LookupError):
 class Snapshot:
     batch: Batch
     leased: list[TranscriptionJob]
-    events: list[str] = field(default_factory=list)
-    workers: list[str] = field(default_factory=list)  # one line per autoscaled Deployment
+    events: list[str]
+    workers: list[str]  # one line per autoscaled Deployment
 
     @property
     def exit_code(self) -> int:
@@ -116,12 +116,11 @@ def fetch(store: Api, namespace: str, name: str, since: dt.datetime, seen: set[s
     page = store.list_jobs(
         namespace, Selector(fields=f"spec.batchRef={name},status.phase=Leased"), limit=SHOWN
     )
-    snap = Snapshot(batch, [TranscriptionJob.from_api(o) for o in page.items])
+    leased = [TranscriptionJob.from_api(o) for o in page.items]
     events = store.list_events(namespace, ObjectRef("Batch", namespace, name))
-    snap.events = _new(events, WATCHED_REASONS, since, seen)
-    snap.workers, scaling = _fleet(store, namespace, since, seen)
-    snap.events += scaling
-    return snap
+    new = _new(events, WATCHED_REASONS, since, seen)
+    workers, scaling = _fleet(store, namespace, since, seen)
+    return Snapshot(batch, leased, new + scaling, workers)
 
 
 def _new(

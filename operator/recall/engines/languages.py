@@ -178,15 +178,10 @@ def choose(
     """The most likely of `options` (any when none) and the model's probability for it, from
     (code, probability) pairs as faster-whisper's `detect_language` lists them."""
     allowed = set(options or ())
-    best: tuple[str, float] | None = None
-    for code, p in probabilities:
-        if allowed and code not in allowed:
-            continue
-        if best is None or p > best[1]:
-            best = (code, float(p))
-    if best is None:  # options the model does not list: the first, with nothing for it
+    listed = [(code, float(p)) for code, p in probabilities if not allowed or code in allowed]
+    if not listed:  # options the model does not list: the first, with nothing for it
         return (sorted(allowed)[0] if allowed else "en"), 0.0
-    return best
+    return max(listed, key=lambda pair: pair[1])
 
 
 def decision_spans(speech: Sequence[tuple[int, int]], rate: int) -> list[tuple[int, int]]:

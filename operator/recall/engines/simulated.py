@@ -170,10 +170,9 @@ class SimulatedEngine:
     def _segments(self, job: TranscriptionJob, chunk: Chunk) -> list[Segment]:
         if self.words_per_minute:
             return self._speech(chunk, self.words_per_minute)
-        text = " ".join(WORDS[(chunk.index + i) % len(WORDS)] for i in range(6))
-        return [
-            Segment(start=0.0, end=chunk.duration, text=f"{job.name} chunk {chunk.index} {text}")
-        ]
+        words = " ".join(WORDS[(chunk.index + i) % len(WORDS)] for i in range(6))
+        text = f"{job.name} chunk {chunk.index} {words}"
+        return [Segment(start=0.0, end=chunk.duration, text=text)]
 
     def detect_language(self, request: TranscribeRequest) -> Detected | None:
         """Simulated text has no language to detect: the job goes on without one."""
@@ -196,7 +195,7 @@ class SimulatedEngine:
         count = max(1, round(words_per_minute / 60 * length))
         out = []
         for i in range(n):
-            words = [self.words[pick.randrange(len(self.words))] for _ in range(count)]
+            words = [pick.choice(self.words) for _ in range(count)]
             text = " ".join(words).capitalize() + "."
             out.append(Segment(start=i * length, end=(i + 1) * length, text=text))
         return out

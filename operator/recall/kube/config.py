@@ -41,5 +41,4 @@ def current_namespace(kubeconfig: str | Path | None = None) -> str:
         )
     except (config.ConfigException, OSError):
         return "default"
-    ns: str = (active or {}).get("context", {}).get("namespace") or "default"
-    return ns
+    return str((active or {}).get("context", {}).get("namespace") or "default")

@@ -68,12 +68,11 @@ def api_message(e: ApiException) -> str:
 def retry_after_of(e: ApiException) -> float | None:
     """The Retry-After of an error answer, in seconds (Kubernetes sends whole seconds)."""
     headers = e.headers or {}
-    value = headers.get("Retry-After") or headers.get("retry-after")
     try:
-        seconds = float(value) if value is not None else None
+        seconds = float(headers.get("Retry-After") or headers.get("retry-after") or "")
     except ValueError:
         return None
-    return seconds if seconds is not None and seconds >= 0 else None
+    return seconds if seconds >= 0 else None
 
 
 def translate(e: BaseException, what: str, *, write: bool) -> ApiError:

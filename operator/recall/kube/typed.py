@@ -240,9 +240,8 @@ class TypedClient:
         limit: int | None = None,
         continue_from: str | None = None,
     ) -> Page:
-        selector = Selector(labels=labels)
         return self.verbs.list(
-            LEASES, namespace, selector, limit=limit, continue_from=continue_from
+            LEASES, namespace, Selector(labels=labels), limit=limit, continue_from=continue_from
         )
 
     def get_config_map(self, namespace: str, name: str) -> ConfigMapData | None:

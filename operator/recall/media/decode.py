@@ -209,14 +209,11 @@ class Decoder:
                     return
                 if _kind(frame) != kind:  # the first frame, or a change of format mid-stream
                     if resampler is not None:
-                        for out in resampler.resample(None):
-                            yield from self._counted(self._samples(out))
+                        yield from self._counted(resampler, None)
                     resampler, kind = self._resampler(frame), _kind(frame)
-                for out in resampler.resample(frame):
-                    yield from self._counted(self._samples(out))
+                yield from self._counted(resampler, frame)
             if resampler is not None:
-                for out in resampler.resample(None):
-                    yield from self._counted(self._samples(out))
+                yield from self._counted(resampler, None)
         except (av.FFmpegError, ValueError) as e:
             raise JobFailure(
                 "UndecodableMedia",
@@ -250,18 +247,20 @@ class Decoder:
         interleaved = frame.to_ndarray()[0]
         return np.ascontiguousarray(interleaved[self.channel :: channels], dtype=np.float32)
 
-    def _counted(self, block: Samples) -> Iterator[Samples]:
-        self.position += len(block)
-        limit = self.max_samples
-        if limit is not None and self.position > (allowed := tolerated(limit)):
-            raise JobFailure(
-                "SourceTooLarge",
-                f"{self.shown}: more than {seconds_text(allowed / self.rate)} s long, "
-                f"the limit is {seconds_text(limit / self.rate)} s",
-                permanent=True,
-            )
-        if len(block):
-            yield block
+    def _counted(self, resampler: Any, frame: Any) -> Iterator[Samples]:
+        for out in resampler.resample(frame):
+            block = self._samples(out)
+            self.position += len(block)
+            limit = self.max_samples
+            if limit is not None and self.position > (allowed := tolerated(limit)):
+                raise JobFailure(
+                    "SourceTooLarge",
+                    f"{self.shown}: more than {seconds_text(allowed / self.rate)} s long, "
+                    f"the limit is {seconds_text(limit / self.rate)} s",
+                    permanent=True,
+                )
+            if len(block):
+                yield block
 
     def _trimmed(self, blocks: Iterator[Samples], start: int) -> Iterator[Samples]:
         """`blocks` from sample `start` on; the samples before it feed `tail`."""

@@ -170,9 +170,7 @@ class Media(abc.ABC):
     @property
     def duration(self) -> float:
         """Seconds: exact once an iteration has ended, else the container's estimate."""
-        samples = (
-            self.decoded_samples if self.decoded_samples is not None else self.estimated_samples
-        )
+        samples = self.estimated_samples if self.decoded_samples is None else self.decoded_samples
         return (samples or 0) / self.cutting.rate
 
     def chunks_total(self, done: int, position: int, *, finished: bool = False) -> int:

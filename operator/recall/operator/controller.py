@@ -185,7 +185,7 @@ class Controller:
         if self.ready.ahead_seconds > 0:
             # every replica's cache listener times holds: forget the workers gone, leading or not
             alive = self.registry.alive(self.clock.monotonic())
-            self.ready.keep_workers({(w.namespace, w.worker) for w in alive})
+            self.ready.keep_workers({w.key for w in alive})
         if not self.leading.is_set() or not self.cache.synced.is_set():
             self._was_leading = False
             self._gauges.export({})  # only the leader's figures are current
@@ -300,22 +300,21 @@ class Controller:
             return 0
         mono = self.clock.monotonic() if now_mono is None else now_mono
         alive = self.registry.offerable(mono)  # a worker asked to drain is offered nothing
-        keys = {(w.namespace, w.worker) for w in alive}
+        keys = {w.key for w in alive}
         for stale in self.ready.stale_offers(mono, self.settings.offer_seconds, keys):
             offered = self.cache.get(stale)
             if offered is not None:
                 self.applier.withdraw(offered)
         workers = [
-            Capacity((w.namespace, w.worker), w.engine, w.pool, w.slots, w.multilingual, w.model)
-            for w in alive
+            Capacity(w.key, w.engine, w.pool, w.slots, w.multilingual, w.model) for w in alive
         ]
-        slots = {w.key: w.slots for w in workers}
-        for key in self.ready.ahead_offers(slots):
+        for key in self.ready.ahead_offers({w.key: w.slots for w in workers}):
             # An offer ahead waits for its worker: a more urgent job must not wait behind it.
             offered = self.cache.get(key)
-            lane = (key[0], offered.pool, offered.engine) if offered else None
-            top = self.ready.top_priority(lane) if lane else None
-            if offered is not None and top is not None and top > offered.priority:
+            if offered is None:
+                continue
+            top = self.ready.top_priority((key[0], offered.pool, offered.engine))
+            if top is not None and top > offered.priority:
                 self.applier.withdraw(offered)
         written = 0
         for w in free_slots(workers, self.ready):

@@ -232,26 +232,21 @@ class ReadyQueue:
                 sort, key = heapq.heappop(heap)
                 if not heap:
                     del self._heaps[lane][priority][group]
-                where = self._where.get(key)
-                if where is not None and where == (lane, priority, group, sort):
+                if self._where.get(key) == (lane, priority, group, sort):
                     del self._where[key]
                     return key
 
     def _best(self, lanes: list[Lane]) -> tuple[Lane, int, Group] | None:
-        best: tuple[int, int, str, Lane, Group] | None = None
-        for lane in lanes:
-            for priority, groups in self._heaps[lane].items():
-                for group, heap in groups.items():
-                    if not heap:
-                        continue
-                    active = self._active.get((lane[0], group), 0)
-                    # highest priority, then fewest active, then a stable order of groups
-                    rank = (-priority, active, group or "", lane, group)
-                    if best is None or rank[:3] < best[:3]:
-                        best = rank
-        if best is None:
-            return None
-        return best[3], -best[0], best[4]
+        # highest priority, then fewest active, then a stable order of groups (the first found)
+        ranks = (
+            (-priority, self._active.get((lane[0], group), 0), group or "", lane, group)
+            for lane in lanes
+            for priority, groups in self._heaps[lane].items()
+            for group, heap in groups.items()
+            if heap
+        )
+        best = min(ranks, key=lambda rank: rank[:3], default=None)
+        return None if best is None else (best[3], -best[0], best[4])
 
     def offered_to(self, key: JobKey, worker: WorkerKey) -> None:
         """Record an offer just written, before the watch brings it back."""

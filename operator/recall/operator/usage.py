@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
-from recall.kube import Api, ApiError, ConfigMapData, Conflict
+from recall.kube import Api, ApiError, Conflict
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.reconcile.record import JobRecord
 from recall.resources import Phase
@@ -67,10 +67,6 @@ TRIES = 5  # conflicts in one flush before it waits for the next
 
 Day = tuple[str, str]  # (namespace, YYYY-MM-DD)
 Labels = tuple[str, str, str]  # (namespace, pool, engine)
-
-
-def _zero() -> dict[str, float]:
-    return {"jobs": 0.0, "audioSeconds": 0.0, "engineSeconds": 0.0}
 
 
 def mark(uid: str) -> str:
@@ -119,7 +115,9 @@ def decide(
     mark for their day, marked when the day's marks are kept and not full, else counted unmarked
     only if this process saw them published. Marks past `KEEP_DAYS` go; `w.id` joins `writes`."""
     oldest = today - dt.timedelta(days=KEEP_DAYS - 1)
-    figures: defaultdict[str, dict[str, float]] = defaultdict(_zero)
+    figures: defaultdict[str, dict[str, float]] = defaultdict(
+        lambda: {"jobs": 0.0, "audioSeconds": 0.0, "engineSeconds": 0.0}
+    )
     for day, seconds in w.engine.items():
         figures[day]["engineSeconds"] += seconds
     marks: dict[str, set[str]] = {}
@@ -148,8 +146,7 @@ def decide(
         merged = {k: round(float(stored.get(k, 0)) + v, 3) for k, v in added.items()}
         merged["jobs"] = int(merged["jobs"])
         changes[day] = json.dumps(merged, sort_keys=True)
-    for day in marked:
-        changes[MARKS + day] = " ".join(sorted(marks[day]))
+    changes.update({MARKS + day: " ".join(sorted(marks[day])) for day in marked})
     for key in data:
         if key.startswith(MARKS) and _older(key[len(MARKS) :], oldest):
             changes[key] = None
@@ -230,9 +227,8 @@ class Usage:
             candidates, self._candidates = self._candidates, {}
             unsure, self._unsure = self._unsure, {}
         writes: dict[str, Write] = {}
-        for (namespace, day), seconds in engine.items():
-            adding = writes.setdefault(namespace, Write(uuid.uuid4().hex[:12]))
-            adding.engine[day] = adding.engine.get(day, 0.0) + seconds
+        for (namespace, day), seconds in engine.items():  # one entry per namespace and day
+            writes.setdefault(namespace, Write(uuid.uuid4().hex[:12])).engine[day] = seconds
         for uid, c in candidates.items():
             writes.setdefault(c.day[0], Write(uuid.uuid4().hex[:12])).candidates[uid] = c
         written = 0
@@ -292,25 +288,20 @@ class Usage:
             cm = self.api.get_config_map(namespace, CONFIG_MAP)
             changes, w.counted = decide(cm.data if cm else {}, w, self.clock.now().date())
             try:
-                self._apply(namespace, cm, changes)
+                if cm is None:
+                    data = {k: v for k, v in changes.items() if v is not None}
+                    self.api.create_config_map(namespace, CONFIG_MAP, data, labels=LABELS)
+                else:
+                    # A merge patch applied only at the version read (409 otherwise), as PUT is.
+                    self.api.patch_config_map(
+                        namespace, CONFIG_MAP, changes, resource_version=cm.resource_version
+                    )
             except Conflict:
                 if attempt == TRIES - 1:
                     raise
                 continue
             self._counted(w.counted)
             return
-
-    def _apply(
-        self, namespace: str, cm: ConfigMapData | None, changes: dict[str, str | None]
-    ) -> None:
-        if cm is None:
-            data = {k: v for k, v in changes.items() if v is not None}
-            self.api.create_config_map(namespace, CONFIG_MAP, data, labels=LABELS)
-            return
-        # A merge patch applied only at the version read (409 otherwise), as a PUT would be.
-        self.api.patch_config_map(
-            namespace, CONFIG_MAP, changes, resource_version=cm.resource_version
-        )
 
     @staticmethod
     def _counted(counted: list[Candidate]) -> None:

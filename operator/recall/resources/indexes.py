@@ -35,9 +35,9 @@ def _join(runs: Iterable[tuple[int, int]], limit: int) -> tuple[str, bool]:
     size = 0
     for first, last in runs:
         part = str(first) if first == last else f"{first}-{last}"
-        if size + len(part) + (1 if parts else 0) > limit:
-            return ",".join(parts), True
         size += len(part) + (1 if parts else 0)
+        if size > limit:
+            return ",".join(parts), True
         parts.append(part)
     return ",".join(parts), False
 

@@ -146,7 +146,5 @@ def _centres(vectors: Floats, labels: npt.NDArray[np.integer]) -> Floats:
 
 
 def _by_first_appearance(labels: npt.NDArray[np.integer]) -> Ints:
-    order: dict[int, int] = {}
-    for c in labels.tolist():
-        order.setdefault(int(c), len(order))
-    return np.array([order[int(c)] for c in labels.tolist()], np.int64)
+    order = {c: k for k, c in enumerate(dict.fromkeys(labels.tolist()))}
+    return np.array([order[c] for c in labels.tolist()], np.int64)

@@ -88,7 +88,6 @@ _STORAGES: dict[str, type[np.generic]] = {
 @dataclass(frozen=True)
 class _Storage:
     key: str
-    dtype: type[np.generic]
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,11 @@ def _rebuild(storage: _Storage, offset: int, size: Any, stride: Any, *_: Any) ->
 
 
 class _Unpickler(pickle.Unpickler):
-    """Torch's legacy format, without Torch: storages by key, tensors as views of them."""
+    """Torch's legacy format, without Torch: storages by key (`dtypes`), tensors as views."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        super().__init__(f)
+        self.dtypes: dict[str, type[np.generic]] = {}
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == ("collections", "OrderedDict"):
@@ -119,7 +122,8 @@ class _Unpickler(pickle.Unpickler):
         kind, storage_type, key, _location, _numel, _view = pid
         if kind != "storage" or storage_type not in _STORAGES:
             raise ModelUnreadable(f"the weights file has a {kind} of {storage_type}")
-        return _Storage(str(key), _STORAGES[storage_type])
+        self.dtypes[str(key)] = _STORAGES[storage_type]
+        return _Storage(str(key))
 
 
 def _load(f: IO[bytes]) -> Any:
@@ -131,13 +135,13 @@ def read_weights(path: Path) -> dict[str, Floats]:
     with path.open("rb") as f:
         try:
             _load(f), _load(f), _load(f)  # magic number, protocol, system info
-            checkpoint = _load(f)
+            unpickler = _Unpickler(f)
+            checkpoint = unpickler.load()
             keys = _load(f)
             storages: dict[str, npt.NDArray[Any]] = {}
-            dtypes = _storage_dtypes(checkpoint)
             for key in keys:
                 (count,) = struct.unpack("<q", f.read(8))
-                dtype = np.dtype(dtypes.get(key, np.float32))
+                dtype = np.dtype(unpickler.dtypes.get(key, np.float32))
                 storages[key] = np.frombuffer(f.read(count * dtype.itemsize), dtype)
         except (pickle.UnpicklingError, struct.error, EOFError, ValueError, TypeError) as e:
             raise ModelUnreadable(f"{path}: {e}") from None
@@ -155,21 +159,6 @@ def read_weights(path: Path) -> dict[str, Floats]:
         )
         out[str(name)] = np.array(view, dtype=np.float32)
     return out
-
-
-def _storage_dtypes(obj: Any) -> dict[str, type[np.generic]]:
-    """The dtype of every storage the checkpoint's tensors use, by key."""
-    found: dict[str, type[np.generic]] = {}
-    stack = [obj]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, _Tensor):
-            found[x.storage.key] = x.storage.dtype
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-        elif isinstance(x, list | tuple):
-            stack.extend(x)
-    return found
 
 
 # --- the features --------------------------------------------------------------------------

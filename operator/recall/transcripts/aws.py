@@ -17,7 +17,7 @@ writes them: `[PII]` with a `redactions` entry naming the category, and `isRedac
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from recall.media.types import Segment
@@ -119,13 +119,11 @@ def _said(s: Segment) -> list[_Said]:
             and goes_on(last.text, w.text, pieces=pieces)
         )
         if last is not None and glue and not w.redacted and not last.redacted:
-            out[-1] = _Said(
-                last.text + text,
-                last.start,
-                max(last.end, w.end),
-                min(last.confidence, w.probability),
-                last.speaker,
-                last.channel,
+            out[-1] = replace(
+                last,
+                text=last.text + text,
+                end=max(last.end, w.end),
+                confidence=min(last.confidence, w.probability),
             )
         else:
             out.append(_Said(text, w.start, w.end, w.probability, speaker, channel, w.redacted))

@@ -56,10 +56,7 @@ class Checkpoint:
 
 
 def language_of(records: list[Record]) -> tuple[str, float | None] | None:
-    for record in records:
-        if record.language:
-            return record.language, record.language_probability
-    return None
+    return next(((r.language, r.language_probability) for r in records if r.language), None)
 
 
 def directory_of(job: TranscriptionJob, attempt: int, token: str) -> str:

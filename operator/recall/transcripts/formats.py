@@ -39,8 +39,7 @@ def output_formats(job: TranscriptionJob) -> list[OutputFormat]:
     formats: list[OutputFormat] = list(job.spec.output.formats) if job.spec.output else []
     t = job.spec.transcript
     if t is not None and t.translate == "en":
-        asked = list(formats)
-        formats += [name for name, fmt in TRANSLATED.items() if fmt in asked]  # type: ignore[misc]
+        formats += [name for name, fmt in TRANSLATED.items() if fmt in formats]  # type: ignore[misc]
     return formats
 
 

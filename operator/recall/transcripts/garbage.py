@@ -51,14 +51,13 @@ class JobView:
 
 
 def _kept_by_parts(key: ScratchKey, parts: tuple[Part, ...]) -> bool:
-    for part in parts:
-        if part.attempt == key.attempt and part.token == key.token:
-            if key.name == CUTTING:
-                return True
-            chunk = key.chunk()
-            if chunk is not None and part.first <= chunk < part.end:
-                return True
-    return False
+    chunk = key.chunk()
+    return any(
+        part.attempt == key.attempt
+        and part.token == key.token
+        and (key.name == CUTTING or (chunk is not None and part.first <= chunk < part.end))
+        for part in parts
+    )
 
 
 def _is_result(key: ScratchKey, result: str) -> bool:
@@ -70,13 +69,10 @@ def _is_result(key: ScratchKey, result: str) -> bool:
 def garbage(view: JobView, keys: Iterable[str]) -> list[str]:
     """The keys of `view`'s job to delete, sorted; see the module contract."""
     out: list[str] = []
+    job = (view.namespace, view.name, view.uid)
     for raw in keys:
         key = parse_scratch(raw)
-        if key is None or (key.namespace, key.job, key.uid) != (
-            view.namespace,
-            view.name,
-            view.uid,
-        ):
+        if key is None or (key.namespace, key.job, key.uid) != job:
             continue
         if view.phase in (Phase.FAILED, Phase.CANCELLED):
             out.append(raw)

@@ -18,13 +18,15 @@ ends in what could be part of an entity, so no record stores a piece of one.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
 from recall.media.types import Segment, Word
 from recall.resources import RedactType
 from recall.transcripts.entities import EDGE, core, could_be_part, detect
 from recall.transcripts.words import apart, split
 
+T = TypeVar("T")
 HOLD_WORDS = 8
 MOST_HELD = 64
 TAGS: dict[str, str] = {
@@ -63,15 +65,21 @@ def text_of_words(words: list[Word]) -> str:
     return " " + out
 
 
-def _tag(words: list[Word], kind: RedactType) -> Word:
-    first, last = words[0].text, words[-1].text
+def _tag_text(span: list[str], kind: RedactType) -> str:
+    """The tag of the words `span`: the first's leading space and the punctuation before it,
+    the tag, the punctuation after the last."""
+    first, last = span[0], span[-1]
     lead = first[: len(first) - len(first.lstrip())]
     before = first.strip()[: len(first.strip()) - len(first.strip().lstrip(EDGE))]
     after = last.strip()[len(last.strip().rstrip(EDGE)) :]
+    return f"{lead}{before}{TAGS[kind]}{after}"
+
+
+def _tag(words: list[Word], kind: RedactType) -> Word:
     return Word(
         start=words[0].start,
         end=max(w.end for w in words),
-        text=f"{lead}{before}{TAGS[kind]}{after}",
+        text=_tag_text([words[0].text, words[-1].text], kind),
         probability=min(w.probability for w in words),
         speaker=words[0].speaker,
         channel=words[0].channel,
@@ -94,55 +102,44 @@ def redact_texts(texts: list[str], types: Collection[str]) -> list[str]:
     """`texts` (segments' texts, in order) with every entity of `types` replaced by its tag, the
     punctuation around it kept; one across texts is tagged in the first ("" for a text left
     empty). A changed text keeps its leading space; its words are joined by one space."""
-    flat = [(i, w) for i, text in enumerate(texts) for w in text.split()]
-    found = detect([w for _, w in flat], types)
-    if not found:
-        return texts
-    words: list[list[str]] = [[] for _ in texts]
-    starts = {f.first: f for f in found}
-    dropped = {k for f in found for k in range(f.first + 1, f.end)}
-    for k, (i, w) in enumerate(flat):
-        if (f := starts.get(k)) is not None:
-            last = flat[f.end - 1][1]
-            before = w[: len(w) - len(w.lstrip(EDGE))]
-            w = before + TAGS[f.kind] + last[len(last.rstrip(EDGE)) :]
-        if k not in dropped:
-            words[i].append(w)
-    changed = {flat[k][0] for f in found for k in range(f.first, f.end)}
+    words = _tagged([text.split() for text in texts], types, str, _tag_text)
     return [
         (text[: len(text) - len(text.lstrip())] + " ".join(words[i]) if words[i] else "")
-        if i in changed
+        if i in words
         else text
         for i, text in enumerate(texts)
     ]
 
 
 def _redact_words(segments: list[Segment], types: Collection[str]) -> list[Segment]:
-    words = [timed(s) for s in segments]
-    flat = [(i, w) for i, ws in enumerate(words) for w in ws]
-    found = detect([w.text for _, w in flat], types)
-    if not found:
-        return segments
-    dropped: set[int] = set()
-    tagged: dict[int, Word] = {}
-    for f in found:
-        tagged[f.first] = _tag([w for _, w in flat[f.first : f.end]], f.kind)
-        dropped.update(range(f.first + 1, f.end))
-    out_words: list[list[Word]] = [[] for _ in segments]
-    for k, (i, w) in enumerate(flat):
-        if k in dropped:
-            continue
-        out_words[i].append(tagged.get(k, w))
-    changed = {flat[k][0] for f in found for k in range(f.first, f.end)}
-    out: list[Segment] = []
-    for i, s in enumerate(segments):
-        if i not in changed:
-            out.append(s)
-            continue
-        kept = out_words[i]
-        out.append(
-            s.model_copy(update={"words": kept, "text": text_of_words(kept) if kept else ""})
+    words = _tagged([timed(s) for s in segments], types, lambda w: w.text, _tag)
+    return [
+        s.model_copy(
+            update={"words": words[i], "text": text_of_words(words[i]) if words[i] else ""}
         )
+        if i in words
+        else s
+        for i, s in enumerate(segments)
+    ]
+
+
+def _tagged(
+    groups: list[list[T]],
+    types: Collection[str],
+    text: Callable[[T], str],
+    tag: Callable[[list[T], RedactType], T],
+) -> dict[int, list[T]]:
+    """The groups (a segment's words) that hold an entity of `types`, by index, each entity
+    replaced by `tag` of its words in the group of its first word (`text`: a word as written)."""
+    flat = [(i, word) for i, group in enumerate(groups) for word in group]
+    found = detect([text(word) for _, word in flat], types)
+    starts = {f.first: f for f in found}
+    dropped = {k for f in found for k in range(f.first + 1, f.end)}
+    out: dict[int, list[T]] = {flat[k][0]: [] for f in found for k in range(f.first, f.end)}
+    for k, (i, word) in enumerate(flat):
+        if i in out and k not in dropped:
+            f = starts.get(k)
+            out[i].append(word if f is None else tag([w for _, w in flat[f.first : f.end]], f.kind))
     return out
 
 

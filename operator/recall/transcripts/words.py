@@ -5,7 +5,7 @@
   in proportion to their characters over its time (`split`).
 - A word Whisper split at a hyphen ("ill" + "-disposed") or wrote in pieces (a piece without
   its leading space: "example" + ".com") is one word here (`goes_on`).
-- In scripts written without spaces (Chinese, Japanese, Thai, Lao, Myanmar, Khmer: `unspaced`)
+- In scripts written without spaces (Chinese, Japanese, Thai, Lao, Myanmar, Khmer: `UNSPACED`)
   each word Whisper gave stays a word, with a space before it only where Whisper wrote one
   (`Token.space`); such a segment without word timings is split into its Chinese and Japanese
   characters. A wide character is two columns (`width`).
@@ -41,19 +41,14 @@ NO_LINE_START = frozenset(
 )
 
 
-def unspaced(ch: str) -> bool:
-    code = ord(ch)
-    return any(low <= code <= high for low, high in UNSPACED)
+def within(ch: str, blocks: tuple[tuple[int, int], ...]) -> bool:
+    """Whether `ch` is in one of the Unicode `blocks` (`UNSPACED`, `CHARACTERS`)."""
+    return any(low <= ord(ch) <= high for low, high in blocks)
 
 
 def apart(left: str, right: str) -> bool:
     """Whether a space goes between words `left` and `right` (none inside an unspaced script)."""
-    return not (left and right and unspaced(left[-1]) and unspaced(right[0]))
-
-
-def _character(ch: str) -> bool:
-    code = ord(ch)
-    return any(low <= code <= high for low, high in CHARACTERS)
+    return not (left and right and within(left[-1], UNSPACED) and within(right[0], UNSPACED))
 
 
 @dataclass(frozen=True)
@@ -114,7 +109,7 @@ def parts_of(text: str) -> list[tuple[str, bool]]:
     for part in text.split():
         pieces: list[str] = []
         for ch in part:
-            if not pieces or (_character(ch) and ch not in NO_LINE_START):
+            if not pieces or (within(ch, CHARACTERS) and ch not in NO_LINE_START):
                 pieces.append(ch)
             else:
                 pieces[-1] += ch

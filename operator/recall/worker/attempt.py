@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TypeVar
 
 from recall.base import metrics
@@ -109,21 +110,17 @@ class Transcription:
             return None
 
 
+@dataclass(eq=False)
 class _Attempt:
     """The chunks of one attempt through decode → engine → store; see the module contract."""
 
-    def __init__(
-        self,
-        t: Transcription,
-        h: LeaseHolder,
-        cancel: threading.Event,
-        watch: Stopwatch,
-        cadence: Cadence,
-        media: Media,
-        writer: AttemptWriter,
-    ) -> None:
-        self.t, self.h, self.cancel, self.watch = t, h, cancel, watch
-        self.cadence, self.media, self.writer = cadence, media, writer
+    t: Transcription
+    h: LeaseHolder
+    cancel: threading.Event
+    watch: Stopwatch
+    cadence: Cadence
+    media: Media
+    writer: AttemptWriter
 
     def poll(self) -> None:
         self.t.check_stop(self.h)

@@ -60,12 +60,10 @@ class Liveness:
         self.server = endpoint.serve(self._route, port, "healthz", addr)
 
     def _route(self, target: str) -> tuple[int, str, bytes] | None:
-        path = target.split("?")[0]
-        if path in ("/healthz", "/livez"):
-            ok = self.healthy()
-        elif path == "/readyz":
-            ok = self.ready()
-        else:
+        routes = {"/healthz": self.healthy, "/livez": self.healthy, "/readyz": self.ready}
+        check = routes.get(target.split("?")[0])
+        if check is None:
             return None
+        ok = check()
         body = f"{'ok' if ok else 'stale'} {self.age():.1f}s\n".encode()
         return 200 if ok else 503, "text/plain", body

@@ -52,13 +52,12 @@ class HeldJobs:
 
     def hold(self, h: LeaseHolder) -> None:
         with self._lock:
-            self._holders[(h.known.namespace, h.known.name)] = h
+            self._holders[h.known.key] = h
 
     def let_go(self, h: LeaseHolder) -> None:
         with self._lock:
-            key = (h.known.namespace, h.known.name)
-            if self._holders.get(key) is h:
-                del self._holders[key]
+            if self._holders.get(h.known.key) is h:
+                del self._holders[h.known.key]
 
     # -- the informer's consumer ---------------------------------------------------------------
 

@@ -130,9 +130,7 @@ class Decoder(_Stage[Chunk | _End]):
     def _run(self) -> None:
         try:
             while not self.aborted.is_set():
-                started = self.clock.monotonic()
-                chunk = next(self.chunks, None)
-                self.watch.add("media", self.clock.monotonic() - started)
+                chunk = self.watch.timed("media", lambda: next(self.chunks, None))
                 if chunk is None:
                     break
                 if not self._put(chunk, "decode"):

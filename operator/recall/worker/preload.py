@@ -74,11 +74,10 @@ class Preload:
                 label = f"{model}@{digest}" if digest else model
                 said: bool | None = getattr(self.engine, "multilingual", None)
                 state = EngineState(LOADED, label, multilingual=said)
-        except ModelCacheUnwritable as e:  # the worker's own fault: it claims nothing for now
-            state = EngineState(FAILED, error=f"{e.reason}: {e.message}")
-            self.cache_unwritable(e)
         except JobFailure as e:
             state = EngineState(FAILED, error=f"{e.reason}: {e.message}")
+            if isinstance(e, ModelCacheUnwritable):  # the worker's own fault: it claims nothing
+                self.cache_unwritable(e)
         except Exception as e:  # a bug, or an engine's own error: say it, never stop the worker
             state = EngineState(FAILED, error=f"EngineError: {type(e).__name__}: {e}")
         with self._lock:

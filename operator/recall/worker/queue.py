@@ -103,10 +103,7 @@ class WatchedJobs:
             self._cond.notify_all()
 
     def relisted(self, items: Iterator[RawObject]) -> None:
-        jobs = {}
-        for raw in items:
-            job = TranscriptionJob.from_api(raw)
-            jobs[job.key] = job
+        jobs = {job.key: job for job in map(TranscriptionJob.from_api, items)}
         with self._cond:
             self._jobs = jobs
             self._changes += 1
@@ -216,10 +213,8 @@ class OfferQueue(WatchedJobs):
             page = self.store.list_jobs(self.namespace, SELECTOR, limit=SELF_SERVE_PAGE)
         except ApiError:
             return None
-        jobs = [TranscriptionJob.from_api(o) for o in page.items]
-        return fair_choice(
-            [j for j in jobs if j.key not in exclude], self.engine, self.rng, pool=self.pool
-        )
+        jobs = [j for j in map(TranscriptionJob.from_api, page.items) if j.key not in exclude]
+        return fair_choice(jobs, self.engine, self.rng, pool=self.pool)
 
     def wait(self, timeout: float, since: int | None = None) -> None:
         """Block until an offer changes, `timeout` passes, or it is time to serve oneself."""

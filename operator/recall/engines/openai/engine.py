@@ -92,8 +92,7 @@ class OpenAIEngine:
         if self._unreported:
             return None
         chunk, job = request.chunk, request.job
-        fields = self._fields(job, None, "")
-        data = self._request(chunk, fields, request.cancel)
+        data = self._request(chunk, self._fields(job, None, ""), request.cancel)
         if data is None:
             return None  # cancelled: the caller discards what follows
         self._keep(job, chunk, data)

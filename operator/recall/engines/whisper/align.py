@@ -67,18 +67,8 @@ def islands(audio: Any, rate: int = 16_000) -> Sounds:
         return []
     rms = np.sqrt(np.mean(np.square(audio[: count * frame].reshape(count, frame)), axis=1))
     loud = np.flatnonzero(rms >= max(1e-3, 0.1 * float(np.percentile(rms, 95))))
-    out: Sounds = []
-    run_start = prev = -1
-    for f in loud.tolist():
-        if run_start < 0:
-            run_start = prev = f
-        elif f - prev > BRIDGE_FRAMES:
-            out.append((run_start / 100, (prev + 1) / 100))
-            run_start = f
-        prev = f
-    if run_start >= 0:
-        out.append((run_start / 100, (prev + 1) / 100))
-    return out
+    runs = np.split(loud, np.flatnonzero(np.diff(loud) > BRIDGE_FRAMES) + 1)
+    return [(int(run[0]) / 100, (int(run[-1]) + 1) / 100) for run in runs if len(run)]
 
 
 def _stretch_of(w: Word, sounds: Sounds, ends: list[float]) -> int:
@@ -113,7 +103,7 @@ def snap_to_sound(words: list[Word], sounds: Sounds, floor: float = 0.0) -> list
         a, b = sounds[best]
         start = a if best != previous else max(w.start, a)
         start = max(start, low)
-        end = min(w.end, b) if w.end > b else w.end
+        end = min(w.end, b)
         if end <= start:
             start, end = max(w.start, low), max(w.end, w.start, low)
         out.append(w.model_copy(update={"start": start, "end": end}))

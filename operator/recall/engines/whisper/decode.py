@@ -228,8 +228,7 @@ def decoded(d: Decoding, chunks: list[Chunk], windows: list[Window], prompt: str
         ],
         batch_size=d.batch_size,
     )
-    results: Iterator[Any] = iter(generated)
-    return results
+    return iter(generated)
 
 
 def reaching(

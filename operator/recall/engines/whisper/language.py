@@ -97,8 +97,7 @@ def attach(segments: list[Segment], words: list[tuple[float, float, str]]) -> li
             key=lambda i: max(segments[i].start - middle, middle - segments[i].end, 0.0),
         )
         given[best].append(word)
-    out = []
-    for s, mine in zip(segments, given, strict=True):
-        text = "".join(mine).strip()
-        out.append(s.model_copy(update={"translation": text or None}))
-    return out
+    return [
+        s.model_copy(update={"translation": "".join(mine).strip() or None})
+        for s, mine in zip(segments, given, strict=True)
+    ]

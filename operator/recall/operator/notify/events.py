@@ -81,8 +81,7 @@ def _time(*candidates: dt.datetime | None) -> dict[str, dt.datetime]:
 def build(attributes: dict[str, Any], data: dict[str, Any]) -> bytes:
     """The structured-mode body of a CloudEvent 1.0 (the SDK's JSON format)."""
     attrs = {"specversion": "1.0", "datacontenttype": "application/json", **attributes}
-    message = to_structured(CloudEvent(attrs, data), JSONFormat())
-    return message.body
+    return to_structured(CloudEvent(attrs, data), JSONFormat()).body
 
 
 def job_event(job: TranscriptionJob, type_: str, outputs: list[str]) -> Event:
@@ -119,8 +118,7 @@ def job_event(job: TranscriptionJob, type_: str, outputs: list[str]) -> Event:
     if status.last_error is not None and status.effective_phase is Phase.FAILED:
         e = status.last_error
         data["error"] = {"reason": e.reason, "message": (e.message or "")[:MAX_MESSAGE]}
-    uid = job.metadata.uid or job.name
-    eid = event_id(uid, type_)
+    eid = event_id(job.metadata.uid or job.name, type_)
     attrs = {
         "id": eid,
         "type": type_,
@@ -145,8 +143,7 @@ def batch_event(batch: Batch) -> Event:
         data["failedIndexes"] = status.failed_indexes
     if status.cancelled_indexes:
         data["cancelledIndexes"] = status.cancelled_indexes
-    uid = batch.metadata.uid or batch.name
-    eid = event_id(uid, BATCH_COMPLETED)
+    eid = event_id(batch.metadata.uid or batch.name, BATCH_COMPLETED)
     complete = next((c for c in status.conditions if c.type == "Complete"), None)
     attrs = {
         "id": eid,

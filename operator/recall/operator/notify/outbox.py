@@ -206,12 +206,11 @@ class Outbox:
         metrics.NOTIFY_DELIVERIES.labels(outcome="given_up").inc()
         sink = display_url(t.sink.url)  # its user info and query may hold a secret
         _log.warning("notify_given_up", id=o.event.id, object=o.ref.name, sink=sink)
-        kind = "job" if o.key[0] == "job" else "batch"
         self._event(
             o.ref,
             "NotifyGivenUp",
             f"{o.event.type} to {sink} given up after {t.attempts} tries: {t.error}; "
-            f"send it again with: recall notify resend {kind}/{o.ref.name}",
+            f"send it again with: recall notify resend {o.key[0]}/{o.ref.name}",  # job or batch
         )
 
     def _give_up_all(self, o: Owed) -> None:

@@ -10,6 +10,7 @@ its items' events as counts and the given-up items as compressed index ranges
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -81,10 +82,8 @@ def load_job(api: Api, namespace: str, name: str, batches: Batches, sinks: Sinks
         return None
     outputs = []
     if job.spec.output is not None and job.status.published is not None:
-        try:
+        with contextlib.suppress(OutputInvalid):  # none named
             outputs = [output_url(job.spec.output, f, job) for f in job.status.published.formats]
-        except OutputInvalid:
-            outputs = []
     for url in recorded.delivered if recorded else []:
         if url in tries:
             tries[url].done = "delivered"
@@ -119,7 +118,6 @@ def load_batch(api: Api, namespace: str, name: str, sinks: Sinks) -> Owed | None
 
 
 def write(api: Api, o: Owed, settled: bool, items: NotifiedItems | None, now: dt.datetime) -> None:
-    tries = o.tries.values()
     record: dict[str, Any] = {
         "id": o.event.id,
         "type": o.event.type,
@@ -133,8 +131,7 @@ def write(api: Api, o: Owed, settled: bool, items: NotifiedItems | None, now: dt
     status: Literal["True", "False"]
     if settled:
         record["time"] = now
-        lost = any(t.done == "givenUp" for t in tries)
-        status, reason = ("False", "GivenUp") if lost else ("True", "Delivered")
+        status, reason = ("False", "GivenUp") if record["givenUp"] else ("True", "Delivered")
         message = f"{o.event.type} ({o.event.id}): {len(record['delivered'])} sinks received it"
     else:
         status = "False"

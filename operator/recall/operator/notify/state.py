@@ -121,9 +121,7 @@ def wanted(record: JobRecord, batch: Batch | None, defaults: Iterable[Sink]) -> 
     type_ = event_type(record)
     item = record.batch is not None
     own = (batch.spec.notify or []) if item and batch is not None else []
-    if any(s.wants(type_) for s in [*own, *defaults]):
-        return True
-    return not item and record.notify
+    return any(s.wants(type_) for s in [*own, *defaults]) or (not item and record.notify)
 
 
 def owes(record: JobRecord) -> bool:

@@ -137,9 +137,8 @@ class Connector(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
-        addresses = self._sender.checked(host, port)
         failed: httpcore.ConnectError | None = None
-        for address in addresses:  # each one checked; the first that answers
+        for address in self._sender.checked(host, port):  # each one checked; the first that answers
             bounded = self._sender.bound(timeout, httpcore.ConnectTimeout)
             try:
                 stream = self._tcp.connect_tcp(

@@ -50,9 +50,7 @@ class Registry:
         self._lock = threading.Lock()
 
     def relisted(self, items: Iterator[RawObject]) -> None:
-        keep = set()
-        for raw in items:
-            keep.add(self._put(raw))
+        keep = {self._put(raw) for raw in items}
         with self._lock:
             for key in [k for k in self._seen if k not in keep]:
                 del self._seen[key]

@@ -329,7 +329,6 @@ class Applier:
         def key_of(i: int) -> str:
             return items[i].key if i < len(items) else str(i)
 
-        changed, _upto = view.seen
         return project(
             view.batch,
             len(items),
@@ -337,7 +336,7 @@ class Applier:
             jobs,
             view.batch.status,
             now,
-            changed | ours,
+            view.seen[0] | ours,
             recreated=recreated,
             invalid=view.invalid,
             storage=self.storage(view.batch.key),

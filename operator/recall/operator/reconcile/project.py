@@ -108,7 +108,6 @@ def attention_of(
     """Failed items, then items without a job, then items that were retried: at most
     `MAX_ATTENTION`, by index within each group."""
     failed: list[Attention] = []
-    gone: list[Attention] = []
     retried: list[Attention] = []
     failed_code = CODE[ItemPhase.FAILED]
     notable = sorted(
@@ -136,11 +135,11 @@ def attention_of(
             and len(retried) < MAX_ATTENTION
         ):
             retried.append(entry)
-    for i in sorted(missing)[:MAX_ATTENTION]:
-        if i < total:
-            gone.append(
-                Attention(index=i, key=key_of(i), phase=CODES[phases[i]], reason="JobMissing")
-            )
+    gone = [
+        Attention(index=i, key=key_of(i), phase=CODES[phases[i]], reason="JobMissing")
+        for i in sorted(missing)[:MAX_ATTENTION]
+        if i < total
+    ]
     return (failed + gone + retried)[:MAX_ATTENTION]
 
 
@@ -226,13 +225,9 @@ def languages_of(
 
 def encoded(phases: bytearray) -> tuple[dict[str, str | None], bool]:
     """The *Indexes fields of `phases`, and whether any was cut short."""
-    out: dict[str, str | None] = {}
-    truncated = False
-    for phase, name in STORED_FIELDS.items():
-        text, cut = indexes.encode_runs(phases, CODE[phase])
-        out[name] = text or None
-        truncated = truncated or cut
-    return out, truncated
+    runs = {name: indexes.encode_runs(phases, CODE[p]) for p, name in STORED_FIELDS.items()}
+    fields = {name: text or None for name, (text, _) in runs.items()}
+    return fields, any(cut for _, cut in runs.values())
 
 
 def project(

@@ -97,7 +97,6 @@ class JobRecord:
         index = labels.get(LABEL_INDEX)
         lease = status.get("lease")
         error = status.get("lastError") or {}
-        engine = (spec.get("engine") or {}).get("name")
         return cls(
             namespace=meta.get("namespace") or "default",
             name=meta["name"],
@@ -119,7 +118,7 @@ class JobRecord:
             priority=int(spec.get("priority") or 0),
             created=_time(meta.get("creationTimestamp")),
             suspended=labels.get(LABEL_SUSPENDED) == "true",
-            engine=engine,
+            engine=(spec.get("engine") or {}).get("name"),
             pool=str(spec.get("pool") or DEFAULT_POOL),
             started_at=_time(status.get("startedAt")),
             completed_at=_time(status.get("completedAt")),

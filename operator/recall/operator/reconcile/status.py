@@ -91,14 +91,11 @@ class StatusWriter:
             self._forget(key)
 
     def _forget(self, key: BatchKey | None = None) -> None:
-        if key is None:
-            self.written.clear()
-            self._versions.clear()
-            self._statuses.clear()
-        else:
-            self.written.pop(key, None)
-            self._versions.pop(key, None)
-            self._statuses.pop(key, None)
+        for memory in (self.written, self._versions, self._statuses):
+            if key is None:
+                memory.clear()
+            else:
+                memory.pop(key, None)
 
     def write(
         self,
@@ -186,10 +183,9 @@ class StatusWriter:
 
     def _recorded(self, batch: Batch, proj: Projection, report: Report) -> None:
         """Count and announce what the written status recorded: heals, newly failed items."""
-        heals = [h.describe() for h in proj.heals]
         if proj.heals:
             metrics.HEALS.labels(kind="item-phase").inc(len(proj.heals))
-        report.heals = report.heals + heals
+        report.heals = report.heals + [h.describe() for h in proj.heals]
         for text in report.heals[:MAX_EVENTS]:
             self.event(_ref(batch), "Normal", "Healed", text)
         if len(report.heals) > MAX_EVENTS:

@@ -118,11 +118,8 @@ class Collector:
             if doomed:
                 self.bucket.delete(doomed)
                 deleted += len(doomed)
-        batches: set[tuple[str, str, str]] = set()
-        for info in self.bucket.list(f"{INDEX}/"):
-            parts = info.key.split("/")
-            if len(parts) == 5:
-                batches.add((parts[1], parts[2], parts[3]))
+        parts = (info.key.split("/") for info in self.bucket.list(f"{INDEX}/"))
+        batches = {(p[1], p[2], p[3]) for p in parts if len(p) == 5}
         for namespace, name, uid in sorted(batches):
             known = self.batches().get((namespace, name))
             if known is not None and known.metadata.uid == uid:

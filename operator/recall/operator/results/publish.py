@@ -300,15 +300,14 @@ class Results:
         record = self.cache.get(key)
         if record is None:
             return
-        first = False
         if record.batch_key is not None:
             with self._lock:
                 first = self._failing.get(record.batch_key, ("", ""))[0] != error.reason
                 self._failing[record.batch_key] = (error.reason, error.message)
-        if first:
-            self._reproject(record)
-            about = ObjectRef("Batch", record.namespace, record.batch or "")
-            self._event(about, error.reason, f"publishing {record.name}: {error.message}")
+            if first:
+                self._reproject(record)
+                about = ObjectRef("Batch", record.namespace, record.batch or "")
+                self._event(about, error.reason, f"publishing {record.name}: {error.message}")
         self._event(
             ObjectRef("TranscriptionJob", record.namespace, record.name, record.uid),
             error.reason,

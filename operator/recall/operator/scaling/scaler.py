@@ -208,31 +208,27 @@ class Scaler:
             and s.pool == self.target.pool
         ]
         asked = {(s.worker, s.drain) for s in seen if s.drain and not s.answered}
-        self._asked_at = {k: v for k, v in self._asked_at.items() if k in asked}
-        views = []
-        for s in seen:
-            waited = 0.0
-            if s.drain and not s.answered:
-                waited = now - self._asked_at.setdefault((s.worker, s.drain), now)
-            views.append(
-                WorkerView(
-                    name=s.worker,
-                    state=s.state,
-                    drain=s.drain,
-                    drained=s.drained,
-                    refused=s.refused,
-                    waited=waited,
-                    patience=2 * s.duration,
-                )
+        self._asked_at = {k: self._asked_at.get(k, now) for k in asked}
+        waited = {worker: now - at for (worker, _), at in self._asked_at.items()}
+        return tuple(
+            WorkerView(
+                name=s.worker,
+                state=s.state,
+                drain=s.drain,
+                drained=s.drained,
+                refused=s.refused,
+                waited=waited.get(s.worker, 0.0),
+                patience=2 * s.duration,
             )
-        return tuple(views)
+            for s in seen
+        )
 
     # -- writes ------------------------------------------------------------------------------
 
     def apply(self, d: Decision, deployment: RawObject | None) -> Report:
         """The writes of decision `d`, in order; each only while this replica leads."""
         report = Report(decision=d)
-        if deployment is None or d.reason in (Reason.MISSING,):
+        if deployment is None or d.reason is Reason.MISSING:
             return report
         if not self._fenced:
             # The term's first write moves the Deployment's resourceVersion (see the module).
