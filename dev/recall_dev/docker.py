@@ -272,12 +272,12 @@ def _stop_private_daemon(proc: Proc, daemon: PrivateDaemon) -> None:
 
 
 def _docker_cgroups() -> set[Path]:
-    """The cgroups (v1 hierarchies and v2) that runc made under `docker` for containers."""
+    """The cgroups (v1 hierarchies and v2) that runc made under `docker` for containers. One
+    that goes while they are read (a pod's, in a running kind node) is left out, never an error:
+    os.walk skips a directory it cannot list."""
     found: set[Path] = set()
     for top in (*CGROUP_ROOT.glob("*/docker"), CGROUP_ROOT / "docker"):
-        if top.is_dir():
-            found.add(top)
-            found.update(d for d in top.rglob("*") if d.is_dir())
+        found.update(Path(d) for d, _, _ in os.walk(top))
     return found
 
 
