@@ -53,6 +53,14 @@ def encode_runs(phases: bytes | bytearray, code: int, limit: int = MAX_ENCODED) 
     return _join(((m.start(), m.end() - 1) for m in runs), limit)
 
 
+def whole_below(text: str | None, limit: int = MAX_ENCODED) -> int | None:
+    """The index below which an encoding is known whole: one past its last index when it is
+    long enough to have been cut (`_join` stops within one range of `limit`), else None."""
+    if text is None or len(text) < limit - 32:
+        return None
+    return max(hi for _, hi in spans(text.rpartition(",")[2])) + 1
+
+
 def spans(text: str | None) -> Iterator[tuple[int, int]]:
     """The inclusive (first, last) ranges of an encoding."""
     for part in (text or "").split(","):

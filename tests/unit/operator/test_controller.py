@@ -8,12 +8,14 @@ import time
 
 import pytest
 
+from recall.base.settings import OperatorSettings
 from recall.kube import Conflict, Invalid, Unavailable
+from recall.kube.verbs import CONFIG_MAPS
 from recall.operator.peers.leader import Sole
 from recall.operator.reconcile.apply import CREATE_SECONDS
 from recall.operator.reconcile.project import CODES, stored_phases
 from recall.operator.reconcile.record import JobRecord
-from recall.resources import Batch, ItemPhase, Phase, indexes
+from recall.resources import Batch, ItemPhase, Phase, indexes, is_true
 from recall_dev.twin.api import Fault, MemoryApi
 from recall_dev.twin.clock import FakeClock
 from tests.helpers import complete_with_transcript
@@ -309,6 +311,62 @@ def test_invalid_items__reported_not_fanned_out() -> None:
     assert batch is not None
     assert any(c.reason == "ItemsInvalid" for c in batch.status.conditions)
     assert events(store, "ItemsInvalid")
+
+
+def list_batch(keys: list[str]) -> tuple[MemoryApi, FakeClock, Operator]:
+    """Batch b, its items only in ConfigMap "list", fanned out."""
+    store, clock = MemoryApi(), FakeClock()
+    lines = "\n".join(f"{k} file:///m/{k}.wav" for k in keys)
+    store.create_config_map(NS, "list", {"items": lines}, labels={})
+    manifest = batch_manifest("b", [])
+    manifest["spec"] = {"itemsFrom": [{"configMap": "list"}]}
+    store.create_batch(NS, manifest)
+    op = Operator(store, clock)
+    op.tick()
+    return store, clock, op
+
+
+def test_items_from__a_list_deleted_after_completion_changes_no_status() -> None:
+    store, clock, op = list_batch(["a", "b", "c"])
+    for key in "abc":
+        complete_with_transcript(claim(store, clock, f"b-{key}"), op.results)
+    op.tick()
+    op.tick()  # the results published, then projected
+    before = store.get_batch(NS, "b")
+    assert before is not None and is_true(before.status.conditions, "Complete")
+    store.verbs.delete(CONFIG_MAPS, NS, "list")
+    op2 = Operator(store, clock, results=op.results)  # a new operator: the items unresolved
+    for _ in range(3):
+        op2.tick()
+        clock.step(OperatorSettings().reconcile_interval)
+    after = store.get_batch(NS, "b")
+    assert after is not None and after.status.counts == before.status.counts
+    assert after.status.completed_indexes == "0-2"
+    assert is_true(after.status.conditions, "Complete")
+    assert not after.status.heals and not events(store, "Healed")
+    assert events(store, "ItemsInvalid")  # said once, as an Event
+
+
+def test_items_from__a_list_unreadable_once_changes_no_status() -> None:
+    store, clock, op = list_batch(["a", "b", "c", "d"])
+    complete_with_transcript(claim(store, clock, "b-a"), op.results)
+    claim(store, clock, "b-b")
+    op.tick()
+    op.tick()
+    before = store.get_batch(NS, "b")
+    assert before is not None and before.status.counts is not None
+    assert (before.status.counts.total, before.status.counts.completed) == (4, 1)
+    store.inject(Fault("get_config_map", Unavailable("503")))
+    op2 = Operator(store, clock, results=op.results)  # a new leader's first read fails
+    op2.tick()
+    mid = store.get_batch(NS, "b")
+    assert mid is not None and mid.status.counts == before.status.counts
+    assert mid.status.transcribing_indexes == "1"
+    clock.step(OperatorSettings().reconcile_interval)
+    op2.tick()  # a full reconcile, the list read again
+    after = store.get_batch(NS, "b")
+    assert after is not None and after.status.counts == before.status.counts
+    assert not after.status.heals and not events(store, "Healed")
 
 
 def test_large_batch__status_stays_small() -> None:

@@ -18,6 +18,7 @@ from recall.base.clock import SYSTEM, Clock
 from recall.fencing import Transition, fenced_write
 from recall.kube import ApiError, Conflict, JobApi, ObjectRef
 from recall.operator.peers.leader import Leadership, Sole
+from recall.operator.reconcile.conditions import fanned_out
 from recall.operator.reconcile.fanout import job_for_item
 from recall.operator.reconcile.items import Item
 from recall.operator.reconcile.marks import Marks
@@ -323,21 +324,32 @@ class Applier:
     ) -> Projection:
         """The Batch status `jobs` (by item index) give, over the view's stored status. Items
         this apply wrote, or whose jobs moved since the last written projection, are changes;
-        another difference is a heal."""
-        items = view.items
+        another difference is a heal.
+
+        Items that cannot be resolved now (their list deleted, or unreadable this once) of a
+        Batch projected before change nothing the jobs say: its total stays the stored one and
+        its keys come from the jobs; once it fanned out, the jobs alone carry it on."""
+        items, stored, invalid = view.items, view.batch.status, view.invalid
+        total = len(items)
+        if invalid is not None and stored.counts is not None:
+            total = stored.counts.total
+            invalid = None if fanned_out(stored) else invalid
 
         def key_of(i: int) -> str:
-            return items[i].key if i < len(items) else str(i)
+            if i < len(items):
+                return items[i].key
+            record = jobs.get(i)
+            return record.item if record is not None and record.item else str(i)
 
         return project(
             view.batch,
-            len(items),
+            total,
             key_of,
             jobs,
-            view.batch.status,
+            stored,
             now,
             view.seen[0] | ours,
             recreated=recreated,
-            invalid=view.invalid,
+            invalid=invalid,
             storage=self.storage(view.batch.key),
         )

@@ -98,6 +98,15 @@ def stored_phases(stored: BatchStatus, total: int) -> bytearray:
     return out
 
 
+def known_below(stored: BatchStatus, total: int) -> int:
+    """How many leading items the stored status says the phase of: all, unless an encoding was
+    cut (`indexesTruncated`); past the cut an item reads queued whatever it was."""
+    if not stored.indexes_truncated:
+        return total
+    cuts = (indexes.whole_below(getattr(stored, name)) for name in STORED_FIELDS.values())
+    return min([total, *(c for c in cuts if c is not None)])
+
+
 def attention_of(
     total: int,
     key_of: Callable[[int], str],
@@ -176,9 +185,11 @@ def tally(
     jobs: Mapping[int, JobRecord],
     changed: frozenset[int],
     judge: bool,
+    known: int,
 ) -> Tally:
-    """One pass over the jobs: their items' phases, and (when `judge`) the items whose stored
-    phase differs although their job did not change since the last projection: heals."""
+    """One pass over the jobs: their items' phases, and (when `judge`) the items below `known`
+    whose stored phase differs although their job did not change since the last projection:
+    heals."""
     t = Tally(bytearray(before), [])
     # A completed item whose job is gone (its Batch's TTL, or a user) has nothing left to
     # publish: it counts as published, so a Batch never waits for a job that cannot come back.
@@ -189,7 +200,7 @@ def tally(
         if i >= len(before):
             continue
         code = CODE[ITEM_PHASE_OF_JOB[record.phase]]
-        if judge and code != before[i] and i not in changed:
+        if judge and code != before[i] and i not in changed and i < known:
             t.heals.append(Heal(i, key_of(i), CODES[before[i]], CODES[code]))
         t.phases[i] = code
         if record.phase is Phase.SUCCEEDED and record.published:
@@ -250,7 +261,8 @@ def project(
     `storage`: the results store's last refusal of a publish of this Batch. Before the first
     projection nothing is a heal. Complete once every item is final and every completed item's
     result is published."""
-    t = tally(stored_phases(stored, total), key_of, jobs, changed, stored.counts is not None)
+    before = stored_phases(stored, total)
+    t = tally(before, key_of, jobs, changed, stored.counts is not None, known_below(stored, total))
     p = t.phases
     by_phase = {q.value: p.count(CODE[q]) for q in ItemPhase}
     counts = Counts(total=total, published=t.published, **by_phase)

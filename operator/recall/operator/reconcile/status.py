@@ -193,10 +193,12 @@ class StatusWriter:
             self.event(_ref(batch), "Normal", "Healed", f"and {rest} more items healed")
         before = stored_phases(batch.status, proj.status.counts.total if proj.status.counts else 0)
         failed = CODE[ItemPhase.FAILED]
+        # the stored attention too: past a cut encoding an item reads queued (`known_below`)
+        said = {a.index for a in batch.status.attention if a.phase is ItemPhase.FAILED}
         newly = [
             a
             for a in proj.status.attention
-            if a.phase is ItemPhase.FAILED and before[a.index] != failed
+            if a.phase is ItemPhase.FAILED and before[a.index] != failed and a.index not in said
         ]
         for a in newly[:MAX_EVENTS]:
             text = f"item {a.key} failed: {a.reason}: {a.message or ''}"
