@@ -74,8 +74,11 @@ class RenewDeadline:
         self, action: str, write: Callable[[list[RawObject], float], WriteResult]
     ) -> tuple[WriteResult, float]:
         """`write(maybe_applied, timeout)` tried until it answers, within the deadline; returns
-        the answer and when the try that got it was sent. Raises `LeaseLost`."""
+        the answer and when the earliest try that may have been applied was sent (an earlier
+        try whose answer was lost may be the write that landed, and the operator judges the
+        lease from it). Raises `LeaseLost`."""
         pending: list[RawObject] = []
+        first_sent: float | None = None  # the first try whose outcome is unknown
         retries = -1
         # The one retry loop of this write: the fenced write under it decides again on a 409
         # and retries nothing, and the API client does not retry a 429 (retry=None).
@@ -88,9 +91,11 @@ class RenewDeadline:
             remaining = self.seconds - (sent_at - self.renewed_at)
             try:
                 # a lost answer costs a second request (reading back): both fit
-                return write(pending, max(0.2, remaining / 2)), sent_at
+                result = write(pending, max(0.2, remaining / 2))
+                return result, sent_at if first_sent is None else first_sent
             except Unsettled as e:
                 pending = e.patches
+                first_sent = sent_at if first_sent is None else first_sent
                 self._pause(action, e, remaining, retries)
             except Unavailable as e:
                 self._pause(action, e, remaining, retries)

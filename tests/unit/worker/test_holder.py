@@ -194,6 +194,23 @@ def test_lost_answer__and_the_read_back_fails_too__settled_on_the_next_try() -> 
     assert done.status.phase == Phase.SUCCEEDED and not h.lost.is_set()
 
 
+def test_lost_answer__the_deadline_counts_from_the_try_that_may_have_landed() -> None:
+    """The renewal that landed is the first try, whose answer was lost; the operator judges
+    the lease from it, so the renew deadline counts from its send, not a later try's."""
+    store, clock = MemoryApi(), FakeClock()
+    h = claimed(store, clock)
+    clock.step(0.5)
+    sent = clock.monotonic()
+    store.inject(
+        Fault("patch_job_status", Unavailable("timeout", maybe_applied=True), applied=True)
+    )
+    store.inject(Fault("get_job", Unavailable("connection reset"), times=6))
+    h.renew()
+    assert not h.lost.is_set()
+    assert clock.monotonic() - sent > 1.0  # settled by a later try
+    assert h.seconds_since_renewal() == pytest.approx(clock.monotonic() - sent)
+
+
 def test_renew__after_a_complete_was_sent_writes_nothing() -> None:
     """The heartbeater may wake while complete is in flight; it must not renew a job that its
     own complete ended (the API server would refuse it, and it would read as a lost lease)."""
