@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -38,11 +39,14 @@ def verify(header: str, body: bytes, keys: list[bytes], now: float) -> bool:
     """docs/notify.md's receiver check: a fresh `t` and one `v1` that matches a key."""
     parts = [p.split("=", 1) for p in header.split(",") if "=" in p]
     stamps = [v for k, v in parts if k == "t"]
-    if len(stamps) != 1 or abs(now - int(stamps[0])) > TOLERANCE:
+    if len(stamps) != 1 or not re.fullmatch(r"[0-9]{1,15}", stamps[0]):
+        return False  # no Unix time, or a malformed one
+    if abs(now - int(stamps[0])) > TOLERANCE:
         return False
     signed = stamps[0].encode() + b"." + body
-    expected = [hmac.new(k, signed, hashlib.sha256).hexdigest() for k in keys]
-    return any(hmac.compare_digest(v, e) for k, v in parts if k == "v1" for e in expected)
+    expected = [hmac.new(k, signed, hashlib.sha256).hexdigest().encode() for k in keys]
+    given = [v.encode() for k, v in parts if k == "v1" and v.isascii()]
+    return any(hmac.compare_digest(v, e) for v in given for e in expected)
 
 
 @dataclass(frozen=True)

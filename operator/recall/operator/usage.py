@@ -6,7 +6,8 @@
 The leader counts, from the job changes its cache sees:
 - **engine seconds** when an attempt ends (its lease goes: completed, failed, released or
   reclaimed): from the lease's acquireTime to the job's completedAt when it ended the job, else
-  to the lease's last renewal. Failed and abandoned attempts count: they cost.
+  to the lease's last renewal (a reclaim that fails the job, its attempts spent, is not the
+  attempt ending it). Failed and abandoned attempts count: they cost.
 - **audio seconds** of each Succeeded job whose result is published (a record only the operator
   writes, so a job that finished while no operator ran is counted too): the result's duration
   times its channels. **Once per job**, whatever the restarts, relists and leader changes
@@ -83,7 +84,13 @@ def attempt_seconds(old: JobRecord, new: JobRecord | None) -> float | None:
     if new is not None and new.lease is not None and new.lease.token == lease.token:
         return None
     end = lease.renew_time
-    if new is not None and new.phase.terminal and new.completed_at is not None:
+    if (
+        new is not None
+        and new.phase.terminal
+        and new.completed_at is not None
+        # Reclaimed with no attempts left: Failed at the reclaim, but its holder was gone.
+        and new.expired_leases == old.expired_leases
+    ):
         end = max(end, new.completed_at)
     return max(0.0, (end - lease.acquire_time).total_seconds())
 

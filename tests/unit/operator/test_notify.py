@@ -294,9 +294,11 @@ def test_answered__jitter_never_stretches_a_retry_past_the_cap() -> None:
     backoff = NotifySettings(backoff_cap=8, backoff_jitter=0.5).backoff
     sink = Sink.model_validate({"url": URL, "secretRef": {"name": "s", "key": "hmac"}})
     gate, t = Gate(), Try(sink, NS)
-    for _ in range(30):  # the sink down: past the cap from the 4th retry on
-        answered(t, gate, Answer(Outcome.UNAVAILABLE, error="x"), 100.0, backoff, 5)
-        assert gate.at - 100.0 <= 8
+    for i in range(30):  # the sink down: past the cap from the 4th retry on
+        t.sent = 100.0 + 10 * i  # each retry sent after the last failure
+        answered(t, gate, Answer(Outcome.UNAVAILABLE, error="x"), t.sent, backoff, 5)
+        assert gate.at - t.sent <= 8
+    assert gate.failures == 30
     refused_try = Try(sink, NS)
     for _ in range(30):
         answered(refused_try, Gate(), Answer(Outcome.REFUSED, error="x"), 100.0, backoff, 99)

@@ -7,16 +7,17 @@ from __future__ import annotations
 import datetime as dt
 import threading
 
+import pytest
 from prometheus_client import REGISTRY
 
 from recall.cli.notify import resend, usage
 from recall.operator.reconcile.cache import JobCache
 from recall.operator.usage import Usage
-from recall.resources import Published
+from recall.resources import Phase, Published
 from recall.worker.holder import LeaseHolder
 from recall_dev.twin.api import MemoryApi
 from recall_dev.twin.clock import FakeClock
-from tests.unit.fakes import NS, claim, job_manifest, result_of
+from tests.unit.fakes import NS, Operator, claim, job_manifest, result_of
 
 
 def setup() -> tuple[MemoryApi, FakeClock, JobCache, Usage]:
@@ -73,6 +74,37 @@ def test_usage__every_attempt_and_each_channel_counted_and_kept_in_a_config_map(
     assert usage(store, [NS], day + dt.timedelta(days=1), None)[0].jobs == 0
     u.flush()  # nothing new: the record stays
     assert usage(store, [NS], None, None)[0].audio_seconds == 120.0
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2])
+def test_usage__a_reclaimed_attempt_counts_to_its_last_renewal_when_it_fails_the_job_too(
+    max_attempts: int,
+) -> None:
+    """A dead worker's attempt costs what it held the job for (claim to last renewal), whether
+    the reclaim queues the job again or fails it (its attempts spent): not the whole lease."""
+    store, clock = MemoryApi(), FakeClock()
+    op = Operator(store, clock)
+    leading = threading.Event()
+    leading.set()
+    u = Usage(store, op.controller.cache, leading=leading, clock=clock)
+    store.create_job(NS, job_manifest("j", leaseDurationSeconds=120, maxAttempts=max_attempts))
+    op.tick()
+    h = claim(store, clock, "j")
+    for _ in range(4):  # renewed for 20 s, then the worker dies
+        clock.step(5)
+        h.renew()
+        op.tick()
+    for _ in range(30):
+        clock.step(10)
+        op.tick()
+        job = store.get_job(NS, "j")
+        if job is not None and job.status.expired_leases:
+            break
+    assert job is not None
+    assert job.status.phase is (Phase.FAILED if max_attempts == 1 else Phase.QUEUED)
+    assert u.flush() == 1
+    [row] = usage(store, [NS], None, None)
+    assert row.engine_seconds == 20.0
 
 
 def test_resend__a_given_up_event_is_owed_again_with_its_id() -> None:

@@ -1,8 +1,6 @@
 """The leader's event delivery: every finished job's and Batch's event, to each sink, at least once.
-
-    notifier = Notifier(store, cache, leading=..., batches=..., settings=NotifySettings())
-    notifier.run_once()        # one pass; tests call it directly
-    notifier.run(stop)         # its own thread: a sink never holds the controller or a job
+`run_once` is one pass; `run(stop)` passes on its own thread (a sink never holds the controller
+or a job).
 
 **What is owed** is derived, not stored: a job Succeeded (and published) or Failed whose status
 has no settled `notified` record owes its event; so does a Complete Batch. Ids are stable
@@ -12,8 +10,9 @@ restarted operator or a resend finds the same events with the same ids.
 **What is written** (DESIGN §4e): at most two status writes per event: at the first failed try
 (`notified` with attempts and lastError, `Notified` False) and when it settles (`notified.time`:
 every sink acknowledged it or gave up; `Notified` True, or False with reason GivenUp); none per
-retry. A Batch's record keeps its items' events as counts and ranges (`records`). An operator
-killed between a delivery and its record sends that event again, with the same id.
+retry; one the API server refuses (Invalid) is logged, not tried again. A Batch's record keeps
+its items' events as counts and ranges (`records`). An operator killed between a delivery and
+its record sends that event again, with the same id.
 
 **Retries**: an unavailable sink (a transport error, 408, 429, 5xx) backs off as a whole, with
 jitter, to `backoff_cap`, then sends one event at a time until it answers. An event a sink
@@ -22,10 +21,11 @@ with a Warning Event (`recall notify resend` sends it again). At most `in_flight
 sink are in flight. A missing Secret or key posts a Warning Event and records `Notified=False
 KeyMissing` on the first event it holds up; nothing is ever sent unsigned.
 
-**Deletion**: an event owed when its object is deleted is still tried for `delete_seconds`,
-then given up; a Batch's deletion (`deletion_pending`, from its finalizer) waits up to that
-bound for its items' events and its own, and decides nothing before this term's first pass
-knows what is owed. An item event no sink of its Batch wants is settled as it happens.
+**Deletion**: an event owed when its object is deleted (a job's from the cache, a Batch's
+from `batch_deleted`) is still tried for `delete_seconds`, then given up; a Batch's deletion
+(`deletion_pending`, from its finalizer) waits up to that bound for its items' events and its
+own, and decides nothing before this term's first pass knows what is owed. An item event no
+sink of its Batch wants is settled as it happens.
 
 **Leadership**: only the leader delivers or keeps anything: a standby queues nothing (a term's
 first pass finds what is owed in the cache) and, when it stops leading, forgets what it owed,
@@ -47,7 +47,7 @@ from concurrent.futures import Executor
 
 from recall.base import log, metrics
 from recall.base.clock import SYSTEM, Clock
-from recall.kube import Api, ApiError, NotFound
+from recall.kube import Api, ApiError, Invalid, NotFound
 from recall.operator.notify import records
 from recall.operator.notify.index import Items
 from recall.operator.notify.outbox import Outbox
@@ -86,14 +86,8 @@ class Notifier:
         self.clock = clock
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self.outbox = Outbox(
-            store,
-            self.settings,
-            clock,
-            sender or Sender(self.settings.allow, self.settings.timeout),
-            self._lock,
-            self._wake,
-        )
+        sender = sender or Sender(self.settings.allow, self.settings.timeout)
+        self.outbox = Outbox(store, self.settings, clock, sender, self._lock, self._wake)
         self._due: deque[Key] = deque()  # jobs that may owe an event, in the order seen
         self._due_set: set[Key] = set()
         self._due_batches: set[Key] = set()
@@ -104,6 +98,7 @@ class Notifier:
         # those versions), dropped when the job goes.
         self._unowed: dict[JobKey, str] = {}
         self._term = False
+        self._lapsed = False  # a change came while not leading: the term is over
         self.loaded = threading.Event()  # this term knows what is owed (its first pass ran)
         # Made before the informer starts (a cache already filled is counted as it stands).
         for record in cache.all():
@@ -120,7 +115,9 @@ class Notifier:
                 self._unowed.pop(old.key, None)
                 self.outbox.deleted(("job", old.namespace, old.name), self.clock.monotonic())
                 return
-            if new is None or not owes(new) or not self.leading.is_set():
+            leading = self.leading.is_set()
+            self._lapsed |= not leading  # leading again by the next pass: a new term all the same
+            if new is None or not owes(new) or not leading:
                 return  # a standby queues nothing: a term's first pass seeds from the cache
             if not (new.notify or new.batch or self.settings.default_sinks):
                 return  # no sink can want it: nothing to read
@@ -138,13 +135,17 @@ class Notifier:
     def wake(self) -> None:
         self._wake.set()
 
+    def batch_deleted(self, key: BatchKey) -> None:
+        """A Batch is gone: its own event, if owed, is given up `delete_seconds` later."""
+        with self._lock:
+            self._deleting.pop(key, None)
+            self.outbox.deleted(("batch", *key), self.clock.monotonic())
+
     def deletion_pending(self, batch: Batch) -> bool:
         """For a deleted Batch's finalizer: True while its items' events or its own
         `batch.completed` are owed and not settled, and while this term has not loaded what is
         owed yet (an operator just started); `delete_seconds` at most after the first call."""
-        key = batch.key
-        mono = self.clock.monotonic()
-        defaults = self.settings.default_sinks
+        key, mono, defaults = batch.key, self.clock.monotonic(), self.settings.default_sinks
         with self._lock:
             first = self._deleting.setdefault(key, mono)
             if mono - first >= self.settings.delete_seconds:
@@ -178,10 +179,11 @@ class Notifier:
         """One pass: load what became owed, send what is due, record what settled. Without a
         pool the deliveries run here, one after another. Never raises for a sink or the API."""
         done = Pass()
-        if not self.leading.is_set():
+        with self._lock:
+            lapsed, self._lapsed = self._lapsed, False
+        if lapsed or not self.leading.is_set():
             self._forget()  # a standby keeps nothing: the next term starts from status
-            return done
-        if not self.cache.synced.is_set():
+        if not self.leading.is_set() or not self.cache.synced.is_set():
             return done
         batches = Batches(self.store, self.batches())
         if not self._term:
@@ -350,6 +352,11 @@ class Notifier:
             with self._lock:
                 self.outbox.owed.pop(o.key, None)
                 self._waiting.discard(o.key)
+            return
+        except Invalid as e:  # refused for good: written again, it would be refused again
+            done.errors.append(e.message)
+            _log.warning("notify_record_refused", id=o.event.id, error=e.message[:300])
+            o.failure_written = True  # kept in `owed` (not loaded and sent again), not retried
             return
         except ApiError as e:
             done.errors.append(e.message)

@@ -156,7 +156,7 @@ class Outbox:
                 return chosen
             with self._lock:
                 gate.in_flight += 1
-                t.busy = True
+                t.busy, t.sent = True, mono
             chosen.append((o, t, keys))
 
     def _deliver(self, o: Owed, t: Try, keys: list[bytes]) -> None:

@@ -26,6 +26,9 @@ from recall.resources.job import Notified, Sink
 from recall.transcripts.outputs import OutputInvalid, output_url
 
 _log = log.get("notify")
+# URLs in a record's `delivered` and in its `givenUp` at most (the CRDs' maxItems): an object's
+# own sinks (4 at most) and the defaults (`NotifySettings.default_sinks`, 4 at most).
+MAX_RECORDED = 8
 
 
 @dataclass(frozen=True)
@@ -117,17 +120,28 @@ def load_batch(api: Api, namespace: str, name: str, sinks: Sinks) -> Owed | None
     )
 
 
+def recorded_urls(o: Owed) -> tuple[list[str], list[str]]:
+    """The record's `delivered` and `givenUp` (pure), `MAX_RECORDED` each at most: the sinks
+    that acknowledged it before and are no sink of it now (a Batch's sinks changed) are kept
+    only while there is room, after the current ones."""
+    delivered = sorted(u for u, t in o.tries.items() if t.done == "delivered")
+    given_up = sorted(u for u, t in o.tries.items() if t.done == "givenUp")
+    stale = sorted({*(o.recorded.delivered if o.recorded else [])} - {*o.tries})
+    delivered = sorted([*delivered, *stale][:MAX_RECORDED])
+    return delivered, given_up[:MAX_RECORDED]
+
+
 def write(api: Api, o: Owed, settled: bool, items: NotifiedItems | None, now: dt.datetime) -> None:
+    """Write `o`'s record (one status write); raises ApiError (`Invalid`: refused for good)."""
+    delivered, given_up = recorded_urls(o)
     record: dict[str, Any] = {
         "id": o.event.id,
         "type": o.event.type,
         "attempts": o.attempts,
-        "delivered": sorted(u for u, t in o.tries.items() if t.done == "delivered"),
-        "givenUp": sorted(u for u, t in o.tries.items() if t.done == "givenUp"),
+        "delivered": delivered,
+        "givenUp": given_up,
         "lastError": (o.error() or "")[:1000] or None,
     }
-    if o.recorded is not None:
-        record["delivered"] = sorted({*record["delivered"], *o.recorded.delivered})
     status: Literal["True", "False"]
     if settled:
         record["time"] = now

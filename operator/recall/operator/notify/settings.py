@@ -19,8 +19,9 @@ class NotifySettings(BaseSettings):
 
     default_sinks: list[Sink] = Field(
         default_factory=list,
+        max_length=4,  # with an object's own 4: the 8 sinks an event's record can name
         description="Sinks every job and Batch event also goes to (JSON; the chart's "
-        "notify.defaultSinks); their Secrets live in `secret_namespace`.",
+        "notify.defaultSinks), 4 at most; their Secrets live in `secret_namespace`.",
     )
     secret_namespace: str = Field(
         "default", description="Namespace of the default sinks' Secrets (the operator's own)."

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Sequence
 
 HEADER = "Recall-Signature"
 TOLERANCE = 300.0  # seconds a receiver accepts between `t` and its own clock
+_STAMP = re.compile(r"[0-9]{1,15}")  # a Unix time: ASCII digits only, never too large a float
 
 
 def digest(key: bytes, timestamp: int, body: bytes) -> str:
@@ -33,13 +35,16 @@ def sign(body: bytes, keys: Sequence[bytes], timestamp: int) -> str:
 def verify(
     header: str, body: bytes, keys: Sequence[bytes], now: float, tolerance: float = TOLERANCE
 ) -> bool:
-    """Whether `header` signs `body` with one of `keys`, at a time within `tolerance` of `now`."""
+    """Whether `header` signs `body` with one of `keys`, at a time within `tolerance` of `now`.
+    False, never an exception, for any header: a malformed one (a `t` not of ASCII digits, a
+    `v1` not ASCII) matches nothing."""
     fields = [part.split("=", 1) for part in header.split(",") if "=" in part]
     stamps = [v for k, v in fields if k == "t"]
-    if len(stamps) != 1 or not stamps[0].isdigit():
+    if len(stamps) != 1 or not _STAMP.fullmatch(stamps[0]):
         return False
     t = int(stamps[0])
     if abs(now - t) > tolerance:
         return False
-    expected = [digest(k, t, body) for k in keys]
-    return any(hmac.compare_digest(v, e) for k, v in fields if k == "v1" for e in expected)
+    expected = [digest(k, t, body).encode() for k in keys]
+    signatures = [v.encode() for k, v in fields if k == "v1" and v.isascii()]
+    return any(hmac.compare_digest(v, e) for v in signatures for e in expected)

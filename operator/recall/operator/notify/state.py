@@ -33,6 +33,7 @@ class Try:
     attempts: int = 0
     refusals: int = 0
     at: float = float("-inf")  # not before (monotonic)
+    sent: float = float("-inf")  # when last sent (monotonic)
     busy: bool = False
     done: str | None = None  # "delivered" | "givenUp"
     error: str | None = None
@@ -77,6 +78,7 @@ class Gate:
     failures: int = 0
     at: float = float("-inf")
     in_flight: int = 0
+    failed: float = float("-inf")  # when its last failure was counted (monotonic)
 
 
 @dataclass
@@ -137,7 +139,8 @@ def answered(
     """Apply a try's `answer` to it and its sink's gate (pure); True when the event is given
     up for this sink. Unavailable: the whole sink backs off (Retry-After honoured to the cap);
     refused: this event retries with backoff, `max_refusals` times. No delay, jitter included,
-    is longer than `backoff.cap`."""
+    is longer than `backoff.cap`. A sink's failure counts once however many tries were in
+    flight: one sent before its last counted failure adds none."""
     t.busy = False
     t.attempts += 1
     if answer.outcome is Outcome.DELIVERED:
@@ -146,9 +149,13 @@ def answered(
         return False
     t.error = answer.error
     if answer.outcome is Outcome.UNAVAILABLE:
-        delay = min(backoff.delay(gate.failures), backoff.cap)  # jitter never passes the cap
-        gate.failures += 1
-        gate.at = mono + max(delay, min(answer.retry_after or 0, backoff.cap))
+        retry_after = min(answer.retry_after or 0, backoff.cap)
+        if t.sent > gate.failed:  # a failure of its own, not one more answer of the same burst
+            delay = min(backoff.delay(gate.failures), backoff.cap)  # jitter never passes the cap
+            gate.failures, gate.failed = gate.failures + 1, mono
+            gate.at = mono + max(delay, retry_after)
+        else:
+            gate.at = max(gate.at, mono + retry_after)
         t.at = gate.at
         return False
     t.refusals += 1

@@ -238,6 +238,7 @@ def register(
         batch = Batch.from_api(dict(body))
         if type == "DELETED":
             _runtime(memo).controller.forget_batch(batch.key)
+            _runtime(memo).notifier.batch_deleted(batch.key)
         else:
             _runtime(memo).controller.put_batch(batch)
 
