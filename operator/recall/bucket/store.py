@@ -11,6 +11,10 @@ Contract:
   refused credentials or a bad URL are errors.
 - `copy_to` copies server-side when both buckets share a client (obstore copies within one
   store only), else it streams the object through this process, a part at a time.
+- A URL names keys percent-encoded, as S3 and file URIs do: `Location.url` encodes each key
+  (keeping '/', letters, digits and `-._~!$&'()*+,;=:@`, so a plain key's URL reads as the key),
+  `Location.parse` decodes the whole path; `parse(url(key))` gives `key` back. A raw '?' or '#'
+  is refused: it would cut the key short.
 - One client per (scheme, bucket) of a `Stores`, shared by every prefix in that bucket.
   Requests time out after `StoreSettings.timeout`; the client retries a transient failure at
   most twice within that; how long to keep trying after is the caller's.
@@ -28,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import obstore
 from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
 DELETE_BATCH = 500
 PART, PARTS = 5 << 20, 4  # a streamed put's part size, and the parts in flight at once
 T = TypeVar("T")
+PLAIN = "/!$&'()*+,;=:@"  # kept as they are in a URL's key: RFC 3986 path characters
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +66,7 @@ class ObjectInfo:
 
 @dataclass(frozen=True, slots=True)
 class Location:
-    """A parsed store URL: which store, and the key prefix in it."""
+    """A parsed store URL: which store, and the key prefix in it (decoded; see the module)."""
 
     scheme: str
     bucket: str  # bucket, container, or "" for file:// and memory://
@@ -69,6 +74,12 @@ class Location:
 
     @classmethod
     def parse(cls, url: str) -> Location:
+        if "?" in url or "#" in url:  # urlsplit would drop what follows: another key
+            shown = url.split("?", 1)[0].split("#", 1)[0]  # a query may carry a credential
+            raise StoreUrlInvalid(
+                f"{shown!r}…: a store URL has no query or fragment (in a key, '?' is written "
+                "%3F and '#' %23)"
+            )
         parts = urlsplit(url.strip())
         scheme = parts.scheme.lower()
         if scheme not in SCHEMES:
@@ -85,10 +96,15 @@ class Location:
         return cls(scheme, parts.netloc, unquote(parts.path).strip("/"))
 
     def url(self, key: str = "") -> str:
-        path = "/".join(p for p in (self.prefix, key) if p)
+        path = quote("/".join(p for p in (self.prefix, key) if p), safe=PLAIN)
         if self.scheme == "file":
             return f"file:///{path}"
         return f"{self.scheme}://{self.bucket}/{path}"
+
+    def split(self) -> tuple[Location, str]:
+        """The folder holding the object this location names, and the object's key in it."""
+        folder, _, name = self.prefix.rpartition("/")
+        return Location(self.scheme, self.bucket, folder), name
 
 
 def allow_http() -> bool:

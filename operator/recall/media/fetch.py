@@ -1,11 +1,18 @@
 """Fetching a source: a local file in place, or an http(s) download to a temporary file,
-with its fingerprint; failures as one-line `JobFailure`s that hide credentials."""
+with its fingerprint; failures as one-line `JobFailure`s that hide credentials.
+
+A temporary file's name says whose it is (`<prefix><pid>-<run>-…`, `run` random per process),
+so `sweep` can remove what a process that died (SIGKILL, out of memory) left behind, in a /tmp
+that outlives it, while keeping the files of live processes sharing it. Not guaranteed: a dead
+process's files whose pid a live process took again stay until a later sweep.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+import secrets
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,6 +45,8 @@ class Fetched:
 # worker provides it; media never opens a store itself.
 ObjectReader = Callable[[str, Path | None, int], tuple[Path, str]]
 OBJECT_SCHEMES = ("s3", "gs", "az")
+TEMPORARY = re.compile(r"recall-(?:media|source)-(\d{1,10})-([0-9a-f]{8})-")  # save's names
+_RUN = secrets.token_hex(4)  # this process's run, told apart from an earlier one with its pid
 
 
 def fetch(
@@ -153,7 +162,8 @@ def save(
 ) -> tuple[Path, str]:
     """`blocks` streamed into a new temporary file, its path and SHA-256; the file is removed
     again when the blocks fail or pass `max_bytes` (None: no limit)."""
-    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=workdir)
+    owner = f"{prefix}{os.getpid()}-{_RUN}-"  # see the module: what `sweep` reads
+    fd, name = tempfile.mkstemp(prefix=owner, suffix=suffix, dir=workdir)
     path = Path(name)
     digest = hashlib.sha256()
     try:
@@ -169,6 +179,39 @@ def save(
         path.unlink(missing_ok=True)
         raise
     return path, digest.hexdigest()
+
+
+def sweep(directory: Path | None = None) -> int:
+    """Remove the temporary files `save` made in `directory` (None: the system's temporary
+    directory) for processes no longer running; how many. This process's own files and those
+    of other live processes stay, as does what it cannot remove (another user's file)."""
+    removed = 0
+    try:
+        entries = list(os.scandir(directory or tempfile.gettempdir()))
+    except OSError:
+        return 0
+    for entry in entries:
+        owner = TEMPORARY.match(entry.name)
+        if owner is None or _running(int(owner[1]), owner[2]):
+            continue
+        try:
+            os.unlink(entry.path)
+        except OSError:  # gone already, another user's, or a directory
+            continue
+        removed += 1
+    return removed
+
+
+def _running(pid: int, run: str) -> bool:
+    if pid == os.getpid():
+        return run == _RUN  # else an earlier process with our pid (pid 1 in a container)
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # gone, or no process has such a pid
+        return False
+    except OSError:  # EPERM: it runs, as another user
+        return True
+    return True
 
 
 def classify_http_status(status: int) -> tuple[str, bool] | None:

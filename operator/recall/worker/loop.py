@@ -23,6 +23,9 @@ Guarantees:
   repeats the failed operation with success, and its registration says `failed` meanwhile.
 - SIGTERM (`stop()`): no new claims; the current job may finish within `grace_seconds`,
   otherwise its lease is released so the job is Queued again at once.
+- Temporary files (downloaded sources) that an earlier worker process left when it died are
+  removed when `run` starts, before any claim (`recall.media.fetch.sweep`: /tmp is an emptyDir
+  that outlives a container's restart); those of live processes stay.
 - Drain (`recall.worker.drain`): once the worker answered a drain request `drained` it picks,
   claims and works nothing until the request is removed; it answers so only between jobs.
 """
@@ -40,6 +43,7 @@ from recall.bucket import Bucket
 from recall.engines.base import Engine
 from recall.engines.models import ModelCacheUnwritable
 from recall.kube import PERMANENT_ERRORS, Api, ApiError, retry_pause
+from recall.media.fetch import sweep
 from recall.protocol.workers import FAILED, EngineState
 from recall.resources import Phase, TranscriptionJob
 from recall.resources.errors import JobFailure
@@ -132,6 +136,9 @@ class Worker:
     def run(self) -> int:
         """Take jobs until stopped, idle for `idle_exit_seconds`, or `max_jobs` are done (a claim
         lost to another worker counts none): one loop per slot, each holding one lease at most."""
+        removed = sweep()
+        if removed:
+            self.log.info("temporary_files_removed", files=removed)
         self.queue.start()
         self.held.start()
         if self.registration is not None:

@@ -3,7 +3,9 @@ store credentials (those of its results store), for the media package to decode.
 
 `object_reader(stores)` is the `recall.media.fetch.ObjectReader` the worker hands to its engine:
 it streams the object into a new temporary file under the media's work directory, refusing one
-larger than allowed before reading it. `store_failures` answers each store failure as the job
+larger than allowed before reading it. The URL's whole path is the object's key, percent-decoded
+(`recall.bucket.Location`: `s3://media/talks/my%20talk.wav` is the key `talks/my talk.wav`, as
+`recall submit` lists it). `store_failures` answers each store failure as the job
 records it (for the model directories of `recall.worker.models` too): a missing object or bucket
 `<kind>NotFound` and refused credentials `<kind>AccessDenied` (permanent: retrying cannot help),
 a store that does not answer `<kind>Unavailable` (retried with backoff, like an unreachable http
@@ -17,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from recall.bucket import (
+    Location,
     StoreAccessDenied,
     StoreBucketMissing,
     StoreError,
@@ -53,9 +56,11 @@ def store_failures(kind: str, where: str, otherwise: str) -> Iterator[None]:
 def object_reader(stores: Stores) -> ObjectReader:
     def read(url: str, workdir: Path | None, max_bytes: int) -> tuple[Path, str]:
         shown = display_url(url)
-        parent, _, name = url.rstrip("/").rpartition("/")
         with store_failures("Source", shown, "SourceRejected"):
-            bucket = stores.open(parent)
+            folder, name = Location.parse(url).split()
+            if not name:
+                raise JobFailure("SourceRejected", f"{shown}: names no object", permanent=True)
+            bucket = stores.open(folder.url())
             size = bucket.size(name)
             if size is None:
                 raise JobFailure("SourceNotFound", f"{shown}: no such object", permanent=True)

@@ -41,6 +41,52 @@ def test_location__refuses_what_no_store_can_be_opened_from(url: str) -> None:
     assert e.value.reason == "StorageUrlInvalid"
 
 
+SPECIAL_KEYS = [
+    "talks/my talk.wav",
+    "talks/day#2/keynote.wav",
+    "talks/what?.wav",
+    "talks/50%/a.wav",
+    "talks/%41.wav",
+    "talks/a+b.wav",
+    "talks/café/ünï 🎙.wav",
+    "talks/tab\there.wav",
+]
+
+
+@pytest.mark.parametrize("key", SPECIAL_KEYS)
+@pytest.mark.parametrize("base", ["s3://media/in", "gs://media", "file:///srv/media", "memory://m"])
+def test_location__a_key_round_trips_through_its_url(base: str, key: str) -> None:
+    loc = Location.parse(base)
+    url = loc.url(key)
+    assert not any(c.isspace() or c in "#?" for c in url)  # what the CRD's URL patterns allow
+    assert url.isascii()
+    parsed = Location.parse(url)
+    assert (parsed.scheme, parsed.bucket) == (loc.scheme, loc.bucket)
+    assert parsed.prefix == "/".join(p for p in (loc.prefix, key) if p)
+    folder, name = parsed.split()
+    assert folder.url(name) == url
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "scratch/ns/job-1/0b0e-uid/a2-0123456789abcdef0123456789abcdef/out.srt",
+        "index/ns/batch/uid/item_1.json",
+        "a:b@c+d=e,f;g!h$i&j'k(l)m*n~o.p_q-r/x.wav",
+    ],
+)
+def test_location__a_plain_key_s_url_is_the_key_as_it_was(key: str) -> None:
+    assert Location.parse("s3://media/in").url(key) == f"s3://media/in/{key}"
+    assert Location.parse("file:///srv").url(key) == f"file:///srv/{key}"
+
+
+@pytest.mark.parametrize("url", ["s3://media/talks/day#2/a.wav", "s3://media/a.wav?x=1"])
+def test_location__refuses_a_raw_query_or_fragment_that_would_name_another_key(url: str) -> None:
+    with pytest.raises(StoreUrlInvalid, match="no query or fragment") as e:
+        Location.parse(url)
+    assert "x=1" not in e.value.message and "2/a.wav" not in e.value.message
+
+
 def test_settings__refuse_an_unknown_scheme_with_the_ones_that_work() -> None:
     with pytest.raises(ValueError, match=r"s3://, gs://, az:// or file://"):
         StoreSettings(url="ftp://example.org/x")

@@ -88,3 +88,59 @@ def test_object_reader__a_store_error_is_answered_as_the_job_records_it(
     assert failed.value.message == f"memory://media/in/talk.wav: {error.message}"
     assert failed.value.__cause__ is None and failed.value.__suppress_context__
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "talks/day#2/keynote.wav",
+        "talks/what?/keynote.wav",
+        "talks/50%/a.wav",
+        "talks/%41/a.wav",
+        "talks/my talk.wav",
+        "talks/a+b.wav",
+        "talks/café/ünï.wav",
+    ],
+)
+def test_object_reader__reads_the_object_its_listed_url_names(tmp_path: Path, key: str) -> None:
+    """The URL `recall submit` lists (`Bucket.url_of`) names that object and no other, even
+    beside the key its special characters would be cut or decoded to."""
+    stores = Stores(StoreSettings(url="memory://media"))
+    bucket = stores.open("memory://media")
+    for other in ("talks/day/keynote.wav", "talks/50/a.wav", "talks/A/a.wav", "talks/my"):
+        bucket.put(other, b"another object")
+    bucket.put(key, key.encode())
+    path, _ = object_reader(stores)(bucket.url_of(key), tmp_path, 100)
+    assert path.read_bytes() == key.encode()
+    assert path.suffix == ".wav"
+    path.unlink()
+
+
+def test_object_reader__a_raw_fragment_is_refused_not_read_as_another_object(
+    tmp_path: Path,
+) -> None:
+    stores = Stores(StoreSettings(url="memory://media"))
+    stores.open("memory://media").put("talks/day", b"another object")
+    with pytest.raises(JobFailure) as failed:
+        object_reader(stores)("memory://media/talks/day#2/keynote.wav", tmp_path, 100)
+    assert (failed.value.reason, failed.value.permanent) == ("SourceRejected", True)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("memory://media/talks/my%20talk.wav", "talks/my talk.wav"),
+        ("memory://media/talks/day%232/keynote.wav", "talks/day#2/keynote.wav"),
+        ("memory://media/talks/50%25/a.wav", "talks/50%/a.wav"),
+        ("memory://media/talks/caf%C3%A9.wav", "talks/café.wav"),
+    ],
+)
+def test_object_reader__decodes_the_whole_key_of_a_percent_encoded_url(
+    tmp_path: Path, url: str, key: str
+) -> None:
+    stores = Stores(StoreSettings(url="memory://media"))
+    stores.open("memory://media").put(key, b"the one")
+    path, _ = object_reader(stores)(url, tmp_path, 100)
+    assert path.read_bytes() == b"the one"
+    path.unlink()

@@ -37,7 +37,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from recall.base import faults, log, metrics
 from recall.base.backoff import Backoff
 from recall.base.clock import SYSTEM, Clock
-from recall.bucket import Bucket, StoreError, Stores, StoreUnavailable
+from recall.bucket import Bucket, Location, StoreError, Stores, StoreUnavailable
 from recall.fencing import fenced_write
 from recall.kube import Api, ApiError, ObjectRef
 from recall.operator.reconcile.cache import JobCache
@@ -257,9 +257,8 @@ class Results:
         formats = output_formats(job)
         for fmt in formats:
             assert spec.output is not None
-            url = output_url(spec.output, fmt, job)
-            parent, _, name = url.rpartition("/")
-            self.bucket.copy_to(output_key(directory, fmt), self.stores.open(parent), name)
+            target, name = self._object(output_url(spec.output, fmt, job))
+            self.bucket.copy_to(output_key(directory, fmt), target, name)
             metrics.STORE_OPERATIONS.labels(operation="copy").inc()
         audio = self._publish_audio(job, directory)
         faults.hit("operator-after-publish", job=job.name)
@@ -286,10 +285,16 @@ class Results:
         if not self.bucket.exists(key):
             return None
         url = output_url(output, "json", job).removesuffix(".json") + "." + REDACTED_AUDIO
-        parent, _, name = url.rpartition("/")
-        self.bucket.copy_to(key, self.stores.open(parent), name)
+        target, name = self._object(url)
+        self.bucket.copy_to(key, target, name)
         metrics.STORE_OPERATIONS.labels(operation="copy").inc()
         return url
+
+    def _object(self, url: str) -> tuple[Bucket, str]:
+        """The bucket of an output URL's folder and the object's key in it, percent-decoded
+        as every store URL is (`recall.bucket.Location`)."""
+        folder, name = Location.parse(url).split()
+        return self.stores.open(folder.url()), name
 
     def _failed(self, key: tuple[str, str], error: StoreError) -> None:
         transient = isinstance(error, StoreUnavailable)
