@@ -16,9 +16,11 @@ Contract:
   is set it may return early, with anything: the caller has lost the lease and discards it.
 - `detect_language(request)` judges the file's language from `request.chunk`: a `Detected`, or
   None when the chunk holds no speech (ask again with the next). The worker asks once per file
-  while the job's language is empty or `auto`, records the answer in the chunk records (a
-  resume goes on in it) and passes it to every `transcribe`. An engine that cannot detect
-  answers None and transcribes without a language; the result then records none.
+  while the job's language is empty or `auto` (a batch's chunks in turn until one answers),
+  records the answer in the chunk records (a resume goes on in it) and passes it to every
+  `transcribe` and `transcribe_batch`: a whole batch in it, its silent first chunks too. An
+  engine that cannot detect answers None and transcribes without a language; the result then
+  records none.
 - `model_of(job)`: the model and its digest for the result (None when unknown);
   `device_of(job)`: the device and compute type its model ran with (None for an engine that
   runs no model here: a remote API, the simulated one).
@@ -52,7 +54,8 @@ def primary_language(language: str | None) -> str | None:
 @dataclass(frozen=True)
 class Detected:
     """A file's language and the model's probability for it: None when nothing was detected (an
-    English-only model's own language) or the engine gives none (an OpenAI-compatible server)."""
+    English-only model's own language) or the engine gives none (an OpenAI-compatible server);
+    0 for an option picked with nothing detected for it (flagged LanguageUncertain)."""
 
     language: str
     probability: float | None

@@ -9,7 +9,9 @@ Language decisions (`spec.language` auto or empty, `spec.languageOptions`, `spec
   decided for: a span ends at a pause of `SWITCH_PAUSE_SECONDS` once it holds
   `SEGMENT_SPEECH_SECONDS` of speech, or before it would pass 30 s; a short last span joins the
   one before. So no language is decided on less than 3 s of speech (unless the chunk has no
-  more), and a switch is found at the first pause after 3 s of the language before.
+  more), and a switch is found at the first pause after 3 s of the language before. Pauses and
+  seconds of speech are measured on the VAD's stretches without their padding (padded, a pause
+  under 0.8 s would vanish and a longer one lose 0.8 s); the spans reach to the padded edges.
 - `majority(spans)`: the language with the most speech, a file's language under segment scope.
 
 `multilingual_asks` lists what only a multilingual model does (auto, options, segment scope,
@@ -184,26 +186,34 @@ def choose(
     return max(listed, key=lambda pair: pair[1])
 
 
-def decision_spans(speech: Sequence[tuple[int, int]], rate: int) -> list[tuple[int, int]]:
-    """`speech` (sample ranges, in order) grouped into the spans one language is decided for
-    (see the module contract): sample ranges from a span's first sound to its last."""
-    spans: list[tuple[int, int]] = []
+def decision_spans(
+    speech: Sequence[tuple[int, int]], rate: int, padded: Sequence[tuple[int, int]] | None = None
+) -> list[tuple[int, int]]:
+    """`speech` (sample ranges, in order, without padding: its pauses and seconds are the
+    speech's own) grouped into the spans one language is decided for (see the module
+    contract): each from its first stretch's start to its last's end in `padded` (the same
+    stretches as decoded, each widened; `speech` itself when None), at most 30 s of those."""
+    edges = padded if padded is not None else speech
+    groups: list[tuple[int, int]] = []  # each span's first and last stretch
     said: list[float] = []  # seconds of speech in each span
-    for first, end in speech:
-        seconds = (end - first) / rate
-        if spans:
-            gap = (first - spans[-1][1]) / rate
-            fits = (end - spans[-1][0]) / rate <= DECISION_SECONDS
+
+    def seconds(first: int, last: int) -> float:
+        return (edges[last][1] - edges[first][0]) / rate
+
+    for k, (first, end) in enumerate(speech):
+        if groups:
+            gap = (first - speech[groups[-1][1]][1]) / rate
+            fits = seconds(groups[-1][0], k) <= DECISION_SECONDS
             if fits and (said[-1] < SEGMENT_SPEECH_SECONDS or gap < SWITCH_PAUSE_SECONDS):
-                spans[-1] = (spans[-1][0], end)
-                said[-1] += seconds
+                groups[-1] = (groups[-1][0], k)
+                said[-1] += (end - first) / rate
                 continue
-        spans.append((first, end))
-        said.append(seconds)
-    joined = (spans[-1][1] - spans[-2][0]) / rate if len(spans) > 1 else 0.0
-    if len(spans) > 1 and said[-1] < SEGMENT_SPEECH_SECONDS and joined <= DECISION_SECONDS:
-        spans[-2:] = [(spans[-2][0], spans[-1][1])]
-    return spans
+        groups.append((k, k))
+        said.append((end - first) / rate)
+    short = len(groups) > 1 and said[-1] < SEGMENT_SPEECH_SECONDS
+    if short and seconds(groups[-2][0], groups[-1][1]) <= DECISION_SECONDS:
+        groups[-2:] = [(groups[-2][0], groups[-1][1])]
+    return [(edges[a][0], edges[b][1]) for a, b in groups]
 
 
 def majority(spans: Iterable[tuple[str | None, float]]) -> str | None:

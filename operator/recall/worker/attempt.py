@@ -241,7 +241,7 @@ class _Attempt:
                 job=job,
                 cancel=self.cancel,
                 attempt=h.attempt,
-                language=self._language(chunks[0]),
+                language=self._language(chunks),
                 context=context,
             )
             if len(chunks) == 1 and engine.batch_size <= 1:
@@ -260,13 +260,17 @@ class _Attempt:
         # words move with their segment
         return [[s.shifted(c.start) for s in r] for c, r in zip(chunks, results, strict=True)]
 
-    def _language(self, chunk: Chunk) -> str | None:
+    def _language(self, chunks: list[Chunk]) -> str | None:
         """The job's language, else the file's, detected once at the first chunk with speech (a
-        resume has it from the checkpoint). Runs on the engine thread."""
+        resume has it from the checkpoint) and given to every chunk of the call: a batch whose
+        first chunk is silent asks its next ones, never leaving the rest to the engine's own
+        detection. Runs on the engine thread."""
         job = self.h.known
         if job.spec.language not in (None, AUTO):
             return job.spec.language
-        if self.writer.language is None:
+        for chunk in chunks:
+            if self.writer.language is not None or self.cancel.is_set():
+                break
             found = self.t.engine.detect_language(
                 TranscribeRequest.of(chunk, job=job, cancel=self.cancel, attempt=self.h.attempt)
             )

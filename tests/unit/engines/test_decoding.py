@@ -217,9 +217,8 @@ def test_transcribe__a_prompted_window_that_skips_speech_is_decoded_again_withou
     """The stand-in writes a prompted window's words from 3 s in (tiny.en skipped 19 s of a
     recording that repeats the text of its prompt); decoded again without the prompt, the
     window's words start at its speech."""
-    monkeypatch.setattr(
-        windows, "speech_of_each", lambda audios: [[(RATE, 5 * RATE)]] * len(audios)
-    )
+    spoken = windows.Stretches([(RATE, 5 * RATE)], [(RATE, 5 * RATE)])
+    monkeypatch.setattr(windows, "stretches_of_each", lambda audios: [spoken] * len(audios))
     engine, job = engine_of(), job_of(True)
     engine.vad_filter = True
     pipeline.skips, pipeline.fill = 3.0, True

@@ -1,7 +1,11 @@
 """The language decisions of a multilingual model: the pick among the allowed languages, the
-spans segment scope decides on, and the majority. Pure."""
+spans segment scope decides on (of stretches given, and of the VAD's on given probabilities),
+and the majority. Pure."""
 
 from __future__ import annotations
+
+import numpy as np
+import pytest
 
 from recall.engines.languages import (
     LOW_PROBABILITY,
@@ -10,6 +14,8 @@ from recall.engines.languages import (
     decision_spans,
     majority,
 )
+from recall.engines.whisper import vad
+from recall.engines.whisper.windows import stretches_of_each
 
 RATE = 100  # samples per second, to keep the numbers readable
 PROBS = [("th", 0.44), ("en", 0.11), ("fr", 0.077), ("de", 0.01)]
@@ -46,3 +52,31 @@ def test_decision_spans__short_pauses_never_split_and_30_s_is_the_most() -> None
 def test_majority__by_seconds_of_speech() -> None:
     assert majority([("de", 4.0), ("fr", 3.0), ("fr", 2.0), (None, 9.0)]) == "fr"
     assert majority([(None, 1.0)]) is None
+
+
+def test_decision_spans__a_half_second_pause_splits_measured_without_the_padding() -> None:
+    """5.7 s of speech, a 0.5 s pause, 3.6 s: two spans. Padded by 0.4 s the two stretches
+    meet halfway (no pause left), and the spans reach to the padded edges."""
+    said, padded = [(0, 570), (620, 980)], [(0, 595), (595, 1020)]
+    assert decision_spans(said, RATE, padded) == [(0, 595), (595, 1020)]
+    # A pause under 0.5 s does not split.
+    assert decision_spans([(0, 570), (615, 980)], RATE, [(0, 592), (592, 1020)]) == [(0, 1020)]
+
+
+def test_decision_spans__three_seconds_count_speech_not_padding() -> None:
+    """2.6 s of speech, then 1.5 s of silence: 3.4 s padded, still under the minimum."""
+    said, padded = [(0, 260), (410, 800)], [(0, 300), (370, 840)]
+    assert decision_spans(said, RATE, padded) == [(0, 840)]
+
+
+def test_decision_spans__of_the_vads_stretches_a_half_second_pause_splits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The VAD's probabilities (32 ms frames) of 5.7 s of speech, a 0.51 s pause and 3.6 s:
+    the stretches as the engine finds them (`windows.stretches_of_each`) make two spans."""
+    runs = [(0.9, 178), (0.05, 16), (0.9, 112), (0.05, 30)]
+    probs = np.concatenate([np.full(n, p, np.float32) for p, n in runs])
+    monkeypatch.setattr(vad, "probabilities_of", lambda audios: [probs])
+    [found] = stretches_of_each([np.zeros(len(probs) * vad.FRAME, np.float32)])
+    spans = decision_spans(found.said, vad.RATE, found.padded)
+    assert len(found.padded) == 2 and spans == found.padded

@@ -724,3 +724,73 @@ def test_detect_language__a_server_that_reports_none_is_not_asked_again(
 )
 def test_language_code(reported: object, code: str | None) -> None:
     assert language_code(reported) == code
+
+
+def spec_job(**spec: Any) -> TranscriptionJob:
+    body = {"source": {"url": "file:///a.wav"}, **spec}
+    return TranscriptionJob.from_api({"metadata": {"name": "j1", "uid": "u-1"}, "spec": body})
+
+
+def test_detect_language__outside_the_options_the_chunk_is_sent_again_in_the_first(
+    engine: OpenAIEngine, stub: Stub
+) -> None:
+    """The server hears German; the job allows fr and it: the chunk is sent again in fr, that
+    answer is its transcription, and fr is recorded with probability 0 (LanguageUncertain)."""
+    stub.script = [Reply(body={**VERBOSE, "language": "german"}), Reply(body=VERBOSE)]
+    j, cancel = spec_job(language="auto", languageOptions=["fr", "it"]), threading.Event()
+    found = engine.detect_language(TranscribeRequest.of(chunk(index=0), job=j, cancel=cancel))
+    assert found is not None and (found.language, found.probability) == ("fr", 0.0)
+    assert ["language" in c.fields for c in stub.calls] == [False, True]
+    assert stub.calls[1].fields["language"] == "fr"
+    engine.transcribe(
+        TranscribeRequest.of(chunk(index=0), language="fr", cancel=cancel, job=j, attempt=1)
+    )
+    assert len(stub.calls) == 2  # the second answer is the chunk's transcription
+
+
+def test_detect_language__among_the_options_the_servers_own_and_unreported_the_first(
+    engine: OpenAIEngine, stub: Stub
+) -> None:
+    j, cancel = spec_job(language="auto", languageOptions=["fr", "it"]), threading.Event()
+    stub.script = [Reply(body={**VERBOSE, "language": "italian"})]
+    found = engine.detect_language(TranscribeRequest.of(chunk(index=0), job=j, cancel=cancel))
+    assert found is not None and (found.language, found.probability) == ("it", None)
+    stub.script = [Reply(body=VERBOSE), Reply(body=VERBOSE), Reply(body=VERBOSE)]
+    found = engine.detect_language(TranscribeRequest.of(chunk(index=1), job=j, cancel=cancel))
+    assert found is not None and (found.language, found.probability) == ("fr", 0.0)
+    found = engine.detect_language(TranscribeRequest.of(chunk(index=2), job=j, cancel=cancel))
+    assert found is not None and found.language == "fr"  # reports none: asked in fr at once
+    assert [c.fields.get("language") for c in stub.calls] == [None, None, "fr", "fr"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ({"language": "de", "transcript": {"translate": "en"}}, "TranslationUnsupported"),
+        ({"language": "auto", "languageScope": "segment"}, "LanguageDetectionUnsupported"),
+    ],
+)
+def test_refused__what_the_api_cannot_do_fails_permanently_before_any_request(
+    engine: OpenAIEngine, stub: Stub, spec: dict[str, Any], reason: str
+) -> None:
+    j, cancel = spec_job(**spec), threading.Event()
+    for call in (
+        lambda: engine.detect_language(TranscribeRequest.of(chunk(), job=j, cancel=cancel)),
+        lambda: engine.transcribe(TranscribeRequest.of(chunk(), language="de", job=j)),
+    ):
+        with pytest.raises(JobFailure) as info:
+            call()
+        assert (info.value.reason, info.value.permanent) == (reason, True)
+        assert "openai/whisper-1" in info.value.message
+    assert stub.calls == []
+
+
+@pytest.mark.parametrize(
+    "transcript",
+    [{"redact": {"types": ["phone"], "audio": True}}, {"speakers": {}}, {"words": True}],
+)
+def test_words__asked_whenever_the_job_needs_them(
+    engine: OpenAIEngine, stub: Stub, transcript: dict[str, Any]
+) -> None:
+    run(engine, job=spec_job(language="en", transcript=transcript))
+    assert stub.calls[0].values["timestamp_granularities[]"] == ["word", "segment"]

@@ -15,7 +15,7 @@ from faster_whisper.vad import VadOptions
 from onnx import TensorProto, helper
 
 from recall.engines.whisper import language, vad
-from recall.engines.whisper.windows import WINDOW_SECONDS, speech_of
+from recall.engines.whisper.windows import WINDOW_SECONDS, speech_of, stretches_of_each
 from recall_dev import librivox
 
 # What the engine asks (`windows.speech_of`), faster-whisper's defaults, and options that
@@ -235,3 +235,23 @@ def test_language_speech__what_faster_whisper_detects_its_language_on(
     # the same speech, its first stretch padded 0.4 s into the silence (none of the 10 s else)
     assert again is not None and abs(len(again) - len(whole)) <= 0.4 * rate + vad.FRAME
     assert language.speech(np.zeros(5 * rate, np.float32)) is None
+
+
+def test_stretches_of_each__padded_as_the_pipelines_vad_and_unpadded_one_for_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found once without the pad and padded after: the stretches `speech` makes with the
+    pad in its options (the decoding windows' own), and the same ones before padding."""
+    rng = random.Random(20261207)
+    given: list[np.ndarray[Any, Any]] = []
+    monkeypatch.setattr(vad, "probabilities_of", lambda audios: [given[-1]])
+    for _ in range(300):
+        length = rng.randint(1, 2_500 * vad.FRAME)
+        given.append(probability_runs(rng, length // vad.FRAME + 1))
+        [found] = stretches_of_each([np.zeros(length, np.float32)])
+        padded = vad.speech(given[-1], length, OPTIONS[0])
+        assert found.padded == [(s["start"], min(s["end"], length)) for s in padded]
+        assert len(found.said) == len(found.padded)
+        assert all(
+            a <= c and d <= b for (a, b), (c, d) in zip(found.padded, found.said, strict=True)
+        )

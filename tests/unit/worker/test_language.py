@@ -130,3 +130,45 @@ def test_language__auto_without_a_detection_records_no_language() -> None:
     assert record.language is None and transcript.language is None
     assert json.loads(render(transcript, "json"))["language"] is None
     assert "language_code" not in json.loads(render(transcript, "aws.json"))["results"]
+
+
+def test_language__a_batch_after_its_silent_first_chunk_is_transcribed_in_the_detected_one(
+    tmp_path: Path,
+) -> None:
+    """Batches of 4, chunk 0 silent: the worker asks the batch's next chunk, and every chunk,
+    the silent one too, is transcribed in the detected language; never `auto`."""
+    store, results = MemoryApi(watch_seconds=1.0), memory_bucket()
+    simulate = {"chunks": 6, "chunkDelaySeconds": 0}
+    store.create_job(
+        NS,
+        job_manifest("talk", language="auto", engine={"name": "simulated", "simulate": simulate}),
+    )
+    recorded = tmp_path / "calls.jsonl"
+    engine = Detecting(recorded)
+    engine.batch_size = 4
+    try:
+        run_one_job(store, engine, results)
+        job = store.get_job(NS, "talk")
+        assert job is not None and job.status.phase == Phase.SUCCEEDED, store.dump()
+    finally:
+        store.close()
+    assert engine.asked == [(1, 0), (1, 1)]
+    assert [(c.chunk, c.language) for c in engine_calls(recorded)] == [(i, "fr") for i in range(6)]
+    assert job.status.result is not None
+    assert (job.status.result.language, job.status.result.language_probability) == ("fr", 0.93)
+
+
+class FrenchAfterSilence(SimulatedEngine):
+    """No speech in chunk 0, French from chunk 1 on."""
+
+    def detect_language(self, request: TranscribeRequest) -> Detected | None:
+        return None if request.chunk.index == 0 else Detected("fr", 0.93)
+
+
+def test_language__one_batch_of_every_chunk_records_the_language_detected_in_it() -> None:
+    """All chunks in one batch, the first silent: the result records the language."""
+    engine = FrenchAfterSilence(chunks=2, chunk_delay_seconds=0, batch_size=8)
+    job, transcript, record = transcribed(engine, language="auto")
+    assert job.status.result is not None
+    assert job.status.result.language == "fr" and transcript.language == "fr"
+    assert (record.language, record.language_probability) == ("fr", 0.93)  # chunk 0's record

@@ -3,11 +3,12 @@
 Contract:
 - One multipart request per chunk: `file` (the chunk as 16-bit PCM mono WAV, built in memory),
   `model` (the job's `spec.engine.model`, else the worker's), `language` when known (its
-  primary subtag) and `response_format=verbose_json`. Segments come back relative to the
-  chunk, clamped to [0, chunk.duration]; a response without segments is one segment spanning
-  the chunk (none if its text is empty). Words, when the job asks for them, come from the
-  response's `words`, punctuated as the segment's text writes them; a segment that gets none
-  has `words` None.
+  primary subtag), `response_format=verbose_json`, and `timestamp_granularities[]` word and
+  segment when the job needs words (asked for, or for redaction or speakers). Segments come
+  back relative to the chunk, clamped to [0, chunk.duration]; a response without segments is
+  one segment spanning the chunk (none if its text is empty). Words, when the job needs them,
+  come from the response's `words`, punctuated as the segment's text writes them; a segment
+  that gets none has `words` None.
 - The API key is read for every request, from `openai_api_key_file` (a mounted Secret: a
   rotated key is picked up), else from the variable `openai_api_key_env` names, and sent as a
   Bearer token; with neither, no Authorization is sent (a local server).
@@ -26,7 +27,15 @@ Contract:
   as that chunk's transcription, so detecting costs no request of its own; every later chunk
   is sent with the language, as local Whisper does. A chunk without text detects nothing (the
   next is asked); a server that answers text without a language is not asked again by this
-  process, and its jobs record no language.
+  process, and its jobs record no language. With `spec.languageOptions` the server's language
+  is taken when it is one of them; else (another, or none reported) the chunk is sent again in
+  the first option, which is the file's, recorded with probability 0 (LanguageUncertain: the
+  API gives no probabilities to choose among the options by); a server that reports none is
+  sent the first option at once.
+- Refused, permanently and naming the engine (the Batch's ModelFailing): a translation beside
+  the transcript (`transcript.translate`, `TranslationUnsupported`) and a language per segment
+  (`languageScope: segment`, `LanguageDetectionUnsupported`): one request answers one
+  transcription in one language.
 
 The parts: `engine` (requests, API key, the answers detection keeps), `retry` (when to try
 again: pure), `response` (the server's answers read: pure).

@@ -13,7 +13,7 @@ import httpx
 from recall.base import log
 from recall.base.clock import SYSTEM, Clock
 from recall.engines.base import Detected, TranscribeRequest, primary_language, transcribe_each
-from recall.engines.languages import language_code
+from recall.engines.languages import MULTILINGUAL, TRANSLATE, language_code
 from recall.engines.openai.response import error_message, has_text, parse_segments
 from recall.engines.openai.retry import BACKOFF_BASE, retriable_status, retry_backoff, retry_delay
 from recall.engines.prompt import hotwords, prompt_of
@@ -89,21 +89,32 @@ class OpenAIEngine:
         return transcribe_each(self, request)
 
     def detect_language(self, request: TranscribeRequest) -> Detected | None:
-        if self._unreported:
+        chunk, job, cancel = request.chunk, request.job, request.cancel
+        refuse(self.label(), job)
+        options = job.spec.language_options or []
+        if self._unreported and not options:
             return None
-        chunk, job = request.chunk, request.job
-        data = self._request(chunk, self._fields(job, None, ""), request.cancel)
+        # A server that reports no language is asked in the first option at once.
+        asked = options[0] if self._unreported else None
+        data = self._request(chunk, self._fields(job, asked, ""), cancel)
         if data is None:
             return None  # cancelled: the caller discards what follows
+        code = language_code(data.get("language")) if asked is None else asked
+        if has_text(data) and code is None:
+            self._unreported = True  # text without a language: do not ask it again
+            _log.info("engine_reports_no_language", engine=self.name, url=self.url)
+        if has_text(data) and options and code not in options:
+            # None reported, or one the job does not allow: the chunk again in its first option
+            asked = options[0]
+            data = self._request(chunk, self._fields(job, asked, ""), cancel)
+            if data is None:
+                return None
         self._keep(job, chunk, data)
         if not has_text(data):
             return None  # nothing said: ask again with the next chunk
-        code = language_code(data.get("language"))
-        if code is None:
-            self._unreported = True  # text without a language: do not ask it again
-            _log.info("engine_reports_no_language", engine=self.name, url=self.url)
-            return None
-        return Detected(code, None)
+        if asked is not None:  # chosen, not detected: flagged LanguageUncertain
+            return Detected(asked, 0.0)
+        return None if code is None else Detected(code, None)
 
     def model_of(self, job: TranscriptionJob) -> tuple[str, str] | None:
         """The model name sent to the server (its digest is the server's secret)."""
@@ -131,6 +142,7 @@ class OpenAIEngine:
 
     def transcribe(self, request: TranscribeRequest) -> list[Segment]:
         chunk, job, context = request.chunk, request.job, request.context
+        refuse(self.label(), job)
         words = bool(job.spec.transcript and job.spec.transcript.needs_words)
         kept = self._take(job, chunk)
         if kept is not None and not context:  # asked when the language was detected
@@ -146,7 +158,7 @@ class OpenAIEngine:
             "model": self._model(job),
             "response_format": "verbose_json",
         }
-        if job.spec.transcript and job.spec.transcript.words:
+        if job.spec.transcript and job.spec.transcript.needs_words:  # redaction, speakers too
             fields["timestamp_granularities[]"] = ["word", "segment"]
         lang = primary_language(language)
         if lang and lang != AUTO:
@@ -249,4 +261,26 @@ class OpenAIEngine:
             "EngineBadResponse",
             f"{self.url}: unreadable transcription response ({' '.join(str(e).split())[:200]})",
             permanent=False,
+        )
+
+
+def refuse(label: str, job: TranscriptionJob) -> None:
+    """Fail a job permanently, naming the engine, for what the API cannot do: a translation
+    beside the transcript, a language per segment (the contract)."""
+    t = job.spec.transcript
+    if t is not None and t.translate == "en":
+        raise JobFailure(
+            "TranslationUnsupported",
+            f"engine {label} cannot translate beside the transcript ({TRANSLATE} en): the API "
+            "answers one transcription per request, in one language; use the whisper engine "
+            f"and {MULTILINGUAL}",
+            permanent=True,
+        )
+    if job.spec.language_scope == "segment":
+        raise JobFailure(
+            "LanguageDetectionUnsupported",
+            f"engine {label} cannot detect a language per segment (spec.languageScope "
+            "segment): the API reports one language per request; use languageScope file, or "
+            f"the whisper engine and {MULTILINGUAL}",
+            permanent=True,
         )

@@ -58,7 +58,6 @@ from recall.engines.whisper.windows import (
     inside,
     plan,
     unreached,
-    windows_of,
 )
 from recall.media.types import Chunk, Segment
 
@@ -94,7 +93,8 @@ def transcribe(
     d: Decoding, chunks: list[Chunk], vad_filter: bool, cancel: threading.Event
 ) -> list[list[Segment]]:
     """The segments of each of `chunks` (the module contract)."""
-    group = (lambda s: decision_spans(s, RATE)) if d.per_segment else windows_of
+    # Segment scope's pauses and seconds of speech are the unpadded stretches' own.
+    group = (lambda s: decision_spans(s.said, RATE, s.padded)) if d.per_segment else None
     speech, windows = plan(chunks, vad_filter, group)
     out: list[list[Segment]] = [[] for _ in chunks]
     if not windows:

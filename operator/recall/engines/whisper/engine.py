@@ -210,7 +210,7 @@ class WhisperEngine:
             if not model.model.is_multilingual:
                 self.detect_language(request)  # raises, naming the model
             lang = None  # detected per chunk: the worker had none to pass
-        if lang is not None and lang not in model.supported_languages:
+        if lang is not None and lang not in language.known(model):
             raise JobFailure(
                 "UnsupportedLanguage",
                 f"model {label} cannot transcribe language {request.language!r}"

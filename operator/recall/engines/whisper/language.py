@@ -12,6 +12,9 @@ Contract:
   no speech. Options the model does not know are left out (`yue` before large-v3); none known
   fails the job with `UnsupportedLanguage`. `decide(model, said, options)` is the same on audio
   that is speech already (a segment-scope span, pauses kept: its speech is not looked for again).
+- `known(model)`: the languages a model knows, those its tokenizer has a language token for.
+  faster-whisper's `supported_languages` lists all of large-v3's for any multilingual model,
+  and decoding in a language without a token decodes in none (base on `yue`: garbage).
 - `attach(segments, words)`: a window's translation given to its segments, each word to the
   segment its middle falls in (else the nearest), so each segment carries the English of its
   own speech and keeps its own times.
@@ -46,6 +49,14 @@ def require(model: Any, label: str, job: TranscriptionJob) -> None:
         raise failure
 
 
+def known(model: Any) -> frozenset[str]:
+    """The languages `model` can decode in (see the module contract)."""
+    if not model.model.is_multilingual:
+        return frozenset(model.supported_languages)  # English: no tokenizer to ask
+    token = model.hf_tokenizer.token_to_id
+    return frozenset(c for c in model.supported_languages if token(f"<|{c}|>") is not None)
+
+
 def speech(audio: Any) -> Any:
     """The speech in `audio` as faster-whisper's VAD-filtered `transcribe` gathers it before
     detecting: stretches by the VAD's default options (pauses under 2 s kept, 0.4 s padding),
@@ -73,15 +84,16 @@ def detect(model: Any, audio: Any, options: Sequence[str] | None) -> Detected | 
 
 def decide(model: Any, said: Any, options: Sequence[str] | None) -> Detected:
     """The language of `said`, audio that is speech already, among `options` (the contract)."""
-    known = [o for o in options or () if o in model.supported_languages]
-    if options and not known:
+    languages = known(model)
+    allowed = [o for o in options or () if o in languages]
+    if options and not allowed:
         raise JobFailure(
             "UnsupportedLanguage",
             f"the model knows none of spec.languageOptions {list(options)}",
             permanent=True,
         )
     _language, _probability, probabilities = model.detect_language(audio=said)
-    language, probability = choose(probabilities, known)
+    language, probability = choose(probabilities, allowed)
     return Detected(language, probability)
 
 

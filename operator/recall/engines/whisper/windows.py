@@ -3,7 +3,10 @@
 Contract:
 - `speech_of(audio)` finds a chunk's stretches of speech (sample ranges, in order) as
   faster-whisper's batched pipeline's own VAD does: Silero VAD (`vad`), split at 160 ms
-  silences, at most a window each; `plan` detects a call's chunks side by side.
+  silences, at most a window each, padded by `PAD_MS` (two closer than twice that meet
+  halfway); `plan` detects a call's chunks side by side. `stretches_of_each` gives each chunk's
+  stretches both padded and not (`Stretches.said`): the same stretches, one VAD pass, the
+  unpadded ones where the voice is, so the pauses between them are the silences' own lengths.
 - `windows_of(speech)` joins them into windows while they fit `WINDOW_SECONDS`: a chunk of
   30 s or less with speech is one window, from its first sound to its last, and a silent chunk
   none (no model time, and no invented "You": tiny.en hears one in 30 s of silence). Without
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
 RATE = 16_000
 HOP = RATE // 100  # samples per 10 ms frame
 WINDOW_SECONDS = 30  # Whisper's input: one batched window
+PAD_MS = 400  # the pipeline's VAD pads each stretch of speech by this (VadOptions' default)
 LOST_SECONDS, REACH = 2.0, 0.5  # see `unreached` in the contract
 
 Span = tuple[int, int]  # a sample range [first, end)
@@ -50,6 +54,15 @@ class Window:
         return (self.first - self.at) / RATE
 
 
+@dataclass(frozen=True)
+class Stretches:
+    """A chunk's stretches of speech: `padded` as the pipeline's VAD gives them, `said` the
+    same ones unpadded (see the module contract)."""
+
+    padded: list[Span]
+    said: list[Span]
+
+
 def speech_of(audio: Any) -> list[Span]:
     """The stretches of speech in `audio` (sample ranges, in order; see the contract)."""
     return speech_of_each([audio])[0]
@@ -57,19 +70,38 @@ def speech_of(audio: Any) -> list[Span]:
 
 def speech_of_each(audios: list[Any]) -> list[list[Span]]:
     """`speech_of` each of `audios` (a call's chunks), detected side by side."""
+    return [s.padded for s in stretches_of_each(audios)]
+
+
+def stretches_of_each(audios: list[Any]) -> list[Stretches]:
+    """Each of `audios`' stretches of speech, padded and not, detected side by side."""
     from faster_whisper.vad import VadOptions
 
-    from recall.engines.whisper.vad import speech_timestamps_of
+    from recall.engines.whisper.vad import padded, speech_timestamps_of
 
     some = [a for a in audios if a is not None and len(a)]
-    options = VadOptions(max_speech_duration_s=WINDOW_SECONDS, min_silence_duration_ms=160)
+    # Found unpadded, then padded as the VAD pads: a stretch's longest is the window less
+    # both pads, as the VAD counts it with the pad in its options.
+    options = VadOptions(
+        max_speech_duration_s=WINDOW_SECONDS - 2 * PAD_MS / 1000,
+        min_silence_duration_ms=160,
+        speech_pad_ms=0,
+    )
     found = iter(speech_timestamps_of(some, options) if some else [])
-    return [
-        [(int(s["start"]), min(int(s["end"]), len(a))) for s in next(found)]
-        if a is not None and len(a)
-        else []
-        for a in audios
-    ]
+    out: list[Stretches] = []
+    for a in audios:
+        if a is None or not len(a):
+            out.append(Stretches([], []))
+            continue
+        said = next(found)
+        wide = padded([dict(s) for s in said], RATE * PAD_MS / 1000, len(a))
+        out.append(Stretches(spans_of(wide, len(a)), spans_of(said, len(a))))
+    return out
+
+
+def spans_of(stretches: list[dict[str, int]], length: int) -> list[Span]:
+    """The VAD's stretches as sample ranges within `length`."""
+    return [(int(s["start"]), min(int(s["end"]), length)) for s in stretches]
 
 
 def windows_of(speech: list[Span]) -> list[Span]:
@@ -97,17 +129,19 @@ def speech_windows(audio: Any, vad_filter: bool = True) -> list[Span]:
 def plan(
     chunks: list[Chunk],
     vad_filter: bool,
-    group: Callable[[list[Span]], list[Span]] | None = None,
+    group: Callable[[Stretches], list[Span]] | None = None,
 ) -> tuple[list[list[Span]], list[Window]]:
-    """Each chunk's stretches of speech (none without the VAD) and the call's windows, laid
-    end to end in the order of the chunks; `group` makes a chunk's windows of its speech
-    (`windows_of` by default; segment scope decides a language per span of it)."""
-    group = group or windows_of
+    """Each chunk's stretches of speech (padded; none without the VAD) and the call's windows,
+    laid end to end in the order of the chunks; `group` makes a chunk's windows of its speech
+    (`windows_of` its padded stretches by default; segment scope decides a language per span
+    of it)."""
+    group = group or (lambda s: windows_of(s.padded))
     windows: list[Window] = []
     at = 0
-    speech = speech_of_each([c.audio for c in chunks]) if vad_filter else [[] for _ in chunks]
+    found = stretches_of_each([c.audio for c in chunks]) if vad_filter else []
+    speech = [s.padded for s in found] if vad_filter else [[] for _ in chunks]
     for k, chunk in enumerate(chunks):
-        spans = group(speech[k]) if vad_filter else speech_windows(chunk.audio, False)
+        spans = group(found[k]) if vad_filter else speech_windows(chunk.audio, False)
         for first, end in spans:
             windows.append(Window(k, first, end, at))
             # The next window starts on a 10 ms frame: the pipeline times words from the
