@@ -8,7 +8,9 @@ Pure.
 Contract:
 - Candidates: the vectors centred on the file's mean (what the file's voices share goes), linked
   by average linkage on cosine distances, cut where groups lie further apart than `SAME_VOICE`;
-  every window goes to the nearest candidate's centre.
+  every window goes to the nearest candidate's centre. A window at the file's mean (every
+  window the same audio, as two short stretches before the first second share one) tells no
+  voice apart: it is not linked, and a file of only such windows is one voice.
 - A candidate must then prove it is a voice, else its windows go to the nearest other one, the
   weakest first, until every one left passes:
   1. it is heard in at least `MIN_WINDOWS` windows and `MIN_SHARE` of them (a window mixing
@@ -47,6 +49,7 @@ MIN_RUN = 2.0  # windows in a row, on average, that a voice near another holds
 MAX_LINKED = 2000
 MIN_SHARE = 0.02  # of the windows: a voice heard less is not one
 MIN_WINDOWS = 3  # ... nor one heard in fewer windows than this
+AT_MEAN = 1e-4  # length of a centred vector under which its window is the file's mean
 
 Floats = npt.NDArray[np.float32]
 Ints = npt.NDArray[np.int64]
@@ -83,6 +86,9 @@ def cluster(vectors: Floats, bounds: Bounds) -> Found:
         return Found(np.zeros(n, np.int64), n, n < asked)
     shifted = centred(vectors)
     picked = _sample(n)
+    picked = picked[shifted[picked].any(axis=1)]  # a zero row has no cosine distance
+    if len(picked) < 2:  # every window alike: nothing tells voices apart
+        return Found(np.zeros(n, np.int64), 1, asked > 1)
     tree = linkage(shifted[picked].astype(np.float64), method="average", metric="cosine")
     candidates = fcluster(tree, t=SAME_VOICE, criterion="distance") - 1
     centres = _centres(shifted[picked], candidates)
@@ -131,9 +137,11 @@ def _mean_run(labels: Ints, c: int) -> float:
 
 
 def centred(vectors: Floats) -> Floats:
-    """`vectors` less their mean, made unit again: what tells this file's voices apart."""
+    """`vectors` less their mean, made unit again: what tells this file's voices apart; a
+    vector at the mean (shorter than `AT_MEAN`: float noise, no direction) is zero."""
     c = vectors - vectors.mean(axis=0)
-    return np.asarray(c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-9), np.float32)
+    norms = np.linalg.norm(c, axis=1, keepdims=True)
+    return np.asarray(np.where(norms < AT_MEAN, 0.0, c / np.maximum(norms, AT_MEAN)), np.float32)
 
 
 def _centres(vectors: Floats, labels: npt.NDArray[np.integer]) -> Floats:

@@ -4,6 +4,9 @@ sentence cut by a chunk's end joined again, the channels of a split file interle
 Contract:
 - Records are taken in order. A `carried` record begins with the rest of the previous record's
   (same channel's) last segment, cut by the hold rule: the two are one segment again.
+- A record after one that `held` words begins with them: its seam (below) is at its chunk's own
+  first segment, the first of its channel starting at or after the chunk's start (times of
+  chunks cut at `SAMPLE_RATE`), so a redacted transcript has the seams an unredacted one has.
 - Seams. Whisper marks both sides of a chunk's end mid-sentence with an ellipsis ("have..." /
   "...built a"). A segment ending in one followed (on its channel) by one beginning with one is
   one sentence: both marks go, from text and words, and the word after the seam is written as
@@ -21,6 +24,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from recall.media import SAMPLE_RATE
+from recall.media.media import CHANNEL_STRIDE
 from recall.media.types import Segment, Word
 from recall.transcripts.records import Record
 from recall.transcripts.redact import text_of_words
@@ -28,6 +33,7 @@ from recall.transcripts.redact import text_of_words
 ELLIPSES = ("...", "…")
 CAPITAL_PRONOUNS = frozenset({"I", "I'm", "I've", "I'd", "I'll"})
 ENDS = (".", "?", "!", ":", "…", '"', "'", ")", "”")  # what may end a sentence
+STORED = 0.001  # seconds: a record's times are stored to the millisecond
 
 
 def assemble(records: Sequence[Record]) -> list[Segment]:
@@ -35,14 +41,18 @@ def assemble(records: Sequence[Record]) -> list[Segment]:
     out: list[Segment] = []
     seams: set[int] = set()  # indices in `out` of a record's first segment
     last_of: dict[str | None, int] = {}  # a channel's last segment in `out`
+    held = False  # whether the record before held words back into this one
     for record in records:
         segments = list(record.segments)
+        seam = own_first(record) if held else 0
+        held = record.held is not None
         if record.carried and segments:
             at = last_of.get(segments[0].channel)
             if at is not None:
                 out[at] = merged(out[at], segments.pop(0))
+                seam -= 1
         for k, s in enumerate(segments):
-            if k == 0:
+            if k == seam:
                 seams.add(len(out))
             last_of[s.channel] = len(out)
             out.append(s)
@@ -58,6 +68,20 @@ def assemble(records: Sequence[Record]) -> list[Segment]:
     if any(s.channel for s in out):
         out.sort(key=lambda s: s.start)
     return out
+
+
+def own_first(record: Record) -> int:
+    """Where `record`'s chunk's own segments begin, after the words held back into it (said
+    before its chunk's start, or on the channel before): see the module contract."""
+    start = (record.first % CHANNEL_STRIDE) / SAMPLE_RATE - STORED
+    return next(
+        (
+            k
+            for k, s in enumerate(record.segments)
+            if s.channel == record.channel and s.start >= start
+        ),
+        len(record.segments),
+    )
 
 
 def merged(a: Segment, b: Segment) -> Segment:

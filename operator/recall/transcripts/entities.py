@@ -11,7 +11,8 @@ What is found (`spec.transcript.redact.types`):
   0958`) or spoken ("five five five, one two three four", "oh", "double five").
 - `card`: 13 to 19 digits that pass the Luhn check.
 - `iban`: a country code, two check digits and 10 to 30 letters or digits passing the ISO 13616
-  check (mod 97), whole or in groups.
+  check (mod 97), whole or in groups (`GB82 WEST 1234 …`: a group of four capital letters goes
+  on a number begun by a country code and check digits).
 - `nationalId`: a US social security number, a Spanish DNI or NIE, a Dutch BSN or a French NIR,
   each passing its own validity check (`us_ssn`, `es_dni`, `nl_bsn`, `fr_nir`).
 - Person names are not found: no offline named-entity model ships in a package from its
@@ -22,6 +23,10 @@ between groups), spoken digits, lone dashes, or letters and digits (`DE89`, `123
 number; within a run the longest stretch from each word on that is an asked type is taken. A
 comma does not end a run; any other word does.
 
+In Chinese and Japanese Whisper writes no spaces: a word is a token, and the pieces of another
+script written together (`anna` `@` `ex` `am` `ple` `.` `com`, `090` `-` `1234`) are one word,
+never joined to the characters around them (`glued`).
+
 Spoken digits are read in English, German, Spanish, French, Italian, Portuguese and Dutch
 (`DIGIT_WORDS`, `OTHER_DIGITS`, `REPEAT`), whatever the file's language. Numbers said as
 numbers ("douze, trente-quatre", "siebzehn", "five hundred") are not read as digits.
@@ -29,11 +34,13 @@ numbers ("douze, trente-quatre", "siebzehn", "five hundred") are not read as dig
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
 from recall.resources import RedactType
+from recall.transcripts.words import UNSPACED, within
 
 DIGIT_WORDS: dict[str, str] = {  # the words for 0 to 9, in order, as a speech model writes them
     "en": "zero one two three four five six seven eight nine",
@@ -55,7 +62,7 @@ TLDS = frozenset(f"{_TLDS} dk fi pl pt ie ru jp cn in br mx nz za ac".split())
 # Words that end a spoken domain or local part: "look at the dot com era" is no address.
 _NOT_NAMES = "the a an this that these those my your our his her its their me us"
 NOT_NAMES = frozenset(_NOT_NAMES.split())
-EDGE = "\"'“”‘’()[]{}<>.,;:!?…"
+EDGE = "\"'“”‘’()[]{}<>.,;:!?…。、，．！？：；（）「」『』【】"
 WRITTEN_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(\.[\w-]+)+")
 DIGITS = re.compile(r"\+?[0-9A-Za-z()/-]*[0-9][0-9A-Za-z()/-]*")
 WORDY = re.compile(r"[a-z0-9-]+")
@@ -66,6 +73,8 @@ DOTTED = re.compile(r"\+?[0-9]{2,4}(\.[0-9]{2,4}){2,}")
 DATE = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}\.[0-9]{2,4}")
 SEPARATORS = frozenset("-–—/")  # a word that only joins the digits around it
 IBAN = re.compile(r"[A-Z]{2}[0-9]{2}[A-Z0-9]{10,30}")
+IBAN_START = re.compile(r"[A-Za-z]{2}[0-9]{2}")  # a country code and check digits
+BANK = re.compile(r"[A-Z]{4}")  # a group of letters only in an IBAN (GB82 WEST 1234 …)
 DNI = re.compile(r"([0-9]{8})([A-Z])")
 NIE = re.compile(r"([XYZ])([0-9]{7})([A-Z])")
 DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
@@ -177,6 +186,15 @@ def dotted_phone(word: str) -> bool:
     return not (len(groups) == 4 and all(int(g) <= 255 for g in groups))
 
 
+def bank_group(word: str, before: list[str | None]) -> bool:
+    """Whether `word` is a group of letters of an IBAN: `BANK`, in a run (`before`: the parts of
+    the words before it, `number_of`) that has a country code and check digits."""
+    run = list(itertools.takewhile(lambda p: p is not None, reversed(before)))
+    return bool(BANK.fullmatch(word.strip().strip(EDGE))) and any(
+        IBAN_START.match(p or "") for p in run
+    )
+
+
 def _numbers(words: list[str], types: Collection[str]) -> list[Found]:
     parts: list[str | None] = [number_of(w) for w in words]
     for k, part in enumerate(parts):  # a dash joins spoken digits only ("five - one")
@@ -184,6 +202,8 @@ def _numbers(words: list[str], types: Collection[str]) -> list[Found]:
             0 < k < len(words) - 1 and core(words[k - 1]) in SPOKEN and core(words[k + 1]) in SPOKEN
         ):
             parts[k] = None
+        elif part is None and "iban" in types and bank_group(words[k], parts[:k]):
+            parts[k] = words[k].strip().strip(EDGE)
     for k, w in enumerate(words):  # "double five": the next digit twice
         times = REPEAT.get(core(w))
         if times and k + 1 < len(words) and (nxt := parts[k + 1]) and len(nxt) == 1:
@@ -258,16 +278,28 @@ def _emails(words: list[str]) -> list[Found]:
 
 def glued(words: list[str]) -> list[tuple[int, int, str]]:
     """`words` as written words: (first, end, text). Whisper writes a word's leading space, and
-    a piece without one goes on the word before it ("example" + ".com", "555" + "-1234")."""
+    a piece without one goes on the word before it ("example" + ".com", "555" + "-1234"). In a
+    script written without spaces (no word has one: Chinese, Japanese) each character's token
+    stays a word and the pieces of another script between them are one ("anna" + "@" + "ex"
+    ...). A piece never goes on a word of the other kind ("は" + "anna", "7" + "。")."""
     spaced = any(w[:1].isspace() for w in words)
+    unspaced = not spaced and any(within(ch, UNSPACED) for w in words for ch in w)
     out: list[tuple[int, int, str]] = []
     for k, w in enumerate(words):
-        if out and spaced and w.strip() and not w[:1].isspace():
+        before, piece = (out[-1][2].strip() if out else ""), w.strip()
+        crosses = bool(before) and bool(piece) and unspaced_at(before, -1) != unspaced_at(piece, 0)
+        goes_on = spaced or (unspaced and bool(piece) and not unspaced_at(piece, 0))
+        if out and goes_on and piece and not w[:1].isspace() and not crosses:
             first, _, text = out[-1]
             out[-1] = (first, k + 1, text + w)
         else:
             out.append((k, k + 1, w))
     return out
+
+
+def unspaced_at(text: str, k: int) -> bool:
+    """Whether character `k` of `text` is of a script written without spaces (`UNSPACED`)."""
+    return within(text[k], UNSPACED)
 
 
 def detect(words: list[str], types: Collection[str]) -> list[Found]:
@@ -295,5 +327,7 @@ def could_be_part(cores: list[str], k: int) -> bool:
         return True
     if c in SPOKEN or number_of(c) is not None:
         return True
+    if bank_group(c.upper(), [number_of(x) for x in cores[max(0, k - 9) : k]]):
+        return True  # "gb82 west": an IBAN's bank code
     near = cores[k - 1 : k] + cores[k + 1 : k + 2]
     return any(n in ("at", "dot", "@") for n in near)

@@ -3,8 +3,12 @@
 Contract:
 - `step` is the hold rule (`recall.transcripts.redact`) over one chunk: its record stores the
   words held from the record before and its own but those it holds into the next; without
-  redaction, every word. A chunk of a retake (`recall.transcripts.checkpoint`) gives no record:
-  its words from the held time on are held for the next.
+  redaction, every word. Nothing is held across channels: the first chunk of a channel's record
+  stores the words the channel before held (even when it has none of its own), so a record's
+  `held` is always a time of its own channel. Words held again by a record that stores none
+  still continue the segment they were cut from. A chunk of a retake
+  (`recall.transcripts.checkpoint`) gives no record: its words from the held time on are held
+  for the next.
 - `Prompt` gives each chunk's context: the stored text (redacted, without its held words) of
   the last record that has text. A resume starts from the same text read back
   (`Checkpoint.context`), so it prompts as an unbroken run does, and nothing unredacted is ever
@@ -74,10 +78,12 @@ def step(
         return holding, Cut(ended=[], kept=segments)
     carried = holding.piece and bool(holding.pending)
     pending, ended = list(holding.pending), []
-    if pending and segments and pending[-1].channel != segments[0].channel:
+    if pending and pending[-1].channel != chunk.channel:  # a channel ended: store its words
         ended, pending = pending, []
     whole = [*pending, *segments]
     kept, held, piece = (whole, [], False) if chunk.last else hold(whole)
+    if pending and not kept:  # held again whole: the first still continues the last stored
+        piece = holding.piece
     at = held[0].start if held else None
     return Holding(tuple(held), piece), Cut(ended, kept, held=at, carried=carried)
 

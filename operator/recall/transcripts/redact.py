@@ -18,13 +18,14 @@ ends in what could be part of an entity, so no record stores a piece of one.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection
 from typing import TypeVar
 
 from recall.media.types import Segment, Word
 from recall.resources import RedactType
-from recall.transcripts.entities import EDGE, core, could_be_part, detect
-from recall.transcripts.words import apart, split
+from recall.transcripts.entities import EDGE, core, could_be_part, detect, glued, unspaced_at
+from recall.transcripts.words import UNSPACED, apart, split, within
 
 T = TypeVar("T")
 HOLD_WORDS = 8
@@ -43,21 +44,31 @@ TAGS: dict[str, str] = {
 
 def timed(segment: Segment) -> list[Word]:
     """`segment`'s words; for one without word timings, its text's words timed in proportion
-    (with the segment's confidence)."""
+    (with the segment's confidence), a word cut where its script changes ("は" | "anna@example.com",
+    "5551234567" | "。": a word of Chinese or Japanese takes the letters after it)."""
     if any(w.text.strip() for w in segment.words or []):
         return list(segment.words or [])
     p = segment.confidence if segment.confidence is not None else 1.0
-    return [  # a space before each word that has one (none inside unspaced text)
-        Word(start=t.start, end=t.end, text=" " * t.space + t.text, probability=p)
-        for t in split(segment)
-    ]
+    out: list[Word] = []
+    for t in split(segment):  # a space before each word that has one (none inside unspaced text)
+        pieces = ["".join(g) for _, g in itertools.groupby(t.text, lambda ch: within(ch, UNSPACED))]
+        at, span = t.start, (t.end - t.start) / max(len(t.text), 1)
+        for n, piece in enumerate(pieces):
+            end = t.end if n == len(pieces) - 1 else at + span * len(piece)
+            text = " " * (t.space and n == 0) + piece
+            out.append(Word(start=at, end=end, text=text, probability=p))
+            at = end
+    return out
 
 
 def text_of_words(words: list[Word]) -> str:
-    """A segment's text from its words: as written when they carry their spaces (Whisper's),
-    else joined by one space (none between two words of a script written without spaces)."""
+    """A segment's text from its words: as written when they carry their spaces (Whisper's, and
+    Whisper's Chinese or Japanese, which has none), else joined by one space (none between two
+    words of a script written without spaces)."""
     if any(w.text[:1].isspace() for w in words if w.text.strip()):
         return "".join(w.text for w in words)
+    if any(unspaced_at(w.text, k) for w in words for k in range(len(w.text))):
+        return " " + "".join(w.text.strip() for w in words)
     out = ""
     for word in (w.text.strip() for w in words):
         if word:
@@ -187,9 +198,9 @@ def _held_from(texts: list[str]) -> int:
     h = max(0, len(texts) - HOLD_WORDS)
     while h > 0 and len(texts) - h < MOST_HELD and could_be_part(cores, h - 1):
         h -= 1
-    spaced = any(t[:1].isspace() for t in texts)
-    while h > 0 and spaced and texts[h].strip() and not texts[h][:1].isspace():
-        h -= 1  # a written word is never cut ("example" + ".com")
+    starts = {first for first, _, _ in glued(texts)}
+    while h > 0 and h not in starts:
+        h -= 1  # a written word is never cut ("example" + ".com", "anna" + "@" + "ex" ...)
     return h
 
 

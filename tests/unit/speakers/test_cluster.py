@@ -159,3 +159,13 @@ def test_cluster__two_close_voices_among_four_are_two() -> None:
     found = cluster(vectors, Bounds())
     assert found.count == 4
     assert found.labels.tolist() == order
+
+
+def test_cluster__windows_of_the_same_audio_are_one_voice() -> None:
+    """Identical vectors centre to zero rows, which have no cosine distance: one voice, no
+    error, whatever the count asked."""
+    for n in (2, 4):
+        same = np.repeat(voices([0])[:1], n, axis=0)
+        found = cluster(same, Bounds())
+        assert found.count == 1 and found.labels.tolist() == [0] * n and not found.short
+        assert cluster(same, Bounds(count=2)).short

@@ -127,6 +127,20 @@ def test_label__a_segment_takes_the_voice_of_most_of_its_words() -> None:
     assert [w.speaker for w in out.words or []] == ["S1", "S2", "S2"] and out.speaker == "S2"
 
 
+def test_label__short_speech_before_the_first_second_is_one_voice() -> None:
+    """Windows start at the file's start at the earliest, so two short stretches before 1 s
+    are cut as the same window: the same vector twice is one voice, not an error."""
+    audio = speech([(0, 0.0, 1.5)], 1.5)
+    words = [
+        Word(start=0.0, end=0.25, text=" Yes.", probability=0.9),
+        Word(start=0.7, end=0.95, text=" No.", probability=0.9),
+    ]
+    segments = [Segment(start=0.0, end=0.95, text=" Yes. No.", words=words)]
+    result = label_voices(ToneEncoder(), segments, [(0, audio)], Bounds())
+    assert result.found.count == 1
+    assert [w.speaker for w in result.segments[0].words or []] == ["S1", "S1"]
+
+
 def test_label__segments_without_words_are_labelled_by_their_span() -> None:
     segments = [s.model_copy(update={"words": None}) for s in words_over(TURNS)]
     audio = speech(TURNS, 26.0)

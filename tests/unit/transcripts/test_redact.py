@@ -249,3 +249,78 @@ def test_redact__an_unspaced_segment_without_words_keeps_its_spacing() -> None:
     )
     (out,) = redact([segment], ["email"])
     assert out.text == " 我的邮箱是 [EMAIL] 谢谢你"
+
+
+@pytest.mark.parametrize(
+    "iban",
+    ["GB82 WEST 1234 5698 7654 32", "NL91 ABNA 0417 1643 00", "IE29 AIBK 9311 5212 3456 78"],
+)
+def test_redact__an_iban_in_groups_with_a_bank_code_in_letters(iban: str) -> None:
+    """A group of letters only (the bank code) is part of the number begun by the country code
+    and check digits: the IBAN is found whole, not left or read as a phone number."""
+    for types in (["iban"], ["iban", "phone"]):
+        (out,) = redact([seg(f"my IBAN is {iban} thanks")], types)
+        assert out.text == " my IBAN is [IBAN] thanks", types
+    assert found(f"bank code {iban[5:]}", {"iban", "phone"}) == [(iban[10:], "phone")]
+
+
+def test_hold__keeps_an_iban_bank_code_with_its_digits() -> None:
+    text = "please pay to GB82 WEST 1234 5698 7654 32 and then we will see you soon"
+    kept, held, _ = hold([seg(text)])
+    assert kept[0].text == " please pay to"
+    assert "[IBAN]" in redact(held, ["iban"])[0].text
+
+
+def whisper_words(tokens: list[str]) -> Segment:
+    """A segment of Chinese or Japanese as Whisper's words give it: one token each, no spaces
+    (`Tokenizer.split_to_word_tokens`)."""
+    ws = [
+        Word(start=i / 10, end=(i + 1) / 10, text=t, probability=0.9) for i, t in enumerate(tokens)
+    ]
+    return Segment(start=0.0, end=len(ws) / 10, text="".join(tokens), words=ws)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        (
+            ["メ", "ール", "は", "anna", "@", "ex", "am", "ple", ".", "com", "です"],
+            "メールは[EMAIL]です",
+        ),
+        (
+            ["電", "話", "番", "号", "は", "0", "90", "-", "12", "34", "-", "56", "78", "です"],
+            "電話番号は[PHONE]です",
+        ),
+        (
+            ["我的", "邮", "箱", "是", "anna", "@", "ex", "am", "ple", ".", "com"],
+            "我的邮箱是[EMAIL]",
+        ),
+        (
+            ["我的", "电", "话", "是", "55", "5", "-", "12", "3", "-", "45", "67", "。"],
+            "我的电话是[PHONE]。",
+        ),
+        (
+            ["我的", "电", "话", "是", " 55", "5", "12", "3", "45", "67", "。"],
+            "我的电话是 [PHONE]。",
+        ),
+        (["我", "用", "i", "Phone", "给", "你", "打", "电", "话"], "我用iPhone给你打电话"),
+    ],
+)
+def test_redact__chinese_and_japanese_as_whisper_writes_them(
+    tokens: list[str], expected: str
+) -> None:
+    """Whisper writes no spaces in Chinese or Japanese: the pieces of an address or a number
+    written together are one word, redacted alone, the characters around it kept as written;
+    the same text without word timings is redacted alike."""
+    types = ["email", "phone", "card"]
+    (out,) = redact([whisper_words(tokens)], types)
+    assert out.text.strip() == expected
+    (bare,) = redact([Segment(start=0.0, end=3.0, text="".join(tokens))], types)
+    assert bare.text.strip() == expected
+
+
+def test_hold__never_cuts_an_address_written_in_japanese() -> None:
+    tokens = ["メ", "ール", "は", "anna", "@", "ex", "am", "ple", ".", "com", "です", "ね"]
+    kept, held, _ = hold([whisper_words(tokens)])
+    assert kept[0].text.strip() == "メールは"
+    assert redact(held, ["email"])[0].text.strip() == "[EMAIL]ですね"

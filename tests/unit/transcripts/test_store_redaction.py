@@ -6,9 +6,13 @@ keys; and the channels of a split file are labelled and interleaved."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any
 
+import pytest
+
 from recall.bucket import Bucket
+from recall.media.media import CHANNEL_STRIDE
 from recall.media.types import Chunk, Segment, Word
 from recall.resources import Part, Phase, Progress, TranscriptionJob
 from recall.transcripts import AttemptWriter, load_transcript, read_checkpoint
@@ -280,3 +284,83 @@ def test_resume__held_words_of_a_segment_without_word_timings_are_not_lost() -> 
     assert resumed is not None and whole is not None
     assert resumed.text == whole.text
     assert "We talked about the weather" in resumed.text and "anna" not in everything(bucket)
+
+
+def timed(text: str, start: float) -> Segment:
+    """`text` as one segment, a word every half second from `start`."""
+    words = [
+        Word(start=start + k / 2, end=start + k / 2 + 0.4, text=" " + p, probability=0.9)
+        for k, p in enumerate(text.split())
+    ]
+    return Segment(start=start, end=words[-1].end, text="".join(w.text for w in words), words=words)
+
+
+def test_channels__a_resume_keeps_the_words_the_channel_before_held() -> None:
+    """The first chunk of the second channel has no speech: its record stores the words the
+    first channel's last record held back (nothing is held across channels), so a resume after
+    it loses none of them."""
+    said_in = {  # (channel, chunk in it): segments
+        (0, 0): [timed("Hello this is the caller speaking from home", 2.0)],
+        (0, 1): [timed("and this is what the caller said to the agent today", 32.0)],
+        (1, 0): [],
+        (1, 1): [timed("Yes hello I am the agent answering late", 31.0)],
+    }
+
+    def channel_chunk(c: int, i: int) -> Chunk:
+        first = c * CHANNEL_STRIDE + i * 480_000  # where a split file's channel counts from
+        return dataclasses.replace(chunk(i, 4, f"ch{c}", 2 * c), first=first, end=first + 480_000)
+
+    def attempt(
+        bucket: Bucket, n: int, chunks: list[tuple[int, int]], parts: list[Part] | None
+    ) -> AttemptWriter:
+        w = AttemptWriter(bucket, job(TYPES, parts), n, TOKENS[n])
+        w.begin(CUT, read_checkpoint(bucket, job(TYPES, parts)) if parts else None)
+        for c, i in chunks:
+            w.add(channel_chunk(c, i), said_in[(c, i)])
+        return w
+
+    bucket = memory_bucket()
+    first = attempt(bucket, 1, list(said_in)[:3], None)
+    assert first.records[1].held is not None  # the first channel's end held words back
+    assert first.records[2].held is None and first.records[2].channel == "ch1"
+    checkpoint = read_checkpoint(bucket, job(TYPES, first.parts()))
+    assert checkpoint.retake == 0 and checkpoint.resume.chunks == 3
+    second = attempt(bucket, 2, list(said_in)[3:], first.parts())
+    second.finish(60.0, "x", ["txt"])
+    transcript = load_transcript(bucket, second.transcript_key)
+    assert transcript is not None
+    assert "this is what the caller said to the agent today" in transcript.text
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [
+            [timed("Hello and welcome to the show today my friends.", 1.0),
+             timed("And now the students", 20.0)],
+            [timed("Who helped them were great.", 31.0)],
+        ],
+        [[timed("so we went out to the old town to see the river", 1.0)], [],
+         [timed("Bye.", 61.0)]],
+    ],
+)  # fmt: skip
+def test_redaction__a_transcript_has_the_segments_and_seams_it_has_without(
+    chunks: list[list[Segment]],
+) -> None:
+    """Words held back (through a silent chunk too) are one segment again with what they were
+    cut from, and the seam rules apply at each chunk's own start, as without redaction."""
+
+    def transcript(spec: dict[str, Any] | None) -> list[str]:
+        bucket = memory_bucket()
+        w = AttemptWriter(bucket, job(spec), 1, TOKENS[1])
+        w.begin(CUT, None)
+        for i, segments in enumerate(chunks):
+            w.add(chunk(i, len(chunks)), segments)
+        w.finish(30.0 * len(chunks), "x", ["txt"])
+        loaded = load_transcript(bucket, w.transcript_key)
+        assert loaded is not None
+        return [s.text for s in loaded.segments]
+
+    plain = transcript(None)
+    assert plain[-1].split()[0] in ("who", "bye.")  # lowered at the seam
+    assert transcript(TYPES) == plain
