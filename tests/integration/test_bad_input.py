@@ -4,6 +4,8 @@ with a message that names the field."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
+import subprocess
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from recall.kube.client import KubeClient as Kube
 from recall.kube.client import api_message
 from recall.resources import API_VERSION, BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
+from recall_dev.cluster import ControlPlane
 from tests.helpers import create_job, merge_patch
 
 JOB: dict[str, Any] = {
@@ -165,3 +168,90 @@ def test_batch_items__are_immutable_but_suspend_is_not(kube: Kube, namespace: st
     with pytest.raises(ApiException) as e:
         merge_patch(kube, namespace, BATCH_PLURAL, "bad", {"spec": {"items": [item("b")]}})
     assert "spec.items is immutable" in api_message(e.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "plural"), [("Batch", BATCH_PLURAL), ("TranscriptionJob", JOB_PLURAL)]
+)
+def test_object_without_spec__is_refused(
+    kube: Kube, namespace: str, kind: str, plural: str
+) -> None:
+    """Without a spec no rule of the spec would be checked, and `recall get` could not read it."""
+    body = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": "oops"}}
+    with pytest.raises(ApiException) as e:
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+    assert e.value.status == 422
+    assert "spec: Required value" in api_message(e.value), api_message(e.value)
+
+
+def test_job_spec__cannot_be_removed_or_given_a_field_it_lacked(kube: Kube, namespace: str) -> None:
+    create_job(kube, namespace, "j")
+    patches: list[tuple[dict[str, Any], str]] = [
+        ({"spec": None}, "spec: Required value"),
+        ({"spec": {"language": "en"}}, "spec is immutable"),
+    ]
+    for patch, words in patches:
+        with pytest.raises(ApiException) as e:
+            merge_patch(kube, namespace, JOB_PLURAL, "j", patch)
+        assert e.value.status == 422 and words in api_message(e.value), api_message(e.value)
+
+
+LIST = [{"configMap": "talks-items-1", "key": "items"}]
+FULL = with_spec(BATCH, itemsFrom=LIST, defaults={"language": "en"})
+# (created with, patch of spec, the immutable field it breaks): each added or removed
+IMMUTABLE_CHANGES = [
+    ("add-items", with_spec(FULL, items=None), {"items": [item("b")]}, "spec.items"),
+    ("remove-items", FULL, {"items": None}, "spec.items"),
+    ("add-items-from", with_spec(FULL, itemsFrom=None), {"itemsFrom": LIST}, "spec.itemsFrom"),
+    ("remove-items-from", FULL, {"itemsFrom": None}, "spec.itemsFrom"),
+    (
+        "add-defaults",
+        with_spec(FULL, defaults=None),
+        {"defaults": {"priority": 5}},
+        "spec.defaults",
+    ),
+    ("remove-defaults", FULL, {"defaults": None}, "spec.defaults"),
+    ("change-defaults", FULL, {"defaults": {"language": "de"}}, "spec.defaults"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "created", "patch", "field"), IMMUTABLE_CHANGES, ids=[c[0] for c in IMMUTABLE_CHANGES]
+)
+def test_batch_immutable_fields__cannot_be_added_removed_or_changed(
+    kube: Kube, namespace: str, case: str, created: dict[str, Any], patch: Any, field: str
+) -> None:
+    body = copy.deepcopy(created)
+    body["spec"] = {k: v for k, v in body["spec"].items() if v is not None}
+    spec = kube.custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, BATCH_PLURAL, body
+    )["spec"]
+    with pytest.raises(ApiException) as e:
+        merge_patch(kube, namespace, BATCH_PLURAL, "bad", {"spec": patch})
+    assert e.value.status == 422, case
+    assert f"{field} is immutable" in api_message(e.value), api_message(e.value)
+    suspended = merge_patch(kube, namespace, BATCH_PLURAL, "bad", {"spec": {"suspend": True}})
+    assert suspended["spec"] == {**spec, "suspend": True}, "suspend still changes"
+
+
+def test_batch_eta__kubectl_prints_the_time_to_come(
+    control_plane: ControlPlane, kube: Kube, namespace: str
+) -> None:
+    """kubectl prints a date column as the time since it ("<invalid>" for a time to come): the
+    ETA column is the RFC 3339 time itself."""
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BATCH_PLURAL, BATCH)
+    eta = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, BATCH_PLURAL, "bad", {"status": {"eta": eta}}
+    )
+    assert control_plane.bin_dir is not None
+    out = subprocess.run(
+        [str(control_plane.bin_dir / "kubectl"), "get", "rb", "bad", "-n", namespace],
+        env=control_plane.env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    header, row = out.stdout.splitlines()
+    assert row[header.index("ETA") :].split()[0] == eta, out.stdout  # empty cells print blank

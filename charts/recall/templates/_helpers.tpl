@@ -9,18 +9,19 @@ Names, labels and small decisions shared by the templates.
 
 {{/*
 The prefix of every resource name: fullnameOverride, else <release>-<name>, or just the
-release name when it already contains the chart name. 52 characters leave room for the
-"-operator"/"-worker"/"-metrics" suffixes within the 63-character limit.
+release name when it already contains the chart name. 45 characters leave room for the
+longest suffix, "-operator-workload" (18), within the 63 characters of a Service's name (and
+`recall doctor`'s fullname in recall/cli/checks.py cuts the same).
 */}}
 {{- define "recall.fullname" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | trunc 45 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := include "recall.name" . -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 45 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 45 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

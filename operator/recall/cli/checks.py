@@ -94,9 +94,10 @@ class Install:
 
 def fullname(release: str, override: str | None = None) -> str:
     """The chart's `recall.fullname`: the override, else the release name when it contains
-    the chart's name, else `<release>-recall`."""
+    the chart's name, else `<release>-recall`; cut as the chart cuts it (`trunc 45 |
+    trimSuffix "-"`: room for the longest suffix, "-operator-workload", in 63 characters)."""
     name = override or (release if "recall" in release else f"{release}-recall")
-    return name[:63].rstrip("-")
+    return name[:45].removesuffix("-")
 
 
 def renewed(

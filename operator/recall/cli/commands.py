@@ -140,7 +140,7 @@ def get(
     namespace: NamespaceOpt = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
     output: Annotated[
-        str | None, typer.Option("--output", "-o", help="wide, yaml or json.")
+        str | None, typer.Option("--output", "-o", help="wide, name, yaml or json.")
     ] = None,
     batch: Annotated[str | None, typer.Option("--batch", help="Jobs of this Batch only.")] = None,
     phase: Annotated[
@@ -149,9 +149,10 @@ def get(
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """List Batches or TranscriptionJobs as a kubectl-style table (jobs page by page)."""
-    from recall.cli.listing import get_command
+    from recall.cli.listing import check_output, get_command
 
     try:
+        check_output(output)  # before connecting: a bad -o fails without a cluster too
         get_command(
             connect(kubeconfig),
             kind,

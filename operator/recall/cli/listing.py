@@ -1,15 +1,25 @@
-"""`recall get`: Batches and TranscriptionJobs as kubectl's tables, yaml or json; jobs are
-read 500 at a time, so a Batch of 100,000 items prints as it reads. The rows are pure.
+"""`recall get`: Batches and TranscriptionJobs as kubectl prints them: a table (its columns
+aligned over the whole output, a NAMESPACE column with every namespace), `-o wide`, `name`,
+or the objects as the API server holds them (`yaml`, `json`); any other `-o` is refused, as
+kubectl refuses it. Jobs are read 500 at a time (`-o name` prints as it reads). An object the
+models cannot read is left out of a table with a one-line warning naming it; the rest are
+listed. The rows are pure.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
+
+from pydantic import ValidationError
 
 from recall.base.clock import SYSTEM
 from recall.kube import Api, RawObject, Selector
+from recall.kube.verbs import BATCHES
 from recall.resources import Batch, TranscriptionJob
+
+OUTPUTS = ("json", "name", "wide", "yaml")
 
 
 def age(created: dt.datetime | None, now: dt.datetime) -> str:
@@ -70,9 +80,13 @@ def batch_rows(
 
 
 def job_rows(
-    jobs: list[TranscriptionJob], now: dt.datetime, wide: bool = False
+    jobs: list[TranscriptionJob], now: dt.datetime, wide: bool = False, namespaces: bool = False
 ) -> tuple[list[str], list[list[str]]]:
+    """The jobs' table; with `namespaces` (every namespace listed) a NAMESPACE column, where
+    the Batch table has it."""
     headers = ["NAME", "PHASE", "HOLDER", "ATTEMPTS", "PROGRESS", "AGE"]
+    if namespaces:
+        headers[1:1] = ["NAMESPACE"]
     if wide:
         headers += ["BATCH", "EXPIRED", "FAILURES", "LAST ERROR"]
     rows = []
@@ -86,6 +100,8 @@ def job_rows(
             (s.progress.summary or "") if s.progress else "",
             age(j.metadata.creation_timestamp, now),
         ]
+        if namespaces:
+            row[1:1] = [j.namespace]
         if wide:
             err = (
                 f"{s.last_error.reason}: {s.last_error.message or ''}"[:60] if s.last_error else ""
@@ -99,6 +115,15 @@ BATCH_KINDS = ("batches", "batch", "rb")
 JOB_KINDS = ("jobs", "job", "tj", "transcriptionjobs", "transcriptionjob")
 
 
+def check_output(output: str | None) -> None:
+    """Raises LookupError for an `-o` with no printer here, in kubectl's words."""
+    if output is not None and output not in OUTPUTS:
+        raise LookupError(
+            f'unable to match a printer suitable for the output format "{output}", '
+            f"allowed formats are: {','.join(OUTPUTS)}"
+        )
+
+
 def get_command(
     store: Api,
     kind: str,
@@ -110,7 +135,9 @@ def get_command(
     phase: str | None,
     echo: Callable[..., None],
 ) -> None:
-    """`recall get` (see the module doc); raises LookupError for an unknown kind or name."""
+    """`recall get` (see the module doc); raises LookupError for an unknown kind, name or
+    output format."""
+    check_output(output)
     if kind not in BATCH_KINDS + JOB_KINDS:
         raise LookupError(
             f'the server doesn\'t have a resource type "{kind}" (use batches or jobs)'
@@ -130,17 +157,20 @@ def _get_batches(
     wide: bool,
     echo: Callable[..., None],
 ) -> None:
-    batches = store.list_batches(namespace)
+    objs = store.verbs.list(BATCHES, namespace).items
     if names:
-        batches = [b for b in batches if b.name in names]
-        _missing(names, {b.name for b in batches}, "batches")
+        objs = [o for o in objs if _name(o) in names]
+        _missing(names, {_name(o) for o in objs}, "batches")
     if output in ("yaml", "json"):
-        _dump([b.to_api() for b in batches], output, echo, single=len(names) == 1)
+        _dump(objs, output, echo, single=len(names) == 1)
         return
-    if not batches:
+    if output == "name":
+        for o in objs:
+            echo(f"batch.recall.dev/{_name(o)}")
+    elif batches := readable(Batch, objs, "batch.recall.dev", echo):
+        echo(table(*batch_rows(batches, SYSTEM.now(), wide)))
+    if not objs:
         echo("No resources found.", err=True)
-        return
-    echo(table(*batch_rows(batches, SYSTEM.now(), wide)))
 
 
 def _get_jobs(
@@ -165,16 +195,48 @@ def _get_jobs(
             _dump(jobs, output, echo, single=len(names) == 1)
             return
         pages = iter([jobs])
-    now = SYSTEM.now()
-    shown = 0
+    now, found = SYSTEM.now(), 0
+    headers, rows = job_rows([], now, wide, namespaces=namespace is None)
     for page in pages:
-        if not page:
+        found += len(page)
+        if output == "name":
+            for o in page:
+                echo(f"transcriptionjob.recall.dev/{_name(o)}")
             continue
-        text = table(*job_rows([TranscriptionJob.from_api(o) for o in page], now, wide))
-        echo(text if shown == 0 else text.partition("\n")[2])
-        shown += len(page)
-    if shown == 0:
+        read = readable(TranscriptionJob, page, "transcriptionjob.recall.dev", echo)
+        rows += job_rows(read, now, wide, namespaces=namespace is None)[1]
+    if rows:
+        echo(table(headers, rows))
+    if found == 0:
         echo("No resources found.", err=True)
+
+
+Model = TypeVar("Model", Batch, TranscriptionJob)
+
+
+def readable(
+    model: type[Model], objs: list[RawObject], kind: str, echo: Callable[..., None]
+) -> list[Model]:
+    """The objects the model reads; each other one is named in a one-line warning on stderr
+    (an object stored before its CRD refused it, say without a spec) and left out."""
+    out = []
+    for o in objs:
+        try:
+            out.append(model.from_api(o))
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "the object"
+            namespace = (o.get("metadata") or {}).get("namespace")
+            echo(
+                f"warning: {kind}/{_name(o)} in namespace {namespace} cannot be read "
+                f"({where}: {first['msg']}); left out",
+                err=True,
+            )
+    return out
+
+
+def _name(obj: RawObject) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def job_pages(

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from recall.cli.common import given
 from recall.kube import Api, Conflict, Owner
@@ -74,11 +75,11 @@ def collect(
             )
             if not found:
                 raise SubmitError(f"{raw}: no media objects under this prefix")
-            urls += [(Path(u).stem or "media", u) for u in found]
+            urls += [(Path(unquote(u)).stem or "media", u) for u in found]  # keys encoded
             continue
         if re.match(r"^(https?|file|s3|gs|az)://", raw):
             name = raw.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
-            urls.append((Path(name).stem or "media", raw))
+            urls.append((Path(unquote(name)).stem or "media", raw))
             continue
         path = Path(raw).expanduser()
         if path.is_dir():
@@ -94,14 +95,25 @@ def collect(
             raise SubmitError(f"{raw}: no such file, folder or URL")
     if not urls:
         raise SubmitError("nothing to submit")
-    seen: dict[str, int] = {}
-    out = []
-    for name, url in urls:
-        base = slug(name, 56)
-        n = seen.get(base, 0) + 1
-        seen[base] = n
-        out.append(Media(key=base if n == 1 else f"{base}-{n}", url=url))
-    return out
+    keys = unique_keys(name for name, _ in urls)
+    return [Media(key, url) for key, (_, url) in zip(keys, urls, strict=True)]
+
+
+def unique_keys(names: Iterable[str]) -> list[str]:
+    """One distinct key per name, in order: the name's slug, and for each repeat of a slug
+    `<slug>-<n>` with the lowest n >= 2 that no name's slug is and no earlier key took (a.mp3,
+    a.wav, a-2.mp3 give a, a-3, a-2). A name whose slug is its own keeps it."""
+    bases = [slug(name, 56) for name in names]  # room for "-<n>" within 63 characters
+    reserved, used = set(bases), set[str]()
+    keys = []
+    for base in bases:
+        key, n = base, 1
+        while key in used or (n > 1 and key in reserved):
+            n += 1
+            key = f"{base}-{n}"
+        used.add(key)
+        keys.append(key)
+    return keys
 
 
 LIST_BYTES = 900_000  # text per item-list ConfigMap, under the 1 MiB a ConfigMap holds

@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import ValidationError
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -45,7 +46,7 @@ PHASE_STYLE = {
 
 
 class BatchNotFound(LookupError):
-    pass
+    """The Batch is missing, or stored in a shape its model cannot read."""
 
 
 @dataclass
@@ -110,7 +111,14 @@ def _fleet(
 
 
 def fetch(store: Api, namespace: str, name: str, since: dt.datetime, seen: set[str]) -> Snapshot:
-    batch = store.get_batch(namespace, name)
+    try:
+        batch = store.get_batch(namespace, name)
+    except ValidationError as e:  # stored before its CRD refused it (say, without a spec)
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "the object"
+        raise BatchNotFound(
+            f'batches.recall.dev "{name}" cannot be read ({where}: {first["msg"]})'
+        ) from e
     if batch is None:
         raise BatchNotFound(f'batches.recall.dev "{name}" not found')
     page = store.list_jobs(

@@ -12,7 +12,7 @@ import yaml
 
 from recall import __version__
 from recall.bucket import StoreAccessDenied, StoreBucketMissing
-from recall.cli.checks import ENGINE_REASONS, Check, Install, check_workers
+from recall.cli.checks import ENGINE_REASONS, Check, Install, check_workers, fullname
 from recall.cli.crd_check import RELEASE_LABEL, crd_problem, release_key, release_problem
 from recall.cli.store_check import _store_fix
 from recall.protocol.workers import FAILED, LOADED, LOADING, EngineState, registration
@@ -168,3 +168,23 @@ def test_check_workers__a_worker_that_cannot_write_its_model_cache_fails_with_th
     assert check.status == "FAIL" and error in check.detail
     assert check.fix == ENGINE_REASONS["ModelCacheUnwritable"]
     assert "hostPathInit" in check.fix
+
+
+@pytest.mark.parametrize(
+    ("release", "override", "expected"),
+    [
+        ("rc", None, "rc-recall"),
+        ("my-recall", None, "my-recall"),
+        ("rc", "o" * 52, "o" * 45),  # the schema's longest override
+        ("r" * 53, None, "r" * 45),  # helm's longest release name
+        ("r" * 38, None, "r" * 38 + "-recall"),  # 45: fits, unchanged
+        ("rc", "o" * 43 + "--x", "o" * 43 + "-"),  # trimSuffix "-" cuts one "-"
+    ],
+)
+def test_fullname__cut_as_the_chart_cuts_it(
+    release: str, override: str | None, expected: str
+) -> None:
+    """The chart's `recall.fullname` (`trunc 45 | trimSuffix "-"`): room for its longest
+    suffix, "-operator-workload", in the 63 characters of a Service's name."""
+    assert fullname(release, override) == expected
+    assert len(f"{fullname(release, override)}-operator-workload") <= 63

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import pytest
+
 from recall.cli.watch import fetch, fleet_line, summary_line
 from recall.kube import ObjectRef
 from recall.operator.scaling.scaler import STATUS_ANNOTATION
@@ -66,3 +68,17 @@ def test_fleet_line__a_pool_of_several_slots_a_worker_counts_its_slots() -> None
         "workers w-gpu (pool gpu): 1 × 4 slots = 4 → 3 × 4 slots = 12 desired, "
         "0 draining (ScaledUp: m)"
     )
+
+
+def test_watch__a_batch_its_model_cannot_read_is_one_line_not_a_traceback() -> None:
+    from recall.cli.watch import BatchNotFound
+    from recall.kube.verbs import BATCHES
+    from recall.resources import API_VERSION
+
+    store = MemoryApi()
+    body = {"apiVersion": API_VERSION, "kind": "Batch", "metadata": {"name": "oops"}}
+    store.verbs.create(BATCHES, NS, body)  # stored before the CRD required a spec
+    with pytest.raises(BatchNotFound) as e:
+        fetch(store, NS, "oops", dt.datetime.now(dt.UTC), set())
+    assert str(e.value).startswith('batches.recall.dev "oops" cannot be read (spec')
+    assert "\n" not in str(e.value)
