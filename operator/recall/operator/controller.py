@@ -42,6 +42,7 @@ from recall.operator.results.publish import Results
 from recall.operator.results.retention import expire_finished, never
 from recall.protocol.observer import next_expiry
 from recall.resources import Batch
+from recall.resources.errors import JobFailure
 
 _log = log.get("operator")
 
@@ -304,6 +305,7 @@ class Controller:
         for stale in self.ready.stale_offers(mono, self.settings.offer_seconds, keys):
             offered = self.cache.get(stale)
             if offered is not None:
+                self.ready.expired(stale, mono, self.settings.offer_seconds, keys)
                 self.applier.withdraw(offered)
         workers = [
             Capacity(w.key, w.engine, w.pool, w.slots, w.multilingual, w.model) for w in alive
@@ -316,13 +318,33 @@ class Controller:
             top = self.ready.top_priority((key[0], offered.pool, offered.engine))
             if top is not None and top > offered.priority:
                 self.applier.withdraw(offered)
-        written = 0
-        for w in free_slots(workers, self.ready):
+        return self._offer(workers, mono)
+
+    def _offer(self, workers: list[Capacity], mono: float) -> int:
+        """Offer claimable jobs to the free slots of `workers`; the offers written. A job whose
+        offer or reject write failed is put back in the queue."""
+        written, missed = 0, []
+
+        def reject(record: JobRecord, failure: JobFailure) -> None:
+            if not self.applier.reject(record, failure):
+                missed.append(record.key)
+
+        for w in free_slots(workers, self.ready, mono):
             # what no live worker of its lane can do is failed, unleased, instead (dispatch)
-            record = pick_supported(self.ready, w, workers, self.cache.get, self.applier.reject)
-            if record is not None and self.applier.offer(record, w.key[1]):
+            record = pick_supported(self.ready, w, workers, self.cache.get, reject)
+            if record is None:
+                continue
+            if self.applier.offer(record, w.key[1]):
                 self.ready.offered_to(record.key, w.key)
                 written += 1
+            else:
+                missed.append(record.key)
+        for key in missed:
+            # a write that failed brings no watch event (a 409 does: this is then a no-op or
+            # the newer version); after this pass, so one job is not tried for every slot
+            current = self.cache.get(key)
+            if current is not None:
+                self.ready.requeue(current)
         return written
 
     def _reconcile(

@@ -9,10 +9,17 @@ themselves when no offer comes, for example while no operator runs).
 suspended, attempts left, not offered) by lane (namespace, pool, engine asked for), priority
 and Batch. `pick` takes the highest priority; then the Batch with the fewest jobs leased or
 offered (fair share: a small Batch behind a big one starts at once); then the lowest index (or
-oldest job).
+oldest job). A job picked whose offer or reject write then fails is put back (`requeue`).
 
 **Slots.** A worker is offered up to its free slots (slots minus jobs held minus offers);
 workers that hold jobs come first (the fleet packs, so whole workers empty for a scale-down).
+
+**Offers not taken up.** An offer not claimed within `offer_seconds` is withdrawn. When its
+worker held nothing (alive and idle, yet it claims nothing: its results store or model cache
+refuses), that worker rests: it is offered nothing for `offer_seconds`, twice that after a second
+such offer in a row, and so on up to `MAX_REST_SECONDS`, until it claims; meanwhile the job goes
+to another worker. A worker whose registration says its engine failed is offered nothing
+(`peers.registry`); both still serve themselves, and claim whatever they can.
 
 **Offers ahead** (opt-in: `ahead_seconds` > 0; one-slot workers). A worker whose recent jobs
 each took under `ahead_seconds`, and whose current job is younger than that, is offered its
@@ -50,6 +57,7 @@ Lane = tuple[str, str, str | None]  # (namespace, pool, the engine a job asks fo
 Group = str | None  # the Batch, or None for jobs without one
 SortKey = tuple[int, str]  # (index or 0, creation time + name) — smallest first
 _Heap = list[tuple[SortKey, JobKey]]  # a heapq
+MAX_REST_SECONDS = 300.0  # the longest a worker whose offers expire is offered nothing
 
 
 def lanes_for(namespace: str, engine: str, pool: str = DEFAULT_POOL) -> list[Lane]:
@@ -100,15 +108,21 @@ class ReadyQueue:
         self.holding: defaultdict[WorkerKey, set[JobKey]] = defaultdict(set)
         self.offered: dict[JobKey, WorkerKey] = {}
         self._offered_by: defaultdict[WorkerKey, set[JobKey]] = defaultdict(set)
+        # per worker that let offers expire while idle: how many in a row, and its rest's end
+        self._rests: dict[WorkerKey, tuple[int, float]] = {}
 
     # -- the cache's listener ----------------------------------------------------------------
 
     def update(self, old: JobRecord | None, new: JobRecord | None) -> None:
         with self._lock:
+            placed = None  # its place in the queue, whose heap entry is still valid
             if old is not None:
+                placed = self._where.get(old.key)
                 self._drop(old)
+                if new is None:
+                    self.offered_at.pop(old.key, None)  # deleted while offered
             if new is not None:
-                self._add(new)
+                self._add(new, placed)
             if old is not None and old.lease is not None and self.ahead_seconds > 0:
                 self._hold_ended((old.namespace, old.lease.holder), old.key)
 
@@ -131,10 +145,11 @@ class ReadyQueue:
         if worker is not None:
             _discard(self._offered_by, worker, r.key)
 
-    def _add(self, r: JobRecord) -> None:
+    def _add(self, r: JobRecord, placed: tuple[Lane, int, Group, SortKey] | None = None) -> None:
         if r.phase is Phase.LEASED and r.lease is not None:
             worker = (r.namespace, r.lease.holder)
             self.holding[worker].add(r.key)
+            self._rests.pop(worker, None)  # it claims again
             hold = self._held_since.get(worker)
             if self.ahead_seconds > 0 and (hold is None or hold.job != r.key):
                 self._held_since[worker] = _Hold(r.key, self.clock.monotonic())
@@ -149,11 +164,24 @@ class ReadyQueue:
             self._activity[r.key] = group
             self._active[group] += 1
         if r.claimable and r.offer is None:
-            lane = (r.namespace, r.pool, r.engine)
-            created = r.created.isoformat() if r.created else ""
-            sort = (r.index if r.index is not None else 0, f"{created}/{r.name}")
-            self._where[r.key] = (lane, r.priority, r.batch, sort)
+            self._place(r, placed)
+
+    def _place(self, r: JobRecord, placed: tuple[Lane, int, Group, SortKey] | None) -> None:
+        lane = (r.namespace, r.pool, r.engine)
+        created = r.created.isoformat() if r.created else ""
+        sort = (r.index if r.index is not None else 0, f"{created}/{r.name}")
+        self._where[r.key] = (lane, r.priority, r.batch, sort)
+        if placed != self._where[r.key]:
+            # unchanged (a relist, a write of something else): its heap entry stands; a second
+            # would stay valid beside it and every relist would grow the heap by the queue
             heapq.heappush(self._heaps[lane][r.priority].setdefault(r.batch, []), (sort, r.key))
+
+    def requeue(self, r: JobRecord) -> None:
+        """Put `r` (the cache's version) back after an offer or reject write failed: a 5xx or a
+        timeout brings no watch event, and a job picked and not put back waits for a relist."""
+        with self._lock:
+            if r.claimable and r.offer is None and r.key not in self.offered:
+                self._place(r, self._where.get(r.key))
 
     # -- the dispatcher's side ---------------------------------------------------------------
 
@@ -258,6 +286,31 @@ class ReadyQueue:
             if hold is not None and self.holding.get(worker):
                 hold.offered = True  # one offer ahead per job held, even if it is withdrawn
 
+    def expired(self, key: JobKey, now_mono: float, seconds: float, alive: set[WorkerKey]) -> None:
+        """The offer of `key` expired unclaimed. If its worker is alive and held nothing (idle,
+        yet claiming nothing: a store it cannot write, say), offer it nothing for `seconds`,
+        doubled for each such offer in a row up to `MAX_REST_SECONDS`, until it claims:
+        meanwhile the job (the most urgent, as a rule) goes to another worker."""
+        with self._lock:
+            worker = self.offered.get(key)
+            if worker is None or worker not in alive or self.holding.get(worker):
+                return  # gone, or busy: an offer ahead that its job outlasted
+            for w, (_, until) in list(self._rests.items()):
+                if now_mono - until > MAX_REST_SECONDS:
+                    del self._rests[w]  # long quiet (gone, most likely): start afresh
+            n, until = self._rests.get(worker, (0, float("-inf")))
+            if now_mono < until:
+                return  # resting already: the same offer again (the watch lags), or a sibling
+            n += 1
+            rest = min(MAX_REST_SECONDS, seconds * 2 ** min(n - 1, 16))
+            self._rests[worker] = (n, now_mono + rest)
+
+    def resting(self, worker: WorkerKey, now_mono: float) -> bool:
+        """Whether `worker` is offered nothing now (`expired`)."""
+        with self._lock:
+            rest = self._rests.get(worker)
+            return rest is not None and now_mono < rest[1]
+
     def stale_offers(self, now_mono: float, seconds: float, alive: set[WorkerKey]) -> list[JobKey]:
         """Offers older than `seconds` on our clock, or to a worker no longer alive."""
         with self._lock:
@@ -268,14 +321,20 @@ class ReadyQueue:
             ]
 
 
-def free_slots(alive: list[Capacity], queue: ReadyQueue) -> list[Capacity]:
+def free_slots(
+    alive: list[Capacity], queue: ReadyQueue, now_mono: float | None = None
+) -> list[Capacity]:
     """The live workers to offer a job to, one entry per free slot, in the order of **Slots**
     (the module docstring), then those of one slot due an offer ahead: a job never waits for a
-    busy worker while one with room could take it."""
+    busy worker while one with room could take it. None of those resting (**Offers not taken
+    up**)."""
+    now = queue.clock.monotonic() if now_mono is None else now_mono
     partial: list[tuple[int, Capacity]] = []
     whole: list[Capacity] = []
     ahead: list[Capacity] = []
     for w in alive:
+        if queue.resting(w.key, now):
+            continue
         free = queue.free(w.key, w.slots)
         if free == w.slots:
             whole.extend([w] * free)

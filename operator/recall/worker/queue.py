@@ -48,6 +48,14 @@ def claimable(job: TranscriptionJob, engine: str, pool: str = DEFAULT_POOL) -> b
 
 
 SELF_SERVE_PAGE = 200
+SELF_SERVE_PAGES = 5  # a self-serve reads at most 1,000 Queued jobs, in 5 requests
+
+
+def self_serve_selector(pool: str) -> Selector:
+    """The Queued, unsuspended jobs of `pool`, as far as the API server can select them: a job
+    of the default pool may name none, so that pool's workers filter the others out."""
+    pool_field = "" if pool == DEFAULT_POOL else f",spec.pool={pool}"
+    return Selector(fields=f"{SELECTOR.fields}{pool_field}", labels=SELECTOR.labels)
 
 
 def fair_choice(
@@ -169,8 +177,14 @@ class JobQueue(WatchedJobs):
 
 class OfferQueue(WatchedJobs):
     """The jobs whose `status.offer.worker` names this worker (what it reads does not grow with
-    the number of workers); when none came for `self_serve_seconds`, a page of Queued jobs and
-    `fair_choice` among them, so work goes on while no operator runs."""
+    the number of workers); when a slot of it was idle `self_serve_seconds` with no offer, the
+    Queued jobs of its pool (`self_serve_selector`, up to `SELF_SERVE_PAGES` pages) and
+    `fair_choice` among those it can claim, so work goes on while no operator runs. The idle
+    time counts from the first pick that finds nothing after one that found a job: a job that
+    ran long is followed by offers, not by a self-serve before the operator saw it complete.
+
+    Not guaranteed: with more Queued jobs in the pool than those pages hold, a more urgent job
+    beyond them is not seen (the API server lists by name)."""
 
     def __init__(
         self,
@@ -194,32 +208,45 @@ class OfferQueue(WatchedJobs):
         self.self_serve_seconds = self_serve_seconds
         self.clock = clock
         self.rng = random.Random()
-        self._last_work = clock.monotonic()
+        self._idle_since: float | None = clock.monotonic()  # None: the last pick found a job
 
     def pick(self, exclude: frozenset[JobKey] = frozenset()) -> TranscriptionJob | None:
         with self._cond:
             offered = sorted((j for k, j in self._jobs.items() if k not in exclude), key=order_key)
         for job in offered:
             if claimable(job, self.engine, self.pool):
-                self._last_work = self.clock.monotonic()
+                self._idle_since = None
                 return job
-        if self.clock.monotonic() - self._last_work < self.self_serve_seconds:
+        now = self.clock.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now  # a slot came free: the operator's offer gets its time
+        if now - self._idle_since < self.self_serve_seconds:
             return None
-        self._last_work = self.clock.monotonic()
-        return self._serve_self(exclude)
+        chosen = self._serve_self(exclude)
+        self._idle_since = None if chosen is not None else now
+        return chosen
 
     def _serve_self(self, exclude: frozenset[JobKey]) -> TranscriptionJob | None:
-        try:
-            page = self.store.list_jobs(self.namespace, SELECTOR, limit=SELF_SERVE_PAGE)
-        except ApiError:
-            return None
-        jobs = [j for j in map(TranscriptionJob.from_api, page.items) if j.key not in exclude]
-        return fair_choice(jobs, self.engine, self.rng, pool=self.pool)
+        selector, token = self_serve_selector(self.pool), None
+        ready: list[TranscriptionJob] = []
+        for _ in range(SELF_SERVE_PAGES):
+            try:
+                page = self.store.list_jobs(
+                    self.namespace, selector, limit=SELF_SERVE_PAGE, continue_from=token
+                )
+            except ApiError:
+                break  # choose among what was read (a 410: the list changed too much)
+            jobs = (j for j in map(TranscriptionJob.from_api, page.items) if j.key not in exclude)
+            ready += [j for j in jobs if claimable(j, self.engine, self.pool)]
+            token = page.next
+            if token is None:
+                break
+        return fair_choice(ready, self.engine, self.rng, pool=self.pool)
 
     def wait(self, timeout: float, since: int | None = None) -> None:
         """Block until an offer changes, `timeout` passes, or it is time to serve oneself."""
-        left = self.self_serve_seconds - (self.clock.monotonic() - self._last_work)
-        super().wait(max(0.05, min(timeout, left)), since)
+        idle = 0.0 if self._idle_since is None else self.clock.monotonic() - self._idle_since
+        super().wait(max(0.05, min(timeout, self.self_serve_seconds - idle)), since)
 
 
 Queue = JobQueue | OfferQueue  # the worker loop's view of the queue

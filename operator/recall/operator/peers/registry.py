@@ -4,9 +4,10 @@ The informer's consumer for the Leases of `recall.protocol.workers.SELECTOR`. A 
 as alive while its Lease's renewTime changed within `leaseDurationSeconds` on the operator's
 own monotonic clock (observed, as job leases are; never compared with the worker's clock). A
 worker that let a job's lease expire is suspected: not alive until its renewTime changes again.
-A worker asked to drain (or draining) is alive but not offered work (`offerable`); its state and
-drain answer are kept current from every version of its Lease, whoever wrote it, and so is
-what it says of its model (`model`, and `multilingual`: None while it has not said).
+A worker asked to drain (or draining), or whose engine failed, is alive but not offered work
+(`offerable`; it may still serve itself); its state and drain answer are kept current from
+every version of its Lease, whoever wrote it, and so is what it says of its model (`model`,
+and `multilingual`: None while it has not said).
 """
 
 from __future__ import annotations
@@ -102,5 +103,13 @@ class Registry:
             return [s for s in self._seen.values() if s.worker and s.alive(now_mono)]
 
     def offerable(self, now_mono: float) -> list[Seen]:
-        """The live workers that may be offered work: not asked to drain, not draining."""
-        return [s for s in self.alive(now_mono) if s.drain is None and s.state != workers.DRAINING]
+        """The live workers that may be offered work: not asked to drain, not draining, and
+        not saying that their engine failed (its model cache unwritable, its model not loaded:
+        an offer would wait out `offer_seconds` unclaimed, or fail the job)."""
+        return [
+            s
+            for s in self.alive(now_mono)
+            if s.drain is None
+            and s.state != workers.DRAINING
+            and (s.engine_state is None or s.engine_state.state != workers.FAILED)
+        ]

@@ -15,8 +15,10 @@ The rules, in the order they are tried:
    pending (no more pods than the count), and by at most `step`:
    a. idle workers (ready pod, no job, no offer, registered idle, not asked) are asked to drain
       through their registration Lease (`recall.worker.drain`);
-   b. a worker that answered `drained` and whose pod is seen unready may go: the count is
-      lowered so that the ReplicaSet removes at most as many pods as there are such workers.
+   b. a worker that answered `drained` and whose pod is seen unready may go, and so may an
+      unready pod with no live registration that holds no job (pending, crash-looping, still
+      starting: nothing to drain) while every other unready pod is drained: the count is
+      lowered so that the ReplicaSet removes at most as many pods as there are such pods.
       It removes pending pods first, then unready ones, the lowest pod-deletion-cost first
       (drained pods get the lowest), so it removes no busy worker.
    A worker that answered `busy`, or did not answer within `patience`, is let go of (its
@@ -220,16 +222,21 @@ def _down(
     i: Inputs, f: _Fleet, base: Decision, desired: int, current: int, numbers: str
 ) -> Decision:
     """One step down (the cooldown passed, nothing pending): drain first, then lower the count
-    so that the ReplicaSet removes no more pods than there are drained, unready ones."""
+    so that the ReplicaSet removes no more pods than there are drained, unready ones and unready
+    ones that never registered (`_vacant`)."""
     target = max(desired, current - i.policy.step)
-    wanted = max(0, len(f.live) - target)  # drained workers this step needs
+    wanted = max(0, len(f.live) - target)  # pods this step removes
     usable = [n for n in f.asked if n not in f.hopeless]
     # furthest along first: drained and unready, drained, asked
     usable.sort(key=lambda n: (n not in f.drained or f.live[n].ready, n not in f.drained, n))
-    surplus = tuple(usable[wanted:])  # the work grew since they were asked
-    usable = usable[:wanted]
     # drained, unready, and holding nothing by the job view (a promise seen broken is not trusted)
-    removable = [n for n in usable if n in f.drained and not f.live[n].ready and n not in i.busy]
+    gone = [n for n in usable if n in f.drained and not f.live[n].ready and n not in i.busy]
+    # then pods that never registered, in the places no drained worker takes
+    vacant = _vacant(i, f)[: max(0, wanted - len(gone))]
+    keep = wanted - len(vacant)  # places for asked workers
+    surplus = tuple(usable[keep:])  # the work grew since they were asked
+    usable = usable[:keep]
+    removable = [n for n in usable if n in gone] + vacant
     candidates = sorted(
         w.name
         for w in i.workers
@@ -239,21 +246,36 @@ def _down(
         and w.name in f.live
         and f.live[w.name].ready
     )
-    drain = tuple(candidates[: max(0, wanted - len(usable))])
+    drain = tuple(candidates[: max(0, keep - len(usable))])
     undrain = f.hopeless + surplus
     replicas = max(target, len(f.live) - len(removable))
     if replicas < current:
-        gone = tuple(removable[: max(0, len(f.live) - replicas)])
-        message = f"{current} → {replicas} workers: {numbers}; drained {', '.join(gone) or '-'}"
+        going = removable[: max(0, len(f.live) - replicas)]
+        removed = tuple(n for n in going if n not in vacant)
+        message = f"{current} → {replicas} workers: {numbers}; drained {', '.join(removed) or '-'}"
+        if unregistered := [n for n in going if n in vacant]:
+            message += f"; never registered {', '.join(unregistered)}"
         return replace(
             base, reason=Reason.SCALED_DOWN, message=message, replicas=replicas, drain=drain,
-            undrain=undrain, removed=gone,
+            undrain=undrain, removed=removed,
         )  # fmt: skip
-    message = (
-        f"{current} workers, {desired} wanted ({numbers}): waiting for "
-        f"{wanted - len(removable)} of {wanted} idle workers to drain"
-    )
+    waiting = f"{keep - len(removable) + len(vacant)} of {keep} idle workers to drain"
+    if not usable and not drain:
+        waiting = "an idle worker to drain (none is: busy, starting, or not registered)"
+    message = f"{current} workers, {desired} wanted ({numbers}): waiting for {waiting}"
     return replace(base, reason=Reason.DRAINING, message=message, drain=drain, undrain=undrain)
+
+
+def _vacant(i: Inputs, f: _Fleet) -> list[str]:
+    """Unready pods with no live registration that hold no job (pending, crash-looping, or
+    starting): nothing to drain, and the ReplicaSet removes unready pods before ready ones. Only
+    while every other unready pod is drained, so that it removes no busy worker in their place."""
+    registered = {w.name for w in i.workers}
+    unready = [n for n, p in f.live.items() if not p.ready]
+    vacant = sorted(n for n in unready if n not in registered and n not in i.busy)
+    if any(n not in vacant and (n not in f.drained or n in i.busy) for n in unready):
+        return []
+    return vacant
 
 
 def _left(d: Decision, f: _Fleet) -> Decision:
