@@ -14,7 +14,7 @@ Contract:
 - A URL names keys percent-encoded, as S3 and file URIs do: `Location.url` encodes each key
   (keeping '/', letters, digits and `-._~!$&'()*+,;=:@`, so a plain key's URL reads as the key),
   `Location.parse` decodes the whole path; `parse(url(key))` gives `key` back. A raw '?' or '#'
-  is refused: it would cut the key short.
+  is a character of the key (a store URL has no query or fragment).
 - One client per (scheme, bucket) of a `Stores`, shared by every prefix in that bucket.
   Requests time out after `StoreSettings.timeout`; the client retries a transient failure at
   most twice within that; how long to keep trying after is the caller's.
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 import obstore
 from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
@@ -74,26 +74,24 @@ class Location:
 
     @classmethod
     def parse(cls, url: str) -> Location:
-        if "?" in url or "#" in url:  # urlsplit would drop what follows: another key
-            shown = url.split("?", 1)[0].split("#", 1)[0]  # a query may carry a credential
-            raise StoreUrlInvalid(
-                f"{shown!r}…: a store URL has no query or fragment (in a key, '?' is written "
-                "%3F and '#' %23)"
-            )
-        parts = urlsplit(url.strip())
-        scheme = parts.scheme.lower()
-        if scheme not in SCHEMES:
+        # Split by hand: a store URL has no query or fragment, so a raw '?' or '#' is a
+        # character of the key (as the URLs `recall submit` wrote before keys were encoded),
+        # where urlsplit would cut the key short and name another object.
+        scheme, sep, rest = url.strip().partition("://")
+        scheme = scheme.lower()
+        if not sep or scheme not in SCHEMES:
             raise StoreUrlInvalid(
                 f"{url!r}: unsupported store URL (use s3://bucket/prefix, gs://bucket/prefix, "
                 "az://container/prefix or file:///path)"
             )
+        netloc, _, path = rest.partition("/")
         if scheme == "file":
-            if parts.netloc not in ("", "localhost"):
+            if netloc not in ("", "localhost"):
                 raise StoreUrlInvalid(f"{url!r}: a file:// URL names a local path (file:///…)")
-            return cls(scheme, "", unquote(parts.path).strip("/"))
-        if not parts.netloc:
+            return cls(scheme, "", unquote(path).strip("/"))
+        if not netloc:
             raise StoreUrlInvalid(f"{url!r}: the URL names no bucket")
-        return cls(scheme, parts.netloc, unquote(parts.path).strip("/"))
+        return cls(scheme, netloc, unquote(path).strip("/"))
 
     def url(self, key: str = "") -> str:
         path = quote("/".join(p for p in (self.prefix, key) if p), safe=PLAIN)

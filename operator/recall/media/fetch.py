@@ -88,14 +88,16 @@ def fetch(
 def local_path(url: str, *, max_bytes: int) -> Path:
     """The regular file a `file://` URL names, checked to exist and to fit `max_bytes`."""
     shown = display_url(url)
-    parts = urlsplit(url)
-    if parts.netloc not in ("", "localhost"):
+    # By hand: a raw '#' or '?' is a character of the file's name, never a fragment or query
+    # that urlsplit would cut off (naming another file).
+    host, _, rest = url.partition("://")[2].partition("/")
+    if host not in ("", "localhost"):
         raise JobFailure(
             "SourceRejected",
             f"{shown}: a file URL must not name a host (use file:///path)",
             permanent=True,
         )
-    path = Path(unquote(parts.path))
+    path = Path("/" + unquote(rest))
     try:
         st = path.stat()
     except (FileNotFoundError, NotADirectoryError):
