@@ -318,11 +318,17 @@ class Controller:
             top = self.ready.top_priority((key[0], offered.pool, offered.engine))
             if top is not None and top > offered.priority:
                 self.applier.withdraw(offered)
-        return self._offer(workers, mono)
+        # judged on every live worker: one offered nothing may yet be the multilingual one
+        judged = [
+            Capacity(w.key, w.engine, w.pool, w.slots, w.multilingual, w.model)
+            for w in self.registry.alive(mono)
+        ]
+        return self._offer(workers, judged, mono)
 
-    def _offer(self, workers: list[Capacity], mono: float) -> int:
-        """Offer claimable jobs to the free slots of `workers`; the offers written. A job whose
-        offer or reject write failed is put back in the queue."""
+    def _offer(self, workers: list[Capacity], judged: list[Capacity], mono: float) -> int:
+        """Offer claimable jobs to the free slots of `workers` (what none of `judged` can do
+        is rejected); the offers written. A job whose offer or reject write failed is put back
+        in the queue."""
         written, missed = 0, []
 
         def reject(record: JobRecord, failure: JobFailure) -> None:
@@ -331,7 +337,7 @@ class Controller:
 
         for w in free_slots(workers, self.ready, mono):
             # what no live worker of its lane can do is failed, unleased, instead (dispatch)
-            record = pick_supported(self.ready, w, workers, self.cache.get, reject)
+            record = pick_supported(self.ready, w, judged, self.cache.get, reject)
             if record is None:
                 continue
             if self.applier.offer(record, w.key[1]):

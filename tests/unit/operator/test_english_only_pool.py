@@ -8,7 +8,7 @@ from typing import Any
 
 from recall.operator.dispatch import Capacity, unsupported
 from recall.operator.reconcile.record import JobRecord
-from recall.protocol.workers import LOADED, EngineState
+from recall.protocol.workers import FAILED, LOADED, EngineState
 from recall.worker.registration import Registration
 from recall_dev.twin.api import MemoryApi
 from recall_dev.twin.clock import FakeClock
@@ -104,6 +104,19 @@ def test_controller__a_multilingual_worker_in_the_pool_keeps_them_offered() -> N
     Operator(store, clock).tick()
     assert jobs(store)["auto"]["phase"] == "Queued"
     assert jobs(store)["auto"]["offer"]["worker"] in {"w1", "w2"}
+
+
+def test_controller__a_worker_whose_model_failed_to_load_keeps_them_queued() -> None:
+    """w2's multilingual model did not load (yet): it is offered nothing, but what only it may
+    do is not failed while it lives."""
+    store, clock = MemoryApi(), FakeClock()
+    store.create_job(NS, job_manifest("auto", language="auto", engine={"name": "whisper"}))
+    register(store, "w1", multilingual=False)
+    Registration(
+        store, NS, "w2", "whisper", engine_state=lambda: EngineState(FAILED, "base")
+    ).renew_once()
+    Operator(store, clock).tick()
+    assert jobs(store)["auto"]["phase"] == "Queued"
 
 
 def test_controller__a_batch_on_an_english_only_pool_says_it_once() -> None:
