@@ -1,5 +1,6 @@
 """`recall get`: Batches and TranscriptionJobs as kubectl prints them: a table (its columns
-aligned over the whole output, a NAMESPACE column with every namespace), `-o wide`, `name`,
+aligned over the whole output; NAMESPACE in the jobs' with every namespace, in the Batches'
+with `-o wide`), `-o wide`, `name`,
 or the objects as the API server holds them (`yaml`, `json`); any other `-o` is refused, as
 kubectl refuses it. Jobs are read 500 at a time (`-o name` prints as it reads). An object the
 models cannot read is left out of a table with a one-line warning naming it; the rest are
