@@ -21,6 +21,10 @@ the job; a `Storage*` reason when the results store refused for good).
 - On `Stopped`, and on a failure of the engine or the store (or a bug), what the engine already
   transcribed is stored first (a batch or two at most, within `DRAIN_SECONDS`), so the release
   or fail carries it as the checkpoint. A lost lease stores nothing more.
+- `progress()` (the worker's liveness beat) is called at each engine call that returns, each
+  chunk stored and each chunk the speakers are labelled on: a worker busy with a long job stays
+  alive, one whose engine call or store write never returns does not (nothing is called while
+  a stage only waits).
 """
 
 from __future__ import annotations
@@ -62,9 +66,16 @@ STORE_DEPTH = 4  # transcribed chunks waiting for the store at most (then the en
 class Transcription:
     """Transcribes leased jobs with one engine into one results store."""
 
-    def __init__(self, results: Bucket, engine: Engine, threads: EngineThreads) -> None:
+    def __init__(
+        self,
+        results: Bucket,
+        engine: Engine,
+        threads: EngineThreads,
+        progress: Callable[[], None] = lambda: None,
+    ) -> None:
         self.results = results
         self.engine = engine
+        self.progress = progress  # the work moved on (the module's contract)
         self.call = threads.call  # runs a function on the engine thread, stopping with the lease
         self.check_stop = threads.check_stop  # raises LeaseLost or Stopped
 
@@ -94,7 +105,9 @@ class Transcription:
                 checkpoint = None
             writer = AttemptWriter(self.results, h.known, h.attempt, h.token)
             chunks = _Attempt(self, h, cancel, watch, cadence, media, writer).transcribe(checkpoint)
-            return hand_in(h, watch, self.engine, media, writer, chunks, self.check_stop)
+            return hand_in(
+                h, watch, self.engine, media, writer, chunks, self.check_stop, self.progress
+            )
 
     def _read_checkpoint(self, h: LeaseHolder, watch: Stopwatch) -> Checkpoint | None:
         """The checkpoint to resume from, or None (there is none, or it cannot be used)."""
@@ -249,6 +262,7 @@ class _Attempt:
             return engine.transcribe_batch(request)
 
         results = watch.timed("engine", lambda: self.t.call(h, self.cancel, call))
+        self.t.progress()  # the engine answered: not hung, whatever it answered
         if len(results) != len(chunks):
             h.check()  # the call returned early because the lease was lost, or:
             raise JobFailure(
@@ -307,6 +321,7 @@ class _Attempt:
         done = chunk.index + 1
         total = self.media.chunks_total(done, chunk.end, finished=chunk.last)
         h.checkpoint(Progress.of(done, total, self.writer.parts()))
+        self.t.progress()
         h.log.info("chunk_done", chunk=chunk.index, chunks_done=done, chunks_total=total)
 
 

@@ -31,13 +31,20 @@ def hand_in(
     writer: AttemptWriter,
     chunks: int,
     check_stop: Callable[[LeaseHolder], None],
+    progress: Callable[[], None] = lambda: None,
 ) -> str:
-    """Write the transcript (and the output formats), then complete with it (fenced)."""
+    """Write the transcript (and the output formats), then complete with it (fenced);
+    `progress()` at each chunk the speakers are labelled on (the worker's liveness)."""
     h.check()
     formats = output_formats(h.known)
     model, digest = engine.model_of(h.known) or (None, None)
     device, compute_type = engine.device_of(h.known) or (None, None)
-    speakers = label_records(h.known, media, writer.records, lambda: check_stop(h), h.log, h.clock)
+
+    def poll() -> None:  # before each chunk labelled: the labelling moves on
+        check_stop(h)
+        progress()
+
+    speakers = label_records(h.known, media, writer.records, poll, h.log, h.clock)
     if speakers is not None:
         writer.records = speakers.records
     summary = store_call(

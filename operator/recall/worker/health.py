@@ -1,7 +1,11 @@
 """The worker's health endpoint: `/healthz` answers 200 while the work loop turns.
 
 A worker whose loop froze (a deadlock, a stuck engine call) would keep its pod Running without
-taking work. The loop calls `Liveness.beat()` each turn (and between chunks); the kubelet probes:
+taking work. `Liveness.beat()` is called by each slot's loop at each turn, and by the work at each
+step it makes (an engine call answered, a chunk stored, a chunk labelled with speakers:
+`recall.worker.attempt`), so a worker busy with a job longer than `stale_after` stays alive, while
+one whose engine call or store write hangs goes stale. A beat is the worker's: with several slots
+it says some slot moved on (or turned idle), not every one. The kubelet probes:
 
 - `GET /healthz` (or `/livez`) → 200 while the last beat is younger than `stale_after` seconds
   (counting from creation, so start-up has that long to beat once), else 503. A frozen process

@@ -85,7 +85,9 @@ class Worker:
         self.engine = engine
         self.namespace = namespace
         self.clock = clock
-        self.beat = beat  # called on every turn of the loop (the liveness endpoint)
+        # The liveness endpoint's: called on every turn of a slot's loop, and by the work at each
+        # step it makes (`recall.worker.attempt`), so a long job is no frozen loop.
+        self.beat = beat
         self.registration: Registration | None = None
         self.drain = Drain(settings.id, clock=clock)
         # Its outcome rides on the registration's renewals; a cache it cannot write stops claims.
@@ -111,7 +113,9 @@ class Worker:
         self.engine_threads = EngineThreads(self._check_stop)
         self._lock = threading.Lock()  # the claim counts
         self.slots = Slots(settings)  # the jobs the slots took, within max_jobs
-        self.transcription = Transcription(results, engine, self.engine_threads)
+        self.transcription = Transcription(
+            results, engine, self.engine_threads, progress=lambda: self.beat()
+        )
         self._claim_failures = 0
         self.claims = 0
         self.claim_conflicts = 0
