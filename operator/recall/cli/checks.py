@@ -32,6 +32,8 @@ ENGINE_REASONS = {
     "ModelAccessDenied": "give the workers' store identity read access to the model",
     "ModelCacheUnwritable": "make worker.modelCache writable by the workers' UID (10001): "
     "keep worker.modelCache.hostPathInit.enabled for a hostPath cache, or use the emptyDir",
+    "DeviceFailed": "the workers' device failed to load the model (out of memory, a CUDA "
+    "error): a smaller model or compute type, fewer worker.slots, or free the GPU",
     "EngineUnauthorized": "engine.openai.apiKeySecret must hold a key the API accepts",
     "EngineRejected": "the OpenAI-compatible API refuses the requests: check engine.openai.*",
 }

@@ -10,14 +10,20 @@ Contract:
   refuse it only at load time, failing each job at its first chunk).
 - A job's result records what the loaded model reports (int8 runs as "int8_float32" on a CPU),
   not the request.
+- `device_fault(e)`: whether an error of a model's load is the device's (out of memory, host
+  or GPU; a CUDA, cuBLAS or cuDNN error), which `DeviceFailed` carries: this worker's fault,
+  not the job's (the worker releases the job, `recall.worker.loop`).
 - Not guaranteed: that a visible GPU has the memory for the model and the batch; that shows
-  at load or at the first batch, as a job failure.
+  at load (`DeviceFailed`) or at the first batch (a job failure).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
+
+from recall.resources.errors import JobFailure
 
 Device = Literal["cpu", "cuda"]
 AUTO_COMPUTE: dict[Device, str] = {"cpu": "int8", "cuda": "float16"}
@@ -25,6 +31,28 @@ AUTO_COMPUTE: dict[Device, str] = {"cpu": "int8", "cuda": "float16"}
 
 class DeviceUnavailable(Exception):
     """The configured device or compute type cannot be used in this process (one line)."""
+
+
+# What CTranslate2 (and the CUDA libraries under it) say when the device, not the model, failed.
+_DEVICE_ERROR = re.compile(r"out of memory|failed to allocate|\bcuda|cublas|cudnn", re.IGNORECASE)
+
+
+class DeviceFailed(JobFailure):
+    """The device failed this process while it loaded a model (the module's `device_fault`):
+    retriable, and the worker's fault, so the job is released, not failed."""
+
+    REASON = "DeviceFailed"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.REASON, message, permanent=False)
+
+
+def device_fault(error: BaseException) -> bool:
+    """True for an error of the device rather than of the model: memory ran out (the host's, or
+    the GPU's in CUDA's words), or CUDA, cuBLAS or cuDNN failed."""
+    if isinstance(error, MemoryError):
+        return True
+    return isinstance(error, RuntimeError) and _DEVICE_ERROR.search(str(error)) is not None
 
 
 @dataclass(frozen=True)

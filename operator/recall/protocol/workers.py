@@ -34,8 +34,9 @@ the worker's timestamp with the reader's clock. A job's lease lives in the job, 
   its pool said `false` (`recall.operator.dispatch.unsupported`).
 
 A job naming another model than its worker's loads it when it runs; its failures are the job's
-(`status.lastError`), except `ModelCacheUnwritable` (the worker's fault): the worker gives the
-job back and says `failed` with that reason until it can write its cache again.
+(`status.lastError`), except `ModelCacheUnwritable` and `DeviceFailed` (the worker's faults): the
+worker gives the job back and says `failed` with that reason until it can write its cache again,
+or for its pause after the device failed (`recall.worker.probes`).
 
 The worker renews with a full replace at the resourceVersion it read, keeping every annotation
 it does not own, so a request written between its read and its write fails that write (409) and

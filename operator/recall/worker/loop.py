@@ -21,6 +21,10 @@ Guarantees:
   is released (Queued at once, its attempt given back, within `maxReleases`), never failed, at
   most one per slot each time the cache breaks; the worker claims nothing until the probe
   repeats the failed operation with success, and its registration says `failed` meanwhile.
+- A device that fails a model's load (`DeviceFailed`: out of memory, a CUDA error) is the
+  worker's fault too: the job is released, never failed, and the worker claims nothing for a
+  pause that doubles while loads keep failing (`recall.worker.probes.DevicePause`; the
+  registration says `failed` meanwhile).
 - SIGTERM (`stop()`): no new claims; the current job may finish within `grace_seconds`,
   otherwise its lease is released so the job is Queued again at once.
 - Temporary files (downloaded sources) that an earlier worker process left when it died are
@@ -41,6 +45,7 @@ from recall.base.clock import SYSTEM, Clock
 from recall.base.settings import WorkerSettings
 from recall.bucket import Bucket
 from recall.engines.base import Engine
+from recall.engines.device import DeviceFailed
 from recall.engines.models import ModelCacheUnwritable
 from recall.kube import PERMANENT_ERRORS, Api, ApiError, retry_pause
 from recall.media.fetch import sweep
@@ -58,7 +63,7 @@ from recall.worker.held import HeldJobs
 from recall.worker.holder import LeaseHolder
 from recall.worker.pipeline import Stopwatch
 from recall.worker.preload import Preload
-from recall.worker.probes import STORE_REFUSALS, CacheProbe, StoreProbe
+from recall.worker.probes import STORE_REFUSALS, CacheProbe, DevicePause, StoreProbe
 from recall.worker.queue import Queue, queue_of
 from recall.worker.registration import Registration
 from recall.worker.slots import Slots
@@ -123,9 +128,9 @@ class Worker:
         self.store_probe = StoreProbe(
             results, settings.id.encode(), settings.store_probe_seconds, clock, self.log
         )
-        self.cache = CacheProbe(
-            Backoff(initial=settings.store_probe_seconds, cap=CACHE_PROBE_CAP), clock, self.log
-        )
+        probes = Backoff(initial=settings.store_probe_seconds, cap=CACHE_PROBE_CAP)
+        self.cache = CacheProbe(probes, clock, self.log)
+        self.device = DevicePause(probes, clock)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -211,9 +216,10 @@ class Worker:
 
     def engine_state(self) -> EngineState:
         """What the registration says of the engine: `failed` with the model cache's reason
-        while the worker cannot write it, else how its own model's load went (the preload)."""
+        while the worker cannot write it (or the device's, while its pause lasts), else how its
+        own model's load went (the preload)."""
         loaded = self.preload.state()
-        broken = self.cache.broken
+        broken = self.cache.broken or self.device.broken
         if broken is None:
             return loaded
         return EngineState(FAILED, loaded.model, f"{broken.reason}: {broken.message}")
@@ -223,6 +229,8 @@ class Worker:
             return False  # the results store refuses: claim nothing that would fail too
         if self.cache.broken is not None and not self.cache.probe():
             return False  # the model cache cannot be written: claim nothing to give back
+        if self.device.broken is not None:
+            return False  # the device failed a load: nothing to give back before the pause ends
         if not self.slots.reserve():
             return False  # the jobs left to max_jobs are other slots' to take
         worked = False
@@ -286,6 +294,7 @@ class Worker:
             with Heartbeater(h, cadence):
                 outcome = self.transcription.run(h, cancel, watch, cadence)
             metrics.JOBS_FINISHED.labels(outcome=outcome).inc()
+            self.device.worked()
         except LeaseLost as e:
             cancel.set()
             metrics.JOBS_FINISHED.labels(outcome="lease_lost").inc()
@@ -296,6 +305,11 @@ class Worker:
         except ModelCacheUnwritable as e:  # the worker's fault: the job loses no attempt
             cancel.set()
             self._cache_unwritable(h, e)
+        except DeviceFailed as e:  # the worker's fault too (out of memory): released
+            cancel.set()
+            pause = self.device.failed(e)
+            h.log.error("device_failed", message=e.message, pause_seconds=round(pause, 1))
+            self._release(h)
         except JobFailure as e:
             self._fail(h, e)
         except PERMANENT_ERRORS as e:

@@ -5,7 +5,9 @@ nothing until it works again (a slot claims only if `broken is None or probe()`)
 backoff (a probe may fetch a model: a download). A refusal for another reason than the cache
 (the model missing) is not the cache's: the probe passes and the next job meets it as its own.
 `StoreProbe` does the same for the results store (`STORE_REFUSALS`): a probe write to
-`PROBE_KEY`, at most every `seconds`.
+`PROBE_KEY`, at most every `seconds`. `DevicePause`, after the device failed a model's load
+(`DeviceFailed`: out of memory), claims nothing for a backoff that doubles while loads keep
+failing and starts over once a job is worked without it: the next job's load is the probe.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from recall.base.backoff import Backoff
 from recall.base.clock import Clock
 from recall.bucket import Bucket
 from recall.bucket import StoreError as BucketError
+from recall.engines.device import DeviceFailed
 from recall.engines.models import ModelCacheUnwritable, probe_cache
 from recall.resources.errors import JobFailure
 
@@ -110,3 +113,35 @@ class StoreProbe:
         self.log.info("store_usable_again", after=self.broken)
         self.broken = None
         return True
+
+
+class DevicePause:
+    """The pause after a `DeviceFailed` (thread-safe): `broken` is the latest failure while
+    the pause lasts (the registration says `failed` meanwhile: no offer comes)."""
+
+    def __init__(self, backoff: Backoff, clock: Clock) -> None:
+        self.backoff = backoff
+        self.clock = clock
+        self._failed: DeviceFailed | None = None
+        self._failures = 0  # failed loads since the last job worked without one
+        self._until = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def broken(self) -> DeviceFailed | None:
+        with self._lock:
+            return self._failed if self.clock.monotonic() < self._until else None
+
+    def failed(self, error: DeviceFailed) -> float:
+        """The device failed a load: pause claims; returns the pause in seconds."""
+        with self._lock:
+            pause = self.backoff.delay(self._failures)
+            self._failures += 1
+            self._failed = error
+            self._until = self.clock.monotonic() + pause
+            return pause
+
+    def worked(self) -> None:
+        """A job was worked without a device failure: the next one pauses the least again."""
+        with self._lock:
+            self._failures = 0

@@ -12,10 +12,12 @@ Contract:
   a job's first chunk and shared by the process (`model.load_model`); `preload()` loads the
   worker's own at once and sets `multilingual`, which the worker's registration carries.
 - A model that is missing, corrupt or cannot be loaded fails the job permanently at its first
-  chunk; `ModelUnavailable` is retried (a store that does not answer, or a job's store model on
-  an engine without a store). An engine whose own model is a store URL and that has no store
-  is not built (`ModelStoreMissing`). For the result, `model_of(job)` names the model and its
-  digest, `device_of(job)` the device and compute type as CTranslate2 reports them.
+  chunk, unless the device failed the load (out of memory, a CUDA error: `DeviceFailed`, which
+  the worker answers by releasing the job); `ModelUnavailable` is retried (a store that does
+  not answer, or a job's store model on an engine without a store). An engine whose own model
+  is a store URL and that has no store is not built (`ModelStoreMissing`). For the result,
+  `model_of(job)` names the model and its digest, `device_of(job)` the device and compute type
+  as CTranslate2 reports them.
 - Language: a language the model cannot transcribe raises `UnsupportedLanguage` (permanent: an
   English-only model never transcribes French as English). Detection and what an English-only
   model refuses: `language`.

@@ -8,7 +8,9 @@ Contract:
   once per process and per (directory, threads, device, compute type, streams), under a lock,
   shared by every `WhisperEngine` of the process: one replica per slot (`streams`), so slots'
   calls run side by side. A model that cannot be loaded raises
-  `JobFailure("ModelInvalid", permanent=True)`.
+  `JobFailure("ModelInvalid", permanent=True)`, unless the device failed the load (out of
+  memory, a CUDA error: `recall.engines.device.device_fault`): that raises `DeviceFailed`
+  (retriable, the worker's fault) and logs `model_load_device_failed`.
 - `one_blas_thread()` holds numpy's OpenBLAS to one thread in the process. The engine's only
   BLAS call is each window's log-mel filter bank (80 × 201 × 3,000); OpenBLAS's threads spin
   after every call, and on 16 cores burned more CPU than the product itself (bench/gpu.py).
@@ -36,7 +38,7 @@ from typing import Any
 
 from recall.base import log
 from recall.base.clock import SYSTEM
-from recall.engines.device import Placement
+from recall.engines.device import DeviceFailed, Placement, device_fault
 from recall.engines.models import LocalModel, ModelCache, is_store_url, local_directory
 from recall.resources.errors import JobFailure
 
@@ -112,13 +114,19 @@ def _load(source: str, threads: int, placement: Placement, streams: int) -> Any:
             num_workers=streams,
             local_files_only=True,
         )
-    except Exception as e:  # missing files, a corrupt model.bin, not a Whisper model
+    except Exception as e:
+        said = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        if device_fault(e):  # this worker's device, not the model: another worker may load it
+            _log.error(
+                "model_load_device_failed", model=source, device=placement.device, error=said
+            )
+            raise DeviceFailed(
+                f"the {placement.device} device failed to load Whisper model {source}: {said}"
+            ) from None
+        # missing files, a corrupt model.bin, not a Whisper model: no worker can load it
         _log.warning("model_load_failed", model=source, error=str(e))
         raise JobFailure(
-            "ModelInvalid",
-            f"cannot load Whisper model {source}: {type(e).__name__}: "
-            f"{' '.join(str(e).split())[:200]}",
-            permanent=True,
+            "ModelInvalid", f"cannot load Whisper model {source}: {said}", permanent=True
         ) from None
     _log.info(
         "model_loaded",
