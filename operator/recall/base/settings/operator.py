@@ -97,7 +97,10 @@ class OperatorSettings(BaseSettings):
         None, description="Namespace of that Lease; None = the watched namespace, or default."
     )
     lease_duration: float = Field(
-        15.0, gt=0, description="Seconds a silent leader keeps the Lease (the takeover time)."
+        15.0,
+        ge=1,
+        description="Seconds a silent leader keeps the Lease (the takeover time); at least 1 "
+        "(the Lease stores whole seconds).",
     )
     renew_deadline: float = Field(
         10.0, gt=0, description="A leader that could not renew for this long steps down."

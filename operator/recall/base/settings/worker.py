@@ -110,9 +110,14 @@ class WorkerSettings(BaseSettings):
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="Serve /metrics here; 0 = off.")
     retry_base_seconds: float = Field(
-        5.0, gt=0, description="Backoff before the first retry of a failed job; doubles each time."
+        5.0,
+        gt=0,
+        description="Backoff before the first retry of a failed job; doubles each time "
+        "(at most retry_cap_seconds).",
     )
-    retry_cap_seconds: float = Field(300.0, gt=0, description="Longest backoff between retries.")
+    retry_cap_seconds: float = Field(
+        300.0, gt=0, description="Longest backoff between retries (at least retry_base_seconds)."
+    )
     chunk_seconds: int = Field(30, ge=5, le=600, description="Default audio chunk length.")
     # simulated engine
     simulated_chunks: int = Field(3, ge=1, description="Chunks of a simulated job by default.")
@@ -172,5 +177,12 @@ class WorkerSettings(BaseSettings):
             raise ValueError(
                 "renew_deadline_fraction must leave room for a retried heartbeat "
                 "(> 1.5 × heartbeat_fraction)"
+            )
+        if self.retry_base_seconds > self.retry_cap_seconds:
+            # The retry backoff needs base <= cap; checked here, not at the first failed job.
+            raise ValueError(
+                "RECALL_WORKER_RETRY_BASE_SECONDS must not exceed "
+                f"RECALL_WORKER_RETRY_CAP_SECONDS ({self.retry_base_seconds:g} > "
+                f"{self.retry_cap_seconds:g})"
             )
         return self
