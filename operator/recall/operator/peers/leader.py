@@ -8,6 +8,16 @@
 - Another replica takes over only after seeing the Lease unchanged for `lease_duration` on its
   own monotonic clock (never comparing the leader's timestamps with its clock).
 - Every write carries the Lease's resourceVersion, so two candidates never both win.
+- A leader that reads a Lease naming another holder steps down at once (`holds()` turns
+  False), as client-go's `IsLeader` does, instead of waiting for its renew deadline.
+- A Lease that disappears (deleted by hand) is a Lease that stopped being renewed: the
+  replica that held it makes it again at once with its own term; any other replica makes it
+  only after seeing it missing for `lease_duration` on its own clock, and with a term above
+  every term it has seen, so the Batch's `operatorTerm` rule refuses the old leader's writes.
+  Only a replica that has never seen the Lease (the first election) makes it at once.
+  Not guaranteed: a replica that starts after the deletion and before the old leader's next
+  renewal makes it at once with term 0; the old leader steps down at its next read, so both
+  may write for up to `retry_period`, fenced by the term only if the old one's was above 0.
 - `leading` is set while this replica leads. Standbys watch everything too, so a takeover
   needs no re-list and judges lease expiry from observations it already has.
 
@@ -31,11 +41,27 @@ MAX_TERM = 2**31 - 1  # the Lease's leaseTransitions is an int32
 
 @dataclass(frozen=True)
 class Seen:
-    """The Lease's holder and renewTime as first observed at `at` (our monotonic clock)."""
+    """The Lease's holder and renewTime as first observed at `at` (our monotonic clock);
+    `missing`: the Lease is gone since `at`, and `holder` is its last holder seen. `term` is
+    the highest leaseTransitions observed so far."""
 
     holder: str | None
     renew_time: str | None
     at: float
+    term: int = 0
+    missing: bool = False
+
+    def observe(self, spec: dict[str, Any] | None, now_mono: float) -> Seen:
+        """What is known after reading `spec` (None: the Lease is missing) at `now_mono`."""
+        if spec is None:
+            if self.missing:
+                return self
+            return Seen(self.holder, None, now_mono, self.term, missing=True)
+        holder, renew = spec.get("holderIdentity"), spec.get("renewTime")
+        term = max(self.term, int(spec.get("leaseTransitions") or 0))
+        if self.missing or (self.holder, self.renew_time) != (holder, renew):
+            return Seen(holder, renew, now_mono, term)
+        return Seen(holder, renew, self.at, term)
 
 
 @dataclass(frozen=True)
@@ -54,7 +80,8 @@ def decide(
     now_mono: float,
     lease_duration: float,
 ) -> Decision:
-    """What to write to the Lease `spec` (None when it does not exist yet)."""
+    """What to write to the Lease `spec` (None when it is missing), given what was `seen` of
+    it (None: never read before)."""
     fresh = {
         "holderIdentity": me,
         "leaseDurationSeconds": int(lease_duration),
@@ -63,7 +90,13 @@ def decide(
         "leaseTransitions": 0,
     }
     if spec is None:
-        return Decision(fresh, acquire=True)
+        if seen is None:  # the first election: nobody can have led yet
+            return Decision(fresh, acquire=True)
+        if seen.holder == me:  # ours, deleted under us: still ours, same term
+            return Decision({**fresh, "leaseTransitions": seen.term})
+        if now_mono - seen.at < lease_duration:
+            return Decision(None)  # its holder may still be leading: wait as for a silent one
+        return Decision({**fresh, "leaseTransitions": seen.term + 1}, acquire=True)
     holder = spec.get("holderIdentity")
     if holder == me:
         return Decision({**spec, "renewTime": micro(now)})
@@ -72,7 +105,7 @@ def decide(
     )
     if holder and not (unchanged and seen is not None and now_mono - seen.at >= lease_duration):
         return Decision(None)
-    transitions = int(spec.get("leaseTransitions") or 0) + 1
+    transitions = max(int(spec.get("leaseTransitions") or 0), seen.term if seen else 0) + 1
     return Decision({**fresh, "leaseTransitions": transitions}, acquire=True)
 
 
@@ -177,21 +210,24 @@ class LeaderElector:
             if not self.leading.is_set():
                 self.leading.set()
                 _log.info("leader_elected", lease=self.name, identity=self.identity)
-        elif (
-            self.leading.is_set()
-            and self.clock.monotonic() - self._renewed_at > self.renew_deadline
+        elif self.leading.is_set() and (
+            self._other_holds() or self.clock.monotonic() - self._renewed_at > self.renew_deadline
         ):
             self.leading.clear()
             _log.warning("leader_lost", lease=self.name, identity=self.identity)
         return self.leading.is_set()
 
+    def _other_holds(self) -> bool:
+        """Whether the Lease last read names another holder: someone else was elected (our
+        Lease was deleted and made again), so this replica must stop writing now."""
+        seen = self._seen
+        return seen is not None and not seen.missing and seen.holder not in (None, self.identity)
+
     def _try(self, now_mono: float) -> bool:
         obj = self.store.get_lease(self.namespace, self.name)
         spec = (obj or {}).get("spec")
-        if spec is not None:
-            holder, renew = spec.get("holderIdentity"), spec.get("renewTime")
-            if self._seen is None or (self._seen.holder, self._seen.renew_time) != (holder, renew):
-                self._seen = Seen(holder, renew, now_mono)
+        if self._seen is not None or spec is not None:
+            self._seen = (self._seen or Seen(None, None, now_mono)).observe(spec, now_mono)
         decision = decide(
             spec, self._seen, self.identity, self.clock.now(), now_mono, self.lease_duration
         )
@@ -213,6 +249,9 @@ class LeaderElector:
                 self.store.replace_lease(self.namespace, self.name, {**obj, "spec": spec})
         except Conflict:
             return False
+        # What we wrote is what we have seen last (client-go's observedRecord): a Lease deleted
+        # after our own first write is still known to be ours.
+        self._seen = (self._seen or Seen(None, None, now_mono)).observe(spec, now_mono)
         self.term = int(spec.get("leaseTransitions") or 0)
         if decision.acquire:
             _log.info("leader_acquired", lease=self.name, identity=self.identity)
