@@ -6,6 +6,12 @@ Every request carries a timeout; every failure becomes a typed error of `recall.
 backoff, no sooner than its Retry-After (jittered), while the request's own timeout allows; then
 the caller gets `Unavailable` with `retry_after`. With `retry=None` the 429 is raised at once:
 one retry loop per write. Every wait and deadline is on the client's `Clock`.
+
+A watch stream read that waits `WATCH_READ_SECONDS` for a byte (an event or a bookmark) ends
+the watch quietly, as the server ending it would: a half-open connection is noticed within that
+bound (or sooner by TCP keepalive, `recall.kube.config`), and the informer watches again from
+the last version it saw. A refused connection, a failed DNS lookup or a connect timeout is "not
+sent" (`maybe_applied=False`), also when urllib3 reports it as `MaxRetryError`.
 """
 
 from __future__ import annotations
@@ -52,6 +58,10 @@ NOT_SENT: tuple[type[BaseException], ...] = (
     ConnectionRefusedError,
 )
 TRANSPORT: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+# The longest a watch waits for its next line. With allowWatchBookmarks the API server sends a
+# bookmark about every minute even when nothing changes; silence past this is a connection
+# that died without a FIN or RST (a node gone, a NAT entry dropped), not a quiet selection.
+WATCH_READ_SECONDS = 90.0
 # 410 Expired: the resourceVersion (of a watch, or a list's continue token) is too old.
 ERRORS = {404: NotFound, 409: Conflict, 410: Conflict, 400: Invalid, 422: Invalid, 403: Forbidden}
 
@@ -77,6 +87,10 @@ def retry_after_of(e: ApiException) -> float | None:
 
 def translate(e: BaseException, what: str, *, write: bool) -> ApiError:
     """The typed error for a failed request `what` (e.g. "patch status of job ns/name")."""
+    if isinstance(e, urllib3.exceptions.MaxRetryError) and e.reason is not None:
+        # With Retry(total=0) (recall.kube.config) every transport failure comes wrapped in
+        # MaxRetryError: judge what happened by the failure inside.
+        e = e.reason
     if isinstance(e, ApiException):
         status = int(e.status or 0)
         text = f"{what}: {api_message(e)}"
@@ -246,7 +260,7 @@ class HttpVerbs:
                 "GET",
                 resource.path(namespace),
                 query=query,
-                _request_timeout=(self.timeout, self.watch_seconds + 30),
+                _request_timeout=(self.timeout, min(self.watch_seconds + 30, WATCH_READ_SECONDS)),
                 stream=True,
             )
         except (ApiException, *TRANSPORT) as e:
@@ -264,6 +278,8 @@ class HttpVerbs:
                         raise Conflict(f"{what}: {message}", status=410)
                     raise Unavailable(f"{what}: {code} {message}", status=code)
                 yield WatchEvent(kind, obj)
+        except urllib3.exceptions.ReadTimeoutError:
+            return  # silent for WATCH_READ_SECONDS: maybe half-open; the caller watches again
         except (ApiException, *TRANSPORT) as e:
             raise translate(e, what, write=False) from e
         finally:

@@ -1,11 +1,21 @@
 """An informer: a selection of objects (TranscriptionJobs, Leases) kept current by list + watch.
 
 `Informer.run(stop)` lists the selection page by page, hands it to the consumer, then watches
-from the list's resourceVersion and hands over every change. It lists again on a 410, after
-`relist_seconds` at the latest, and after an error, with jittered backoff up to one second
-(`BACKOFF`: the view must come back within a tick or two of a restarted API server answering)
-and no sooner than a 429's Retry-After; every wait is on its `Clock`. It never raises:
-transient API errors delay the view, never end it (DESIGN §5, 9).
+from the list's resourceVersion and hands over every change. A watch that ends or breaks (the
+server's timeout, a reset connection, a read timeout, a restarted API server) is started again
+from the last resourceVersion it saw, bookmarks included, as client-go's reflector does: no
+event is handed over twice and the view never slides back. It lists again on a 410, after
+`relist_seconds` at the latest (checked whenever a watch ends or fails), and after a failed
+list. After an error it waits with jittered backoff up to one second (`BACKOFF`: the view must
+come back within a tick or two of a restarted API server answering) and no sooner than a 429's
+Retry-After; a watch that ends within `SHORT_WATCH` seconds without an event is waited on the
+same backoff (client-go's "very short watch"), so a server that closes every watch at once is
+not asked again in a tight loop. Every wait is on its `Clock`. It never raises: transient API
+errors delay the view, never end it (DESIGN §5, 9).
+
+A connection that dies silently is noticed within the watch's read timeout
+(`recall.kube.http.WATCH_READ_SECONDS`, 90 s) or sooner by TCP keepalive; the view may be that
+stale before `current()` turns False.
 
 Not guaranteed: the view may lag the API server by one event; decisions that matter are made
 by fenced writes, never by this view. `current()` says whether the view can be trusted at all
@@ -38,6 +48,7 @@ from recall.kube.verbs import JOBS, LEASES, Resource
 _log = log.get("informer")
 PAGE_SIZE = 500
 BACKOFF = Backoff(initial=0.1, cap=0.5, jitter=1.0)
+SHORT_WATCH = 1.0  # seconds: a watch this short without an event is a server turning us away
 
 
 class Consumer(Protocol):
@@ -101,6 +112,7 @@ class Informer:
         self.clock = clock
         self.synced = threading.Event()
         self._failed = False  # an error since the last successful list or event
+        self._rv: str | None = None  # the last resourceVersion seen; None: list first
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -124,20 +136,24 @@ class Informer:
     def run(self, stop: threading.Event | None = None) -> None:
         """List and watch until `stop` (or `self.stop()`); never raises."""
         stop = stop or self._stop
-        retries = 0  # errors since the last successful watch
-        rv: str | None = None
+        retries = 0  # errors (and empty short watches) since the last successful watch
+        listed = 0.0
         while not stop.is_set() and not self._stop.is_set():
             try:
-                if rv is None:
-                    rv = self._relist()
+                if self._rv is not None and self.clock.monotonic() - listed > self.relist_seconds:
+                    self._rv = None
+                if self._rv is None:
+                    self._rv = self._relist()
                     self.synced.set()
                     listed = self.clock.monotonic()
-                rv = self._watch(rv, stop)
-                retries = 0
-                if self.clock.monotonic() - listed > self.relist_seconds:
-                    rv = None
+                started = self.clock.monotonic()
+                if self._watch(stop) or self.clock.monotonic() - started >= SHORT_WATCH:
+                    retries = 0
+                else:
+                    self.clock.wait(stop, BACKOFF.delay(retries))
+                    retries += 1
             except Conflict as e:
-                rv = None  # 410: the resourceVersion is too old; list again at once
+                self._rv = None  # 410: the resourceVersion is too old; list again at once
                 self._failed = True
                 if e.status != 410:
                     _log.warning("informer_error", informer=self.name, error=e.message[:200])
@@ -164,13 +180,16 @@ class Informer:
         self._failed = False
         return page.resource_version
 
-    def _watch(self, rv: str, stop: threading.Event) -> str:
-        """Watch from `rv` until the server ends the watch; returns the last version seen."""
-        for event in self.source.watch(rv):
+    def _watch(self, stop: threading.Event) -> int:
+        """Watch from the last version seen until the watch ends; returns the events seen. The
+        last version is kept as each event arrives, so a watch that breaks keeps it too."""
+        seen = 0
+        for event in self.source.watch(self._rv or ""):
             if stop.is_set() or self._stop.is_set():
                 break
-            rv = str(event.object.get("metadata", {}).get("resourceVersion") or rv)
+            seen += 1
+            self._rv = str(event.object.get("metadata", {}).get("resourceVersion") or self._rv)
             self._failed = False  # the watch answers again
             if event.type != "BOOKMARK":
                 self.consumer.changed(event.type, event.object)
-        return rv
+        return seen
