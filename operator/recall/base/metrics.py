@@ -1,12 +1,25 @@
 """Prometheus metrics of the worker and the operator, served by `serve(port)`.
 
+`serve` answers every GET with the text exposition of the default registry, from
+`recall.base.endpoint` (both address families, a request timeout), not from prometheus_client's
+own server, which listens on one family and waits on a silent client forever.
+
 Names follow the protocol's words (DESIGN §7). Counters only go up within a process; a
 restart starts them at zero, as Prometheus expects.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from recall.base import endpoint
 
 CLAIMS = Counter("recall_claims_total", "Jobs claimed by this worker.")
 CLAIM_CONFLICTS = Counter(
@@ -159,7 +172,12 @@ ENGINE_SECONDS = Counter(
 )
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:
-    """Serve /metrics on `port` from a daemon thread. Port 0 disables it."""
-    if port:
-        start_http_server(port, addr=addr)
+def serve(port: int, addr: str | None = None) -> None:
+    """Serve /metrics on `port` (`addr`; None: every address, both families) from a daemon
+    thread. Port 0 disables it."""
+
+    def route(target: str) -> tuple[int, str, bytes]:
+        del target  # any path, as prometheus_client's own server answers
+        return 200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+
+    endpoint.serve(route, port, "metrics", addr)

@@ -2,9 +2,10 @@
 
 A thin wrapper around `kopf.run`: one registry with the handlers of
 `recall.operator.runtime.handlers`, kopf in standalone mode in every replica (replicas elect one
-acting leader through a Lease when `leader_election` is on), kopf's liveness endpoint and our
-metrics on their ports. kopf starts once discovery serves the resources, and the operator
-exits, with the reason, when kopf resolved them without one (`recall.operator.runtime.discovery`).
+acting leader through a Lease when `leader_election` is on), kopf's liveness endpoint (on the
+cluster's address family, `liveness_endpoint`) and our metrics on their ports. kopf starts once
+discovery serves the resources, and the operator exits, with the reason, when kopf resolved them
+without one (`recall.operator.runtime.discovery`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import kopf
 from kopf._cogs.structs.references import Insights  # what kopf resolved; kopf.run takes it
 
-from recall.base import log, metrics
+from recall.base import endpoint, log, metrics
 from recall.base.settings import ApiSettings, OperatorSettings, StoreSettings
 from recall.bucket import StoreError, Stores
 from recall.kube.client import KubeClient, load_api_client
@@ -29,6 +30,15 @@ from recall.resources import BATCH_PLURAL, JOB_PLURAL
 # Served before the operator starts: the Batches (kopf watches them) and the jobs (its informer).
 NEEDED = (BATCH_PLURAL, JOB_PLURAL)
 KOPF_WATCHES = (BATCH_PLURAL,)
+
+
+def liveness_endpoint(port: int) -> str | None:
+    """kopf's liveness URL for `port` (0: None, off). kopf listens through asyncio, which
+    cannot listen on both families with one socket: it listens on the cluster's family."""
+    if not port:
+        return None
+    host = endpoint.cluster_any_address()
+    return f"http://{'[::]' if host == '::' else host}:{port}/healthz"
 
 
 def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> None:
@@ -51,9 +61,7 @@ def run_operator(settings: OperatorSettings, kubeconfig: Path | None = None) -> 
 
     _check_resources(registry, insights, stop, stopped)
     metrics.serve(settings.metrics_port)
-    liveness = (
-        f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
-    )
+    liveness = liveness_endpoint(settings.liveness_port)
     log.get("operator").info(
         "operator_starting",
         namespace=settings.namespace or "*",
