@@ -12,9 +12,9 @@ Contract:
 - `copy_to` copies server-side when both buckets share a client (obstore copies within one
   store only), else it streams the object through this process, a part at a time.
 - A URL names keys percent-encoded, as S3 and file URIs do: `Location.url` encodes each key
-  (keeping '/', letters, digits and `-._~!$&'()*+,;=:@`, so a plain key's URL reads as the key),
-  `Location.parse` decodes the whole path; `parse(url(key))` gives `key` back. A raw '?' or '#'
-  is a character of the key (a store URL has no query or fragment).
+  (keeping '/', letters, digits, `-._~!$&'()*+,;=:@` and the braces of `{key}` placeholders, so
+  a plain key's URL reads as the key), `Location.parse` decodes the whole path: `parse(url(key))`
+  gives `key` back. A raw '?' or '#' is a character of the key (no query or fragment here).
 - One client per (scheme, bucket) of a `Stores`, shared by every prefix in that bucket.
   Requests time out after `StoreSettings.timeout`; the client retries a transient failure at
   most twice within that; how long to keep trying after is the caller's.
@@ -54,7 +54,9 @@ if TYPE_CHECKING:
 DELETE_BATCH = 500
 PART, PARTS = 5 << 20, 4  # a streamed put's part size, and the parts in flight at once
 T = TypeVar("T")
-PLAIN = "/!$&'()*+,;=:@"  # kept as they are in a URL's key: RFC 3986 path characters
+# kept as they are in a URL's key: RFC 3986 path characters, and the braces of an output's
+# `{key}` placeholders (`recall.transcripts.outputs`)
+PLAIN = "/!$&'()*+,;=:@{}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,9 +58,10 @@ class Liveness:
     def ready(self) -> bool:
         return self._beaten and not self._stopping and not self.draining() and self.healthy()
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve /healthz, /livez and /readyz on `port` from a daemon thread. Port 0 disables
-        it (`self.server.server_address` has the bound port otherwise)."""
+    def serve(self, port: int, addr: str | None = None) -> None:
+        """Serve /healthz, /livez and /readyz on `port` (every address, both families where the
+        host has IPv6: `endpoint.any_address`) from a daemon thread. Port 0 disables it
+        (`self.server.server_address` has the bound port otherwise)."""
         self.server = endpoint.serve(self._route, port, "healthz", addr)
 
     def _route(self, target: str) -> tuple[int, str, bytes] | None:

@@ -168,7 +168,8 @@ class WorkerSettings(BaseSettings):
         30.0,
         gt=0,
         description="After the results store refused (access, a missing bucket), or the model "
-        "cache could not be written, probe it this often before claiming again.",
+        "cache could not be written, probe it this often before claiming again; after the "
+        "device failed a model's load, the first pause before claiming again (doubling).",
     )
 
     @model_validator(mode="after")
