@@ -1,5 +1,5 @@
-"""A small HTTP endpoint that answers GET: the probes' (`/healthz`, `/readyz`), KEDA's, and
-Prometheus's `/metrics`.
+"""A small HTTP endpoint that answers GET: the probes' (`/healthz`, `/readyz`) and KEDA's
+(`/metrics` is prometheus_client's own server, on `any_address()` too).
 
 `route(target)` maps the request target, query included, to (status, content type, body), or
 None for a 404. `make` builds the server unstarted (port 0 binds a free port, in

@@ -10,14 +10,7 @@ restart starts them at zero, as Prometheus expects.
 
 from __future__ import annotations
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from recall.base import endpoint
 
@@ -173,11 +166,8 @@ ENGINE_SECONDS = Counter(
 
 
 def serve(port: int, addr: str | None = None) -> None:
-    """Serve /metrics on `port` (`addr`; None: every address, both families) from a daemon
-    thread. Port 0 disables it."""
-
-    def route(target: str) -> tuple[int, str, bytes]:
-        del target  # any path, as prometheus_client's own server answers
-        return 200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
-
-    endpoint.serve(route, port, "metrics", addr)
+    """Serve /metrics on `port` (`addr`; None: every address, both families where the host has
+    IPv6: `endpoint.any_address`) from a daemon thread, prometheus_client's own server (the
+    format the scraper asks for, gzip). Port 0 disables it."""
+    if port:
+        start_http_server(port, addr=endpoint.any_address() if addr is None else addr)

@@ -80,6 +80,8 @@ class Location:
         # character of the key (as the URLs `recall submit` wrote before keys were encoded),
         # where urlsplit would cut the key short and name another object.
         scheme, sep, rest = url.strip().partition("://")
+        if not sep and url.strip().lower().startswith("file:/"):
+            scheme, sep, rest = "file", "://", url.strip()[5:]  # file:/path, no authority
         scheme = scheme.lower()
         if not sep or scheme not in SCHEMES:
             raise StoreUrlInvalid(

@@ -33,8 +33,13 @@ class DeviceUnavailable(Exception):
     """The configured device or compute type cannot be used in this process (one line)."""
 
 
-# What CTranslate2 (and the CUDA libraries under it) say when the device, not the model, failed.
-_DEVICE_ERROR = re.compile(r"out of memory|failed to allocate|\bcuda|cublas|cudnn", re.IGNORECASE)
+# What CTranslate2 (and the CUDA libraries under it) say when the device, not the model, failed
+# ("CUDA failed with error out of memory", "cuBLAS failed with status …"); looked for outside
+# quotes, where a message names the model's path (a folder named "…-cuda" is no device error).
+_DEVICE_ERROR = re.compile(
+    r"out of memory|CUDA failed|CUDA error|CUDA driver|cuBLAS|cuDNN", re.IGNORECASE
+)
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
 class DeviceFailed(JobFailure):
@@ -52,7 +57,9 @@ def device_fault(error: BaseException) -> bool:
     the GPU's in CUDA's words), or CUDA, cuBLAS or cuDNN failed."""
     if isinstance(error, MemoryError):
         return True
-    return isinstance(error, RuntimeError) and _DEVICE_ERROR.search(str(error)) is not None
+    if not isinstance(error, RuntimeError):
+        return False
+    return _DEVICE_ERROR.search(_QUOTED.sub("", str(error))) is not None
 
 
 @dataclass(frozen=True)

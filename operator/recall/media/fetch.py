@@ -90,7 +90,8 @@ def local_path(url: str, *, max_bytes: int) -> Path:
     shown = display_url(url)
     # By hand: a raw '#' or '?' is a character of the file's name, never a fragment or query
     # that urlsplit would cut off (naming another file).
-    host, _, rest = url.partition("://")[2].partition("/")
+    _, sep, after = url.partition("://")
+    host, _, rest = (after if sep else url.partition(":")[2]).partition("/")  # file:/path too
     if host not in ("", "localhost"):
         raise JobFailure(
             "SourceRejected",

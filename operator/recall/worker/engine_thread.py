@@ -90,6 +90,8 @@ class EngineThreads:
             try:
                 return future.result(timeout=0.1)
             except concurrent.futures.TimeoutError:
+                if future.done():
+                    raise  # the engine's own TimeoutError (the same class), not the wait's
                 try:
                     self.check_stop(h)
                 except (LeaseLost, Stopped):

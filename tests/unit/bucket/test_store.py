@@ -90,6 +90,10 @@ def test_location__a_raw_query_or_fragment_is_part_of_the_key(url: str, key: str
     assert Location.parse(url).prefix == key
 
 
+def test_location__file_colon_one_slash_is_a_file_url() -> None:
+    assert Location.parse("file:/srv/results") == Location.parse("file:///srv/results")
+
+
 def test_settings__refuse_an_unknown_scheme_with_the_ones_that_work() -> None:
     with pytest.raises(ValueError, match=r"s3://, gs://, az:// or file://"):
         StoreSettings(url="ftp://example.org/x")

@@ -51,6 +51,8 @@ def test_load__a_device_failure_is_the_worker_s_and_retriable(
     "error",
     [
         RuntimeError("Unable to open file 'model.bin' in model '/models/x'"),
+        RuntimeError("Unable to open file 'model.bin' in model '/cache/whisper-large-cuda'"),
+        RuntimeError("Unable to open file 'model.bin' in model '/cache/out of memory'"),
         ValueError("Unsupported model binary version"),
         OSError("config.json: no such file"),
     ],

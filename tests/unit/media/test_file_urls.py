@@ -17,3 +17,8 @@ def test_local_path__a_raw_hash_or_question_mark_is_part_of_the_file_name(tmp_pa
         assert fetch.local_path(url, max_bytes=100).read_bytes() == name.encode()
     encoded = f"file://{tmp_path}/take%232.wav"
     assert fetch.local_path(encoded, max_bytes=100).name == "take#2.wav"
+
+
+def test_local_path__file_colon_one_slash_names_the_same_file(tmp_path: Path) -> None:
+    (tmp_path / "a.wav").write_bytes(b"a")
+    assert fetch.local_path(f"file:{tmp_path}/a.wav", max_bytes=100) == tmp_path / "a.wav"
