@@ -17,7 +17,7 @@ from recall.engines.simulated import SimulatedEngine
 from recall.operator.reconcile.record import JobRecord
 from recall.operator.runtime.wiring import wire
 from recall.protocol.workers import SELECTOR
-from recall.resources import API_VERSION, Batch, Part, Result
+from recall.resources import API_VERSION, Batch, Part, Phase, Result
 from recall.worker.holder import LeaseHolder
 from recall.worker.loop import Worker
 from recall_dev.twin.api import MemoryApi
@@ -151,6 +151,17 @@ def claim(store: MemoryApi, clock: FakeClock, name: str, worker: str = "w1") -> 
     h = LeaseHolder.claim(store, job, worker, renew_deadline_fraction=0.6, clock=clock)
     assert isinstance(h, LeaseHolder)
     return h
+
+
+def assert_one_given_back(store: MemoryApi, names: str) -> None:
+    """Every job of `names` (one letter each) Succeeded, and one of them was released once by
+    a worker's fault before: its attempt given back, no error recorded."""
+    jobs = {n: store.get_job(NS, n) for n in names}
+    assert all(j and j.status.phase == Phase.SUCCEEDED for j in jobs.values()), store.dump()
+    given_back = [j for j in jobs.values() if j and j.status.releases]
+    assert len(given_back) == 1
+    status = given_back[0].status
+    assert (status.releases, status.attempts, status.last_error) == (1, 2, None)
 
 
 def result_of(h: LeaseHolder) -> Result:

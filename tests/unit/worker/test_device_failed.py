@@ -25,7 +25,7 @@ from recall.resources import Phase
 from recall.worker.loop import Worker
 from recall_dev.twin.api import MemoryApi
 from tests.helpers import wait_for
-from tests.unit.fakes import NS, job_manifest, memory_bucket
+from tests.unit.fakes import NS, assert_one_given_back, job_manifest, memory_bucket
 
 PAUSE = 0.5  # store_probe_seconds: the first pause after a device failure
 
@@ -107,12 +107,7 @@ def test_worker__a_device_out_of_memory_releases_the_job_and_pauses_claims(
     state = seen["state"]
     assert state.state == "failed" and state.reason == "DeviceFailed", state
     assert "out of memory" in state.error
-    jobs = {n: store.get_job(NS, n) for n in "ab"}
-    assert all(j and j.status.phase == Phase.SUCCEEDED for j in jobs.values()), store.dump()
-    given_back = [j for j in jobs.values() if j and j.status.releases]
-    assert len(given_back) == 1
-    status = given_back[0].status
-    assert (status.releases, status.attempts, status.last_error) == (1, 2, None)
+    assert_one_given_back(store, "ab")
     assert worker.claims == 3 and seen["claims"] == 1
     assert claimed_at[1] - seen["at"] >= PAUSE * 0.9, "claimed again before the pause ended"
     assert worker.engine_state().state != "failed"  # the pause ended: the registration says so

@@ -44,7 +44,15 @@ from recall.worker.loop import Worker
 from recall.worker.probes import PROBE_KEY
 from recall_dev.twin.api import Fault, MemoryApi
 from tests.unit.engines.test_models import DirStore, model_dir
-from tests.unit.fakes import NS, T0, BucketFault, FaultyBucket, job_manifest, memory_bucket
+from tests.unit.fakes import (
+    NS,
+    T0,
+    BucketFault,
+    FaultyBucket,
+    assert_one_given_back,
+    job_manifest,
+    memory_bucket,
+)
 
 
 def make_worker(
@@ -253,12 +261,7 @@ def test_worker__an_unwritable_model_cache_gives_the_job_back_and_claims_nothing
     assert str(blocker / "models") in state.error
     assert seen["claimed"] == 1, "the worker claimed nothing while its cache was unwritable"
     assert worker.engine_state().state != "failed"  # written again: the registration says so
-    jobs = {n: store.get_job(NS, n) for n in "ab"}
-    assert all(j and j.status.phase == Phase.SUCCEEDED for j in jobs.values()), store.dump()
-    given_back = [j for j in jobs.values() if j and j.status.releases]
-    assert len(given_back) == 1
-    status = given_back[0].status
-    assert (status.releases, status.attempts, status.last_error) == (1, 2, None)
+    assert_one_given_back(store, "ab")
     assert sorted(models.downloads) == ["config.json", "model.bin"]  # fetched once
     events = [e["event"] for e in logs]
     assert events.count("model_cache_unwritable") == 1
